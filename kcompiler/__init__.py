@@ -1,0 +1,2 @@
+"""kcompiler: a multi-vendor GPU kernel compiler (see README.md)."""
+__version__ = "0.1.0"

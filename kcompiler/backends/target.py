@@ -1,0 +1,202 @@
+"""The contract between the shared LLVM lowering and a vendor target.
+
+A :class:`Target` is the whole of what differs between NVIDIA, AMD and the host CPU: the triple and
+data layout, the numbers of the address spaces, the warp size, the special registers, barriers, warp
+operations, shared memory, atomics' scopes, the kernel calling convention, and the final emission.
+``backends/llvm/lower.py`` lowers kcompiler's IR once and calls these hooks wherever the targets
+differ; it never names a vendor. Adding a target is one folder with one subclass.
+
+Hooks receive a :class:`LoweringContext` (defined in ``backends/llvm/lower.py``): ``ctx.b`` is the
+llvmlite ``ir.IRBuilder`` at the current position, ``ctx.module`` the llvmlite ``ir.Module``,
+``ctx.fn`` the llvmlite function being built, ``ctx.ir_fn`` the kcompiler IR function,
+``ctx.lltype(t)`` converts an IR type, and ``ctx.state`` is a dict a target may use per function.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from llvmlite import ir as ll
+
+from ..ir.types import AddressSpace
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .llvm.lower import LoweringContext
+
+#: Target names as users write them, mapped to the canonical name.
+TARGET_ALIASES = {"nvptx": "nvptx", "cuda": "nvptx", "amdgcn": "amdgcn", "hip": "amdgcn", "cpu": "cpu"}
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    """Options that change generated code (and so are part of the cache key).
+
+    ``opt_level``: LLVM pipeline level 0-3. ``check_bounds``: on targets that support it (cpu), check
+    every access to memory passed from the host. ``fast_math``: allow reassociation and approximate
+    division/sqrt in f32.
+    """
+
+    opt_level: int = 3
+    check_bounds: bool = False
+    fast_math: bool = False
+
+
+class Target:
+    """Base class of the targets. Subclasses set the class attributes and override the hooks.
+
+    Attributes:
+        name: canonical target name ('nvptx', 'amdgcn' or 'cpu').
+        arch: the chip ('sm_90a', 'gfx942', or the host CPU's name).
+        triple, data_layout: LLVM's.
+        warp_size: lanes per warp (wavefront), known at compile time.
+        address_spaces: LLVM address-space number of each IR address space.
+        alloca_space: the address space allocas live in.
+        features: what ``comptime target.has("...")`` answers true for.
+    """
+
+    name: str = ""
+    arch: str = ""
+    triple: str = ""
+    data_layout: str = ""
+    warp_size: int = 32
+    address_spaces: dict[AddressSpace, int] = {}
+    alloca_space: int = 0
+    features: frozenset[str] = frozenset()
+    #: The file suffix of ``emit("obj")`` and what the runtime loads ('cubin', 'hsaco', 'so').
+    binary_kind: str = "obj"
+
+    def has(self, feature: str) -> bool:
+        """Whether the target has ``feature`` (e.g. 'wgmma', 'fp8_convert', 'sm_90')."""
+        return feature in self.features
+
+    def describe(self) -> dict[str, Any]:
+        """Facts for the cache key and for ``--emit`` headers."""
+        return {"target": self.name, "arch": self.arch, "warp_size": self.warp_size}
+
+    # --- functions and the kernel calling convention --------------------------------------------------
+    def kernel_extra_params(self, ctx: "LoweringContext") -> list[ll.Type]:
+        """LLVM types of hidden parameters appended to every kernel's parameter list (none on GPUs)."""
+        return []
+
+    def declare_kernel(self, ctx: "LoweringContext") -> None:
+        """Mark ``ctx.fn`` as a kernel entry point (calling convention, metadata, attributes)."""
+        raise NotImplementedError
+
+    def begin_function(self, ctx: "LoweringContext") -> None:
+        """Emit anything a function needs at its entry (called with the builder in the entry block)."""
+
+    def lower_return(self, ctx: "LoweringContext", value: ll.Value | None) -> None:
+        """Emit a return of ``value`` (None for void). The builder's block is terminated afterwards."""
+        if value is None:
+            ctx.b.ret_void()
+        else:
+            ctx.b.ret(value)
+
+    # --- the machine ------------------------------------------------------------------------------
+    def special(self, ctx: "LoweringContext", reg: str, dim: str) -> ll.Value:
+        """The i32 value of special register ``reg`` ('thread_id', 'block_id', 'block_dim',
+        'grid_dim', 'lane_id', 'warp_id') in dimension ``dim`` ('x', 'y', 'z')."""
+        raise NotImplementedError
+
+    def barrier(self, ctx: "LoweringContext") -> None:
+        """A barrier of every thread of the block, ordering shared and global memory at block scope."""
+        raise NotImplementedError
+
+    def fence(self, ctx: "LoweringContext", scope: str) -> None:
+        """A sequentially consistent fence at ``scope`` ('block', 'device', 'system')."""
+        ctx.b.fence("seq_cst", self.syncscope(scope))
+
+    def syncscope(self, scope: str) -> str | None:
+        """LLVM's syncscope name for an IR scope (None is LLVM's default, system scope)."""
+        return None
+
+    def shuffle(self, ctx: "LoweringContext", mode: str, value: ll.Value, lane: ll.Value) -> ll.Value:
+        """Warp shuffle of a 32- or 64-bit ``value``: mode 'idx' reads lane ``lane``, 'xor' lane
+        ``lane_id ^ lane``, 'down' lane ``lane_id + lane``, 'up' ``lane_id - lane``; a source outside
+        the warp gives the thread's own value (CUDA's rule). Other types are bitcast by the caller."""
+        raise NotImplementedError
+
+    def ballot(self, ctx: "LoweringContext", pred: ll.Value) -> ll.Value:
+        """i64 with bit k set when lane k is active and its i1 ``pred`` is true."""
+        raise NotImplementedError
+
+    def active_mask(self, ctx: "LoweringContext") -> ll.Value:
+        """i64 with a bit per active lane."""
+        raise NotImplementedError
+
+    def read_first_lane(self, ctx: "LoweringContext", value: ll.Value) -> ll.Value:
+        """The 32- or 64-bit ``value`` of the lowest active lane."""
+        raise NotImplementedError
+
+    # --- memory -----------------------------------------------------------------------------------
+    def shared_array(self, ctx: "LoweringContext", symbol: str, lltype: ll.Type) -> ll.Value:
+        """A pointer (in the shared address space) to a static shared array ``symbol`` of ``lltype``,
+        one per block. Called once per ``shared`` op."""
+        gv = ll.GlobalVariable(ctx.module, lltype, ctx.unique_symbol(symbol),
+                               addrspace=self.address_spaces[AddressSpace.SHARED])
+        gv.linkage = "internal"
+        gv.initializer = ll.Constant(lltype, ll.Undefined)
+        gv.align = 16
+        return gv
+
+    def dynamic_shared(self, ctx: "LoweringContext") -> ll.Value:
+        """A pointer (shared address space, 16-byte aligned) to the block's dynamic shared memory,
+        whose size the launch gives."""
+        raise NotImplementedError
+
+    def atomic(self, ctx: "LoweringContext", op: str, ptr: ll.Value, value: ll.Value, order: str,
+               scope: str, signed: bool, is_float: bool) -> ll.Value:
+        """Atomic read-modify-write; returns the old value."""
+        llop = {"add": "fadd" if is_float else "add", "exch": "xchg", "and": "and", "or": "or",
+                "xor": "xor",
+                "min": "fmin" if is_float else ("min" if signed else "umin"),
+                "max": "fmax" if is_float else ("max" if signed else "umax")}[op]
+        inst = ctx.b.atomic_rmw(llop, ptr, value, _ORDERS[order])
+        _set_syncscope(inst, self.syncscope(scope))
+        return inst
+
+    def atomic_cas(self, ctx: "LoweringContext", ptr: ll.Value, cmp: ll.Value, new: ll.Value,
+                   order: str, scope: str) -> ll.Value:
+        """Atomic compare-and-swap; returns the old value."""
+        o = _ORDERS[order]
+        fail = {"release": "monotonic", "acq_rel": "acquire"}.get(o, o)
+        pair = ctx.b.cmpxchg(ptr, cmp, new, o, fail)
+        _set_syncscope(pair, self.syncscope(scope))
+        return ctx.b.extract_value(pair, 0)
+
+    def check_access(self, ctx: "LoweringContext", ptr: ll.Value, nbytes: int, span: Any) -> None:
+        """Under ``check_bounds``, emit a check that [ptr, ptr+nbytes) lies in host-passed memory.
+        Targets without a checker emit nothing."""
+
+    # --- math -------------------------------------------------------------------------------------
+    def math(self, ctx: "LoweringContext", fn: str, args: list[ll.Value]) -> ll.Value:
+        """A math function of ``MATH_FUNCTIONS`` on float operands; the default is LLVM's intrinsic."""
+        name = {"abs": "fabs", "round": "roundeven"}.get(fn, fn)
+        if fn == "rsqrt":
+            one = ll.Constant(args[0].type, 1.0)
+            return ctx.b.fdiv(one, ctx.call_intrinsic("llvm.sqrt", args))
+        return ctx.call_intrinsic(f"llvm.{name}", args)
+
+    # --- emission ---------------------------------------------------------------------------------
+    def target_machine(self, opt_level: int = 3) -> Any:
+        """A fresh llvmlite TargetMachine for this target (a JIT takes ownership of one)."""
+        raise NotImplementedError
+
+    def finalize_module(self, module: ll.Module) -> None:
+        """Last changes to the llvmlite module before it is printed (module flags, annotations)."""
+
+    def emit(self, llvm_module: Any, kind: str) -> bytes | str:
+        """Emit an optimised ``llvmlite.binding.ModuleRef``: kind 'asm' (PTX, AMDGCN or host assembly,
+        as text) or 'obj' (cubin, HSACO, or a shared object, as bytes)."""
+        raise NotImplementedError
+
+
+_ORDERS = {"relaxed": "monotonic", "acquire": "acquire", "release": "release", "acq_rel": "acq_rel",
+           "seq_cst": "seq_cst"}
+
+
+def _set_syncscope(inst: Any, scope: str | None) -> None:
+    """llvmlite's builder has no syncscope argument; patch the instruction's printed form."""
+    if scope is None:
+        return
+    inst.ordering = f'syncscope("{scope}") {inst.ordering}' if hasattr(inst, "ordering") else None

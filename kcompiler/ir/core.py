@@ -1,0 +1,193 @@
+"""kcompiler's IR: structured SSA.
+
+A :class:`Module` holds :class:`Function` s (kernels and device functions). A function's body is a
+:class:`Region`: a list of :class:`Op` s run in order. Control flow is structured: ``if``, ``for`` and
+``while`` ops own nested regions; there are no basic blocks or branches. Values are SSA (each is defined
+once, by an op's result, a function parameter or a region argument such as a ``for`` loop's induction
+variable). Mutable variables are explicit slots (``alloca``) read with ``load`` and written with
+``store``; LLVM's mem2reg/SROA promote them to registers.
+
+Every op kind, its operands, attributes, regions and result are listed in :data:`OPS` below; that
+table is the reference the verifier checks against and the lowering implements.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+from ..diagnostics import SourceSpan
+from .types import Type, VOID
+
+_ids = itertools.count()
+
+
+class Value:
+    """An SSA value of type ``type``. ``hint`` is a readable name for printing (may repeat)."""
+
+    __slots__ = ("type", "hint", "id", "owner")
+
+    def __init__(self, type: Type, hint: str = "", owner: "Op | None" = None):
+        self.type = type
+        self.hint = hint
+        self.id = next(_ids)
+        self.owner = owner  # the op defining it; None for parameters and region arguments
+
+    def __repr__(self) -> str:
+        return f"%{self.hint or 'v'}.{self.id}: {self.type}"
+
+
+class Region:
+    """An ordered list of ops with optional arguments (a ``for`` body's induction variable)."""
+
+    __slots__ = ("ops", "args")
+
+    def __init__(self, ops: list["Op"] | None = None, args: list[Value] | None = None):
+        self.ops: list[Op] = ops if ops is not None else []
+        self.args: list[Value] = args if args is not None else []
+
+    def walk(self) -> Iterator["Op"]:
+        """Every op in this region and, recursively, in regions nested inside it (pre-order)."""
+        for op in self.ops:
+            yield op
+            for r in op.regions:
+                yield from r.walk()
+
+    def __len__(self) -> int:
+        return len(self.ops)
+
+
+class Op:
+    """One operation: ``name`` from :data:`OPS`, operand values, attributes, nested regions and at
+    most one result value (``None`` for ops that produce nothing)."""
+
+    __slots__ = ("name", "operands", "attrs", "regions", "result", "span")
+
+    def __init__(self, name: str, operands: list[Value] | None = None, result_type: Type | None = None,
+                 attrs: dict[str, Any] | None = None, regions: list[Region] | None = None,
+                 span: SourceSpan | None = None, hint: str = ""):
+        self.name = name
+        self.operands: list[Value] = list(operands or [])
+        self.attrs: dict[str, Any] = dict(attrs or {})
+        self.regions: list[Region] = list(regions or [])
+        self.span = span
+        self.result: Value | None = (
+            Value(result_type, hint, self) if result_type is not None and result_type != VOID else None
+        )
+
+    def __repr__(self) -> str:
+        return f"Op({self.name})"
+
+
+@dataclass
+class Function:
+    """A kernel (``kind='kernel'``, an entry point) or a device function (``kind='device'``)."""
+
+    name: str
+    params: list[Value]
+    ret: Type
+    kind: str
+    body: Region = field(default_factory=Region)
+    span: SourceSpan | None = None
+    #: Free-form facts for later stages, e.g. ``{"shared_bytes": 4096}``.
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def is_kernel(self) -> bool:
+        return self.kind == "kernel"
+
+
+@dataclass
+class Module:
+    """One compilation unit: every specialised kernel and device function reachable from them.
+
+    ``attrs`` holds module facts such as ``target``, ``arch`` and ``warp_size``.
+    """
+
+    name: str
+    functions: list[Function] = field(default_factory=list)
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+    def get(self, name: str) -> Function:
+        for f in self.functions:
+            if f.name == name:
+                return f
+        raise KeyError(name)
+
+    @property
+    def kernels(self) -> list[Function]:
+        return [f for f in self.functions if f.is_kernel]
+
+
+@dataclass(frozen=True)
+class OpInfo:
+    """What the verifier knows of an op kind.
+
+    ``operands``: number of operands (None: variadic). ``attrs``: required attribute names.
+    ``regions``: number of regions. ``result``: 'none', 'some' (always a result) or 'maybe'.
+    ``terminator``: the op ends its region (nothing may follow it).
+    """
+
+    operands: int | None
+    attrs: tuple[str, ...] = ()
+    regions: int = 0
+    result: str = "some"
+    terminator: bool = False
+    pure: bool = True  # no side effects: removable when unused, foldable when constant
+    doc: str = ""
+
+
+BINARY = ("add", "sub", "mul", "div", "rem", "min", "max", "and", "or", "xor", "shl", "shr")
+CMP_PREDICATES = ("eq", "ne", "lt", "le", "gt", "ge")
+MATH_FUNCTIONS = ("sqrt", "rsqrt", "exp2", "log2", "sin", "cos", "abs", "floor", "ceil", "trunc",
+                  "round", "fma", "copysign")
+SPECIAL_REGISTERS = ("thread_id", "block_id", "block_dim", "grid_dim", "lane_id", "warp_id")
+ATOMIC_OPS = ("add", "min", "max", "exch", "and", "or", "xor")
+MEMORY_ORDERS = ("relaxed", "acquire", "release", "acq_rel", "seq_cst")
+SCOPES = ("block", "device", "system")
+SHUFFLE_MODES = ("idx", "xor", "down", "up")
+
+#: Every op kind of the IR. Types follow C rules made explicit: binary ops take two operands of the
+#: same type (scalar or vector) and give that type; signedness comes from the type (``div`` on ``u32``
+#: is unsigned); ``shr`` is arithmetic on signed types and logical on unsigned ones.
+OPS: dict[str, OpInfo] = {
+    "const": OpInfo(0, ("value",), doc="a constant scalar or splatted vector; attr value: int|float|bool"),
+    **{b: OpInfo(2, doc=f"elementwise {b}") for b in BINARY},
+    "neg": OpInfo(1, doc="arithmetic negation"),
+    "not": OpInfo(1, doc="bitwise not (logical not on bool)"),
+    "cmp": OpInfo(2, ("pred",), doc="compare; attr pred in CMP_PREDICATES; result bool (or vec<bool>)"),
+    "select": OpInfo(3, doc="select(cond, a, b)"),
+    "cast": OpInfo(1, doc="value conversion between scalar (or same-length vector) types, C rules"),
+    "bitcast": OpInfo(1, doc="reinterpret the bits as a type of the same size"),
+    "math": OpInfo(None, ("fn",), doc="attr fn in MATH_FUNCTIONS; float operands of one type"),
+    "alloca": OpInfo(0, doc="a per-thread slot; result ptr<T, local>"),
+    "shared": OpInfo(0, ("symbol",), doc="a static shared-memory array; result ptr<[T; N], shared>"),
+    "dyn_shared": OpInfo(0, doc="the block's dynamic shared memory; result ptr<T, shared>"),
+    "elemptr": OpInfo(2, doc="elemptr(p, i): p + i elements; on ptr<[T;N]> the address of element i"),
+    "ptrcast": OpInfo(1, doc="ptr<T, s> to ptr<U, s>"),
+    "load": OpInfo(1, pure=False, doc="load(p) -> pointee of p; attr align (bytes, optional)"),
+    "store": OpInfo(2, result="none", pure=False, doc="store(p, v); attr align (optional)"),
+    "vec_build": OpInfo(None, doc="vector from N scalars"),
+    "splat": OpInfo(1, doc="vector with every lane the scalar operand"),
+    "extract": OpInfo(2, doc="extract(v, i): lane i"),
+    "insert": OpInfo(3, doc="insert(v, x, i): v with lane i set to x"),
+    "special": OpInfo(0, ("reg",), doc="a special register; attr reg in SPECIAL_REGISTERS, dim 'x'|'y'|'z'"),
+    "barrier": OpInfo(0, result="none", pure=False, doc="block-wide barrier, also orders shared memory"),
+    "fence": OpInfo(0, ("scope",), result="none", pure=False, doc="memory fence at a scope"),
+    "atomic": OpInfo(2, ("op", "order", "scope"), pure=False, doc="atomic read-modify-write; result old"),
+    "atomic_cas": OpInfo(3, ("order", "scope"), pure=False, doc="atomic_cas(p, cmp, new); result old"),
+    "shuffle": OpInfo(2, ("mode",), pure=False, doc="warp shuffle(v, lane|mask|delta); attr mode"),
+    "ballot": OpInfo(1, pure=False, doc="bit per active lane whose predicate is true; result u64"),
+    "active_mask": OpInfo(0, pure=False, doc="bit per active lane; result u64"),
+    "read_first_lane": OpInfo(1, pure=False, doc="the value of the lowest active lane"),
+    "call": OpInfo(None, ("callee",), result="maybe", pure=False, doc="call a device function"),
+    "return": OpInfo(None, result="none", terminator=True, pure=False, doc="return [value]"),
+    "break": OpInfo(0, result="none", terminator=True, pure=False, doc="leave the innermost loop"),
+    "continue": OpInfo(0, result="none", terminator=True, pure=False, doc="next iteration"),
+    "if": OpInfo(1, regions=2, result="none", pure=False, doc="if(cond) {then} {else}"),
+    "for": OpInfo(3, regions=1, result="none", pure=False,
+                  doc="for(lo, hi, step) {body(iv)}: iv = lo; while iv < hi (step > 0) or iv > hi "
+                      "(step < 0); iv += step. attr unroll=True asks for full unrolling"),
+    "while": OpInfo(0, regions=2, result="none", pure=False, doc="while {cond ... condition(c)} {body}"),
+    "condition": OpInfo(1, result="none", terminator=True, pure=False, doc="ends a while's cond region"),
+}

@@ -1,0 +1,168 @@
+"""The types of kcompiler's IR (and of the kernel language, which uses the same objects).
+
+Types are immutable and compare by value; ``str(t)`` is the spelling in the language and in printed IR:
+``f32``, ``vec<f16, 8>``, ``ptr<f32, shared>``, ``[f32; 16]``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+
+class Type:
+    """Base of all IR types."""
+
+    @property
+    def is_scalar(self) -> bool:
+        return isinstance(self, ScalarType)
+
+    @property
+    def is_pointer(self) -> bool:
+        return isinstance(self, PointerType)
+
+    @property
+    def is_vector(self) -> bool:
+        return isinstance(self, VectorType)
+
+
+@dataclass(frozen=True)
+class VoidType(Type):
+    def __str__(self) -> str:
+        return "void"
+
+
+@dataclass(frozen=True)
+class ScalarType(Type):
+    """A scalar: ``kind`` is 'bool', 'int' (signed), 'uint' or 'float'; ``bits`` its width.
+
+    ``bf16`` is a float of 16 bits told apart from ``f16`` by its name.
+    """
+
+    name: str
+    kind: str
+    bits: int
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def is_float(self) -> bool:
+        return self.kind == "float"
+
+    @property
+    def is_int(self) -> bool:
+        """Signed or unsigned integer (not bool)."""
+        return self.kind in ("int", "uint")
+
+    @property
+    def is_signed(self) -> bool:
+        return self.kind == "int"
+
+    @property
+    def is_bool(self) -> bool:
+        return self.kind == "bool"
+
+    @property
+    def size(self) -> int:
+        """Size in bytes in memory (bool is one byte)."""
+        return max(self.bits // 8, 1)
+
+
+@dataclass(frozen=True)
+class VectorType(Type):
+    """``vec<T, N>``: N scalars of type T, loaded and stored as one access."""
+
+    elem: ScalarType
+    count: int
+
+    def __str__(self) -> str:
+        return f"vec<{self.elem}, {self.count}>"
+
+    @property
+    def size(self) -> int:
+        return self.elem.size * self.count
+
+
+class AddressSpace(str, Enum):
+    """Where a pointer points. The numbers each target gives them live in its Target.address_spaces."""
+
+    GLOBAL = "global"
+    SHARED = "shared"
+    LOCAL = "local"
+    CONST = "const"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class PointerType(Type):
+    """``ptr<T>`` (global memory) or ``ptr<T, space>``."""
+
+    pointee: Type
+    space: AddressSpace = AddressSpace.GLOBAL
+
+    def __str__(self) -> str:
+        if self.space == AddressSpace.GLOBAL:
+            return f"ptr<{self.pointee}>"
+        return f"ptr<{self.pointee}, {self.space}>"
+
+    @property
+    def size(self) -> int:
+        return 8
+
+
+@dataclass(frozen=True)
+class ArrayType(Type):
+    """``[T; N]``: a fixed array, in registers (local) or in shared memory."""
+
+    elem: Type
+    count: int
+
+    def __str__(self) -> str:
+        return f"[{self.elem}; {self.count}]"
+
+    @property
+    def size(self) -> int:
+        return sizeof(self.elem) * self.count
+
+
+VOID = VoidType()
+BOOL = ScalarType("bool", "bool", 1)
+I8, I16, I32, I64 = (ScalarType(f"i{b}", "int", b) for b in (8, 16, 32, 64))
+U8, U16, U32, U64 = (ScalarType(f"u{b}", "uint", b) for b in (8, 16, 32, 64))
+F16 = ScalarType("f16", "float", 16)
+BF16 = ScalarType("bf16", "float", 16)
+F32 = ScalarType("f32", "float", 32)
+F64 = ScalarType("f64", "float", 64)
+
+#: Every scalar type by its name in the language.
+SCALARS: dict[str, ScalarType] = {
+    t.name: t for t in (BOOL, I8, I16, I32, I64, U8, U16, U32, U64, F16, BF16, F32, F64)
+}
+
+
+def sizeof(t: Type) -> int:
+    """Size in bytes of a value of type ``t`` in memory."""
+    if isinstance(t, (ScalarType, VectorType, PointerType, ArrayType)):
+        return t.size
+    raise TypeError(f"type {t} has no size")
+
+
+def alignof(t: Type) -> int:
+    """Natural alignment in bytes (vectors align to their whole size, up to 16)."""
+    if isinstance(t, ArrayType):
+        return alignof(t.elem)
+    if isinstance(t, VectorType):
+        n = t.size
+        return n if n & (n - 1) == 0 and n <= 16 else t.elem.size
+    return sizeof(t)
+
+
+def elem_of(t: Type) -> ScalarType:
+    """The scalar type of a scalar or of a vector's lanes."""
+    if isinstance(t, VectorType):
+        return t.elem
+    if isinstance(t, ScalarType):
+        return t
+    raise TypeError(f"{t} is neither a scalar nor a vector")

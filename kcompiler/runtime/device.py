@@ -1,0 +1,73 @@
+"""The contract between the target-generic runtime (Module, Kernel, argument checking) and a device.
+
+A :class:`Device` loads a compiled binary and launches its kernels. ``runtime/cuda.py`` implements
+it with cuda-python's driver API, ``runtime/cpu.py`` with the host JIT and ``runtime/hip.py`` with
+hip-python. Everything above this interface (argument checking against the kernel's signature, array
+marshalling rules, the cache, specialisation) is shared.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from ..ir.types import Type
+
+
+@dataclass(frozen=True)
+class KernelParam:
+    """One parameter of a compiled kernel: its name and IR type (after specialisation)."""
+
+    name: str
+    type: Type
+
+
+@dataclass
+class Artifact:
+    """The result of compiling one kernel specialisation for one target.
+
+    ``binary``: what :meth:`Device.load` takes (cubin or PTX bytes on CUDA, HSACO on HIP, an LLVM
+    object or IR text on the CPU); ``binary_kind`` says which ('cubin', 'ptx', 'hsaco', 'llvm-ir').
+    ``symbol``: the kernel's symbol in the binary. ``params``: its runtime parameters, in order.
+    ``static_shared``: bytes of static shared memory. ``meta``: anything else a device needs
+    (e.g. the CPU target's warp size and bounds-check tables).
+    """
+
+    target: str
+    arch: str
+    symbol: str
+    binary: bytes
+    binary_kind: str
+    params: list[KernelParam]
+    static_shared: int = 0
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+class LaunchError(RuntimeError):
+    """A launch was refused or failed; the message names the kernel and the cause."""
+
+
+class Device:
+    """A place kernels run. Subclasses: CudaDevice, CpuDevice, HipDevice."""
+
+    #: Canonical target name of the code this device runs ('nvptx', 'amdgcn', 'cpu').
+    target: str = ""
+    #: The chip, as the compiler's ``arch`` (e.g. 'sm_90a'), chosen for this device.
+    arch: str = ""
+
+    def load(self, artifact: Artifact) -> Any:
+        """Load ``artifact`` and return a handle that :meth:`launch` takes."""
+        raise NotImplementedError
+
+    def launch(self, handle: Any, artifact: Artifact, grid: tuple[int, int, int],
+               block: tuple[int, int, int], args: Sequence[Any], shared: int = 0,
+               stream: Any = None) -> None:
+        """Run the kernel. ``args`` are already checked and marshalled by :meth:`marshal`."""
+        raise NotImplementedError
+
+    def marshal(self, artifact: Artifact, args: Sequence[Any]) -> tuple[list[Any], list[Any]]:
+        """Turn user arguments into launch arguments. Returns (launch args, copy-backs to run after
+        the launch). Raises TypeError/ValueError naming the kernel and the parameter on a mismatch."""
+        raise NotImplementedError
+
+    def synchronize(self) -> None:
+        """Wait for all work launched on this device."""
