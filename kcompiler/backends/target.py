@@ -74,7 +74,7 @@ class Target:
         return {"target": self.name, "arch": self.arch, "warp_size": self.warp_size}
 
     # --- functions and the kernel calling convention --------------------------------------------------
-    def kernel_extra_params(self, ctx: "LoweringContext") -> list[ll.Type]:
+    def kernel_extra_params(self) -> list[ll.Type]:
         """LLVM types of hidden parameters appended to every kernel's parameter list (none on GPUs)."""
         return []
 
@@ -164,8 +164,9 @@ class Target:
         _set_syncscope(pair, self.syncscope(scope))
         return ctx.b.extract_value(pair, 0)
 
-    def check_access(self, ctx: "LoweringContext", ptr: ll.Value, nbytes: int, span: Any) -> None:
+    def check_access(self, ctx: "LoweringContext", ptr: ll.Value, nbytes: int, op: Any) -> None:
         """Under ``check_bounds``, emit a check that [ptr, ptr+nbytes) lies in host-passed memory.
+        ``op`` is the IR op (its ``span`` locates the access, its name says load/store/atomic).
         Targets without a checker emit nothing."""
 
     # --- math -------------------------------------------------------------------------------------
