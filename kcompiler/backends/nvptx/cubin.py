@@ -16,10 +16,10 @@ class CubinUnavailable(RuntimeError):
 def _nvjitlink(ptx: str, arch: str) -> bytes:
     from cuda.bindings import nvjitlink
 
-    handle = nvjitlink.create(2, [f"-arch={arch}".encode(), b"-O3"])
+    handle = nvjitlink.create(2, [f"-arch={arch}", "-O3"])
     try:
         data = ptx.encode()
-        nvjitlink.add_data(handle, nvjitlink.InputType.PTX, data, len(data), b"kernel.ptx")
+        nvjitlink.add_data(handle, nvjitlink.InputType.PTX, data, len(data), "kernel.ptx")
         nvjitlink.complete(handle)
         size = nvjitlink.get_linked_cubin_size(handle)
         buf = bytearray(size)
