@@ -158,7 +158,8 @@ OPS: dict[str, OpInfo] = {
     "cmp": OpInfo(2, ("pred",), doc="compare; attr pred in CMP_PREDICATES; result bool (or vec<bool>)"),
     "select": OpInfo(3, doc="select(cond, a, b)"),
     "cast": OpInfo(1, doc="value conversion between scalar (or same-length vector) types, C rules"),
-    "bitcast": OpInfo(1, doc="reinterpret the bits as a type of the same size"),
+    "bitcast": OpInfo(1, doc="reinterpret the bits as a type of the same size; between a global/const "
+                             "pointer and u64/i64: the address"),
     "math": OpInfo(None, ("fn",), doc="attr fn in MATH_FUNCTIONS; float operands of one type"),
     "alloca": OpInfo(0, doc="a per-thread slot; result ptr<T, local>"),
     "shared": OpInfo(0, ("symbol",), doc="a static shared-memory array; result ptr<[T; N], shared>"),
@@ -176,10 +177,27 @@ OPS: dict[str, OpInfo] = {
     "fence": OpInfo(0, ("scope",), result="none", pure=False, doc="memory fence at a scope"),
     "atomic": OpInfo(2, ("op", "order", "scope"), pure=False, doc="atomic read-modify-write; result old"),
     "atomic_cas": OpInfo(3, ("order", "scope"), pure=False, doc="atomic_cas(p, cmp, new); result old"),
+    "atomic_load": OpInfo(1, ("order", "scope"), pure=False, doc="atomic load(p) at an order and scope"),
+    "atomic_store": OpInfo(2, ("order", "scope"), result="none", pure=False,
+                           doc="atomic store(p, v) at an order and scope"),
     "shuffle": OpInfo(2, ("mode",), pure=False, doc="warp shuffle(v, lane|mask|delta); attr mode"),
     "ballot": OpInfo(1, pure=False, doc="bit per active lane whose predicate is true; result u64"),
     "active_mask": OpInfo(0, pure=False, doc="bit per active lane; result u64"),
     "read_first_lane": OpInfo(1, pure=False, doc="the value of the lowest active lane"),
+    "warp_sync": OpInfo(None, result="none", pure=False,
+                        doc="warp_sync([mask: u64]): the lanes of mask (default: the active ones) "
+                            "reconverge here, memory ordered among them"),
+    "nanosleep": OpInfo(1, result="none", pure=False, doc="nanosleep(ns: u32): a hint to back off a spin loop"),
+    "hostcall_buffer": OpInfo(0, pure=False, doc="the address (u64) of the launch's hostcall buffer, 0 if none"),
+    "hostcall_interrupt": OpInfo(1, result="none", pure=False,
+                                 doc="hostcall_interrupt(event_id: u32): wake the host's listener (AMD "
+                                     "s_sendmsg; nothing where the host polls)"),
+    "printf": OpInfo(None, ("format",), result="none", pure=False,
+                     doc="printf(args...) with attr format (str: a checked C format, string literals "
+                         "folded in); operands of the promoted types i32, u32, i64, u64, f64, or pointers "
+                         "(%s, %p); each conversion's arguments in order (kcompiler.printf.expected_args)"),
+    "string": OpInfo(0, ("value",), doc="a NUL-terminated string constant (attr value: str, stored as "
+                                        "UTF-8); result ptr<u8, const>"),
     "call": OpInfo(None, ("callee",), result="maybe", pure=False, doc="call a device function"),
     "return": OpInfo(None, result="none", terminator=True, pure=False, doc="return [value]"),
     "break": OpInfo(0, result="none", terminator=True, pure=False, doc="leave the innermost loop"),
@@ -191,3 +209,49 @@ OPS: dict[str, OpInfo] = {
     "while": OpInfo(0, regions=2, result="none", pure=False, doc="while {cond ... condition(c)} {body}"),
     "condition": OpInfo(1, result="none", terminator=True, pure=False, doc="ends a while's cond region"),
 }
+
+
+# --- cloning and rewriting (used by the passes) ----------------------------------------------------
+
+def clone_op(op: Op, value_map: dict[int, Value]) -> Op:
+    """A deep copy of ``op``: its operands are looked up in ``value_map`` (Value.id → Value; values not
+    in it, defined outside what is cloned, are kept), its result and the arguments of its nested regions
+    are new Values, and the map is extended with old id → new value for each of them."""
+    new = Op(op.name, [value_map.get(v.id, v) for v in op.operands], None, dict(op.attrs), None, op.span)
+    if op.result is not None:
+        r = Value(op.result.type, op.result.hint, new)
+        new.result = r
+        value_map[op.result.id] = r
+    new.regions = [clone_region(r, value_map) for r in op.regions]
+    return new
+
+
+def clone_region(region: Region, value_map: dict[int, Value]) -> Region:
+    """A deep copy of ``region`` (new region arguments, new results for every op); see :func:`clone_op`.
+    ``value_map`` may pre-map the region's own arguments to other values: those are then substituted and
+    the copy's ``args`` keeps the mapped ones."""
+    args = []
+    for a in region.args:
+        if a.id not in value_map:
+            value_map[a.id] = Value(a.type, a.hint)
+        args.append(value_map[a.id])
+    return Region([clone_op(op, value_map) for op in region.ops], args)
+
+
+def replace_uses(region: Region, value_map: dict[int, Value]) -> None:
+    """Rewrite, in place, every operand of every op in ``region`` (recursively) found in ``value_map``
+    (Value.id → replacement Value)."""
+    if not value_map:
+        return
+    for op in region.walk():
+        if any(v.id in value_map for v in op.operands):
+            op.operands = [value_map.get(v.id, v) for v in op.operands]
+
+
+def use_counts(region: Region) -> dict[int, int]:
+    """How many operand slots in ``region`` (recursively) use each Value, by Value.id."""
+    counts: dict[int, int] = {}
+    for op in region.walk():
+        for v in op.operands:
+            counts[v.id] = counts.get(v.id, 0) + 1
+    return counts

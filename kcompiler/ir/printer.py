@@ -42,9 +42,32 @@ def _attrs(op: Op) -> str:
         return f" {a.pop('op')}" + _rest(a)
     if op.name == "call":
         return f" @{a.pop('callee')}" + _rest(a)
+    if op.name in ("printf", "string"):
+        return f" {quote(a.pop('format' if op.name == 'printf' else 'value'))}" + _rest(a)
     if op.name == "const":
         return f" {a.pop('value')!r}" + _rest(a)
     return _rest(a)
+
+
+def quote(s: str) -> str:
+    """``s`` as a C string literal: ``"x = %d\\n"``."""
+    out = []
+    for c in s:
+        if c in '"\\':
+            out.append("\\" + c)
+        elif c == "\n":
+            out.append("\\n")
+        elif c == "\t":
+            out.append("\\t")
+        elif c == "\r":
+            out.append("\\r")
+        elif ord(c) < 32 or ord(c) == 127:
+            out.append(f"\\x{ord(c):02x}")
+        elif 0xDC80 <= ord(c) <= 0xDCFF:  # a byte that is not UTF-8 (surrogateescape)
+            out.append(f"\\x{ord(c) - 0xDC00:02x}")
+        else:
+            out.append(c)
+    return '"' + "".join(out) + '"'
 
 
 def _rest(a: dict) -> str:
