@@ -1,0 +1,451 @@
+"""A parsed, checked program: the main file, the modules it imports, and the signatures of its kernels
+(with inference of compile-time parameters from the argument types a launch passes)."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..diagnostics import CompileError, Diagnostics, SourceFile, SourceSpan
+from ..ir.types import (AddressSpace, ArrayType, PointerType, ScalarType, SCALARS, Type, VectorType)
+from . import ast as A
+from .checker import Checker, comptime_kind, texpr_str
+from .parser import parse
+from .semantic import CV, SemanticError, convert_cv, fold_binary, fold_unary
+
+
+def stdlib_dir() -> Path | None:
+    """The folder of the kernel-language standard library: the installed package data of
+    ``kcompiler.stdlib``, else the checkout's top-level ``stdlib/``."""
+    try:
+        import importlib.resources as res
+
+        p = res.files("kcompiler.stdlib")
+        if p.is_dir():
+            return Path(str(p))
+    except (ModuleNotFoundError, TypeError, ValueError, OSError):
+        pass
+    p = Path(__file__).resolve().parents[2] / "stdlib"
+    return p if p.is_dir() else None
+
+
+@dataclass(eq=False)
+class SourceModule:
+    """One parsed .kc file. ``key`` identifies it (its resolved path, or '<string>'); ``prefix`` is
+    prepended to the symbols of its functions ('' for the main file, 'std_math__' for std.math)."""
+
+    name: str
+    key: str
+    file: SourceFile
+    ast: A.Module
+    prefix: str = ""
+    fns: dict[str, A.FnDecl] = field(default_factory=dict)
+    imports: dict[str, "SourceModule"] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ComptimeParam:
+    """A compile-time parameter: ``kind`` 'type', 'int' or 'bool'; ``type`` the declared integer type
+    (or bool); ``default`` its value (an ir Type for types) or None when it must be given/inferred."""
+
+    name: str
+    kind: str
+    default: Any = None
+    type: ScalarType | None = None
+    span: SourceSpan | None = None
+
+
+class KernelSignature:
+    """The interface of a (possibly generic) kernel: compile-time parameters, runtime parameters with
+    their type expressions (``ptr<T>``), and inference of the former from the latter's types."""
+
+    def __init__(self, name: str, comptime: list[ComptimeParam], params: list[tuple[str, A.TypeExpr]]):
+        self.name = name
+        self.comptime = comptime
+        self.params = params
+
+    def __repr__(self) -> str:
+        cp = ", ".join(f"{c.name}: {c.kind}" + (f" = {c.default}" if c.default is not None else "")
+                       for c in self.comptime)
+        ps = ", ".join(f"{n}: {texpr_str(t)}" for n, t in self.params)
+        return f"kernel {self.name}[{cp}]({ps})"
+
+    def infer(self, arg_types: list[Type | None], given: dict[str, Any]) -> dict[str, Any]:
+        """The value of every compile-time parameter for a launch with arguments of ``arg_types``
+        (None: unknown, e.g. a Python scalar) and the values ``given`` by keyword.
+
+        Type parameters are found by matching each parameter's type expression (``ptr<T>``,
+        ``vec<T, N>``) with its argument's type; then ``given`` values apply (they must agree with what
+        was inferred), then defaults. Returns {name: value} with ir Types for type parameters.
+        Raises TypeError naming the kernel and the parameter when a value is missing, conflicts, or has
+        the wrong kind."""
+        by_name = {c.name: c for c in self.comptime}
+        unknown = sorted(set(given) - set(by_name))
+        if unknown:
+            raise TypeError(f"kernel '{self.name}' has no compile-time parameter "
+                            f"{', '.join(repr(u) for u in unknown)}; it has: "
+                            f"{', '.join(by_name) or 'none'}")
+        if len(arg_types) != len(self.params):
+            raise TypeError(f"kernel '{self.name}' takes {len(self.params)} arguments "
+                            f"({', '.join(n for n, _ in self.params)}), got {len(arg_types)}")
+        found: dict[str, tuple[Any, str]] = {}
+        for (pname, texpr), at in zip(self.params, arg_types):
+            if at is None:
+                continue
+            for cname, value in _unify(texpr, at, by_name):
+                prev = found.get(cname)
+                if prev is not None and prev[0] != value:
+                    raise TypeError(f"kernel '{self.name}': compile-time parameter {cname} is {prev[0]} "
+                                    f"from argument '{prev[1]}' but {value} from argument '{pname}'")
+                found[cname] = (value, pname)
+        out: dict[str, Any] = {}
+        for c in self.comptime:
+            if c.name in given:
+                v = _check_given(self.name, c, given[c.name])
+                if c.name in found and found[c.name][0] != v:
+                    raise TypeError(f"kernel '{self.name}': {c.name}={v} was given but argument "
+                                    f"'{found[c.name][1]}' has {c.name} = {found[c.name][0]}")
+                out[c.name] = v
+            elif c.name in found:
+                out[c.name] = found[c.name][0]
+            elif c.default is not None:
+                out[c.name] = c.default
+            else:
+                where = [n for n, t in self.params if _mentions(t, c.name)]
+                how = (f"from the type of argument '{where[0]}'" if where else "from the arguments")
+                raise TypeError(f"kernel '{self.name}': cannot infer compile-time parameter {c.name} "
+                                f"{how}; pass it by keyword: {c.name}=...")
+        return out
+
+
+def _check_given(kernel: str, c: ComptimeParam, v: Any) -> Any:
+    if c.kind == "type":
+        if isinstance(v, str):
+            from ..runtime.cache import type_from_str
+            try:
+                return type_from_str(v)
+            except ValueError:
+                pass
+        if isinstance(v, Type):
+            return v
+        raise TypeError(f"kernel '{kernel}': compile-time parameter {c.name} is a type; got {v!r}")
+    if hasattr(v, "item") and not isinstance(v, (bool, int)):
+        v = v.item()
+    if c.kind == "bool":
+        if isinstance(v, bool):
+            return v
+        raise TypeError(f"kernel '{kernel}': compile-time parameter {c.name} is a bool; got {v!r}")
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise TypeError(f"kernel '{kernel}': compile-time parameter {c.name} is an integer ({c.type}); "
+                        f"got {v!r}")
+    from .semantic import fits
+    if c.type is not None and not fits(v, c.type):
+        raise TypeError(f"kernel '{kernel}': {c.name}={v} does not fit in {c.type}")
+    return v
+
+
+def _mentions(t: A.TypeExpr, name: str) -> bool:
+    return any(isinstance(n, (A.TypeName, A.Name)) and getattr(n, "name", getattr(n, "id", None)) == name
+               for n in A.walk(t))
+
+
+def _unify(t: A.TypeExpr, at: Type, params: dict[str, ComptimeParam]) -> list[tuple[str, Any]]:
+    """Bindings of compile-time parameters that make type expression ``t`` equal to ``at``."""
+    out: list[tuple[str, Any]] = []
+    stack: list[tuple[Any, Type]] = [(t, at)]
+    while stack:
+        t, at = stack.pop()
+        if isinstance(t, A.TypeName):
+            c = params.get(t.name)
+            if c is not None and c.kind == "type":
+                out.append((t.name, at))
+        elif isinstance(t, A.PtrTypeExpr) and isinstance(at, PointerType):
+            stack.append((t.pointee, at.pointee))
+        elif isinstance(t, (A.VecTypeExpr, A.ArrayTypeExpr)) and isinstance(at, (VectorType, ArrayType)):
+            stack.append((t.elem, at.elem))
+            if isinstance(t.count, A.Name):
+                c = params.get(t.count.id)
+                if c is not None and c.kind == "int":
+                    out.append((t.count.id, at.count))
+    return out
+
+
+# --- a small evaluator for defaults of compile-time parameters ------------------------------------
+
+class StaticEvalError(Exception):
+    def __init__(self, message: str, span: SourceSpan | None):
+        self.message, self.span = message, span
+
+
+def static_value(e: Any, env: dict[str, Any]) -> Any:
+    """The compile-time value of a parameter default: a literal, an earlier parameter, a type, or
+    arithmetic on those. Returns int/bool or an ir Type. Raises StaticEvalError."""
+    if isinstance(e, (A.PtrTypeExpr, A.VecTypeExpr, A.ArrayTypeExpr, A.TypeName)):
+        return static_type(e, env)
+    r = _static(e, env)
+    if isinstance(r, CV):
+        return r.value
+    return r
+
+
+def _static(e: Any, env: dict[str, Any]) -> Any:
+    if isinstance(e, A.IntLit):
+        return CV(e.value, SCALARS[e.suffix] if e.suffix else None)
+    if isinstance(e, A.FloatLit):
+        return CV(e.value, SCALARS[e.suffix] if e.suffix else None)
+    if isinstance(e, A.BoolLit):
+        return CV(e.value, SCALARS["bool"])
+    if isinstance(e, A.Name):
+        if e.id in env:
+            v = env[e.id]
+            return v if isinstance(v, (Type, CV)) else CV(v, None)
+        if e.id in SCALARS:
+            return SCALARS[e.id]
+        raise StaticEvalError(f"'{e.id}' is not known here: a default may use literals, types and earlier "
+                              "compile-time parameters", e.span)
+    try:
+        if isinstance(e, A.Unary):
+            v = _static(e.operand, env)
+            if isinstance(v, CV):
+                r = fold_unary(e.op, v)
+                if r is not None:
+                    return r
+        elif isinstance(e, A.Binary):
+            a, b = _static(e.lhs, env), _static(e.rhs, env)
+            if isinstance(a, CV) and isinstance(b, CV):
+                r = fold_binary(e.op, a, b)
+                if r is not None:
+                    return r
+            if isinstance(a, Type) and isinstance(b, Type) and e.op in ("==", "!="):
+                return CV((a == b) == (e.op == "=="), SCALARS["bool"])
+        elif isinstance(e, A.Call) and isinstance(e.func, A.Name) and e.func.id in SCALARS \
+                and len(e.args) == 1:
+            v = _static(e.args[0], env)
+            if isinstance(v, CV):
+                return convert_cv(v, SCALARS[e.func.id])
+    except SemanticError as err:
+        raise StaticEvalError(err.message, e.span) from None
+    raise StaticEvalError("a default value must be a compile-time constant", e.span)
+
+
+def static_type(t: Any, env: dict[str, Any]) -> Type:
+    if isinstance(t, A.Name):
+        t = A.TypeName(t.id, span=t.span)
+    if isinstance(t, A.TypeName):
+        if t.name in SCALARS:
+            return SCALARS[t.name]
+        v = env.get(t.name)
+        if isinstance(v, Type):
+            return v
+        raise StaticEvalError(f"'{t.name}' is not a type", t.span)
+    if isinstance(t, A.PtrTypeExpr):
+        return PointerType(static_type(t.pointee, env), AddressSpace(t.space or "global"))
+    if isinstance(t, (A.VecTypeExpr, A.ArrayTypeExpr)):
+        elem = static_type(t.elem, env)
+        n = static_value(t.count, env)
+        if not isinstance(n, int) or isinstance(n, bool) or n <= 0:
+            raise StaticEvalError("the length must be a positive integer", t.count.span)
+        if isinstance(t, A.VecTypeExpr):
+            if not isinstance(elem, ScalarType):
+                raise StaticEvalError("vector lanes must be scalars", t.elem.span)
+            return VectorType(elem, n)
+        return ArrayType(elem, n)
+    raise StaticEvalError("not a type", getattr(t, "span", None))
+
+
+# --- programs -------------------------------------------------------------------------------------
+
+class Program:
+    """The AST of a file and of everything it imports, checked (names, scopes, loops, recursion).
+
+    ``kernels``: the main file's kernels by name. ``modules``: every loaded module by key.
+    ``imported_files``: {resolved path: text} of every file read besides the main source.
+    ``errors``: the check errors kept by ``load_program(keep_going=True)`` (empty otherwise).
+    """
+
+    def __init__(self, main: SourceModule, modules: dict[str, SourceModule]):
+        self.main = main
+        self.modules = modules
+        self.kernels: dict[str, A.FnDecl] = {n: d for n, d in main.fns.items() if d.is_kernel}
+        self.imported_files: dict[str, str] = {m.key: m.file.text for m in modules.values()
+                                               if m is not main and not m.key.startswith("<")}
+        self._signatures: dict[str, KernelSignature] = {}
+        self.errors: list = []
+
+    @property
+    def path(self) -> str:
+        return self.main.file.path
+
+    def signature(self, kernel: str) -> KernelSignature:
+        """The KernelSignature of kernel ``kernel``. Raises KeyError for an unknown kernel name."""
+        if kernel not in self.kernels:
+            raise KeyError(f"no kernel named '{kernel}'; the file defines: "
+                           f"{', '.join(self.kernels) or 'no kernels'}")
+        sig = self._signatures.get(kernel)
+        if sig is None:
+            decl = self.kernels[kernel]
+            sig = KernelSignature(kernel, comptime_params(decl), [(p.name, p.type) for p in decl.params])
+            self._signatures[kernel] = sig
+        return sig
+
+
+def comptime_params(decl: A.FnDecl) -> list[ComptimeParam]:
+    """The compile-time parameters of ``decl`` with their defaults evaluated (errors were reported by
+    the loader; a default that cannot be evaluated is left None)."""
+    out = []
+    env: dict[str, Any] = {}
+    for cp in decl.cparams:
+        kind = comptime_kind(cp.type) or "int"
+        st = SCALARS.get(cp.type.name) if isinstance(cp.type, A.TypeName) else None
+        default = None
+        if cp.default is not None:
+            try:
+                default = static_value(cp.default, env)
+                if kind == "int" and isinstance(default, int) and st is not None:
+                    default = convert_cv(CV(default), st).value
+            except StaticEvalError:
+                default = None
+        out.append(ComptimeParam(cp.name, kind, default, st, cp.span))
+        if default is not None:
+            env[cp.name] = default if kind != "int" else CV(default, st)
+    return out
+
+
+def _check_defaults(decl: A.FnDecl, diag: Diagnostics) -> None:
+    env: dict[str, Any] = {}
+    for cp in decl.cparams:
+        kind = comptime_kind(cp.type)
+        if cp.default is None or kind is None:
+            continue
+        try:
+            v = static_value(cp.default, env)
+        except StaticEvalError as e:
+            diag.error(f"default of compile-time parameter '{cp.name}': {e.message}", e.span or cp.span)
+            continue
+        ok = (kind == "type" and isinstance(v, Type)) or (kind == "bool" and isinstance(v, bool)) or \
+             (kind == "int" and isinstance(v, int) and not isinstance(v, bool))
+        if not ok:
+            shown = v if isinstance(v, Type) else repr(v).lower()
+            diag.error(f"default of compile-time parameter '{cp.name}' is {shown}; expected "
+                       f"{'a type' if kind == 'type' else kind}", cp.default.span)
+            continue
+        if kind == "int":
+            from .semantic import fits
+            st = SCALARS[cp.type.name]
+            if not fits(v, st):
+                diag.error(f"default {v} of '{cp.name}' does not fit in {st}", cp.default.span)
+                continue
+            env[cp.name] = CV(v, st)
+        else:
+            env[cp.name] = v
+
+
+def _module_file(imp: A.Import, importer: SourceModule) -> tuple[Path | None, str]:
+    """Where an import's source lives, and its module name."""
+    name = ".".join(imp.path)
+    if imp.path[0] == "std":
+        d = stdlib_dir()
+        if d is None or len(imp.path) < 2:
+            return None, name
+        return d.joinpath(*imp.path[1:]).with_suffix(".kc"), name
+    base = Path(importer.key).parent if not importer.key.startswith("<") else Path(os.getcwd())
+    return base.joinpath(*imp.path).with_suffix(".kc"), name
+
+
+def load_program(source: str, path: str = "<string>", keep_going: bool = False) -> Program:
+    """Parse ``source`` (the text of file ``path``), load what it imports (``import std.math`` reads the
+    stdlib's math.kc; ``import mylib`` reads mylib.kc beside ``path``), and check every declaration.
+
+    Raises CompileError holding every error found, each located in its file. With ``keep_going``, errors
+    of the name, scope and declaration checks are kept in ``Program.errors`` instead, so that
+    :func:`~kcompiler.frontend.check` can add the type errors of the other declarations (syntax and
+    import errors still raise: without a tree there is nothing to check)."""
+    import sys
+
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(old, 20000))
+    try:
+        return _load(source, path, keep_going)
+    except RecursionError:
+        raise CompileError("nesting too deep", SourceSpan(SourceFile(path, source), 1, 1, 1, 2)) from None
+    finally:
+        sys.setrecursionlimit(old)
+
+
+#: The module printf is built on where there is no vprintf (AMD, the CPU, NVIDIA in hostcall mode),
+#: loaded for every file that calls printf and bound to a name no program can spell.
+HOSTCALL_ALIAS = "<hostcall>"
+
+
+def _implicit_imports(mod: SourceModule) -> list[A.Import]:
+    """``import std.hostcall`` for a module that calls printf (whichever target it is lowered for)."""
+    for n in A.walk(mod.ast):
+        if isinstance(n, A.Call) and isinstance(n.func, A.Name) and n.func.id == "printf":
+            return [A.Import(["std", "hostcall"], HOSTCALL_ALIAS, span=n.span)]
+    return []
+
+
+def _load(source: str, path: str, keep_going: bool = False) -> Program:
+    diag = Diagnostics()
+    if not isinstance(source, str):
+        raise TypeError(f"source must be a str, not {type(source).__name__}")
+    file = SourceFile(path, source)
+    tree = parse(file, diag)
+    diag.check()
+    assert tree is not None
+    key = str(Path(path).resolve()) if not path.startswith("<") else path
+    main = SourceModule("main", key, file, tree)
+    modules: dict[str, SourceModule] = {key: main}
+    queue = [main]
+    while queue:
+        mod = queue.pop(0)
+        for d in mod.ast.decls:
+            mod.fns.setdefault(d.name, d)
+        for imp in mod.ast.imports + _implicit_imports(mod):
+            fpath, name = _module_file(imp, mod)
+            if fpath is None or not fpath.is_file():
+                where = "the standard library" if imp.path[0] == "std" else \
+                    f"{fpath.parent if fpath else '.'}"
+                hint = None
+                if imp.path[0] == "std":
+                    d = stdlib_dir()
+                    avail = sorted(p.stem for p in d.glob("*.kc")) if d else []
+                    hint = f"the standard library has: {', '.join('std.' + a for a in avail)}" if avail else None
+                diag.error(f"cannot find module '{name}' in {where}", imp.span,
+                           hint=hint or f"expected a file {'/'.join(imp.path)}.kc beside this one")
+                continue
+            mkey = str(fpath.resolve())
+            m = modules.get(mkey)
+            if m is None:
+                try:
+                    text = fpath.read_text(encoding="utf-8")
+                except (OSError, UnicodeDecodeError) as e:
+                    diag.error(f"cannot read module '{name}': {e}", imp.span)
+                    continue
+                shown = f"<std>/{'/'.join(imp.path[1:])}.kc" if imp.path[0] == "std" else str(fpath)
+                mfile = SourceFile(shown, text)
+                mtree = parse(mfile, diag)
+                if mtree is None:
+                    continue
+                prefix = "_".join(imp.path) + "__"
+                m = SourceModule(name, mkey, mfile, mtree, prefix)
+                modules[mkey] = m
+                queue.append(m)
+            mod.imports[imp.alias] = m
+    diag.check()
+    checker = Checker(diag)
+    for m in modules.values():
+        checker.check_module(m)
+        for d in m.ast.decls:
+            _check_defaults(d, diag)
+    names = {}
+    for m in modules.values():
+        for d in m.ast.decls:
+            names[(m.key, d.name)] = (m.name + "." if m is not main else "") + d.name
+    checker.check_recursion(names)
+    if not keep_going:
+        diag.check()
+    program = Program(main, modules)
+    program.errors = [d for d in diag.items if d.severity == "error"]
+    return program
