@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from llvmlite import ir as ll
 
-from ..ir.types import AddressSpace
+from ..ir.types import AddressSpace, Type
 
 if TYPE_CHECKING:  # pragma: no cover
     from .llvm.lower import LoweringContext
@@ -64,6 +64,9 @@ class Target:
     features: frozenset[str] = frozenset()
     #: The file suffix of ``emit("obj")`` and what the runtime loads ('cubin', 'hsaco', 'so').
     binary_kind: str = "obj"
+    #: How printf reaches the host: 'vprintf' (the IR op, lowered by :meth:`printf`) or 'hostcall'
+    #: (the frontend calls std.hostcall's printf service; docs/amd-hostcall.md).
+    printf_method: str = "vprintf"
 
     def has(self, feature: str) -> bool:
         """Whether the target has ``feature`` (e.g. 'wgmma', 'fp8_convert', 'sm_90')."""
@@ -128,6 +131,39 @@ class Target:
         """The 32- or 64-bit ``value`` of the lowest active lane."""
         raise NotImplementedError
 
+    def warp_sync(self, ctx: "LoweringContext", mask: ll.Value | None = None) -> None:
+        """The lanes of the i64 ``mask`` (None: the active lanes) reconverge; memory accesses before
+        it are visible to the other lanes after it (CUDA's __syncwarp(mask))."""
+        raise NotImplementedError
+
+    def nanosleep(self, ctx: "LoweringContext", ns: ll.Value) -> None:
+        """A hint to back off a spin loop for about ``ns`` (i32) nanoseconds; may do nothing."""
+
+    # --- printf -----------------------------------------------------------------------------------
+    def printf(self, ctx: "LoweringContext", fmt: str, args: list[ll.Value], types: list[Type]) -> None:
+        """Print ``fmt`` (a format checked by the frontend: kcompiler.printf parses it) with ``args``,
+        whose IR ``types`` are the promoted ones: i32, u32, i64, u64, f64, or pointers in any address
+        space (for %s and %p). Targets without a printf raise UnsupportedOnTarget (a located error)."""
+        from .llvm.lower import UnsupportedOnTarget
+        raise UnsupportedOnTarget(f"printf is not supported on this target yet ({self.name})")
+
+    # --- hostcall (printf's transport where there is no vprintf) ---------------------------------------
+    def hostcall_buffer(self, ctx: "LoweringContext") -> ll.Value:
+        """The i64 address of the launch's hostcall buffer (docs/amd-hostcall.md), 0 when none was
+        given. On AMD the HIP runtime passes it as a hidden kernel argument; elsewhere kcompiler's
+        runtime sets the module global ``kc_hostcall_buffer``."""
+        gv = ctx.module.globals.get("kc_hostcall_buffer")
+        if gv is None:
+            gv = ll.GlobalVariable(ctx.module, ll.IntType(64), "kc_hostcall_buffer",
+                                   addrspace=self.address_spaces[AddressSpace.GLOBAL])
+            gv.initializer = ll.Constant(ll.IntType(64), 0)
+            gv.align = 8
+        return ctx.b.load(gv, typ=ll.IntType(64), align=8)
+
+    def hostcall_interrupt(self, ctx: "LoweringContext", event_id: ll.Value) -> None:
+        """Wake the host's hostcall listener after a doorbell update (AMD: an s_sendmsg interrupt with
+        the signal's event id). Targets whose host side polls emit nothing."""
+
     # --- memory -----------------------------------------------------------------------------------
     def shared_array(self, ctx: "LoweringContext", symbol: str, lltype: ll.Type) -> ll.Value:
         """A pointer (in the shared address space) to a static shared array ``symbol`` of ``lltype``,
@@ -151,23 +187,30 @@ class Target:
                 "xor": "xor",
                 "min": "fmin" if is_float else ("min" if signed else "umin"),
                 "max": "fmax" if is_float else ("max" if signed else "umax")}[op]
-        inst = ctx.b.atomic_rmw(llop, ptr, value, _ORDERS[order])
-        _set_syncscope(inst, self.syncscope(scope))
+        inst = ctx.b.atomic_rmw(llop, ptr, value, LLVM_ORDERS[order])
+        set_syncscope(inst, self.syncscope(scope))
         return inst
 
     def atomic_cas(self, ctx: "LoweringContext", ptr: ll.Value, cmp: ll.Value, new: ll.Value,
                    order: str, scope: str) -> ll.Value:
         """Atomic compare-and-swap; returns the old value."""
-        o = _ORDERS[order]
+        o = LLVM_ORDERS[order]
         fail = {"release": "monotonic", "acq_rel": "acquire"}.get(o, o)
         pair = ctx.b.cmpxchg(ptr, cmp, new, o, fail)
-        _set_syncscope(pair, self.syncscope(scope))
+        set_syncscope(pair, self.syncscope(scope))
         return ctx.b.extract_value(pair, 0)
 
-    def check_access(self, ctx: "LoweringContext", ptr: ll.Value, nbytes: int, op: Any) -> None:
-        """Under ``check_bounds``, emit a check that [ptr, ptr+nbytes) lies in host-passed memory.
-        ``op`` is the IR op (its ``span`` locates the access, its name says load/store/atomic).
-        Targets without a checker emit nothing."""
+    def check_access(self, ctx: "LoweringContext", ptr: ll.Value, nbytes: int, op: Any,
+                     memtype: ll.Type | None = None, align: int | None = None) -> None:
+        """Under ``check_bounds``, emit a check that [ptr, ptr+nbytes) lies in host-passed memory and
+        is aligned as the access needs (``align``, or ``memtype``'s natural alignment: a GPU faults on
+        a misaligned access). ``op`` is the IR op (its ``span`` locates the access, its name says
+        load/store/atomic). Targets without a checker emit nothing."""
+
+    def access_align(self, memtype: ll.Type, align: int | None) -> int | None:
+        """The alignment to give LLVM for a load or store of ``memtype`` whose IR asks for ``align``
+        (None: the type's natural alignment). GPU targets keep it: vector loads need it there."""
+        return align
 
     # --- math -------------------------------------------------------------------------------------
     def math(self, ctx: "LoweringContext", fn: str, args: list[ll.Value]) -> ll.Value:
@@ -192,11 +235,11 @@ class Target:
         raise NotImplementedError
 
 
-_ORDERS = {"relaxed": "monotonic", "acquire": "acquire", "release": "release", "acq_rel": "acq_rel",
+LLVM_ORDERS = {"relaxed": "monotonic", "acquire": "acquire", "release": "release", "acq_rel": "acq_rel",
            "seq_cst": "seq_cst"}
 
 
-def _set_syncscope(inst: Any, scope: str | None) -> None:
+def set_syncscope(inst: Any, scope: str | None) -> None:
     """llvmlite's builder has no syncscope argument; patch the instruction's printed form."""
     if scope is None:
         return

@@ -17,7 +17,7 @@ from ...ir import core
 from ...ir.core import Function, Module, Op, Region, Value
 from ...ir.types import (AddressSpace, ArrayType, PointerType, ScalarType, Type, VectorType, VoidType,
                          elem_of)
-from ..target import CompileOptions, Target
+from ..target import LLVM_ORDERS, CompileOptions, Target, set_syncscope
 
 
 class UnsupportedOnTarget(Exception):
@@ -63,6 +63,22 @@ def intrinsic_suffix(t: ll.Type) -> str:
     return t.intrinsic_name
 
 
+class _SpacedAlloca(ll.AllocaInstr):
+    """``alloca T, addrspace(N)``: llvmlite's AllocaInstr only knows address space 0."""
+
+    def __init__(self, parent: ll.Block, typ: ll.Type, space: int, name: str):
+        super().__init__(parent, typ, None, name)
+        self.type = ll.PointerType(addrspace=space)
+        self.space = space
+
+    def descr(self, buf: list[str]) -> None:
+        super().descr(buf)
+        if buf and buf[-1].endswith("\n"):  # llvmlite appends the newline itself: insert before it
+            buf[-1] = buf[-1][:-1] + f", addrspace({self.space})\n"
+        else:
+            buf.append(f", addrspace({self.space})")
+
+
 class LoweringContext:
     """The state of lowering one function, handed to target hooks.
 
@@ -96,8 +112,14 @@ class LoweringContext:
         return self.lowering.unique_symbol(name)
 
     def alloca(self, t: ll.Type, name: str = "") -> ll.Value:
-        """An alloca in the function's entry block (where mem2reg/SROA and coroutine frames want it)."""
-        return self.alloca_builder.alloca(t, name=name)
+        """An alloca in the function's entry block (where mem2reg/SROA and coroutine frames want it),
+        in the target's alloca address space (5, private, on AMDGPU)."""
+        space = self.target.alloca_space
+        if space == 0:
+            return self.alloca_builder.alloca(t, name=name)
+        inst = _SpacedAlloca(self.alloca_builder.block, t, space, name)
+        self.alloca_builder._insert(inst)
+        return inst
 
     def declare(self, name: str, ret: ll.Type, args: list[ll.Type], **attrs: Any) -> ll.Function:
         """Get or declare an external function (intrinsics included)."""
@@ -118,6 +140,11 @@ class LoweringContext:
         fn = self.declare(name, ret if ret is not None else args[0].type, [a.type for a in args])
         return self.b.call(fn, args)
 
+    def string_constant(self, text: str, addrspace: int) -> ll.Value:
+        """A pointer (in ``addrspace``) to a private constant holding ``text`` as UTF-8 with a NUL,
+        one global per distinct text and address space in the module (printf formats, strings)."""
+        return self.lowering.string_constant(text, addrspace)
+
     @property
     def extra_params(self) -> list[ll.Argument]:
         """The hidden parameters the target appended to a kernel (see Target.kernel_extra_params)."""
@@ -137,6 +164,7 @@ class Lowering:
         self.module.data_layout = target.data_layout
         self.functions: dict[str, ll.Function] = {}
         self._symbols: set[str] = set()
+        self._strings: dict[tuple[str, int], ll.GlobalVariable] = {}
 
     # --- types ----------------------------------------------------------------------------------
     def lltype(self, t: Type) -> ll.Type:
@@ -162,6 +190,22 @@ class Lowering:
         if isinstance(t, VectorType) and t.elem.kind == "bool":
             return ll.VectorType(_I8, t.count)
         return self.lltype(t)
+
+    def string_constant(self, text: str, addrspace: int) -> ll.Value:
+        key = (text, addrspace)
+        gv = self._strings.get(key)
+        if gv is None:
+            data = bytearray(text.encode("utf-8", "surrogateescape")) + b"\0"
+            t = ll.ArrayType(_I8, len(data))
+            gv = ll.GlobalVariable(self.module, t, self.unique_symbol(f"kc_str_{len(self._strings)}"),
+                                   addrspace=addrspace)
+            gv.linkage = "private"
+            gv.unnamed_addr = True
+            gv.global_constant = True
+            gv.initializer = ll.Constant(t, data)
+            gv.align = 1
+            self._strings[key] = gv
+        return self.opaque(gv)
 
     def unique_symbol(self, name: str) -> str:
         base, n = name, 0
@@ -282,14 +326,32 @@ class Lowering:
             intr = ("llvm.s" if signed else "llvm.u") + name
             return ctx.call_intrinsic(intr, [a, b_])
         if name in ("div", "rem"):
-            f = {("div", True): B.sdiv, ("div", False): B.udiv, ("rem", True): B.srem,
-                 ("rem", False): B.urem}[(name, signed)]
-            return f(a, b_)
+            return self.int_divide(B, name, signed, a, b_)
         if name == "shr":
             return B.ashr(a, b_) if signed else B.lshr(a, b_)
         f = {"add": B.add, "sub": B.sub, "mul": B.mul, "and": B.and_, "or": B.or_, "xor": B.xor,
              "shl": B.shl}[name]
         return f(a, b_)
+
+    @staticmethod
+    def int_divide(B: ll.IRBuilder, name: str, signed: bool, a: ll.Value, b: ll.Value) -> ll.Value:
+        """Integer ``a / b`` or ``a % b`` (truncating, as C) with every case defined, the same on every
+        target: ``x / 0`` is -1 (all ones) and ``x % 0`` is ``x``, what NVIDIA's integer division
+        gives; ``MIN / -1`` wraps to MIN and ``MIN % -1`` is 0. (LLVM leaves these undefined, and
+        the host's divide instruction traps on them, which would kill the process on the CPU target.)
+        A divisor LLVM knows to be safe loses the guards in O3."""
+        t = a.type
+        zero, ones = ll.Constant(t, 0), ll.Constant(t, -1)
+        by_zero = B.icmp_unsigned("==", b, zero)
+        unsafe = by_zero
+        if signed:
+            int_min = ll.Constant(t, -(1 << (t.width - 1)))
+            unsafe = B.or_(by_zero, B.and_(B.icmp_unsigned("==", a, int_min), B.icmp_unsigned("==", b, ones)))
+        safe_b = B.select(unsafe, ll.Constant(t, 1), b)
+        f = {("div", True): B.sdiv, ("div", False): B.udiv, ("rem", True): B.srem,
+             ("rem", False): B.urem}[(name, signed)]
+        q = f(a, safe_b)  # MIN / 1 = MIN and MIN % 1 = 0: the overflow case needs nothing more
+        return B.select(by_zero, ones if name == "div" else a, q)
 
     def op_neg(self, ctx: LoweringContext, op: Op) -> ll.Value:
         a = self.v(ctx, op.operands[0])
@@ -356,7 +418,12 @@ class Lowering:
         return B.fptrunc(x, lt)
 
     def op_bitcast(self, ctx: LoweringContext, op: Op) -> ll.Value:
-        return ctx.b.bitcast(self.v(ctx, op.operands[0]), self.lltype(op.result.type))
+        x, t = self.v(ctx, op.operands[0]), self.lltype(op.result.type)
+        if isinstance(op.result.type, PointerType):
+            return ctx.b.inttoptr(x, t)
+        if isinstance(op.operands[0].type, PointerType):
+            return ctx.b.ptrtoint(x, t)
+        return ctx.b.bitcast(x, t)
 
     def op_math(self, ctx: LoweringContext, op: Op) -> ll.Value:
         args = [self.v(ctx, x) for x in op.operands]
@@ -370,7 +437,7 @@ class Lowering:
     def op_alloca(self, ctx: LoweringContext, op: Op) -> ll.Value:
         pointee = op.result.type.pointee
         slot = ctx.alloca(self.memtype(pointee), name=op.result.hint)
-        return slot
+        return self.opaque(slot)  # a typed alloca would give GEPs with source_etype a wrong type
 
     @staticmethod
     def opaque(p: ll.Value) -> ll.Value:
@@ -408,14 +475,15 @@ class Lowering:
     def _checked(self, ctx: LoweringContext, p: ll.Value, ptype: PointerType, op: Op) -> None:
         if self.options.check_bounds and ptype.space in (AddressSpace.GLOBAL, AddressSpace.CONST):
             from ...ir.types import sizeof
-            self.target.check_access(ctx, p, sizeof(ptype.pointee), op)
+            self.target.check_access(ctx, p, sizeof(ptype.pointee), op, self.memtype(ptype.pointee),
+                                     op.attrs.get("align"))
 
     def op_load(self, ctx: LoweringContext, op: Op) -> ll.Value:
         p = self.v(ctx, op.operands[0])
         pt = op.operands[0].type
         self._checked(ctx, p, pt, op)
         t = op.result.type
-        x = ctx.b.load(p, typ=self.memtype(t), align=op.attrs.get("align"))
+        x = ctx.b.load(p, typ=self.memtype(t), align=self.target.access_align(self.memtype(t), op.attrs.get("align")))
         if self.memtype(t) != self.lltype(t):  # bool in memory
             x = ctx.b.trunc(x, self.lltype(t))
         return x
@@ -427,7 +495,7 @@ class Lowering:
         t = op.operands[1].type
         if self.memtype(t) != self.lltype(t):
             x = ctx.b.zext(x, self.memtype(t))
-        ctx.b.store(x, p, align=op.attrs.get("align"))
+        ctx.b.store(x, p, align=self.target.access_align(self.memtype(t), op.attrs.get("align")))
 
     # --- vectors --------------------------------------------------------------------------------
     def op_vec_build(self, ctx: LoweringContext, op: Op) -> ll.Value:
@@ -480,6 +548,24 @@ class Lowering:
             return ctx.b.bitcast(old, c.type)
         return self.target.atomic_cas(ctx, p, c, n, op.attrs["order"], op.attrs["scope"])
 
+    def op_atomic_load(self, ctx: LoweringContext, op: Op) -> ll.Value:
+        p = self.v(ctx, op.operands[0])
+        self._checked(ctx, p, op.operands[0].type, op)
+        t = self.memtype(op.result.type)
+        inst = ctx.b.load_atomic(p, LLVM_ORDERS[op.attrs["order"]], align=elem_of(op.result.type).bits // 8,
+                                 typ=t)
+        set_syncscope(inst, self.target.syncscope(op.attrs["scope"]))
+        return inst
+
+    def op_atomic_store(self, ctx: LoweringContext, op: Op) -> None:
+        p, x = (self.v(ctx, v) for v in op.operands)
+        self._checked(ctx, p, op.operands[0].type, op)
+        # llvmlite's builder.store_atomic wants a typed pointer: build the instruction itself.
+        inst = ll.StoreAtomicInstr(ctx.b.block, x, p, LLVM_ORDERS[op.attrs["order"]],
+                                   elem_of(op.operands[1].type).bits // 8)
+        ctx.b._insert(inst)
+        set_syncscope(inst, self.target.syncscope(op.attrs["scope"]))
+
     def _as_words(self, ctx: LoweringContext, x: ll.Value, t: Type) -> list[ll.Value]:
         """Split a value of up to 64 bits into i32 words for the 32-bit warp primitives."""
         st = elem_of(t)
@@ -519,6 +605,25 @@ class Lowering:
 
     def op_active_mask(self, ctx: LoweringContext, op: Op) -> ll.Value:
         return self.target.active_mask(ctx)
+
+    def op_warp_sync(self, ctx: LoweringContext, op: Op) -> None:
+        self.target.warp_sync(ctx, self.v(ctx, op.operands[0]) if op.operands else None)
+
+    def op_nanosleep(self, ctx: LoweringContext, op: Op) -> None:
+        self.target.nanosleep(ctx, self.v(ctx, op.operands[0]))
+
+    def op_hostcall_buffer(self, ctx: LoweringContext, op: Op) -> ll.Value:
+        return self.target.hostcall_buffer(ctx)
+
+    def op_hostcall_interrupt(self, ctx: LoweringContext, op: Op) -> None:
+        self.target.hostcall_interrupt(ctx, self.v(ctx, op.operands[0]))
+
+    def op_printf(self, ctx: LoweringContext, op: Op) -> None:
+        self.target.printf(ctx, op.attrs["format"], [self.v(ctx, x) for x in op.operands],
+                           [x.type for x in op.operands])
+
+    def op_string(self, ctx: LoweringContext, op: Op) -> ll.Value:
+        return ctx.string_constant(op.attrs["value"], self.target.address_spaces[AddressSpace.CONST])
 
     def op_read_first_lane(self, ctx: LoweringContext, op: Op) -> ll.Value:
         x = self.v(ctx, op.operands[0])

@@ -1,0 +1,345 @@
+"""The native block scheduler of the CPU target, generated as LLVM IR.
+
+Every GPU thread of a block is a coroutine (see ``target.py``): it runs until it reaches a barrier, a
+warp operation or its end, records why it stopped in its ThreadContext (``abi.py``) and suspends.
+``kc_run_blocks(LaunchState*)`` is what each host worker thread calls; it takes blocks from the
+launch's atomic counter until none are left (or an error stopped the launch) and, per block:
+
+1. starts every thread (the kernel's thunk runs the coroutine to its first suspension);
+2. repeats until every thread has finished:
+   - in each warp whose lanes wait at warp operations, takes the lanes waiting at the lowest site
+     (sites number operations in program order, so lanes that diverged into a branch go before lanes
+     waiting after it: the min-PC reconvergence heuristic) as the active lanes, computes every active
+     lane's result (shuffle, ballot, active mask, first lane) and makes them runnable;
+   - when no warp operation is pending and every live thread waits at a barrier, releases the barrier
+     (threads that returned early no longer take part, as on sm_70+); live threads waiting at different
+     barriers are a divergent barrier, which a GPU would hang on or run incorrectly: the launch stops
+     with that error;
+   - resumes the runnable threads in order of their linear thread id.
+
+All threads of a block run on one host thread, so shared memory needs no host atomics; blocks run in
+parallel on the worker threads, so global atomics are real host atomics.
+
+The module has no kernel in it: one copy is JIT-compiled per process and serves every kernel (a
+kernel's thunk is reached through ``LaunchState.start``).
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Iterator
+
+import llvmlite.binding as llvm
+from llvmlite import ir as ll
+
+from .abi import (ERR_DIVERGENT_BARRIER, ERR_OUT_OF_MEMORY, THREAD_TYPE, WAIT_BARRIER, WAIT_RUN,
+                  WAIT_WARP, WARP_ACTIVE_MASK, WARP_BALLOT, WARP_SHUFFLE,
+                  launch_field, load_launch, load_thread, store_launch, store_thread)
+
+I1, I8, I32, I64 = ll.IntType(1), ll.IntType(8), ll.IntType(32), ll.IntType(64)
+PTR = ll.PointerType()
+RUN_BLOCKS = "kc_run_blocks"
+#: The signature of a kernel's thunk: start(ptr args, ptr thread_context).
+START_TYPE = ll.FunctionType(ll.VoidType(), [PTR, PTR])
+#: Alignment of a block's shared memory (bytes).
+SHARED_ALIGN = 256
+
+
+class FunctionPointer(ll.types._TypedPointerType):
+    """A pointer that llvmlite may call through (it needs the function type) but prints as ``ptr``."""
+
+    def _to_string(self) -> str:
+        return "ptr"
+
+
+def c32(v: int) -> ll.Constant:
+    return ll.Constant(I32, v)
+
+
+def c64(v: int) -> ll.Constant:
+    return ll.Constant(I64, v)
+
+
+class Var:
+    """A mutable local: an entry-block alloca that mem2reg turns into SSA values."""
+
+    def __init__(self, fb: "FunctionBuilder", t: ll.Type, init: ll.Value, name: str):
+        self.b, self.t = fb.b, t
+        self.slot = fb.entry_builder.alloca(t, name=name)
+        self.b.store(init, self.slot)
+
+    def get(self) -> ll.Value:
+        return self.b.load(self.slot, typ=self.t)
+
+    def set(self, v: ll.Value) -> None:
+        self.b.store(v, self.slot)
+
+
+class FunctionBuilder:
+    """An IRBuilder with structured helpers (counted loops, if) for writing runtime code."""
+
+    def __init__(self, fn: ll.Function):
+        self.fn = fn
+        entry = fn.append_basic_block("entry")
+        self.entry_builder = ll.IRBuilder(entry)
+        self.b = ll.IRBuilder(fn.append_basic_block("start"))
+
+    def finish(self) -> None:
+        self.entry_builder.branch(self.fn.blocks[1])
+
+    def var(self, t: ll.Type, init: ll.Value, name: str = "") -> Var:
+        return Var(self, t, init, name)
+
+    @contextmanager
+    def loop(self, lo: ll.Value, hi: ll.Value, name: str = "i") -> Iterator[ll.Value]:
+        """``for i in [lo, hi)`` (unsigned compare); yields i. The body may branch out of the loop."""
+        b = self.b
+        pre = b.block
+        head = b.append_basic_block(f"{name}.head")
+        body = b.append_basic_block(f"{name}.body")
+        done = b.append_basic_block(f"{name}.done")
+        b.branch(head)
+        b.position_at_end(head)
+        i = b.phi(lo.type, name=name)
+        i.add_incoming(lo, pre)
+        b.cbranch(b.icmp_unsigned("<", i, hi), body, done)
+        b.position_at_end(body)
+        yield i
+        if not b.block.is_terminated:
+            i.add_incoming(b.add(i, ll.Constant(lo.type, 1)), b.block)
+            b.branch(head)
+        b.position_at_end(done)
+
+    @contextmanager
+    def if_(self, cond: ll.Value, name: str = "if") -> Iterator[None]:
+        b = self.b
+        then = b.append_basic_block(f"{name}.then")
+        after = b.append_basic_block(f"{name}.end")
+        b.cbranch(cond, then, after)
+        b.position_at_end(then)
+        yield
+        if not b.block.is_terminated:
+            b.branch(after)
+        b.position_at_end(after)
+
+
+def declare(module: ll.Module, name: str, ret: ll.Type, args: list[ll.Type]) -> ll.Function:
+    g = module.globals.get(name)
+    if g is None:
+        g = ll.Function(module, ll.FunctionType(ret, args), name)
+    return g
+
+
+def claim_error(b: ll.IRBuilder, launch: ll.Value) -> ll.Value:
+    """i1: whether this thread is the first to stop the launch (it then fills the ``err_*`` fields).
+    Later errors are dropped: the first one is reported."""
+    pair = b.cmpxchg(launch_field(b, launch, "stop"), c32(0), c32(1), "acq_rel", "monotonic")
+    return b.extract_value(pair, 1)
+
+
+def launch_stopped(b: ll.IRBuilder, launch: ll.Value) -> ll.Value:
+    v = b.load_atomic(launch_field(b, launch, "stop"), "monotonic", 4, typ=I32)
+    return b.icmp_unsigned("!=", v, c32(0))
+
+
+def build_scheduler_module(triple: str, data_layout: str) -> ll.Module:
+    """The LLVM module holding ``kc_run_blocks(ptr launch_state) -> void`` (see the module doc)."""
+    m = ll.Module(name="kc_cpu_scheduler")
+    m.triple, m.data_layout = triple, data_layout
+    calloc = declare(m, "calloc", PTR, [I64, I64])
+    aligned_alloc = declare(m, "aligned_alloc", PTR, [I64, I64])
+    free = declare(m, "free", ll.VoidType(), [PTR])
+    resume = declare(m, "llvm.coro.resume", ll.VoidType(), [PTR])
+    cttz = declare(m, "llvm.cttz.i64", I64, [I64, I1])
+
+    fn = ll.Function(m, ll.FunctionType(ll.VoidType(), [PTR]), RUN_BLOCKS)
+    fn.attributes.add("nounwind")
+    L = fn.args[0]
+    L.name = "launch"
+    fb = FunctionBuilder(fn)
+    b = fb.b
+
+    out = fn.append_basic_block("out")
+    blocks = fn.append_basic_block("blocks")
+
+    bdim = [load_launch(b, L, "block", d) for d in range(3)]
+    gdim = [load_launch(b, L, "grid", d) for d in range(3)]
+    n = b.mul(b.mul(bdim[0], bdim[1]), bdim[2], name="nthreads")
+    ws = load_launch(b, L, "warp_size")
+    nwarps = b.udiv(b.add(n, b.sub(ws, c32(1))), ws, name="nwarps")
+    static = b.and_(b.add(load_launch(b, L, "static_shared"), c64(15)), c64(~15))
+    # Shared memory is SHARED_ALIGN-aligned, as a GPU's is, and a multiple of it (C11 aligned_alloc).
+    shbytes = b.and_(b.add(b.add(static, load_launch(b, L, "dyn_shared")), c64(2 * SHARED_ALIGN - 1)),
+                     c64(-SHARED_ALIGN))
+    total = load_launch(b, L, "total_blocks")
+    args = load_launch(b, L, "args")
+    start = b.load(launch_field(b, L, "start"), typ=FunctionPointer(START_TYPE))
+
+    ctx_size = THREAD_TYPE.get_abi_size(llvm.create_target_data(data_layout))
+    ctxs = b.call(calloc, [b.zext(n, I64), c64(ctx_size)], name="ctxs")
+    shared = b.call(aligned_alloc, [c64(SHARED_ALIGN), shbytes], name="shared")
+    ok = b.and_(b.icmp_unsigned("!=", ctxs, ll.Constant(PTR, None)),
+                b.icmp_unsigned("!=", shared, ll.Constant(PTR, None)))
+    oom = fn.append_basic_block("oom")
+    init = fn.append_basic_block("init")
+    b.cbranch(ok, init, oom)
+
+    b.position_at_end(oom)
+    with fb.if_(claim_error(b, L)):
+        store_launch(b, L, "err_kind", c32(ERR_OUT_OF_MEMORY))
+    b.branch(out)
+
+    def ctx_at(i: ll.Value) -> ll.Value:
+        return b.gep(ctxs, [i], inbounds=True, source_etype=THREAD_TYPE)
+
+    b.position_at_end(init)
+    dyn_base = b.gep(shared, [static], source_etype=I8)
+    with fb.loop(c32(0), n, "t") as t:
+        c = ctx_at(t)
+        bxy = b.mul(bdim[0], bdim[1])
+        tid = [b.urem(t, bdim[0]), b.urem(b.udiv(t, bdim[0]), bdim[1]), b.udiv(t, bxy)]
+        for d in range(3):
+            store_thread(b, c, "thread_id", tid[d], d)
+            store_thread(b, c, "block_dim", bdim[d], d)
+            store_thread(b, c, "grid_dim", gdim[d], d)
+        store_thread(b, c, "lane_id", b.urem(t, ws))
+        store_thread(b, c, "warp_id", b.udiv(t, ws))
+        store_thread(b, c, "linear", t)
+        store_thread(b, c, "launch", L)
+        store_thread(b, c, "shared", shared)
+        store_thread(b, c, "dyn_shared", dyn_base)
+    b.branch(blocks)
+
+    # --- the loop over blocks -------------------------------------------------------------------
+    b.position_at_end(blocks)
+    got = fn.append_basic_block("got_block")
+    b.cbranch(launch_stopped(b, L), out, got)
+    b.position_at_end(got)
+    blk = b.atomic_rmw("add", launch_field(b, L, "next_block"), c64(1), "monotonic")
+    ramp = fn.append_basic_block("ramp")
+    b.cbranch(b.icmp_unsigned(">=", blk, total), out, ramp)
+    b.position_at_end(ramp)
+    gx, gy = b.zext(gdim[0], I64), b.zext(gdim[1], I64)
+    bid = [b.trunc(b.urem(blk, gx), I32), b.trunc(b.urem(b.udiv(blk, gx), gy), I32),
+           b.trunc(b.udiv(blk, b.mul(gx, gy)), I32)]
+    with fb.loop(c32(0), n, "t") as t:
+        c = ctx_at(t)
+        for d in range(3):
+            store_thread(b, c, "block_id", bid[d], d)
+        store_thread(b, c, "wait", c32(WAIT_RUN))
+        b.call(start, [args, c])
+        cont = fn.append_basic_block("ramp.cont")
+        b.cbranch(launch_stopped(b, L), out, cont)
+        b.position_at_end(cont)
+    sched = fn.append_basic_block("sched")
+    b.branch(sched)
+
+    # --- one scheduling round -------------------------------------------------------------------
+    b.position_at_end(sched)
+    released = fb.var(I1, ll.Constant(I1, 0), "released")
+    no_site = c32(0x7FFFFFFF)
+    with fb.loop(c32(0), nwarps, "w") as w:
+        lo = b.mul(w, ws)
+        hi = b.select(b.icmp_unsigned("<", b.add(lo, ws), n), b.add(lo, ws), n)
+        min_site = fb.var(I32, no_site, "min_site")
+        with fb.loop(lo, hi, "l") as l:
+            c = ctx_at(l)
+            waiting = b.icmp_unsigned("==", load_thread(b, c, "wait"), c32(WAIT_WARP))
+            s = load_thread(b, c, "site")
+            smaller = b.and_(waiting, b.icmp_unsigned("<", s, min_site.get()))
+            min_site.set(b.select(smaller, s, min_site.get()))
+        site = min_site.get()
+        with fb.if_(b.icmp_unsigned("!=", site, no_site), "warp_release"):
+            mask = fb.var(I64, c64(0), "mask")
+            bal = fb.var(I64, c64(0), "ballot")
+
+            def in_group(c: ll.Value) -> ll.Value:
+                return b.and_(b.icmp_unsigned("==", load_thread(b, c, "wait"), c32(WAIT_WARP)),
+                              b.icmp_unsigned("==", load_thread(b, c, "site"), site))
+
+            with fb.loop(lo, hi, "l") as l:
+                c = ctx_at(l)
+                bit = b.shl(c64(1), b.zext(b.sub(l, lo), I64))
+                g = in_group(c)
+                mask.set(b.select(g, b.or_(mask.get(), bit), mask.get()))
+                pred = b.icmp_unsigned("!=", load_thread(b, c, "wval"), c64(0))
+                bal.set(b.select(b.and_(g, pred), b.or_(bal.get(), bit), bal.get()))
+            m_, bl = mask.get(), bal.get()
+            first = b.add(lo, b.trunc(b.call(cttz, [m_, ll.Constant(I1, 1)]), I32))
+            first_val = load_thread(b, ctx_at(first), "wval")
+            with fb.loop(lo, hi, "l") as l:
+                c = ctx_at(l)
+                with fb.if_(in_group(c), "active"):
+                    op = load_thread(b, c, "wop")
+                    own = load_thread(b, c, "wval")
+                    src = load_thread(b, c, "wsrc")
+                    src_ok = b.icmp_unsigned("<", src, b.sub(hi, lo))
+                    src_c = b.select(src_ok, src, b.sub(l, lo))
+                    src_active = b.trunc(b.lshr(m_, b.zext(src_c, I64)), I1)
+                    src_val = load_thread(b, ctx_at(b.add(lo, src_c)), "wval")
+                    shuffled = b.select(src_active, src_val, own)
+                    # the last choice is WARP_FIRST_LANE
+                    res = b.select(b.icmp_unsigned("==", op, c32(WARP_SHUFFLE)), shuffled,
+                                   b.select(b.icmp_unsigned("==", op, c32(WARP_BALLOT)), bl,
+                                            b.select(b.icmp_unsigned("==", op, c32(WARP_ACTIVE_MASK)), m_,
+                                                     first_val)))
+                    store_thread(b, c, "wres", res)
+                    store_thread(b, c, "wait", c32(WAIT_RUN))
+            released.set(ll.Constant(I1, 1))
+
+    barrier = fn.append_basic_block("barrier")
+    resume_all = fn.append_basic_block("resume")
+    b.cbranch(released.get(), resume_all, barrier)
+
+    b.position_at_end(barrier)
+    first_t = fb.var(I32, c32(-1), "first_at_barrier")
+    first_site = fb.var(I32, c32(0), "first_site")
+    with fb.loop(c32(0), n, "t") as t:
+        c = ctx_at(t)
+        with fb.if_(b.icmp_unsigned("==", load_thread(b, c, "wait"), c32(WAIT_BARRIER)), "at_barrier"):
+            s = load_thread(b, c, "site")
+            is_first = b.icmp_signed("<", first_t.get(), c32(0))
+            with fb.if_(b.and_(b.not_(is_first), b.icmp_unsigned("!=", s, first_site.get())), "divergent"):
+                with fb.if_(claim_error(b, L)):
+                    c0 = ctx_at(first_t.get())
+                    store_launch(b, L, "err_kind", c32(ERR_DIVERGENT_BARRIER))
+                    store_launch(b, L, "err_loc", first_site.get())
+                    store_launch(b, L, "err_loc2", s)
+                    for d in range(3):
+                        store_launch(b, L, "err_tid", load_thread(b, c0, "thread_id", d), d)
+                        store_launch(b, L, "err_tid2", load_thread(b, c, "thread_id", d), d)
+                        store_launch(b, L, "err_bid", load_thread(b, c, "block_id", d), d)
+                b.branch(out)
+            first_site.set(b.select(is_first, s, first_site.get()))
+            first_t.set(b.select(is_first, t, first_t.get()))
+    release = fn.append_basic_block("barrier.release")
+    b.cbranch(b.icmp_signed("<", first_t.get(), c32(0)), blocks, release)  # nobody waits: block done
+    b.position_at_end(release)
+    with fb.loop(c32(0), n, "t") as t:
+        c = ctx_at(t)
+        at = b.icmp_unsigned("==", load_thread(b, c, "wait"), c32(WAIT_BARRIER))
+        with fb.if_(at):
+            store_thread(b, c, "wait", c32(WAIT_RUN))
+    b.branch(resume_all)
+
+    b.position_at_end(resume_all)
+    with fb.loop(c32(0), n, "t") as t:
+        c = ctx_at(t)
+        with fb.if_(b.icmp_unsigned("==", load_thread(b, c, "wait"), c32(WAIT_RUN)), "runnable"):
+            b.call(resume, [load_thread(b, c, "frame")])
+            cont = fn.append_basic_block("resume.cont")
+            b.cbranch(launch_stopped(b, L), out, cont)
+            b.position_at_end(cont)
+    b.branch(sched)
+
+    # --- the end: free what this worker allocated -------------------------------------------------
+    b.position_at_end(out)
+    is_null = b.icmp_unsigned("==", ctxs, ll.Constant(PTR, None))
+    with fb.if_(b.not_(is_null), "free_frames"):
+        with fb.loop(c32(0), n, "t") as t:
+            b.call(free, [load_thread(b, ctx_at(t), "frame_buf")])
+    b.call(free, [ctxs])
+    b.call(free, [shared])
+    b.ret_void()
+    fb.finish()
+    return m
+

@@ -1,0 +1,397 @@
+"""The CPU target: kernels compiled for the host, run with GPU semantics by ``runtime/cpu.py``.
+
+Every GPU thread is an LLVM coroutine (``coroutine.py``) with a hidden last parameter, a pointer to
+its ThreadContext (``abi.py``), from which special registers are read. A barrier or warp operation
+records what the thread waits for and suspends; the native block scheduler (``scheduler.py``) resumes
+threads when a GPU would let them go on. Shared memory is a per-block host buffer (static arrays at
+fixed offsets, the dynamic part after them, 16-byte aligned); local arrays are allocas, which live in
+the coroutine frame; atomics are host atomics at system scope.
+
+Semantics chosen where GPUs and hosts could differ:
+
+- integers: bit-identical to a GPU (two's complement wrap-around; division by zero is as undefined
+  as on a GPU, and on x86 it traps).
+- floats: IEEE single/double rounding, denormals kept (as nvcc without ``-ftz``). The shared lowering
+  marks arithmetic ``contract`` (nvcc's default ``-fmad=true``), so LLVM fuses ``a * b + c`` into an
+  FMA where the host has one (x86-64 with FMA3, AArch64), as ptxas does on NVIDIA GPUs; which pairs
+  are fused can differ, so compare floats with a tolerance of a few ulps. ``math`` functions are
+  LLVM intrinsics, computed by the host's libm (correctly rounded or within 1 ulp, often more
+  accurate than a GPU's approximations).
+- warp size: 32 unless asked for 64, to run wave64 (CDNA) code: ``CpuTarget(warp_size=64)``
+  (``kc.compile(..., target="cpu", target_options={"warp_size": 64})``), or the arch spelling
+  ``"host-w64"`` (also ``"cpu-w64"``, ``"w64"``, ``"<llvm cpu>-w64"``).
+- device functions are inlined into kernels before lowering (:attr:`inline_device_functions`): a
+  barrier or warp operation must sit in the kernel's coroutine, and special registers need the
+  kernel's context. A device function that is still called after inlining (recursion) may not use
+  them.
+
+Kernel binary: a relocatable host object (``emit(..., "obj")``), loaded by the runtime's JIT linker,
+with the kernel's thunk ``<kernel>.kc_start`` and a JSON description ``__kc_cpu_info`` (warp size,
+static shared bytes, argument layout, the source locations of barriers, warp operations and checked
+accesses, for error messages).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import llvmlite.binding as llvm
+from llvmlite import ir as ll
+
+from ...diagnostics import CompileError
+from ...ir.types import AddressSpace
+from ..target import Target
+from . import coroutine
+from .abi import (ACCESS_ATOMIC, ACCESS_LOAD, ACCESS_STORE, ERR_BOUNDS, ERR_MISALIGNED, WAIT_BARRIER,
+                  WAIT_WARP, WARP_ACTIVE_MASK, WARP_BALLOT, WARP_FIRST_LANE, WARP_SHUFFLE, load_launch,
+                  load_thread, store_launch, store_thread)
+from .scheduler import START_TYPE, claim_error
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..llvm.lower import LoweringContext
+
+I1, I8, I32, I64 = ll.IntType(1), ll.IntType(8), ll.IntType(32), ll.IntType(64)
+PTR = ll.PointerType()
+INFO_SYMBOL = "__kc_cpu_info"
+CHECK_FUNCTION = "__kc_check_access"
+THUNK_SUFFIX = ".kc_start"
+
+#: Limits of a launch, as CUDA has them on sm_90 (H100): threads per block, block and grid
+#: dimensions, shared memory per block (227 KiB, the opt-in maximum).
+MAX_THREADS_PER_BLOCK = 1024
+MAX_BLOCK_DIM = (1024, 1024, 64)
+MAX_GRID_DIM = (2**31 - 1, 65535, 65535)
+MAX_SHARED_BYTES = 227 * 1024
+
+
+@dataclass
+class _ModuleState:
+    """What the CPU target learns while lowering one module, written out by finalize_module."""
+
+    locations: list[str] = field(default_factory=list)
+    kernels: dict[str, dict[str, Any]] = field(default_factory=dict)
+    check_function: ll.Function | None = None
+    #: device functions that use what only a kernel has: name -> (what, span of the first use)
+    needs_kernel: dict[str, tuple[str, Any]] = field(default_factory=dict)
+
+
+class CpuTarget(Target):
+    """The host CPU (LLVM's native target) running GPU kernels; see the module docstring.
+
+    ``arch``: ``"host"`` (also ``"native"``, ``"cpu"``, ``""``: this machine's CPU and features; the
+    default) or an LLVM CPU name (``"x86-64-v3"``, ``"znver4"``), either optionally followed by
+    ``-w32`` or ``-w64`` to choose the warp size (``"host-w64"``; a bare ``"w64"`` is the host).
+    ``warp_size``: 32 or 64 (overrides the arch suffix). Raises ValueError for another warp size.
+    """
+
+    name = "cpu"
+    binary_kind = "obj"
+    printf_method = "hostcall"  # served by kcompiler.runtime.hostcall's listener
+    #: The pipeline inlines every device function into the kernels before lowering (see module doc).
+    inline_device_functions = True
+
+    def __init__(self, arch: str | None = None, warp_size: int | None = None):
+        from ..llvm import initialize
+        initialize()
+        llvm.initialize_native_target()
+        llvm.initialize_native_asmprinter()
+        cpu = arch or ""
+        for suffix, ws in (("w32", 32), ("w64", 64)):
+            if cpu == suffix or cpu.endswith("-" + suffix):
+                cpu = cpu[: -len(suffix)].rstrip("-")
+                warp_size = warp_size or ws
+        warp_size = warp_size or 32
+        if warp_size not in (32, 64):
+            raise ValueError(f"cpu target: warp size must be 32 or 64, not {warp_size}")
+        self.warp_size = warp_size
+        host = cpu in ("", "host", "native", "cpu")
+        self.cpu_name = llvm.get_host_cpu_name() if host else cpu
+        # Without AVX512-BF16's convert, which flushes subnormal inputs to zero (GPUs round them):
+        # f32 -> bf16 then goes through builtins.__truncsfbf2, which rounds them as a GPU does.
+        self.cpu_features = (llvm.get_host_cpu_features().flatten() if host else "").replace(
+            "+avx512bf16", "-avx512bf16")
+        self.arch = self.cpu_name if warp_size == 32 else f"{self.cpu_name}-w64"
+        self.triple = llvm.get_process_triple()
+        self.data_layout = str(self.target_machine(0).target_data)
+        self._target_data = llvm.create_target_data(self.data_layout)
+        self.address_spaces = {s: 0 for s in AddressSpace}
+        self.alloca_space = 0
+        self.features = frozenset({"cpu", f"warp{warp_size}"})
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "cpu_features": self.cpu_features}
+
+    # --- module state -----------------------------------------------------------------------------
+    @staticmethod
+    def _mstate(module: ll.Module) -> _ModuleState:
+        st = getattr(module, "_kc_cpu_state", None)
+        if st is None:
+            st = _ModuleState()
+            module._kc_cpu_state = st  # type: ignore[attr-defined]
+        return st
+
+    def _site(self, ctx: "LoweringContext", span: Any = None) -> int:
+        """A new location id: ids grow in program order, which the scheduler's warp grouping uses."""
+        locs = self._mstate(ctx.module).locations
+        span = span if span is not None else ctx.current_span
+        locs.append(str(span) if span is not None else f"<{ctx.ir_fn.name}>")
+        return len(locs) - 1
+
+    def _coroutine(self, ctx: "LoweringContext", what: str) -> coroutine.Coroutine | None:
+        """The kernel's coroutine, or None in a device function. Device functions are inlined into
+        kernels before lowering; one that is not (it is then dead, or recursive) gets placeholders
+        here, and finalize_module rejects it if something still calls it."""
+        co = ctx.state.get("cpu.coroutine")
+        if co is None:
+            self._mstate(ctx.module).needs_kernel.setdefault(ctx.fn.name, (what, ctx.current_span))
+        return co
+
+    # --- functions --------------------------------------------------------------------------------
+    def kernel_extra_params(self) -> list[ll.Type]:
+        return [PTR]  # the ThreadContext
+
+    def declare_kernel(self, ctx: "LoweringContext") -> None:
+        ctx.fn.attributes.add("nounwind")
+        self._mstate(ctx.module).kernels[ctx.fn.name] = {
+            "static_shared": 0, "check_bounds": bool(ctx.options.check_bounds)}
+
+    def begin_function(self, ctx: "LoweringContext") -> None:
+        if ctx.ir_fn.is_kernel:
+            tctx = ctx.extra_params[0]
+            tctx.name = "kc.thread"
+            ctx.state["cpu.coroutine"] = coroutine.begin(ctx.fn, ctx.b, tctx)
+
+    def lower_return(self, ctx: "LoweringContext", value: ll.Value | None) -> None:
+        ctx.b.branch(ctx.state["cpu.coroutine"].done)  # only kernels return through this hook
+
+    # --- the machine ------------------------------------------------------------------------------
+    def special(self, ctx: "LoweringContext", reg: str, dim: str) -> ll.Value:
+        co = self._coroutine(ctx, reg)
+        if co is None:
+            return ll.Constant(I32, ll.Undefined)
+        if reg in ("lane_id", "warp_id"):
+            return load_thread(ctx.b, co.ctx, reg)
+        return load_thread(ctx.b, co.ctx, reg, "xyz".index(dim))
+
+    def barrier(self, ctx: "LoweringContext") -> None:
+        co = self._coroutine(ctx, "barrier()")
+        if co is not None:
+            coroutine.suspend(co, ctx.b, WAIT_BARRIER, self._site(ctx))
+
+    def _warp_op(self, ctx: "LoweringContext", what: str, op: int, value: ll.Value,
+                 src: ll.Value | None = None) -> ll.Value:
+        """Post ``value`` (zero-extended to i64) for warp operation ``op``, wait for the warp, and
+        return the i64 result the scheduler computed."""
+        co = self._coroutine(ctx, what)
+        if co is None:
+            return ll.Constant(I64, ll.Undefined)
+        b = ctx.b
+        store_thread(b, co.ctx, "wop", ll.Constant(I32, op))
+        store_thread(b, co.ctx, "wval", value if value.type == I64 else b.zext(value, I64))
+        if src is not None:
+            store_thread(b, co.ctx, "wsrc", src)
+        coroutine.suspend(co, b, WAIT_WARP, self._site(ctx))
+        return load_thread(b, co.ctx, "wres")
+
+    def shuffle(self, ctx: "LoweringContext", mode: str, value: ll.Value, lane: ll.Value) -> ll.Value:
+        b = ctx.b
+        co = self._coroutine(ctx, "shuffle")
+        me = load_thread(b, co.ctx, "lane_id") if co is not None else lane
+        # A source outside [0, lanes of this warp) -- also the huge unsigned value of me - lane < 0 --
+        # gives the thread its own value; the scheduler checks the range.
+        src = {"idx": lambda: lane, "xor": lambda: b.xor(me, lane), "down": lambda: b.add(me, lane),
+               "up": lambda: b.sub(me, lane)}[mode]()
+        r = self._warp_op(ctx, "shuffle", WARP_SHUFFLE, value, src)
+        return b.trunc(r, value.type)
+
+    def ballot(self, ctx: "LoweringContext", pred: ll.Value) -> ll.Value:
+        return self._warp_op(ctx, "ballot", WARP_BALLOT, pred)
+
+    def active_mask(self, ctx: "LoweringContext") -> ll.Value:
+        return self._warp_op(ctx, "active_mask", WARP_ACTIVE_MASK, ll.Constant(I64, 0))
+
+    def read_first_lane(self, ctx: "LoweringContext", value: ll.Value) -> ll.Value:
+        return ctx.b.trunc(self._warp_op(ctx, "read_first_lane", WARP_FIRST_LANE, value), value.type)
+
+    def warp_sync(self, ctx: "LoweringContext", mask: ll.Value | None = None) -> None:
+        # A warp operation is where the lanes of a warp meet: every active lane gets there first.
+        self._warp_op(ctx, "warp_sync", WARP_ACTIVE_MASK, ll.Constant(I64, 0))
+
+    # --- memory -----------------------------------------------------------------------------------
+    def shared_array(self, ctx: "LoweringContext", symbol: str, lltype: ll.Type) -> ll.Value:
+        co = self._coroutine(ctx, "a shared array")
+        if co is None:
+            return ll.Constant(PTR, None)
+        info = self._mstate(ctx.module).kernels[ctx.fn.name]
+        align = max(16, lltype.get_abi_alignment(self._target_data))
+        offset = (info["static_shared"] + align - 1) // align * align
+        info["static_shared"] = offset + lltype.get_abi_size(self._target_data)
+        base = load_thread(ctx.b, co.ctx, "shared")
+        return ctx.b.gep(base, [ll.Constant(I64, offset)], source_etype=I8, name=symbol)
+
+    def dynamic_shared(self, ctx: "LoweringContext") -> ll.Value:
+        co = self._coroutine(ctx, "dynamic shared memory")
+        return load_thread(ctx.b, co.ctx, "dyn_shared") if co is not None else ll.Constant(PTR, None)
+
+    def access_align(self, memtype: ll.Type, align: int | None) -> int | None:
+        # A host faults (SIGSEGV, killing the process) on an aligned vector move to an address a GPU
+        # would also refuse; the CPU target asks only for the element's alignment, so such a kernel
+        # runs, and check_bounds reports the misaligned access as a GPU's "misaligned address".
+        if isinstance(memtype, ll.VectorType):
+            elem = memtype.element.get_abi_alignment(self._target_data)
+            return min(align, elem) if align else elem
+        return align
+
+    def check_access(self, ctx: "LoweringContext", ptr: ll.Value, nbytes: int, op: Any,
+                     memtype: ll.Type | None = None, align: int | None = None) -> None:
+        co = self._coroutine(ctx, "a bounds-checked memory access")
+        if co is None:
+            return
+        access = {"load": ACCESS_LOAD, "store": ACCESS_STORE}.get(getattr(op, "name", ""), ACCESS_ATOMIC)
+        site = self._site(ctx, getattr(op, "span", None))
+        check = self._check_function(ctx.module)
+        if not align:
+            align = memtype.get_abi_alignment(self._target_data) if memtype is not None else 1
+        b = ctx.b
+        ok = b.call(check, [co.ctx, ptr, ll.Constant(I64, nbytes), ll.Constant(I32, site),
+                            ll.Constant(I32, access), ll.Constant(I64, align)])
+        cont = b.append_basic_block("checked")
+        br = b.cbranch(ok, cont, co.error)
+        br.set_weights([1 << 20, 1])
+        b.position_at_end(cont)
+
+    def _check_function(self, m: ll.Module) -> ll.Function:
+        """``i1 __kc_check_access(ptr ctx, ptr p, i64 n, i32 loc, i32 access, i64 align)``: whether
+        [p, p+n) lies in one host array of the launch's table and p is a multiple of ``align`` (a power
+        of two); if not, records the error (first one wins)."""
+        st = self._mstate(m)
+        if st.check_function is not None:
+            return st.check_function
+        fn = ll.Function(m, ll.FunctionType(I1, [PTR, PTR, I64, I32, I32, I64]), CHECK_FUNCTION)
+        fn.linkage = "internal"
+        fn.attributes.add("noinline")  # one call per access keeps checked kernels small
+        tctx, p, n, loc, access, align = fn.args
+        b = ll.IRBuilder(fn.append_basic_block("entry"))
+        head, body, nxt, miss, hit = (fn.append_basic_block(x) for x in ("head", "body", "next", "miss", "hit"))
+        launch = load_thread(b, tctx, "launch")
+        table = load_launch(b, launch, "table")
+        count = load_launch(b, launch, "ntable")
+        lo = b.ptrtoint(p, I64)
+        hi = b.add(lo, n)
+        kind = b.select(b.icmp_unsigned("!=", b.and_(lo, b.sub(align, ll.Constant(I64, 1))), ll.Constant(I64, 0)),
+                        ll.Constant(I32, ERR_MISALIGNED), ll.Constant(I32, ERR_BOUNDS))
+        entry = b.block
+        b.cbranch(b.icmp_unsigned("==", kind, ll.Constant(I32, ERR_MISALIGNED)), miss, head)
+        b.position_at_end(head)
+        i = b.phi(I64, "i")
+        i.add_incoming(ll.Constant(I64, 0), entry)
+        b.cbranch(b.icmp_unsigned("<", i, count), body, miss)
+        b.position_at_end(body)
+        pair = ll.LiteralStructType([I64, I64])
+        begin = b.load(b.gep(table, [i, ll.Constant(I32, 0)], source_etype=pair), typ=I64)
+        end = b.load(b.gep(table, [i, ll.Constant(I32, 1)], source_etype=pair), typ=I64)
+        inside = b.and_(b.icmp_unsigned(">=", lo, begin), b.icmp_unsigned("<=", hi, end))
+        b.cbranch(inside, hit, nxt)
+        b.position_at_end(nxt)
+        i.add_incoming(b.add(i, ll.Constant(I64, 1)), nxt)
+        b.branch(head)
+        b.position_at_end(hit)
+        b.ret(ll.Constant(I1, 1))
+        b.position_at_end(miss)
+        record = fn.append_basic_block("record")
+        done = fn.append_basic_block("done")
+        b.cbranch(claim_error(b, launch), record, done)
+        b.position_at_end(record)
+        store_launch(b, launch, "err_kind", kind)
+        store_launch(b, launch, "err_addr", lo)
+        store_launch(b, launch, "err_nbytes", n)
+        store_launch(b, launch, "err_loc", loc)
+        store_launch(b, launch, "err_access", access)
+        for d in range(3):
+            store_launch(b, launch, "err_tid", load_thread(b, tctx, "thread_id", d), d)
+            store_launch(b, launch, "err_bid", load_thread(b, tctx, "block_id", d), d)
+        b.branch(done)
+        b.position_at_end(done)
+        b.ret(ll.Constant(I1, 0))
+        st.check_function = fn
+        return fn
+
+    # --- emission ---------------------------------------------------------------------------------
+    def target_machine(self, opt_level: int = 3) -> Any:
+        # jit=True picks the JIT's code model (large on x86-64), so the object links at any address.
+        return llvm.Target.from_triple(self.triple).create_target_machine(
+            cpu=self.cpu_name, features=self.cpu_features, opt=min(max(opt_level, 0), 3), jit=True)
+
+    def finalize_module(self, module: ll.Module) -> None:
+        st = self._mstate(module)
+        self._reject_called(module, st)
+        td = self._target_data
+        kernels = {}
+        for name, info in st.kernels.items():
+            fn = module.globals[name]
+            params = self._thunk(module, fn, td)
+            kernels[name] = {**info, "thunk": name + THUNK_SUFFIX, "params": params,
+                             "arg_bytes": max((o + s for o, s in params), default=0)}
+        text = json.dumps({"warp_size": self.warp_size, "kernels": kernels, "locations": st.locations})
+        data = bytearray(text.encode()) + b"\0"
+        gv = ll.GlobalVariable(module, ll.ArrayType(I8, len(data)), INFO_SYMBOL)
+        gv.initializer = ll.Constant(ll.ArrayType(I8, len(data)), data)
+        gv.global_constant = True
+
+    @staticmethod
+    def _reject_called(module: ll.Module, st: _ModuleState) -> None:
+        """A CompileError for a device function that needs a kernel's context and can still be called
+        from a kernel (it was not inlined); the others are dead code that LLVM removes."""
+        if not st.needs_kernel:
+            return
+        calls: dict[str, list[str]] = {}
+        for fn in module.functions:
+            calls[fn.name] = [i.callee.name for blk in fn.blocks for i in blk.instructions
+                              if isinstance(i, ll.CallInstr) and isinstance(i.callee, ll.Function)]
+        seen, todo = set(), [(k, k) for k in st.kernels]
+        while todo:
+            caller, name = todo.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            for callee in calls.get(name, ()):
+                if callee in st.needs_kernel:
+                    what, span = st.needs_kernel[callee]
+                    raise CompileError(
+                        f"{what} in device function '{callee}', which '{name}' calls and which was not "
+                        f"inlined into it (only the kernel's own code, with the device functions inlined "
+                        f"into it, may use it on the cpu target; recursive functions cannot be inlined)",
+                        span)
+                todo.append((name, callee))
+
+    @staticmethod
+    def _thunk(module: ll.Module, kernel: ll.Function, td: Any) -> list[tuple[int, int]]:
+        """Emit ``void <kernel>.kc_start(ptr args, ptr ctx)``, which reads the kernel's arguments from
+        ``args`` (each in 8-byte aligned slots, in order) and starts the kernel. Returns each
+        argument's (offset, size) in ``args``."""
+        thunk = ll.Function(module, START_TYPE, kernel.name + THUNK_SUFFIX)
+        args, tctx = thunk.args
+        b = ll.IRBuilder(thunk.append_basic_block("entry"))
+        values, layout, off = [], [], 0
+        for a in kernel.args[:-1]:
+            t = a.type
+            mem_t = I8 if t == I1 else t
+            size = mem_t.get_abi_size(td)
+            v = b.load(b.gep(args, [ll.Constant(I64, off)], source_etype=I8), typ=mem_t, align=8)
+            values.append(b.trunc(v, I1) if t == I1 else v)
+            layout.append((off, size))
+            off += (size + 7) // 8 * 8
+        b.call(kernel, values + [tctx])
+        b.ret_void()
+        return layout
+
+    def emit(self, llvm_module: Any, kind: str) -> bytes | str:
+        tm = self.target_machine(3)
+        if kind == "asm":
+            return tm.emit_assembly(llvm_module)
+        if kind == "obj":
+            return tm.emit_object(llvm_module)
+        if kind == "llvm":
+            return str(llvm_module)
+        raise ValueError(f"cpu target cannot emit {kind!r} (choose 'asm', 'obj' or 'llvm')")
