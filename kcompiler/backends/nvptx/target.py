@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from llvmlite import ir as ll
 
-from ...ir.types import AddressSpace
+from ...ir.types import AddressSpace, Type
 from ..llvm.lower import LoweringContext, UnsupportedOnTarget
 from ..target import Target
 
@@ -29,6 +29,41 @@ _SREG = {"thread_id": "tid", "block_id": "ctaid", "block_dim": "ntid", "grid_dim
 _SHFL = {"idx": "idx", "xor": "bfly", "down": "down", "up": "up"}
 
 
+def _vprintf_format(fmt: str, args: list[ll.Value], b: ll.IRBuilder) -> tuple[str, list[ll.Value]]:
+    """``fmt`` and ``args`` rewritten into what vprintf reads (see NvptxTarget.printf)."""
+    from ...printf import Conversion, escape_text, expected_args, parse_format
+
+    out: list[str] = []
+    args = list(args)
+    k = 0
+    for piece in parse_format(fmt):
+        if not isinstance(piece, Conversion):
+            out.append(escape_text(piece))
+            continue
+        k += len(expected_args(piece))
+        if piece.precision == "*":
+            raise UnsupportedOnTarget(f"CUDA's vprintf does not support a '*' precision ('{piece.spec()}'): "
+                                      "write the precision in the format")
+        length = piece.length
+        if length in ("z", "j", "t"):
+            length = "l"
+        elif length == "hh":
+            v = b.trunc(args[k - 1], ll.IntType(8))
+            args[k - 1] = b.sext(v, _I32) if piece.conv in "di" else b.zext(v, _I32)
+            length = ""
+        if length != piece.length:
+            piece = Conversion(piece.flags, piece.width, piece.precision, length, piece.conv)
+        out.append(piece.spec())
+    return "".join(out), args
+
+
+def _field_size(t: ll.Type) -> int:
+    """The size (and alignment) of a promoted printf argument in vprintf's buffer."""
+    if isinstance(t, ll.IntType):
+        return t.width // 8
+    return 8  # double, pointers
+
+
 class NvptxTarget(Target):
     """NVIDIA GPUs of compute capability 8.0 to 9.0 (``arch`` in :data:`ARCHS`)."""
 
@@ -42,10 +77,15 @@ class NvptxTarget(Target):
     alloca_space = 0
     binary_kind = "cubin"
 
-    def __init__(self, arch: str = "sm_90"):
+    def __init__(self, arch: str = "sm_90", printf: str = "vprintf"):
         if arch not in ARCHS:
             raise ValueError(f"unknown NVIDIA architecture '{arch}': expected one of {', '.join(ARCHS)}")
+        if printf not in ("vprintf", "hostcall"):
+            raise ValueError(f"printf must be 'vprintf' or 'hostcall', not {printf!r}")
         self.arch = arch
+        # "hostcall" runs the device code AMD kernels use (std.hostcall), served by kcompiler's own
+        # listener over host memory: the protocol is checked on NVIDIA hardware that way.
+        self.printf_method = printf
         self.features = ARCHS[arch] | {"nvptx"}
 
     # --- functions ----------------------------------------------------------------------------------
@@ -79,6 +119,31 @@ class NvptxTarget(Target):
     def syncscope(self, scope: str) -> str | None:
         return {"block": "block", "device": "device", "system": None}[scope]
 
+    def atomic(self, ctx: LoweringContext, op: str, ptr: ll.Value, value: ll.Value, order: str,
+               scope: str, signed: bool, is_float: bool) -> ll.Value:
+        """Atomic read-modify-write. LLVM's NVPTX backend (22) drops the ordering and scope of an
+        ``atomicrmw`` (it prints a plain ``atom``: relaxed, GPU scope), though it keeps those of loads,
+        stores and cmpxchg; so any other ordering or scope is written as PTX's own
+        ``atom{.sem}{.scope}{.space}.op.type`` (PTX ISA 8.x, "atom"; a seq_cst one is ``fence.sc``
+        followed by an acquire ``atom``, as CUDA's libcu++ does)."""
+        kind = "f" if is_float else ("s" if op in ("min", "max") and signed else
+                                     "u" if op in ("add", "min", "max") else "b")
+        bits = value.type.width if isinstance(value.type, ll.IntType) else \
+            {"float": 32, "double": 64}.get(str(value.type))
+        ptx_op = {"exch": "exch"}.get(op, op)
+        supported = bits in (32, 64) and (not is_float or op == "add")
+        if (order == "relaxed" and scope == "device") or not supported:
+            return super().atomic(ctx, op, ptr, value, order, scope, signed, is_float)
+        sc = {"block": ".cta", "device": ".gpu", "system": ".sys"}[scope]
+        sem = {"relaxed": ".relaxed", "acquire": ".acquire", "release": ".release",
+               "acq_rel": ".acq_rel", "seq_cst": ".acquire"}[order]
+        space = {1: ".global", 3: ".shared::cta"}.get(getattr(ptr.type, "addrspace", 0), "")
+        text = (f"fence.sc{sc};\n\t" if order == "seq_cst" else "") + \
+            f"atom{sem}{sc}{space}.{ptx_op}.{kind}{bits} $0, [$1], $2;"
+        reg = {(False, 32): "r", (False, 64): "l", (True, 32): "f", (True, 64): "d"}[(is_float, bits)]
+        ftype = ll.FunctionType(value.type, [ptr.type, value.type])
+        return ctx.b.asm(ftype, text, f"={reg},l,{reg},~{{memory}}", [ptr, value], side_effect=True)
+
     def _activemask(self, ctx: LoweringContext) -> ll.Value:
         return ctx.b.call(ctx.declare("llvm.nvvm.activemask", _I32, []), [])
 
@@ -99,6 +164,59 @@ class NvptxTarget(Target):
         mask = self._activemask(ctx)
         first = ctx.call_intrinsic("llvm.cttz", [mask, ll.Constant(_I1, 1)], overload=[_I32])
         return self.shuffle(ctx, "idx", value, first)
+
+    def warp_sync(self, ctx: LoweringContext, mask: ll.Value | None = None) -> None:
+        # With independent thread scheduling, lanes that took different paths need not be back
+        # together at the next instruction: a mask names whom to wait for (activemask does not).
+        fn = ctx.declare("llvm.nvvm.bar.warp.sync", ll.VoidType(), [_I32])
+        m = self._activemask(ctx) if mask is None else ctx.b.trunc(mask, _I32)
+        ctx.b.call(fn, [m])
+
+    def nanosleep(self, ctx: LoweringContext, ns: ll.Value) -> None:
+        ctx.b.call(ctx.declare("llvm.nvvm.nanosleep", ll.VoidType(), [_I32]), [ns])
+
+    # --- printf -----------------------------------------------------------------------------------
+    def printf(self, ctx: LoweringContext, fmt: str, args: list[ll.Value], types: list[Type]) -> None:
+        """CUDA's device printf, as clang lowers it (clang/lib/CodeGen/CGGPUBuiltin.cpp,
+        packArgsIntoNVPTXFormatBuffer and EmitNVPTXDevicePrintfCallExpr): ``i32 vprintf(ptr format,
+        ptr args)``, a system call of the PTX ABI that ptxas and the driver provide. The arguments,
+        already promoted (i32, i64, double, pointers), are stored in a local struct laid out by the
+        data layout, each field at an offset aligned to its own size (4 for i32, 8 for i64, double
+        and pointers), the struct 8-aligned when it holds an 8-byte field; with no arguments the
+        buffer is a null pointer. Pointers are passed as generic addresses (addrspacecast), as
+        vprintf dereferences %s arguments generically. The format is a private constant in global
+        memory (clang emits it in the generic address space, which NVPTX places in .global: the PTX
+        is the same) and is passed as a generic pointer too.
+
+        The driver's vprintf (seen on CUDA 13, driver 580) reads neither the z, j and t length
+        modifiers nor hh (the arguments after one are misread), nor a '*' precision (printed as is).
+        z, j and t become l (size_t, intmax_t and ptrdiff_t are 64-bit here); hh is dropped after
+        the value is narrowed to 8 bits on the device (sign- or zero-extended back by the
+        conversion), which prints what C prints; a '*' precision is an error."""
+        fmt, args = _vprintf_format(fmt, args, ctx.b)
+        b = ctx.b
+        generic = ll.PointerType()
+        fmt_ptr = b.addrspacecast(ctx.string_constant(fmt, self.address_spaces[AddressSpace.GLOBAL]),
+                                  generic)
+        vprintf = ctx.declare("vprintf", _I32, [generic, generic])
+        if not args:
+            b.call(vprintf, [fmt_ptr, ll.Constant(generic, None)])
+            return
+        fields = []
+        for a in args:
+            if isinstance(a.type, ll.PointerType) and a.type.addrspace != 0:
+                a = b.addrspacecast(a, generic)
+            fields.append(a)
+        struct = ll.LiteralStructType([a.type for a in fields])
+        slot0 = ctx.alloca(struct, name="printf_args")
+        sizes = [_field_size(a.type) for a in fields]
+        slot0.align = max(sizes)
+        buf = ctx.lowering.opaque(slot0)
+        for k, (a, size) in enumerate(zip(fields, sizes)):
+            slot = b.gep(buf, [ll.Constant(_I32, 0), ll.Constant(_I32, k)], inbounds=True,
+                         source_etype=struct)
+            b.store(a, slot, align=size)
+        b.call(vprintf, [fmt_ptr, buf])
 
     # --- memory -----------------------------------------------------------------------------------
     def dynamic_shared(self, ctx: LoweringContext) -> ll.Value:

@@ -1,0 +1,107 @@
+"""printf where there is no vprintf: a call of the kernel language's ``printf`` becomes calls of
+std.hostcall's printf service (stdlib/hostcall.kc), on AMD (served by the HIP runtime) and on the
+CPU target and NVIDIA in hostcall mode (served by kcompiler.runtime.hostcall).
+
+The message is what hipcc's device code sends (ROCm device-libs ockl/src/services.cl; LLVM's
+AMDGPUEmitPrintf.cpp builds the same sequence): a control word (0: stdout), the format string with
+its NUL packed little-endian into u64 words, then each argument as one u64 (integers extended to 64
+bits, doubles as their bits, pointers as their address) or, for ``%s``, the string's bytes with its
+NUL. Words travel seven per hostcall, the first with the BEGIN flag, the last with END. (hipcc
+sends the control word alone in the BEGIN hostcall; filling that hostcall's other six words with
+the format's first bytes is the same message in one hostcall less.)
+
+The format is known at compile time, so its words are constants here: no string needs to live in
+device memory.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..ir.types import BOOL, F64, I64, U8, U32, U64, AddressSpace, PointerType, ScalarType
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..diagnostics import SourceSpan
+    from .lowering import FnLowering
+
+#: Arguments of one hostcall of the printf service (word 0 is the descriptor).
+WORDS_PER_CALL = 7
+#: The descriptor of a message's first hostcall (bit 0: BEGIN; no id yet), and the printf
+#: message's control word for stdout (ockl services.cl: FPRINTF_CTRL_STDOUT).
+DESC_BEGIN = 1
+CONTROL_STDOUT = 0
+
+
+def format_words(fmt: str) -> list[int]:
+    """The format string and its NUL as little-endian u64 words (UTF-8; the last word zero-padded)."""
+    data = fmt.encode("utf-8") + b"\0"
+    data += b"\0" * (-len(data) % 8)
+    return [int.from_bytes(data[i:i + 8], "little") for i in range(0, len(data), 8)]
+
+
+def lower_hostcall_printf(fl: "FnLowering", span: "SourceSpan", fmt: str, args: list[Any],
+                          strings: list[bool]) -> None:
+    """Emit the printf service's calls for ``printf(fmt, *args)`` in ``fl`` (a FnLowering).
+
+    ``args``: IR values after C's default promotions (i32/u32/i64/u64, f64, pointers);
+    ``strings[k]``: whether argument k is a ``%s`` string (a ``ptr<u8>`` or ``ptr<i8>``)."""
+    from .program import HOSTCALL_ALIAS
+
+    b = fl.b
+    mod = fl.mod.imports[HOSTCALL_ALIAS]
+
+    def call(name: str, operands: list[Any]) -> Any:
+        fn = fl.L.instance(mod, mod.fns[name], {}, span)
+        return b.call(fn.name, operands, fn.ret)
+
+    # The message, in order: runs of words, and strings to be sent from device memory. Word 0 is
+    # the control word (0: stdout); the first hostcall (BEGIN) carries it with the first words of
+    # the format, where hipcc's code sends it alone: the protocol appends a BEGIN packet's data too.
+    items: list[tuple[str, Any]] = [("word", b.const(w, U64)) for w in [CONTROL_STDOUT, *format_words(fmt)]]
+    for v, is_string in zip(args, strings):
+        if is_string:
+            items.append(("string", v))
+        else:
+            items.append(("word", as_word(fl, v, span)))
+
+    desc = b.const(DESC_BEGIN, U64)
+    k = 0
+    while k < len(items):
+        if items[k][0] == "string":
+            last = b.const(k == len(items) - 1, BOOL)
+            s = items[k][1]
+            if s.type.space not in (AddressSpace.GLOBAL, AddressSpace.CONST):
+                fl.fail(f"printf through hostcall reads %s strings from global or const memory, not "
+                        f"{s.type}", span, hint="copy the string to global memory")
+            if s.type.pointee != U8:  # ptr<i8> → ptr<u8>
+                s = b.ptrcast(s, U8)
+            if s.type.space != AddressSpace.GLOBAL:  # a literal for %*s: its address, as a global one
+                s = b.bitcast(b.bitcast(s, U64), PointerType(U8))
+            desc = call("printf_string", [desc, s, last])
+            k += 1
+            continue
+        run = []
+        while k < len(items) and items[k][0] == "word" and len(run) < WORDS_PER_CALL:
+            run.append(items[k][1])
+            k += 1
+        last = b.const(k == len(items), BOOL)
+        padded = run + [b.const(0, U64)] * (WORDS_PER_CALL - len(run))
+        desc = call("printf_words", [desc, b.const(len(run), U32), *padded, last])
+
+
+def as_word(fl: "FnLowering", v: Any, span: "SourceSpan") -> Any:
+    """A promoted printf argument as the u64 the message carries."""
+    b = fl.b
+    t = v.type
+    if isinstance(t, PointerType):
+        if t.space not in (AddressSpace.GLOBAL, AddressSpace.CONST):
+            fl.fail(f"printf through hostcall prints global and const pointers, not {t}", span)
+        return b.bitcast(b.ptrcast(v, U8) if t.pointee != U8 else v, U64)
+    assert isinstance(t, ScalarType)
+    if t.is_float:
+        return b.bitcast(v, U64) if t.bits == 64 else b.bitcast(b.cast(v, F64), U64)
+    if t.bits == 64:
+        return v if t == U64 else b.bitcast(v, U64)
+    # C's variadic convention extends by the type's signedness; the host reads the low bits anyway.
+    wide = b.cast(v, I64 if t.is_signed else U64)
+    return wide if wide.type == U64 else b.bitcast(wide, U64)
+
