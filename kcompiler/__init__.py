@@ -1,2 +1,121 @@
-"""kcompiler: a multi-vendor GPU kernel compiler (see README.md)."""
+"""kcompiler: a multi-vendor GPU kernel compiler (see README.md).
+
+    import kcompiler as kc
+    mod = kc.compile_file("examples/vadd.kc")          # target="auto": CUDA, else HIP, else the CPU
+    mod.vadd[(n + 255) // 256, 256](a, b, out, n)
+
+Public API: :func:`compile`, :func:`compile_file`, :func:`devices`, :data:`TARGETS`, :class:`Target`,
+:class:`CompileOptions`, :class:`CompileError`, :class:`LaunchError`, :class:`Module`, :class:`Kernel`.
+"""
+from __future__ import annotations
+
 __version__ = "0.1.0"
+
+import os
+from dataclasses import fields
+from typing import Any
+
+from .backends.target import TARGET_ALIASES, CompileOptions, Target
+from .diagnostics import CompileError
+from .runtime.device import Artifact, Device, LaunchError
+# Imported now, not at the first compile(), so that a warm start (a cached kernel) pays no imports.
+from .pipeline import ProgramHandle, Source
+from .runtime.module import Kernel, Launch, Module
+
+#: Canonical target names; aliases (``cuda`` → nvptx, ``hip`` → amdgcn) are accepted everywhere.
+TARGETS = ("nvptx", "amdgcn", "cpu")
+
+_OPTION_NAMES = tuple(f.name for f in fields(CompileOptions))
+
+
+def resolve_target_name(target: str) -> str:
+    """The canonical target for a name, alias or ``auto`` (CUDA when the driver finds a GPU, else
+    HIP when the HIP runtime finds an AMD GPU, else the CPU emulator). Raises ValueError for an
+    unknown name."""
+    if target == "auto":
+        from .runtime import cuda
+
+        if cuda.is_available():
+            return "nvptx"
+        from .runtime import hip
+
+        return "amdgcn" if hip.is_available() else "cpu"
+    from .backends import canonical_target
+
+    return canonical_target(target)
+
+
+def _options(options: dict[str, Any]) -> CompileOptions:
+    unknown = sorted(set(options) - set(_OPTION_NAMES))
+    if unknown:
+        raise TypeError(f"unknown compile option{'s' * (len(unknown) > 1)} {', '.join(unknown)}; the "
+                        f"options are {', '.join(_OPTION_NAMES)}")
+    return CompileOptions(**options)
+
+
+def compile(source: str, target: str = "auto", arch: str | None = None,  # noqa: A001
+            params: dict[str, Any] | None = None, *, path: str = "<string>",
+            target_options: dict[str, Any] | None = None, **options: Any) -> Module:
+    """Compile kernel-language ``source`` (text) for ``target`` and return a :class:`Module`.
+
+    ``target``: 'auto' (CUDA, else HIP, else the CPU), 'nvptx' / 'cuda', 'amdgcn' / 'hip' (compiles
+    without an AMD GPU; launching needs HIP, else HipUnavailable), 'cpu'.
+    ``arch``: e.g. 'sm_90a' or 'gfx942' (default: the GPU's own, else sm_90 / gfx942).
+    ``params``: default compile-time values, ``{"BLOCK": 128}`` or ``{"kernel": {"BLOCK": 128}}``.
+    ``path``: the name messages print; imports of the user's own modules are searched beside it (in
+    the current directory for the default '<string>'). ``options``: :class:`CompileOptions` fields
+    (``opt_level``, ``check_bounds``, ``fast_math``). ``target_options``: what only one target
+    takes: cpu ``{"warp_size": 64}``; nvptx ``{"printf": "hostcall"}`` (printf through the hostcall
+    protocol AMD kernels use, served by kcompiler's listener, instead of vprintf).
+
+    The source is parsed and checked now (CompileError on a bad program, unless an identical source
+    was checked before and is in the cache); each kernel specialisation compiles at its first launch
+    (or :meth:`Kernel.specialize`) and is cached on disk."""
+    base = os.getcwd() if path.startswith("<") else os.path.dirname(os.path.abspath(path))
+    src = Source(source, path, base)
+    return _module(src, target, arch, params, target_options, options)
+
+
+def compile_file(path: str | os.PathLike, target: str = "auto", arch: str | None = None,
+                 params: dict[str, Any] | None = None, *, target_options: dict[str, Any] | None = None,
+                 **options: Any) -> Module:
+    """:func:`compile` the file at ``path`` (its own imports are searched beside it).
+    Raises OSError when it cannot be read."""
+    return _module(Source.from_file(path), target, arch, params, target_options, options)
+
+
+def _module(src: Any, target: str, arch: str | None, params: Any, target_options: Any,
+            options: dict[str, Any]) -> Module:
+    opts = _options(options)
+    name = resolve_target_name(target)
+    program = ProgramHandle(src, name, arch, opts, target_opts=target_options)
+    return Module(program, params=params)
+
+
+def devices() -> list[Device]:
+    """Devices kernels can run on here: each CUDA GPU, each AMD GPU (HIP), then the CPU emulator."""
+    out: list[Device] = []
+    from .runtime import cuda, hip
+
+    for i in range(cuda.device_count()):
+        try:
+            out.append(cuda.CudaDevice.get(i))
+        except LaunchError:
+            pass
+    for i in range(hip.device_count()):
+        try:
+            out.append(hip.HipDevice.get(i))
+        except LaunchError:
+            pass
+    try:
+        from .runtime.cpu import CpuDevice
+
+        out.append(CpuDevice.get())
+    except ImportError:  # pragma: no cover - the CPU runtime is part of the package
+        pass
+    return out
+
+
+__all__ = ["compile", "compile_file", "devices", "TARGETS", "TARGET_ALIASES", "Target",
+           "CompileOptions", "CompileError", "LaunchError", "Artifact", "Device", "Module", "Kernel",
+           "resolve_target_name", "__version__"]

@@ -1,0 +1,422 @@
+"""Source to artifact: the stages of a compile, each printable, and the cache in front of them.
+
+    source ──frontend.load_program──▶ Program ──frontend.lower──▶ ir.Module ──passes, verify──▶
+    ir.Module ──backends.llvm.compile_ir──▶ LLVM module ──Target.emit──▶ PTX / cubin / object
+
+:func:`compile_kernel` runs every stage for one kernel specialisation and returns an
+:class:`~kcompiler.runtime.device.Artifact`; :func:`emit` stops at any stage for ``kc compile --emit``.
+
+:class:`ProgramHandle` is what a runtime :class:`~kcompiler.runtime.module.Module` holds: a source,
+a target and options, with two layers of cache (``runtime/cache.py``):
+
+- a *manifest* per (source text, path, target, arch): the kernels and their compile-time parameters,
+  the files the source imports with their sha256, and the compile-time values inferred so far for
+  argument types seen before. A manifest is written only after the program parsed and checked, so a
+  warm start trusts it after re-hashing the imported files, and runs no frontend at all;
+- an *artifact* per (source and imports, kernel, compile-time values, target, arch, target options,
+  options, compiler version): the binary, loaded without running the frontend or LLVM.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .backends import canonical_target, default_arch
+from .backends.target import CompileOptions, Target
+from .diagnostics import CompileError
+from .ir.types import Type
+from .runtime.cache import CACHE, KernelCache, compiler_fingerprint, make_key, type_from_str
+from .runtime.device import Artifact, KernelParam
+
+#: The stages ``emit`` can stop after, in order.
+STAGES = ("ast", "ir", "llvm", "asm", "obj")
+
+
+# --- sources ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Source:
+    """A kernel-language source: its text, the path messages print, and the folder its own
+    (non-std) imports are searched in."""
+
+    text: str
+    path: str = "<string>"
+    base_dir: str = field(default_factory=os.getcwd)
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike) -> "Source":
+        """Read ``path`` (UTF-8). Raises OSError if it cannot be read."""
+        p = Path(path)
+        return cls(p.read_text(encoding="utf-8"), str(path), str(p.resolve().parent))
+
+    @property
+    def sha(self) -> str:
+        return hashlib.sha256(self.text.encode()).hexdigest()
+
+
+def load(source: Source, keep_going: bool = False) -> Any:
+    """Parse ``source`` into the frontend's Program. Raises CompileError (with ``keep_going``, only for
+    syntax and import errors: the others wait in ``Program.errors`` for the type checker's)."""
+    from .frontend import load_program
+
+    return load_program(source.text, source.path, keep_going)
+
+
+def program_imports(program: Any) -> list[tuple[str, str]]:
+    """(resolved path, text) of every file ``program`` read besides its own source, stdlib included."""
+    return sorted(program.imported_files.items())
+
+
+# --- compile-time values -------------------------------------------------------------------------
+
+def encode_value(v: Any) -> Any:
+    """A compile-time value as JSON: ints and bools as themselves, types as {"type": "f32"}."""
+    if isinstance(v, Type):
+        return {"type": str(v)}
+    if isinstance(v, (bool, int, float, str)):
+        return v
+    if hasattr(v, "item"):  # numpy scalars
+        return v.item()
+    raise TypeError(f"compile-time value {v!r} of type {type(v).__name__} is not an int, bool or type")
+
+
+def decode_value(v: Any) -> Any:
+    if isinstance(v, dict) and "type" in v:
+        return type_from_str(v["type"])
+    return v
+
+
+def parse_param_value(text: str) -> Any:
+    """A ``-P NAME=VALUE`` value: an integer (``128``, ``0x80``), ``true``/``false``, or a type name
+    (``f16``, ``ptr<f32>``). Raises ValueError otherwise."""
+    t = text.strip()
+    low = t.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    try:
+        return int(t, 0)
+    except ValueError:
+        pass
+    try:
+        return type_from_str(t)
+    except ValueError:
+        raise ValueError(f"{text!r} is not an integer, true/false, or a type name") from None
+
+
+# --- the stages ---------------------------------------------------------------------------------
+
+def resolve_target(target: str | Target, arch: str | None = None, **target_opts: Any) -> Target:
+    """A Target object from a name or alias (``cuda`` → nvptx) and arch, or ``target`` itself."""
+    if isinstance(target, Target):
+        return target
+    from .backends import get_target
+
+    return get_target(target, arch, **target_opts)
+
+
+def lower_to_ir(program: Any, target: Target, kernels: dict[str, dict[str, Any]]) -> Any:
+    """Lower the given kernel specialisations, run the default passes, verify. Returns ir.Module."""
+    from .frontend import lower
+    from .ir.passes import run_default
+    from .ir.verifier import verify
+
+    module = lower(program, target, kernels=kernels)
+    verify(module)
+    run_default(module, target)
+    verify(module)
+    return module
+
+
+def _emit_binary(target: Target, ref: Any) -> tuple[bytes, str]:
+    """The loadable binary of an optimised LLVM module and its kind ('cubin', 'ptx', 'obj'...)."""
+    try:
+        out = target.emit(ref, "obj")
+        kind = target.binary_kind
+    except Exception as e:
+        # No assembler here (no nvJitLink, no ptxas): the CUDA driver assembles PTX itself when the
+        # module is loaded, so the text is a loadable binary too.
+        if type(e).__name__ != "CubinUnavailable":
+            raise
+        out, kind = target.emit(ref, "asm"), "ptx"
+    return (out.encode() if isinstance(out, str) else bytes(out)), kind
+
+
+def compile_kernel(program: Any, kernel_name: str, params: dict[str, Any], target: Target,
+                   options: CompileOptions | None = None) -> Artifact:
+    """Compile one specialisation of ``kernel_name`` (``params``: its compile-time values) for
+    ``target``: frontend lowering → IR passes → verifier → LLVM → ``target`` emission.
+
+    Raises CompileError for a program the compiler rejects."""
+    module = lower_to_ir(program, target, {kernel_name: dict(params)})
+    return artifact_of_ir(module, kernel_name, target, options, params)
+
+
+def artifact_of_ir(module: Any, kernel_name: str, target: Target, options: CompileOptions | None = None,
+                   comptime: dict[str, Any] | None = None) -> Artifact:
+    """Compile a (lowered, verified) IR module holding kernel ``kernel_name`` (its
+    ``attrs['source_name']`` or its symbol) into an Artifact: LLVM → ``target`` emission."""
+    from .backends.llvm import compile_ir
+
+    options = options or CompileOptions()
+    fn = _find_kernel(module, kernel_name)
+    ref = compile_ir(module, target, options)
+    binary, kind = _emit_binary(target, ref)
+    names = fn.attrs.get("param_names") or [v.hint for v in fn.params]
+    kparams = [KernelParam(str(n) if n else f"arg{i}", v.type)
+               for i, (n, v) in enumerate(zip(names, fn.params))]
+    meta = {"kernel": kernel_name, "warp_size": target.warp_size,
+            "comptime": {k: encode_value(v) for k, v in (comptime or {}).items()},
+            "check_bounds": options.check_bounds}
+    return Artifact(target=target.name, arch=target.arch, symbol=fn.name, binary=binary,
+                    binary_kind=kind, params=kparams,
+                    static_shared=int(fn.attrs.get("shared_bytes", 0) or 0), meta=meta)
+
+
+def _find_kernel(module: Any, kernel_name: str) -> Any:
+    for f in module.kernels:
+        if f.attrs.get("source_name", f.name) == kernel_name:
+            return f
+    raise CompileError(f"kernel '{kernel_name}' was not produced by lowering")
+
+
+def select_kernels(program: Any, kernel: str | None, params: dict[str, Any]) -> dict[str, dict]:
+    """The kernels to compile (all, or ``kernel``) with the ``params`` each declares.
+
+    Raises CompileError for an unknown kernel, ValueError for a parameter no selected kernel has."""
+    names = list(program.kernels)
+    if kernel is not None:
+        if kernel not in program.kernels:
+            raise CompileError(f"no kernel named '{kernel}'; the file defines: "
+                               f"{', '.join(names) or 'no kernels'}")
+        names = [kernel]
+    out: dict[str, dict] = {}
+    used: set[str] = set()
+    for n in names:
+        declared = {p.name for p in program.signature(n).comptime}
+        out[n] = {k: v for k, v in params.items() if k in declared}
+        used |= declared & params.keys()
+    unknown = sorted(set(params) - used)
+    if unknown:
+        raise ValueError(f"no kernel {'named ' + repr(kernel) + ' ' if kernel else ''}has a compile-time "
+                         f"parameter {', '.join(unknown)}")
+    return out
+
+
+def emit(source: Source | Any, stage: str, target: str | Target = "nvptx", arch: str | None = None,
+         kernel: str | None = None, params: dict[str, Any] | None = None,
+         options: CompileOptions | None = None) -> str | bytes:
+    """Run the pipeline up to ``stage`` and return its printed form.
+
+    ``source``: a Source or an already loaded Program. ``stage``: 'ast' (the parsed program), 'ir'
+    (kcompiler IR after passes), 'llvm' (optimised LLVM IR), 'asm' (PTX / host assembly, text) or
+    'obj' (cubin / object, bytes). ``kernel``: one kernel (default all); ``params``: compile-time values
+    applied to each kernel that declares them. Raises CompileError, ValueError (bad stage/params)."""
+    if stage not in STAGES:
+        raise ValueError(f"unknown stage {stage!r}; expected one of: {', '.join(STAGES)}")
+    program = load(source, keep_going=True) if isinstance(source, Source) else source
+    if stage == "ast":
+        from .frontend import dump_ast
+
+        if program.errors:
+            raise CompileError(program.errors)
+        return dump_ast(program)
+    tgt = resolve_target(target, arch)
+    options = options or CompileOptions()
+    from .frontend import check
+
+    check(program, tgt)
+    kernels = select_kernels(program, kernel, dict(params or {}))
+    module = lower_to_ir(program, tgt, kernels)
+    if stage == "ir":
+        from .ir.printer import print_module
+
+        return print_module(module)
+    from .backends.llvm import compile_ir
+
+    ref = compile_ir(module, tgt, options)
+    if stage == "llvm":
+        return str(ref)
+    return tgt.emit(ref, stage)
+
+
+def compile_source_to(source: str, path: str = "<string>", stage: str = "asm",
+                      target: str | Target = "nvptx", arch: str | None = None, **kwargs: Any) -> str | bytes:
+    """:func:`emit` for source text (``path`` is what messages print; imports resolve beside it)."""
+    base = str(Path(path).resolve().parent) if not path.startswith("<") else os.getcwd()
+    return emit(Source(source, path, base), stage, target, arch, **kwargs)
+
+
+def emit_file(path: str | os.PathLike, stage: str = "asm", target: str | Target = "nvptx",
+              arch: str | None = None, **kwargs: Any) -> str | bytes:
+    """:func:`emit` for the file at ``path``. Raises OSError when it cannot be read."""
+    return emit(Source.from_file(path), stage, target, arch, **kwargs)
+
+
+# --- the cached path the runtime uses ------------------------------------------------------------
+
+_host_cpu: str | None = None
+
+
+def host_cpu_id() -> str:
+    """The host processor (machine, model and feature flags, hashed): code compiled for the
+    'native' CPU must not be reused on another processor sharing the cache folder."""
+    global _host_cpu
+    if _host_cpu is None:
+        import platform
+
+        h = hashlib.sha256(platform.machine().encode())
+        try:
+            with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+                for line in f:
+                    if line.startswith(("model name", "flags", "Features", "CPU part")):
+                        h.update(line.encode())
+                    elif not line.strip():
+                        break  # the first processor describes them all
+        except OSError:
+            h.update(platform.processor().encode())
+        _host_cpu = h.hexdigest()[:16]
+    return _host_cpu
+
+
+class ProgramHandle:
+    """A source bound to a target, arch and options, compiling kernel specialisations on demand
+    through the cache. Constructing one parses and checks the source unless a manifest for it is
+    cached (see the module docstring); it raises CompileError for a bad program."""
+
+    def __init__(self, source: Source, target: str, arch: str | None = None,
+                 options: CompileOptions | None = None, cache: KernelCache | None = None,
+                 target_opts: dict[str, Any] | None = None):
+        self.source = source
+        self.target_name = canonical_target(target)
+        self.arch = arch or default_arch(self.target_name)
+        self.options = options or CompileOptions()
+        self.target_opts = dict(target_opts or {})
+        self.cache = cache if cache is not None else CACHE
+        self._program: Any = None
+        self._target: Target | None = None
+        self._manifest_key = make_key("manifest", compiler_fingerprint(), source.sha, source.path,
+                                      source.base_dir, self.target_name, self.arch, self.target_opts)
+        m = self.cache.get_json(self._manifest_key)
+        if m is None or not self._imports_unchanged(m):
+            m = self._build_manifest()
+        self.manifest: dict = m
+        self._infer_memo: dict = dict(m.get("infer", {}))
+
+    # the manifest
+    @staticmethod
+    def _imports_unchanged(m: dict) -> bool:
+        try:
+            for path, sha in m["imports"]:
+                if hashlib.sha256(Path(path).read_bytes()).hexdigest() != sha:
+                    return False
+            return "kernels" in m and "source_key" in m
+        except (OSError, KeyError, TypeError, ValueError):
+            return False
+
+    def _build_manifest(self) -> dict:
+        from .frontend import check
+
+        program = self.program
+        check(program, self.target)
+        imports = program_imports(program)
+        h = hashlib.sha256(self.source.text.encode())
+        for path, text in imports:
+            h.update(b"\0" + path.encode() + b"\0" + text.encode())
+        kernels = {}
+        for name in program.kernels:
+            sig = program.signature(name)
+            kernels[name] = {
+                "comptime": [[p.name, p.kind, _encode_default(getattr(p, "default", None))]
+                             for p in sig.comptime],
+                "params": [str(p[0]) if isinstance(p, tuple) else str(getattr(p, "name", p))
+                           for p in sig.params],
+            }
+        m = {"source_key": h.hexdigest(), "kernels": kernels, "infer": {},
+             "imports": [[p, hashlib.sha256(t.encode()).hexdigest()] for p, t in imports]}
+        self.cache.put_json(self._manifest_key, m)
+        return m
+
+    @property
+    def program(self) -> Any:
+        """The frontend's Program (parsed on first use)."""
+        if self._program is None:
+            self._program = load(self.source)
+        return self._program
+
+    @property
+    def target(self) -> Target:
+        if self._target is None:
+            self._target = resolve_target(self.target_name, self.arch, **self.target_opts)
+        return self._target
+
+    @property
+    def kernel_names(self) -> list[str]:
+        return list(self.manifest["kernels"])
+
+    def comptime_names(self, kernel: str) -> list[str]:
+        return [c[0] for c in self.manifest["kernels"][kernel]["comptime"]]
+
+    def param_names(self, kernel: str) -> list[str]:
+        return list(self.manifest["kernels"][kernel]["params"])
+
+    # specialisation
+    def specialise(self, kernel: str, arg_types: list[Type | None], given: dict[str, Any]) -> dict:
+        """The compile-time values of ``kernel`` for arguments of ``arg_types`` and the values
+        ``given`` by keyword (inferred by the frontend's signature, memoised in the manifest).
+        Raises CompileError / TypeError when they cannot be inferred."""
+        comptime = self.manifest["kernels"][kernel]["comptime"]
+        if not comptime:
+            if given:
+                raise TypeError(f"{kernel}: takes no compile-time parameters; got "
+                                f"{', '.join(map(repr, sorted(given)))}")
+            return {}
+        unknown = sorted(set(given) - {c[0] for c in comptime})
+        if unknown:
+            raise TypeError(f"{kernel}: no compile-time parameter {', '.join(map(repr, unknown))}; it "
+                            f"has: {', '.join(c[0] for c in comptime)}")
+        memo_key = make_key(kernel, [str(t) if t is not None else None for t in arg_types],
+                            {k: encode_value(v) for k, v in given.items()})
+        hit = self._infer_memo.get(memo_key)
+        if hit is not None:
+            return {k: decode_value(v) for k, v in hit.items()}
+        values = self.program.signature(kernel).infer(list(arg_types), dict(given))
+        enc = {k: encode_value(v) for k, v in values.items()}
+        self._infer_memo[memo_key] = enc
+        m = dict(self.manifest)
+        m["infer"] = dict(self._infer_memo)
+        self.manifest = m
+        self.cache.put_json(self._manifest_key, m)
+        return dict(values)
+
+    def artifact_key(self, kernel: str, values: dict[str, Any]) -> str:
+        host = host_cpu_id() if self.target_name == "cpu" else ""
+        return make_key("artifact", compiler_fingerprint(), self.manifest["source_key"], kernel,
+                        {k: encode_value(v) for k, v in values.items()}, self.target_name, self.arch, host,
+                        self.target_opts,
+                        asdict(self.options))
+
+    def artifact(self, kernel: str, values: dict[str, Any]) -> Artifact:
+        """The compiled specialisation, from the cache or compiled now (and then cached)."""
+        key = self.artifact_key(kernel, values)
+        a = self.cache.get_artifact(key)
+        if a is None:
+            a = compile_kernel(self.program, kernel, values, self.target, self.options)
+            self.cache.put_artifact(key, a)
+        return a
+
+
+def _encode_default(v: Any) -> Any:
+    if v is None:
+        return None
+    try:
+        return encode_value(v)
+    except TypeError:
+        return repr(v)
+
+
+__all__ = ["Source", "STAGES", "compile_kernel", "artifact_of_ir", "emit", "emit_file",
+           "compile_source_to", "load", "lower_to_ir", "ProgramHandle", "parse_param_value",
+           "resolve_target", "select_kernels", "encode_value", "decode_value", "host_cpu_id"]

@@ -1,0 +1,513 @@
+"""NVIDIA GPUs through the CUDA driver API (cuda-python's ``cuda.bindings.driver``, or the legacy
+``cuda.cuda`` module of cuda-python < 12.6).
+
+A :class:`CudaDevice` uses the device's primary context (the one PyTorch, CuPy and Numba use, so their
+pointers work here), loads cubin or PTX images with ``cuModuleLoadData`` (the driver assembles PTX
+itself), and launches with ``cuLaunchKernel``.
+
+The launch path has two speeds:
+
+- the fast path (:meth:`CudaDevice.make_launcher`): for a kernel specialisation and the Python types
+  of the arguments first seen with it (torch / CuPy CUDA arrays, other ``__cuda_array_interface__``
+  objects, Python ints, floats and bools), a small Python function is generated that checks each
+  argument's type and dtype with ``is`` tests, packs the values into a preallocated parameter buffer
+  with one ``struct.pack_into`` and calls ``cuLaunchKernel`` of ``libcuda`` through ctypes. Anything
+  unexpected raises :class:`ArgMismatch` before the launch, and the caller falls back to
+- the general path (:meth:`marshal` + :meth:`launch`): numpy arrays are copied to the device before the
+  launch and back after it (the launch is then synchronous), numpy scalars are converted, and the
+  launch goes through cuda-python.
+
+Errors come back as :class:`~kcompiler.runtime.device.LaunchError` naming the CUDA error
+(``cuGetErrorName``), its description and the kernel.
+"""
+from __future__ import annotations
+
+import atexit
+import ctypes
+import os
+import struct
+import sys
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ..ir.types import PointerType, ScalarType, Type
+from . import arrays
+from .arrays import ArgMismatch
+from .device import Artifact, Device, LaunchError
+from .marshal import STRUCT_CODES as _STRUCT, HostCopy, bf16_bits as _bf16_bits, device_pointer, \
+    marshal_args, stream_handle
+
+try:  # cuda-python >= 12.6 (and 13)
+    from cuda.bindings import driver as _drv
+except ImportError:  # pragma: no cover - older cuda-python
+    try:
+        from cuda import cuda as _drv  # type: ignore[no-redef]
+    except ImportError:
+        _drv = None  # type: ignore[assignment]
+
+#: Bytes of dynamic shared memory a kernel may use without opting in (CUDA C Programming Guide,
+#: "Shared Memory": above 48 KB a kernel needs CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES).
+DEFAULT_SHARED_LIMIT = 48 * 1024
+
+#: compute capability -> the compiler's arch. 9.0 maps to sm_90a, so that wgmma and setmaxnreg,
+#: which run only on sm_90a code, are available on Hopper.
+_ARCH_OF_CC = {(8, 0): "sm_80", (8, 6): "sm_86", (8, 7): "sm_86", (8, 9): "sm_89", (9, 0): "sm_90a"}
+
+
+def _err_name(err: Any) -> str:
+    try:
+        e, name = _drv.cuGetErrorName(err)
+        e2, desc = _drv.cuGetErrorString(err)
+        name = name.decode() if isinstance(name, bytes) else str(name)
+        desc = desc.decode() if isinstance(desc, bytes) else str(desc)
+        return f"{name} ({desc})"
+    except Exception:  # noqa: BLE001 - naming an error must not raise another
+        return f"CUDA error {int(err)}"
+
+
+def _check(result: Any, what: str) -> Any:
+    """Unpack a cuda-python result tuple, raising LaunchError(what + the error's name)."""
+    err, *rest = result if isinstance(result, tuple) else (result,)
+    if int(err) != 0:
+        raise LaunchError(f"{what}: {_err_name(err)}")
+    if not rest:
+        return None
+    return rest[0] if len(rest) == 1 else tuple(rest)
+
+
+# --- device discovery ---------------------------------------------------------------------------
+
+_discovery_lock = threading.Lock()
+_device_count: int | None = None
+
+
+def device_count() -> int:
+    """Number of CUDA devices the driver sees; 0 without a driver, a GPU or cuda-python."""
+    global _device_count
+    with _discovery_lock:
+        if _device_count is None:
+            n = 0
+            if _drv is not None:
+                try:
+                    if int(_drv.cuInit(0)[0]) == 0:
+                        err, n = _drv.cuDeviceGetCount()
+                        n = int(n) if int(err) == 0 else 0
+                except Exception:  # noqa: BLE001 - no driver library: no device
+                    n = 0
+            _device_count = n
+        return _device_count
+
+
+def is_available() -> bool:
+    return device_count() > 0
+
+
+def arch_of(cc: tuple[int, int]) -> str:
+    """The compiler arch for a compute capability (unknown newer chips get the newest we know)."""
+    if cc in _ARCH_OF_CC:
+        return _ARCH_OF_CC[cc]
+    if cc >= (9, 0):
+        return "sm_90"
+    return "sm_80"
+
+
+def detected_arch(ordinal: int = 0) -> str | None:
+    """The arch of CUDA device ``ordinal``, or None when there is none."""
+    if ordinal >= device_count():
+        return None
+    return CudaDevice.get(ordinal).arch
+
+
+# --- libcuda through ctypes, for the launch path --------------------------------------------------
+
+_libcuda: Any = None
+_launch_ex: Any = None
+
+
+def _launch_fn() -> Callable[..., int]:
+    """libcuda's cuLaunchKernel through ctypes (pointer arguments typed, so 64-bit handles pass)."""
+    global _libcuda
+    if _libcuda is None:
+        lib = ctypes.CDLL("libcuda.so.1")
+        f = lib.cuLaunchKernel
+        f.restype = ctypes.c_int
+        u = ctypes.c_uint
+        f.argtypes = [ctypes.c_void_p, u, u, u, u, u, u, u, ctypes.c_void_p, ctypes.c_void_p,
+                      ctypes.c_void_p]
+        _libcuda = f
+    return _libcuda
+
+
+def _launch_ex_fn() -> Callable[..., int]:
+    """libcuda's cuLaunchKernelEx(config*, function, params**, extra**) through ctypes, with no
+    argtypes: the fast launchers pass prebuilt ``c_void_p`` objects, the cheapest ctypes call."""
+    global _launch_ex
+    if _launch_ex is None:
+        f = ctypes.CDLL("libcuda.so.1").cuLaunchKernelEx
+        f.restype = ctypes.c_int
+        _launch_ex = f
+    return _launch_ex
+
+
+#: CUlaunchConfig (cuda.h, CUDA >= 11.8): grid x/y/z, block x/y/z, sharedMemBytes (7 u32), hStream
+#: at offset 32, attrs (pointer) and numAttrs (u32) left zero; 56 bytes. The fast launchers keep one
+#: in front of the parameter slots and fill both with a single struct.pack_into.
+_LAUNCH_CONFIG = "7I4xQ16x"
+_LAUNCH_CONFIG_SIZE = 56
+
+
+def _stream_handle(stream: Any) -> int:
+    """A CUstream handle from the objects ``stream=`` accepts (see marshal.stream_handle)."""
+    return stream_handle(stream, "CUDA")
+
+
+# --- the device ---------------------------------------------------------------------------------
+
+@dataclass
+class CudaKernelHandle:
+    """A loaded kernel: its CUmodule, CUfunction (and the function's address for ctypes), and the
+    dynamic shared memory it is allowed so far."""
+
+    module: Any
+    function: Any
+    address: int
+    name: str
+    static_shared: int
+    dynamic_limit: int
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class _DeviceBuffer(HostCopy):
+    """A device copy of a host array (see marshal.HostCopy), through the driver API; the primary
+    context must be current."""
+
+    __slots__ = ()
+
+    def _alloc(self, nbytes: int) -> int:
+        return int(_check(_drv.cuMemAlloc(nbytes), "cuMemAlloc"))
+
+    def _to_device(self, dst: int, src: int, nbytes: int) -> None:
+        _check(_drv.cuMemcpyHtoD(dst, src, nbytes), "cuMemcpyHtoD")
+
+    def _to_host(self, dst: int, src: int, nbytes: int) -> None:
+        _check(_drv.cuMemcpyDtoH(dst, src, nbytes), "cuMemcpyDtoH")
+
+    def _free(self, ptr: int) -> None:
+        _drv.cuMemFree(ptr)
+
+    def _sync(self) -> None:
+        _check(_drv.cuCtxSynchronize(), "cuCtxSynchronize")
+
+
+class CudaDevice(Device):
+    """CUDA device ``ordinal`` (use :meth:`get`; one object per device per process).
+
+    Raises LaunchError when cuda-python, the driver or the device is missing."""
+
+    target = "nvptx"
+    _instances: dict[int, "CudaDevice"] = {}
+    _lock = threading.Lock()
+
+    @classmethod
+    def get(cls, ordinal: int = 0) -> "CudaDevice":
+        with cls._lock:
+            dev = cls._instances.get(ordinal)
+            if dev is None:
+                dev = cls._instances[ordinal] = cls(ordinal)
+            return dev
+
+    def __init__(self, ordinal: int = 0):
+        if _drv is None:
+            raise LaunchError("cuda-python is not installed (pip install cuda-python)")
+        n = device_count()
+        if ordinal >= n:
+            raise LaunchError(f"no CUDA device {ordinal}: the driver sees {n} device{'s' * (n != 1)}")
+        self.ordinal = ordinal
+        self._hostcall_lock = threading.Lock()
+        self._hostcall: Any = None  # (HostcallBuffer, HostcallListener) once a kernel prints by hostcall
+        self.device = _check(_drv.cuDeviceGet(ordinal), "cuDeviceGet")
+        A = _drv.CUdevice_attribute
+        major = _check(_drv.cuDeviceGetAttribute(A.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+                                                 self.device), "cuDeviceGetAttribute")
+        minor = _check(_drv.cuDeviceGetAttribute(A.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
+                                                 self.device), "cuDeviceGetAttribute")
+        self.compute_capability = (int(major), int(minor))
+        self.arch = arch_of(self.compute_capability)
+        self.max_shared_optin = int(_check(_drv.cuDeviceGetAttribute(
+            A.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, self.device),
+            "cuDeviceGetAttribute"))
+        name = _check(_drv.cuDeviceGetName(256, self.device), "cuDeviceGetName")
+        self.name = name.split(b"\0", 1)[0].decode() if isinstance(name, bytes) else str(name)
+        self.context = _check(_drv.cuDevicePrimaryCtxRetain(self.device), "cuDevicePrimaryCtxRetain")
+        self.make_current()
+
+    def __repr__(self) -> str:
+        return f"CudaDevice({self.ordinal}: {self.name}, {self.arch})"
+
+    def make_current(self) -> None:
+        """Make this device's primary context current on the calling thread."""
+        _check(_drv.cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
+
+    # --- loading ---
+    def load(self, artifact: Artifact) -> CudaKernelHandle:
+        """Load a cubin or PTX image and find the kernel. Raises LaunchError (e.g. PTX the driver's
+        JIT rejects, or a cubin for another chip)."""
+        if artifact.binary_kind not in ("cubin", "ptx"):
+            raise LaunchError(f"CUDA cannot load a {artifact.binary_kind!r} binary "
+                              f"(compiled for target {artifact.target})")
+        self.make_current()
+        image = bytes(artifact.binary)
+        if artifact.binary_kind == "ptx" and not image.endswith(b"\0"):
+            image += b"\0"
+        what = f"loading kernel '{artifact.symbol}' ({artifact.binary_kind} for {artifact.arch}) on " \
+               f"{self.name} ({self.arch})"
+        module = _check(_drv.cuModuleLoadData(image), what)
+        fn = _check(_drv.cuModuleGetFunction(module, artifact.symbol.encode()), what)
+        static = _check(_drv.cuFuncGetAttribute(
+            _drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, fn), what)
+        err, slot, _ = _drv.cuModuleGetGlobal(module, b"kc_hostcall_buffer")
+        if err == _drv.CUresult.CUDA_SUCCESS:  # printf="hostcall": point the module at the buffer
+            address = self.hostcall_buffer().device_address
+            _check(_drv.cuMemcpyHtoD(slot, address.to_bytes(8, "little"), 8), what)
+        return CudaKernelHandle(module, fn, int(fn), artifact.meta.get("kernel", artifact.symbol),
+                                int(static), max(DEFAULT_SHARED_LIMIT - int(static), 0))
+
+    def hostcall_buffer(self) -> Any:
+        """This device's hostcall buffer for kernels compiled with ``printf="hostcall"`` (the device
+        code AMD kernels use, std.hostcall), served by a listener thread; created on first use.
+
+        Memory: ``KC_HOSTCALL_MEMORY=managed`` (default: cuMemAllocManaged; the host's atomic exchange
+        on the ready stack and the GPU's compare-and-swap stay atomic with respect to each other on
+        any platform, pages migrating on access) or ``pinned`` (cuMemHostAlloc mapped into the
+        device: atomic between GPU and CPU only where the platform has native host atomics)."""
+        with self._hostcall_lock:
+            if self._hostcall is None:
+                from .hostcall import HostcallBuffer, HostcallListener
+
+                kind = os.environ.get("KC_HOSTCALL_MEMORY", "managed")
+                self.make_current()
+                buf = HostcallBuffer.allocate(lambda size, align: self._hostcall_memory(kind, size), 1024)
+                self._hostcall = (buf, HostcallListener([buf]).start())
+                # Kernels may still be printing when Python exits: wait for them, serve the rest.
+                atexit.register(self._finish_hostcall)
+            return self._hostcall[0]
+
+    def _finish_hostcall(self) -> None:
+        try:
+            self.synchronize()
+        finally:
+            self._hostcall[1].stop()
+
+    def _hostcall_memory(self, kind: str, size: int) -> tuple[int, int, Any]:
+        if kind == "pinned":
+            flags = _drv.CU_MEMHOSTALLOC_DEVICEMAP | _drv.CU_MEMHOSTALLOC_PORTABLE
+            host = _check(_drv.cuMemHostAlloc(size, flags), "cuMemHostAlloc (hostcall buffer)")
+            dev = _check(_drv.cuMemHostGetDevicePointer(host, 0), "cuMemHostGetDevicePointer")
+            return int(host), int(dev), lambda: _drv.cuMemFreeHost(host)
+        if kind != "managed":
+            raise LaunchError(f"KC_HOSTCALL_MEMORY={kind!r}: expected 'managed' or 'pinned'")
+        ptr = _check(_drv.cuMemAllocManaged(size, _drv.CUmemAttach_flags.CU_MEM_ATTACH_GLOBAL.value),
+                     "cuMemAllocManaged (hostcall buffer)")
+        return int(ptr), int(ptr), lambda: _drv.cuMemFree(ptr)
+
+    def allow_dynamic_shared(self, h: CudaKernelHandle, nbytes: int) -> None:
+        """Opt the kernel in to ``nbytes`` of dynamic shared memory (needed above 48 KB)."""
+        with h.lock:
+            if nbytes <= h.dynamic_limit:
+                return
+            if nbytes + h.static_shared > self.max_shared_optin:
+                raise LaunchError(f"kernel '{h.name}': {nbytes} bytes of dynamic shared memory (plus "
+                                  f"{h.static_shared} static) exceed the {self.max_shared_optin} bytes "
+                                  f"a block may use on {self.name}")
+            _check(_drv.cuFuncSetAttribute(
+                h.function, _drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                nbytes), f"kernel '{h.name}': setting its dynamic shared memory to {nbytes} bytes")
+            h.dynamic_limit = nbytes
+
+    # --- the general path ---
+    def marshal(self, artifact: Artifact, args: Sequence[Any]) -> tuple[list[Any], list[Any]]:
+        """Launch arguments (ints for pointers, Python scalars) and copy-backs (callables to run
+        after the launch; each also has ``discard()`` to free without copying, after a failure).
+        Arguments must already be checked (``arrays.check_args``)."""
+        self.make_current()
+        return marshal_args(artifact, args, self._pointer)
+
+    def _pointer(self, kernel: str, param: str, x: Any, copybacks: list) -> int:
+        return device_pointer(kernel, param, x, copybacks, _DeviceBuffer, self.ordinal, "CUDA")
+
+    def launch(self, handle: CudaKernelHandle, artifact: Artifact, grid: tuple[int, int, int],
+               block: tuple[int, int, int], args: Sequence[Any], shared: int = 0,
+               stream: Any = None) -> None:
+        """Launch with marshalled ``args`` (from :meth:`marshal`). Raises LaunchError naming the
+        CUDA error and the kernel."""
+        if shared > handle.dynamic_limit:
+            self.allow_dynamic_shared(handle, shared)
+        st = _param_struct(artifact)
+        buf = ctypes.create_string_buffer(max(st.size, 8))
+        try:
+            st.pack_into(buf, 0, *args)
+        except struct.error as e:  # marshal checked the values: this is a kcompiler bug
+            raise LaunchError(f"kernel '{handle.name}': cannot pack its arguments: {e}") from None
+        base = ctypes.addressof(buf)
+        n = len(artifact.params)
+        ptrs = (ctypes.c_void_p * max(n, 1))(*[base + 8 * i for i in range(n)])
+        s = _stream_handle(stream)
+        pp = ctypes.addressof(ptrs)
+        rc = _launch_fn()(handle.address, *grid, *block, shared, s, pp, None)
+        if rc:
+            _launch_failed(rc, self, handle, grid, block, shared,
+                           lambda: _launch_fn()(handle.address, *grid, *block, shared, s, pp, None))
+
+    def synchronize(self) -> None:
+        self.make_current()
+        _check(_drv.cuCtxSynchronize(), f"synchronising {self.name}")
+
+    # --- the fast path ---
+    def make_launcher(self, handle: CudaKernelHandle, artifact: Artifact,
+                      args: Sequence[Any]) -> Callable[..., None] | None:
+        """A launcher specialised to the Python types of ``args`` (already checked), or None when
+        an argument needs the general path (numpy arrays, numpy scalars...). The launcher is called
+        as ``f(grid3, block3, args, shared, stream)`` and raises ArgMismatch before launching when
+        its arguments are not of those types."""
+        return _generate_launcher(self, handle, artifact, args)
+
+
+def _param_struct(artifact: Artifact) -> struct.Struct:
+    """The layout of a kernel's parameter buffer: each parameter in its own 8-byte slot (every
+    host-passable parameter is at most 8 bytes), packed by struct; bf16 is packed from its bits."""
+    fmt = "="
+    for p in artifact.params:
+        t = p.type
+        if isinstance(t, PointerType):
+            fmt += "Q"
+        elif isinstance(t, ScalarType) and t.name in _STRUCT:
+            fmt += _STRUCT[t.name]
+        else:
+            raise LaunchError(f"kernel '{artifact.symbol}': parameter '{p.name}' of type {t} cannot be "
+                              f"passed from the host")
+        size = struct.calcsize(fmt)
+        if size % 8:
+            fmt += f"{8 - size % 8}x"
+    return struct.Struct(fmt)
+
+
+def _generate_launcher(dev: CudaDevice, h: CudaKernelHandle, artifact: Artifact,
+                       args: Sequence[Any]) -> Callable[..., None] | None:
+    params = artifact.params
+    n = len(params)
+    env: dict[str, Any] = {"ArgMismatch": ArgMismatch, "H": h, "dev": dev,
+                           "_stream_handle": _stream_handle, "_bf16_bits": _bf16_bits,
+                           "_fail": _launch_failed, "_cai_ptr": _cai_pointer}
+    lines = [f"def launch(grid, block, args, shared, stream):",
+             f"    if len(args) != {n}: raise ArgMismatch"]
+    if n:
+        lines.append(f"    {''.join(f'a{i}, ' for i in range(n))}= args")
+    values = []
+    torch = sys.modules.get("torch")
+    cupy = sys.modules.get("cupy")
+    for i, (p, x) in enumerate(zip(params, args)):
+        t = p.type
+        a = f"a{i}"
+        if isinstance(t, PointerType):
+            tx = type(x)
+            env[f"T{i}"] = tx
+            if torch is not None and isinstance(x, torch.Tensor):
+                if not x.is_cuda or x.device.index != dev.ordinal:
+                    return None
+                env[f"D{i}"] = x.dtype
+                lines.append(f"    if type({a}) is not T{i} or {a}.dtype is not D{i} or not "
+                             f"{a}.is_cuda or not {a}.is_contiguous(): raise ArgMismatch")
+                values.append(f"{a}.data_ptr()")
+            elif cupy is not None and isinstance(x, cupy.ndarray):
+                env[f"D{i}"] = x.dtype
+                lines.append(f"    if type({a}) is not T{i} or {a}.dtype != D{i} or not "
+                             f"{a}.flags.c_contiguous: raise ArgMismatch")
+                values.append(f"{a}.data.ptr")
+            elif hasattr(x, "__cuda_array_interface__"):
+                env[f"D{i}"] = np.dtype(x.__cuda_array_interface__["typestr"])
+                lines.append(f"    if type({a}) is not T{i}: raise ArgMismatch")
+                values.append(f"_cai_ptr({a}, D{i})")
+            else:
+                return None  # numpy and host tensors are copied: the general path
+        elif isinstance(t, ScalarType) and t.name in _STRUCT:
+            # The Python types accepted: the language's natural ones, plus the numpy scalar type of
+            # this first call (np.float32(alpha) is common); struct packs numpy scalars as numbers.
+            tx = type(x)
+            if t.is_bool:
+                ok = {bool, np.bool_}
+            elif t.is_int:
+                ok = {int} | ({tx} if issubclass(tx, np.integer) else set())
+            else:
+                ok = {int, float} | ({tx} if issubclass(tx, (np.integer, np.floating)) else set())
+            env[f"S{i}"] = frozenset(ok)
+            cond = f"type({a}) not in S{i}"
+            if t.is_int:
+                lo, hi = arrays.scalar_range(t)
+                cond += f" or not {lo} <= {a} <= {hi}"
+            elif t.name in ("f16", "bf16", "f32"):
+                # out-of-range floats take the general path, which explains the refusal
+                big = {"f16": 65504.0, "bf16": 3.3895313892515355e38, "f32": 3.4028234663852886e38}
+                cond += f" or abs({a}) > {big[t.name]!r}"
+            lines.append(f"    if {cond}: raise ArgMismatch")
+            if t.name == "bf16":
+                values.append(f"_bf16_bits({a})")
+            elif t.is_bool:
+                values.append(f"bool({a})")
+            elif t.is_float:
+                values.append(f"float({a})")
+            else:
+                values.append(f"int({a})" if len(ok) > 1 else a)
+        else:
+            return None
+    # One buffer: the launch configuration, then the parameter slots (8 bytes each).
+    st = struct.Struct("=" + _LAUNCH_CONFIG + _param_struct(artifact).format[1:])
+    assert st.size == _LAUNCH_CONFIG_SIZE + 8 * n
+    buf = ctypes.create_string_buffer(st.size)
+    base = ctypes.addressof(buf)
+    ptrs = (ctypes.c_void_p * max(n, 1))(*[base + _LAUNCH_CONFIG_SIZE + 8 * i for i in range(n)])
+    env.update(pack=st.pack_into, buf=buf, ptrs=ptrs, _launch_ex=_launch_ex_fn(),
+               CFG=ctypes.c_void_p(base), FN=ctypes.c_void_p(h.address),
+               PP=ctypes.c_void_p(ctypes.addressof(ptrs)), OWNER=threading.get_ident(),
+               get_ident=threading.get_ident)
+    # The buffer belongs to the thread that made the launcher; other threads take the general path,
+    # so two threads never fill it at once.
+    lines += [
+        "    if shared and (shared < 0 or shared > H.dynamic_limit): raise ArgMismatch",
+        "    if get_ident() != OWNER: raise ArgMismatch",
+        "    s = 0 if stream is None else (stream if type(stream) is int else _stream_handle(stream))",
+        f"    pack(buf, 0, *grid, *block, shared, s{''.join(', ' + v for v in values)})",
+        "    rc = _launch_ex(CFG, FN, PP, None)",
+        "    if rc: _fail(rc, dev, H, grid, block, shared, lambda: _launch_ex(CFG, FN, PP, None))",
+    ]
+    src = "\n".join(lines) + "\n"
+    exec(compile(src, f"<kcompiler launcher {h.name}>", "exec"), env)  # noqa: S102 - generated here
+    fn = env["launch"]
+    fn.source = src  # for debugging: print(kernel.last_launcher.source)
+    return fn
+
+
+def _cai_pointer(x: Any, dtype: np.dtype) -> int:
+    cai = x.__cuda_array_interface__
+    if np.dtype(cai["typestr"]) != dtype or not arrays.is_contiguous(x):
+        raise ArgMismatch
+    return int(cai["data"][0])
+
+
+def _launch_failed(rc: int, dev: CudaDevice, h: CudaKernelHandle, grid: tuple, block: tuple,
+                   shared: int, retry: Callable[[], int]) -> None:
+    # A thread that never made the context current gets CUDA_ERROR_INVALID_CONTEXT (201); make it
+    # current and try once more before reporting.
+    if rc == 201:
+        dev.make_current()
+        rc = retry()
+        if rc == 0:
+            return
+    raise LaunchError(f"launching kernel '{h.name}' with grid {tuple(grid)}, block {tuple(block)}, "
+                      f"{shared} bytes of dynamic shared memory: {_err_name(_drv.CUresult(rc))}")
+
+
+__all__ = ["CudaDevice", "CudaKernelHandle", "ArgMismatch", "device_count", "is_available",
+           "detected_arch", "arch_of", "DEFAULT_SHARED_LIMIT"]

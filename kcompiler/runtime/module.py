@@ -1,0 +1,371 @@
+"""Module, Kernel and launches: the target-generic runtime above a :class:`Device`.
+
+    mod = kcompiler.compile_file("examples/vadd.kc")
+    mod.vadd[blocks, threads](a, b, out, n)                 # grid, block: int or 1-3 ints
+    mod.scale[grid, (256,)](x, y, 2.0, n, VEC=8, stream=s)  # compile-time values by keyword
+
+A launch infers the kernel's compile-time parameters from the argument types (an array of float16
+gives ``T = f16`` for a ``ptr<T>`` parameter), compiles that specialisation once (memoised here and
+in the on-disk cache), checks the arguments against its parameters (count, array dtypes, contiguity,
+scalar ranges; a TypeError / ValueError names the kernel and the parameter) and launches.
+
+Speed: the first launch with given argument types asks the device for a launcher specialised to them
+(CUDA: a generated function that packs the arguments and calls ``cuLaunchKernel``); later launches
+with arguments of the same types call it directly, with no inference and no lookups. Arguments of
+other types make it raise ``ArgMismatch`` before launching, and the general path takes over.
+"""
+from __future__ import annotations
+
+import operator
+import threading
+import weakref
+from typing import Any, Callable
+
+from ..diagnostics import CompileError
+from . import arrays
+from .arrays import ArgMismatch
+from .device import Artifact, Device, LaunchError
+
+_U32_MAX = (1 << 32) - 1
+
+
+def _dims(kernel: str, what: str, v: Any) -> tuple[int, int, int]:
+    """A grid or block shape as three positive ints. Raises TypeError / ValueError."""
+    if type(v) is int:
+        dims = [v]
+    elif isinstance(v, (tuple, list)) and 1 <= len(v) <= 3:
+        try:
+            dims = [operator.index(d) for d in v]
+        except TypeError:
+            dims = None
+    else:
+        try:
+            dims = [operator.index(v)]
+        except TypeError:
+            dims = None
+    if dims is None:
+        raise TypeError(f"{kernel}: {what} must be an int or a tuple of 1 to 3 ints, got {v!r}")
+    for d in dims:
+        if not 1 <= d <= _U32_MAX:
+            raise ValueError(f"{kernel}: {what} dimensions must be at least 1 (and fit in 32 bits), "
+                             f"got {v!r}")
+    while len(dims) < 3:
+        dims.append(1)
+    return dims[0], dims[1], dims[2]
+
+
+def _type_key(a: Any) -> Any:
+    t = type(a)
+    if t is int or t is float or t is bool:
+        return t
+    return t, getattr(a, "dtype", None)
+
+
+#: Loaded kernels by device, then artifact key: modules compiled from the same source share them.
+_HANDLES: "weakref.WeakKeyDictionary[Device, dict[str, Any]]" = weakref.WeakKeyDictionary()
+_HANDLES_LOCK = threading.Lock()
+
+
+class _Specialization:
+    """One compiled specialisation of a kernel, loaded on the module's device on first use."""
+
+    __slots__ = ("values", "artifact", "key", "_handle", "launchers")
+
+    def __init__(self, values: dict[str, Any], artifact: Artifact, key: str):
+        self.values = values
+        self.artifact = artifact
+        self.key = key
+        self._handle: Any = None
+        self.launchers: dict[Any, Callable | None] = {}
+
+    def handle(self, device: Device) -> Any:
+        if self._handle is None:
+            with _HANDLES_LOCK:
+                loaded = _HANDLES.setdefault(device, {})
+                h = loaded.get(self.key)
+                if h is None:
+                    h = loaded[self.key] = device.load(self.artifact)
+                self._handle = h
+        return self._handle
+
+
+class Launch:
+    """``kernel[grid, block]``: call it with the kernel's arguments to launch."""
+
+    __slots__ = ("kernel", "grid", "block")
+
+    def __init__(self, kernel: "Kernel", grid: tuple[int, int, int], block: tuple[int, int, int]):
+        self.kernel, self.grid, self.block = kernel, grid, block
+
+    def __call__(self, *args: Any, shared: int = 0, stream: Any = None, **params: Any) -> None:
+        """Launch with ``args`` (arrays and scalars, in the kernel's parameter order), ``shared``
+        bytes of dynamic shared memory, on ``stream`` (None: the default stream; an int handle or a
+        torch / CuPy / cuda-python stream), with compile-time values ``params`` by keyword.
+
+        Raises TypeError / ValueError for arguments that do not fit the kernel, CompileError when the
+        specialisation does not compile, LaunchError when the device refuses the launch."""
+        k = self.kernel
+        if params:
+            try:
+                fast = k._fast_kw.get(tuple(params.items()))
+            except TypeError:  # an unhashable value: the general path explains it
+                fast = None
+        else:
+            fast = k._fast
+        if fast is not None:
+            try:
+                return fast(self.grid, self.block, args, shared, stream)
+            except ArgMismatch:
+                pass
+        k._launch(self.grid, self.block, args, shared, stream, params)
+
+    def __repr__(self) -> str:
+        return f"<launch of {self.kernel.name} grid={self.grid} block={self.block}>"
+
+
+class Kernel:
+    """A kernel of a :class:`Module`. ``kernel[grid, block](*args)`` launches it;
+    :meth:`specialize` compiles a specialisation ahead of a launch."""
+
+    def __init__(self, module: "Module", name: str):
+        self.module = module
+        self.name = name
+        self._specs: dict[str, _Specialization] = {}
+        self._by_types: dict[Any, _Specialization] = {}
+        self._launches: dict[Any, Launch] = {}
+        # The launcher of the last launch, without and with compile-time keywords (by their items).
+        self._fast: Callable | None = None
+        self._fast_kw: dict[tuple, Callable] = {}
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"<kernel {self.name} of {self.module!r}>"
+
+    @property
+    def comptime_params(self) -> list[str]:
+        """Names of the kernel's compile-time parameters."""
+        return self.module._program.comptime_names(self.name)
+
+    @property
+    def params(self) -> list[str]:
+        """Names of the kernel's runtime parameters."""
+        return self.module._program.param_names(self.name)
+
+    def __getitem__(self, config: Any) -> Launch:
+        try:
+            launch = self._launches.get(config)
+        except TypeError:  # an unhashable config (lists)
+            launch = None
+        if launch is not None:
+            return launch
+        if not isinstance(config, tuple) or len(config) != 2:
+            raise TypeError(f"{self.name}: launch as kernel[grid, block](args...), with grid and block "
+                            f"each an int or a tuple of 1 to 3 ints; got kernel[{config!r}]")
+        launch = Launch(self, _dims(self.name, "grid", config[0]), _dims(self.name, "block", config[1]))
+        try:
+            if len(self._launches) < 256:
+                self._launches[config] = launch
+        except TypeError:
+            pass
+        return launch
+
+    def launch(self, grid: Any, block: Any, *args: Any, shared: int = 0, stream: Any = None,
+               **params: Any) -> None:
+        """Same as ``kernel[grid, block](*args, shared=..., stream=..., **params)``."""
+        self[grid, block](*args, shared=shared, stream=stream, **params)
+
+    # --- specialisation ---
+    def _spec(self, values: dict[str, Any]) -> _Specialization:
+        prog = self.module._program
+        key = prog.artifact_key(self.name, values)
+        spec = self._specs.get(key)
+        if spec is None:
+            with self._lock:
+                spec = self._specs.get(key)
+                if spec is None:
+                    spec = _Specialization(values, prog.artifact(self.name, values), key)
+                    self._specs[key] = spec
+        return spec
+
+    def specialize(self, *args: Any, **params: Any) -> Artifact:
+        """Compile the specialisation for arguments like ``args`` (optional: only their types
+        matter) and compile-time values ``params``, without launching. Returns its Artifact."""
+        types = [arrays.arg_type(a) for a in args] if args else [None] * len(self.params)
+        values = self.module._values(self.name, types, params)
+        return self._spec(values).artifact
+
+    def _launch(self, grid: tuple, block: tuple, args: tuple, shared: Any, stream: Any,
+                params: dict) -> None:
+        if type(shared) is not int:
+            try:
+                shared = operator.index(shared)
+            except TypeError:
+                raise TypeError(f"{self.name}: shared must be an int (bytes of dynamic shared memory), "
+                                f"got {shared!r}") from None
+        if shared < 0:
+            raise ValueError(f"{self.name}: shared must be >= 0 bytes, got {shared}")
+        try:
+            tkey: Any = (tuple(map(_type_key, args)), tuple(sorted(params.items())))
+            hash(tkey)
+        except TypeError:
+            tkey = None
+        spec = self._by_types.get(tkey) if tkey is not None else None
+        if spec is None:
+            types = [arrays.arg_type(a) for a in args]
+            values = self.module._values(self.name, types, params)
+            spec = self._spec(values)
+            if tkey is not None:
+                self._by_types[tkey] = spec
+        art = spec.artifact
+        arrays.check_args(self.name, art.params, args)
+        device = self.module.device
+        handle = spec.handle(device)
+        if shared and hasattr(device, "allow_dynamic_shared") and shared > handle.dynamic_limit:
+            device.allow_dynamic_shared(handle, shared)
+
+        make = getattr(device, "make_launcher", None)
+        if make is not None and tkey is not None:
+            fast = spec.launchers.get(tkey, False)
+            if fast is False:
+                fast = make(handle, art, args)
+                spec.launchers[tkey] = fast
+            if fast is not None:
+                try:
+                    fast(grid, block, args, shared, stream)
+                except ArgMismatch:
+                    pass  # e.g. an infinite float: the general path launches it
+                else:
+                    if not params:
+                        self._fast = fast
+                    elif len(self._fast_kw) < 64:
+                        try:
+                            self._fast_kw[tuple(params.items())] = fast
+                        except TypeError:
+                            pass
+                    return
+
+        largs, copybacks = device.marshal(art, args)
+        ok = False
+        try:
+            device.launch(handle, art, grid, block, largs, shared=shared, stream=stream)
+            ok = True
+        finally:
+            for cb in copybacks:
+                if ok and callable(cb):
+                    cb()
+                elif hasattr(cb, "discard"):
+                    cb.discard()
+
+
+class Module:
+    """Compiled kernels of one source for one target. ``module.NAME`` is the :class:`Kernel` NAME
+    (also ``module["NAME"]``); an unknown name raises AttributeError listing the kernels.
+
+    ``params``: compile-time values used when a launch gives none: ``{"BLOCK": 128}`` for every kernel
+    that declares BLOCK, or ``{"kernel_name": {"BLOCK": 128}}`` for one kernel."""
+
+    def __init__(self, program: Any, device: Device | Callable[[], Device] | None = None,
+                 params: dict[str, Any] | None = None):
+        self._program = program
+        self._device = device
+        self._defaults = dict(params or {})
+        self._kernels: dict[str, Kernel] = {}
+        names = set(program.kernel_names)
+        for k, v in self._defaults.items():
+            if isinstance(v, dict) and k not in names:
+                raise TypeError(f"params: no kernel named {k!r}; the module has "
+                                f"{', '.join(sorted(names)) or 'no kernels'}")
+            if not isinstance(v, dict) and not any(k in program.comptime_names(n) for n in names):
+                raise TypeError(f"params: no kernel has a compile-time parameter named {k!r}")
+
+    # --- kernels ---
+    @property
+    def kernels(self) -> list[str]:
+        """Names of the kernels of this module."""
+        return list(self._program.kernel_names)
+
+    @property
+    def target(self) -> str:
+        return self._program.target_name
+
+    @property
+    def arch(self) -> str:
+        return self._program.arch
+
+    def kernel(self, name: str) -> Kernel:
+        k = self._kernels.get(name)
+        if k is None:
+            if name not in self._program.kernel_names:
+                raise AttributeError(f"module has no kernel {name!r}; its kernels are: "
+                                     f"{', '.join(self.kernels) or 'none'}")
+            k = self._kernels[name] = Kernel(self, name)
+        return k
+
+    def __getitem__(self, name: str) -> Kernel:
+        try:
+            return self.kernel(name)
+        except AttributeError as e:
+            raise KeyError(str(e)) from None
+
+    def __getattr__(self, name: str) -> Kernel:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        k = self.kernel(name)
+        self.__dict__[name] = k  # later lookups skip __getattr__
+        return k
+
+    def __dir__(self) -> list[str]:
+        return sorted(set(super().__dir__()) | set(self.kernels))
+
+    def __repr__(self) -> str:
+        return f"<kcompiler.Module {self._program.source.path} target={self.target} arch={self.arch} " \
+               f"kernels={self.kernels}>"
+
+    # --- the device ---
+    @property
+    def device(self) -> Device:
+        """The device this module's kernels run on (created on first use; LaunchError if none)."""
+        d = self._device
+        if d is None:
+            d = self._device = device_for(self.target)
+        elif not isinstance(d, Device) and callable(d):
+            d = self._device = d()
+        return d
+
+    def _values(self, kernel: str, types: list, given: dict) -> dict[str, Any]:
+        names = self._program.comptime_names(kernel)
+        merged = {}
+        if names:
+            for k, v in self._defaults.items():
+                if isinstance(v, dict):
+                    if k == kernel:
+                        merged.update(v)
+                elif k in names:
+                    merged.setdefault(k, v)
+        merged.update(given)
+        return self._program.specialise(kernel, types, merged)
+
+    def artifact(self, kernel: str, **params: Any) -> Artifact:
+        """The compiled Artifact of ``kernel`` with compile-time values ``params`` (none inferred)."""
+        return self.kernel(kernel).specialize(**params)
+
+
+def device_for(target: str) -> Device:
+    """The default device of a canonical target: CUDA device 0 (nvptx), HIP device 0 (amdgcn), or
+    the CPU emulator. Raises LaunchError when there is none (HipUnavailable without HIP)."""
+    if target == "nvptx":
+        from .cuda import CudaDevice
+
+        return CudaDevice.get(0)
+    if target == "amdgcn":
+        from .hip import HipDevice
+
+        return HipDevice.get(0)
+    if target == "cpu":
+        from .cpu import CpuDevice
+
+        return CpuDevice.get()
+    raise LaunchError(f"no runtime for target {target!r} yet")
+
+
+__all__ = ["Module", "Kernel", "Launch", "device_for", "CompileError"]
