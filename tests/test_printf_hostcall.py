@@ -123,9 +123,9 @@ def check_every_line(out: str, n: int, warp: int, block: int) -> None:
     assert (seen == 1).all()
 
 
-@pytest.mark.parametrize("warp, n", [(32, 1 << 20), (64, 1 << 18)])
+@pytest.mark.parametrize("warp, n", [(32, 1 << 20), (64, 1 << 20)])
 def test_cpu_every_thread_prints_once(tmp_path, warp, n):
-    """2^20 threads (wave32; 2^18 with wave64), a partial last block: every line exactly once."""
+    """2^20 threads less 37 (a partial last block), wave32 and wave64: every line exactly once."""
     n -= 37
     out = run(tmp_path, EVERY_THREAD, "every", {"n": np.int32(n)}, "cpu", grid=(n + 255) // 256,
               block=256, arch="host-w64" if warp == 64 else None)
@@ -165,3 +165,15 @@ kernel quiet(x: ptr<f32>) {
         assert "ockl" not in name and "ocml" not in name, name
         assert sym.section != 0 or not name, f"undefined symbol {name}"
     assert every.wavefront_size == (64 if arch == "gfx942" else 32)
+
+
+@pytest.mark.parametrize("packets", [2, 3])
+def test_cpu_warps_wait_for_packets(tmp_path, monkeypatch, packets):
+    """A buffer with fewer packets than the warps printing at once (KC_HOSTCALL_PACKETS): the free
+    stack runs empty, and a warp waits for a packet to come back instead of taking a packet another
+    warp holds. Every line still arrives exactly once."""
+    monkeypatch.setenv("KC_HOSTCALL_PACKETS", str(packets))
+    monkeypatch.setenv("KC_CPU_THREADS", "2")
+    n = 20000 - 3
+    out = run(tmp_path, EVERY_THREAD, "every", {"n": np.int32(n)}, "cpu", grid=(n + 255) // 256, block=256)
+    check_every_line(out, n, 32, 256)

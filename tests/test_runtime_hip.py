@@ -20,6 +20,7 @@ import pytest
 
 import kcompiler as kc
 from kcompiler.ir.types import BF16, BOOL, F16, F32, F64, I8, I32, I64, PointerType
+from kcompiler.runtime import device as device_module
 from kcompiler.runtime import hip as hip_rt
 from kcompiler.runtime.codeobject import ArgInfo, KernelDescriptor, KernelInfo, read_code_object
 from kcompiler.runtime.device import Artifact, KernelParam, LaunchError
@@ -120,7 +121,7 @@ def fresh_probe(monkeypatch):
     """Forget what an earlier test found out about HIP (the probe is cached per process)."""
     monkeypatch.setattr(hip_rt, "_probe", None)
     monkeypatch.setattr(hip_rt, "_hip", None)
-    monkeypatch.setattr(HipDevice, "_instances", {})
+    monkeypatch.setattr(device_module, "_INSTANCES", {})
 
 
 @pytest.fixture

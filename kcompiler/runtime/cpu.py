@@ -99,10 +99,10 @@ def hostcall_buffer() -> Any:
     global _hostcall
     with _hostcall_lock:
         if _hostcall is None:
-            from .hostcall import HostcallBuffer, HostcallListener
+            from .hostcall import HostcallBuffer, HostcallListener, packets_for
 
             # A packet per waiting warp at most: workers x warps of a block is far below this.
-            buf = HostcallBuffer.in_host_memory(4096)
+            buf = HostcallBuffer.in_host_memory(packets_for(4096))
             listener = HostcallListener([buf]).start()
             _hostcall = (buf, listener)
         return _hostcall[0]

@@ -208,16 +208,6 @@ class CudaDevice(Device):
     Raises LaunchError when cuda-python, the driver or the device is missing."""
 
     target = "nvptx"
-    _instances: dict[int, "CudaDevice"] = {}
-    _lock = threading.Lock()
-
-    @classmethod
-    def get(cls, ordinal: int = 0) -> "CudaDevice":
-        with cls._lock:
-            dev = cls._instances.get(ordinal)
-            if dev is None:
-                dev = cls._instances[ordinal] = cls(ordinal)
-            return dev
 
     def __init__(self, ordinal: int = 0):
         if _drv is None:
@@ -282,18 +272,33 @@ class CudaDevice(Device):
         Memory: ``KC_HOSTCALL_MEMORY=managed`` (default: cuMemAllocManaged; the host's atomic exchange
         on the ready stack and the GPU's compare-and-swap stay atomic with respect to each other on
         any platform, pages migrating on access) or ``pinned`` (cuMemHostAlloc mapped into the
-        device: atomic between GPU and CPU only where the platform has native host atomics)."""
+        device: atomic between GPU and CPU only where the platform has native host atomics; on the
+        H100 host here it corrupts packets). Packets: one per warp the device can hold
+        (:meth:`resident_warps`), as the HIP runtime gives one per wavefront; ``KC_HOSTCALL_PACKETS``
+        overrides the count."""
         with self._hostcall_lock:
             if self._hostcall is None:
-                from .hostcall import HostcallBuffer, HostcallListener
+                from .hostcall import HostcallBuffer, HostcallListener, packets_for
 
                 kind = os.environ.get("KC_HOSTCALL_MEMORY", "managed")
                 self.make_current()
-                buf = HostcallBuffer.allocate(lambda size, align: self._hostcall_memory(kind, size), 1024)
+                buf = HostcallBuffer.allocate(lambda size, align: self._hostcall_memory(kind, size),
+                                              packets_for(self.resident_warps()))
                 self._hostcall = (buf, HostcallListener([buf]).start())
                 # Kernels may still be printing when Python exits: wait for them, serve the rest.
                 atexit.register(self._finish_hostcall)
             return self._hostcall[0]
+
+    def resident_warps(self) -> int:
+        """How many warps the device can hold at once (SMs x threads per SM / 32; 8448 on an H100
+        SXM): a hostcall buffer needs one packet per warp that may call, as the HIP runtime gives
+        one per wavefront the GPU can hold."""
+        A = _drv.CUdevice_attribute
+        sms = _check(_drv.cuDeviceGetAttribute(A.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, self.device),
+                     "cuDeviceGetAttribute")
+        threads = _check(_drv.cuDeviceGetAttribute(A.CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR,
+                                                   self.device), "cuDeviceGetAttribute")
+        return int(sms) * int(threads) // 32
 
     def _finish_hostcall(self) -> None:
         try:

@@ -7,8 +7,9 @@ marshalling rules, the cache, specialisation) is shared.
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Sequence, TypeVar
 
 from ..ir.types import Type
 
@@ -46,6 +47,11 @@ class LaunchError(RuntimeError):
     """A launch was refused or failed; the message names the kernel and the cause."""
 
 
+_D = TypeVar("_D", bound="Device")
+_INSTANCES: dict[tuple[type, int], "Device"] = {}
+_INSTANCES_LOCK = threading.RLock()
+
+
 class Device:
     """A place kernels run. Subclasses: CudaDevice, CpuDevice, HipDevice."""
 
@@ -53,6 +59,16 @@ class Device:
     target: str = ""
     #: The chip, as the compiler's ``arch`` (e.g. 'sm_90a'), chosen for this device.
     arch: str = ""
+
+    @classmethod
+    def get(cls: type[_D], ordinal: int = 0) -> _D:
+        """The process's one device object of this class for GPU ``ordinal`` (created on first use;
+        the constructor's errors propagate)."""
+        with _INSTANCES_LOCK:
+            dev = _INSTANCES.get((cls, ordinal))
+            if dev is None:
+                dev = _INSTANCES[(cls, ordinal)] = cls(ordinal)  # type: ignore[call-arg]
+            return dev  # type: ignore[return-value]
 
     def load(self, artifact: Artifact) -> Any:
         """Load ``artifact`` and return a handle that :meth:`launch` takes."""

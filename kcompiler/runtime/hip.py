@@ -308,16 +308,6 @@ class HipDevice(Device):
     Raises HipUnavailable without hip-python, ROCm or an AMD GPU; LaunchError for a missing ordinal."""
 
     target = "amdgcn"
-    _instances: dict[int, "HipDevice"] = {}
-    _ilock = threading.Lock()
-
-    @classmethod
-    def get(cls, ordinal: int = 0) -> "HipDevice":
-        with cls._ilock:
-            dev = cls._instances.get(ordinal)
-            if dev is None:
-                dev = cls._instances[ordinal] = cls(ordinal)
-            return dev
 
     def __init__(self, ordinal: int = 0):
         n, why = _probe_runtime()

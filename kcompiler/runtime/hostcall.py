@@ -39,6 +39,7 @@ docs/amd-hostcall.md §10.1 has what was measured, including on managed memory.
 from __future__ import annotations
 
 import ctypes
+import os
 import sys
 import threading
 import traceback
@@ -204,6 +205,17 @@ class HostAtomics:
 
 #: allocate(size, alignment) -> (host address, device address, release or None)
 Allocator = Callable[[int, int], "tuple[int, int, Callable[[], Any] | None]"]
+
+
+def packets_for(default: int) -> int:
+    """The packet count for a new buffer: ``KC_HOSTCALL_PACKETS`` if set (at least 2; fewer packets
+    than calling warps make warps wait for packets, a way to test that path), else ``default``."""
+    env = os.environ.get("KC_HOSTCALL_PACKETS", "").strip()
+    if not env:
+        return default
+    if not env.isdigit() or int(env) < 2:
+        raise ValueError(f"KC_HOSTCALL_PACKETS must be an integer of at least 2, not {env!r}")
+    return int(env)
 
 
 class HostcallBuffer:

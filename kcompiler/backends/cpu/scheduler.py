@@ -11,6 +11,8 @@ launch's atomic counter until none are left (or an error stopped the launch) and
      (sites number operations in program order, so lanes that diverged into a branch go before lanes
      waiting after it: the min-PC reconvergence heuristic) as the active lanes, computes every active
      lane's result (shuffle, ballot, active mask, first lane) and makes them runnable;
+   - a thread that yielded (``nanosleep``: a spin loop backing off) is runnable again at once; a
+     warp with such a lane does not release its warp operation yet (the lane may be on its way);
    - when no warp operation is pending and every live thread waits at a barrier, releases the barrier
      (threads that returned early no longer take part, as on sm_70+); live threads waiting at different
      barriers are a divergent barrier, which a GPU would hang on or run incorrectly: the launch stops
@@ -241,14 +243,20 @@ def build_scheduler_module(triple: str, data_layout: str) -> ll.Module:
         lo = b.mul(w, ws)
         hi = b.select(b.icmp_unsigned("<", b.add(lo, ws), n), b.add(lo, ws), n)
         min_site = fb.var(I32, no_site, "min_site")
+        lane_runs = fb.var(I1, ll.Constant(I1, 0), "lane_runs")
         with fb.loop(lo, hi, "l") as l:
             c = ctx_at(l)
-            waiting = b.icmp_unsigned("==", load_thread(b, c, "wait"), c32(WAIT_WARP))
+            wait = load_thread(b, c, "wait")
+            waiting = b.icmp_unsigned("==", wait, c32(WAIT_WARP))
             s = load_thread(b, c, "site")
             smaller = b.and_(waiting, b.icmp_unsigned("<", s, min_site.get()))
             min_site.set(b.select(smaller, s, min_site.get()))
+            lane_runs.set(b.or_(lane_runs.get(), b.icmp_unsigned("==", wait, c32(WAIT_RUN))))
         site = min_site.get()
-        with fb.if_(b.icmp_unsigned("!=", site, no_site), "warp_release"):
+        # A lane that yielded (nanosleep) may still be on its way to the warp operation: the warp
+        # waits for it.
+        ready = b.and_(b.icmp_unsigned("!=", site, no_site), b.not_(lane_runs.get()))
+        with fb.if_(ready, "warp_release"):
             mask = fb.var(I64, c64(0), "mask")
             bal = fb.var(I64, c64(0), "ballot")
 
@@ -293,8 +301,10 @@ def build_scheduler_module(triple: str, data_layout: str) -> ll.Module:
     b.position_at_end(barrier)
     first_t = fb.var(I32, c32(-1), "first_at_barrier")
     first_site = fb.var(I32, c32(0), "first_site")
+    runnable = fb.var(I1, ll.Constant(I1, 0), "runnable")
     with fb.loop(c32(0), n, "t") as t:
         c = ctx_at(t)
+        runnable.set(b.or_(runnable.get(), b.icmp_unsigned("==", load_thread(b, c, "wait"), c32(WAIT_RUN))))
         with fb.if_(b.icmp_unsigned("==", load_thread(b, c, "wait"), c32(WAIT_BARRIER)), "at_barrier"):
             s = load_thread(b, c, "site")
             is_first = b.icmp_signed("<", first_t.get(), c32(0))
@@ -312,6 +322,9 @@ def build_scheduler_module(triple: str, data_layout: str) -> ll.Module:
             first_site.set(b.select(is_first, s, first_site.get()))
             first_t.set(b.select(is_first, t, first_t.get()))
     release = fn.append_basic_block("barrier.release")
+    settled = fn.append_basic_block("barrier.settled")
+    b.cbranch(runnable.get(), resume_all, settled)  # threads that yielded run before any release
+    b.position_at_end(settled)
     b.cbranch(b.icmp_signed("<", first_t.get(), c32(0)), blocks, release)  # nobody waits: block done
     b.position_at_end(release)
     with fb.loop(c32(0), n, "t") as t:

@@ -44,8 +44,8 @@ from ...ir.types import AddressSpace
 from ..target import Target
 from . import coroutine
 from .abi import (ACCESS_ATOMIC, ACCESS_LOAD, ACCESS_STORE, ERR_BOUNDS, ERR_MISALIGNED, WAIT_BARRIER,
-                  WAIT_WARP, WARP_ACTIVE_MASK, WARP_BALLOT, WARP_FIRST_LANE, WARP_SHUFFLE, load_launch,
-                  load_thread, store_launch, store_thread)
+                  WAIT_RUN, WAIT_WARP, WARP_ACTIVE_MASK, WARP_BALLOT, WARP_FIRST_LANE, WARP_SHUFFLE,
+                  load_launch, load_thread, store_launch, store_thread)
 from .scheduler import START_TYPE, claim_error
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -213,6 +213,13 @@ class CpuTarget(Target):
 
     def read_first_lane(self, ctx: "LoweringContext", value: ll.Value) -> ll.Value:
         return ctx.b.trunc(self._warp_op(ctx, "read_first_lane", WARP_FIRST_LANE, value), value.type)
+
+    def nanosleep(self, ctx: "LoweringContext", ns: ll.Value) -> None:
+        # The threads of a block share one host thread: a spin loop must let the others run (the
+        # one it waits for may be among them), so backing off is a yield to the scheduler.
+        co = self._coroutine(ctx, "nanosleep")
+        if co is not None:
+            coroutine.suspend(co, ctx.b, WAIT_RUN, self._site(ctx))
 
     def warp_sync(self, ctx: "LoweringContext", mask: ll.Value | None = None) -> None:
         # A warp operation is where the lanes of a warp meet: every active lane gets there first.
