@@ -54,6 +54,9 @@ _FNS = [
     BuiltinFn("load", 1, 1, brackets="yes", doc="load[vec<T, N>](p): one wide load"),
     BuiltinFn("store", 2, 2, doc="store(p, v): one wide store"),
     BuiltinFn("bitcast", 1, 1, brackets="required", doc="bitcast[T](x)"),
+    BuiltinFn("convert", 1, 1, ("saturate",), brackets="required",
+              doc="convert[T](x, saturate = false): T(x); into an 8-bit float, saturate = true clamps "
+                  "overflows and infinities to the largest finite value instead of NaN/Inf"),
     BuiltinFn("dynamic_shared", 0, 0, brackets="required", doc="dynamic_shared[T]() -> ptr<T, shared>"),
     # Variadic: the checker and the lowering check the count against the format (printf_format.py).
     BuiltinFn("printf", 1, 33, doc='printf("format", args...): the format a string literal, at most 32 '

@@ -33,9 +33,12 @@ class VoidType(Type):
 
 @dataclass(frozen=True)
 class ScalarType(Type):
-    """A scalar: ``kind`` is 'bool', 'int' (signed), 'uint' or 'float'; ``bits`` its width.
+    """A scalar: ``kind`` is 'bool', 'int' (signed), 'uint', 'float' or 'float8'; ``bits`` its width.
 
-    ``bf16`` is a float of 16 bits told apart from ``f16`` by its name.
+    ``bf16`` is a float of 16 bits told apart from ``f16`` by its name. The 'float8' kind holds the
+    8-bit storage formats (``f8e4m3``, ``f8e5m2``, their FNUZ variants, ``e8m0``; described in
+    :mod:`kcompiler.numerics.formats`): values are converted to and from the arithmetic floats, not
+    computed on.
     """
 
     name: str
@@ -48,6 +51,11 @@ class ScalarType(Type):
     @property
     def is_float(self) -> bool:
         return self.kind == "float"
+
+    @property
+    def is_float8(self) -> bool:
+        """An 8-bit storage float (f8e4m3, f8e5m2, f8e4m3fnuz, f8e5m2fnuz, e8m0)."""
+        return self.kind == "float8"
 
     @property
     def is_int(self) -> bool:
@@ -135,10 +143,13 @@ F16 = ScalarType("f16", "float", 16)
 BF16 = ScalarType("bf16", "float", 16)
 F32 = ScalarType("f32", "float", 32)
 F64 = ScalarType("f64", "float", 64)
+F8E4M3, F8E5M2, F8E4M3FNUZ, F8E5M2FNUZ, E8M0 = (
+    ScalarType(n, "float8", 8) for n in ("f8e4m3", "f8e5m2", "f8e4m3fnuz", "f8e5m2fnuz", "e8m0"))
 
 #: Every scalar type by its name in the language.
 SCALARS: dict[str, ScalarType] = {
-    t.name: t for t in (BOOL, I8, I16, I32, I64, U8, U16, U32, U64, F16, BF16, F32, F64)
+    t.name: t for t in (BOOL, I8, I16, I32, I64, U8, U16, U32, U64, F16, BF16, F32, F64,
+                        F8E4M3, F8E5M2, F8E4M3FNUZ, F8E5M2FNUZ, E8M0)
 }
 
 

@@ -33,6 +33,13 @@ ARCHS: dict[str, tuple[int, frozenset[str]]] = {
     "gfx1201": (32, _RDNA | {"gfx1201", "fp8_convert", "fp8_ocp", "wmma_fp8"}),  # RDNA4 (RX 9070)
 }
 
+def _float8_mode(mode: str) -> bool:
+    """Whether the ``float8`` target option asks for software conversions."""
+    if mode not in ("hardware", "software"):
+        raise ValueError(f"float8 must be 'hardware' or 'software', not {mode!r}")
+    return mode == "software"
+
+
 #: The code object version kcompiler pins: v5. LLVM 22 defaults to v6, which ROCm before 6.3 rejects.
 CODE_OBJECT_VERSION = 500
 
@@ -57,12 +64,13 @@ class AmdgcnTarget(Target):
     binary_kind = "hsaco"
     printf_method = "hostcall"  # served by the HIP runtime's own listener
 
-    def __init__(self, arch: str = "gfx942"):
+    def __init__(self, arch: str = "gfx942", float8: str = "hardware"):
         if arch not in ARCHS:
             raise ValueError(f"unknown AMD architecture '{arch}': expected one of {', '.join(ARCHS)}")
         self.arch = arch
         self.warp_size, features = ARCHS[arch]
-        self.features = features
+        # float8="software": the reference conversions even where the chip converts (to compare them)
+        self.features = features - ({"fp8_convert", "fp8_fnuz", "fp8_ocp"} if _float8_mode(float8) else set())
         self.data_layout = str(self.target_machine(0).target_data)
 
     def describe(self) -> dict:
@@ -154,6 +162,46 @@ class AmdgcnTarget(Target):
         # their side of this point and that they are complete for the other lanes.
         ctx.b.fence("acq_rel", "wavefront")
         self._intrinsic(ctx, "wave.barrier", ll.VoidType())
+
+    # --- 8-bit floats: the packed converts of gfx942 (FNUZ) and gfx950 / gfx12 (OCP) ------------------
+    def _fp8_hw(self, fmt) -> str | None:
+        if self.has("fp8_fnuz"):
+            return {"f8e4m3fnuz": "fp8", "f8e5m2fnuz": "bf8"}.get(fmt.name)
+        if self.has("fp8_ocp"):
+            return {"f8e4m3": "fp8", "f8e5m2": "bf8"}.get(fmt.name)
+        return None
+
+    def float8_encode(self, ctx: LoweringContext, xs: list[ll.Value], fmt, saturate: bool) -> list[ll.Value]:
+        """``v_cvt_pk_{fp8,bf8}_f32`` (two values into the low word; AMD CDNA3 ISA, "FP8 conversion"),
+        with the software path's NaN, overflow, infinity and zero-sign rules applied after it
+        (float8.fix_encoded), so the results equal the software path's whatever the chip's
+        saturation mode."""
+        hw = self._fp8_hw(fmt)
+        if hw is None:
+            return super().float8_encode(ctx, xs, fmt, saturate)
+        from ..llvm import float8
+        b = ctx.b
+        f32, i8, i1 = ll.FloatType(), ll.IntType(8), ll.IntType(1)
+        cvt = ctx.declare(f"llvm.amdgcn.cvt.pk.{hw}.f32", _I32, [f32, f32, _I32, i1])
+        out = []
+        for k in range(0, len(xs), 2):
+            pair = xs[k:k + 2]
+            second = pair[1] if len(pair) == 2 else ll.Constant(f32, 0.0)
+            word = b.call(cvt, [pair[0], second, ll.Constant(_I32, 0), ll.Constant(i1, 0)])
+            codes = [b.trunc(word, i8), b.trunc(b.lshr(word, ll.Constant(_I32, 8)), i8)]
+            out += [float8.fix_encoded(b, x, c, fmt, saturate) for x, c in zip(pair, codes)]
+        return out
+
+    def float8_decode(self, ctx: LoweringContext, codes: list[ll.Value], fmt) -> list[ll.Value]:
+        """``v_cvt_f32_{fp8,bf8}`` (exact); NaNs as the software path."""
+        hw = self._fp8_hw(fmt)
+        if hw is None:
+            return super().float8_decode(ctx, codes, fmt)
+        from ..llvm import float8
+        b = ctx.b
+        cvt = ctx.declare(f"llvm.amdgcn.cvt.f32.{hw}", ll.FloatType(), [_I32, _I32])
+        return [float8.fix_decoded(b, c, b.call(cvt, [b.zext(c, _I32), ll.Constant(_I32, 0)]), fmt)
+                for c in codes]
 
     def nanosleep(self, ctx: LoweringContext, ns: ll.Value) -> None:
         # s_sleep takes an immediate (units of 64 clocks); 1 is what ockl's hostcall wait loop uses.

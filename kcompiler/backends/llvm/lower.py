@@ -51,7 +51,7 @@ def scalar_lltype(t: ScalarType) -> ll.Type:
     """The LLVM type of a scalar in registers (bool is i1)."""
     if t.kind == "bool":
         return _I1
-    if t.kind in ("int", "uint"):
+    if t.kind in ("int", "uint", "float8"):  # an 8-bit float is its code
         return ll.IntType(t.bits)
     return {"f16": ll.HalfType(), "bf16": BFloatType(), "f32": ll.FloatType(), "f64": ll.DoubleType()}[t.name]
 
@@ -382,14 +382,20 @@ class Lowering:
         return ctx.b.select(c, a, b_)
 
     def op_cast(self, ctx: LoweringContext, op: Op) -> ll.Value:
-        return self.convert(ctx, self.v(ctx, op.operands[0]), op.operands[0].type, op.result.type)
+        return self.convert(ctx, self.v(ctx, op.operands[0]), op.operands[0].type, op.result.type,
+                            bool(op.attrs.get("saturate", False)))
 
-    def convert(self, ctx: LoweringContext, x: ll.Value, src: Type, dst: Type) -> ll.Value:
+    def convert(self, ctx: LoweringContext, x: ll.Value, src: Type, dst: Type,
+                saturate: bool = False) -> ll.Value:
         """C-style value conversion of scalars or same-length vectors. Float to int saturates and
-        maps NaN to 0 (what PTX's cvt.rzi does and what LLVM's fptosi.sat gives on every target)."""
+        maps NaN to 0 (what PTX's cvt.rzi does and what LLVM's fptosi.sat gives on every target).
+        8-bit floats convert through f32 (exact in both directions for f16 and bf16 sources, so one
+        rounding), by the target's float8 hooks; ``saturate`` applies to conversions into them."""
         if src == dst:
             return x
         s, d = elem_of(src), elem_of(dst)
+        if s.is_float8 or d.is_float8:
+            return self._convert_float8(ctx, x, src, dst, saturate)
         B = ctx.b
         lt = self.lltype(dst)
         if d.kind == "bool":
@@ -416,6 +422,29 @@ class Lowering:
         if d.bits > s.bits:
             return B.fpext(x, lt)
         return B.fptrunc(x, lt)
+
+    def _convert_float8(self, ctx: LoweringContext, x: ll.Value, src: Type, dst: Type,
+                        saturate: bool) -> ll.Value:
+        from ...numerics.formats import FORMATS
+        from ...ir.types import F32
+        s, d = elem_of(src), elem_of(dst)
+        n = src.count if isinstance(src, VectorType) else 0
+        B = ctx.b
+        lanes = [B.extract_element(x, ll.Constant(_I32, i)) for i in range(n)] if n else [x]
+        if s.is_float8:
+            lanes = self.target.float8_decode(ctx, lanes, FORMATS[s.name])
+        else:
+            lanes = [self.convert(ctx, v, s, F32) for v in lanes]
+        if d.is_float8:
+            lanes = self.target.float8_encode(ctx, lanes, FORMATS[d.name], saturate)
+        else:
+            lanes = [self.convert(ctx, v, F32, d) for v in lanes]
+        if not n:
+            return lanes[0]
+        out: ll.Value = ll.Constant(self.lltype(dst), ll.Undefined)
+        for i, v in enumerate(lanes):
+            out = B.insert_element(out, v, ll.Constant(_I32, i))
+        return out
 
     def op_bitcast(self, ctx: LoweringContext, op: Op) -> ll.Value:
         x, t = self.v(ctx, op.operands[0]), self.lltype(op.result.type)

@@ -14,6 +14,10 @@ from ..target import Target
 
 _I1, _I32, _I64 = ll.IntType(1), ll.IntType(32), ll.IntType(64)
 
+#: The PTX ISA version asked of LLVM: 8.1, the first with which LLVM selects the FP8 converts (CUDA
+#: 12.1 drivers and later load it).
+PTX_FEATURES = "+ptx81"
+
 #: The architectures kcompiler targets, with what each adds for ``comptime target.has(...)``.
 ARCHS: dict[str, frozenset[str]] = {
     "sm_80": frozenset({"sm_80", "cp_async", "mma_bf16", "bf16"}),
@@ -77,7 +81,7 @@ class NvptxTarget(Target):
     alloca_space = 0
     binary_kind = "cubin"
 
-    def __init__(self, arch: str = "sm_90", printf: str = "vprintf"):
+    def __init__(self, arch: str = "sm_90", printf: str = "vprintf", float8: str = "hardware"):
         if arch not in ARCHS:
             raise ValueError(f"unknown NVIDIA architecture '{arch}': expected one of {', '.join(ARCHS)}")
         if printf not in ("vprintf", "hostcall"):
@@ -86,7 +90,10 @@ class NvptxTarget(Target):
         # "hostcall" runs the device code AMD kernels use (std.hostcall), served by kcompiler's own
         # listener over host memory: the protocol is checked on NVIDIA hardware that way.
         self.printf_method = printf
-        self.features = ARCHS[arch] | {"nvptx"}
+        if float8 not in ("hardware", "software"):
+            raise ValueError(f"float8 must be 'hardware' or 'software', not {float8!r}")
+        # float8="software": the reference conversions even on sm_89+ (to compare the two on a GPU)
+        self.features = (ARCHS[arch] | {"nvptx"}) - ({"fp8_convert"} if float8 == "software" else set())
 
     # --- functions ----------------------------------------------------------------------------------
     def declare_kernel(self, ctx: LoweringContext) -> None:
@@ -118,6 +125,52 @@ class NvptxTarget(Target):
 
     def syncscope(self, scope: str) -> str | None:
         return {"block": "block", "device": "device", "system": None}[scope]
+
+    # --- 8-bit floats: cvt on sm_89+ (PTX ISA 7.8, "cvt": e4m3x2/e5m2x2) ------------------------------
+    def _fp8_hw(self, fmt) -> str | None:
+        return {"f8e4m3": "e4m3", "f8e5m2": "e5m2"}.get(fmt.name) if self.has("fp8_convert") else None
+
+    def float8_encode(self, ctx: LoweringContext, xs: list[ll.Value], fmt, saturate: bool) -> list[ll.Value]:
+        """``cvt.rn.satfinite.{e4m3x2,e5m2x2}.f32`` converts two values at once (the first operand
+        into the high byte); the software path's NaN, overflow and infinity rules are applied after
+        it (float8.fix_encoded), so the results equal the software path's."""
+        hw = self._fp8_hw(fmt)
+        if hw is None:
+            return super().float8_encode(ctx, xs, fmt, saturate)
+        from ..llvm import float8
+        b = ctx.b
+        f32, i8, i16 = ll.FloatType(), ll.IntType(8), ll.IntType(16)
+        cvt = ctx.declare(f"llvm.nvvm.ff.to.{hw}x2.rn", i16, [f32, f32])
+        out = []
+        for k in range(0, len(xs), 2):
+            pair = xs[k:k + 2]
+            hi = pair[1] if len(pair) == 2 else ll.Constant(f32, 0.0)
+            two = b.call(cvt, [hi, pair[0]])
+            codes = [b.trunc(two, i8), b.trunc(b.lshr(two, ll.Constant(i16, 8)), i8)]
+            out += [float8.fix_encoded(b, x, c, fmt, saturate) for x, c in zip(pair, codes)]
+        return out
+
+    def float8_decode(self, ctx: LoweringContext, codes: list[ll.Value], fmt) -> list[ll.Value]:
+        """``cvt.rn.f16x2.{e4m3x2,e5m2x2}`` (exact), then f16 to f32; NaNs as the software path."""
+        hw = self._fp8_hw(fmt)
+        if hw is None:
+            return super().float8_decode(ctx, codes, fmt)
+        from ..llvm import float8
+        b = ctx.b
+        i16, f32 = ll.IntType(16), ll.FloatType()
+        h2 = ll.VectorType(ll.HalfType(), 2)
+        cvt = ctx.declare(f"llvm.nvvm.{hw}x2.to.f16x2.rn", h2, [i16])
+        out = []
+        for k in range(0, len(codes), 2):
+            pair = codes[k:k + 2]
+            word = b.zext(pair[0], i16)
+            if len(pair) == 2:
+                word = b.or_(word, b.shl(b.zext(pair[1], i16), ll.Constant(i16, 8)))
+            halves = b.call(cvt, [word])
+            for j, c in enumerate(pair):
+                v = b.fpext(b.extract_element(halves, ll.Constant(_I32, j)), f32)
+                out.append(float8.fix_decoded(b, c, v, fmt))
+        return out
 
     def atomic(self, ctx: LoweringContext, op: str, ptr: ll.Value, value: ll.Value, order: str,
                scope: str, signed: bool, is_float: bool) -> ll.Value:
@@ -251,7 +304,7 @@ class NvptxTarget(Target):
 
         initialize()
         return llvm.Target.from_triple(self.triple).create_target_machine(
-            cpu=self.arch, features="", opt=opt_level, codemodel="default")
+            cpu=self.arch, features=PTX_FEATURES, opt=opt_level, codemodel="default")
 
     def emit(self, llvm_module, kind: str) -> bytes | str:
         ptx = self.target_machine().emit_assembly(llvm_module)
