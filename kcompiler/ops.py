@@ -1,0 +1,136 @@
+"""Array operations built from the standard library's kernels, callable from Python like numpy's.
+
+Each takes host (numpy) or device (torch, CuPy) arrays and runs on ``target`` ('auto': where the
+input lives — a CUDA tensor on the GPU, a numpy array on CUDA when there is a GPU, else the CPU
+target). The kernels are compiled once per process and specialisation (the disk cache keeps them
+across processes).
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+
+from .frontend.program import stdlib_dir
+from .ir.types import SCALARS
+from .runtime import arrays
+
+
+@functools.lru_cache(maxsize=None)
+def _module(name: str, target: str) -> Any:
+    from . import compile_file
+    d = stdlib_dir()
+    if d is None:
+        raise RuntimeError("kcompiler's standard library (stdlib/) is not installed")
+    return compile_file(d / f"{name}.kc", target=target)
+
+
+def _target_for(x: Any, target: str) -> str:
+    if target != "auto":
+        return target
+    if arrays.is_torch_tensor(x) and x.is_cuda:
+        return "cuda"
+    if hasattr(x, "__cuda_array_interface__") and not isinstance(x, np.ndarray):
+        return "cuda"
+    return "auto"
+
+
+def cast(x: Any, dtype: Any, *, saturate: bool = False, target: str = "auto") -> Any:
+    """``x`` converted elementwise to ``dtype`` by a kernel: a new array of ``x``'s shape and kind
+    (numpy in, numpy out; torch in, torch out).
+
+    ``dtype``: a numpy / ml_dtypes / torch dtype or a type name ('f8e4m3', 'bf16', ...). Into an 8-bit
+    float, ``saturate=True`` clamps overflows and infinities to the largest finite value; the default
+    gives ml_dtypes' (and torch's) results bit for bit. Raises TypeError for a dtype the language has
+    no type for, or a conversion it does not make (8-bit floats convert to and from floats only)."""
+    src = arrays.array_scalar_type(x) if arrays.is_array(x) else None
+    if src is None:
+        x = np.asarray(x)
+        src = arrays.scalar_of_dtype(x.dtype)
+    dst = SCALARS.get(dtype) if isinstance(dtype, str) else arrays.scalar_of_dtype(dtype)
+    if src is None or dst is None:
+        raise TypeError(f"cast: no kernel type for {getattr(x, 'dtype', x)!r} -> {dtype!r}")
+    if saturate and not dst.is_float8:
+        raise TypeError(f"cast: saturate applies to 8-bit float results, not {dst}")
+    if arrays.is_torch_tensor(x):
+        import torch
+        out = torch.empty(tuple(x.shape), dtype=getattr(torch, _TORCH[dst.name]), device=x.device)
+        flat_in, flat_out = x.contiguous().reshape(-1), out.reshape(-1)
+    else:
+        x = np.ascontiguousarray(x)
+        out = np.empty(x.shape, arrays.numpy_dtype(dst))
+        flat_in, flat_out = x.reshape(-1), out.reshape(-1)
+    n = int(np.prod(x.shape)) if len(x.shape) else 1
+    if n == 0:
+        return out
+    mod = _module("cast", _target_for(x, target))
+    block = 256
+    grid = min((n + block - 1) // block, 65536)
+    mod.cast[grid, block](flat_in, flat_out, n, S=src.name, T=dst.name, SAT=saturate)
+    return out
+
+
+def mx_quantize(x: Any, fmt: str = "f8e4m3", *, target: str = "auto") -> tuple[Any, Any]:
+    """OCP MX block quantisation of ``x`` (f32, f16 or bf16; the last axis a multiple of 32) into
+    MXFP8: ``(codes, scales)``, codes of ``fmt`` ('f8e4m3' or 'f8e5m2') with x's shape, E8M0 scales of
+    shape ``x.shape[:-1] + (x.shape[-1] // 32,)``; numpy in, numpy out (torch in, torch out). The
+    rules and choices are kcompiler.numerics.mx's, which gives the same bits on the host. Raises
+    ValueError for another format or shape, TypeError for another dtype."""
+    from .numerics import mx
+
+    src = arrays.array_scalar_type(x) if arrays.is_array(x) else None
+    if src is None or src.name not in ("f32", "f16", "bf16"):
+        raise TypeError(f"mx_quantize: x must be an array of f32, f16 or bf16, not {arrays.describe(x)}")
+    if fmt not in mx.ELEMENTS:
+        raise ValueError(f"mx_quantize: fmt must be one of {sorted(mx.ELEMENTS)}, not {fmt!r}")
+    shape = tuple(x.shape)
+    if not shape or shape[-1] % mx.BLOCK:
+        raise ValueError(f"mx_quantize: the last axis of {shape} must be a multiple of {mx.BLOCK}")
+    scale_shape = shape[:-1] + (shape[-1] // mx.BLOCK,)
+    codes, scales = _empty_like(x, shape, fmt), _empty_like(x, scale_shape, "e8m0")
+    n = int(np.prod(shape))
+    if n:
+        mod = _module("mx", _target_for(x, target))
+        mod.mx_quantize[(n + 255) // 256, 256](_flat(x), _flat(codes), _flat(scales), n, S=src.name,
+                                                T=fmt, EMAX=mx.ELEMENTS[fmt])
+    return codes, scales
+
+
+def mx_dequantize(codes: Any, scales: Any, dtype: Any = np.float32, *, target: str = "auto") -> Any:
+    """The values X * P_i of MXFP8 ``codes`` and their E8M0 ``scales`` (as :func:`mx_quantize` gives
+    them), as ``dtype`` (f32, f16 or bf16); NaN where a scale is NaN."""
+    from .numerics import mx
+
+    t = arrays.array_scalar_type(codes) if arrays.is_array(codes) else None
+    if t is None or t.name not in mx.ELEMENTS:
+        raise TypeError(f"mx_dequantize: codes must be f8e4m3 or f8e5m2, not {arrays.describe(codes)}")
+    dst = SCALARS.get(dtype) if isinstance(dtype, str) else arrays.scalar_of_dtype(dtype)
+    if dst is None or dst.name not in ("f32", "f16", "bf16"):
+        raise TypeError(f"mx_dequantize: dtype must be f32, f16 or bf16, not {dtype!r}")
+    shape = tuple(codes.shape)
+    out = _empty_like(codes, shape, dst.name)
+    n = int(np.prod(shape))
+    if n:
+        mod = _module("mx", _target_for(codes, target))
+        mod.mx_dequantize[(n + 255) // 256, 256](_flat(codes), _flat(scales), _flat(out), n, T=t.name,
+                                                  D=dst.name)
+    return out
+
+
+def _empty_like(x: Any, shape: tuple, name: str) -> Any:
+    if arrays.is_torch_tensor(x):
+        import torch
+        return torch.empty(shape, dtype=getattr(torch, _TORCH[name]), device=x.device)
+    return np.empty(shape, arrays.numpy_dtype(SCALARS[name]))
+
+
+def _flat(a: Any) -> Any:
+    return a.reshape(-1) if not arrays.is_torch_tensor(a) else a.contiguous().view(-1)
+
+
+_TORCH = {"f8e4m3": "float8_e4m3fn", "f8e5m2": "float8_e5m2", "f8e4m3fnuz": "float8_e4m3fnuz",
+          "f8e5m2fnuz": "float8_e5m2fnuz", "e8m0": "float8_e8m0fnu", "f16": "float16", "bf16": "bfloat16",
+          "f32": "float32", "f64": "float64"}
+
+__all__ = ["cast", "mx_dequantize", "mx_quantize"]
