@@ -40,10 +40,10 @@ def cast(x: Any, dtype: Any, *, saturate: bool = False, target: str = "auto") ->
     """``x`` converted elementwise to ``dtype`` by a kernel: a new array of ``x``'s shape and kind
     (numpy in, numpy out; torch in, torch out).
 
-    ``dtype``: a numpy / ml_dtypes / torch dtype or a type name ('f8e4m3', 'bf16', ...). Into an 8-bit
+    ``dtype``: a numpy / ml_dtypes / torch dtype or a type name ('f8e4m3', 'bf16', ...). Into a small
     float, ``saturate=True`` clamps overflows and infinities to the largest finite value; the default
     gives ml_dtypes' (and torch's) results bit for bit. Raises TypeError for a dtype the language has
-    no type for, or a conversion it does not make (8-bit floats convert to and from floats only)."""
+    no type for, or a conversion it does not make (small floats convert to and from floats only)."""
     src = arrays.array_scalar_type(x) if arrays.is_array(x) else None
     if src is None:
         x = np.asarray(x)
@@ -51,8 +51,8 @@ def cast(x: Any, dtype: Any, *, saturate: bool = False, target: str = "auto") ->
     dst = SCALARS.get(dtype) if isinstance(dtype, str) else arrays.scalar_of_dtype(dtype)
     if src is None or dst is None:
         raise TypeError(f"cast: no kernel type for {getattr(x, 'dtype', x)!r} -> {dtype!r}")
-    if saturate and not dst.is_float8:
-        raise TypeError(f"cast: saturate applies to 8-bit float results, not {dst}")
+    if saturate and not dst.is_minifloat:
+        raise TypeError(f"cast: saturate applies to small-float results, not {dst}")
     if arrays.is_torch_tensor(x):
         import torch
         out = torch.empty(tuple(x.shape), dtype=getattr(torch, _TORCH[dst.name]), device=x.device)
@@ -73,7 +73,8 @@ def cast(x: Any, dtype: Any, *, saturate: bool = False, target: str = "auto") ->
 
 def mx_quantize(x: Any, fmt: str = "f8e4m3", *, target: str = "auto") -> tuple[Any, Any]:
     """OCP MX block quantisation of ``x`` (f32, f16 or bf16; the last axis a multiple of 32) into
-    MXFP8: ``(codes, scales)``, codes of ``fmt`` ('f8e4m3' or 'f8e5m2') with x's shape, E8M0 scales of
+    MXFP8, MXFP6 or MXFP4: ``(codes, scales)``, codes of ``fmt`` ('f8e4m3', 'f8e5m2', 'f6e2m3',
+    'f6e3m2', 'f4e2m1'; one per byte, ml_dtypes' layout) with x's shape, E8M0 scales of
     shape ``x.shape[:-1] + (x.shape[-1] // 32,)``; numpy in, numpy out (torch in, torch out). The
     rules and choices are kcompiler.numerics.mx's, which gives the same bits on the host. Raises
     ValueError for another format or shape, TypeError for another dtype."""
@@ -98,13 +99,14 @@ def mx_quantize(x: Any, fmt: str = "f8e4m3", *, target: str = "auto") -> tuple[A
 
 
 def mx_dequantize(codes: Any, scales: Any, dtype: Any = np.float32, *, target: str = "auto") -> Any:
-    """The values X * P_i of MXFP8 ``codes`` and their E8M0 ``scales`` (as :func:`mx_quantize` gives
+    """The values X * P_i of MX ``codes`` and their E8M0 ``scales`` (as :func:`mx_quantize` gives
     them), as ``dtype`` (f32, f16 or bf16); NaN where a scale is NaN."""
     from .numerics import mx
 
     t = arrays.array_scalar_type(codes) if arrays.is_array(codes) else None
     if t is None or t.name not in mx.ELEMENTS:
-        raise TypeError(f"mx_dequantize: codes must be f8e4m3 or f8e5m2, not {arrays.describe(codes)}")
+        raise TypeError(f"mx_dequantize: codes must be of an MX element format ({', '.join(mx.ELEMENTS)}), "
+                        f"not {arrays.describe(codes)}")
     dst = SCALARS.get(dtype) if isinstance(dtype, str) else arrays.scalar_of_dtype(dtype)
     if dst is None or dst.name not in ("f32", "f16", "bf16"):
         raise TypeError(f"mx_dequantize: dtype must be f32, f16 or bf16, not {dtype!r}")

@@ -1,5 +1,5 @@
-"""8-bit floats (f8e4m3, f8e5m2, f8e4m3fnuz, f8e5m2fnuz, e8m0): conversions in kernels equal ml_dtypes'
-casts bit for bit, for every f16 and bf16 input and 2^24 + f32 inputs (every exponent, ties and their
+"""Small floats (f8e4m3, f8e5m2, f8e4m3fnuz, f8e5m2fnuz, e8m0, f6e2m3, f6e3m2, f4e2m1): conversions in
+kernels equal ml_dtypes' casts bit for bit, for every f16 and bf16 input and 2^24 + f32 inputs (every exponent, ties and their
 neighbours, subnormals, NaN payloads, infinities, zeros), both rounding modes, through the CPU target
 (and CUDA where present); the hardware paths' fix-ups are checked against the software path on the
 CPU, and the PTX and AMDGCN code show the converts."""
@@ -126,10 +126,11 @@ def test_every_f16_and_bf16_to_float8(target, name, src):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_every_code_to_f32_f16_bf16_f64(target, name):
-    codes = np.arange(256, dtype=np.uint8).view(ml_dtype(name))
-    f, h = np.zeros(256, np.float32), np.zeros(256, np.float16)
-    b, d = np.zeros(256, ml_dtypes.bfloat16), np.zeros(256, np.float64)
-    _module(target).dec[1, 256](codes, f, h, b, d, 256, T=name)
+    n = 1 << FORMATS[name].bits
+    codes = np.arange(n, dtype=np.uint8).view(ml_dtype(name))
+    f, h = np.zeros(n, np.float32), np.zeros(n, np.float16)
+    b, d = np.zeros(n, ml_dtypes.bfloat16), np.zeros(n, np.float64)
+    _module(target).dec[1, 256](codes, f, h, b, d, n, T=name)
     with np.errstate(invalid="ignore", over="ignore"):
         for arr, dt in ((f, np.float32), (h, np.float16), (b, ml_dtypes.bfloat16), (d, np.float64)):
             want = codes.astype(dt)
@@ -154,12 +155,12 @@ def test_vectors_convert_lane_by_lane(target, name):
 # --- the hardware paths' fix-ups, checked on the CPU ---------------------------------------------------
 
 def _jit_fixup(name: str, saturate: bool):
-    """A host function running float8.fix_encoded on a simulated convert instruction: the
+    """A host function running minifloat.fix_encoded on a simulated convert instruction: the
     saturating software result with its NaN sign dropped and FNUZ zeros signed, as a chip might."""
     import llvmlite.binding as llvm
     from llvmlite import ir as ll
 
-    from kcompiler.backends.llvm import float8
+    from kcompiler.backends.llvm import minifloat
     from kcompiler.backends.llvm import initialize
 
     initialize()
@@ -177,7 +178,7 @@ def _jit_fixup(name: str, saturate: bool):
     i = b.phi(i64)
     i.add_incoming(ll.Constant(i64, 0), entry)
     x = b.load(b.gep(src, [i], source_etype=f32), typ=f32)
-    hw = float8.encode(b, x, fmt, True)
+    hw = minifloat.encode(b, x, fmt, True)
     if fmt.signed and fmt.kind != "fnuz":  # a chip's NaN without the sign
         nan = b.fcmp_unordered("uno", x, x)
         hw = b.select(nan, ll.Constant(i8, fmt.nan_code), hw)
@@ -185,7 +186,7 @@ def _jit_fixup(name: str, saturate: bool):
         zero = b.icmp_unsigned("==", hw, ll.Constant(i8, 0))
         neg = b.fcmp_ordered("<", x, ll.Constant(f32, 0.0))
         hw = b.select(b.and_(zero, neg), ll.Constant(i8, 0x80), hw)
-    b.store(float8.fix_encoded(b, x, hw, fmt, saturate), b.gep(dst, [i], source_etype=i8))
+    b.store(minifloat.fix_encoded(b, x, hw, fmt, saturate), b.gep(dst, [i], source_etype=i8))
     i2 = b.add(i, ll.Constant(i64, 1))
     i.add_incoming(i2, b.block)
     b.cbranch(b.icmp_unsigned("<", i2, n), loop, done)
@@ -204,7 +205,7 @@ def _jit_fixup(name: str, saturate: bool):
 @pytest.mark.parametrize("name", ["f8e4m3", "f8e5m2", "f8e4m3fnuz", "f8e5m2fnuz"])
 def test_hardware_fixups_give_the_software_bits(inputs, name, saturate):
     """What NVIDIA's satfinite cvt and AMD's packed converts do differently (saturation, NaN sign,
-    -0 in FNUZ) is repaired by float8.fix_encoded: simulated here, the result equals the reference."""
+    -0 in FNUZ) is repaired by minifloat.fix_encoded: simulated here, the result equals the reference."""
     engine, fix = _jit_fixup(name, saturate)
     x = inputs
     out = np.zeros(x.size, np.uint8)
@@ -269,12 +270,12 @@ def test_amdgcn_without_the_format_uses_software(arch, fmt):
 # --- the language's rules -------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("body, message", [
-    ("let a = f8e4m3(x[0]); let b = a + a;", "cannot apply '+' to f8e4m3: 8-bit floats are for storage"),
+    ("let a = f8e4m3(x[0]); let b = a + a;", "cannot apply '+' to f8e4m3: small floats are for storage"),
     ("let a = f8e5m2(x[0]); let b = a < a;", "cannot apply '<' to f8e5m2"),
     ("let a = e8m0(x[0]); let b = -a;", "cannot apply '-' to e8m0"),
-    ("let a = f8e4m3(n);", "cannot convert i32 to f8e4m3: 8-bit floats convert to and from f16, bf16, f32"),
+    ("let a = f8e4m3(n);", "cannot convert i32 to f8e4m3: small floats convert to and from f16, bf16, f32"),
     ("let a = i32(f8e4m3(x[0]));", "cannot convert f8e4m3 to i32"),
-    ("let a = convert[f32](x[0], saturate = true);", "saturate applies to conversions into 8-bit floats"),
+    ("let a = convert[f32](x[0], saturate = true);", "saturate applies to conversions into small floats"),
     ("let a = convert[f8e4m3](x[0], saturate = 1);", "saturate must be a compile-time bool"),
 ])
 def test_errors(body, message):
@@ -284,7 +285,7 @@ def test_errors(body, message):
 
 
 def test_kernel_parameters_are_not_float8():
-    with pytest.raises(CompileError, match=r"k.kc:1:13: error: kernel parameter 'a' is a f8e4m3: 8-bit "
+    with pytest.raises(CompileError, match=r"k.kc:1:13: error: kernel parameter 'a' is a f8e4m3: small "
                                            r"floats are passed in arrays"):
         compile_source_to("kernel k(a: f8e4m3, y: ptr<f32>) { y[0] = f32(a); }", "k.kc", "llvm", "cpu", None)
 
@@ -319,7 +320,7 @@ def test_ops_cast(target, name):
     with np.errstate(invalid="ignore", over="ignore"):
         want = y.astype(ml_dtypes.bfloat16)
     assert np.array_equal(back.astype(np.float32), want.astype(np.float32), equal_nan=True)
-    with pytest.raises(TypeError, match="saturate applies to 8-bit float results"):
+    with pytest.raises(TypeError, match="saturate applies to small-float results"):
         ops.cast(x, np.float16, saturate=True, target=target)
 
 
@@ -331,7 +332,7 @@ def test_cuda_software_path_equals_hardware_path(inputs, name):
     x = inputs
     per = 64
     grid = ((x.size + per - 1) // per + 255) // 256
-    for opts in ({}, {"float8": "software"}):
+    for opts in ({}, {"minifloat": "software"}):
         mod = kc.compile(CAST, target="cuda", path="float8.kc", target_options=opts)
         for saturate in (False, True):
             y = np.zeros(x.size, ml_dtype(name))

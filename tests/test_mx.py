@@ -1,4 +1,4 @@
-"""MX (OCP Microscaling v1.0) block quantisation to MXFP8: stdlib/mx.kc through kcompiler.ops, against
+"""MX (OCP Microscaling v1.0) block quantisation to MXFP8, MXFP6 and MXFP4: stdlib/mx.kc through kcompiler.ops, against
 the host reference (kcompiler.numerics.mx) bit for bit, the scales against the spec's formula
 computed independently (float64 log2), and the round-trip error within the format's bound, on random,
 heavy-tailed, tiny, all-zero and NaN/Inf blocks."""
@@ -29,7 +29,7 @@ def blocks_of_every_kind(rows: int = 67, cols: int = 160) -> np.ndarray:
 
 
 @pytest.mark.parametrize("src", ["f32", "bf16", "f16"])
-@pytest.mark.parametrize("fmt", ["f8e4m3", "f8e5m2"])
+@pytest.mark.parametrize("fmt", ["f8e4m3", "f8e5m2", "f6e2m3", "f6e3m2", "f4e2m1"])
 def test_mx_quantize_matches_the_reference(target, fmt, src):
     x32 = blocks_of_every_kind()
     if src == "f16":
@@ -44,7 +44,7 @@ def test_mx_quantize_matches_the_reference(target, fmt, src):
     assert np.array_equal(back, mx.dequantize(want_c, want_s, fmt), equal_nan=True)
 
 
-@pytest.mark.parametrize("fmt", ["f8e4m3", "f8e5m2"])
+@pytest.mark.parametrize("fmt", ["f8e4m3", "f8e5m2", "f6e2m3", "f6e3m2", "f4e2m1"])
 def test_scales_follow_the_spec_formula(fmt):
     """X = 2^(floor(log2(max |V|)) - emax_elem), E8M0-coded (OCP MX v1.0 §6.3), for finite nonzero
     blocks whose scale is in range; all-zero blocks get 2^-127, blocks with NaN/Inf the NaN scale."""
@@ -63,7 +63,7 @@ def test_scales_follow_the_spec_formula(fmt):
     assert (s[~finite] == 0xFF).all()
 
 
-@pytest.mark.parametrize("fmt", ["f8e4m3", "f8e5m2"])
+@pytest.mark.parametrize("fmt", ["f8e4m3", "f8e5m2", "f6e2m3", "f6e3m2", "f4e2m1"])
 def test_round_trip_error_within_the_format_bound(target, fmt):
     """|x - dequant(quant(x))| <= max(2^-(M+1) * blockmax, blockmax - Xmax_elem * X) per element: half an
     element ulp at the block's top binade, or the clamp of values between the format's largest and
@@ -92,3 +92,15 @@ def test_mx_errors():
         ops.mx_quantize(np.zeros((4, 64), np.float32), "f8e4m3fnuz")
     with pytest.raises(TypeError, match="f32, f16 or bf16"):
         ops.mx_quantize(np.zeros((4, 64), np.int32), "f8e4m3")
+
+
+def test_fp4_packing():
+    """Two FP4 codes a byte, the first in the low nibble; unpacking gives the codes back."""
+    x = blocks_of_every_kind()
+    codes, _ = mx.quantize(x, "f4e2m1")
+    packed = mx.pack_fp4(codes)
+    c = codes.view(np.uint8)
+    assert packed.shape == (x.shape[0], x.shape[1] // 2)
+    assert (packed & 0xF == c[:, 0::2]).all() and (packed >> 4 == c[:, 1::2]).all()
+    assert (mx.unpack_fp4(packed).view(np.uint8) == c).all()
+    assert mx.pack_fp4(np.array([0x1, 0xF], np.uint8))[0] == 0xF1

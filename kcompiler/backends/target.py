@@ -208,19 +208,19 @@ class Target:
         load/store/atomic). Targets without a checker emit nothing."""
 
     # --- 8-bit floats ----------------------------------------------------------------------------
-    def float8_encode(self, ctx: "LoweringContext", xs: list[ll.Value], fmt: Any,
+    def minifloat_encode(self, ctx: "LoweringContext", xs: list[ll.Value], fmt: Any,
                       saturate: bool) -> list[ll.Value]:
         """The i8 codes of the f32 values ``xs`` in ``fmt`` (a numerics.formats.Float8Format), round
         to nearest even, ``saturate`` as in formats' docstring. The default is the software path
-        (backends/llvm/float8.py); a target with convert instructions overrides this and must give
+        (backends/llvm/minifloat.py); a target with convert instructions overrides this and must give
         the same bits. ``xs`` holds a vector's lanes in order, so pairs can share an instruction."""
-        from .llvm import float8
-        return [float8.encode(ctx.b, x, fmt, saturate) for x in xs]
+        from .llvm import minifloat
+        return [minifloat.encode(ctx.b, x, fmt, saturate) for x in xs]
 
-    def float8_decode(self, ctx: "LoweringContext", codes: list[ll.Value], fmt: Any) -> list[ll.Value]:
+    def minifloat_decode(self, ctx: "LoweringContext", codes: list[ll.Value], fmt: Any) -> list[ll.Value]:
         """The f32 values of the i8 ``codes`` in ``fmt`` (exact); software by default."""
-        from .llvm import float8
-        return [float8.decode(ctx.b, c, fmt) for c in codes]
+        from .llvm import minifloat
+        return [minifloat.decode(ctx.b, c, fmt) for c in codes]
 
     def access_align(self, memtype: ll.Type, align: int | None) -> int | None:
         """The alignment to give LLVM for a load or store of ``memtype`` whose IR asks for ``align``

@@ -271,8 +271,8 @@ class FnLowering:
                     self.fail(f"parameter '{p.name}' is an array ({t}); arrays are passed by pointer",
                               p.type.span, hint=f"write {p.name}: ptr<{t.elem}>")
                 te = t.elem if isinstance(t, VectorType) else t
-                if d.is_kernel and isinstance(te, ScalarType) and te.is_float8:
-                    self.fail(f"kernel parameter '{p.name}' is a {t}: 8-bit floats are passed in arrays",
+                if d.is_kernel and isinstance(te, ScalarType) and te.is_minifloat:
+                    self.fail(f"kernel parameter '{p.name}' is a {t}: small floats are passed in arrays",
                               p.type.span, hint=f"pass an f32 and convert inside ({te}(x)), or a ptr<{te}>")
             except _Poison:
                 ok = False
@@ -928,9 +928,9 @@ class FnLowering:
         return self.b.unary("neg", x)
 
     def no_float8_arithmetic(self, et: ScalarType, what: str, span: SourceSpan) -> None:
-        """8-bit floats are storage formats: a located error for computing on one."""
-        if et.is_float8:
-            self.fail(f"cannot apply {what} to {et}: 8-bit floats are for storage", span,
+        """Small floats (8 bits and fewer) are storage formats: a located error for computing on one."""
+        if et.is_minifloat:
+            self.fail(f"cannot apply {what} to {et}: small floats are for storage", span,
                       hint="convert to compute: f32(x), then back with " + et.name + "(y)")
 
     def e_Binary(self, e: A.Binary) -> Any:
@@ -1131,19 +1131,19 @@ class FnLowering:
 
     def convert_value(self, v: Any, t: Type, span: SourceSpan, saturate: bool = False) -> Any:
         """Explicit conversion (C's value conversions; vectors elementwise; a scalar splats). An
-        8-bit float converts from and to the floats only; ``saturate`` (conversions into one)
+        small float (8 bits and fewer) converts from and to the floats only; ``saturate`` (conversions into one)
         clamps overflows to its largest finite value."""
         te = t.elem if isinstance(t, VectorType) else t
         ve = None if isinstance(v, CV) else (v.type.elem if isinstance(v.type, VectorType) else v.type)
-        if isinstance(te, ScalarType) and (te.is_float8 or (isinstance(ve, ScalarType) and ve.is_float8)):
+        if isinstance(te, ScalarType) and (te.is_minifloat or (isinstance(ve, ScalarType) and ve.is_minifloat)):
             if isinstance(v, CV):
                 if v.kind not in ("int", "float") or (v.type is not None and not v.type.is_float):
                     self.fail(f"cannot convert {v.describe()} to {t}", span, hint="write a float: 1.0")
                 v = self.materialise(CV(float(v.value), SCALARS["f32"]), span)
                 ve = v.type
-            other = te if not te.is_float8 else ve
-            if isinstance(other, ScalarType) and not (other.is_float or other.is_float8):
-                self.fail(f"cannot convert {v.type} to {t}: 8-bit floats convert to and from "
+            other = te if not te.is_minifloat else ve
+            if isinstance(other, ScalarType) and not (other.is_float or other.is_minifloat):
+                self.fail(f"cannot convert {v.type} to {t}: small floats convert to and from "
                           f"f16, bf16, f32 and f64 only", span, hint="convert through f32: f32(x)")
             if isinstance(t, VectorType) and isinstance(v.type, ScalarType):
                 return self.b.splat(self.b.value("cast", [v], t.elem, saturate=saturate), t.count)
@@ -1322,13 +1322,13 @@ class FnLowering:
         return bool(v.value)
 
     def b_convert(self, f, e, kw):
-        """convert[T](x, saturate = false): T(x), choosing what an 8-bit float does on overflow."""
+        """convert[T](x, saturate = false): T(x), choosing what a small float does on overflow."""
         t = self._type_arg(f)
         v = self.rvalue(self.ev(e.args[0]), e.args[0].span)
         saturate = self._bool_kw(kw, "saturate", False)
         te = t.elem if isinstance(t, VectorType) else t
-        if saturate and not (isinstance(te, ScalarType) and te.is_float8):
-            self.fail(f"saturate applies to conversions into 8-bit floats, not to {t}", kw["saturate"].span)
+        if saturate and not (isinstance(te, ScalarType) and te.is_minifloat):
+            self.fail(f"saturate applies to conversions into small floats, not to {t}", kw["saturate"].span)
         return self.convert_value(v, t, e.args[0].span, saturate=saturate)
 
     def _type_arg(self, f: BuiltinRef) -> Type:

@@ -33,12 +33,12 @@ class VoidType(Type):
 
 @dataclass(frozen=True)
 class ScalarType(Type):
-    """A scalar: ``kind`` is 'bool', 'int' (signed), 'uint', 'float' or 'float8'; ``bits`` its width.
+    """A scalar: ``kind`` is 'bool', 'int' (signed), 'uint', 'float' or 'minifloat'; ``bits`` its width.
 
-    ``bf16`` is a float of 16 bits told apart from ``f16`` by its name. The 'float8' kind holds the
-    8-bit storage formats (``f8e4m3``, ``f8e5m2``, their FNUZ variants, ``e8m0``; described in
-    :mod:`kcompiler.numerics.formats`): values are converted to and from the arithmetic floats, not
-    computed on.
+    ``bf16`` is a float of 16 bits told apart from ``f16`` by its name. The 'minifloat' kind holds the
+    small storage formats (``f8e4m3``, ``f8e5m2``, their FNUZ variants, ``e8m0``, and the FP6/FP4
+    ``f6e2m3``, ``f6e3m2``, ``f4e2m1``, a byte each; described in :mod:`kcompiler.numerics.formats`):
+    values are converted to and from the arithmetic floats, not computed on.
     """
 
     name: str
@@ -53,9 +53,9 @@ class ScalarType(Type):
         return self.kind == "float"
 
     @property
-    def is_float8(self) -> bool:
-        """An 8-bit storage float (f8e4m3, f8e5m2, f8e4m3fnuz, f8e5m2fnuz, e8m0)."""
-        return self.kind == "float8"
+    def is_minifloat(self) -> bool:
+        """A small storage float (the 8-bit ones, and FP6/FP4 held in a byte)."""
+        return self.kind == "minifloat"
 
     @property
     def is_int(self) -> bool:
@@ -144,12 +144,15 @@ BF16 = ScalarType("bf16", "float", 16)
 F32 = ScalarType("f32", "float", 32)
 F64 = ScalarType("f64", "float", 64)
 F8E4M3, F8E5M2, F8E4M3FNUZ, F8E5M2FNUZ, E8M0 = (
-    ScalarType(n, "float8", 8) for n in ("f8e4m3", "f8e5m2", "f8e4m3fnuz", "f8e5m2fnuz", "e8m0"))
+    ScalarType(n, "minifloat", 8) for n in ("f8e4m3", "f8e5m2", "f8e4m3fnuz", "f8e5m2fnuz", "e8m0"))
+#: FP6 and FP4: ``bits`` is the code's width; each value takes a byte (the code in its low bits).
+F6E2M3, F6E3M2, F4E2M1 = ScalarType("f6e2m3", "minifloat", 6), ScalarType("f6e3m2", "minifloat", 6), \
+    ScalarType("f4e2m1", "minifloat", 4)
 
 #: Every scalar type by its name in the language.
 SCALARS: dict[str, ScalarType] = {
     t.name: t for t in (BOOL, I8, I16, I32, I64, U8, U16, U32, U64, F16, BF16, F32, F64,
-                        F8E4M3, F8E5M2, F8E4M3FNUZ, F8E5M2FNUZ, E8M0)
+                        F8E4M3, F8E5M2, F8E4M3FNUZ, F8E5M2FNUZ, E8M0, F6E2M3, F6E3M2, F4E2M1)
 }
 
 

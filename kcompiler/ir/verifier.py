@@ -52,7 +52,7 @@ BINARY_KINDS: dict[str, frozenset[str]] = {
     "int": frozenset(BINARY),
     "float": frozenset({"add", "sub", "mul", "div", "rem", "min", "max"}),
     "bool": frozenset({"and", "or", "xor"}),
-    "float8": frozenset(),  # storage only: converted to a float to compute
+    "minifloat": frozenset(),  # storage only: converted to a float to compute
 }
 
 #: Number of operands of each math function.
@@ -151,7 +151,7 @@ def _t_cmp(op: Op, fn: Function, m: Module) -> None:
     a, b = (v.type for v in op.operands)
     _req(a == b, f"operand types differ: {a} and {b}")
     _req(_is_num(a), f"cmp on {a}: needs scalars or vectors")
-    _req(_kind(a) != "float8", f"cmp on {a}: 8-bit floats are compared as floats after a cast")
+    _req(_kind(a) != "minifloat", f"cmp on {a}: small floats are compared as floats after a cast")
     want = VectorType(BOOL, a.count) if isinstance(a, VectorType) else BOOL
     _req(_res(op) == want, f"cmp of {a} gives {want}, not {_res(op)}")
 
@@ -168,11 +168,11 @@ def _t_cast(op: Op, fn: Function, m: Module) -> None:
     s, d = op.operands[0].type, _res(op)
     _req(_is_num(s) and _is_num(d), f"cast from {s} to {d}: only scalars and vectors convert")
     _req(_lanes(s) == _lanes(d), f"cast from {s} to {d} changes the number of lanes")
-    if "float8" in (_kind(s), _kind(d)):
-        _req({_kind(s), _kind(d)} <= {"float", "float8"}, f"cast from {s} to {d}: 8-bit floats convert "
+    if "minifloat" in (_kind(s), _kind(d)):
+        _req({_kind(s), _kind(d)} <= {"float", "minifloat"}, f"cast from {s} to {d}: small floats convert "
              "to and from floats only")
     else:
-        _req("saturate" not in op.attrs, f"cast from {s} to {d}: saturate is for casts into 8-bit floats")
+        _req("saturate" not in op.attrs, f"cast from {s} to {d}: saturate is for casts into small floats")
 
 
 def _bits(t: Type) -> int:

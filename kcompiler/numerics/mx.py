@@ -12,8 +12,12 @@ Choices the spec leaves to implementations, made here and in stdlib/mx.kc alike:
 - V_i / X is computed in f32 as V_i * 2^-shared_exp, exactly (a power of two), then rounded to the
   element format to nearest even with saturation (``convert[T](x, saturate = true)``).
 
-MXFP8 only for now (elements f8e4m3, emax 8, or f8e5m2, emax 15); layouts: the codes have x's shape,
-one byte each; the scales have shape ``x.shape[:-1] + (x.shape[-1] // 32,)``, one E8M0 byte each.
+Element formats: MXFP8 (f8e4m3, emax 8; f8e5m2, emax 15), MXFP6 (f6e2m3, emax 2; f6e3m2, emax 4) and
+MXFP4 (f4e2m1, emax 2). Layouts: the codes have x's shape, one byte each (ml_dtypes' layout; FP6/FP4
+codes in the low bits); the scales have shape ``x.shape[:-1] + (x.shape[-1] // 32,)``, one E8M0 byte
+each. :func:`pack_fp4` / :func:`unpack_fp4` convert FP4 codes to and from two per byte, the first
+element in the low nibble (NVIDIA's ``__nv_fp4x2_e2m1`` order). Not yet: FP6 packing, MXINT8, and
+NVFP4 (E4M3 scales per 16).
 """
 from __future__ import annotations
 
@@ -24,8 +28,9 @@ from .formats import FORMATS, ml_dtype
 
 BLOCK = 32
 
-#: The element formats of MXFP8 and their emax_elem (the exponent of the largest normal value).
-ELEMENTS = {"f8e4m3": 8, "f8e5m2": 15}
+#: The MX element formats and their emax_elem (the exponent of the largest normal value; MX v1.0
+#: table 1).
+ELEMENTS = {"f8e4m3": 8, "f8e5m2": 15, "f6e2m3": 2, "f6e3m2": 4, "f4e2m1": 2}
 
 
 def _check(x: np.ndarray, fmt: str) -> None:
@@ -70,4 +75,21 @@ def dequantize(codes: np.ndarray, scales: np.ndarray, fmt: str) -> np.ndarray:
     return (p * x).astype(np.float32).reshape(codes.shape)
 
 
-__all__ = ["BLOCK", "ELEMENTS", "dequantize", "quantize"]
+def pack_fp4(codes: np.ndarray) -> np.ndarray:
+    """FP4 codes (one per byte, an even count along the last axis) packed two per byte, the element
+    of the lower index in the low nibble: shape ``(..., n // 2)``, uint8."""
+    c = np.asarray(codes).view(np.uint8)
+    if c.shape[-1] % 2:
+        raise ValueError(f"the last axis ({c.shape[-1]}) must be even to pack FP4 codes")
+    return ((c[..., 0::2] & 0xF) | ((c[..., 1::2] & 0xF) << 4)).astype(np.uint8)
+
+
+def unpack_fp4(packed: np.ndarray) -> np.ndarray:
+    """The inverse of :func:`pack_fp4`: ml_dtypes ``float4_e2m1fn`` codes, one per byte."""
+    p = np.asarray(packed, dtype=np.uint8)
+    out = np.empty(p.shape[:-1] + (2 * p.shape[-1],), np.uint8)
+    out[..., 0::2], out[..., 1::2] = p & 0xF, p >> 4
+    return out.view(ml_dtype("f4e2m1"))
+
+
+__all__ = ["BLOCK", "ELEMENTS", "dequantize", "pack_fp4", "quantize", "unpack_fp4"]

@@ -171,36 +171,33 @@ class AmdgcnTarget(Target):
             return {"f8e4m3": "fp8", "f8e5m2": "bf8"}.get(fmt.name)
         return None
 
-    def float8_encode(self, ctx: LoweringContext, xs: list[ll.Value], fmt, saturate: bool) -> list[ll.Value]:
+    def minifloat_encode(self, ctx: LoweringContext, xs: list[ll.Value], fmt, saturate: bool) -> list[ll.Value]:
         """``v_cvt_pk_{fp8,bf8}_f32`` (two values into the low word; AMD CDNA3 ISA, "FP8 conversion"),
         with the software path's NaN, overflow, infinity and zero-sign rules applied after it
-        (float8.fix_encoded), so the results equal the software path's whatever the chip's
+        (minifloat.fix_encoded), so the results equal the software path's whatever the chip's
         saturation mode."""
         hw = self._fp8_hw(fmt)
         if hw is None:
-            return super().float8_encode(ctx, xs, fmt, saturate)
-        from ..llvm import float8
+            return super().minifloat_encode(ctx, xs, fmt, saturate)
+        from ..llvm import minifloat
         b = ctx.b
         f32, i8, i1 = ll.FloatType(), ll.IntType(8), ll.IntType(1)
         cvt = ctx.declare(f"llvm.amdgcn.cvt.pk.{hw}.f32", _I32, [f32, f32, _I32, i1])
-        out = []
-        for k in range(0, len(xs), 2):
-            pair = xs[k:k + 2]
-            second = pair[1] if len(pair) == 2 else ll.Constant(f32, 0.0)
-            word = b.call(cvt, [pair[0], second, ll.Constant(_I32, 0), ll.Constant(i1, 0)])
-            codes = [b.trunc(word, i8), b.trunc(b.lshr(word, ll.Constant(_I32, 8)), i8)]
-            out += [float8.fix_encoded(b, x, c, fmt, saturate) for x, c in zip(pair, codes)]
-        return out
 
-    def float8_decode(self, ctx: LoweringContext, codes: list[ll.Value], fmt) -> list[ll.Value]:
+        def pair(first: ll.Value, second: ll.Value) -> list[ll.Value]:  # into bytes 0 and 1
+            word = b.call(cvt, [first, second, ll.Constant(_I32, 0), ll.Constant(i1, 0)])
+            return [b.trunc(word, i8), b.trunc(b.lshr(word, ll.Constant(_I32, 8)), i8)]
+        return minifloat.encode_pairs(b, xs, fmt, saturate, pair)
+
+    def minifloat_decode(self, ctx: LoweringContext, codes: list[ll.Value], fmt) -> list[ll.Value]:
         """``v_cvt_f32_{fp8,bf8}`` (exact); NaNs as the software path."""
         hw = self._fp8_hw(fmt)
         if hw is None:
-            return super().float8_decode(ctx, codes, fmt)
-        from ..llvm import float8
+            return super().minifloat_decode(ctx, codes, fmt)
+        from ..llvm import minifloat
         b = ctx.b
         cvt = ctx.declare(f"llvm.amdgcn.cvt.f32.{hw}", ll.FloatType(), [_I32, _I32])
-        return [float8.fix_decoded(b, c, b.call(cvt, [b.zext(c, _I32), ll.Constant(_I32, 0)]), fmt)
+        return [minifloat.fix_decoded(b, c, b.call(cvt, [b.zext(c, _I32), ll.Constant(_I32, 0)]), fmt)
                 for c in codes]
 
     def nanosleep(self, ctx: LoweringContext, ns: ll.Value) -> None:

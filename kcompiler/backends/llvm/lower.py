@@ -51,7 +51,9 @@ def scalar_lltype(t: ScalarType) -> ll.Type:
     """The LLVM type of a scalar in registers (bool is i1)."""
     if t.kind == "bool":
         return _I1
-    if t.kind in ("int", "uint", "float8"):  # an 8-bit float is its code
+    if t.kind == "minifloat":  # a small float is its code, in a byte
+        return _I8
+    if t.kind in ("int", "uint"):
         return ll.IntType(t.bits)
     return {"f16": ll.HalfType(), "bf16": BFloatType(), "f32": ll.FloatType(), "f64": ll.DoubleType()}[t.name]
 
@@ -390,12 +392,12 @@ class Lowering:
         """C-style value conversion of scalars or same-length vectors. Float to int saturates and
         maps NaN to 0 (what PTX's cvt.rzi does and what LLVM's fptosi.sat gives on every target).
         8-bit floats convert through f32 (exact in both directions for f16 and bf16 sources, so one
-        rounding), by the target's float8 hooks; ``saturate`` applies to conversions into them."""
+        rounding), by the target's minifloat hooks; ``saturate`` applies to conversions into them."""
         if src == dst:
             return x
         s, d = elem_of(src), elem_of(dst)
-        if s.is_float8 or d.is_float8:
-            return self._convert_float8(ctx, x, src, dst, saturate)
+        if s.is_minifloat or d.is_minifloat:
+            return self._convert_minifloat(ctx, x, src, dst, saturate)
         B = ctx.b
         lt = self.lltype(dst)
         if d.kind == "bool":
@@ -423,7 +425,7 @@ class Lowering:
             return B.fpext(x, lt)
         return B.fptrunc(x, lt)
 
-    def _convert_float8(self, ctx: LoweringContext, x: ll.Value, src: Type, dst: Type,
+    def _convert_minifloat(self, ctx: LoweringContext, x: ll.Value, src: Type, dst: Type,
                         saturate: bool) -> ll.Value:
         from ...numerics.formats import FORMATS
         from ...ir.types import F32
@@ -431,12 +433,12 @@ class Lowering:
         n = src.count if isinstance(src, VectorType) else 0
         B = ctx.b
         lanes = [B.extract_element(x, ll.Constant(_I32, i)) for i in range(n)] if n else [x]
-        if s.is_float8:
-            lanes = self.target.float8_decode(ctx, lanes, FORMATS[s.name])
+        if s.is_minifloat:
+            lanes = self.target.minifloat_decode(ctx, lanes, FORMATS[s.name])
         else:
             lanes = [self.convert(ctx, v, s, F32) for v in lanes]
-        if d.is_float8:
-            lanes = self.target.float8_encode(ctx, lanes, FORMATS[d.name], saturate)
+        if d.is_minifloat:
+            lanes = self.target.minifloat_encode(ctx, lanes, FORMATS[d.name], saturate)
         else:
             lanes = [self.convert(ctx, v, F32, d) for v in lanes]
         if not n:

@@ -130,32 +130,29 @@ class NvptxTarget(Target):
     def _fp8_hw(self, fmt) -> str | None:
         return {"f8e4m3": "e4m3", "f8e5m2": "e5m2"}.get(fmt.name) if self.has("fp8_convert") else None
 
-    def float8_encode(self, ctx: LoweringContext, xs: list[ll.Value], fmt, saturate: bool) -> list[ll.Value]:
+    def minifloat_encode(self, ctx: LoweringContext, xs: list[ll.Value], fmt, saturate: bool) -> list[ll.Value]:
         """``cvt.rn.satfinite.{e4m3x2,e5m2x2}.f32`` converts two values at once (the first operand
         into the high byte); the software path's NaN, overflow and infinity rules are applied after
-        it (float8.fix_encoded), so the results equal the software path's."""
+        it (minifloat.fix_encoded), so the results equal the software path's."""
         hw = self._fp8_hw(fmt)
         if hw is None:
-            return super().float8_encode(ctx, xs, fmt, saturate)
-        from ..llvm import float8
+            return super().minifloat_encode(ctx, xs, fmt, saturate)
+        from ..llvm import minifloat
         b = ctx.b
         f32, i8, i16 = ll.FloatType(), ll.IntType(8), ll.IntType(16)
         cvt = ctx.declare(f"llvm.nvvm.ff.to.{hw}x2.rn", i16, [f32, f32])
-        out = []
-        for k in range(0, len(xs), 2):
-            pair = xs[k:k + 2]
-            hi = pair[1] if len(pair) == 2 else ll.Constant(f32, 0.0)
-            two = b.call(cvt, [hi, pair[0]])
-            codes = [b.trunc(two, i8), b.trunc(b.lshr(two, ll.Constant(i16, 8)), i8)]
-            out += [float8.fix_encoded(b, x, c, fmt, saturate) for x, c in zip(pair, codes)]
-        return out
 
-    def float8_decode(self, ctx: LoweringContext, codes: list[ll.Value], fmt) -> list[ll.Value]:
+        def pair(first: ll.Value, second: ll.Value) -> list[ll.Value]:  # second into the high byte
+            two = b.call(cvt, [second, first])
+            return [b.trunc(two, i8), b.trunc(b.lshr(two, ll.Constant(i16, 8)), i8)]
+        return minifloat.encode_pairs(b, xs, fmt, saturate, pair)
+
+    def minifloat_decode(self, ctx: LoweringContext, codes: list[ll.Value], fmt) -> list[ll.Value]:
         """``cvt.rn.f16x2.{e4m3x2,e5m2x2}`` (exact), then f16 to f32; NaNs as the software path."""
         hw = self._fp8_hw(fmt)
         if hw is None:
-            return super().float8_decode(ctx, codes, fmt)
-        from ..llvm import float8
+            return super().minifloat_decode(ctx, codes, fmt)
+        from ..llvm import minifloat
         b = ctx.b
         i16, f32 = ll.IntType(16), ll.FloatType()
         h2 = ll.VectorType(ll.HalfType(), 2)
@@ -169,7 +166,7 @@ class NvptxTarget(Target):
             halves = b.call(cvt, [word])
             for j, c in enumerate(pair):
                 v = b.fpext(b.extract_element(halves, ll.Constant(_I32, j)), f32)
-                out.append(float8.fix_decoded(b, c, v, fmt))
+                out.append(minifloat.fix_decoded(b, c, v, fmt))
         return out
 
     def atomic(self, ctx: LoweringContext, op: str, ptr: ll.Value, value: ll.Value, order: str,

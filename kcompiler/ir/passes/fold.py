@@ -158,8 +158,8 @@ def convert(x: Any, s: ScalarType, d: ScalarType) -> Any:
     """The value ``x`` of type ``s`` converted to ``d`` (``cast``, C rules as lowered)."""
     if s == d:
         return x
-    if s.is_float8 or d.is_float8:
-        raise NoFold("8-bit float conversions are the target's (LLVM folds the software path)")
+    if s.is_minifloat or d.is_minifloat:
+        raise NoFold("small-float conversions are the target's (LLVM folds the software path)")
     if d.is_bool:
         return bool(x != 0)  # NaN != 0 is true, as the unordered fcmp of the lowering
     if s.is_bool:

@@ -1,7 +1,7 @@
 """Software conversions between f32 and the 8-bit float formats, as LLVM IR integer code.
 
 This is the reference path: the CPU target uses it, and GPU targets use it where the chip has no
-convert instruction. Hardware paths (``Target.float8_encode`` / ``float8_decode`` overrides) must give
+convert instruction. Hardware paths (``Target.minifloat_encode`` / ``minifloat_decode`` overrides) must give
 the same bits. The formats and the rules are in :mod:`kcompiler.numerics.formats`; results equal
 ml_dtypes' casts bit for bit (tests/test_float8.py checks every f16 and bf16 input and 2^24 f32).
 
@@ -26,9 +26,10 @@ def _c(v: int) -> ll.Constant:
 
 
 def encode(b: ll.IRBuilder, x: ll.Value, fmt: Float8Format, saturate: bool) -> ll.Value:
-    """The i8 code of f32 ``x`` in ``fmt``: round to nearest even; an overflow or an infinity gives
-    the largest finite value under ``saturate``, else the format's infinity (E5M2) or NaN; NaN gives
-    the format's NaN with the input's sign where the format has one."""
+    """The i8 code of f32 ``x`` in ``fmt`` (in the low ``fmt.bits`` bits): round to nearest even; an
+    overflow or an infinity gives the largest finite value under ``saturate`` (always for FP6/FP4,
+    which have neither), else the format's infinity (E5M2) or NaN; NaN gives the format's NaN with
+    the input's sign where the format has one (FP6/FP4: a zero of the opposite sign, as ml_dtypes)."""
     u = b.bitcast(x, I32)
     sign = b.lshr(u, _c(31))
     a = b.and_(u, _c(0x7FFF_FFFF))
@@ -56,17 +57,30 @@ def encode(b: ll.IRBuilder, x: ll.Value, fmt: Float8Format, saturate: bool) -> l
     up = b.or_(b.icmp_unsigned(">", rest, half), b.and_(b.icmp_unsigned("==", rest, half), odd))
     code = b.add(code, b.zext(up, I32))
 
-    nan_mag = fmt.nan_code & 0x7F if fmt.kind != "fnuz" else 0x80
-    big = fmt.max_code if saturate else ((fmt.max_code + 1) if fmt.kind == "ieee" else nan_mag)
+    top = fmt.bits - 1  # the sign bit's position
+    nan_mag = _nan_magnitude(fmt)
+    big = fmt.max_code if saturate or fmt.kind == "finite" else \
+        ((fmt.max_code + 1) if fmt.kind == "ieee" else nan_mag)
     overflow = b.or_(b.icmp_unsigned(">", code, _c(fmt.max_code)), isinf)
     mag = b.select(overflow, _c(big), code)
     mag = b.select(isnan, _c(nan_mag), mag)
     if fmt.kind == "fnuz":  # no -0 and a single NaN: the sign goes only on nonzero finite values
         signed = b.and_(b.icmp_unsigned("!=", mag, _c(0)), b.icmp_unsigned("!=", mag, _c(0x80)))
         out = b.or_(mag, b.shl(b.select(signed, sign, _c(0)), _c(7)))
+    elif fmt.kind == "finite":  # no NaN: ml_dtypes gives a signed zero, the sign inverted (+NaN -> -0)
+        out = b.select(isnan, b.shl(b.xor(sign, _c(1)), _c(top)), b.or_(mag, b.shl(sign, _c(top))))
     else:
-        out = b.or_(mag, b.shl(sign, _c(7)))
+        out = b.or_(mag, b.shl(sign, _c(top)))
     return b.trunc(out, I8)
+
+
+def _nan_magnitude(fmt: Float8Format) -> int:
+    """The magnitude bits of the format's NaN (FNUZ: its whole code, 0x80; FP6/FP4: none, 0)."""
+    if fmt.kind == "fnuz":
+        return 0x80
+    if fmt.kind == "finite":
+        return 0
+    return fmt.nan_code & (fmt.sign_bit - 1)
 
 
 def _encode_e8m0(b: ll.IRBuilder, u, a, e32, m32, isnan, isinf, saturate: bool) -> ll.Value:
@@ -93,8 +107,8 @@ def decode(b: ll.IRBuilder, code: ll.Value, fmt: Float8Format) -> ll.Value:
         bits = b.select(b.icmp_unsigned("==", c, _c(0xFF)), _c(0x7FC0_0000), bits)
         return b.bitcast(bits, F32)
     M = fmt.mbits
-    sign = b.shl(b.lshr(c, _c(7)), _c(31))
-    mag = b.and_(c, _c(0x7F))
+    sign = b.shl(b.lshr(c, _c(fmt.bits - 1)), _c(31))
+    mag = b.and_(c, _c(fmt.sign_bit - 1))
     e = b.lshr(mag, _c(M))
     m = b.and_(mag, _c((1 << M) - 1))
     normal = b.or_(b.shl(b.add(e, _c(127 - fmt.bias)), _c(23)), b.shl(m, _c(23 - M)))
@@ -118,6 +132,20 @@ def decode(b: ll.IRBuilder, code: ll.Value, fmt: Float8Format) -> ll.Value:
 # its NaN encoding, sign of NaN, overflow and infinity rules differ by vendor and mode (NVIDIA's cvt
 # to e4m3x2/e5m2x2 exists only with .satfinite). The targets use the instruction for the rounding
 # and these fixups for the rest, so that both paths give the same bits.
+
+def encode_pairs(b: ll.IRBuilder, xs: list[ll.Value], fmt: Float8Format, saturate: bool,
+                 convert_pair) -> list[ll.Value]:
+    """The codes of ``xs`` through a two-at-a-time convert instruction: ``convert_pair(first,
+    second)`` returns the two i8 codes (an odd count is padded with 0.0), each then repaired by
+    :func:`fix_encoded`."""
+    out = []
+    for k in range(0, len(xs), 2):
+        pair = xs[k:k + 2]
+        second = pair[1] if len(pair) == 2 else ll.Constant(F32, 0.0)
+        codes = convert_pair(pair[0], second)
+        out += [fix_encoded(b, x, c, fmt, saturate) for x, c in zip(pair, codes)]
+    return out
+
 
 def overflows(b: ll.IRBuilder, x: ll.Value, fmt: Float8Format) -> ll.Value:
     """i1: |x| rounds past the largest finite value (or is infinite); false for NaN. The tie between
