@@ -177,8 +177,16 @@ class Target:
 
     def dynamic_shared(self, ctx: "LoweringContext") -> ll.Value:
         """A pointer (shared address space, 16-byte aligned) to the block's dynamic shared memory,
-        whose size the launch gives."""
-        raise NotImplementedError
+        whose size the launch gives. The default is what NVPTX and AMDGPU both read as dynamic
+        shared memory / LDS: an external zero-sized array in the shared address space, placed after
+        the static shared memory."""
+        gv = ctx.module.globals.get("kc_dynamic_shared")
+        if gv is None:
+            gv = ll.GlobalVariable(ctx.module, ll.ArrayType(ll.IntType(8), 0), "kc_dynamic_shared",
+                                   addrspace=self.address_spaces[AddressSpace.SHARED])
+            gv.linkage = "external"
+            gv.align = 16
+        return gv
 
     def atomic(self, ctx: "LoweringContext", op: str, ptr: ll.Value, value: ll.Value, order: str,
                scope: str, signed: bool, is_float: bool) -> ll.Value:

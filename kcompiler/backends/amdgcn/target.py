@@ -216,18 +216,6 @@ class AmdgcnTarget(Target):
         id_ = ctx.b.and_(id_, ll.Constant(_I32, 0xFF))
         self._intrinsic(ctx, "s.sendmsg", ll.VoidType(), (ll.Constant(_I32, 1), id_))
 
-    # --- memory -----------------------------------------------------------------------------------
-    def dynamic_shared(self, ctx: LoweringContext) -> ll.Value:
-        # An external zero-sized LDS array is AMDGPU's dynamic LDS: it is placed after the static
-        # LDS, and the launch's dynamic size is added to the workgroup's allocation.
-        gv = ctx.module.globals.get("kc_dynamic_shared")
-        if gv is None:
-            gv = ll.GlobalVariable(ctx.module, ll.ArrayType(ll.IntType(8), 0), "kc_dynamic_shared",
-                                   addrspace=3)
-            gv.linkage = "external"
-            gv.align = 16
-        return gv
-
     # --- math -------------------------------------------------------------------------------------
     def math(self, ctx: LoweringContext, fn: str, args: list[ll.Value]) -> ll.Value:
         t = args[0].type

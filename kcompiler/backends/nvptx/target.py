@@ -268,16 +268,6 @@ class NvptxTarget(Target):
             b.store(a, slot, align=size)
         b.call(vprintf, [fmt_ptr, buf])
 
-    # --- memory -----------------------------------------------------------------------------------
-    def dynamic_shared(self, ctx: LoweringContext) -> ll.Value:
-        gv = ctx.module.globals.get("kc_dynamic_shared")
-        if gv is None:
-            gv = ll.GlobalVariable(ctx.module, ll.ArrayType(ll.IntType(8), 0), "kc_dynamic_shared",
-                                   addrspace=3)
-            gv.linkage = "external"
-            gv.align = 16
-        return gv
-
     # --- math -------------------------------------------------------------------------------------
     def math(self, ctx: LoweringContext, fn: str, args: list[ll.Value]) -> ll.Value:
         t = args[0].type
