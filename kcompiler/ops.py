@@ -73,8 +73,8 @@ def cast(x: Any, dtype: Any, *, saturate: bool = False, target: str = "auto") ->
 
 def mx_quantize(x: Any, fmt: str = "f8e4m3", *, target: str = "auto") -> tuple[Any, Any]:
     """OCP MX block quantisation of ``x`` (f32, f16 or bf16; the last axis a multiple of 32) into
-    MXFP8, MXFP6 or MXFP4: ``(codes, scales)``, codes of ``fmt`` ('f8e4m3', 'f8e5m2', 'f6e2m3',
-    'f6e3m2', 'f4e2m1'; one per byte, ml_dtypes' layout) with x's shape, E8M0 scales of
+    MXFP8, MXFP6, MXFP4 or MXINT8: ``(codes, scales)``, codes of ``fmt`` ('f8e4m3', 'f8e5m2',
+    'f6e2m3', 'f6e3m2', 'f4e2m1'; one per byte, ml_dtypes' layout; 'int8': int8) with x's shape, E8M0 scales of
     shape ``x.shape[:-1] + (x.shape[-1] // 32,)``; numpy in, numpy out (torch in, torch out). The
     rules and choices are kcompiler.numerics.mx's, which gives the same bits on the host. Raises
     ValueError for another format or shape, TypeError for another dtype."""
@@ -89,12 +89,13 @@ def mx_quantize(x: Any, fmt: str = "f8e4m3", *, target: str = "auto") -> tuple[A
     if not shape or shape[-1] % mx.BLOCK:
         raise ValueError(f"mx_quantize: the last axis of {shape} must be a multiple of {mx.BLOCK}")
     scale_shape = shape[:-1] + (shape[-1] // mx.BLOCK,)
-    codes, scales = _empty_like(x, shape, fmt), _empty_like(x, scale_shape, "e8m0")
+    codes, scales = _empty_like(x, shape, "i8" if fmt == "int8" else fmt), _empty_like(x, scale_shape, "e8m0")
     n = int(np.prod(shape))
     if n:
         mod = _module("mx", _target_for(x, target))
         mod.mx_quantize[(n + 255) // 256, 256](_flat(x), _flat(codes), _flat(scales), n, S=src.name,
-                                                T=fmt, EMAX=mx.ELEMENTS[fmt])
+                                                T="i8" if fmt == "int8" else fmt, EMAX=mx.ELEMENTS[fmt],
+                                                INT=fmt == "int8")
     return codes, scales
 
 
@@ -104,7 +105,8 @@ def mx_dequantize(codes: Any, scales: Any, dtype: Any = np.float32, *, target: s
     from .numerics import mx
 
     t = arrays.array_scalar_type(codes) if arrays.is_array(codes) else None
-    if t is None or t.name not in mx.ELEMENTS:
+    fmt = "int8" if t is not None and t.name == "i8" else (t.name if t is not None else "")
+    if fmt not in mx.ELEMENTS:
         raise TypeError(f"mx_dequantize: codes must be of an MX element format ({', '.join(mx.ELEMENTS)}), "
                         f"not {arrays.describe(codes)}")
     dst = SCALARS.get(dtype) if isinstance(dtype, str) else arrays.scalar_of_dtype(dtype)
@@ -116,7 +118,42 @@ def mx_dequantize(codes: Any, scales: Any, dtype: Any = np.float32, *, target: s
     if n:
         mod = _module("mx", _target_for(codes, target))
         mod.mx_dequantize[(n + 255) // 256, 256](_flat(codes), _flat(scales), _flat(out), n, T=t.name,
-                                                  D=dst.name)
+                                                  D=dst.name, INT=fmt == "int8")
+    return out
+
+
+def nvfp4_quantize(x: Any, global_scale: float = 1.0, *, target: str = "auto") -> tuple[Any, Any]:
+    """NVFP4 quantisation of ``x`` (f32, f16 or bf16; the last axis a multiple of 16): ``(codes,
+    scales)``, FP4 (E2M1) codes one per byte with x's shape and E4M3 scales, one per 16 along the last
+    axis; ``global_scale`` is the per-tensor f32 factor (kcompiler.numerics.mx.nvfp4_quantize gives
+    the rules and the same bits on the host). Raises ValueError / TypeError for a bad shape or dtype."""
+    src = arrays.array_scalar_type(x) if arrays.is_array(x) else None
+    if src is None or src.name not in ("f32", "f16", "bf16"):
+        raise TypeError(f"nvfp4_quantize: x must be an array of f32, f16 or bf16, not {arrays.describe(x)}")
+    shape = tuple(x.shape)
+    if not shape or shape[-1] % 16:
+        raise ValueError(f"nvfp4_quantize: the last axis of {shape} must be a multiple of 16")
+    codes, scales = _empty_like(x, shape, "f4e2m1"), _empty_like(x, shape[:-1] + (shape[-1] // 16,), "f8e4m3")
+    n = int(np.prod(shape))
+    if n:
+        mod = _module("mx", _target_for(x, target))
+        mod.nvfp4_quantize[(n + 255) // 256, 256](_flat(x), _flat(codes), _flat(scales),
+                                                   np.float32(global_scale), n, S=src.name)
+    return codes, scales
+
+
+def nvfp4_dequantize(codes: Any, scales: Any, global_scale: float = 1.0, dtype: Any = np.float32, *,
+                     target: str = "auto") -> Any:
+    """The values FP4 * scale / global_scale of :func:`nvfp4_quantize`'s output, as ``dtype``."""
+    dst = SCALARS.get(dtype) if isinstance(dtype, str) else arrays.scalar_of_dtype(dtype)
+    if dst is None or dst.name not in ("f32", "f16", "bf16"):
+        raise TypeError(f"nvfp4_dequantize: dtype must be f32, f16 or bf16, not {dtype!r}")
+    out = _empty_like(codes, tuple(codes.shape), dst.name)
+    n = int(np.prod(tuple(codes.shape)))
+    if n:
+        mod = _module("mx", _target_for(codes, target))
+        mod.nvfp4_dequantize[(n + 255) // 256, 256](_flat(codes), _flat(scales), np.float32(global_scale),
+                                                     _flat(out), n, D=dst.name)
     return out
 
 
@@ -131,8 +168,8 @@ def _flat(a: Any) -> Any:
     return a.reshape(-1) if not arrays.is_torch_tensor(a) else a.contiguous().view(-1)
 
 
-_TORCH = {"f8e4m3": "float8_e4m3fn", "f8e5m2": "float8_e5m2", "f8e4m3fnuz": "float8_e4m3fnuz",
+_TORCH = {"f4e2m1": "float4_e2m1fn_x2", "i8": "int8", "f8e4m3": "float8_e4m3fn", "f8e5m2": "float8_e5m2", "f8e4m3fnuz": "float8_e4m3fnuz",
           "f8e5m2fnuz": "float8_e5m2fnuz", "e8m0": "float8_e8m0fnu", "f16": "float16", "bf16": "bfloat16",
           "f32": "float32", "f64": "float64"}
 
-__all__ = ["cast", "mx_dequantize", "mx_quantize"]
+__all__ = ["cast", "mx_dequantize", "mx_quantize", "nvfp4_dequantize", "nvfp4_quantize"]

@@ -29,7 +29,7 @@ def blocks_of_every_kind(rows: int = 67, cols: int = 160) -> np.ndarray:
 
 
 @pytest.mark.parametrize("src", ["f32", "bf16", "f16"])
-@pytest.mark.parametrize("fmt", ["f8e4m3", "f8e5m2", "f6e2m3", "f6e3m2", "f4e2m1"])
+@pytest.mark.parametrize("fmt", ["f8e4m3", "f8e5m2", "f6e2m3", "f6e3m2", "f4e2m1", "int8"])
 def test_mx_quantize_matches_the_reference(target, fmt, src):
     x32 = blocks_of_every_kind()
     if src == "f16":
@@ -44,7 +44,7 @@ def test_mx_quantize_matches_the_reference(target, fmt, src):
     assert np.array_equal(back, mx.dequantize(want_c, want_s, fmt), equal_nan=True)
 
 
-@pytest.mark.parametrize("fmt", ["f8e4m3", "f8e5m2", "f6e2m3", "f6e3m2", "f4e2m1"])
+@pytest.mark.parametrize("fmt", ["f8e4m3", "f8e5m2", "f6e2m3", "f6e3m2", "f4e2m1", "int8"])
 def test_scales_follow_the_spec_formula(fmt):
     """X = 2^(floor(log2(max |V|)) - emax_elem), E8M0-coded (OCP MX v1.0 §6.3), for finite nonzero
     blocks whose scale is in range; all-zero blocks get 2^-127, blocks with NaN/Inf the NaN scale."""
@@ -63,7 +63,7 @@ def test_scales_follow_the_spec_formula(fmt):
     assert (s[~finite] == 0xFF).all()
 
 
-@pytest.mark.parametrize("fmt", ["f8e4m3", "f8e5m2", "f6e2m3", "f6e3m2", "f4e2m1"])
+@pytest.mark.parametrize("fmt", ["f8e4m3", "f8e5m2", "f6e2m3", "f6e3m2", "f4e2m1", "int8"])
 def test_round_trip_error_within_the_format_bound(target, fmt):
     """|x - dequant(quant(x))| <= max(2^-(M+1) * blockmax, blockmax - Xmax_elem * X) per element: half an
     element ulp at the block's top binade, or the clamp of values between the format's largest and
@@ -73,14 +73,17 @@ def test_round_trip_error_within_the_format_bound(target, fmt):
     back = ops.mx_dequantize(codes, scales, target=target)
     b = x.reshape(x.shape[0], -1, 32).astype(np.float64)
     y = back.reshape(b.shape).astype(np.float64)
-    f = FORMATS[fmt]
+    # MXINT8: steps of X/64 (6 fraction bits), largest 127/64 X
+    mbits, top = (6, 127 / 64) if fmt == "int8" else (FORMATS[fmt].mbits, FORMATS[fmt].max_value)
     m = np.abs(b).max(axis=-1, keepdims=True)
     X = np.ldexp(1.0, scales.view(np.uint8).astype(np.int64) - 127)[..., None]
-    bound = np.maximum(2.0 ** -(f.mbits + 1) * m, m - f.max_value * X)
+    bound = np.maximum(2.0 ** -(mbits + 1) * m, m - top * X)
     finite = np.isfinite(b).all(axis=-1, keepdims=True) & (m >= 2.0 ** -100)
     err = np.abs(y - b)
     assert ((err <= bound * (1 + 1e-12)) | ~finite).all()
     assert np.isnan(y[~np.broadcast_to(np.isfinite(b).all(axis=-1, keepdims=True), b.shape)]).all()
+    if fmt == "int8":  # the symmetric range
+        assert codes.min() >= -127 and codes.max() <= 127
     zero = (m == 0).squeeze(-1)
     assert (y[zero] == 0).all()
 
@@ -104,3 +107,30 @@ def test_fp4_packing():
     assert (packed & 0xF == c[:, 0::2]).all() and (packed >> 4 == c[:, 1::2]).all()
     assert (mx.unpack_fp4(packed).view(np.uint8) == c).all()
     assert mx.pack_fp4(np.array([0x1, 0xF], np.uint8))[0] == 0xF1
+
+
+@pytest.mark.parametrize("g", [1.0, 448.0 * 6 / 37.5])
+def test_nvfp4_matches_the_reference_and_bounds(target, g):
+    """NVFP4 (E2M1 elements, an E4M3 scale per 16): kernel = reference bit for bit; each block's
+    scale is E4M3(amax / 6 * g); the round trip is within half an FP4 step of the block's top binade
+    plus the scale's own rounding."""
+    x = blocks_of_every_kind(rows=41, cols=160)
+    codes, scales = ops.nvfp4_quantize(x, g, target=target)
+    want_c, want_s = mx.nvfp4_quantize(x, g)
+    assert codes.shape == x.shape and scales.shape == (41, 10)
+    assert (scales.view(np.uint8) == want_s.view(np.uint8)).all()
+    assert (codes.view(np.uint8) == want_c.view(np.uint8)).all()
+    back = ops.nvfp4_dequantize(codes, scales, g, target=target)
+    assert np.array_equal(back, mx.nvfp4_dequantize(want_c, want_s, g), equal_nan=True)
+    b = x.reshape(41, -1, 16).astype(np.float64)
+    amax = np.abs(b).max(axis=-1)
+    finite = np.isfinite(b).all(axis=-1)
+    from kcompiler.numerics import reference
+    s_ref = reference.encode((amax / 6 * g).astype(np.float32), "f8e4m3", saturate=True)
+    ok = finite & (amax / 6 * g < 448) & (amax / 6 * g > 2.0 ** -6)  # scales in E4M3's normal range
+    assert (scales.view(np.uint8)[ok] == s_ref[ok]).all()
+    y = back.reshape(b.shape).astype(np.float64)
+    err = np.abs(y - b).max(axis=-1)
+    assert (err[ok] <= amax[ok] * (0.25 + 2.0 ** -4) * 1.0001).all()
+    with pytest.raises(ValueError, match="multiple of 16"):
+        ops.nvfp4_quantize(np.zeros((2, 24), np.float32))

@@ -16,8 +16,12 @@ from .semantic import CV, SemanticError, convert_cv, fold_binary, fold_unary
 
 
 def stdlib_dir() -> Path | None:
-    """The folder of the kernel-language standard library: the installed package data of
-    ``kcompiler.stdlib``, else the checkout's top-level ``stdlib/``."""
+    """The folder of the kernel-language standard library that belongs to this copy of kcompiler:
+    the checkout's top-level ``stdlib/`` when this package sits in one (an editable install, or
+    the source tree on sys.path), else the installed package data of ``kcompiler.stdlib``."""
+    here = Path(__file__).resolve().parents[2] / "stdlib"
+    if (here / "hostcall.kc").is_file():
+        return here
     try:
         import importlib.resources as res
 
@@ -26,8 +30,7 @@ def stdlib_dir() -> Path | None:
             return Path(str(p))
     except (ModuleNotFoundError, TypeError, ValueError, OSError):
         pass
-    p = Path(__file__).resolve().parents[2] / "stdlib"
-    return p if p.is_dir() else None
+    return None
 
 
 @dataclass(eq=False)

@@ -16,8 +16,10 @@ Element formats: MXFP8 (f8e4m3, emax 8; f8e5m2, emax 15), MXFP6 (f6e2m3, emax 2;
 MXFP4 (f4e2m1, emax 2). Layouts: the codes have x's shape, one byte each (ml_dtypes' layout; FP6/FP4
 codes in the low bits); the scales have shape ``x.shape[:-1] + (x.shape[-1] // 32,)``, one E8M0 byte
 each. :func:`pack_fp4` / :func:`unpack_fp4` convert FP4 codes to and from two per byte, the first
-element in the low nibble (NVIDIA's ``__nv_fp4x2_e2m1`` order). Not yet: FP6 packing, MXINT8, and
-NVFP4 (E4M3 scales per 16).
+element in the low nibble (NVIDIA's ``__nv_fp4x2_e2m1`` order). MXINT8 ("int8"): elements are i8
+with an implicit scale of 2^-6 (MX v1.0 §5.4.2), rounded to nearest even and clamped to [-127, 127]
+(the symmetric range; -128 is never produced). NVFP4, the second scheme: :func:`nvfp4_quantize`.
+Not yet: FP6 packing in memory.
 """
 from __future__ import annotations
 
@@ -29,8 +31,8 @@ from .formats import FORMATS, ml_dtype
 BLOCK = 32
 
 #: The MX element formats and their emax_elem (the exponent of the largest normal value; MX v1.0
-#: table 1).
-ELEMENTS = {"f8e4m3": 8, "f8e5m2": 15, "f6e2m3": 2, "f6e3m2": 4, "f4e2m1": 2}
+#: table 1). "int8" is MXINT8: two's complement with an implicit 2^-6, so emax_elem 0.
+ELEMENTS = {"f8e4m3": 8, "f8e5m2": 15, "f6e2m3": 2, "f6e3m2": 4, "f4e2m1": 2, "int8": 0}
 
 
 def _check(x: np.ndarray, fmt: str) -> None:
@@ -42,7 +44,8 @@ def _check(x: np.ndarray, fmt: str) -> None:
 
 def quantize(x: np.ndarray, fmt: str) -> tuple[np.ndarray, np.ndarray]:
     """(codes, scales) of ``x`` (any float dtype, computed in f32): codes in ml_dtypes' dtype of
-    ``fmt`` with x's shape, scales as ``float8_e8m0fnu`` with one per block of 32 along the last axis.
+    ``fmt`` (int8 for MXINT8: round(V/X * 64) to nearest even, clamped to [-127, 127], the
+    symmetric range; blocks with NaN/Inf give 0) with x's shape, scales as ``float8_e8m0fnu`` with one per block of 32 along the last axis.
     Raises ValueError for another element format or a last axis not a multiple of 32."""
     x = np.asarray(x).astype(np.float32)
     _check(x, fmt)
@@ -55,9 +58,14 @@ def quantize(x: np.ndarray, fmt: str) -> tuple[np.ndarray, np.ndarray]:
     shared = np.where(m == 0, -127, shared)
     scales = (shared + 127).astype(np.uint8)
     scales[bad] = 0xFF
-    pow2 = np.ldexp(np.float32(1), -shared).astype(np.float32)[..., None]
+    half = np.trunc(shared / 2).astype(np.int64)   # two exact steps, as stdlib/mx.kc's unscale
+    p1 = np.ldexp(np.float32(1), -half).astype(np.float32)[..., None]
+    p2 = np.ldexp(np.float32(1), half - shared).astype(np.float32)[..., None]
     with np.errstate(over="ignore", invalid="ignore"):
-        scaled = blocks * pow2
+        scaled = (blocks * p1) * p2
+    if fmt == "int8":
+        q = np.clip(np.rint(np.where(bad[..., None], 0, scaled) * np.float32(64)), -127, 127)
+        return q.astype(np.int8).reshape(x.shape), scales.view(ml_dtype("e8m0"))
     codes = reference.encode(scaled, fmt, saturate=True).reshape(blocks.shape)
     codes = np.where(bad[..., None], np.uint8(FORMATS[fmt].nan_code), codes)
     return codes.reshape(x.shape).view(ml_dtype(fmt)), scales.view(ml_dtype("e8m0"))
@@ -67,7 +75,10 @@ def dequantize(codes: np.ndarray, scales: np.ndarray, fmt: str) -> np.ndarray:
     """float32 values X * P_i (NaN where the scale is NaN), computed in f32."""
     codes = np.asarray(codes)
     _check(codes, fmt)
-    p = reference.decode(codes.view(np.uint8), fmt).reshape(*codes.shape[:-1], -1, BLOCK)
+    if fmt == "int8":
+        p = (codes.astype(np.float32) * np.float32(1 / 64)).reshape(*codes.shape[:-1], -1, BLOCK)
+    else:
+        p = reference.decode(codes.view(np.uint8), fmt).reshape(*codes.shape[:-1], -1, BLOCK)
     s = np.asarray(scales).view(np.uint8).astype(np.int64)
     with np.errstate(over="ignore"):
         x = np.ldexp(np.float32(1), s - 127).astype(np.float32)
@@ -92,4 +103,39 @@ def unpack_fp4(packed: np.ndarray) -> np.ndarray:
     return out.view(ml_dtype("f4e2m1"))
 
 
-__all__ = ["BLOCK", "ELEMENTS", "dequantize", "pack_fp4", "quantize", "unpack_fp4"]
+#: NVFP4's block: 16 elements share an E4M3 scale.
+NV_BLOCK = 16
+
+
+def nvfp4_quantize(x: np.ndarray, global_scale: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    """NVFP4 (NVIDIA's FP4 scheme, as in Transformer Engine's recipe): per block of 16 along the
+    last axis, scale s = E4M3(amax / 6 * g) (nearest even, saturated; 6 is FP4's largest value), and
+    elements FP4(v * g / s) (0 where s is 0); ``g`` is the per-tensor f32 scale (1: none). All in f32
+    as stdlib/mx.kc computes it; a block with NaN or Inf gets a NaN scale. Returns (codes as
+    ``float4_e2m1fn``, scales as ``float8_e4m3fn``)."""
+    x = np.asarray(x).astype(np.float32)
+    if x.ndim == 0 or x.shape[-1] % NV_BLOCK:
+        raise ValueError(f"the last axis must be a multiple of {NV_BLOCK}")
+    g = np.float32(global_scale)
+    blocks = x.reshape(*x.shape[:-1], -1, NV_BLOCK)
+    bits = np.abs(blocks).view(np.uint32).max(axis=-1)        # NaN and Inf above every finite value
+    amax = bits.view(np.float32)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        s = reference.encode(amax / np.float32(6) * g, "f8e4m3", saturate=True)
+        ds = reference.decode(s, "f8e4m3")[..., None]
+        q = np.where(ds != 0, blocks * g / ds, np.float32(0)).astype(np.float32)
+    codes = reference.encode(q, "f4e2m1").reshape(x.shape)
+    return codes.view(ml_dtype("f4e2m1")), s.view(ml_dtype("f8e4m3"))
+
+
+def nvfp4_dequantize(codes: np.ndarray, scales: np.ndarray, global_scale: float = 1.0) -> np.ndarray:
+    """float32 values FP4 * s / g of :func:`nvfp4_quantize`'s output."""
+    codes = np.asarray(codes)
+    p = reference.decode(codes.view(np.uint8), "f4e2m1").reshape(*codes.shape[:-1], -1, NV_BLOCK)
+    s = reference.decode(np.asarray(scales).view(np.uint8), "f8e4m3")[..., None]
+    with np.errstate(invalid="ignore"):
+        return (p * s / np.float32(global_scale)).astype(np.float32).reshape(codes.shape)
+
+
+__all__ = ["BLOCK", "ELEMENTS", "NV_BLOCK", "dequantize", "nvfp4_dequantize", "nvfp4_quantize", "pack_fp4",
+           "quantize", "unpack_fp4"]
