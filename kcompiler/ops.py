@@ -122,6 +122,38 @@ def mx_dequantize(codes: Any, scales: Any, dtype: Any = np.float32, *, target: s
     return out
 
 
+def pack_fp4(codes: Any, *, target: str = "auto") -> Any:
+    """FP4 (E2M1) ``codes``, one per byte, packed two to a byte by a kernel: the element of the lower
+    index in the low nibble (NVIDIA's ``__nv_fp4x2_e2m1`` order); shape ``(..., n // 2)``, uint8.
+    Raises ValueError for an odd last axis, TypeError for codes of another dtype."""
+    t = arrays.array_scalar_type(codes) if arrays.is_array(codes) else None
+    if t is None or t.name != "f4e2m1":
+        raise TypeError(f"pack_fp4: codes must be f4e2m1, not {arrays.describe(codes)}")
+    shape = tuple(codes.shape)
+    if not shape or shape[-1] % 2:
+        raise ValueError(f"pack_fp4: the last axis of {shape} must be even")
+    out = _empty_like(codes, shape[:-1] + (shape[-1] // 2,), "u8")
+    pairs = int(np.prod(shape)) // 2
+    if pairs:
+        mod = _module("mx", _target_for(codes, target))
+        mod.pack_fp4[(pairs + 255) // 256, 256](_flat(codes), _flat(out), pairs)
+    return out
+
+
+def unpack_fp4(packed: Any, *, target: str = "auto") -> Any:
+    """The inverse of :func:`pack_fp4`: f4e2m1 codes, one per byte, shape ``(..., 2 * n)``."""
+    t = arrays.array_scalar_type(packed) if arrays.is_array(packed) else None
+    if t is None or t.name != "u8":
+        raise TypeError(f"unpack_fp4: packed must be uint8, not {arrays.describe(packed)}")
+    shape = tuple(packed.shape)
+    out = _empty_like(packed, shape[:-1] + (2 * shape[-1],), "f4e2m1")
+    pairs = int(np.prod(shape))
+    if pairs:
+        mod = _module("mx", _target_for(packed, target))
+        mod.unpack_fp4[(pairs + 255) // 256, 256](_flat(packed), _flat(out), pairs)
+    return out
+
+
 def nvfp4_quantize(x: Any, global_scale: float = 1.0, *, target: str = "auto") -> tuple[Any, Any]:
     """NVFP4 quantisation of ``x`` (f32, f16 or bf16; the last axis a multiple of 16): ``(codes,
     scales)``, FP4 (E2M1) codes one per byte with x's shape and E4M3 scales, one per 16 along the last
@@ -168,8 +200,9 @@ def _flat(a: Any) -> Any:
     return a.reshape(-1) if not arrays.is_torch_tensor(a) else a.contiguous().view(-1)
 
 
-_TORCH = {"f4e2m1": "float4_e2m1fn_x2", "i8": "int8", "f8e4m3": "float8_e4m3fn", "f8e5m2": "float8_e5m2", "f8e4m3fnuz": "float8_e4m3fnuz",
+_TORCH = {"f4e2m1": "float4_e2m1fn_x2", "i8": "int8", "u8": "uint8", "f8e4m3": "float8_e4m3fn", "f8e5m2": "float8_e5m2", "f8e4m3fnuz": "float8_e4m3fnuz",
           "f8e5m2fnuz": "float8_e5m2fnuz", "e8m0": "float8_e8m0fnu", "f16": "float16", "bf16": "bfloat16",
           "f32": "float32", "f64": "float64"}
 
-__all__ = ["cast", "mx_dequantize", "mx_quantize", "nvfp4_dequantize", "nvfp4_quantize"]
+__all__ = ["cast", "mx_dequantize", "mx_quantize", "nvfp4_dequantize", "nvfp4_quantize", "pack_fp4",
+           "unpack_fp4"]

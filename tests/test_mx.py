@@ -134,3 +134,15 @@ def test_nvfp4_matches_the_reference_and_bounds(target, g):
     assert (err[ok] <= amax[ok] * (0.25 + 2.0 ** -4) * 1.0001).all()
     with pytest.raises(ValueError, match="multiple of 16"):
         ops.nvfp4_quantize(np.zeros((2, 24), np.float32))
+
+
+def test_fp4_packing_kernels(target):
+    """ops.pack_fp4 / unpack_fp4 (stdlib kernels) equal the host packing, and round-trip."""
+    x = blocks_of_every_kind()
+    codes, _ = ops.mx_quantize(x, "f4e2m1", target=target)
+    packed = ops.pack_fp4(codes, target=target)
+    assert packed.dtype == np.uint8 and packed.shape == (x.shape[0], x.shape[1] // 2)
+    assert (packed == mx.pack_fp4(codes)).all()
+    assert (ops.unpack_fp4(packed, target=target).view(np.uint8) == codes.view(np.uint8)).all()
+    with pytest.raises(ValueError, match="must be even"):
+        ops.pack_fp4(codes[:, :3], target=target)

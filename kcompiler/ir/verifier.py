@@ -176,10 +176,11 @@ def _t_cast(op: Op, fn: Function, m: Module) -> None:
 
 
 def _bits(t: Type) -> int:
+    """Bits a value occupies (FP6 and FP4 a whole byte, the code in its low bits)."""
     if isinstance(t, VectorType):
-        return t.elem.bits * t.count
+        return _bits(t.elem) * t.count
     assert isinstance(t, ScalarType)
-    return t.bits
+    return 8 if t.is_minifloat else t.bits
 
 
 def _t_bitcast(op: Op, fn: Function, m: Module) -> None:
