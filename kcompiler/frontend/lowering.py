@@ -924,10 +924,10 @@ class FnLowering:
             return self.b.unary("not", x)
         if et.is_bool:
             self.fail(f"cannot negate a {t}", e.span, hint="use '!' for logical not")
-        self.no_float8_arithmetic(et, f"'{e.op}'", e.span)
+        self.no_minifloat_arithmetic(et, f"'{e.op}'", e.span)
         return self.b.unary("neg", x)
 
-    def no_float8_arithmetic(self, et: ScalarType, what: str, span: SourceSpan) -> None:
+    def no_minifloat_arithmetic(self, et: ScalarType, what: str, span: SourceSpan) -> None:
         """Small floats (8 bits and fewer) are storage formats: a located error for computing on one."""
         if et.is_minifloat:
             self.fail(f"cannot apply {what} to {et}: small floats are for storage", span,
@@ -1065,7 +1065,7 @@ class FnLowering:
         t = x.type
         et = t.elem if isinstance(t, VectorType) else t
         assert isinstance(et, ScalarType)
-        self.no_float8_arithmetic(et, f"'{op}'", span)
+        self.no_minifloat_arithmetic(et, f"'{op}'", span)
         arith = {"+": "add", "-": "sub", "*": "mul", "/": "div", "%": "rem"}
         bits = {"&": "and", "|": "or", "^": "xor"}
         cmps = {"==": "eq", "!=": "ne", "<": "lt", "<=": "le", ">": "gt", ">=": "ge"}
@@ -1130,9 +1130,9 @@ class FnLowering:
         return self.convert_value(v, t, args[0].span)
 
     def convert_value(self, v: Any, t: Type, span: SourceSpan, saturate: bool = False) -> Any:
-        """Explicit conversion (C's value conversions; vectors elementwise; a scalar splats). An
-        small float (8 bits and fewer) converts from and to the floats only; ``saturate`` (conversions into one)
-        clamps overflows to its largest finite value."""
+        """Explicit conversion (C's value conversions; vectors elementwise; a scalar splats). A small
+        float (8 bits and fewer) converts from and to the floats only; ``saturate`` (conversions into
+        one) clamps overflows to its largest finite value."""
         te = t.elem if isinstance(t, VectorType) else t
         ve = None if isinstance(v, CV) else (v.type.elem if isinstance(v.type, VectorType) else v.type)
         if isinstance(te, ScalarType) and (te.is_minifloat or (isinstance(ve, ScalarType) and ve.is_minifloat)):
