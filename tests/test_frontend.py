@@ -194,7 +194,8 @@ def test_reduce_uses_shuffles_per_warp_size():
 def test_softmax_generic_fn_specialised_twice_and_stdlib_exp():
     m = ir((PROGRAMS / "softmax.kc").read_text())
     names = sorted(f.name for f in m.functions)
-    assert names == ["block_reduce__MAX_false", "block_reduce__MAX_true", "softmax", "std_math__exp__T_f32"]
+    assert {"block_reduce__MAX_false", "block_reduce__MAX_true", "softmax", "std_math__exp__T_f32"} <= set(names)
+    assert all(n.startswith("std_math__") for n in names if not n.startswith(("block_reduce", "softmax")))
     br_true = m.get("block_reduce__MAX_true")
     assert any(o.name == "max" for o in br_true.body.walk())
     assert not any(o.name == "add" and o.result.type == F32 for o in br_true.body.walk())
@@ -527,9 +528,10 @@ kernel k(p: ptr<f32>) { p[0] = mylib.twice(m.log(p[1])) + deep.e(p[2]) + m.sigmo
     program = load_program(main.read_text(), str(main))
     mod = lower(program, NV)
     assert_well_formed(mod)
-    assert sorted(f.name for f in mod.functions) == [
-        "k", "mylib__twice", "std_math__exp__T_f32", "std_math__log__T_f32", "std_math__sigmoid__T_f32",
-        "sub_deep__e"]
+    names = sorted(f.name for f in mod.functions)
+    assert {"k", "mylib__twice", "std_math__exp__T_f32", "std_math__log__T_f32", "std_math__sigmoid__T_f32",
+            "sub_deep__e"} <= set(names)
+    assert all(n.startswith("std_math__") for n in names if n not in ("k", "mylib__twice", "sub_deep__e"))
     files = {Path(p).name for p in program.imported_files}
     assert files == {"mylib.kc", "deep.kc", "math.kc"}
 
