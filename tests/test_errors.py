@@ -454,6 +454,7 @@ TOKENS = ["kernel", "fn", "let", "var", "shared", "if", "else", "for", "in", "wh
           "printf", "\"%d %s\"", "\"%*.*f\\n\"",
           "x", "p", "T", "N", "f32", "f16", "i32", "u64", "bool", "type", "thread_id", "barrier",
           "load", "store", "bitcast", "atomic_add", "shuffle_down", "warp_size", "target", "has",
+          "f8e4m3", "e8m0", "f4e2m1", "convert", "saturate",
           "0", "1", "2.5", "0x1F", "1e-3", "3u8", "\"s\"", "(", ")", "[", "]", "{", "}", "<", ">", ",",
           ";", ":", ".", "->", "=", "+=", "<<=", "+", "-", "*", "/", "%", "==", "!=", "<=", ">=", "&&",
           "||", "!", "~", "&", "|", "^", "<<", ">>", "//", "/*", "*/", "\n"]

@@ -339,3 +339,26 @@ def test_cuda_software_path_equals_hardware_path(inputs, name):
             mod.enc[grid, 256](x, y, x.size, per, T=name, SAT=saturate)
             want = reference.encode(x, name, saturate)
             assert (y.view(np.uint8) == want).all(), (opts, saturate, _bad(x, y.view(np.uint8), want))
+
+
+def test_every_small_float_expression_compiles_or_is_a_located_error():
+    """Each small float against every scalar type in each kind of expression: a compiled kernel or a
+    CompileError at the line, never an internal error."""
+    from kcompiler.ir.types import SCALARS
+
+    exprs = ["a + b", "a < b", "-a", "{T}(a)", "{U}(a)", "convert[{T}](a, saturate = true)", "bitcast[u8](a)",
+             "vec<{T}, 2>(a)", "a == b", "select(true, a, b)", "min(a, b)", "abs(a)"]
+    bad = []
+    for t in NAMES:
+        for u in SCALARS:
+            for e in exprs:
+                src = (f"kernel k(x: ptr<{t}>, y: ptr<{u}>) {{\n    let a = x[0];\n    let b = y[0];\n"
+                       f"    let c = {e.format(T=t, U=u)};\n}}\n")
+                try:
+                    compile_source_to(src, "k.kc", "llvm", "cpu", None)
+                except CompileError as err:
+                    if "k.kc:" not in str(err):
+                        bad.append((src, str(err)))
+                except Exception as err:  # noqa: BLE001 - what the test is looking for
+                    bad.append((src, repr(err)))
+    assert not bad, bad[:3]

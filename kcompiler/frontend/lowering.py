@@ -22,7 +22,7 @@ from ..diagnostics import CompileError, Diagnostic, Diagnostics, SourceSpan
 from ..ir import Builder, Function, Module, Region, Value
 from ..ir.core import OPS
 from ..ir.types import (BOOL, F32, I32, U32, U64, VOID, AddressSpace, ArrayType, PointerType, ScalarType, SCALARS,
-                        Type, VectorType, sizeof)
+                        Type, VectorType, elem_of, sizeof)
 from . import ast as A
 from . import builtins as B
 from .program import (ComptimeParam, Program, SourceModule, StaticEvalError, _check_given,
@@ -1059,13 +1059,17 @@ class FnLowering:
                 self.sem(err, span)
             if r is not None:
                 return r
+        for v in (a, b):  # before any implicit conversion: small floats take part in none
+            vt = getattr(v, "type", None)
+            ve = vt.elem if isinstance(vt, VectorType) else vt
+            if isinstance(ve, ScalarType):
+                self.no_minifloat_arithmetic(ve, f"'{op}'", span)
         if op in ("<<", ">>"):
             return self.shift(op, a, b, span)
         x, y = self.common(a, b, op, span)
         t = x.type
         et = t.elem if isinstance(t, VectorType) else t
         assert isinstance(et, ScalarType)
-        self.no_minifloat_arithmetic(et, f"'{op}'", span)
         arith = {"+": "add", "-": "sub", "*": "mul", "/": "div", "%": "rem"}
         bits = {"&": "and", "|": "or", "^": "xor"}
         cmps = {"==": "eq", "!=": "ne", "<": "lt", "<=": "le", ">": "gt", ">=": "ge"}
@@ -1695,6 +1699,7 @@ class FnLowering:
         x, y = self.common(a, b, name, e.span)
         if _has_bool(x.type):
             self.fail(f"{name} needs numbers, found {x.type}", e.span)
+        self.no_minifloat_arithmetic(elem_of(x.type), name, e.span)
         return self.b.binary(name, x, y)
 
     def b_math(self, f, e, kw):

@@ -179,6 +179,10 @@ def promote(ta: ScalarType, tb: ScalarType, op: str) -> ScalarType:
         other = tb if ta.is_bool else ta
         raise SemanticError(f"cannot apply '{op}' to bool and {other}",
                             "convert explicitly: bool(x) or " + f"{other}(b)")
+    if ta.is_minifloat or tb.is_minifloat:  # storage formats take part in no implicit conversion
+        s = ta if ta.is_minifloat else tb
+        raise SemanticError(f"cannot apply '{op}' to {ta} and {tb}: small floats are for storage",
+                            f"convert to compute: f32(x), then back with {s}(y)")
     if ta.is_float and tb.is_float:
         if ta.bits == tb.bits:  # f16 with bf16: neither holds the other
             return F32
