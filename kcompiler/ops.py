@@ -189,6 +189,28 @@ def nvfp4_dequantize(codes: Any, scales: Any, global_scale: float = 1.0, dtype: 
     return out
 
 
+#: The functions :func:`math` runs, by their index in stdlib/mathops.kc.
+MATH_FUNCTIONS = {"exp": 0, "log": 1, "sigmoid": 2, "silu": 3}
+
+
+def math(name: str, x: Any, *, target: str = "auto") -> Any:  # noqa: A001 - the module's name for it
+    """std.math's ``name`` ('exp', 'log', 'sigmoid', 'silu') applied to every element of ``x`` (f32,
+    f16 or bf16) by a kernel; a new array of x's shape and kind. The accuracy is std.math's
+    (docs/LANGUAGE.md, "Math"). Raises ValueError for another function, TypeError for another dtype."""
+    if name not in MATH_FUNCTIONS:
+        raise ValueError(f"math: unknown function {name!r}; one of {', '.join(MATH_FUNCTIONS)}")
+    src = arrays.array_scalar_type(x) if arrays.is_array(x) else None
+    if src is None or src.name not in ("f32", "f16", "bf16"):
+        raise TypeError(f"math: x must be an array of f32, f16 or bf16, not {arrays.describe(x)}")
+    out = _empty_like(x, tuple(x.shape), src.name)
+    n = int(np.prod(tuple(x.shape)))
+    if n:
+        mod = _module("mathops", _target_for(x, target))
+        grid = min((n + 255) // 256, 65536)
+        mod.apply[grid, 256](_flat(x), _flat(out), n, T=src.name, FN=MATH_FUNCTIONS[name])
+    return out
+
+
 def _empty_like(x: Any, shape: tuple, name: str) -> Any:
     if arrays.is_torch_tensor(x):
         import torch
@@ -204,5 +226,5 @@ _TORCH = {"f4e2m1": "float4_e2m1fn_x2", "i8": "int8", "u8": "uint8", "f8e4m3": "
           "f8e5m2fnuz": "float8_e5m2fnuz", "e8m0": "float8_e8m0fnu", "f16": "float16", "bf16": "bfloat16",
           "f32": "float32", "f64": "float64"}
 
-__all__ = ["cast", "mx_dequantize", "mx_quantize", "nvfp4_dequantize", "nvfp4_quantize", "pack_fp4",
+__all__ = ["cast", "math", "mx_dequantize", "mx_quantize", "nvfp4_dequantize", "nvfp4_quantize", "pack_fp4",
            "unpack_fp4"]

@@ -89,3 +89,29 @@ def test_f16_and_bf16_through_f32(target, dtype):
             bits_y = y.view(np.int16).astype(np.int64)
             bits_w = want.view(np.int16).astype(np.int64)
             assert (np.abs(bits_y - bits_w)[~same & np.isfinite(wf)] <= 1).all()
+
+
+#: Documented bounds (ulp of the f32 result) of the functions ops.math runs.
+OPS_BOUNDS = {"exp": 1.0, "log": 1.0, "sigmoid": 2.5, "silu": 3.0}
+REFS = {"exp": np.exp, "log": np.log, "sigmoid": lambda v: 1 / (1 + np.exp(-v)), "silu": lambda v: v / (1 + np.exp(-v))}
+
+
+@pytest.mark.parametrize("name", list(OPS_BOUNDS))
+def test_ops_math_within_bounds(target, name):
+    """kcompiler.ops.math on 2^20 inputs over the whole useful range (subnormal results included)
+    plus 2^18 around zero, against float64."""
+    from kcompiler import ops
+
+    if name == "log":
+        x = RNG.integers(1, 0x7F80_0000, 1 << 20, dtype=np.uint32).view(np.float32)
+    else:
+        x = np.concatenate([RNG.uniform(-120, 100, 1 << 20), RNG.standard_normal(1 << 18) * 4]).astype(np.float32)
+    y = ops.math(name, x, target=target)
+    assert y.shape == x.shape and y.dtype == np.float32
+    with np.errstate(all="ignore"):
+        ref = REFS[name](x.astype(np.float64))
+    ok = np.abs(ref) <= np.finfo(np.float32).max
+    err = ulp_error(y[ok], ref[ok])
+    assert err.max() <= OPS_BOUNDS[name], (name, err.max(), x[ok][err.argmax()])
+    with pytest.raises(ValueError, match="unknown function"):
+        ops.math("erf", x)
