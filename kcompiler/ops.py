@@ -55,7 +55,7 @@ def cast(x: Any, dtype: Any, *, saturate: bool = False, target: str = "auto") ->
         raise TypeError(f"cast: saturate applies to small-float results, not {dst}")
     if arrays.is_torch_tensor(x):
         import torch
-        out = torch.empty(tuple(x.shape), dtype=getattr(torch, _TORCH[dst.name]), device=x.device)
+        out = torch.empty(tuple(x.shape), dtype=_torch_dtype(dst.name), device=x.device)
         flat_in, flat_out = x.contiguous().reshape(-1), out.reshape(-1)
     else:
         x = np.ascontiguousarray(x)
@@ -211,10 +211,17 @@ def math(name: str, x: Any, *, target: str = "auto") -> Any:  # noqa: A001 - the
     return out
 
 
+def _torch_dtype(name: str) -> Any:
+    import torch
+    if name not in _TORCH or not hasattr(torch, _TORCH[name]):
+        raise TypeError(f"no torch dtype holds {name} one value a byte: pass numpy arrays for {name} results")
+    return getattr(torch, _TORCH[name])
+
+
 def _empty_like(x: Any, shape: tuple, name: str) -> Any:
     if arrays.is_torch_tensor(x):
         import torch
-        return torch.empty(shape, dtype=getattr(torch, _TORCH[name]), device=x.device)
+        return torch.empty(shape, dtype=_torch_dtype(name), device=x.device)
     return np.empty(shape, arrays.numpy_dtype(SCALARS[name]))
 
 
@@ -222,7 +229,9 @@ def _flat(a: Any) -> Any:
     return a.reshape(-1) if not arrays.is_torch_tensor(a) else a.contiguous().view(-1)
 
 
-_TORCH = {"f4e2m1": "float4_e2m1fn_x2", "i8": "int8", "u8": "uint8", "f8e4m3": "float8_e4m3fn", "f8e5m2": "float8_e5m2", "f8e4m3fnuz": "float8_e4m3fnuz",
+#: torch dtypes of the language's types. FP6 and FP4 have none: torch's float4_e2m1fn_x2 holds two
+#: codes a byte, kcompiler one, so results of those types are numpy arrays only.
+_TORCH = {"i8": "int8", "u8": "uint8", "f8e4m3": "float8_e4m3fn", "f8e5m2": "float8_e5m2", "f8e4m3fnuz": "float8_e4m3fnuz",
           "f8e5m2fnuz": "float8_e5m2fnuz", "e8m0": "float8_e8m0fnu", "f16": "float16", "bf16": "bfloat16",
           "f32": "float32", "f64": "float64"}
 

@@ -146,3 +146,9 @@ def test_fp4_packing_kernels(target):
     assert (ops.unpack_fp4(packed, target=target).view(np.uint8) == codes.view(np.uint8)).all()
     with pytest.raises(ValueError, match="must be even"):
         ops.pack_fp4(codes[:, :3], target=target)
+
+
+def test_fp4_results_for_torch_inputs_are_refused_clearly():
+    torch = pytest.importorskip("torch")
+    with pytest.raises(TypeError, match="no torch dtype holds f4e2m1 one value a byte"):
+        ops.mx_quantize(torch.zeros(2, 64), "f4e2m1", target="cpu")
