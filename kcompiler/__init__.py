@@ -67,7 +67,7 @@ def compile(source: str, target: str = "auto", arch: str | None = None,  # noqa:
     (``opt_level``, ``check_bounds``, ``fast_math``). ``target_options``: what only one target
     takes: cpu ``{"warp_size": 64}``; nvptx ``{"printf": "hostcall"}`` (printf through the hostcall
     protocol AMD kernels use, served by kcompiler's listener, instead of vprintf); nvptx and amdgcn
-    ``{"minifloat": "software"}`` (the reference 8-bit float conversions even where the chip converts).
+    ``{"float8": "software"}`` (the reference small-float conversions even where the chip converts).
 
     The source is parsed and checked now (CompileError on a bad program, unless an identical source
     was checked before and is in the cache); each kernel specialisation compiles at its first launch

@@ -65,9 +65,10 @@ def cast(x: Any, dtype: Any, *, saturate: bool = False, target: str = "auto") ->
     if n == 0:
         return out
     mod = _module("cast", _target_for(x, target))
+    vec = 8 if _data_ptr(flat_in) % (8 * src.size) == 0 else 1  # 8 elements at once where aligned
     block = 256
-    grid = min((n + block - 1) // block, 65536)
-    mod.cast[grid, block](flat_in, flat_out, n, S=src.name, T=dst.name, SAT=saturate)
+    grid = min((n + block * vec - 1) // (block * vec), 65536)
+    mod.cast[grid, block](flat_in, flat_out, n, S=src.name, T=dst.name, SAT=saturate, VEC=vec)
     return out
 
 
@@ -93,7 +94,7 @@ def mx_quantize(x: Any, fmt: str = "f8e4m3", *, target: str = "auto") -> tuple[A
     n = int(np.prod(shape))
     if n:
         mod = _module("mx", _target_for(x, target))
-        mod.mx_quantize[(n + 255) // 256, 256](_flat(x), _flat(codes), _flat(scales), n, S=src.name,
+        mod.mx_quantize[(n + 8191) // 8192, 256](_flat(x), _flat(codes), _flat(scales), n, S=src.name,
                                                 T="i8" if fmt == "int8" else fmt, EMAX=mx.ELEMENTS[fmt],
                                                 INT=fmt == "int8")
     return codes, scales
@@ -113,11 +114,13 @@ def mx_dequantize(codes: Any, scales: Any, dtype: Any = np.float32, *, target: s
     if dst is None or dst.name not in ("f32", "f16", "bf16"):
         raise TypeError(f"mx_dequantize: dtype must be f32, f16 or bf16, not {dtype!r}")
     shape = tuple(codes.shape)
+    if not shape or shape[-1] % mx.BLOCK:
+        raise ValueError(f"mx_dequantize: the last axis of {shape} must be a multiple of {mx.BLOCK}")
     out = _empty_like(codes, shape, dst.name)
     n = int(np.prod(shape))
     if n:
         mod = _module("mx", _target_for(codes, target))
-        mod.mx_dequantize[(n + 255) // 256, 256](_flat(codes), _flat(scales), _flat(out), n, T=t.name,
+        mod.mx_dequantize[(n + 2047) // 2048, 256](_flat(codes), _flat(scales), _flat(out), n, T=t.name,
                                                   D=dst.name, INT=fmt == "int8")
     return out
 
@@ -154,6 +157,45 @@ def unpack_fp4(packed: Any, *, target: str = "auto") -> Any:
     return out
 
 
+def pack_fp6(codes: Any, *, target: str = "auto") -> Any:
+    """FP6 (E2M3 or E3M2) ``codes``, one per byte, packed four to three bytes by a kernel: one
+    LSB-first bit stream per row (kcompiler.numerics.mx.pack_fp6 states the layout and its source);
+    shape ``(..., 3 * n // 4)``, uint8. Raises ValueError unless the last axis is a multiple of 4,
+    TypeError for codes of another dtype."""
+    t = arrays.array_scalar_type(codes) if arrays.is_array(codes) else None
+    if t is None or t.name not in ("f6e2m3", "f6e3m2"):
+        raise TypeError(f"pack_fp6: codes must be f6e2m3 or f6e3m2, not {arrays.describe(codes)}")
+    shape = tuple(codes.shape)
+    if not shape or shape[-1] % 4:
+        raise ValueError(f"pack_fp6: the last axis of {shape} must be a multiple of 4")
+    out = _empty_like(codes, shape[:-1] + (3 * shape[-1] // 4,), "u8")
+    groups = int(np.prod(shape)) // 4
+    if groups:
+        mod = _module("mx", _target_for(codes, target))
+        mod.pack_fp6[(groups + 255) // 256, 256](_flat(codes), _flat(out), groups, T=t.name)
+    return out
+
+
+def unpack_fp6(packed: Any, fmt: str = "f6e2m3", *, target: str = "auto") -> Any:
+    """The inverse of :func:`pack_fp6`: ``fmt`` ('f6e2m3' or 'f6e3m2') codes, one per byte, shape
+    ``(..., 4 * n // 3)`` (numpy arrays: torch has no one-code-a-byte FP6 dtype). Raises ValueError
+    for another format or a last axis that is not a multiple of 3, TypeError unless uint8."""
+    t = arrays.array_scalar_type(packed) if arrays.is_array(packed) else None
+    if t is None or t.name != "u8":
+        raise TypeError(f"unpack_fp6: packed must be uint8, not {arrays.describe(packed)}")
+    if fmt not in ("f6e2m3", "f6e3m2"):
+        raise ValueError(f"unpack_fp6: fmt must be 'f6e2m3' or 'f6e3m2', not {fmt!r}")
+    shape = tuple(packed.shape)
+    if not shape or shape[-1] % 3:
+        raise ValueError(f"unpack_fp6: the last axis of {shape} must be a multiple of 3")
+    out = _empty_like(packed, shape[:-1] + (4 * shape[-1] // 3,), fmt)
+    groups = int(np.prod(shape)) // 3
+    if groups:
+        mod = _module("mx", _target_for(packed, target))
+        mod.unpack_fp6[(groups + 255) // 256, 256](_flat(packed), _flat(out), groups, T=fmt)
+    return out
+
+
 def nvfp4_quantize(x: Any, global_scale: float = 1.0, *, target: str = "auto") -> tuple[Any, Any]:
     """NVFP4 quantisation of ``x`` (f32, f16 or bf16; the last axis a multiple of 16): ``(codes,
     scales)``, FP4 (E2M1) codes one per byte with x's shape and E4M3 scales, one per 16 along the last
@@ -169,7 +211,7 @@ def nvfp4_quantize(x: Any, global_scale: float = 1.0, *, target: str = "auto") -
     n = int(np.prod(shape))
     if n:
         mod = _module("mx", _target_for(x, target))
-        mod.nvfp4_quantize[(n + 255) // 256, 256](_flat(x), _flat(codes), _flat(scales),
+        mod.nvfp4_quantize[(n + 2047) // 2048, 256](_flat(x), _flat(codes), _flat(scales),
                                                    np.float32(global_scale), n, S=src.name)
     return codes, scales
 
@@ -180,11 +222,13 @@ def nvfp4_dequantize(codes: Any, scales: Any, global_scale: float = 1.0, dtype: 
     dst = SCALARS.get(dtype) if isinstance(dtype, str) else arrays.scalar_of_dtype(dtype)
     if dst is None or dst.name not in ("f32", "f16", "bf16"):
         raise TypeError(f"nvfp4_dequantize: dtype must be f32, f16 or bf16, not {dtype!r}")
+    if not codes.shape or codes.shape[-1] % 16:
+        raise ValueError(f"nvfp4_dequantize: the last axis of {tuple(codes.shape)} must be a multiple of 16")
     out = _empty_like(codes, tuple(codes.shape), dst.name)
     n = int(np.prod(tuple(codes.shape)))
     if n:
         mod = _module("mx", _target_for(codes, target))
-        mod.nvfp4_dequantize[(n + 255) // 256, 256](_flat(codes), _flat(scales), np.float32(global_scale),
+        mod.nvfp4_dequantize[(n + 2047) // 2048, 256](_flat(codes), _flat(scales), np.float32(global_scale),
                                                      _flat(out), n, D=dst.name)
     return out
 
@@ -225,8 +269,25 @@ def _empty_like(x: Any, shape: tuple, name: str) -> Any:
     return np.empty(shape, arrays.numpy_dtype(SCALARS[name]))
 
 
-def _flat(a: Any) -> Any:
-    return a.reshape(-1) if not arrays.is_torch_tensor(a) else a.contiguous().view(-1)
+def _data_ptr(a: Any) -> int:
+    """The device address of a torch or CUDA-array-interface array; 0 for a host array (copied to
+    fresh, aligned device memory at launch, or used in place by the CPU target, which needs no
+    alignment)."""
+    if arrays.is_torch_tensor(a):
+        return a.data_ptr() if a.is_cuda else 0
+    if hasattr(a, "__cuda_array_interface__") and not isinstance(a, np.ndarray):
+        return a.__cuda_array_interface__["data"][0]
+    return 0
+
+
+def _flat(a: Any, align: int = 32) -> Any:
+    """``a`` as a contiguous 1-D array whose device data is ``align``-byte aligned (the stdlib's
+    kernels access 8 elements at once): a misaligned torch view is copied. Host (numpy) arrays are
+    copied to fresh, aligned device memory at launch, and the CPU target needs no alignment."""
+    if not arrays.is_torch_tensor(a):
+        return a.reshape(-1)
+    flat = a.contiguous().view(-1)
+    return flat if not flat.is_cuda or flat.data_ptr() % align == 0 else flat.clone()
 
 
 #: torch dtypes of the language's types. FP6 and FP4 have none: torch's float4_e2m1fn_x2 holds two
@@ -236,4 +297,4 @@ _TORCH = {"i8": "int8", "u8": "uint8", "f8e4m3": "float8_e4m3fn", "f8e5m2": "flo
           "f32": "float32", "f64": "float64"}
 
 __all__ = ["cast", "math", "mx_dequantize", "mx_quantize", "nvfp4_dequantize", "nvfp4_quantize", "pack_fp4",
-           "unpack_fp4"]
+           "pack_fp6", "unpack_fp4", "unpack_fp6"]

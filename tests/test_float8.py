@@ -14,7 +14,7 @@ import pytest
 
 import kcompiler as kc
 from kcompiler.diagnostics import CompileError
-from kcompiler.numerics import reference
+from kcompiler.numerics import mx, reference
 from kcompiler.numerics.formats import FORMATS, ml_dtype
 from kcompiler.pipeline import compile_source_to
 
@@ -343,6 +343,37 @@ def test_ops_cast(target, name):
         ops.cast(x, np.float16, saturate=True, target=target)
 
 
+@pytest.mark.parametrize("n", [1, 7, 8, 9, 255, 2049, 100_003])
+def test_ops_cast_every_length(target, n):
+    """The cast kernel's 8-wide body and its scalar tail: every element converted, none written past."""
+    from kcompiler import ops
+
+    x = (RNG.standard_normal(n) * 300).astype(np.float32)
+    y = ops.cast(x, ml_dtypes.float8_e5m2, target=target)
+    assert (y.view(np.uint8) == x.astype(ml_dtypes.float8_e5m2).view(np.uint8)).all()
+    h = ops.cast(y, np.float16, target=target)
+    assert np.array_equal(h, y.astype(np.float16), equal_nan=True)
+
+
+@pytest.mark.gpu
+def test_ops_cast_torch_views_against_torch():
+    """torch in, torch out on the GPU, also for a view whose data is not 32-byte aligned (the scalar
+    path), against torch's own casts."""
+    torch = pytest.importorskip("torch")
+    from kcompiler import ops
+
+    x = torch.randn(4099, device="cuda") * 500
+    for view in (x, x[1:], x[3:-5]):
+        for dt in (torch.float8_e4m3fn, torch.float8_e5m2):
+            got = ops.cast(view, dt)
+            assert got.is_cuda and got.dtype == dt and got.shape == view.shape
+            assert torch.equal(got.view(torch.uint8), view.to(dt).view(torch.uint8))
+    codes, scales = ops.mx_quantize(x[32:].to(torch.bfloat16)[1:].reshape(-1)[:4032], "f8e4m3")
+    rc, rs = mx.quantize(x[32:].to(torch.bfloat16)[1:].reshape(-1)[:4032].float().cpu().numpy(), "f8e4m3")
+    assert (codes.cpu().view(torch.uint8).numpy() == rc.view(np.uint8)).all()
+    assert (scales.cpu().view(torch.uint8).numpy() == rs.view(np.uint8)).all()
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", ["f8e4m3", "f8e5m2"])
 def test_cuda_software_path_equals_hardware_path(inputs, name):
@@ -351,7 +382,7 @@ def test_cuda_software_path_equals_hardware_path(inputs, name):
     x = inputs
     per = 64
     grid = ((x.size + per - 1) // per + 255) // 256
-    for opts in ({}, {"minifloat": "software"}):
+    for opts in ({}, {"float8": "software"}):
         mod = kc.compile(CAST, target="cuda", path="float8.kc", target_options=opts)
         for saturate in (False, True):
             y = np.zeros(x.size, ml_dtype(name))

@@ -152,3 +152,43 @@ def test_fp4_results_for_torch_inputs_are_refused_clearly():
     torch = pytest.importorskip("torch")
     with pytest.raises(TypeError, match="no torch dtype holds f4e2m1 one value a byte"):
         ops.mx_quantize(torch.zeros(2, 64), "f4e2m1", target="cpu")
+
+
+@pytest.mark.parametrize("per", [8, 16, 32])
+def test_mx_quantize_kernel_every_width(target, per):
+    """stdlib/mx.kc's mx_quantize with 8, 16 or 32 elements a thread (4, 2 or 1 lanes a block): the
+    same bits as the reference."""
+    import kcompiler as kc
+    from kcompiler.frontend.program import stdlib_dir
+
+    x = blocks_of_every_kind(19, 128).astype(ml_dtypes.bfloat16)
+    codes, scales = np.zeros(x.shape, ml_dtypes.float8_e4m3fn), np.zeros((19, 4), ml_dtypes.float8_e8m0fnu)
+    mod = kc.compile_file(stdlib_dir() / "mx.kc", target=target)
+    mod.mx_quantize[(x.size // per + 63) // 64, 64](x.reshape(-1), codes.reshape(-1), scales.reshape(-1), x.size,
+                                                   S="bf16", T="f8e4m3", EMAX=8, PER=per)
+    want_c, want_s = mx.quantize(x, "f8e4m3")
+    assert (codes.view(np.uint8) == want_c.view(np.uint8)).all()
+    assert (scales.view(np.uint8) == want_s.view(np.uint8)).all()
+
+
+@pytest.mark.parametrize("fmt", ["f6e2m3", "f6e3m2"])
+def test_fp6_packing_is_an_lsb_first_bit_stream(target, fmt):
+    """FP6 packed four to three bytes equals the codes' 6-bit fields laid end to end LSB first
+    (built independently with numpy's little-endian unpackbits/packbits), per row; the kernels equal
+    the host reference and unpack inverts pack. An MX block of 32 is 24 bytes."""
+    x = (RNG.standard_normal((5, 64)) * 4).astype(np.float32)
+    codes = x.astype(ml_dtypes.float6_e2m3fn if fmt == "f6e2m3" else ml_dtypes.float6_e3m2fn)
+    c = codes.view(np.uint8)
+    bits = np.unpackbits(c[..., None], axis=-1, bitorder="little")[..., :6].reshape(5, -1)
+    want = np.packbits(bits, axis=-1, bitorder="little")
+    assert want.shape == (5, 48)
+    assert (mx.pack_fp6(codes) == want).all()
+    packed = ops.pack_fp6(codes, target=target)
+    assert packed.dtype == np.uint8 and (packed == want).all()
+    back = ops.unpack_fp6(packed, fmt, target=target)
+    assert back.dtype == codes.dtype and (back.view(np.uint8) == c).all()
+    assert (mx.unpack_fp6(want, fmt).view(np.uint8) == c).all()
+    with pytest.raises(ValueError, match="multiple of 4"):
+        ops.pack_fp6(codes[:, :6], target=target)
+    with pytest.raises(TypeError, match="f6e2m3 or f6e3m2"):
+        ops.pack_fp6(x, target=target)

@@ -103,6 +103,30 @@ def unpack_fp4(packed: np.ndarray) -> np.ndarray:
     return out.view(ml_dtype("f4e2m1"))
 
 
+def pack_fp6(codes: np.ndarray) -> np.ndarray:
+    """FP6 codes (E2M3 or E3M2, one per byte, a multiple of 4 along the last axis) packed four to
+    three bytes: one contiguous LSB-first bit stream, element i in bits 6i .. 6i+5 of the row's bytes
+    read little-endian (ONNX's FLOAT6 packing, onnx/docs/technical/float6.md; an MX block of 32 is
+    24 bytes). Shape ``(..., 3 * n // 4)``, uint8. Raises ValueError for another length."""
+    c = np.asarray(codes).view(np.uint8).astype(np.uint32) & 0x3F
+    if c.ndim == 0 or c.shape[-1] % 4:
+        raise ValueError(f"the last axis ({c.shape[-1] if c.ndim else 0}) must be a multiple of 4 to pack FP6 codes")
+    w = c[..., 0::4] | (c[..., 1::4] << 6) | (c[..., 2::4] << 12) | (c[..., 3::4] << 18)
+    out = np.stack([w & 0xFF, (w >> 8) & 0xFF, w >> 16], axis=-1).astype(np.uint8)
+    return out.reshape(*c.shape[:-1], 3 * c.shape[-1] // 4)
+
+
+def unpack_fp6(packed: np.ndarray, fmt: str = "f6e2m3") -> np.ndarray:
+    """The inverse of :func:`pack_fp6`: ``fmt`` ('f6e2m3' or 'f6e3m2') codes, one per byte, as
+    ml_dtypes' float6 arrays. Raises ValueError for a last axis that is not a multiple of 3."""
+    p = np.asarray(packed, dtype=np.uint8).astype(np.uint32)
+    if p.ndim == 0 or p.shape[-1] % 3:
+        raise ValueError("the last axis of packed FP6 must be a multiple of 3")
+    w = p[..., 0::3] | (p[..., 1::3] << 8) | (p[..., 2::3] << 16)
+    out = np.stack([(w >> (6 * k)) & 0x3F for k in range(4)], axis=-1).astype(np.uint8)
+    return out.reshape(*p.shape[:-1], 4 * p.shape[-1] // 3).view(ml_dtype(fmt))
+
+
 #: NVFP4's block: 16 elements share an E4M3 scale.
 NV_BLOCK = 16
 

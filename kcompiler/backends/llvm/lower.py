@@ -425,6 +425,28 @@ class Lowering:
             return B.fpext(x, lt)
         return B.fptrunc(x, lt)
 
+    def _convert_keep_nan_sign(self, ctx: LoweringContext, x: ll.Value, s: Type, d: Type) -> ll.Value:
+        """Float-to-float ``convert`` whose NaN results are the quiet NaN with the source's sign.
+        LLVM leaves a NaN's sign to the target (NVPTX's ``cvt.f32.f16`` gives the canonical
+        positive NaN), but ml_dtypes keeps it through every small-float conversion, so the small-float
+        paths widen and narrow through this one."""
+        if s.name == d.name or not (s.is_float and d.is_float):
+            return self.convert(ctx, x, s, d)
+        B = ctx.b
+        if s.name == "bf16" and d.name == "f32":   # exact as bits: the upper half of an f32
+            return B.bitcast(B.shl(B.zext(B.bitcast(x, ll.IntType(16)), _I32), ll.Constant(_I32, 16)),
+                             ll.FloatType())
+        y = self.convert(ctx, x, s, d)
+        quiet = {"f16": 0x7E00, "bf16": 0x7FC0, "f32": 0x7FC0_0000, "f64": 0x7FF8 << 48}[d.name]
+        si, di = ll.IntType(s.bits), ll.IntType(d.bits)
+        negative = B.icmp_signed("<", B.bitcast(x, si), ll.Constant(si, 0))
+        # NaN-ness survives any conversion; test the wider value (LLVM 22's x86 backend asserts on
+        # bf16 compares and on the fabs.bf16 a masked bf16 bit test becomes)
+        wide = x if s.bits >= d.bits else y
+        isnan = B.fcmp_unordered("uno", wide, wide)
+        nan = B.select(negative, ll.Constant(di, quiet | 1 << (d.bits - 1)), ll.Constant(di, quiet))
+        return B.select(isnan, B.bitcast(nan, y.type), y)
+
     def _convert_minifloat(self, ctx: LoweringContext, x: ll.Value, src: Type, dst: Type,
                         saturate: bool) -> ll.Value:
         from ...numerics.formats import FORMATS
@@ -436,11 +458,11 @@ class Lowering:
         if s.is_minifloat:
             lanes = self.target.minifloat_decode(ctx, lanes, FORMATS[s.name])
         else:
-            lanes = [self.convert(ctx, v, s, F32) for v in lanes]
+            lanes = [self._convert_keep_nan_sign(ctx, v, s, F32) for v in lanes]
         if d.is_minifloat:
             lanes = self.target.minifloat_encode(ctx, lanes, FORMATS[d.name], saturate)
         else:
-            lanes = [self.convert(ctx, v, F32, d) for v in lanes]
+            lanes = [self._convert_keep_nan_sign(ctx, v, F32, d) for v in lanes]
         if not n:
             return lanes[0]
         out: ll.Value = ll.Constant(self.lltype(dst), ll.Undefined)
