@@ -58,6 +58,8 @@ _FNS = [
               doc="convert[T](x, saturate = false): T(x); into an 8-bit float, saturate = true clamps "
                   "overflows and infinities to the largest finite value instead of NaN/Inf"),
     BuiltinFn("dynamic_shared", 0, 0, brackets="required", doc="dynamic_shared[T]() -> ptr<T, shared>"),
+    BuiltinFn("compile_error", 1, 1, doc='compile_error("message"): a compile error at this call when '
+                                         'the code around it is compiled (in a comptime if branch taken)'),
     # Variadic: the checker and the lowering check the count against the format (printf_format.py).
     BuiltinFn("printf", 1, 33, doc='printf("format", args...): the format a string literal, at most 32 '
                                    'arguments, checked against the format at compile time'),

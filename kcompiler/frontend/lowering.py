@@ -1495,6 +1495,14 @@ class FnLowering:
         self.b.op("hostcall_interrupt", [event])
         return VOIDV
 
+    def b_compile_error(self, f, e, kw):
+        """``compile_error("message")``: reached only in code that is compiled (a ``comptime if``
+        drops the branches not taken), so a generic function refuses a specialisation with it."""
+        a = e.args[0]
+        if not isinstance(a, A.StrLit):
+            self.fail("compile_error takes a string literal", a.span, hint='compile_error("no f64 version")')
+        self.fail(a.value, e.span)
+
     # --- printf ---------------------------------------------------------------------------------
     def b_printf(self, f, e, kw):
         """``printf("format", args...)``: the format checked against every argument's type, the
