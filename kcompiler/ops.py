@@ -233,25 +233,82 @@ def nvfp4_dequantize(codes: Any, scales: Any, global_scale: float = 1.0, dtype: 
     return out
 
 
-#: The functions :func:`math` runs, by their index in stdlib/mathops.kc.
-MATH_FUNCTIONS = {"exp": 0, "log": 1, "sigmoid": 2, "silu": 3}
+#: The kernel behind :func:`math`: FN over arrays, four elements a thread in 16-byte accesses (the
+#: arrays are aligned: see _flat), then the n % 4 left one per thread; a grid-stride loop.
+_MATH_KERNEL = """
+import std.math
+kernel apply[T: type](INS, y: ptr<T>, n: i64) {
+    let threads = i64(grid_dim.x) * i64(block_dim.x);
+    let t = i64(block_id.x) * i64(block_dim.x) + i64(thread_id.x);
+    let body = n / 4i64 * 4i64;
+    var i = t * 4i64;
+    while i < body {
+        LOADS
+        var r: vec<T, 4>;
+        for k in comptime range(0, 4) {
+            r[k] = FN(ARGS_K);
+        }
+        store(y + i, r);
+        i += threads * 4i64;
+    }
+    i = body + t;
+    if i < n {
+        y[i] = FN(ARGS_I);
+    }
+}
+"""
 
 
-def math(name: str, x: Any, *, target: str = "auto") -> Any:  # noqa: A001 - the module's name for it
-    """std.math's ``name`` ('exp', 'log', 'sigmoid', 'silu') applied to every element of ``x`` (f32,
-    f16 or bf16) by a kernel; a new array of x's shape and kind. The accuracy is std.math's
-    (docs/LANGUAGE.md, "Math"). Raises ValueError for another function, TypeError for another dtype."""
-    if name not in MATH_FUNCTIONS:
-        raise ValueError(f"math: unknown function {name!r}; one of {', '.join(MATH_FUNCTIONS)}")
+def math_kernel_source(fn: str, arity: int) -> str:
+    """The source of :func:`math`'s kernel for std.math's ``fn`` ('math.exp', 'math.fast_pow')."""
+    return (_MATH_KERNEL.replace("INS", ", ".join(f"x{k}: ptr<T>" for k in range(arity)))
+            .replace("LOADS", "\n        ".join(f"let v{k} = load[vec<T, 4>](x{k} + i);" for k in range(arity)))
+            .replace("ARGS_K", ", ".join(f"v{k}[k]" for k in range(arity)))
+            .replace("ARGS_I", ", ".join(f"x{k}[i]" for k in range(arity)))
+            .replace("FN", fn))
+
+
+@functools.lru_cache(maxsize=None)
+def _math_module(name: str, fast: bool, arity: int, target: str) -> Any:
+    """The module of :func:`math`'s kernel for ``name``; compiled once per process (and cached on
+    disk)."""
+    from . import compile as compile_source
+    fn = f"math.{'fast_' if fast else ''}{name}"
+    return compile_source(math_kernel_source(fn, arity), target=target, path=f"<kcompiler.ops.math {fn}>")
+
+
+def math(name: str, *args: Any, fast: bool = False, target: str = "auto") -> Any:  # noqa: A001 - its name
+    """std.math's ``name`` applied elementwise by a kernel: ``math("exp", x)``, ``math("pow", x, y)``;
+    a new array of the inputs' shape and kind (numpy in, numpy out; torch in, torch out). ``name`` is
+    any function of kcompiler.numerics.mathfns.FUNCTIONS (its documented ulp bound there and in
+    docs/math.md); ``fast=True`` runs ``math.fast_<name>`` (the hardware approximations, for the
+    names in mathfns.FAST). Inputs: f32, f16 or bf16 (f64 for the functions with an f64 version),
+    all of one dtype and shape. Raises ValueError for an unknown function or a wrong argument count
+    or shape, TypeError for another dtype."""
+    from .numerics.mathfns import FAST, FUNCTIONS
+
+    f = FUNCTIONS.get(name)
+    if f is None:
+        raise ValueError(f"math: unknown function {name!r}; one of {', '.join(FUNCTIONS)}")
+    if fast and name not in FAST:
+        raise ValueError(f"math: {name} has no fast version; the fast ones: {', '.join(FAST)}")
+    if len(args) != f.arity:
+        raise ValueError(f"math: {name} takes {f.arity} array{'s' if f.arity > 1 else ''}, got {len(args)}")
+    x = args[0]
     src = arrays.array_scalar_type(x) if arrays.is_array(x) else None
-    if src is None or src.name not in ("f32", "f16", "bf16"):
-        raise TypeError(f"math: x must be an array of f32, f16 or bf16, not {arrays.describe(x)}")
+    floats = ("f32", "f16", "bf16") + (("f64",) if f.f64 and not fast else ())
+    if src is None or src.name not in floats:
+        raise TypeError(f"math: {'fast ' if fast else ''}{name} takes arrays of {', '.join(floats)}, "
+                        f"not {arrays.describe(x)}")
+    for a in args[1:]:
+        if not arrays.is_array(a) or arrays.array_scalar_type(a) != src or tuple(a.shape) != tuple(x.shape):
+            raise ValueError(f"math: {name}'s arrays must share one dtype and shape ({src}, {tuple(x.shape)})")
     out = _empty_like(x, tuple(x.shape), src.name)
     n = int(np.prod(tuple(x.shape)))
     if n:
-        mod = _module("mathops", _target_for(x, target))
-        grid = min((n + 255) // 256, 65536)
-        mod.apply[grid, 256](_flat(x), _flat(out), n, T=src.name, FN=MATH_FUNCTIONS[name])
+        mod = _math_module(name, fast, f.arity, _target_for(x, target))
+        grid = min((n + 1023) // 1024, 65536)
+        mod.apply[grid, 256](*[_flat(a) for a in args], _flat(out), n, T=src.name)
     return out
 
 
@@ -296,5 +353,96 @@ _TORCH = {"i8": "int8", "u8": "uint8", "f8e4m3": "float8_e4m3fn", "f8e5m2": "flo
           "f8e5m2fnuz": "float8_e5m2fnuz", "e8m0": "float8_e8m0fnu", "f16": "float16", "bf16": "bfloat16",
           "f32": "float32", "f64": "float64"}
 
-__all__ = ["cast", "math", "mx_dequantize", "mx_quantize", "nvfp4_dequantize", "nvfp4_quantize", "pack_fp4",
-           "pack_fp6", "unpack_fp4", "unpack_fp6"]
+__all__ = ["cast", "math", "matmul", "mx_dequantize", "mx_quantize", "nvfp4_dequantize", "nvfp4_quantize",
+           "pack_fp4", "pack_fp6", "unpack_fp4", "unpack_fp6"]
+
+
+#: Tile configurations of std.matmul (BM, BN, BK, WM, WN, STAGES) that :func:`matmul` picks from.
+MATMUL_TILES = {
+    "mma_large": dict(BM=128, BN=128, BK=32, WM=64, WN=64, STAGES=3),  # 4 warps, 55.5 KiB of shared memory
+    "mma_small": dict(BM=64, BN=64, BK=32, WM=32, WN=32, STAGES=3),    # 4 warps, 28.5 KiB
+    "simt": dict(BM=64, BN=64, BK=32, WM=32, WN=32, STAGES=2),          # 4 warps, 32 elements a lane
+}
+
+
+def matmul_tiles(M: int, N: int, K: int, tensor_cores: bool) -> dict[str, int]:
+    """The tile sizes :func:`matmul` uses for an M x K by K x N product: a fixed heuristic for now.
+    An autotuner belongs here: time each candidate of :data:`MATMUL_TILES` (and more: BK 64, 4
+    stages, 128 x 64 tiles) once per (arch, dtype, B layout, size class of M, N, K), keep the fastest
+    in the disk cache, and return it."""
+    if not tensor_cores:
+        return dict(MATMUL_TILES["simt"])
+    # 128 x 128 tiles once there are enough of them to fill the GPU (132 SMs on an H100 SXM)
+    big = -(-M // 128) * -(-N // 128) >= 132
+    return dict(MATMUL_TILES["mma_large" if big else "mma_small"])
+
+
+def matmul_shared_bytes(tiles: dict[str, int], itemsize: int, b_kmajor: bool) -> int:
+    """Dynamic shared memory std.matmul needs (the formula stated in stdlib/matmul.kc)."""
+    bm, bn, bk, st = tiles["BM"], tiles["BN"], tiles["BK"], tiles["STAGES"]
+    b_tile = bn * (bk + 8) if b_kmajor else bk * (bn + 8)
+    return st * (bm * (bk + 8) + b_tile) * itemsize
+
+
+def matmul(a: Any, b: Any, out: Any = None, *, out_dtype: Any = None, tiles: dict[str, int] | None = None,
+           target: str = "auto") -> Any:
+    """``a @ b`` by std.matmul: f32 accumulation, one rounding into the result's dtype.
+
+    ``a``: (M, K), ``b``: (K, N), both f32, f16 or bf16 (one dtype), numpy arrays or torch tensors
+    (numpy in, numpy out; torch in, torch out). A ``b`` whose transpose is contiguous (``w.T`` of an
+    (N, K) weight) is read in place (the kernel's B_KMAJOR); other non-contiguous inputs are copied.
+    ``out``: a contiguous (M, N) array of f32, f16 or bf16 to write into (returned); else a new
+    one of ``out_dtype`` (default: a's dtype, as numpy and torch). ``tiles``: BM, BN, BK, WM, WN,
+    STAGES to use instead of :func:`matmul_tiles`' choice. On NVIDIA GPUs f16 and bf16 run on the
+    tensor cores (mma.sync, ldmatrix, cp.async; stdlib/matmul.kc), f32 and every other target on
+    the SIMT path. Raises TypeError for other dtypes or mixed ones, ValueError for shapes that do
+    not match (not 2-D, inner sizes that differ, a wrong ``out``)."""
+    for name, x in (("a", a), ("b", b)):
+        if not arrays.is_array(x):
+            raise TypeError(f"matmul: {name} must be an array, not {arrays.describe(x)}")
+    src = arrays.array_scalar_type(a)
+    if src is None or src.name not in ("f32", "f16", "bf16"):
+        raise TypeError(f"matmul: a must be an array of f32, f16 or bf16, not {arrays.describe(a)}")
+    if arrays.array_scalar_type(b) != src:
+        raise TypeError(f"matmul: a and b must have one dtype; a is {src}, b is {arrays.describe(b)}")
+    if len(a.shape) != 2 or len(b.shape) != 2:
+        raise ValueError(f"matmul: a and b must be 2-D, not {tuple(a.shape)} and {tuple(b.shape)}")
+    (M, K), (K2, N) = tuple(a.shape), tuple(b.shape)
+    if K != K2:
+        raise ValueError(f"matmul: a is {M} x {K} but b is {K2} x {N}: inner sizes differ")
+    if out is not None:
+        dst = arrays.array_scalar_type(out) if arrays.is_array(out) else None
+        if dst is None or dst.name not in ("f32", "f16", "bf16"):
+            raise TypeError(f"matmul: out must be an array of f32, f16 or bf16, not {arrays.describe(out)}")
+        if tuple(out.shape) != (M, N) or not arrays.is_contiguous(out):
+            raise ValueError(f"matmul: out must be a contiguous ({M}, {N}) array, not {tuple(out.shape)}"
+                             f"{'' if arrays.is_contiguous(out) else ' (not contiguous)'}")
+        if arrays.is_torch_tensor(out) != arrays.is_torch_tensor(a):
+            raise TypeError("matmul: out must be of a's kind (numpy or torch)")
+    else:
+        dst = src if out_dtype is None else (SCALARS.get(out_dtype) if isinstance(out_dtype, str)
+                                             else arrays.scalar_of_dtype(out_dtype))
+        if dst is None or dst.name not in ("f32", "f16", "bf16"):
+            raise TypeError(f"matmul: out_dtype must be f32, f16 or bf16, not {out_dtype!r}")
+        out = _empty_like(a, (M, N), dst.name)
+    if M == 0 or N == 0:
+        return out
+    a = a if arrays.is_contiguous(a) else (a.contiguous() if arrays.is_torch_tensor(a) else np.ascontiguousarray(a))
+    bt = b.T if hasattr(b, "T") else None
+    b_kmajor = not arrays.is_contiguous(b) and bt is not None and arrays.is_contiguous(bt)
+    if b_kmajor:
+        b = bt  # (N, K), contiguous: B[k][n] = b[n * K + k]
+    elif not arrays.is_contiguous(b):
+        b = b.contiguous() if arrays.is_torch_tensor(b) else np.ascontiguousarray(b)
+    mod = _module("matmul", _target_for(a, target))
+    tensor_cores = mod.target == "nvptx" and src.name in ("f16", "bf16")  # every NVIDIA arch here is sm_80+
+    t = dict(tiles) if tiles is not None else matmul_tiles(M, N, K, tensor_cores)
+    threads = t["BM"] // t["WM"] * (t["BN"] // t["WN"]) * 32
+    ldb = K if b_kmajor else N
+    fa, fb, fo = _flat(a, 16), _flat(b, 16), _flat(out, 1)  # out is written in place: never copied
+    aligned = K % 8 == 0 and ldb % 8 == 0 and N % 8 == 0 and all(_data_ptr(x) % 16 == 0 for x in (fa, fb, fo))
+    grid = (-(-N // t["BN"]), -(-M // t["BM"]))
+    mod.matmul[grid, threads](fa, fb, fo, M, N, K, K, ldb, N, T=src.name,
+                              OUT=dst.name, B_KMAJOR=b_kmajor, ALIGNED=aligned,
+                              shared=matmul_shared_bytes(t, src.size, b_kmajor), **t)
+    return out

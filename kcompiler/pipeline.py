@@ -150,8 +150,19 @@ def compile_kernel(program: Any, kernel_name: str, params: dict[str, Any], targe
     ``target``: frontend lowering → IR passes → verifier → LLVM → ``target`` emission.
 
     Raises CompileError for a program the compiler rejects."""
-    module = lower_to_ir(program, target, {kernel_name: dict(params)})
+    module = lower_to_ir(program, _frontend_target(target, options), {kernel_name: dict(params)})
     return artifact_of_ir(module, kernel_name, target, options, params)
+
+
+def _frontend_target(target: Target, options: CompileOptions | None) -> Target:
+    """The target as the frontend sees it: with ``fast_math`` on, ``target.has("fast_math")`` is
+    true, so std.math picks its fast versions (docs/math.md)."""
+    if options is None or not options.fast_math:
+        return target
+    import copy
+    t = copy.copy(target)
+    t.features = frozenset(target.features) | {"fast_math"}
+    return t
 
 
 def artifact_of_ir(module: Any, kernel_name: str, target: Target, options: CompileOptions | None = None,
@@ -229,7 +240,7 @@ def emit(source: Source | Any, stage: str, target: str | Target = "nvptx", arch:
 
     check(program, tgt)
     kernels = select_kernels(program, kernel, dict(params or {}))
-    module = lower_to_ir(program, tgt, kernels)
+    module = lower_to_ir(program, _frontend_target(tgt, options), kernels)
     if stage == "ir":
         from .ir.printer import print_module
 

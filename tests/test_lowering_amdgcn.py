@@ -366,3 +366,27 @@ def test_pointer_address_round_trip_on_cpu():
     np.testing.assert_array_equal(b, np.r_[0.0, np.arange(8) + 0.5].astype(np.float32))
     with pytest.raises(CompileError, match="cannot bitcast"):
         kc.compile("kernel k(a: ptr<f32, shared>) { let x = bitcast[u64](a); }", target="cpu")
+
+
+FAST_MATH = """
+import std.math
+kernel fm(x: ptr<f32>, y: ptr<f32>) {
+    y[0] = math.fast_exp(x[0]);
+    y[1] = math.fast_log(x[1]);
+    y[2] = math.fast_sin(x[2]);
+    y[3] = math.fast_cos(x[3]);
+    y[4] = math.fast_rsqrt(x[4]);
+    y[5] = math.fast_rcp(x[5]);
+    y[6] = math.fast_tanh(x[6]);
+}
+"""
+
+
+@pytest.mark.parametrize("arch", ["gfx942", "gfx950", "gfx1100"])
+def test_fast_math_is_the_hardware_instructions(arch):
+    """std.math's fast versions are v_exp_f32, v_log_f32, v_sin_f32, v_cos_f32, v_rsq_f32,
+    v_rcp_f32 (tanh from v_exp and v_rcp), with no call to any library."""
+    text = asm(FAST_MATH, arch)
+    for ins in ("v_exp_f32", "v_log_f32", "v_sin_f32", "v_cos_f32", "v_rsq_f32", "v_rcp_f32"):
+        assert ins in text, ins
+    assert "__ocml" not in text and "s_swappc" not in text and "s_setpc" not in text

@@ -11,7 +11,7 @@ from kcompiler.backends.llvm import compile_ir, lower_module
 from kcompiler.backends.nvptx.target import ARCHS, NvptxTarget
 from kcompiler.backends.target import CompileOptions
 from kcompiler.ir import Builder, Function, Module, Value
-from kcompiler.ir.types import (AddressSpace, ArrayType, F16, F32, F64, I32, I64, PointerType, U32,
+from kcompiler.ir.types import (AddressSpace, ArrayType, BF16, F16, F32, F64, I32, I64, PointerType, U32,
                                 VOID, VectorType)
 
 from .filecheck_util import filecheck
@@ -161,3 +161,124 @@ def test_fast_math_flag_reaches_llvm():
     assert "fmul fast float" in text
     text = str(lower_module(Module("m", [fn]), NvptxTarget()))
     assert "fmul contract float" in text
+
+
+def test_approximate_builtins_are_the_ptx_approx_instructions(tmp_path):
+    """exp2, log2, sin, cos, rsqrt, rcp, tanh are PTX's .approx.f32 (f16 through f32, vectors per
+    lane); LLVM 22 aborted on fcos/flog2 before they were written as PTX. sqrt stays sqrt.rn."""
+    fn, b = kernel("ap", [("x", PointerType(F32)), ("h", PointerType(F16)), ("v", PointerType(VectorType(F32, 2)))])
+    x, h, v = fn.params
+    acc = b.load(x)
+    for f in ("exp2", "log2", "sin", "cos", "rsqrt", "rcp", "tanh", "sqrt"):
+        acc = b.add(acc, b.math(f, b.load(x)))
+    b.store(x, acc)
+    b.store(h, b.math("tanh", b.load(h)))
+    b.store(v, b.math("rcp", b.load(v)))
+    ptx = ptx_of(fn)
+    filecheck(ptx, """
+    CHECK: ex2.approx.f32
+    CHECK: lg2.approx.f32
+    CHECK: sin.approx.f32
+    CHECK: cos.approx.f32
+    CHECK: rsqrt.approx.f32
+    CHECK: rcp.approx.f32
+    CHECK: tanh.approx.f32
+    CHECK: sqrt.rn.f32
+    CHECK: cvt.f32.f16
+    CHECK: tanh.approx.f32
+    CHECK: cvt.rn.f16.f32
+    CHECK: rcp.approx.f32
+    CHECK: rcp.approx.f32
+    """)
+    assemble(ptx, "sm_90a", tmp_path)
+
+
+# --- warp-level matrix operations and cp.async (backends/nvptx/mma.py) ------------------------------
+
+def warp_matrix_kernel(elem) -> Function:
+    """cp.async (16 bytes whole, 16 zero-filled, 8), commit, wait, then ldmatrix x4 and x2.trans
+    feeding one mma.sync m16n8k16 of ``elem`` (F16 or BF16)."""
+    from kcompiler.ir.verifier import verify
+
+    fn, b = kernel("wm", [("a", PointerType(elem)), ("d", PointerType(VectorType(F32, 4))), ("n", U32)])
+    a, d, n = fn.params
+    smem = b.dyn_shared(elem)
+    lane8 = b.mul(b.special("lane_id"), b.const(8, I32))
+    dst, src = b.elemptr(smem, lane8), b.elemptr(a, lane8)
+    b.op("cp_async", [dst, src, b.const(16, U32)], bytes=16)
+    b.op("cp_async", [b.elemptr(dst, b.const(256, I32)), src, n], bytes=16)
+    b.op("cp_async", [b.elemptr(dst, b.const(512, I32)), src, b.const(8, U32)], bytes=8)
+    b.op("cp_async_commit")
+    b.op("cp_async_wait", n=1)
+    b.barrier()
+    fa = b.value("ldmatrix", [dst], VectorType(elem, 8), num=4, trans=False)
+    fb = b.value("ldmatrix", [b.elemptr(dst, b.const(256, I32))], VectorType(elem, 4), num=2, trans=True)
+    b.store(d, b.value("mma", [fa, fb, b.load(d)], VectorType(F32, 4), shape="m16n8k16"))
+    verify(Module("m", [fn]))
+    return fn
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+@pytest.mark.parametrize("elem", [BF16, F16], ids=str)
+def test_mma_ldmatrix_cp_async_are_ptx(arch, elem, tmp_path):
+    ptx = ptx_of(warp_matrix_kernel(elem), arch)
+    filecheck(ptx, f"""
+        CHECK: cp.async.cg.shared.global [%r{{{{[0-9]+}}}}], [%rd{{{{[0-9]+}}}}], 16;
+        CHECK: cp.async.cg.shared.global [%r{{{{[0-9]+}}}}], [%rd{{{{[0-9]+}}}}], 16, %r{{{{[0-9]+}}}};
+        CHECK: cp.async.ca.shared.global [%r{{{{[0-9]+}}}}], [%rd{{{{[0-9]+}}}}], 8;
+        CHECK: cp.async.commit_group;
+        CHECK: cp.async.wait_group 1;
+        CHECK: bar.sync 0
+        CHECK: ldmatrix.sync.aligned.m8n8.x4.shared.b16 {{%r{{{{[0-9]+}}}}, %r{{{{[0-9]+}}}}, %r{{{{[0-9]+}}}}, %r{{{{[0-9]+}}}}}}, [%r{{{{[0-9]+}}}}];
+        CHECK: ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {{%r{{{{[0-9]+}}}}, %r{{{{[0-9]+}}}}}}, [%r{{{{[0-9]+}}}}];
+        CHECK: mma.sync.aligned.m16n8k16.row.col.f32.{elem}.{elem}.f32 {{{{.*}}}}, {{{{.*}}}}, {{{{.*}}}}, {{{{.*}}}};
+    """)
+    assemble(ptx, arch, tmp_path)
+
+
+def test_fp8_mma_is_ptx_8_4_on_sm_89(tmp_path):
+    from kcompiler.ir.types import F8E4M3, F8E5M2
+
+    fn, b = kernel("f8", [("a", PointerType(VectorType(F8E4M3, 16))), ("b", PointerType(VectorType(F8E5M2, 8))),
+                          ("d", PointerType(VectorType(F32, 4)))])
+    a, bp, d = fn.params
+    b.store(d, b.value("mma", [b.load(a), b.load(bp), b.load(d)], VectorType(F32, 4), shape="m16n8k32"))
+    for arch in ("sm_89", "sm_90a"):
+        ptx = ptx_of(fn, arch)
+        filecheck(ptx, """
+            CHECK: .version 8.4
+            CHECK: mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e5m2.f32
+        """)
+        assemble(ptx, arch, tmp_path)
+    from kcompiler.diagnostics import CompileError
+    with pytest.raises(CompileError, match="FP8 mma needs sm_89"):
+        ptx_of(fn, "sm_80")
+
+
+@pytest.mark.parametrize("arch,elem,b_kmajor,aligned", [
+    ("sm_80", "bf16", False, True), ("sm_90a", "f16", True, True), ("sm_90a", "bf16", True, False),
+    ("sm_80", "f16", False, False)])
+def test_std_matmul_tensor_core_path_assembles(arch, elem, b_kmajor, aligned, tmp_path):
+    """std.matmul's tensor-core path at its large tile (128 x 128 x 32, 4 warps of 64 x 64, 3 stages):
+    mma.sync, ldmatrix and cp.async (16-byte, zero-filling) in the PTX, assembled without spills."""
+    from kcompiler.frontend.program import stdlib_dir
+    from kcompiler.pipeline import Source, emit
+
+    params = dict(T=elem, BM=128, BN=128, BK=32, WM=64, WN=64, STAGES=3, OUT="bf16", B_KMAJOR=b_kmajor,
+                  ALIGNED=aligned)
+    ptx = emit(Source.from_file(stdlib_dir() / "matmul.kc"), "asm", target="nvptx", arch=arch,
+               kernel="matmul", params=params)
+    # per k tile: 2 k16 steps x 4 m16 tiles x 8 n8 tiles, unrolled
+    assert ptx.count(f"mma.sync.aligned.m16n8k16.row.col.f32.{elem}.{elem}.f32") == 64
+    # (LLVM places the loop's blocks in its own order: the pieces are checked in any order)
+    filecheck(ptx, f"""
+        CHECK-DAG: cp.async.commit_group;
+        CHECK-DAG: cp.async.wait_group 1;
+        CHECK-DAG: bar.sync 0
+        CHECK-DAG: ldmatrix.sync.aligned.m8n8.x4.shared.b16
+        CHECK-DAG: ldmatrix.sync.aligned.m8n8.x4{'' if b_kmajor else '.trans'}.shared.b16
+        CHECK-DAG: cp.async.wait_group 0;
+    """)
+    assert ("cp.async.cg.shared.global" in ptx) == aligned
+    report = assemble(ptx, arch, tmp_path)
+    assert "0 bytes spill stores, 0 bytes spill loads" in report, report

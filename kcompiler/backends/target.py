@@ -33,7 +33,8 @@ class CompileOptions:
 
     ``opt_level``: LLVM pipeline level 0-3. ``check_bounds``: on targets that support it (cpu), check
     every access to memory passed from the host. ``fast_math``: allow reassociation and approximate
-    division/sqrt in f32.
+    division/sqrt in f32 (LLVM's ``fast`` flags), and std.math's functions become their fast versions
+    (``comptime target.has("fast_math")``; docs/math.md).
     """
 
     opt_level: int = 3
@@ -235,14 +236,65 @@ class Target:
         (None: the type's natural alignment). GPU targets keep it: vector loads need it there."""
         return align
 
+    # --- warp-level matrix operations and asynchronous copies (NVIDIA sm_80+) -------------------
+    # The IR ops mma, ldmatrix, cp_async, cp_async_commit, cp_async_wait. The frontend refuses them
+    # (a located error) where ``has("mma")`` / ``"ldmatrix"`` / ``"cp_async"`` is false; these
+    # defaults are the backstop for IR built directly.
+    def mma(self, ctx: "LoweringContext", shape: str, a_type: str, b_type: str, a: list[ll.Value],
+            b: list[ll.Value], c: list[ll.Value]) -> list[ll.Value]:
+        """D = A * B + C for one warp: ``shape`` 'm16n8k16' (``a_type``/``b_type`` 'f16' or 'bf16') or
+        'm16n8k32' ('f8e4m3' / 'f8e5m2'); this lane's fragments as i32 words (``a`` four, ``b`` two)
+        and ``c`` four floats; returns this lane's four floats of D. Layouts: backends/nvptx/mma.py."""
+        from .llvm.lower import UnsupportedOnTarget
+        raise UnsupportedOnTarget(f"mma_sync is not available on this target ({self.name} {self.arch})")
+
+    def ldmatrix(self, ctx: "LoweringContext", ptr: ll.Value, num: int, trans: bool) -> list[ll.Value]:
+        """``num`` (1, 2, 4) 8x8 matrices of 16-bit elements loaded by one warp from shared memory,
+        ``ptr`` this lane's row address; this lane's i32 word of each (backends/nvptx/mma.py)."""
+        from .llvm.lower import UnsupportedOnTarget
+        raise UnsupportedOnTarget(f"ldmatrix is not available on this target ({self.name} {self.arch})")
+
+    def cp_async(self, ctx: "LoweringContext", dst: ll.Value, src: ll.Value, nbytes: int,
+                 src_bytes: ll.Value | None, op: Any) -> None:
+        """Start copying ``nbytes`` (4, 8, 16) from global ``src`` to shared ``dst``: ``src_bytes`` (i32,
+        None: all) of them read, the rest zero-filled. ``op`` is the IR op (its span locates checks)."""
+        from .llvm.lower import UnsupportedOnTarget
+        raise UnsupportedOnTarget(f"cp_async is not available on this target ({self.name} {self.arch})")
+
+    def cp_async_commit(self, ctx: "LoweringContext") -> None:
+        """Close this thread's current group of cp_async copies."""
+        from .llvm.lower import UnsupportedOnTarget
+        raise UnsupportedOnTarget(f"cp_async_commit is not available on this target ({self.name} {self.arch})")
+
+    def cp_async_wait(self, ctx: "LoweringContext", n: int) -> None:
+        """Wait until at most ``n`` of this thread's committed cp_async groups are pending."""
+        from .llvm.lower import UnsupportedOnTarget
+        raise UnsupportedOnTarget(f"cp_async_wait is not available on this target ({self.name} {self.arch})")
+
     # --- math -------------------------------------------------------------------------------------
     def math(self, ctx: "LoweringContext", fn: str, args: list[ll.Value]) -> ll.Value:
-        """A math function of ``MATH_FUNCTIONS`` on float operands; the default is LLVM's intrinsic."""
+        """A math function of ``MATH_FUNCTIONS`` on float operands (scalars or vectors); the default
+        is LLVM's intrinsic, which the CPU computes as accurately as libm. GPU targets override the
+        approximations (exp2, log2, sin, cos, rsqrt, rcp, tanh) with their instructions."""
         name = {"abs": "fabs", "round": "roundeven"}.get(fn, fn)
+        one = ll.Constant(args[0].type, 1.0)
         if fn == "rsqrt":
-            one = ll.Constant(args[0].type, 1.0)
             return ctx.b.fdiv(one, ctx.call_intrinsic("llvm.sqrt", args))
+        if fn == "rcp":
+            return ctx.b.fdiv(one, args[0])
         return ctx.call_intrinsic(f"llvm.{name}", args)
+
+    @staticmethod
+    def per_lane(ctx: "LoweringContext", x: ll.Value, scalar_fn) -> ll.Value:
+        """``scalar_fn`` applied to each lane of vector ``x`` (or to scalar ``x``): for instructions
+        that exist on scalars only."""
+        if not isinstance(x.type, ll.VectorType):
+            return scalar_fn(x)
+        out: ll.Value = ll.Constant(x.type, ll.Undefined)
+        for i in range(x.type.count):
+            lane = ctx.b.extract_element(x, ll.Constant(ll.IntType(32), i))
+            out = ctx.b.insert_element(out, scalar_fn(lane), ll.Constant(ll.IntType(32), i))
+        return out
 
     # --- emission ---------------------------------------------------------------------------------
     def target_machine(self, opt_level: int = 3) -> Any:

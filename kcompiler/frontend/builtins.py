@@ -19,6 +19,8 @@ class BuiltinFn:
     kwargs: tuple[str, ...] = ()
     brackets: str = "no"
     doc: str = ""
+    #: what the brackets hold, for messages ("cp_async_wait needs a count in brackets")
+    bracket_what: str = "a type"
 
 
 _FNS = [
@@ -58,6 +60,25 @@ _FNS = [
               doc="convert[T](x, saturate = false): T(x); into an 8-bit float, saturate = true clamps "
                   "overflows and infinities to the largest finite value instead of NaN/Inf"),
     BuiltinFn("dynamic_shared", 0, 0, brackets="required", doc="dynamic_shared[T]() -> ptr<T, shared>"),
+    # Warp-level matrix operations and asynchronous copies: NVIDIA sm_80+ (comptime target.has("mma"),
+    # "ldmatrix", "cp_async"; "mma_fp8" for the FP8 form, sm_89+). backends/nvptx/mma.py gives the
+    # fragment layouts (PTX ISA 8.x, "Matrix Fragments for mma.m16n8k16 / m16n8k32", "ldmatrix").
+    BuiltinFn("mma_sync", 3, 3, doc="mma_sync(a, b, c) -> vec<f32, 4>: D = A * B + C for one warp, each lane "
+                                    "holding its fragments: m16n8k16 with a: vec<bf16, 8>, b: vec<bf16, 4> (or "
+                                    "f16), c: vec<f32, 4>; m16n8k32 with a: vec<f8e4m3, 16>, b: vec<f8e4m3, 8> "
+                                    "(or f8e5m2, sm_89+)"),
+    BuiltinFn("ldmatrix", 1, 1, ("trans",), brackets="required",
+              doc="ldmatrix[vec<T, N>](p: ptr<T, shared>, trans = false) -> vec<T, N>: one warp loads N / 2 "
+                  "(16-bit T; N / 4 for 8-bit T) 8x8 matrices, lane l giving the address of row l % 8 of "
+                  "matrix l / 8; trans (16-bit T) transposes each"),
+    BuiltinFn("cp_async", 3, 4, doc="cp_async(dst: ptr<T, shared>, src: ptr<T>, bytes[, src_bytes]): copy bytes "
+                                    "(4, 8 or 16, a compile-time value) from global to shared memory "
+                                    "asynchronously; only src_bytes (default bytes) are read, the rest of dst "
+                                    "is zero-filled"),
+    BuiltinFn("cp_async_commit", 0, 0, doc="cp_async_commit(): close this thread's group of cp_async copies"),
+    BuiltinFn("cp_async_wait", 0, 0, brackets="required", bracket_what="a count",
+              doc="cp_async_wait[N](): wait until at most N of this thread's committed cp_async groups are "
+                  "pending (then barrier() before other threads read the data)"),
     BuiltinFn("compile_error", 1, 1, doc='compile_error("message"): a compile error at this call when '
                                          'the code around it is compiled (in a comptime if branch taken)'),
     # Variadic: the checker and the lowering check the count against the format (printf_format.py).

@@ -436,7 +436,7 @@ class Checker:
                     self.error(f"{b.name} has no keyword argument '{k.name}'", k.span,
                                hint=("it takes: " + ", ".join(b.kwargs)) if b.kwargs else None)
             if b.brackets == "required" and not isinstance(f, A.Index):
-                self.error(f"{b.name} needs a type in brackets", f.span, hint=b.doc or None)
+                self.error(f"{b.name} needs {b.bracket_what} in brackets", f.span, hint=b.doc or None)
             if b.brackets == "no" and isinstance(f, A.Index):
                 self.error(f"{b.name} takes no compile-time arguments", f.span, hint=b.doc or None)
             return

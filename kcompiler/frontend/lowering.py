@@ -25,6 +25,7 @@ from ..ir.types import (BOOL, F32, I32, U32, U64, VOID, AddressSpace, ArrayType,
                         Type, VectorType, elem_of, sizeof)
 from . import ast as A
 from . import builtins as B
+from . import warp_matrix
 from .program import (ComptimeParam, Program, SourceModule, StaticEvalError, _check_given,
                       comptime_params, static_value)
 from .semantic import (CV, SemanticError, adapts, convert_cv, default_type, fits, fold_binary, fold_unary,
@@ -189,13 +190,14 @@ class ModuleLowering:
         return self.instance(self.program.main, decl, vals, None)
 
     def instance(self, mod: SourceModule, decl: A.FnDecl, values: dict[str, Any],
-                 call_span: SourceSpan | None) -> Function | None:
+                 call_span: SourceSpan | None, caller: "FnLowering | None" = None) -> Function | None:
         key = (mod.key, decl.name, tuple((k, v) for k, v in values.items()))
         if key in self.instances:
             return self.instances[key]
         base = mod.prefix + decl.name
         symbol = self.unique(mangle(base, values) if decl.cparams else base)
         fl = FnLowering(self, mod, decl, values)
+        fl.called_from = (call_span, caller)
         fn = fl.declare(symbol)
         self.instances[key] = fn
         if fn is not None:
@@ -240,6 +242,21 @@ class FnLowering:
         self.b = Builder(Region())  # a scratch region until the function exists
         self.scopes: list[dict[str, Any]] = []
         self.cparams: list[ComptimeParam] = comptime_params(decl)
+        #: where this specialisation was first called, and by which one (None for a kernel)
+        self.called_from: tuple[SourceSpan | None, "FnLowering | None"] = (None, None)
+
+    def call_chain(self) -> str:
+        """'exp[T = f64] called at a.kc:3:5, from k at a.kc:9:12': how this specialisation was
+        reached, for errors that depend on the compile-time values."""
+        parts, fl = [], self
+        while fl is not None:
+            span, caller = fl.called_from
+            vals = ", ".join(f"{k} = {_literal_text(v) if not isinstance(v, Type) else v}"
+                             for k, v in fl.values.items())
+            name = fl.decl.name + (f"[{vals}]" if vals else "")
+            parts.append(f"{name}" + (f" called at {span}" if span is not None else ""))
+            fl = caller
+        return ", from ".join(parts)
 
     # --- errors -----------------------------------------------------------------------------------
     def fail(self, msg: str, span: SourceSpan | None, hint: str | None = None):
@@ -1249,7 +1266,7 @@ class FnLowering:
                                   e.span, hint=f"give it: {decl.name}[{c.name} = ...](...)")
             ordered[c.name] = values[c.name]
             env[c.name] = CV(values[c.name], c.type) if c.kind == "int" else values[c.name]
-        fn = self.L.instance(mod, decl, ordered, e.span)
+        fn = self.L.instance(mod, decl, ordered, e.span, self)
         if fn is None:
             raise _Poison()
         conv = []
@@ -1296,8 +1313,10 @@ class FnLowering:
                           hint=("it takes: " + ", ".join(fn.kwargs)) if fn.kwargs else None)
             kw[k.name] = k
         if fn.brackets == "required" and f.targs is None:
-            self.fail(f"{fn.name} needs a type in brackets", e.func.span, hint=fn.doc or None)
+            self.fail(f"{fn.name} needs {fn.bracket_what} in brackets", e.func.span, hint=fn.doc or None)
         name = fn.name
+        if name in warp_matrix.FEATURES:
+            return warp_matrix.lower_builtin(self, f, e, kw)
         h = getattr(self, "b_" + name, None)
         if h is not None:
             return h(f, e, kw)
@@ -1501,7 +1520,7 @@ class FnLowering:
         a = e.args[0]
         if not isinstance(a, A.StrLit):
             self.fail("compile_error takes a string literal", a.span, hint='compile_error("no f64 version")')
-        self.fail(a.value, e.span)
+        self.fail(a.value, e.span, hint=f"in {self.call_chain()}")
 
     # --- printf ---------------------------------------------------------------------------------
     def b_printf(self, f, e, kw):

@@ -139,7 +139,10 @@ class OpInfo:
 
 BINARY = ("add", "sub", "mul", "div", "rem", "min", "max", "and", "or", "xor", "shl", "shr")
 CMP_PREDICATES = ("eq", "ne", "lt", "le", "gt", "ge")
-MATH_FUNCTIONS = ("sqrt", "rsqrt", "exp2", "log2", "sin", "cos", "abs", "floor", "ceil", "trunc",
+#: ``exp2 log2 sin cos rsqrt rcp tanh`` are the machine's fast approximations (NVIDIA's ``.approx``
+#: instructions, AMD's v_exp/v_log/v_sin/v_cos/v_rsq/v_rcp; the CPU computes them with LLVM's
+#: libm-accurate versions); std.math has the accurate functions. ``sqrt`` is correctly rounded.
+MATH_FUNCTIONS = ("sqrt", "rsqrt", "rcp", "exp2", "log2", "sin", "cos", "tanh", "abs", "floor", "ceil", "trunc",
                   "round", "fma", "copysign")
 SPECIAL_REGISTERS = ("thread_id", "block_id", "block_dim", "grid_dim", "lane_id", "warp_id")
 ATOMIC_OPS = ("add", "min", "max", "exch", "and", "or", "xor")
@@ -208,7 +211,26 @@ OPS: dict[str, OpInfo] = {
                       "(step < 0); iv += step. attr unroll=True asks for full unrolling"),
     "while": OpInfo(0, regions=2, result="none", pure=False, doc="while {cond ... condition(c)} {body}"),
     "condition": OpInfo(1, result="none", terminator=True, pure=False, doc="ends a while's cond region"),
+    # Warp-level matrix operations and asynchronous copies (NVIDIA sm_80+; backends/nvptx/mma.py has
+    # the PTX and the fragment layouts, backends/cpu/warp_matrix.py an emulation).
+    "mma": OpInfo(3, ("shape",), pure=False,
+                  doc="mma(a, b, c) -> d = a * b + c by one warp; attr shape in MMA_SHAPES; per lane: "
+                      "m16n8k16 a vec<T, 8>, b vec<T, 4> (T f16 or bf16), m16n8k32 a vec<F8, 16>, b "
+                      "vec<F8', 8> (f8e4m3 or f8e5m2); c and the result vec<f32, 4>"),
+    "ldmatrix": OpInfo(1, ("num", "trans"), pure=False,
+                       doc="ldmatrix(p: ptr<T, shared>) -> vec<T, N>: num (1, 2, 4) 8x8 matrices of 16-bit "
+                           "elements loaded by one warp, each lane giving a row address; trans: bool"),
+    "cp_async": OpInfo(3, ("bytes",), result="none", pure=False,
+                       doc="cp_async(dst: ptr<T, shared>, src: ptr<T>, src_bytes: u32): copy attr bytes (4, "
+                           "8, 16) asynchronously, src_bytes of them read from src, the rest zero-filled"),
+    "cp_async_commit": OpInfo(0, result="none", pure=False,
+                              doc="close this thread's group of cp_async copies"),
+    "cp_async_wait": OpInfo(0, ("n",), result="none", pure=False,
+                            doc="wait until at most attr n of this thread's cp_async groups are pending"),
 }
+
+#: Shapes of the ``mma`` op (PTX ``mma.sync.aligned.<shape>.row.col.f32.<a>.<b>.f32``).
+MMA_SHAPES = ("m16n8k16", "m16n8k32")
 
 
 # --- cloning and rewriting (used by the passes) ----------------------------------------------------

@@ -26,10 +26,10 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from .core import OPS, BINARY, CMP_PREDICATES, MATH_FUNCTIONS, SPECIAL_REGISTERS, ATOMIC_OPS, \
-    MEMORY_ORDERS, SCOPES, SHUFFLE_MODES, Function, Module, Op, Region, Value
+    MEMORY_ORDERS, SCOPES, SHUFFLE_MODES, MMA_SHAPES, Function, Module, Op, Region, Value
 from .types import ArrayType, BOOL, PointerType, ScalarType, Type, U32, U64, VOID, VectorType, VoidType, \
     AddressSpace, elem_of
-from .types import F64, I32, I64, U8
+from .types import BF16, F16, F32, F64, F8E4M3, F8E5M2, I32, I64, U8
 
 
 class IRVerifyError(Exception):
@@ -39,7 +39,7 @@ class IRVerifyError(Exception):
 #: Attributes whose value must be one of a fixed set (checked wherever the attribute is present).
 ATTR_CHOICES: dict[str, tuple[str, ...]] = {
     "pred": CMP_PREDICATES, "fn": MATH_FUNCTIONS, "reg": SPECIAL_REGISTERS, "order": MEMORY_ORDERS,
-    "scope": SCOPES, "mode": SHUFFLE_MODES, "dim": ("x", "y", "z"),
+    "scope": SCOPES, "mode": SHUFFLE_MODES, "dim": ("x", "y", "z"), "shape": MMA_SHAPES,
 }
 #: ... except where one op's attribute of that name means something else.
 ATTR_CHOICES_BY_OP: dict[tuple[str, str], tuple[str, ...]] = {("atomic", "op"): ATOMIC_OPS}
@@ -419,6 +419,51 @@ def _t_string(op: Op, fn: Function, m: Module) -> None:
     _req(_res(op) == want, f"a string constant is a {want}, not {_res(op)}")
 
 
+def _t_mma(op: Op, fn: Function, m: Module) -> None:
+    a, b, c = (v.type for v in op.operands)
+    acc = VectorType(F32, 4)
+    _req(c == acc, f"mma accumulator of type {c} (needs {acc})")
+    _req(_res(op) == acc, f"mma gives {acc}, not {_res(op)}")
+    if op.attrs["shape"] == "m16n8k16":
+        _req(isinstance(a, VectorType) and a.elem in (F16, BF16) and a.count == 8,
+             f"m16n8k16 A fragment of type {a} (needs vec<f16, 8> or vec<bf16, 8>)")
+        _req(b == VectorType(a.elem, 4), f"m16n8k16 B fragment of type {b} (needs vec<{a.elem}, 4>)")  # type: ignore[union-attr]
+    else:
+        f8 = (F8E4M3, F8E5M2)
+        _req(isinstance(a, VectorType) and a.elem in f8 and a.count == 16,
+             f"m16n8k32 A fragment of type {a} (needs vec<f8e4m3, 16> or vec<f8e5m2, 16>)")
+        _req(isinstance(b, VectorType) and b.elem in f8 and b.count == 8,
+             f"m16n8k32 B fragment of type {b} (needs vec<f8e4m3, 8> or vec<f8e5m2, 8>)")
+
+
+def _t_ldmatrix(op: Op, fn: Function, m: Module) -> None:
+    p = _pointer(op.operands[0])
+    num, trans = op.attrs["num"], op.attrs["trans"]
+    _req(p.space == AddressSpace.SHARED, f"ldmatrix from {p} (needs a shared pointer)")
+    e = p.pointee
+    _req(isinstance(e, ScalarType) and not e.is_bool and _bits(e) in (8, 16),
+         f"ldmatrix of {e} (needs elements of 8 or 16 bits)")
+    _req(num in (1, 2, 4), f"ldmatrix num={num!r} (1, 2 or 4 matrices)")
+    _req(isinstance(trans, bool), f"ldmatrix trans={trans!r} (needs a bool)")
+    _req(not trans or _bits(e) == 16, f"ldmatrix trans of {e}: transposes 16-bit elements only")
+    want = VectorType(e, num * 32 // _bits(e))  # type: ignore[arg-type]
+    _req(_res(op) == want, f"ldmatrix of {num} matrices of {e} gives {want}, not {_res(op)}")
+
+
+def _t_cp_async(op: Op, fn: Function, m: Module) -> None:
+    d, s = _pointer(op.operands[0], "destination"), _pointer(op.operands[1], "source")
+    _req(d.space == AddressSpace.SHARED, f"cp_async into {d} (needs a shared pointer)")
+    _req(s.space in (AddressSpace.GLOBAL, AddressSpace.CONST), f"cp_async from {s} (needs a global pointer)")
+    _req(d.pointee == s.pointee, f"cp_async from {s} into {d}: element types differ")
+    _req(op.operands[2].type == U32, f"cp_async source size of type {op.operands[2].type} (needs u32)")
+    _req(op.attrs["bytes"] in (4, 8, 16), f"cp_async of {op.attrs['bytes']!r} bytes (4, 8 or 16)")
+
+
+def _t_cp_async_wait(op: Op, fn: Function, m: Module) -> None:
+    n = op.attrs["n"]
+    _req(isinstance(n, int) and not isinstance(n, bool) and n >= 0, f"cp_async_wait n={n!r} (needs an int >= 0)")
+
+
 _PRINTF_SCALARS = (I32, U32, I64, U64, F64)
 
 _TYPE_RULES: dict[str, Callable[[Op, Function, Module], None]] = {
@@ -433,6 +478,7 @@ _TYPE_RULES: dict[str, Callable[[Op, Function, Module], None]] = {
     "atomic_load": _t_atomic_load, "atomic_store": _t_atomic_store, "nanosleep": _t_u32_operand,
     "hostcall_interrupt": _t_u32_operand, "hostcall_buffer": _t_u64_result, "warp_sync": _t_warp_sync,
     "if": _t_bool_operand, "condition": _t_bool_operand, "for": _t_for,
+    "mma": _t_mma, "ldmatrix": _t_ldmatrix, "cp_async": _t_cp_async, "cp_async_wait": _t_cp_async_wait,
 }
 
 #: Number of arguments each op kind's regions take (absent: none).

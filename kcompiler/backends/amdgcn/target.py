@@ -220,11 +220,22 @@ class AmdgcnTarget(Target):
     def math(self, ctx: LoweringContext, fn: str, args: list[ll.Value]) -> ll.Value:
         t = args[0].type
         scalar = t.element if isinstance(t, ll.VectorType) else t
-        if fn in ("exp2", "log2", "sin", "cos") and isinstance(scalar, ll.DoubleType):
+        if fn in ("exp2", "log2", "sin", "cos", "tanh") and isinstance(scalar, ll.DoubleType):
             # The hardware has these in f32 (v_exp_f32, v_log_f32, v_sin_f32, v_cos_f32) only; LLVM
             # would call libm for f64, which a code object cannot link.
             raise UnsupportedOnTarget(f"{fn} on f64 is not a hardware instruction on amdgcn: use "
                                       f"std.math's f64 version")
+        b = ctx.b
+        if fn in ("rsqrt", "rcp") and not isinstance(scalar, ll.DoubleType):
+            # v_rsq_f32 / v_rcp_f32 (1 ulp, AMD Instinct MI300 ISA, "VOP1"), scalar intrinsics
+            name = {"rsqrt": "llvm.amdgcn.rsq", "rcp": "llvm.amdgcn.rcp"}[fn]
+            return self.per_lane(ctx, args[0], lambda v: ctx.call_intrinsic(name, [v]))
+        if fn == "tanh":
+            # no instruction: 1 - 2 / (2^(2x log2 e) + 1) on v_exp_f32 and v_rcp_f32, exact at +-inf
+            x = args[0]
+            e = ctx.call_intrinsic("llvm.exp2", [b.fmul(x, ll.Constant(x.type, 2.8853900817779268))])
+            r = self.math(ctx, "rcp", [b.fadd(e, ll.Constant(x.type, 1.0))])
+            return b.fsub(ll.Constant(x.type, 1.0), b.fmul(ll.Constant(x.type, 2.0), r))
         return super().math(ctx, fn, args)
 
     # --- emission ---------------------------------------------------------------------------------

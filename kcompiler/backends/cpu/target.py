@@ -42,7 +42,7 @@ from llvmlite import ir as ll
 from ...diagnostics import CompileError
 from ...ir.types import AddressSpace
 from ..target import Target
-from . import coroutine
+from . import coroutine, warp_matrix
 from .abi import (ACCESS_ATOMIC, ACCESS_LOAD, ACCESS_STORE, ERR_BOUNDS, ERR_MISALIGNED, WAIT_BARRIER,
                   WAIT_RUN, WAIT_WARP, WARP_ACTIVE_MASK, WARP_BALLOT, WARP_FIRST_LANE, WARP_SHUFFLE,
                   load_launch, load_thread, store_launch, store_thread)
@@ -82,7 +82,9 @@ class CpuTarget(Target):
     ``arch``: ``"host"`` (also ``"native"``, ``"cpu"``, ``""``: this machine's CPU and features; the
     default) or an LLVM CPU name (``"x86-64-v3"``, ``"znver4"``), either optionally followed by
     ``-w32`` or ``-w64`` to choose the warp size (``"host-w64"``; a bare ``"w64"`` is the host).
-    ``warp_size``: 32 or 64 (overrides the arch suffix). Raises ValueError for another warp size.
+    ``warp_size``: 32 or 64 (overrides the arch suffix). ``emulate_mma``: emulate NVIDIA's warp-level
+    matrix instructions (mma_sync, ldmatrix, cp_async; ``target.has("mma")`` is then true), to run and
+    check a tensor-core path without a GPU (warp_matrix.py). Raises ValueError for another warp size.
     """
 
     name = "cpu"
@@ -91,7 +93,7 @@ class CpuTarget(Target):
     #: The pipeline inlines every device function into the kernels before lowering (see module doc).
     inline_device_functions = True
 
-    def __init__(self, arch: str | None = None, warp_size: int | None = None):
+    def __init__(self, arch: str | None = None, warp_size: int | None = None, emulate_mma: bool = False):
         from ..llvm import initialize
         initialize()
         llvm.initialize_native_target()
@@ -118,9 +120,15 @@ class CpuTarget(Target):
         self.address_spaces = {s: 0 for s in AddressSpace}
         self.alloca_space = 0
         self.features = frozenset({"cpu", f"warp{warp_size}"})
+        self.emulate_mma = bool(emulate_mma)
+        if self.emulate_mma:
+            if warp_size != 32:
+                raise ValueError("cpu target: emulate_mma needs warps of 32 lanes, as NVIDIA's")
+            self.features |= {"mma", "mma_fp8", "ldmatrix", "cp_async"}
 
     def describe(self) -> dict[str, Any]:
-        return {**super().describe(), "cpu_features": self.cpu_features}
+        extra = {"emulate_mma": True} if self.emulate_mma else {}
+        return {**super().describe(), "cpu_features": self.cpu_features, **extra}
 
     # --- module state -----------------------------------------------------------------------------
     @staticmethod
@@ -161,6 +169,8 @@ class CpuTarget(Target):
             tctx = ctx.extra_params[0]
             tctx.name = "kc.thread"
             ctx.state["cpu.coroutine"] = coroutine.begin(ctx.fn, ctx.b, tctx)
+            if self.emulate_mma:
+                warp_matrix.begin_function(ctx)
 
     def lower_return(self, ctx: "LoweringContext", value: ll.Value | None) -> None:
         ctx.b.branch(ctx.state["cpu.coroutine"].done)  # only kernels return through this hook
@@ -224,6 +234,34 @@ class CpuTarget(Target):
     def warp_sync(self, ctx: "LoweringContext", mask: ll.Value | None = None) -> None:
         # A warp operation is where the lanes of a warp meet: every active lane gets there first.
         self._warp_op(ctx, "warp_sync", WARP_ACTIVE_MASK, ll.Constant(I64, 0))
+
+    # --- warp-level matrix operations: emulated when emulate_mma (warp_matrix.py) -------------------
+    def mma(self, ctx: "LoweringContext", shape: str, a_type: str, b_type: str, a: list[ll.Value],
+            b: list[ll.Value], c: list[ll.Value]) -> list[ll.Value]:
+        if not self.emulate_mma:
+            return super().mma(ctx, shape, a_type, b_type, a, b, c)
+        return warp_matrix.mma(self, ctx, shape, a_type, b_type, a, b, c)
+
+    def ldmatrix(self, ctx: "LoweringContext", ptr: ll.Value, num: int, trans: bool) -> list[ll.Value]:
+        if not self.emulate_mma:
+            return super().ldmatrix(ctx, ptr, num, trans)
+        return warp_matrix.ldmatrix(self, ctx, ptr, num, trans)
+
+    def cp_async(self, ctx: "LoweringContext", dst: ll.Value, src: ll.Value, nbytes: int,
+                 src_bytes: ll.Value | None, op: Any) -> None:
+        if not self.emulate_mma:
+            return super().cp_async(ctx, dst, src, nbytes, src_bytes, op)
+        warp_matrix.cp_async(self, ctx, dst, src, nbytes, src_bytes, op)
+
+    def cp_async_commit(self, ctx: "LoweringContext") -> None:
+        if not self.emulate_mma:
+            return super().cp_async_commit(ctx)
+        warp_matrix.cp_async_commit(ctx)
+
+    def cp_async_wait(self, ctx: "LoweringContext", n: int) -> None:
+        if not self.emulate_mma:
+            return super().cp_async_wait(ctx, n)
+        warp_matrix.cp_async_wait(ctx, n)
 
     # --- memory -----------------------------------------------------------------------------------
     def shared_array(self, ctx: "LoweringContext", symbol: str, lltype: ll.Type) -> ll.Value:

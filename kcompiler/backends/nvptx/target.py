@@ -11,6 +11,7 @@ from llvmlite import ir as ll
 from ...ir.types import AddressSpace, Type
 from ..llvm.lower import LoweringContext, UnsupportedOnTarget
 from ..target import Target
+from . import mma
 
 _I1, _I32, _I64 = ll.IntType(1), ll.IntType(32), ll.IntType(64)
 
@@ -28,6 +29,9 @@ ARCHS: dict[str, frozenset[str]] = {
     "sm_90a": frozenset({"sm_80", "sm_86", "sm_89", "sm_90", "sm_90a", "cp_async", "mma_bf16", "bf16",
                          "fp8_convert", "mma_fp8", "tma", "cluster", "wgmma", "setmaxnreg"}),
 }
+
+# Every arch here is sm_80 or later: tensor-core mma.sync (bf16/f16), ldmatrix and cp.async (mma.py).
+ARCHS = {arch: features | {"mma", "ldmatrix"} for arch, features in ARCHS.items()}
 
 _SREG = {"thread_id": "tid", "block_id": "ctaid", "block_dim": "ntid", "grid_dim": "nctaid"}
 _SHFL = {"idx": "idx", "xor": "bfly", "down": "down", "up": "up"}
@@ -66,6 +70,10 @@ def _field_size(t: ll.Type) -> int:
     if isinstance(t, ll.IntType):
         return t.width // 8
     return 8  # double, pointers
+
+
+#: The builtins NVIDIA computes with an approximate instruction, by PTX opcode.
+_APPROX = {"exp2": "ex2", "log2": "lg2", "sin": "sin", "cos": "cos", "rsqrt": "rsqrt", "rcp": "rcp", "tanh": "tanh"}
 
 
 class NvptxTarget(Target):
@@ -268,20 +276,45 @@ class NvptxTarget(Target):
             b.store(a, slot, align=size)
         b.call(vprintf, [fmt_ptr, buf])
 
+    # --- warp-level matrix operations and cp.async (mma.py) ----------------------------------------
+    def mma(self, ctx: LoweringContext, shape: str, a_type: str, b_type: str, a: list[ll.Value],
+            b: list[ll.Value], c: list[ll.Value]) -> list[ll.Value]:
+        if shape == "m16n8k32" and not self.has("mma_fp8"):
+            raise UnsupportedOnTarget(f"FP8 mma needs sm_89 or later, not {self.arch}")
+        return mma.mma(ctx, shape, a_type, b_type, a, b, c)
+
+    def ldmatrix(self, ctx: LoweringContext, ptr: ll.Value, num: int, trans: bool) -> list[ll.Value]:
+        return mma.ldmatrix(ctx, ptr, num, trans)
+
+    def cp_async(self, ctx: LoweringContext, dst: ll.Value, src: ll.Value, nbytes: int,
+                 src_bytes: ll.Value | None, op) -> None:
+        mma.cp_async(ctx, dst, src, nbytes, src_bytes)
+
+    def cp_async_commit(self, ctx: LoweringContext) -> None:
+        mma.cp_async_commit(ctx)
+
+    def cp_async_wait(self, ctx: LoweringContext, n: int) -> None:
+        mma.cp_async_wait(ctx, n)
+
     # --- math -------------------------------------------------------------------------------------
     def math(self, ctx: LoweringContext, fn: str, args: list[ll.Value]) -> ll.Value:
         t = args[0].type
         scalar = t.element if isinstance(t, ll.VectorType) else t
-        if fn in ("exp2", "log2", "sin", "cos"):
-            # PTX has these in f32 only (ex2/lg2/sin/cos .approx); f16/bf16 go through f32. f64
-            # versions belong to kcompiler's own math library (std.math).
+        if fn in _APPROX:
+            # PTX ISA 8.x, "Floating-Point Instructions": {ex2,lg2,sin,cos,rsqrt,rcp,tanh}.approx.f32
+            # (tanh from sm_75). Written as PTX: LLVM 22 selects some of them only under afn flags
+            # and aborts on others (fcos, flog2). f32 only; f16/bf16 go through f32; f64 versions
+            # belong to kcompiler's own math library (std.math).
             if isinstance(scalar, ll.DoubleType):
                 raise UnsupportedOnTarget(f"{fn} on f64 is not a hardware instruction on nvptx: use "
                                           f"std.math's f64 version")
-            if not isinstance(scalar, ll.FloatType):
-                f32 = ll.VectorType(ll.FloatType(), t.count) if isinstance(t, ll.VectorType) else ll.FloatType()
-                r = super().math(ctx, fn, [ctx.b.fpext(a, f32) for a in args])
-                return ctx.b.fptrunc(r, t)
+            b = ctx.b
+            f32 = ll.VectorType(ll.FloatType(), t.count) if isinstance(t, ll.VectorType) else ll.FloatType()
+            x = args[0] if t == f32 else b.fpext(args[0], f32)
+            ftype = ll.FunctionType(ll.FloatType(), [ll.FloatType()])
+            r = self.per_lane(ctx, x, lambda v: b.asm(ftype, f"{_APPROX[fn]}.approx.f32 $0, $1;", "=f,f", [v],
+                                                        side_effect=False))
+            return r if t == f32 else b.fptrunc(r, t)
         return super().math(ctx, fn, args)
 
     # --- emission ---------------------------------------------------------------------------------
@@ -294,7 +327,7 @@ class NvptxTarget(Target):
             cpu=self.arch, features=PTX_FEATURES, opt=opt_level, codemodel="default")
 
     def emit(self, llvm_module, kind: str) -> bytes | str:
-        ptx = self.target_machine().emit_assembly(llvm_module)
+        ptx = mma.raise_ptx_version(self.target_machine().emit_assembly(llvm_module))
         if kind == "asm":
             return ptx
         if kind == "obj":
