@@ -41,7 +41,7 @@ BOUNDS = {
     "gelu_erff": 1.0,   # no CUDA function
     "gelu_tanhf": 1.0,  # no CUDA function
     "softplusf": 1.5,   # no CUDA function
-    "tanhd": 1.5,       # CUDA 2
+    "tanhd": 2.0,       # CUDA 2
 }
 
 #: (lo, hi) of the uniform half of the random sample: where the function is neither constant nor 0/inf.
