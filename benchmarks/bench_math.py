@@ -132,12 +132,18 @@ def sweep_f32(name: str, fast: bool) -> Stats:
     return st
 
 
-def sweep_16(name: str, dtype, fast: bool = False) -> Stats:
+#: The reduced-precision variants and the function each approximates.
+RP = {"exp_rp": "exp", "tanh_rp": "tanh", "sigmoid_rp": "sigmoid", "silu_rp": "silu", "gelu_rp": "gelu_tanh"}
+
+
+def sweep_16(name: str, dtype, fast: bool = False, kernel_fn: str | None = None) -> Stats:
+    """All 2^16 inputs of ``dtype`` through std.math's ``kernel_fn`` (default ``name`` or
+    ``fast_<name>``), against ``name``'s reference rounded to ``dtype``."""
     f = FUNCTIONS[name]
     st = Stats()
     x = torch.arange(1 << 16, device="cuda", dtype=torch.int32).to(torch.int16).view(dtype)
     y = torch.empty_like(x)
-    mod = module(("fast_" if fast else "") + name)
+    mod = module(kernel_fn or (("fast_" if fast else "") + name))
     if f.arity == 1:
         mod.apply[256, 256](x, y, x.numel(), T="f16" if dtype == torch.float16 else "bf16")
         st.add([x], y, f.ref(TNS, x.double()), dtype)
@@ -264,6 +270,14 @@ def main():
             if f.f64:
                 w, s = f64_check(name)
                 lines.append(f"| `{name}` | f64 | {w:.3g} | {100 * s:.2f}% | | | 16384 (mpmath) | |")
+                print(lines[-1], flush=True)
+        for rp, ref in RP.items():
+            if ref not in names:
+                continue
+            for dt, dn in ((torch.float16, "f16"), (torch.bfloat16, "bf16")):
+                s16 = sweep_16(ref, dt, kernel_fn=rp)
+                lines.append(f"| `{rp}` | {dn} | {s16.max:.3g} | {100 * s16.same / s16.n:.3f}% | 1 (99.9%) | | "
+                             f"{s16.n} | {s16.worst} |")
                 print(lines[-1], flush=True)
     print(f"accuracy done in {time.time() - t0:.0f} s", flush=True)
     speed = [] if args.no_speed else bench_speed(names)
