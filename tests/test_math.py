@@ -201,3 +201,16 @@ def test_no_vendor_math_library_in_any_output(target, arch):
                 assert r.returncode == 0, r.stderr
     else:
         assert "v_exp_f32" in text and "v_rsq_f32" in text
+
+
+def test_fast_and_reduced_precision_refuse_f64():
+    """math.fast_exp and math.exp_rp on f64: a located compile error naming the call chain."""
+    from kcompiler.diagnostics import CompileError
+    from kcompiler.pipeline import compile_source_to
+
+    for fn in ("fast_exp", "exp_rp"):
+        src = f"import std.math\nkernel k(x: ptr<f64>) {{\n    x[0] = math.{fn}(x[0]);\n}}\n"
+        with pytest.raises(CompileError) as e:
+            compile_source_to(src, "k.kc", "llvm", "cpu")
+        msg = str(e.value)
+        assert "take f32, f16 or bf16" in msg and "k.kc:3:" in msg and "T = f64" in msg
