@@ -23,6 +23,7 @@ import pytest
 
 import kcompiler as kc
 from kcompiler.diagnostics import CompileError
+from kcompiler.numerics.mathfns import compare_16
 
 RNG = np.random.default_rng()
 
@@ -255,38 +256,6 @@ def test_tanhd_f64(target):
     ys = run(target, "k_tanhd", s)
     want = np.array([0.0, -0.0, 1.0, -1.0, np.nan, 5e-324, -5e-324, 1.0, -1.0, 1.0])
     assert np.array_equal(ys, want, equal_nan=True) and np.array_equal(np.signbit(ys[:2]), [False, True])
-
-
-def round_to_16(ref, dtype):
-    """float64 -> f16 / bf16, correctly rounded (numpy rounds float64 -> float16 once; for bf16 the
-    value goes through an f32 rounded to odd, which keeps the second rounding exact)."""
-    ref = np.asarray(ref, np.float64)
-    with np.errstate(all="ignore"):
-        if dtype is np.float16:
-            return ref.astype(np.float16)
-        f = ref.astype(np.float32)
-        fin = np.isfinite(ref)
-        toward0 = fin & (np.abs(f.astype(np.float64)) > np.abs(ref))
-        f = np.where(toward0, np.nextafter(f, np.float32(0)), f)
-        sticky = (fin & (f.astype(np.float64) != ref)).astype(np.uint32)
-        return (f.view(np.uint32) | sticky).view(np.float32).astype(ml_dtypes.bfloat16)
-
-
-def compare_16(y, ref, dtype):
-    """(share equal to the correctly rounded result, max distance in ulp of the 16-bit format)."""
-    want = round_to_16(ref, dtype)
-    yf, wf = y.astype(np.float32), want.astype(np.float32)
-    nan_y, nan_w = np.isnan(yf), np.isnan(wf)
-    same = (yf == wf) | (nan_y & nan_w)
-
-    def ordered(v):
-        b = v.view(np.uint16).astype(np.int64)
-        return np.where(b & 0x8000, -(b & 0x7FFF), b & 0x7FFF)
-
-    dist = np.abs(ordered(y) - ordered(want))
-    dist[nan_y & nan_w] = 0
-    dist[nan_y != nan_w] = 1 << 20
-    return float(same.mean()), int(dist.max())
 
 
 @pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16], ids=["f16", "bf16"])

@@ -19,6 +19,7 @@ import pytest
 
 import kcompiler as kc
 from kcompiler.diagnostics import CompileError
+from kcompiler.numerics.mathfns import compare_16
 
 RNG = np.random.default_rng()
 N = 1 << 20
@@ -338,25 +339,9 @@ def test_f64_sin_cos(target):
         check_f64(name, big, run(target, name, big), 1.0, min_cr=0, prec=1200)
 
 
-def round_to_16(ref: np.ndarray, dtype) -> np.ndarray:
-    """float64 values correctly rounded to f16 or bf16 (ml_dtypes' f64 -> bf16 rounds through f32)."""
-    if dtype == np.float16:
-        return ref.astype(np.float16)
-    with np.errstate(all="ignore"):
-        _, e = np.frexp(ref)
-        q = np.maximum(e - 8, -133).astype(np.float64)  # 8 significant bits; the subnormal quantum 2^-133
-        r = np.ldexp(np.rint(np.ldexp(ref, (-q).astype(np.int64))), q.astype(np.int64))
-    return np.where(np.isfinite(ref), r, ref).astype(dtype)
-
-
 def check_16(y, ref, dtype):
-    want = round_to_16(ref, dtype)
-    yf, wf = y.astype(np.float64), want.astype(np.float64)
-    same = (yf == wf) | (np.isnan(yf) & np.isnan(wf))
-    assert same.mean() > 0.999, same.mean()
-    assert np.array_equal(np.isnan(yf), np.isnan(wf))
-    by, bw = y.view(np.int16).astype(np.int64), want.view(np.int16).astype(np.int64)
-    assert (np.abs(by - bw)[~same] <= 1).all()
+    same, dist = compare_16(y, ref, dtype)
+    assert same > 0.999 and dist <= 1, (same, dist)
 
 
 @pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16])

@@ -83,14 +83,8 @@ def test_f16_and_bf16_through_f32(target, dtype):
     e, l = run(target, x)
     with np.errstate(all="ignore"):
         for y, ref in ((e, np.exp(x.astype(np.float64))), (l, np.log(x.astype(np.float64)))):
-            want = ref.astype(dtype)
-            yf, wf = y.astype(np.float64), want.astype(np.float64)
-            both_nan = np.isnan(yf) & np.isnan(wf)
-            same = (yf == wf) | both_nan
-            assert same.mean() > 0.999
-            bits_y = y.view(np.int16).astype(np.int64)
-            bits_w = want.view(np.int16).astype(np.int64)
-            assert (np.abs(bits_y - bits_w)[~same & np.isfinite(wf)] <= 1).all()
+            same, dist = mathfns.compare_16(y, ref, dtype)
+            assert same > 0.999 and dist <= 1, (same, dist)
 
 
 @pytest.mark.parametrize("name", list(FUNCTIONS))

@@ -150,3 +150,36 @@ def check(fn: MathFunction, args: list[np.ndarray], y: np.ndarray, bound: float)
     k = int(np.argmax(err))
     worst = ", ".join(f"{a[k]!r}" for a in args) + f" -> {y[k]!r}, want {ref[k]!r}"
     return float(err.max()), float(same.mean()), worst
+
+
+def round_to_16(ref: np.ndarray, dtype: Any) -> np.ndarray:
+    """float64 values correctly rounded to ``dtype`` (np.float16 or ml_dtypes.bfloat16): numpy rounds
+    float64 -> float16 once, but ml_dtypes' float64 -> bfloat16 goes through f32 (two roundings), so
+    bf16 is rounded here at 8 significant bits (2^-133 the subnormal quantum)."""
+    ref = np.asarray(ref, np.float64)
+    with np.errstate(all="ignore"):
+        if dtype == np.float16:
+            return ref.astype(np.float16)
+        _, e = np.frexp(ref)
+        q = np.maximum(e - 8, -133).astype(np.int64)
+        r = np.ldexp(np.rint(np.ldexp(ref, -q)), q)
+        return np.where(np.isfinite(ref), r, ref).astype(dtype)
+
+
+def compare_16(y: np.ndarray, ref: np.ndarray, dtype: Any) -> tuple[float, int]:
+    """16-bit results ``y`` against the float64 reference ``ref``: (share equal to the correctly
+    rounded result, NaN where it is NaN included; the largest distance in ulp of the 16-bit format,
+    2^20 where one is NaN and the other is not)."""
+    want = round_to_16(ref, dtype)
+    yf, wf = y.astype(np.float32), want.astype(np.float32)
+    nan_y, nan_w = np.isnan(yf), np.isnan(wf)
+    same = (yf == wf) | (nan_y & nan_w)
+
+    def ordered(v: np.ndarray) -> np.ndarray:
+        b = v.view(np.uint16).astype(np.int64)
+        return np.where(b & 0x8000, -(b & 0x7FFF), b & 0x7FFF)
+
+    dist = np.abs(ordered(y) - ordered(want))
+    dist[nan_y & nan_w] = 0
+    dist[nan_y != nan_w] = 1 << 20
+    return float(same.mean()), int(dist.max())
