@@ -353,7 +353,7 @@ _TORCH = {"i8": "int8", "u8": "uint8", "f8e4m3": "float8_e4m3fn", "f8e5m2": "flo
           "f8e5m2fnuz": "float8_e5m2fnuz", "e8m0": "float8_e8m0fnu", "f16": "float16", "bf16": "bfloat16",
           "f32": "float32", "f64": "float64"}
 
-__all__ = ["cast", "math", "matmul", "mx_dequantize", "mx_quantize", "nvfp4_dequantize", "nvfp4_quantize",
+__all__ = ["attention", "cast", "math", "matmul", "mx_dequantize", "mx_quantize", "nvfp4_dequantize", "nvfp4_quantize",
            "pack_fp4", "pack_fp6", "unpack_fp4", "unpack_fp6"]
 
 
@@ -446,3 +446,167 @@ def matmul(a: Any, b: Any, out: Any = None, *, out_dtype: Any = None, tiles: dic
                               OUT=dst.name, B_KMAJOR=b_kmajor, ALIGNED=aligned,
                               shared=matmul_shared_bytes(t, src.size, b_kmajor), **t)
     return out
+
+
+# --- attention (stdlib/attention.kc) -------------------------------------------------------------------
+
+#: Prefill tiles of std.attention on tensor cores, by head dimension: BM query rows a block (16 * BM /
+#: (16 * WARPS) a warp), BN keys a step, STAGES K/V buffers. Registers (ptxas, sm_90a): 238 (D 64),
+#: 170 (D 128), 249 (D 256), none spilled.
+ATTENTION_TILES = {64: dict(BM=128, BN=64, WARPS=4, STAGES=2), 128: dict(BM=64, BN=64, WARPS=4, STAGES=2),
+                   256: dict(BM=64, BN=32, WARPS=4, STAGES=2)}
+#: Prefill tiles of the SIMT path (a thread per query row).
+ATTENTION_SIMT_TILES = dict(BM=64, BN=32, WARPS=2, STAGES=2)
+
+
+def attention_shared_bytes(tiles: dict[str, int], head_dim: int, itemsize: int, tensor_cores: bool) -> int:
+    """Dynamic shared memory of std.attention's prefill in bytes (the formula stated in
+    stdlib/attention.kc): Q's tile and STAGES tiles of K and V, rows padded to D + 8 elements, on
+    tensor cores; one tile of K and of V in SIMT."""
+    if tensor_cores:
+        return (tiles["BM"] + 2 * tiles["STAGES"] * tiles["BN"]) * (head_dim + 8) * itemsize
+    return 2 * tiles["BN"] * head_dim * itemsize
+
+
+def _contiguous(x: Any) -> Any:
+    if arrays.is_contiguous(x):
+        return x
+    return x.contiguous() if arrays.is_torch_tensor(x) else np.ascontiguousarray(x)
+
+
+def _check_same(name: str, x: Any, src: Any, fn: str) -> None:
+    if not arrays.is_array(x) or arrays.array_scalar_type(x) != src:
+        raise TypeError(f"{fn}: {name} must be an array of {src} like q, not {arrays.describe(x)}")
+
+
+def _index_array(x: Any, like: Any, name: str, fn: str, n: int | None = None) -> Any:
+    """``x`` as a contiguous int32 array of q's kind (numpy, or torch on q's device)."""
+    if arrays.is_torch_tensor(like):
+        import torch
+        t = torch.as_tensor(x, device=like.device)
+        if t.dtype != torch.int32:
+            raise TypeError(f"{fn}: {name} must hold int32, not {t.dtype}")
+        x = t.contiguous()
+    else:
+        if arrays.is_torch_tensor(x):
+            x = x.cpu().numpy()
+        x = np.ascontiguousarray(x)
+        if x.dtype != np.int32:
+            raise TypeError(f"{fn}: {name} must hold int32, not {x.dtype}")
+    if len(x.shape) != 1 or (n is not None and x.shape[0] != n):
+        raise ValueError(f"{fn}: {name} must be 1-D{f' of length {n}' if n is not None else ''}, "
+                         f"not of shape {tuple(x.shape)}")
+    return x
+
+
+def _host_ints(x: Any) -> np.ndarray:
+    return x.cpu().numpy() if arrays.is_torch_tensor(x) else np.asarray(x)
+
+
+def attention(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None = None,
+              cu_seqlens_q: Any = None, cu_seqlens_k: Any = None, max_seqlen_q: int | None = None,
+              layout: str = "bshd", return_lse: bool = False, tiles: dict[str, int] | None = None,
+              target: str = "auto") -> Any:
+    """Softmax attention, flash-attention style (stdlib/attention.kc; no S x S matrix is formed):
+    ``softmax(scale * q k^T [+ causal mask]) v`` per batch entry and query head, f32 accumulation,
+    the result in q's dtype; with ``return_lse``, also the log-sum-exp of each row (f32, natural log,
+    -inf for a row that sees no key, whose output is 0).
+
+    Shapes (D the head dimension, a multiple of 16 up to 256 on tensor cores; Hq a multiple of Hkv,
+    grouped-query attention where they differ):
+
+    - ``layout='bshd'`` (FlashAttention's): q (B, Sq, Hq, D), k and v (B, Sk, Hkv, D), the result like
+      q, LSE (B, Hq, Sq); ``layout='bhsd'`` (torch SDPA's): q (B, Hq, Sq, D), k and v (B, Hkv, Sk, D).
+    - variable lengths (``cu_seqlens_q`` and ``cu_seqlens_k``, int32 of length B + 1: the sequences
+      packed along the first axis, FlashAttention's varlen): q (total_q, Hq, D), k and v (total_k, Hkv,
+      D), LSE (Hq, total_q); ``max_seqlen_q`` is read off cu_seqlens_q when not given.
+
+    q, k and v: f16 or bf16 (tensor cores on NVIDIA sm_80+), or f32 (the SIMT path), one dtype; numpy
+    in, numpy out; torch in, torch out. ``causal`` masks FlashAttention's way, bottom-right aligned:
+    query i of a sequence of Sq queries and Sk keys sees keys j <= i + Sk - Sq (torch's is_causal when
+    Sq == Sk). ``scale`` defaults to 1 / sqrt(D). ``tiles``: BM, BN, WARPS, STAGES instead of
+    :data:`ATTENTION_TILES`. Raises TypeError for other dtypes, ValueError for shapes that do not
+    match."""
+    fn = "attention"
+    if not arrays.is_array(q):
+        raise TypeError(f"{fn}: q must be an array, not {arrays.describe(q)}")
+    src = arrays.array_scalar_type(q)
+    if src is None or src.name not in ("f16", "bf16", "f32"):
+        raise TypeError(f"{fn}: q must be an array of f16, bf16 or f32, not {arrays.describe(q)}")
+    _check_same("k", k, src, fn)
+    _check_same("v", v, src, fn)
+    varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
+    if varlen and (cu_seqlens_q is None or cu_seqlens_k is None):
+        raise ValueError(f"{fn}: variable lengths need both cu_seqlens_q and cu_seqlens_k")
+    if layout not in ("bshd", "bhsd"):
+        raise ValueError(f"{fn}: layout must be 'bshd' or 'bhsd', not {layout!r}")
+    rank = 3 if varlen else 4
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if len(x.shape) != rank:
+            raise ValueError(f"{fn}: {name} must be {rank}-D ({'(total, H, D) with cu_seqlens' if varlen else layout}),"
+                             f" not of shape {tuple(x.shape)}")
+    if tuple(k.shape) != tuple(v.shape):
+        raise ValueError(f"{fn}: k and v must have one shape, not {tuple(k.shape)} and {tuple(v.shape)}")
+    q, k, v = _contiguous(q), _contiguous(k), _contiguous(v)
+    D = q.shape[-1]
+    if varlen:
+        (tq, H, _), (tk, HK, Dk) = tuple(q.shape), tuple(k.shape)
+        cq = _index_array(cu_seqlens_q, q, "cu_seqlens_q", fn)
+        B = cq.shape[0] - 1
+        ck = _index_array(cu_seqlens_k, q, "cu_seqlens_k", fn, B + 1)
+        hq_, hk_ = _host_ints(cq), _host_ints(ck)
+        if B < 1 or hq_[0] != 0 or hk_[0] != 0 or (np.diff(hq_) < 0).any() or (np.diff(hk_) < 0).any() \
+                or hq_[-1] > tq or hk_[-1] > tk:
+            raise ValueError(f"{fn}: cu_seqlens must start at 0, not decrease, and end within q's {tq} and "
+                             f"k's {tk} rows")
+        Sq = int(max_seqlen_q) if max_seqlen_q is not None else int(np.diff(hq_).max())
+        Sk = 0
+        strides = dict(q_sb=0, q_ss=H * D, q_sh=D, k_sb=0, k_ss=HK * D, k_sh=D, o_sb=0, o_ss=H * D, o_sh=D)
+        lse_shape, l_sb, l_sh = (H, tq), 0, tq
+    else:
+        if layout == "bshd":
+            (B, Sq, H, _), (Bk, Sk, HK, Dk) = tuple(q.shape), tuple(k.shape)
+            strides = dict(q_sb=Sq * H * D, q_ss=H * D, q_sh=D, k_sb=Sk * HK * D, k_ss=HK * D, k_sh=D,
+                           o_sb=Sq * H * D, o_ss=H * D, o_sh=D)
+        else:
+            (B, H, Sq, _), (Bk, HK, Sk, Dk) = tuple(q.shape), tuple(k.shape)
+            strides = dict(q_sb=H * Sq * D, q_ss=D, q_sh=Sq * D, k_sb=HK * Sk * D, k_ss=D, k_sh=Sk * D,
+                           o_sb=H * Sq * D, o_ss=D, o_sh=Sq * D)
+        if Bk != B:
+            raise ValueError(f"{fn}: q has {B} batch entries but k has {Bk}")
+        cq = ck = _index_array(np.zeros(1, np.int32), q, "cu_seqlens", fn)
+        lse_shape, l_sb, l_sh = (B, H, Sq), H * Sq, Sq
+    if Dk != D:
+        raise ValueError(f"{fn}: q's head dimension is {D} but k's is {Dk}")
+    if HK == 0 or H % HK:
+        raise ValueError(f"{fn}: q's {H} heads must be a multiple of k's {HK} (grouped-query attention)")
+    out = _empty_like(q, tuple(q.shape), src.name)
+    lse = _empty_like(q, lse_shape, "f32")
+    if B == 0 or Sq == 0 or H == 0 or D == 0 or int(np.prod(tuple(q.shape))) == 0:
+        if arrays.is_torch_tensor(lse):
+            lse.fill_(float("-inf"))
+        else:
+            lse.fill(-np.inf)
+        return (out, lse) if return_lse else out
+    mod = _module("attention", _target_for(q, target))
+    # the module's target decides the path, as the kernel's comptime test does (the CPU target with
+    # emulate_mma takes the tensor-core path too)
+    tensor_cores = mod._program.target.has("mma") and src.name in ("f16", "bf16")
+    if tensor_cores and (D % 16 or D > 256):
+        raise ValueError(f"{fn}: the head dimension must be a multiple of 16 up to 256, not {D}")
+    t = dict(tiles) if tiles is not None else dict(
+        ATTENTION_TILES.get(D, ATTENTION_TILES[256 if D > 128 else 128 if D > 64 else 64]) if tensor_cores
+        else ATTENTION_SIMT_TILES)
+    threads = t["WARPS"] * 32 if tensor_cores else t["BM"]
+    fq, fk, fv, fo = _flat(q, 16), _flat(k, 16), _flat(v, 16), _flat(out, 1)
+    aligned = D % 8 == 0 and all(_data_ptr(x) % 16 == 0 for x in (fq, fk, fv, fo))
+    s = strides
+    grid = (-(-Sq // t["BM"]), H, B)
+    mod.attention_prefill[grid, threads](
+        fq, fk, fv, fo, _flat(lse, 1), cq, ck, Sq, Sk, H // HK,
+        s["q_sb"], s["q_ss"], s["q_sh"], s["k_sb"], s["k_ss"], s["k_sh"], s["k_sb"], s["k_ss"], s["k_sh"],
+        s["o_sb"], s["o_ss"], s["o_sh"], l_sb, l_sh,
+        np.float32(D ** -0.5 if scale is None else scale),
+        T=src.name, D=D, CAUSAL=bool(causal), VARLEN=varlen, ALIGNED=aligned,
+        shared=attention_shared_bytes(t, D, src.size, tensor_cores), **t)
+    return (out, lse) if return_lse else out

@@ -1,0 +1,160 @@
+"""std.attention (stdlib/attention.kc) through kcompiler.ops: prefill against a float64 reference
+(numpy here, torch's SDPA in float64 on the GPU) on fresh random inputs of odd shapes: causal and not,
+grouped-query, variable lengths, the log-sum-exp.
+
+On the CPU target ops takes the SIMT path; the tensor-core path (cp.async, ldmatrix, mma.sync) runs
+on the CPU target's emulation of NVIDIA's warp-matrix instructions (``emulate_mma``, with bounds
+checks), and on the H100 (tests marked gpu).
+
+Tolerance: the reference is computed in float64 from the inputs as given (already rounded to their
+dtype). The kernel rounds P to the input dtype for the second product (relative error u_in per
+weight, so up to u_in * sum_j p_j |v_j| <= u_in * max|v| in the output), exponentiates with the
+machine's ex2.approx (relative error about 2^-22), accumulates in f32, and rounds the result once into
+the output dtype (u_out |o|). The bound used: 2 u_in max|v| + u_out |o| + 1e-5 max|v|, and 1e-5
+(+ |lse| 2^-20) for the log-sum-exp, which is kept in f32.
+"""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import kcompiler as kc
+from kcompiler import ops
+from kcompiler.frontend.program import stdlib_dir
+
+RNG = np.random.default_rng()
+DTYPES = {"f32": np.float32, "f16": np.float16, "bf16": ml_dtypes.bfloat16}
+
+
+def reference(q, k, v, causal, scale, cu_q=None, cu_k=None):
+    """(out, lse) in float64 for (B, S, H, D) inputs or packed varlen ones (lse: (B, H, Sq) or (H, total))."""
+    if cu_q is not None:
+        outs, lses = [], []
+        for b in range(len(cu_q) - 1):
+            o, l = reference(q[None, cu_q[b]:cu_q[b + 1]], k[None, cu_k[b]:cu_k[b + 1]],
+                             v[None, cu_k[b]:cu_k[b + 1]], causal, scale)
+            outs.append(o[0])
+            lses.append(l[0])
+        return np.concatenate(outs, 0), np.concatenate(lses, 1)
+    G = q.shape[2] // k.shape[2]
+    q64 = q.astype(np.float64).transpose(0, 2, 1, 3)
+    k64 = np.repeat(k.astype(np.float64).transpose(0, 2, 1, 3), G, axis=1)
+    v64 = np.repeat(v.astype(np.float64).transpose(0, 2, 1, 3), G, axis=1)
+    s = q64 @ k64.transpose(0, 1, 3, 2) * scale
+    Sq, Sk = s.shape[-2], s.shape[-1]
+    if causal:
+        s = np.where(np.arange(Sk)[None, :] > np.arange(Sq)[:, None] + Sk - Sq, -np.inf, s)
+    mx = s.max(-1, keepdims=True) if Sk else np.full(s.shape[:-1] + (1,), -np.inf)
+    safe = np.where(np.isfinite(mx), mx, 0.0)
+    p = np.exp(s - safe)
+    l = p.sum(-1, keepdims=True)
+    out = np.where(l > 0, p @ v64 / np.where(l > 0, l, 1.0), 0.0)
+    with np.errstate(divide="ignore"):
+        lse = np.log(l[..., 0]) + safe[..., 0]
+    return out.transpose(0, 2, 1, 3), lse
+
+
+def check(out, lse, ref, ref_lse, v, dtype):
+    u_in = float(ml_dtypes.finfo(v.dtype).eps) / 2
+    u_out = float(ml_dtypes.finfo(out.dtype).eps) / 2
+    vmax = float(np.abs(v.astype(np.float64)).max()) if v.size else 0.0
+    o = out.astype(np.float64)
+    assert np.isfinite(o).all(), "non-finite outputs"
+    tol = 2 * u_in * vmax + u_out * np.abs(ref) + 1e-5 * vmax + 1e-30
+    err = np.abs(o - ref)
+    w = np.unravel_index(np.argmax(err - tol), err.shape)
+    assert (err <= tol).all(), f"out{list(w)} = {o[w]}, want {ref[w]} (error {err[w]:.3g} > {tol[w]:.3g})"
+    lse = np.asarray(lse, np.float64)
+    fin = np.isfinite(ref_lse)
+    assert (np.isneginf(lse) == ~fin).all(), "LSE -inf exactly where a row sees no key"
+    lerr = np.abs(lse[fin] - ref_lse[fin])
+    assert (lerr <= 1e-5 + np.abs(ref_lse[fin]) * 2.0 ** -20).all(), f"LSE error {lerr.max():.3g}"
+
+
+def qkv(B, Sq, Sk, H, HK, D, dtype):
+    return (RNG.standard_normal((B, Sq, H, D)).astype(DTYPES[dtype]),
+            RNG.standard_normal((B, Sk, HK, D)).astype(DTYPES[dtype]),
+            RNG.standard_normal((B, Sk, HK, D)).astype(DTYPES[dtype]))
+
+
+@pytest.fixture(scope="module")
+def emulated():
+    """std.attention on the CPU target with NVIDIA's warp-matrix instructions emulated: ops.attention
+    then takes the tensor-core path."""
+    return kc.compile_file(stdlib_dir() / "attention.kc", target="cpu", target_options={"emulate_mma": True},
+                           check_bounds=True)
+
+
+# (B, Sq, Sk, H, HK, D): odd lengths, Sq != Sk (the causal diagonal off the corner), GQA 3:1 and 2:1
+SHAPES = [(2, 37, 53, 3, 1, 64), (1, 70, 45, 4, 2, 64), (1, 19, 19, 2, 2, 128)]
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_prefill_simt_cpu(shape, causal):
+    """ops.attention on the CPU target (the SIMT path), f32 and bf16."""
+    B, Sq, Sk, H, HK, D = shape
+    dtype = "bf16" if causal else "f32"
+    q, k, v = qkv(B, Sq, Sk, H, HK, D, dtype)
+    out, lse = ops.attention(q, k, v, causal=causal, return_lse=True, target="cpu")
+    assert out.shape == q.shape and out.dtype == q.dtype and lse.shape == (B, H, Sq)
+    check(out, lse, *reference(q, k, v, causal, D ** -0.5), v, dtype)
+
+
+TC_TILES = [dict(BM=32, BN=32, WARPS=2, STAGES=2), dict(BM=64, BN=16, WARPS=2, STAGES=3)]
+
+
+@pytest.mark.parametrize("shape", SHAPES[:2], ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_prefill_tensor_cores_emulated(monkeypatch, emulated, shape, causal):
+    """The mma.sync path on the CPU target's emulation: one and two m16 tiles a warp, 2 and 3 stages."""
+    monkeypatch.setattr(ops, "_module", lambda name, target: emulated)
+    B, Sq, Sk, H, HK, D = shape
+    dtype = "bf16" if causal else "f16"
+    q, k, v = qkv(B, Sq, Sk, H, HK, D, dtype)
+    scale = 0.3
+    tiles = TC_TILES[int(causal)]
+    out, lse = ops.attention(q, k, v, causal=causal, scale=scale, return_lse=True, tiles=tiles, target="cpu")
+    check(out, lse, *reference(q, k, v, causal, scale), v, dtype)
+
+
+def test_prefill_varlen_and_bhsd_emulated(monkeypatch, emulated):
+    """Packed sequences of lengths 13, 0, 40 against 30, 5, 21 keys (causal: a row can see no key); and
+    the (B, H, S, D) layout."""
+    monkeypatch.setattr(ops, "_module", lambda name, target: emulated)
+    H, HK, D = 4, 2, 64
+    lq, lk = [13, 0, 40], [30, 5, 21]
+    cu_q = np.concatenate([[0], np.cumsum(lq)]).astype(np.int32)
+    cu_k = np.concatenate([[0], np.cumsum(lk)]).astype(np.int32)
+    bf = DTYPES["bf16"]
+    q = RNG.standard_normal((cu_q[-1], H, D)).astype(bf)
+    k = RNG.standard_normal((cu_k[-1], HK, D)).astype(bf)
+    v = RNG.standard_normal((cu_k[-1], HK, D)).astype(bf)
+    tiles = TC_TILES[0]
+    out, lse = ops.attention(q, k, v, causal=True, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, return_lse=True,
+                             tiles=tiles, target="cpu")
+    assert lse.shape == (H, cu_q[-1])
+    ref, ref_lse = reference(q, k, v, True, D ** -0.5, cu_q, cu_k)
+    assert np.isneginf(ref_lse).any()  # rows 0 .. 18 of the third sequence see no key
+    check(out, lse, ref, ref_lse, v, "bf16")
+    qb, kb, vb = qkv(2, 33, 33, 2, 1, D, "bf16")
+    tr = lambda x: np.ascontiguousarray(x.transpose(0, 2, 1, 3))  # noqa: E731
+    out, lse = ops.attention(tr(qb), tr(kb), tr(vb), layout="bhsd", return_lse=True, tiles=tiles, target="cpu")
+    ref, ref_lse = reference(qb, kb, vb, False, D ** -0.5)
+    check(out.transpose(0, 2, 1, 3), lse, ref, ref_lse, vb, "bf16")
+
+
+def test_attention_misuse():
+    q, k, v = qkv(1, 4, 4, 3, 2, 16, "f32")
+    with pytest.raises(ValueError, match="multiple of k's 2"):
+        ops.attention(q, k, v, target="cpu")
+    with pytest.raises(TypeError, match="must be an array of f32 like q"):
+        ops.attention(q, k.astype(np.float16), v, target="cpu")
+    with pytest.raises(ValueError, match="4-D"):
+        ops.attention(q[0], k[0], v[0], target="cpu")
+    with pytest.raises(ValueError, match="both cu_seqlens_q and cu_seqlens_k"):
+        ops.attention(q[0], k[0], v[0], cu_seqlens_q=np.array([0, 4], np.int32), target="cpu")
+    with pytest.raises(TypeError, match="int32"):
+        ops.attention(q[0], k[0], v[0], cu_seqlens_q=np.array([0, 4]), cu_seqlens_k=np.array([0, 4]),
+                      target="cpu")
