@@ -353,8 +353,8 @@ _TORCH = {"i8": "int8", "u8": "uint8", "f8e4m3": "float8_e4m3fn", "f8e5m2": "flo
           "f8e5m2fnuz": "float8_e5m2fnuz", "e8m0": "float8_e8m0fnu", "f16": "float16", "bf16": "bfloat16",
           "f32": "float32", "f64": "float64"}
 
-__all__ = ["attention", "cast", "math", "matmul", "mx_dequantize", "mx_quantize", "nvfp4_dequantize", "nvfp4_quantize",
-           "pack_fp4", "pack_fp6", "unpack_fp4", "unpack_fp6"]
+__all__ = ["attention", "cast", "math", "matmul", "merge_states", "mx_dequantize", "mx_quantize", "nvfp4_dequantize", "nvfp4_quantize",
+           "pack_fp4", "paged_decode", "pack_fp6", "unpack_fp4", "unpack_fp6"]
 
 
 #: Tile configurations of std.matmul (BM, BN, BK, WM, WN, STAGES) that :func:`matmul` picks from.
@@ -610,3 +610,143 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | No
         T=src.name, D=D, CAUSAL=bool(causal), VARLEN=varlen, ALIGNED=aligned,
         shared=attention_shared_bytes(t, D, src.size, tensor_cores), **t)
     return (out, lse) if return_lse else out
+
+
+#: Streaming multiprocessors assumed by :func:`paged_decode`'s choice of splits (an H100 SXM's 132).
+DECODE_SMS = 132
+
+
+def _f32_vector(x: Any, n: int, like: Any, name: str, fn: str) -> Any:
+    """``x`` (a number or n numbers) as a contiguous f32 array of length n of q's kind."""
+    if arrays.is_torch_tensor(like):
+        import torch
+        t = torch.as_tensor(x, dtype=torch.float32, device=like.device).reshape(-1)
+        t = t.expand(n).contiguous() if t.numel() == 1 else t.contiguous()
+    else:
+        t = np.ascontiguousarray(np.broadcast_to(np.asarray(_host_ints(x) if arrays.is_torch_tensor(x) else x,
+                                                            np.float32).reshape(-1), (n,)))
+    if tuple(t.shape) != (n,):
+        raise ValueError(f"{fn}: {name} must be one number or {n} (one per KV head), not {tuple(t.shape)}")
+    return t
+
+
+def paged_decode(q: Any, k_cache: Any, v_cache: Any, block_table: Any, seq_lens: Any, *,
+                 scale: float | None = None, k_scale: Any = None, v_scale: Any = None,
+                 num_splits: int | None = None, return_lse: bool = False, warps: int = 4, unroll: int = 4,
+                 target: str = "auto") -> Any:
+    """Decode attention of one query token a sequence over a paged KV cache (stdlib/attention.kc):
+    ``softmax(scale * q k^T) v`` over the first ``seq_lens[b]`` tokens of sequence b.
+
+    - q: (B, Hq, D) of f16, bf16 or f32; the result has q's shape and dtype; with ``return_lse`` also
+      the log-sum-exp (B, Hq), f32, natural log.
+    - k_cache, v_cache: (pages, page_size, Hkv, D) (vLLM's and FlashAttention's paged layout), of q's
+      dtype, or FP8 E4M3 (``float8_e4m3fn``) with per-KV-head scales ``k_scale`` and ``v_scale`` (a
+      number or Hkv numbers: K = k_scale * k). Hq a multiple of Hkv (grouped-query attention). D a
+      multiple of 16.
+    - block_table: (B, max_pages) int32, the pages of each sequence in order; seq_lens: (B,) int32.
+    - ``num_splits``: the keys of each sequence are cut into this many chunks, a block each, and the
+      partial results combined by :func:`merge_states` (split-KV, FlashDecoding). Default: enough to
+      give about two blocks a multiprocessor (:data:`DECODE_SMS`), chunks of at least 256 keys.
+
+    numpy in, numpy out; torch in, torch out. Raises TypeError for other dtypes and ValueError for
+    shapes that do not match."""
+    fn = "paged_decode"
+    if not arrays.is_array(q):
+        raise TypeError(f"{fn}: q must be an array, not {arrays.describe(q)}")
+    src = arrays.array_scalar_type(q)
+    if src is None or src.name not in ("f16", "bf16", "f32"):
+        raise TypeError(f"{fn}: q must be an array of f16, bf16 or f32, not {arrays.describe(q)}")
+    kt = arrays.array_scalar_type(k_cache) if arrays.is_array(k_cache) else None
+    if kt is None or kt.name not in (src.name, "f8e4m3") or arrays.array_scalar_type(v_cache) != kt:
+        raise TypeError(f"{fn}: k_cache and v_cache must both be of q's dtype ({src}) or f8e4m3, not "
+                        f"{arrays.describe(k_cache)} and {arrays.describe(v_cache)}")
+    fp8 = kt.name == "f8e4m3"
+    if fp8 and (k_scale is None or v_scale is None):
+        raise ValueError(f"{fn}: an FP8 cache needs k_scale and v_scale")
+    if len(q.shape) != 3 or len(k_cache.shape) != 4 or tuple(v_cache.shape) != tuple(k_cache.shape):
+        raise ValueError(f"{fn}: q must be (B, Hq, D) and both caches (pages, page_size, Hkv, D), not "
+                         f"{tuple(q.shape)}, {tuple(k_cache.shape)} and {tuple(v_cache.shape)}")
+    (B, H, D), (pages, page, HK, Dk) = tuple(q.shape), tuple(k_cache.shape)
+    if Dk != D or D % 16:
+        raise ValueError(f"{fn}: the head dimension must be a multiple of 16 and equal in q and the caches "
+                         f"({D}, {Dk})")
+    if HK == 0 or H % HK:
+        raise ValueError(f"{fn}: q's {H} heads must be a multiple of the cache's {HK} (grouped-query attention)")
+    bt = _index_array(block_table.reshape(-1) if arrays.is_array(block_table) else np.asarray(block_table).reshape(-1),
+                      q, "block_table", fn)
+    if len(block_table.shape) != 2 or block_table.shape[0] != B:
+        raise ValueError(f"{fn}: block_table must be (B, max_pages) = ({B}, ...), not {tuple(block_table.shape)}")
+    max_pages = int(block_table.shape[1])
+    sl = _index_array(seq_lens, q, "seq_lens", fn, B)
+    lens = _host_ints(sl)
+    if (lens < 0).any() or (lens > max_pages * page).any():
+        raise ValueError(f"{fn}: seq_lens must lie in 0 .. max_pages * page_size = {max_pages * page}")
+    q, k_cache, v_cache = _contiguous(q), _contiguous(k_cache), _contiguous(v_cache)
+    ks = _f32_vector(k_scale if fp8 else 1.0, HK, q, "k_scale", fn)
+    vs = _f32_vector(v_scale if fp8 else 1.0, HK, q, "v_scale", fn)
+    G = H // HK
+    longest = int(lens.max()) if B else 0
+    if num_splits is None:
+        num_splits = max(1, min(-(-2 * DECODE_SMS // max(B * HK, 1)), -(-longest // 256)))
+    num_splits = int(num_splits)
+    if num_splits < 1:
+        raise ValueError(f"{fn}: num_splits must be at least 1, not {num_splits}")
+    out = _empty_like(q, (B, H, D), src.name)
+    lse = _empty_like(q, (B, H), "f32")
+    if B == 0 or H == 0:
+        return (out, lse) if return_lse else out
+    mod = _module("attention", _target_for(q, target))
+    sc = np.float32(D ** -0.5 if scale is None else scale)
+    shared = warps * 2 * G * (D + 2) * 4
+    kw = dict(T=src.name, KT=kt.name, D=D, G=G, PAGE=page, WARPS=warps, U=unroll, shared=shared)
+    args = (_flat(q, 16), _flat(k_cache, 16), _flat(v_cache, 16), bt, sl, ks, vs)
+    if num_splits == 1:
+        mod.paged_decode[(1, HK, B), warps * 32](*args, _flat(out, 1), _flat(lse, 1), HK, max_pages, 1, sc,
+                                                 OUT=src.name, SPLIT=False, **kw)
+    else:
+        part = _empty_like(q, (B, num_splits, H, D), "f32")
+        part_lse = _empty_like(q, (B, num_splits, H), "f32")
+        mod.paged_decode[(num_splits, HK, B), warps * 32](*args, _flat(part, 1), _flat(part_lse, 1), HK, max_pages,
+                                                          num_splits, sc, OUT="f32", SPLIT=True, **kw)
+        merge_states(part, part_lse, out=out, lse_out=lse, target=target)
+    return (out, lse) if return_lse else out
+
+
+def merge_states(v: Any, s: Any, *, out: Any = None, lse_out: Any = None, out_dtype: Any = None,
+                 target: str = "auto") -> tuple[Any, Any]:
+    """Combine S attention states of each row into one (stdlib/attention.kc's merge_states;
+    FlashInfer's ``merge_states``, with natural-log LSEs): ``v`` (N, S, H, D), each state's output
+    normalised over its own keys, ``s`` (N, S, H) f32 their log-sum-exps (-inf: no keys); returns
+    ``(o, lse)``, o (N, H, D) = sum_s exp(s_s - lse) v_s and lse (N, H) = log sum_s exp(s_s), exactly
+    the attention over the union of the states' keys (cascade attention, split-KV). ``v``: f32, f16 or
+    bf16; o in ``out_dtype`` (default v's), or written into ``out`` / ``lse_out``. Raises TypeError /
+    ValueError for dtypes and shapes that do not match."""
+    fn = "merge_states"
+    src = arrays.array_scalar_type(v) if arrays.is_array(v) else None
+    if src is None or src.name not in ("f16", "bf16", "f32"):
+        raise TypeError(f"{fn}: v must be an array of f32, f16 or bf16, not {arrays.describe(v)}")
+    if not arrays.is_array(s) or arrays.array_scalar_type(s) is None or arrays.array_scalar_type(s).name != "f32":
+        raise TypeError(f"{fn}: s must be an array of f32, not {arrays.describe(s)}")
+    if len(v.shape) != 4 or tuple(s.shape) != tuple(v.shape[:3]):
+        raise ValueError(f"{fn}: v must be (N, S, H, D) and s (N, S, H), not {tuple(v.shape)} and {tuple(s.shape)}")
+    N, S, H, D = tuple(v.shape)
+    if out is None:
+        dst = src if out_dtype is None else (SCALARS.get(out_dtype) if isinstance(out_dtype, str)
+                                             else arrays.scalar_of_dtype(out_dtype))
+        if dst is None or dst.name not in ("f16", "bf16", "f32"):
+            raise TypeError(f"{fn}: out_dtype must be f32, f16 or bf16, not {out_dtype!r}")
+        out = _empty_like(v, (N, H, D), dst.name)
+    dst = arrays.array_scalar_type(out)
+    if tuple(out.shape) != (N, H, D) or not arrays.is_contiguous(out) or dst is None \
+            or dst.name not in ("f16", "bf16", "f32"):
+        raise ValueError(f"{fn}: out must be a contiguous ({N}, {H}, {D}) array of f32, f16 or bf16")
+    if lse_out is None:
+        lse_out = _empty_like(v, (N, H), "f32")
+    if N * H == 0 or D == 0:
+        return out, lse_out
+    v, s = _contiguous(v), _contiguous(s)
+    mod = _module("attention", _target_for(v, target))
+    warps = 4
+    mod.merge_states[-(-N * H // warps), warps * 32](_flat(v, 1), _flat(s, 1), _flat(out, 1), _flat(lse_out, 1),
+                                                     N, S, H, D, T=src.name, OUT=dst.name, WARPS=warps)
+    return out, lse_out

@@ -15,6 +15,9 @@ the output dtype (u_out |o|). The bound used: 2 u_in max|v| + u_out |o| + 1e-5 m
 """
 from __future__ import annotations
 
+import shutil
+import subprocess
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -158,3 +161,140 @@ def test_attention_misuse():
     with pytest.raises(TypeError, match="int32"):
         ops.attention(q[0], k[0], v[0], cu_seqlens_q=np.array([0, 4]), cu_seqlens_k=np.array([0, 4]),
                       target="cpu")
+
+
+# --- decode over a paged KV cache, and merging states ---------------------------------------------------
+
+def paged_cache(lens, page, HK, D, dtype, extra_pages=3):
+    """A shuffled paged cache holding sequences of ``lens`` tokens: (k_cache, v_cache, block_table, the
+    dense k and v per sequence)."""
+    need = [-(-n // page) for n in lens]
+    max_pages = max(max(need), 1) + 1
+    pages = sum(need) + extra_pages
+    order = RNG.permutation(pages)
+    k_cache = RNG.standard_normal((pages, page, HK, D)).astype(dtype)
+    v_cache = RNG.standard_normal((pages, page, HK, D)).astype(dtype)
+    table = np.full((len(lens), max_pages), -1, np.int32)  # unused entries: never read
+    dense, at = [], 0
+    for b, n in enumerate(lens):
+        table[b, :need[b]] = order[at:at + need[b]]
+        at += need[b]
+        dense.append((k_cache[table[b, :need[b]]].reshape(-1, HK, D)[:n],
+                      v_cache[table[b, :need[b]]].reshape(-1, HK, D)[:n]))
+    return k_cache, v_cache, table, dense
+
+
+def decode_reference(q, dense, scale, ks=1.0, vs=1.0):
+    outs, lses = [], []
+    for b, (k, v) in enumerate(dense):
+        o, l = reference(q[b:b + 1, None], (k.astype(np.float64) * ks)[None], (v.astype(np.float64) * vs)[None],
+                         False, scale)
+        outs.append(o[0, 0])
+        lses.append(l[0, :, 0])
+    return np.stack(outs), np.stack(lses)
+
+
+@pytest.mark.parametrize("page,G,splits", [(16, 1, 1), (64, 4, 3), (16, 2, 5)])
+def test_paged_decode_cpu(page, G, splits):
+    """Lengths 1, 0, an odd one past several pages; split-KV (merge_states) with more splits than some
+    sequences have keys."""
+    HK, D = 2, 64
+    lens = [1, 0, 203, 77]
+    bf = DTYPES["bf16"]
+    k_cache, v_cache, table, dense = paged_cache(lens, page, HK, D, bf)
+    q = RNG.standard_normal((len(lens), HK * G, D)).astype(bf)
+    out, lse = ops.paged_decode(q, k_cache, v_cache, table, np.array(lens, np.int32), num_splits=splits,
+                                return_lse=True, target="cpu")
+    assert out.shape == q.shape and out.dtype == bf and lse.shape == (len(lens), HK * G)
+    ref, ref_lse = decode_reference(q, dense, D ** -0.5)
+    check(out, lse, ref, ref_lse, v_cache, "bf16")
+
+
+def test_paged_decode_fp8_cpu():
+    """An FP8 E4M3 cache with per-KV-head scales: the reference dequantises the same codes."""
+    f8 = ml_dtypes.float8_e4m3fn
+    HK, G, D, page = 2, 2, 128, 16
+    lens = [45, 130]
+    k_cache, v_cache, table, dense = paged_cache(lens, page, HK, D, np.float32)
+    k_cache, v_cache = (k_cache * 8).astype(f8), (v_cache * 8).astype(f8)
+    dense = [(k_cache[table[b, :-(-n // page)]].reshape(-1, HK, D)[:n],
+              v_cache[table[b, :-(-n // page)]].reshape(-1, HK, D)[:n]) for b, n in enumerate(lens)]
+    ks = RNG.uniform(0.05, 0.2, HK).astype(np.float32)
+    vs = RNG.uniform(0.05, 0.2, HK).astype(np.float32)
+    q = RNG.standard_normal((len(lens), HK * G, D)).astype(np.float16)
+    out, lse = ops.paged_decode(q, k_cache, v_cache, table, np.array(lens, np.int32), k_scale=ks, v_scale=vs,
+                                num_splits=2, return_lse=True, target="cpu")
+    ref, ref_lse = decode_reference(q, dense, D ** -0.5, np.repeat(ks, 1)[None, :, None],
+                                    np.repeat(vs, 1)[None, :, None])
+    vmax = np.abs(v_cache.astype(np.float64)).max() * vs.max()
+    err = np.abs(out.astype(np.float64) - ref)
+    assert (err <= 2e-5 * vmax + 2 ** -11 * np.abs(ref)).all(), f"error {err.max():.3g}"
+    assert np.abs(lse - ref_lse).max() <= 1e-4
+
+
+def test_merge_states_cpu():
+    """States over disjoint key sets merge into the state over their union; an empty state (-inf)
+    weighs nothing, all empty gives 0 and -inf."""
+    N, S, H, D = 3, 4, 2, 40
+    q = RNG.standard_normal((N, 1, H, D))
+    keys = [RNG.standard_normal((N, n, H, D)) for n in (5, 0, 9, 2)]
+    vals = [RNG.standard_normal((N, n, H, D)) for n in (5, 0, 9, 2)]
+    parts = [reference(q, k, v, False, 0.2) for k, v in zip(keys, vals)]
+    v = np.stack([p[0][:, 0] for p in parts], 1).astype(np.float32)     # (N, S, H, D)
+    s = np.stack([p[1][:, :, 0] for p in parts], 1).astype(np.float32)  # (N, S, H)
+    s[2, :, 1] = -np.inf  # row (2, 1): every state empty
+    o, lse = ops.merge_states(v, s, target="cpu")
+    ref, ref_lse = reference(q, np.concatenate(keys, 1), np.concatenate(vals, 1), False, 0.2)
+    ref, ref_lse = ref[:, 0], ref_lse[:, :, 0]
+    ref[2, 1], ref_lse[2, 1] = 0.0, -np.inf
+    np.testing.assert_allclose(o, ref, atol=2e-6 * np.abs(v).max())
+    assert np.isneginf(lse[2, 1]) and (o[2, 1] == 0).all()
+    fin = np.isfinite(ref_lse)
+    np.testing.assert_allclose(lse[fin], ref_lse[fin], atol=1e-5)
+
+
+# --- the code for the GPUs: PTX that ptxas assembles, AMD code objects ----------------------------------
+
+#: (kernel, compile-time parameters): each path and head dimension once, with the library's tiles.
+GPU_KERNELS = [
+    ("attention_prefill", dict(T="bf16", D=64, CAUSAL=False, ALIGNED=True, **ops.ATTENTION_TILES[64])),
+    ("attention_prefill", dict(T="f16", D=128, CAUSAL=True, VARLEN=True, ALIGNED=True, **ops.ATTENTION_TILES[128])),
+    ("attention_prefill", dict(T="bf16", D=256, CAUSAL=True, ALIGNED=True, **ops.ATTENTION_TILES[256])),
+    ("paged_decode", dict(T="bf16", KT="bf16", OUT="bf16", D=128, G=1, PAGE=16)),
+    ("paged_decode", dict(T="bf16", KT="f8e4m3", OUT="f32", D=128, G=8, PAGE=64, SPLIT=True)),
+    ("merge_states", dict(T="f32", OUT="bf16")),
+]
+
+
+@pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas not on PATH")
+def test_ptx_assembles_without_spills(tmp_path):
+    """sm_90a PTX of every kernel assembles; the prefill uses mma.sync, ldmatrix and cp.async; no
+    register is spilled (ptxas -v)."""
+    from kcompiler.pipeline import emit_file
+
+    for name, params in GPU_KERNELS:
+        ptx = emit_file(stdlib_dir() / "attention.kc", "asm", "nvptx", "sm_90a", kernel=name, params=params)
+        if name == "attention_prefill":
+            for op in ("mma.sync.aligned.m16n8k16", "ldmatrix.sync.aligned.m8n8.x4.trans", "cp.async.cg",
+                       "ex2.approx"):
+                assert op in ptx, (params, op)
+        if params.get("KT") == "f8e4m3":
+            assert "e4m3x2" in ptx  # the hardware FP8 converts of sm_89+
+        (tmp_path / "a.ptx").write_text(ptx)
+        r = subprocess.run(["ptxas", "-arch=sm_90a", "-v", str(tmp_path / "a.ptx"), "-o", str(tmp_path / "a.cubin")],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        assert " 0 bytes spill stores" in r.stderr, (name, params, r.stderr)
+
+
+@pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
+def test_amd_code_objects(arch):
+    """Every kernel compiles and links into a code object for gfx942 and gfx950 (the SIMT paths: no
+    MFMA here yet); never run, no AMD GPU is at hand."""
+    from kcompiler.pipeline import emit_file
+    from kcompiler.runtime.codeobject import read_code_object
+
+    for name, params in GPU_KERNELS[1:2] + GPU_KERNELS[4:]:
+        obj = emit_file(stdlib_dir() / "attention.kc", "obj", "amdgcn", arch, kernel=name, params=params)
+        co = read_code_object(obj)
+        assert co.arch == arch and [k.name.split("__")[0] for k in co.kernels] == [name], (co.arch, co.kernels)
