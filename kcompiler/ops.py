@@ -7,6 +7,7 @@ across processes).
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Any
 
@@ -365,11 +366,24 @@ MATMUL_TILES = {
 }
 
 
+#: What the autotuner of :func:`matmul` times on tensor cores: 4 or 8 warps with 64 x 64 or 32 x 32 /
+#: 32 x 64 warp tiles, 3 or 4 stages, BK 32 or 64; shared memory 28.5 to 108 KiB (an A100 has 163, an
+#: H100 227).
+MATMUL_TUNE_CANDIDATES = [
+    dict(BM=128, BN=128, BK=32, WM=64, WN=64, STAGES=3),
+    dict(BM=128, BN=128, BK=32, WM=64, WN=64, STAGES=4),
+    dict(BM=128, BN=128, BK=64, WM=64, WN=64, STAGES=3),
+    dict(BM=128, BN=256, BK=32, WM=64, WN=64, STAGES=3),
+    dict(BM=256, BN=128, BK=32, WM=64, WN=64, STAGES=3),
+    dict(BM=64, BN=128, BK=32, WM=32, WN=64, STAGES=4),
+    dict(BM=64, BN=64, BK=32, WM=32, WN=32, STAGES=3),
+]
+
+
 def matmul_tiles(M: int, N: int, K: int, tensor_cores: bool) -> dict[str, int]:
-    """The tile sizes :func:`matmul` uses for an M x K by K x N product: a fixed heuristic for now.
-    An autotuner belongs here: time each candidate of :data:`MATMUL_TILES` (and more: BK 64, 4
-    stages, 128 x 64 tiles) once per (arch, dtype, B layout, size class of M, N, K), keep the fastest
-    in the disk cache, and return it."""
+    """The tile sizes :func:`matmul` uses for an M x K by K x N product when it does not tune (the
+    CPU target, the SIMT path, ``tune=False`` / ``KC_TUNE=0``, numpy inputs; see
+    :func:`matmul_tuned_tiles`): a fixed heuristic."""
     if not tensor_cores:
         return dict(MATMUL_TILES["simt"])
     # 128 x 128 tiles once there are enough of them to fill the GPU (132 SMs on an H100 SXM)
@@ -384,19 +398,158 @@ def matmul_shared_bytes(tiles: dict[str, int], itemsize: int, b_kmajor: bool) ->
     return st * (bm * (bk + 8) + b_tile) * itemsize
 
 
-def matmul(a: Any, b: Any, out: Any = None, *, out_dtype: Any = None, tiles: dict[str, int] | None = None,
-           target: str = "auto") -> Any:
-    """``a @ b`` by std.matmul: f32 accumulation, one rounding into the result's dtype.
+def _size_class(n: int) -> int:
+    """The autotuner's class of a matrix dimension: the next power of two, at least 16."""
+    return max(16, 1 << (max(n, 1) - 1).bit_length())
+
+
+@functools.lru_cache(maxsize=None)
+def _matmul_source_sha() -> str:
+    import hashlib
+    d = stdlib_dir()
+    return hashlib.sha256(b"".join((d / f).read_bytes() for f in ("matmul.kc", "epilogue.kc"))).hexdigest()[:16] \
+        if d is not None else ""
+
+
+def matmul_tuned_tiles(problem: dict[str, Any], run: Any, default: dict[str, int], *,
+                       tune: bool | None = None, synchronize: Any = None) -> dict[str, int]:
+    """The tiles of :data:`MATMUL_TUNE_CANDIDATES` for ``problem`` (a JSON-able dict: what the choice
+    depends on): the cached choice, else (tuning allowed by ``tune``, default ``KC_TUNE``) the fastest
+    as timed by calling ``run(tiles)`` (one launch) and ``synchronize()`` (wait for the device),
+    recorded in the cache folder (kcompiler.runtime.autotune), else ``default``. A candidate that
+    does not compile or launch here is skipped; a tuning that fails leaves no record."""
+    import time
+
+    from .diagnostics import CompileError
+    from .runtime.autotune import CandidateRejected, autotune
+    from .runtime.device import LaunchError
+
+    def time_one(t: dict[str, int]) -> float:
+        try:
+            run(t)  # compiles (or loads) the specialisation, and warms up
+            synchronize()
+        except (CompileError, LaunchError) as e:
+            raise CandidateRejected(str(e)) from None
+        t0 = time.perf_counter()
+        run(t)
+        synchronize()
+        once = time.perf_counter() - t0
+        reps = max(1, min(50, int(0.005 / max(once, 1e-7))))  # about 5 ms of launches
+        best = float("inf")
+        for _ in range(3):
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                run(t)
+            synchronize()
+            best = min(best, (time.perf_counter() - t0) / reps)
+        return best
+
+    return autotune(problem, MATMUL_TUNE_CANDIDATES, time_one, default=default, enabled=tune)
+
+
+@dataclasses.dataclass(eq=False)
+class Epilogue:
+    """An epilogue for :func:`matmul`: a kernel-language fn applied to every element of the product
+    in registers, before the store, in the matmul's own kernel: ``C[i][j] = OUT(fn(acc, i, j, ld, x,
+    y, s))`` with ``acc`` the f32 accumulator (stdlib/epilogue.kc states the contract).
+
+    ``fn``: a stock epilogue of std.epilogue (a key of :data:`EPILOGUES`), or the name of a fn that
+    ``source`` defines, of the signature ``fn(acc: f32, row: i32, col: i32, ld: i32, x: ptr<X>, y:
+    ptr<Y>, s: f32) -> f32`` (it may import std modules; a mistake in it is a CompileError located in
+    that text). ``x``, ``y``: the arrays it reads (numpy or torch, as ``a``; contiguous; any dtype
+    with a kernel type), None where it reads none; ``s``: an f32 scalar."""
+
+    fn: str
+    x: Any = None
+    y: Any = None
+    s: float = 1.0
+    source: str | None = None
+
+
+#: std.epilogue's fns, with the shapes of the ``x`` and ``y`` each reads ('N': a vector of N, per
+#: column; 'M': of M, per row; 'MN': an M x N matrix like C; None: not read).
+EPILOGUES: dict[str, tuple[str | None, str | None]] = {
+    "identity": (None, None), "relu": (None, None), "gelu": (None, None), "gelu_tanh": (None, None),
+    "silu": (None, None), "bias": ("N", None), "bias_relu": ("N", None), "bias_gelu": ("N", None),
+    "bias_silu": ("N", None), "scale": (None, None), "scale_rows_cols": ("M", "N"), "residual": (None, "MN"),
+    "scale_bias_residual": ("N", "MN"), "to_f8e4m3": (None, None), "to_f8e5m2": (None, None),
+}
+
+#: The kernel a user's epilogue source is compiled with (appended to the source, so that the lines of
+#: the source keep their numbers in messages): std.matmul's body with the epilogue EPI given at launch.
+_EPILOGUE_KERNEL = """
+import std.matmul as kc_std_matmul
+kernel matmul_epilogue[T: type, BM: i32, BN: i32, BK: i32, WM: i32, WN: i32, STAGES: i32, OUT: type, B_KMAJOR: bool,
+                       ALIGNED: bool, X: type, Y: type,
+                       EPI: fn(acc: f32, row: i32, col: i32, ld: i32, x: ptr<X>, y: ptr<Y>, s: f32) -> f32](
+        a: ptr<T>, b: ptr<T>, c: ptr<OUT>, M: i32, N: i32, K: i32, lda: i32, ldb: i32, ldc: i32, x: ptr<X>,
+        y: ptr<Y>, s: f32) {
+    kc_std_matmul.gemm[T, BM, BN, BK, WM, WN, STAGES, OUT, B_KMAJOR, ALIGNED, X, Y, EPI](a, b, c, M, N, K, lda,
+                                                                                       ldb, ldc, x, y, s);
+}
+"""
+
+
+@functools.lru_cache(maxsize=64)
+def _epilogue_module(source: str, target: str) -> Any:
+    from . import compile as compile_source
+    return compile_source(source.rstrip("\n") + "\n" + _EPILOGUE_KERNEL, target=target,
+                          path="<kcompiler.ops.matmul epilogue>")
+
+
+def _epilogue_inputs(ep: Epilogue, a: Any, M: int, N: int) -> list[Any]:
+    """``ep``'s x and y, checked (kind, dtype, contiguity; a stock epilogue's shapes) and flattened;
+    None for one it does not read."""
+    want = EPILOGUES.get(ep.fn, (None, None)) if ep.source is None else ("any", "any")
+    shapes = {"N": (N,), "M": (M,), "MN": (M, N)}
+    got = []
+    for name, x, w in (("x", ep.x, want[0]), ("y", ep.y, want[1])):
+        if x is None:
+            if w is not None and w != "any":
+                raise ValueError(f"matmul: epilogue {ep.fn} reads {name}, an array of shape {shapes[w]}")
+            got.append(None)
+            continue
+        if not arrays.is_array(x) or arrays.array_scalar_type(x) is None:
+            raise TypeError(f"matmul: epilogue input {name} must be an array, not {arrays.describe(x)}")
+        if arrays.is_torch_tensor(x) != arrays.is_torch_tensor(a):
+            raise TypeError(f"matmul: epilogue input {name} must be of a's kind (numpy or torch)")
+        if w is None:
+            raise ValueError(f"matmul: epilogue {ep.fn} does not read {name}")
+        if w != "any" and tuple(x.shape) != shapes[w]:
+            raise ValueError(f"matmul: epilogue {ep.fn} reads {name} of shape {shapes[w]}, not {tuple(x.shape)}")
+        if not arrays.is_contiguous(x):
+            raise ValueError(f"matmul: epilogue input {name} must be contiguous")
+        got.append(_flat(x, 1))
+    return got
+
+
+def matmul(a: Any, b: Any, out: Any = None, epilogue: Epilogue | str | None = None, *, out_dtype: Any = None,
+           tiles: dict[str, int] | None = None, tune: bool | None = None, target: str = "auto") -> Any:
+    """``a @ b`` by std.matmul: f32 accumulation, one rounding into the result's dtype; with an
+    ``epilogue``, ``epilogue(a @ b)`` computed in the same kernel.
 
     ``a``: (M, K), ``b``: (K, N), both f32, f16 or bf16 (one dtype), numpy arrays or torch tensors
     (numpy in, numpy out; torch in, torch out). A ``b`` whose transpose is contiguous (``w.T`` of an
     (N, K) weight) is read in place (the kernel's B_KMAJOR); other non-contiguous inputs are copied.
-    ``out``: a contiguous (M, N) array of f32, f16 or bf16 to write into (returned); else a new
-    one of ``out_dtype`` (default: a's dtype, as numpy and torch). ``tiles``: BM, BN, BK, WM, WN,
-    STAGES to use instead of :func:`matmul_tiles`' choice. On NVIDIA GPUs f16 and bf16 run on the
+    ``out``: a contiguous (M, N) array of f32, f16, bf16, f8e4m3 or f8e5m2 to write into
+    (returned); else a new one of ``out_dtype`` (default: a's dtype, as numpy and torch); FP8 results
+    are rounded to nearest even without saturation (the epilogues to_f8e4m3 / to_f8e5m2 scale and
+    saturate first). ``epilogue``: an :class:`Epilogue`, or the name of a stock one that reads no
+    inputs ('relu', 'gelu', 'silu', ...; :data:`EPILOGUES`). On NVIDIA GPUs f16 and bf16 run on the
     tensor cores (mma.sync, ldmatrix, cp.async; stdlib/matmul.kc), f32 and every other target on
-    the SIMT path. Raises TypeError for other dtypes or mixed ones, ValueError for shapes that do
-    not match (not 2-D, inner sizes that differ, a wrong ``out``)."""
+    the SIMT path.
+
+    Tiles: ``tiles`` (BM, BN, BK, WM, WN, STAGES) if given; else, on tensor cores, the autotuner's
+    choice (:func:`matmul_tuned_tiles`) for this size class (M, N, K each to the next power of
+    two), dtypes, layout, target, arch and device: the first call with device arrays (torch CUDA
+    tensors, CuPy) times each of :data:`MATMUL_TUNE_CANDIDATES` on them (out is written by each;
+    an epilogue that reads ``out`` is timed on a scratch copy) and caches the fastest on disk;
+    numpy inputs, which are copied at each launch, use a cached choice or :func:`matmul_tiles`.
+    ``tune=False`` or ``KC_TUNE=0`` turns timing off; the CPU target never times.
+
+    Raises TypeError for other dtypes or mixed ones, ValueError for shapes that do not match (not
+    2-D, inner sizes that differ, a wrong ``out`` or epilogue input), CompileError for an
+    epilogue's source that does not compile (located in that source)."""
     for name, x in (("a", a), ("b", b)):
         if not arrays.is_array(x):
             raise TypeError(f"matmul: {name} must be an array, not {arrays.describe(x)}")
@@ -410,10 +563,18 @@ def matmul(a: Any, b: Any, out: Any = None, *, out_dtype: Any = None, tiles: dic
     (M, K), (K2, N) = tuple(a.shape), tuple(b.shape)
     if K != K2:
         raise ValueError(f"matmul: a is {M} x {K} but b is {K2} x {N}: inner sizes differ")
+    outs = ("f32", "f16", "bf16", "f8e4m3", "f8e5m2")
+    if isinstance(epilogue, str):
+        epilogue = Epilogue(epilogue)
+    if epilogue is not None and not isinstance(epilogue, Epilogue):
+        raise TypeError(f"matmul: epilogue must be an ops.Epilogue or a stock epilogue's name, not {epilogue!r}")
+    if epilogue is not None and epilogue.source is None and epilogue.fn not in EPILOGUES:
+        raise ValueError(f"matmul: no stock epilogue {epilogue.fn!r}; the stock ones: {', '.join(EPILOGUES)} "
+                         "(or pass source=... defining it)")
     if out is not None:
         dst = arrays.array_scalar_type(out) if arrays.is_array(out) else None
-        if dst is None or dst.name not in ("f32", "f16", "bf16"):
-            raise TypeError(f"matmul: out must be an array of f32, f16 or bf16, not {arrays.describe(out)}")
+        if dst is None or dst.name not in outs:
+            raise TypeError(f"matmul: out must be an array of {', '.join(outs)}, not {arrays.describe(out)}")
         if tuple(out.shape) != (M, N) or not arrays.is_contiguous(out):
             raise ValueError(f"matmul: out must be a contiguous ({M}, {N}) array, not {tuple(out.shape)}"
                              f"{'' if arrays.is_contiguous(out) else ' (not contiguous)'}")
@@ -422,9 +583,10 @@ def matmul(a: Any, b: Any, out: Any = None, *, out_dtype: Any = None, tiles: dic
     else:
         dst = src if out_dtype is None else (SCALARS.get(out_dtype) if isinstance(out_dtype, str)
                                              else arrays.scalar_of_dtype(out_dtype))
-        if dst is None or dst.name not in ("f32", "f16", "bf16"):
-            raise TypeError(f"matmul: out_dtype must be f32, f16 or bf16, not {out_dtype!r}")
+        if dst is None or dst.name not in outs:
+            raise TypeError(f"matmul: out_dtype must be one of {', '.join(outs)}, not {out_dtype!r}")
         out = _empty_like(a, (M, N), dst.name)
+    ex = _epilogue_inputs(epilogue, a, M, N) if epilogue is not None else None
     if M == 0 or N == 0:
         return out
     a = a if arrays.is_contiguous(a) else (a.contiguous() if arrays.is_torch_tensor(a) else np.ascontiguousarray(a))
@@ -434,17 +596,44 @@ def matmul(a: Any, b: Any, out: Any = None, *, out_dtype: Any = None, tiles: dic
         b = bt  # (N, K), contiguous: B[k][n] = b[n * K + k]
     elif not arrays.is_contiguous(b):
         b = b.contiguous() if arrays.is_torch_tensor(b) else np.ascontiguousarray(b)
-    mod = _module("matmul", _target_for(a, target))
+    tgt = _target_for(a, target)
+    mod = _module("matmul", tgt)
     tensor_cores = mod.target == "nvptx" and src.name in ("f16", "bf16")  # every NVIDIA arch here is sm_80+
-    t = dict(tiles) if tiles is not None else matmul_tiles(M, N, K, tensor_cores)
-    threads = t["BM"] // t["WM"] * (t["BN"] // t["WN"]) * 32
     ldb = K if b_kmajor else N
     fa, fb, fo = _flat(a, 16), _flat(b, 16), _flat(out, 1)  # out is written in place: never copied
     aligned = K % 8 == 0 and ldb % 8 == 0 and N % 8 == 0 and all(_data_ptr(x) % 16 == 0 for x in (fa, fb, fo))
-    grid = (-(-N // t["BN"]), -(-M // t["BM"]))
-    mod.matmul[grid, threads](fa, fb, fo, M, N, K, K, ldb, N, T=src.name,
-                              OUT=dst.name, B_KMAJOR=b_kmajor, ALIGNED=aligned,
-                              shared=matmul_shared_bytes(t, src.size, b_kmajor), **t)
+    params = dict(T=src.name, OUT=dst.name, B_KMAJOR=b_kmajor, ALIGNED=aligned)
+    if epilogue is None:
+        kernel, pack = mod.matmul, ()
+    else:
+        if epilogue.source is None:
+            kernel, params["EPI"] = mod.matmul_epilogue, f"epilogue.{epilogue.fn}"
+        else:
+            kernel, params["EPI"] = _epilogue_module(epilogue.source, tgt).matmul_epilogue, epilogue.fn
+        # an input the epilogue does not read is passed as out (never read: any array will do)
+        pack = (ex[0] if ex[0] is not None else fo, ex[1] if ex[1] is not None else fo, np.float32(epilogue.s))
+
+    def run(t: dict[str, int], c: Any = fo) -> None:
+        threads = t["BM"] // t["WM"] * (t["BN"] // t["WN"]) * 32
+        grid = (-(-N // t["BN"]), -(-M // t["BM"]))
+        kernel[grid, threads](fa, fb, c, M, N, K, K, ldb, N, *pack, shared=matmul_shared_bytes(t, src.size, b_kmajor),
+                              **params, **t)
+
+    if tiles is not None:
+        t = dict(tiles)
+    elif not tensor_cores:
+        t = matmul_tiles(M, N, K, False)
+    else:
+        problem = dict(op="matmul", M=_size_class(M), N=_size_class(N), K=_size_class(K), T=src.name, OUT=dst.name,
+                       B_KMAJOR=b_kmajor, ALIGNED=aligned, target=mod.target, arch=mod.arch,
+                       device=str(getattr(mod.device, "name", "")), source=_matmul_source_sha())
+        on_device = _data_ptr(fa) != 0
+        scratch = fo
+        if on_device and epilogue is not None and any(x is not None and _data_ptr(x) == _data_ptr(fo) for x in ex):
+            scratch = fo.clone() if arrays.is_torch_tensor(fo) else fo.copy()  # the epilogue reads out
+        t = matmul_tuned_tiles(problem, lambda tt: run(tt, scratch), matmul_tiles(M, N, K, True),
+                               tune=tune if on_device else False, synchronize=mod.device.synchronize)
+    run(t)
     return out
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -90,8 +91,9 @@ def decode_value(v: Any) -> Any:
 
 
 def parse_param_value(text: str) -> Any:
-    """A ``-P NAME=VALUE`` value: an integer (``128``, ``0x80``), ``true``/``false``, or a type name
-    (``f16``, ``ptr<f32>``). Raises ValueError otherwise."""
+    """A ``-P NAME=VALUE`` value: an integer (``128``, ``0x80``), ``true``/``false``, a type name
+    (``f16``, ``ptr<f32>``), or a fn's name for a compile-time fn parameter (``relu``,
+    ``epilogue.bias``: returned as the string). Raises ValueError otherwise."""
     t = text.strip()
     low = t.lower()
     if low in ("true", "false"):
@@ -103,7 +105,10 @@ def parse_param_value(text: str) -> Any:
     try:
         return type_from_str(t)
     except ValueError:
-        raise ValueError(f"{text!r} is not an integer, true/false, or a type name") from None
+        pass
+    if re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)?", t):
+        return t
+    raise ValueError(f"{text!r} is not an integer, true/false, a type name or a fn name")
 
 
 # --- the stages ---------------------------------------------------------------------------------

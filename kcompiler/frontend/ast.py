@@ -47,6 +47,17 @@ class ArrayTypeExpr(Node):
     count: "Expr"
 
 
+@dataclass(eq=False)
+class FnTypeExpr(Node):
+    """The kind of a compile-time function parameter: ``fn`` (``params`` None: any fn, checked at each
+    call) or ``fn(acc: f32, col: i32) -> f32`` (a signature every fn bound to it must have;
+    ``names`` holds the optional parameter names, which only document; ``ret`` None: returns nothing).
+    Only a compile-time parameter's declaration has one."""
+    params: list["TypeExpr"] | None = None
+    names: list[str | None] | None = None
+    ret: "TypeExpr | None" = None
+
+
 TypeExpr = Union[TypeName, PtrTypeExpr, VecTypeExpr, ArrayTypeExpr]
 
 

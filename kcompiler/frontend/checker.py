@@ -33,7 +33,9 @@ def suggest(name: str, candidates) -> str | None:
 
 
 def comptime_kind(t: A.TypeExpr) -> str | None:
-    """'type', 'bool' or 'int' for a compile-time parameter's declared type; None if not allowed."""
+    """'type', 'bool', 'int' or 'fn' for a compile-time parameter's declared type; None if not allowed."""
+    if isinstance(t, A.FnTypeExpr):
+        return "fn"
     if isinstance(t, A.TypeName):
         if t.name == "type":
             return "type"
@@ -50,6 +52,7 @@ class _Sym:
     kind: str  # let var param loopvar comptime shared array
     span: SourceSpan | None = None
     comptime_kind: str | None = None
+    fn_type: A.FnTypeExpr | None = None  # the declared kind of a compile-time fn parameter
 
 
 @dataclass
@@ -103,16 +106,18 @@ class Checker:
             kind = comptime_kind(cp.type)
             if kind is None:
                 self.error(f"compile-time parameter '{cp.name}' has type {_texpr_str(cp.type)}; expected "
-                           "'type', 'bool' or an integer type", cp.type.span,
-                           hint=f"write {cp.name}: i32 or {cp.name}: type")
+                           "'type', 'bool', an integer type or a fn kind", cp.type.span,
+                           hint=f"write {cp.name}: i32, {cp.name}: type or {cp.name}: fn(f32) -> f32")
             if cp.name in top:
                 self.error(f"compile-time parameter '{cp.name}' is declared twice", cp.span)
             self.check_name_decl(cp.name, cp.span)
-            if isinstance(cp.default, (A.PtrTypeExpr, A.VecTypeExpr, A.ArrayTypeExpr)):
+            if kind == "fn":
+                self.check_fn_param(ctx, cp)
+            elif isinstance(cp.default, (A.PtrTypeExpr, A.VecTypeExpr, A.ArrayTypeExpr)):
                 self.check_type(ctx, cp.default)
             elif cp.default is not None:
                 self.check_expr(ctx, cp.default)
-            top[cp.name] = _Sym("comptime", cp.span, kind)
+            top[cp.name] = _Sym("comptime", cp.span, kind, cp.type if kind == "fn" else None)
         for p in d.params:
             if p.name in top:
                 self.error(f"parameter '{p.name}' is declared twice", p.span)
@@ -133,6 +138,28 @@ class Checker:
                        f"({_texpr_str(d.ret)})", span, hint="add a `return` on every path")
         key = (mod.key, d.name)
         self.graph[key] = [((m.key, callee.name), span) for callee, m, span in ctx.calls]
+
+    def check_fn_param(self, ctx: _Ctx, cp: A.ComptimeParamDecl) -> None:
+        """A compile-time fn parameter: its signature's types, and a default that names a fn."""
+        ft = cp.type
+        assert isinstance(ft, A.FnTypeExpr)
+        for t in (ft.params or []) + ([ft.ret] if ft.ret is not None else []):
+            self.check_type(ctx, t)
+        d = cp.default
+        if d is None:
+            return
+        if dotted_name(d) is None:
+            self.error(f"the default of compile-time fn parameter '{cp.name}' must name a fn", d.span,
+                       hint=f"write {cp.name}: {_texpr_str(ft)} = my_fn (or = module.my_fn)")
+            return
+        self.check_expr(ctx, d)
+        callee = self._callee(ctx, d)
+        if callee is not None and callee[0] == "builtin":
+            self.error(f"'{callee[1].name}' is a builtin, not a fn: a compile-time fn parameter takes a fn "
+                       "declared with `fn`", d.span)
+        elif callee is None and isinstance(d, A.Name) and ctx.lookup(d.id) is not None \
+                and ctx.lookup(d.id).comptime_kind != "fn":
+            self.error(f"'{d.id}' is not a fn", d.span)
 
     def check_name_decl(self, name: str, span: SourceSpan | None) -> None:
         if name in KEYWORDS:
@@ -412,6 +439,13 @@ class Checker:
             self.check_expr(ctx, a)
         for k in e.kwargs:
             self.check_expr(ctx, k.value)
+        if callee is None and isinstance(f, A.Name) and ctx.lookup(f.id) is not None:
+            sym = ctx.lookup(f.id)
+            ft = sym.fn_type
+            if ft is not None and ft.params is not None and (len(e.args) != len(ft.params) or e.kwargs):
+                self.error(f"'{f.id}' is a {_texpr_str(ft)}: it takes {len(ft.params)} argument"
+                           f"{'s' if len(ft.params) != 1 else ''}, found {len(e.args) + len(e.kwargs)}", e.span)
+            return
         if callee is None:
             if isinstance(f, A.Field) and isinstance(f.base, A.Name) and f.base.id == "target" \
                     and ctx.lookup("target") is None:
@@ -517,9 +551,25 @@ def always_returns(block: A.Block) -> bool:
     return False
 
 
+def dotted_name(e: A.Expr) -> str | None:
+    """``relu`` or ``epilogue.bias`` for a Name or a Field of a Name (how a fn is named as a
+    compile-time value); None for any other expression."""
+    if isinstance(e, A.Name):
+        return e.id
+    if isinstance(e, A.Field) and isinstance(e.base, A.Name):
+        return f"{e.base.id}.{e.name}"
+    return None
+
+
 def _texpr_str(t: A.TypeExpr | None) -> str:
     if t is None:
         return "nothing"
+    if isinstance(t, A.FnTypeExpr):
+        if t.params is None:
+            return "fn"
+        ps = ", ".join((f"{n}: " if n else "") + _texpr_str(p) for n, p in zip(t.names or [None] * len(t.params),
+                                                                             t.params))
+        return f"fn({ps})" + (f" -> {_texpr_str(t.ret)}" if t.ret is not None else "")
     if isinstance(t, A.TypeName):
         return t.name
     if isinstance(t, A.PtrTypeExpr):

@@ -25,6 +25,7 @@ from ..ir.types import (BOOL, F32, I32, U32, U64, VOID, AddressSpace, ArrayType,
                         Type, VectorType, elem_of, sizeof)
 from . import ast as A
 from . import builtins as B
+from . import fn_params
 from . import warp_matrix
 from .program import (ComptimeParam, Program, SourceModule, StaticEvalError, _check_given,
                       comptime_params, static_value)
@@ -270,17 +271,22 @@ class FnLowering:
     def declare(self, symbol: str) -> Function | None:
         d = self.decl
         top: dict[str, Any] = {}
-        for c in self.cparams:
+        self.scopes = [top]
+        ok = True
+        for c in sorted(self.cparams, key=lambda c: c.kind == "fn"):  # fns last: signatures use the others
             v = self.values[c.name]
-            if c.kind == "type":
+            if c.kind == "fn":
+                try:
+                    top[c.name] = fn_params.bind(self, c, v)
+                except _Poison:
+                    ok = False
+            elif c.kind == "type":
                 top[c.name] = TypeRef(v)
             elif c.kind == "bool":
                 top[c.name] = CV(bool(v), BOOL)
             else:
                 top[c.name] = CV(int(v), c.type or I32)
-        self.scopes = [top]
         params: list[Value] = []
-        ok = True
         for p in d.params:
             try:
                 t = self.resolve_type(p.type)
@@ -690,6 +696,8 @@ class FnLowering:
             self.fail(f"{v.name} has three dimensions", span, hint=f"write {v.name}.x, {v.name}.y or {v.name}.z")
         if isinstance(v, FnRef):
             self.fail(f"fn '{v.decl.name}' is not a value; call it", span)
+        if isinstance(v, fn_params.BoundFn):
+            self.fail(f"'{v.param}' is a compile-time fn ('{v.value.shown}'), not a value; call it", span)
         if isinstance(v, BuiltinRef):
             self.fail(f"'{v.fn.name}' is a builtin function, not a value; call it", span, hint=v.fn.doc or None)
         if isinstance(v, ModuleRef):
@@ -904,6 +912,8 @@ class FnLowering:
             return self.builtin(f, e)
         if isinstance(f, FnRef):
             return self.call_fn(f, e)
+        if isinstance(f, fn_params.BoundFn):
+            return fn_params.call(self, f, e)
         if isinstance(f, TargetHas):
             if len(e.args) != 1 or e.kwargs:
                 self.fail("target.has takes one argument: a feature name", e.span)
@@ -1277,6 +1287,8 @@ class FnLowering:
         return VOIDV if r is None else r
 
     def comptime_arg(self, c: ComptimeParam, a: Any, decl: A.FnDecl) -> Any:
+        if c.kind == "fn":
+            return fn_params.comptime_arg(self, c, a, decl)
         if c.kind == "type":
             if isinstance(a, (A.PtrTypeExpr, A.VecTypeExpr, A.ArrayTypeExpr)):
                 return self.resolve_type(a)

@@ -128,6 +128,16 @@ class _Builder:
         default = c[3] if len(c) > 3 else None
         return self.node(A.ComptimeParamDecl, str(name), ty, default, span=_tok_span(self.file, name))
 
+    def fn_type(self, c):
+        if len(c) == 1:
+            return A.FnTypeExpr(span=_tok_span(self.file, c[0]))
+        ps = [x for x in c if isinstance(x, tuple) and x[0] == "fn_type_param"]
+        ret = c[-1] if isinstance(c[-1], A.Node) else None
+        return self.node(A.FnTypeExpr, [p[2] for p in ps], [p[1] for p in ps], ret, span=self.span(c[0], c[-1]))
+
+    def fn_type_param(self, c):
+        return ("fn_type_param", str(c[0]) if len(c) > 1 else None, c[-1])
+
     def params(self, c):
         return ("params", [x for x in c if isinstance(x, A.Param)])
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -10,7 +11,7 @@ from typing import Any
 from ..diagnostics import CompileError, Diagnostics, SourceFile, SourceSpan
 from ..ir.types import (AddressSpace, ArrayType, PointerType, ScalarType, SCALARS, Type, VectorType)
 from . import ast as A
-from .checker import Checker, comptime_kind, texpr_str
+from .checker import Checker, comptime_kind, dotted_name, texpr_str
 from .parser import parse
 from .semantic import CV, SemanticError, convert_cv, fold_binary, fold_unary
 
@@ -49,8 +50,9 @@ class SourceModule:
 
 @dataclass(frozen=True)
 class ComptimeParam:
-    """A compile-time parameter: ``kind`` 'type', 'int' or 'bool'; ``type`` the declared integer type
-    (or bool); ``default`` its value (an ir Type for types) or None when it must be given/inferred."""
+    """A compile-time parameter: ``kind`` 'type', 'int', 'bool' or 'fn'; ``type`` the declared integer
+    type (or bool); ``default`` its value (an ir Type for types; for a fn, its name as the declaring
+    module spells it, 'relu' or 'epilogue.bias') or None when it must be given/inferred."""
 
     name: str
     kind: str
@@ -122,7 +124,16 @@ class KernelSignature:
         return out
 
 
+_FN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?")
+
+
 def _check_given(kernel: str, c: ComptimeParam, v: Any) -> Any:
+    if c.kind == "fn":
+        # a fn is given by name, as the kernel's file would write it; lowering resolves and checks it
+        if isinstance(v, str) and _FN_NAME.fullmatch(v.strip()):
+            return v.strip()
+        raise TypeError(f"kernel '{kernel}': compile-time parameter {c.name} is a fn, given by its name "
+                        f"('relu', 'epilogue.bias'); got {v!r}")
     if c.kind == "type":
         if isinstance(v, str):
             from ..runtime.cache import type_from_str
@@ -302,7 +313,9 @@ def comptime_params(decl: A.FnDecl) -> list[ComptimeParam]:
         kind = comptime_kind(cp.type) or "int"
         st = SCALARS.get(cp.type.name) if isinstance(cp.type, A.TypeName) else None
         default = None
-        if cp.default is not None:
+        if kind == "fn":
+            default = dotted_name(cp.default) if cp.default is not None else None
+        elif cp.default is not None:
             try:
                 default = static_value(cp.default, env)
                 if kind == "int" and isinstance(default, int) and st is not None:
@@ -319,7 +332,7 @@ def _check_defaults(decl: A.FnDecl, diag: Diagnostics) -> None:
     env: dict[str, Any] = {}
     for cp in decl.cparams:
         kind = comptime_kind(cp.type)
-        if cp.default is None or kind is None:
+        if cp.default is None or kind in (None, "fn"):  # a fn's default is checked by the Checker
             continue
         try:
             v = static_value(cp.default, env)
