@@ -248,6 +248,15 @@ class Target:
         from .llvm.lower import UnsupportedOnTarget
         raise UnsupportedOnTarget(f"mma_sync is not available on this target ({self.name} {self.arch})")
 
+    def mfma(self, ctx: "LoweringContext", shape: str, a_type: str, b_type: str, a: ll.Value, b: ll.Value,
+             c: ll.Value) -> ll.Value:
+        """AMD's MFMA, D = A * B + C for one wavefront of 64 lanes: ``shape`` one of the IR's MFMA_SHAPES
+        ('32x32x8', ...), ``a_type``/``b_type`` the element type names ('bf16', 'f16', FP8 names);
+        ``a``, ``b`` this lane's fragments (LLVM vectors of M * K / 64 elements), ``c`` its accumulators
+        (a vector of M * N / 64 floats); returns D's, of c's type. Layouts: backends/amdgcn/mfma.py."""
+        from .llvm.lower import UnsupportedOnTarget
+        raise UnsupportedOnTarget(f"mfma is not available on this target ({self.name} {self.arch})")
+
     def ldmatrix(self, ctx: "LoweringContext", ptr: ll.Value, num: int, trans: bool) -> list[ll.Value]:
         """``num`` (1, 2, 4) 8x8 matrices of 16-bit elements loaded by one warp from shared memory,
         ``ptr`` this lane's row address; this lane's i32 word of each (backends/nvptx/mma.py)."""

@@ -79,6 +79,46 @@ _FNS = [
     BuiltinFn("cp_async_wait", 0, 0, brackets="required", bracket_what="a count",
               doc="cp_async_wait[N](): wait until at most N of this thread's committed cp_async groups are "
                   "pending (then barrier() before other threads read the data)"),
+    # AMD CDNA matrix fused multiply-add (comptime target.has("mfma"); "mfma_fp8" on gfx942/gfx950,
+    # "mfma_gfx950" for gfx950's forms); frontend/mfma.py lists the forms, backends/amdgcn/mfma.py
+    # gives the operand layouts (CDNA3 ISA, "Matrix Arithmetic Instructions").
+    BuiltinFn("mfma", 3, 3, doc="mfma(a, b, c) -> c's type: D = A * B + C for one wavefront of 64 lanes, each "
+                                "holding its fragments: a, b vec<bf16|f16, 4> with c vec<f32, 16> (32x32x8) or "
+                                "vec<f32, 4> (16x16x16); vec<bf16|f16, 8> (gfx950: 32x32x16, 16x16x32); FP8 "
+                                "vec<F8, 8> (32x32x16, 16x16x32) or vec<F8, 32> (gfx950: 32x32x64, 16x16x128)"),
+    # Hopper: warpgroup MMA, TMA, mbarriers, setmaxnreg (comptime target.has("wgmma"), "tma", "mbarrier",
+    # "setmaxnreg"); frontend/hopper.py checks them, backends/nvptx/wgmma.py and tma.py give the PTX.
+    BuiltinFn("wgmma", 3, 3, ("accumulate", "trans_b"), brackets="required", bracket_what="the input type(s)",
+              doc="wgmma[T(, TB)](a_desc: u64, b_desc: u64, acc: vec<f32, N / 2>, accumulate = true, trans_b = "
+                  "false) -> vec<f32, N / 2>: D (64 x N) = A (64 x K) * B (K x N) (+ acc) by one warpgroup; K is "
+                  "16 for bf16/f16, 32 for f8e4m3/f8e5m2; A and B in shared memory (wgmma_desc)"),
+    BuiltinFn("wgmma_fence", 0, 0, doc="wgmma_fence(): order the accumulators' register accesses before wgmma"),
+    BuiltinFn("wgmma_commit", 0, 0, doc="wgmma_commit(): close the warpgroup's pending wgmmas into a group"),
+    BuiltinFn("wgmma_wait", 0, 0, brackets="required", bracket_what="a group count",
+              doc="wgmma_wait[N](): wait until at most N of the warpgroup's wgmma groups are pending"),
+    BuiltinFn("wgmma_desc", 1, 1, ("swizzle", "lbo", "sbo"),
+              doc="wgmma_desc(p: ptr<T, shared>, swizzle = 128, lbo = 16, sbo = 1024) -> u64: the matrix "
+                  "descriptor of the tile at p (1024-byte aligned for a swizzle)"),
+    BuiltinFn("tma_load", 4, 8, doc="tma_load(dst: ptr<T, shared>, map: tensor_map, bar: ptr<u64, shared>, c0, "
+                                    "...): copy the map's box at coordinates (c0 innermost) into dst; bar "
+                                    "receives its bytes (mbarrier_arrive_expect_tx)"),
+    BuiltinFn("mbarrier_init", 2, 2, doc="mbarrier_init(bar: ptr<u64, shared>, count: u32)"),
+    BuiltinFn("mbarrier_arrive", 1, 1, doc="mbarrier_arrive(bar: ptr<u64, shared>)"),
+    BuiltinFn("mbarrier_arrive_expect_tx", 2, 2,
+              doc="mbarrier_arrive_expect_tx(bar: ptr<u64, shared>, bytes: u32): arrive, and make the phase "
+                  "wait for that many more bytes of TMA copies"),
+    BuiltinFn("mbarrier_try_wait", 2, 2, doc="mbarrier_try_wait(bar, parity: u32) -> bool: whether the phase "
+                                             "of that parity has completed"),
+    BuiltinFn("mbarrier_wait", 2, 2, doc="mbarrier_wait(bar, parity: u32): wait until the phase of that parity "
+                                         "has completed"),
+    BuiltinFn("fence_proxy_async", 0, 0, doc="fence_proxy_async(): order this thread's shared-memory writes "
+                                             "before TMA / wgmma accesses to them"),
+    BuiltinFn("setmaxnreg_inc", 0, 0, brackets="required", bracket_what="a register count",
+              doc="setmaxnreg_inc[N](): the warpgroup's registers a thread grow to N (a kernel with launch_bounds)"),
+    BuiltinFn("setmaxnreg_dec", 0, 0, brackets="required", bracket_what="a register count",
+              doc="setmaxnreg_dec[N](): the warpgroup's registers a thread shrink to N"),
+    BuiltinFn("launch_bounds", 1, 2, doc="launch_bounds(max_threads, min_blocks = 1): in a kernel, the most "
+                                         "threads of a block and the fewest blocks a multiprocessor holds"),
     BuiltinFn("compile_error", 1, 1, doc='compile_error("message"): a compile error at this call when '
                                          'the code around it is compiled (in a comptime if branch taken)'),
     # Variadic: the checker and the lowering check the count against the format (printf_format.py).

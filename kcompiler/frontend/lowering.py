@@ -26,7 +26,7 @@ from ..ir.types import (BOOL, F32, I32, U32, U64, VOID, AddressSpace, ArrayType,
 from . import ast as A
 from . import builtins as B
 from . import fn_params
-from . import warp_matrix
+from . import mfma, warp_matrix
 from .program import (ComptimeParam, Program, SourceModule, StaticEvalError, _check_given,
                       comptime_params, static_value)
 from .semantic import (CV, SemanticError, adapts, convert_cv, default_type, fits, fold_binary, fold_unary,
@@ -1329,6 +1329,8 @@ class FnLowering:
         name = fn.name
         if name in warp_matrix.FEATURES:
             return warp_matrix.lower_builtin(self, f, e, kw)
+        if name in mfma.FEATURES:
+            return mfma.lower_builtin(self, f, e, kw)
         h = getattr(self, "b_" + name, None)
         if h is not None:
             return h(f, e, kw)

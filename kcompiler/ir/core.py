@@ -227,10 +227,35 @@ OPS: dict[str, OpInfo] = {
                               doc="close this thread's group of cp_async copies"),
     "cp_async_wait": OpInfo(0, ("n",), result="none", pure=False,
                             doc="wait until at most attr n of this thread's cp_async groups are pending"),
+    # AMD CDNA matrix fused multiply-add, one wavefront of 64 lanes (backends/amdgcn/mfma.py has the
+    # instructions and the operand layouts, backends/cpu/mfma.py an emulation).
+    "mfma": OpInfo(3, ("shape",), pure=False,
+                   doc="mfma(a, b, c) -> d = a * b + c by one wavefront; attr shape in MFMA_SHAPES (MxNxK); "
+                       "per lane: a and b vec<T, M * K / 64> (T f16 or bf16, one type; or FP8, "
+                       "f8e4m3[fnuz] / f8e5m2[fnuz]), c and the result vec<f32, M * N / 64>"),
 }
 
 #: Shapes of the ``mma`` op (PTX ``mma.sync.aligned.<shape>.row.col.f32.<a>.<b>.f32``).
 MMA_SHAPES = ("m16n8k16", "m16n8k32")
+
+#: The forms of the ``mfma`` op (AMD's ``v_mfma_f32_<shape>_<type>``): (operands '16-bit' (bf16/f16) or
+#: 'fp8', elements of A and of B a lane holds, f32 of C a lane holds) -> (shape M x N x K, the target
+#: feature it needs: ``mfma`` gfx90a+, ``mfma_fp8`` gfx942+, ``mfma_gfx950`` gfx950's new forms).
+MFMA_FORMS: dict[tuple[str, int, int], tuple[str, str]] = {
+    ("16-bit", 4, 16): ("32x32x8", "mfma"), ("16-bit", 4, 4): ("16x16x16", "mfma"),
+    ("16-bit", 8, 16): ("32x32x16", "mfma_gfx950"), ("16-bit", 8, 4): ("16x16x32", "mfma_gfx950"),
+    ("fp8", 8, 16): ("32x32x16", "mfma_fp8"), ("fp8", 8, 4): ("16x16x32", "mfma_fp8"),
+    ("fp8", 32, 16): ("32x32x64", "mfma_gfx950"), ("fp8", 32, 4): ("16x16x128", "mfma_gfx950"),
+}
+#: Shapes (M x N x K) of the ``mfma`` op.
+MFMA_SHAPES = tuple(dict.fromkeys(shape for shape, _ in MFMA_FORMS.values()))
+
+
+def mfma_feature(shape: str, a_type: str) -> str:
+    """The target feature the ``mfma`` of ``shape`` on elements named ``a_type`` needs (MFMA_FORMS)."""
+    M, _, K = (int(x) for x in shape.split("x"))
+    kind = "16-bit" if a_type in ("bf16", "f16") else "fp8"
+    return next(f for (k, n, _), (s, f) in MFMA_FORMS.items() if k == kind and s == shape and n == M * K // 64)
 
 
 # --- cloning and rewriting (used by the passes) ----------------------------------------------------

@@ -26,7 +26,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from .core import OPS, BINARY, CMP_PREDICATES, MATH_FUNCTIONS, SPECIAL_REGISTERS, ATOMIC_OPS, \
-    MEMORY_ORDERS, SCOPES, SHUFFLE_MODES, MMA_SHAPES, Function, Module, Op, Region, Value
+    MEMORY_ORDERS, SCOPES, SHUFFLE_MODES, MMA_SHAPES, MFMA_SHAPES, Function, Module, Op, Region, Value
 from .types import ArrayType, BOOL, PointerType, ScalarType, Type, U32, U64, VOID, VectorType, VoidType, \
     AddressSpace, elem_of
 from .types import BF16, F16, F32, F64, F8E4M3, F8E5M2, I32, I64, U8
@@ -42,7 +42,8 @@ ATTR_CHOICES: dict[str, tuple[str, ...]] = {
     "scope": SCOPES, "mode": SHUFFLE_MODES, "dim": ("x", "y", "z"), "shape": MMA_SHAPES,
 }
 #: ... except where one op's attribute of that name means something else.
-ATTR_CHOICES_BY_OP: dict[tuple[str, str], tuple[str, ...]] = {("atomic", "op"): ATOMIC_OPS}
+ATTR_CHOICES_BY_OP: dict[tuple[str, str], tuple[str, ...]] = {("atomic", "op"): ATOMIC_OPS,
+                                                             ("mfma", "shape"): MFMA_SHAPES}
 
 #: Op kinds allowed only in kernels (a static shared array belongs to a kernel's block).
 KERNEL_ONLY = frozenset({"shared"})
@@ -436,6 +437,23 @@ def _t_mma(op: Op, fn: Function, m: Module) -> None:
              f"m16n8k32 B fragment of type {b} (needs vec<f8e4m3, 8> or vec<f8e5m2, 8>)")
 
 
+def _t_mfma(op: Op, fn: Function, m: Module) -> None:
+    a, b, c = (v.type for v in op.operands)
+    M, N, K = (int(x) for x in op.attrs["shape"].split("x"))
+    acc = VectorType(F32, M * N // 64)
+    _req(c == acc and _res(op) == acc, f"mfma {op.attrs['shape']} accumulator {c} and result {_res(op)} "
+                                       f"(need {acc})")
+    n = M * K // 64
+    for what, t in (("A", a), ("B", b)):
+        _req(isinstance(t, VectorType) and t.count == n and (t.elem in (F16, BF16) or t.elem.name in _MFMA_F8),
+             f"mfma {op.attrs['shape']} {what} fragment of type {t} (needs vec<T, {n}>, T f16, bf16 or FP8)")
+    _req(a.elem == b.elem or (a.elem.name in _MFMA_F8 and b.elem.name in _MFMA_F8),  # type: ignore[union-attr]
+         f"mfma of {a} x {b}: 16-bit A and B have one type")
+
+
+_MFMA_F8 = ("f8e4m3", "f8e5m2", "f8e4m3fnuz", "f8e5m2fnuz")
+
+
 def _t_ldmatrix(op: Op, fn: Function, m: Module) -> None:
     p = _pointer(op.operands[0])
     num, trans = op.attrs["num"], op.attrs["trans"]
@@ -478,7 +496,7 @@ _TYPE_RULES: dict[str, Callable[[Op, Function, Module], None]] = {
     "atomic_load": _t_atomic_load, "atomic_store": _t_atomic_store, "nanosleep": _t_u32_operand,
     "hostcall_interrupt": _t_u32_operand, "hostcall_buffer": _t_u64_result, "warp_sync": _t_warp_sync,
     "if": _t_bool_operand, "condition": _t_bool_operand, "for": _t_for,
-    "mma": _t_mma, "ldmatrix": _t_ldmatrix, "cp_async": _t_cp_async, "cp_async_wait": _t_cp_async_wait,
+    "mma": _t_mma, "mfma": _t_mfma, "ldmatrix": _t_ldmatrix, "cp_async": _t_cp_async, "cp_async_wait": _t_cp_async_wait,
 }
 
 #: Number of arguments each op kind's regions take (absent: none).

@@ -27,8 +27,9 @@ _RDNA = frozenset({"amdgcn", "rdna", "wmma", "wave32", "bf16"})
 #: The architectures kcompiler targets: their wavefront size and what ``target.has(...)`` answers.
 ARCHS: dict[str, tuple[int, frozenset[str]]] = {
     "gfx90a": (64, _CDNA | {"gfx90a"}),                                   # MI200
-    "gfx942": (64, _CDNA | {"gfx942", "fp8_convert", "fp8_fnuz", "mfma_fp8"}),   # MI300
-    "gfx950": (64, _CDNA | {"gfx950", "fp8_convert", "fp8_ocp", "mfma_fp8", "mx_scale"}),  # MI350
+    "gfx942": (64, _CDNA | {"gfx942", "fp8_convert", "fp8_fnuz", "mfma_fp8", "mfma_fp8_fnuz"}),   # MI300
+    "gfx950": (64, _CDNA | {"gfx950", "fp8_convert", "fp8_ocp", "mfma_fp8", "mfma_fp8_ocp", "mfma_gfx950",
+                            "mx_scale"}),  # MI350
     "gfx1100": (32, _RDNA | {"gfx1100"}),                                 # RDNA3 (RX 7900)
     "gfx1201": (32, _RDNA | {"gfx1201", "fp8_convert", "fp8_ocp", "wmma_fp8"}),  # RDNA4 (RX 9070)
 }
@@ -199,6 +200,18 @@ class AmdgcnTarget(Target):
         cvt = ctx.declare(f"llvm.amdgcn.cvt.f32.{hw}", ll.FloatType(), [_I32, _I32])
         return [minifloat.fix_decoded(b, c, b.call(cvt, [b.zext(c, _I32), ll.Constant(_I32, 0)]), fmt)
                 for c in codes]
+
+    # --- matrix cores -----------------------------------------------------------------------------
+    def mfma(self, ctx: LoweringContext, shape: str, a_type: str, b_type: str, a: ll.Value, b: ll.Value,
+             c: ll.Value) -> ll.Value:
+        """``v_mfma_f32_<shape>_*`` (mfma.py). The frontend checked the form against the features
+        (``mfma``, ``mfma_fp8``, ``mfma_gfx950``); this is the backstop for IR built directly, which
+        would otherwise abort LLVM ("Cannot select")."""
+        from ...ir.core import mfma_feature
+        from . import mfma
+        if not self.has(mfma_feature(shape, a_type)):
+            raise UnsupportedOnTarget(f"mfma {shape} of {a_type} is not available on {self.arch}")
+        return mfma.mfma(ctx, shape, a_type, b_type, a, b, c)
 
     def nanosleep(self, ctx: LoweringContext, ns: ll.Value) -> None:
         # s_sleep takes an immediate (units of 64 clocks); 1 is what ockl's hostcall wait loop uses.

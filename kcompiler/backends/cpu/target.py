@@ -42,7 +42,7 @@ from llvmlite import ir as ll
 from ...diagnostics import CompileError
 from ...ir.types import AddressSpace
 from ..target import Target
-from . import coroutine, warp_matrix
+from . import coroutine, mfma, warp_matrix
 from .abi import (ACCESS_ATOMIC, ACCESS_LOAD, ACCESS_STORE, ERR_BOUNDS, ERR_MISALIGNED, WAIT_BARRIER,
                   WAIT_RUN, WAIT_WARP, WARP_ACTIVE_MASK, WARP_BALLOT, WARP_FIRST_LANE, WARP_SHUFFLE,
                   load_launch, load_thread, store_launch, store_thread)
@@ -84,7 +84,10 @@ class CpuTarget(Target):
     ``-w32`` or ``-w64`` to choose the warp size (``"host-w64"``; a bare ``"w64"`` is the host).
     ``warp_size``: 32 or 64 (overrides the arch suffix). ``emulate_mma``: emulate NVIDIA's warp-level
     matrix instructions (mma_sync, ldmatrix, cp_async; ``target.has("mma")`` is then true), to run and
-    check a tensor-core path without a GPU (warp_matrix.py). Raises ValueError for another warp size.
+    check a tensor-core path without a GPU (warp_matrix.py). ``emulate_mfma``: emulate AMD's MFMA as
+    chip ``"gfx90a"``, ``"gfx942"`` or ``"gfx950"`` does (``True``: gfx950), with warps of 64 lanes
+    (``target.has("mfma")`` is then true; mfma.py). Raises ValueError for another warp size, for
+    both emulations at once, or for an MFMA with warps of 32.
     """
 
     name = "cpu"
@@ -93,7 +96,8 @@ class CpuTarget(Target):
     #: The pipeline inlines every device function into the kernels before lowering (see module doc).
     inline_device_functions = True
 
-    def __init__(self, arch: str | None = None, warp_size: int | None = None, emulate_mma: bool = False):
+    def __init__(self, arch: str | None = None, warp_size: int | None = None, emulate_mma: bool = False,
+                 emulate_mfma: bool | str = False):
         from ..llvm import initialize
         initialize()
         llvm.initialize_native_target()
@@ -103,7 +107,13 @@ class CpuTarget(Target):
             if cpu == suffix or cpu.endswith("-" + suffix):
                 cpu = cpu[: -len(suffix)].rstrip("-")
                 warp_size = warp_size or ws
-        warp_size = warp_size or 32
+        self.emulate_mfma = "gfx950" if emulate_mfma is True else (emulate_mfma or "")
+        if self.emulate_mfma and emulate_mma:
+            raise ValueError("cpu target: emulate_mma (warps of 32) and emulate_mfma (wavefronts of 64) exclude "
+                             "each other")
+        if self.emulate_mfma and warp_size == 32:
+            raise ValueError("cpu target: emulate_mfma needs wavefronts of 64 lanes, as AMD CDNA's")
+        warp_size = warp_size or (64 if self.emulate_mfma else 32)
         if warp_size not in (32, 64):
             raise ValueError(f"cpu target: warp size must be 32 or 64, not {warp_size}")
         self.warp_size = warp_size
@@ -125,9 +135,13 @@ class CpuTarget(Target):
             if warp_size != 32:
                 raise ValueError("cpu target: emulate_mma needs warps of 32 lanes, as NVIDIA's")
             self.features |= {"mma", "mma_fp8", "ldmatrix", "cp_async"}
+        if self.emulate_mfma:
+            self.features |= mfma.features(self.emulate_mfma)
 
     def describe(self) -> dict[str, Any]:
         extra = {"emulate_mma": True} if self.emulate_mma else {}
+        if self.emulate_mfma:
+            extra["emulate_mfma"] = self.emulate_mfma
         return {**super().describe(), "cpu_features": self.cpu_features, **extra}
 
     # --- module state -----------------------------------------------------------------------------
@@ -241,6 +255,12 @@ class CpuTarget(Target):
         if not self.emulate_mma:
             return super().mma(ctx, shape, a_type, b_type, a, b, c)
         return warp_matrix.mma(self, ctx, shape, a_type, b_type, a, b, c)
+
+    def mfma(self, ctx: "LoweringContext", shape: str, a_type: str, b_type: str, a: ll.Value, b: ll.Value,
+             c: ll.Value) -> ll.Value:
+        if not self.emulate_mfma:
+            return super().mfma(ctx, shape, a_type, b_type, a, b, c)
+        return mfma.mfma(self, ctx, shape, a_type, b_type, a, b, c)
 
     def ldmatrix(self, ctx: "LoweringContext", ptr: ll.Value, num: int, trans: bool) -> list[ll.Value]:
         if not self.emulate_mma:

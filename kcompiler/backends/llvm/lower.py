@@ -700,6 +700,11 @@ class Lowering:
             out = ctx.b.insert_element(out, x, ll.Constant(_I32, k))
         return out
 
+    def op_mfma(self, ctx: LoweringContext, op: Op) -> ll.Value:
+        a, b, c = (self.v(ctx, x) for x in op.operands)
+        at, bt = (elem_of(x.type).name for x in op.operands[:2])
+        return self.target.mfma(ctx, op.attrs["shape"], at, bt, a, b, c)
+
     def op_ldmatrix(self, ctx: LoweringContext, op: Op) -> ll.Value:
         num = op.attrs["num"]
         words = self.target.ldmatrix(ctx, self.v(ctx, op.operands[0]), num, bool(op.attrs["trans"]))
