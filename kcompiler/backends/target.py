@@ -270,6 +270,15 @@ class Target:
         from .llvm.lower import UnsupportedOnTarget
         raise UnsupportedOnTarget(f"cp_async is not available on this target ({self.name} {self.arch})")
 
+    def async_op(self, ctx: "LoweringContext", op: Any, args: list[ll.Value]) -> ll.Value | None:
+        """Lower one of the IR's asynchronous tensor-core and copy-engine ops (``core.ASYNC_OPS``:
+        wgmma and its fences, matrix descriptors, TMA copies, mbarriers, setmaxnreg,
+        fence_proxy_async) with its operands' values ``args``; returns the result's value, or None.
+        The frontend refuses them (a located error) where ``has("wgmma")`` / ``"tma"`` /
+        ``"mbarrier"`` / ``"setmaxnreg"`` is false; this default raises UnsupportedOnTarget."""
+        from .llvm.lower import UnsupportedOnTarget
+        raise UnsupportedOnTarget(f"{op.name} is not available on this target ({self.name} {self.arch})")
+
     def cp_async_commit(self, ctx: "LoweringContext") -> None:
         """Close this thread's current group of cp_async copies."""
         from .llvm.lower import UnsupportedOnTarget

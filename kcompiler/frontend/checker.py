@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..diagnostics import Diagnostics, SourceSpan
-from ..ir.types import SCALARS
+from ..ir.types import SCALARS, TENSOR_MAP
 from . import ast as A
 from . import builtins as B
 from .parser import KEYWORDS
@@ -171,7 +171,7 @@ class Checker:
         while stack:
             t = stack.pop()
             if isinstance(t, A.TypeName):
-                if t.name in SCALARS:
+                if t.name in SCALARS or t.name == str(TENSOR_MAP):
                     continue
                 sym = ctx.lookup(t.name)
                 if sym is not None and sym.kind == "comptime" and sym.comptime_kind == "type":

@@ -21,12 +21,12 @@ from typing import Any
 from ..diagnostics import CompileError, Diagnostic, Diagnostics, SourceSpan
 from ..ir import Builder, Function, Module, Region, Value
 from ..ir.core import OPS
-from ..ir.types import (BOOL, F32, I32, U32, U64, VOID, AddressSpace, ArrayType, PointerType, ScalarType, SCALARS,
-                        Type, VectorType, elem_of, sizeof)
+from ..ir.types import (BOOL, F32, I32, TENSOR_MAP, U32, U64, VOID, AddressSpace, ArrayType, PointerType,
+                        ScalarType, SCALARS, Type, VectorType, elem_of, sizeof)
 from . import ast as A
 from . import builtins as B
 from . import fn_params
-from . import mfma, warp_matrix
+from . import hopper, mfma, warp_matrix
 from .program import (ComptimeParam, Program, SourceModule, StaticEvalError, _check_given,
                       comptime_params, static_value)
 from .semantic import (CV, SemanticError, adapts, convert_cv, default_type, fits, fold_binary, fold_unary,
@@ -349,6 +349,8 @@ class FnLowering:
                 return v.type
             if t.name in SCALARS:
                 return SCALARS[t.name]
+            if t.name == "tensor_map":
+                return TENSOR_MAP
             self.fail(f"'{t.name}' is not a type", t.span)
         if isinstance(t, A.PtrTypeExpr):
             pointee = self.resolve_type(t.pointee)
@@ -1331,6 +1333,8 @@ class FnLowering:
             return warp_matrix.lower_builtin(self, f, e, kw)
         if name in mfma.FEATURES:
             return mfma.lower_builtin(self, f, e, kw)
+        if name in hopper.FEATURES:
+            return hopper.lower_builtin(self, f, e, kw)
         h = getattr(self, "b_" + name, None)
         if h is not None:
             return h(f, e, kw)

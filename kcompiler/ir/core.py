@@ -211,6 +211,35 @@ OPS: dict[str, OpInfo] = {
                       "(step < 0); iv += step. attr unroll=True asks for full unrolling"),
     "while": OpInfo(0, regions=2, result="none", pure=False, doc="while {cond ... condition(c)} {body}"),
     "condition": OpInfo(1, result="none", terminator=True, pure=False, doc="ends a while's cond region"),
+    # Asynchronous tensor-core and copy-engine operations of NVIDIA sm_90 / sm_90a (ASYNC_OPS; PTX and
+    # layouts in backends/nvptx/wgmma.py and tma.py); lowered by Target.async_op.
+    "wgmma": OpInfo(4, ("n", "a_type", "b_type", "trans_b"), pure=False,
+                    doc="wgmma(a_desc: u64, b_desc: u64, acc: vec<f32, n / 2>, scale_d: bool) -> vec<f32, n / 2>: "
+                        "D (64 x n) = A * B + (scale_d ? acc : 0) by one warpgroup; A and B in shared memory "
+                        "through descriptors, of attr a_type / b_type (bf16, f16: k16; f8e4m3, f8e5m2: k32)"),
+    "wgmma_fence": OpInfo(0, result="none", pure=False, doc="wgmma.fence: order accumulator accesses before wgmma"),
+    "wgmma_commit": OpInfo(0, result="none", pure=False, doc="close the warpgroup's pending wgmmas into a group"),
+    "wgmma_wait": OpInfo(0, ("n",), result="none", pure=False,
+                         doc="wait until at most attr n of the warpgroup's wgmma groups are pending"),
+    "wgmma_desc": OpInfo(1, ("swizzle", "lbo", "sbo"),
+                         doc="wgmma_desc(p: ptr<T, shared>) -> u64: the matrix descriptor of the tile at p "
+                             "(attrs: swizzle bytes 0/32/64/128, leading and stride byte offsets)"),
+    "tma_load": OpInfo(None, result="none", pure=False,
+                       doc="tma_load(dst: ptr<T, shared>, map: tensor_map, bar: ptr<u64, shared>, c0: i32, ...): "
+                           "copy the map's box at coordinates (c0 innermost, ...) into dst, completing on bar"),
+    "mbarrier_init": OpInfo(2, result="none", pure=False, doc="mbarrier_init(bar: ptr<u64, shared>, count: u32)"),
+    "mbarrier_arrive": OpInfo(1, result="none", pure=False, doc="mbarrier_arrive(bar: ptr<u64, shared>)"),
+    "mbarrier_arrive_expect_tx": OpInfo(2, result="none", pure=False,
+                                        doc="mbarrier_arrive_expect_tx(bar: ptr<u64, shared>, bytes: u32)"),
+    "mbarrier_try_wait": OpInfo(2, pure=False,
+                                doc="mbarrier_try_wait(bar: ptr<u64, shared>, parity: u32) -> bool: whether the "
+                                    "phase of that parity has completed"),
+    "mbarrier_wait": OpInfo(2, result="none", pure=False,
+                            doc="mbarrier_wait(bar: ptr<u64, shared>, parity: u32): until that phase completes"),
+    "setmaxnreg": OpInfo(0, ("n", "increase"), result="none", pure=False,
+                         doc="the warpgroup's register budget a thread becomes attr n (increase: bool)"),
+    "fence_proxy_async": OpInfo(0, result="none", pure=False,
+                                doc="order generic-proxy shared-memory accesses before async-proxy ones"),
     # Warp-level matrix operations and asynchronous copies (NVIDIA sm_80+; backends/nvptx/mma.py has
     # the PTX and the fragment layouts, backends/cpu/warp_matrix.py an emulation).
     "mma": OpInfo(3, ("shape",), pure=False,
@@ -234,6 +263,11 @@ OPS: dict[str, OpInfo] = {
                        "per lane: a and b vec<T, M * K / 64> (T f16 or bf16, one type; or FP8, "
                        "f8e4m3[fnuz] / f8e5m2[fnuz]), c and the result vec<f32, M * N / 64>"),
 }
+
+#: The ops lowered by ``Target.async_op`` (NVIDIA sm_90 / sm_90a).
+ASYNC_OPS = frozenset({"wgmma", "wgmma_fence", "wgmma_commit", "wgmma_wait", "wgmma_desc", "tma_load",
+                       "mbarrier_init", "mbarrier_arrive", "mbarrier_arrive_expect_tx", "mbarrier_try_wait",
+                       "mbarrier_wait", "setmaxnreg", "fence_proxy_async"})
 
 #: Shapes of the ``mma`` op (PTX ``mma.sync.aligned.<shape>.row.col.f32.<a>.<b>.f32``).
 MMA_SHAPES = ("m16n8k16", "m16n8k32")

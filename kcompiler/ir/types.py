@@ -135,7 +135,23 @@ class ArrayType(Type):
         return sizeof(self.elem) * self.count
 
 
+@dataclass(frozen=True)
+class TensorMapType(Type):
+    """``tensor_map``: a TMA tensor map (CUDA's ``CUtensorMap``, 128 opaque bytes aligned to 64), made
+    on the host (kcompiler.runtime.tensormap) and passed by value as a kernel parameter; on NVIDIA it
+    is a ``.param .align 64 .b8 [128]`` grid constant (PTX ISA 8.x, "Tensor-map" and "Kernel
+    parameter attribute: __grid_constant__"). Only ``cp.async.bulk.tensor`` (``tma_load``) reads it."""
+
+    def __str__(self) -> str:
+        return "tensor_map"
+
+    @property
+    def size(self) -> int:
+        return 128
+
+
 VOID = VoidType()
+TENSOR_MAP = TensorMapType()
 BOOL = ScalarType("bool", "bool", 1)
 I8, I16, I32, I64 = (ScalarType(f"i{b}", "int", b) for b in (8, 16, 32, 64))
 U8, U16, U32, U64 = (ScalarType(f"u{b}", "uint", b) for b in (8, 16, 32, 64))
@@ -158,7 +174,7 @@ SCALARS: dict[str, ScalarType] = {
 
 def sizeof(t: Type) -> int:
     """Size in bytes of a value of type ``t`` in memory."""
-    if isinstance(t, (ScalarType, VectorType, PointerType, ArrayType)):
+    if isinstance(t, (ScalarType, VectorType, PointerType, ArrayType, TensorMapType)):
         return t.size
     raise TypeError(f"type {t} has no size")
 
@@ -170,6 +186,8 @@ def alignof(t: Type) -> int:
     if isinstance(t, VectorType):
         n = t.size
         return n if n & (n - 1) == 0 and n <= 16 else t.elem.size
+    if isinstance(t, TensorMapType):
+        return 64
     return sizeof(t)
 
 

@@ -499,6 +499,65 @@ _TYPE_RULES: dict[str, Callable[[Op, Function, Module], None]] = {
     "mma": _t_mma, "mfma": _t_mfma, "ldmatrix": _t_ldmatrix, "cp_async": _t_cp_async, "cp_async_wait": _t_cp_async_wait,
 }
 
+def _mbar(op: Op) -> None:
+    p = _pointer(op.operands[0], "mbarrier")
+    _req(p.space == AddressSpace.SHARED and p.pointee == U64, f"{op.name} on {p} (needs a ptr<u64, shared>)")
+    for v in op.operands[1:]:
+        _req(v.type == U32, f"{op.name} operand of type {v.type} (needs u32)")
+    if op.name == "mbarrier_try_wait":
+        _req(_res(op) == BOOL, f"mbarrier_try_wait gives bool, not {_res(op)}")
+
+
+def _t_wgmma(op: Op, fn: Function, m: Module) -> None:
+    da, db, acc, scale = op.operands
+    n = op.attrs["n"]
+    _req(da.type == U64 and db.type == U64, f"wgmma descriptors of types {da.type}, {db.type} (need u64)")
+    _req(isinstance(n, int) and 8 <= n <= 256 and n % 8 == 0, f"wgmma n={n!r} (a multiple of 8 from 8 to 256)")
+    want = VectorType(F32, n // 2)
+    _req(acc.type == want and _res(op) == want, f"wgmma m64n{n} accumulator {acc.type} and result {_res(op)} "
+                                                f"(need {want})")
+    _req(scale.type == BOOL, f"wgmma scale_d of type {scale.type} (needs bool)")
+    a, b = op.attrs["a_type"], op.attrs["b_type"]
+    _req((a == b and a in ("bf16", "f16")) or {a, b} <= {"f8e4m3", "f8e5m2"},
+         f"wgmma of {a} x {b} (both f16, both bf16, or FP8)")
+    _req(not op.attrs["trans_b"] or a in ("bf16", "f16"), "wgmma trans_b applies to 16-bit types")
+
+
+def _t_wgmma_desc(op: Op, fn: Function, m: Module) -> None:
+    p = _pointer(op.operands[0])
+    _req(p.space == AddressSpace.SHARED, f"wgmma_desc of {p} (needs a shared pointer)")
+    _req(op.attrs["swizzle"] in (0, 32, 64, 128), f"wgmma_desc swizzle={op.attrs['swizzle']!r} (0, 32, 64, 128)")
+    for k in ("lbo", "sbo"):
+        v = op.attrs[k]
+        _req(isinstance(v, int) and 0 <= v < 1 << 18 and v % 16 == 0, f"wgmma_desc {k}={v!r} (a multiple of 16 "
+                                                                     f"below 2^18)")
+    _req(_res(op) == U64, f"wgmma_desc gives u64, not {_res(op)}")
+
+
+def _t_tma_load(op: Op, fn: Function, m: Module) -> None:
+    _req(3 < len(op.operands) <= 8, f"tma_load with {len(op.operands) - 3} coordinates (1 to 5)")
+    d = _pointer(op.operands[0], "destination")
+    _req(d.space == AddressSpace.SHARED, f"tma_load into {d} (needs a shared pointer)")
+    _req(str(op.operands[1].type) == "tensor_map", f"tma_load map of type {op.operands[1].type} (needs tensor_map)")
+    b = _pointer(op.operands[2], "mbarrier")
+    _req(b.space == AddressSpace.SHARED and b.pointee == U64, f"tma_load completing on {b} (needs ptr<u64, shared>)")
+    for c in op.operands[3:]:
+        _req(c.type == I32, f"tma_load coordinate of type {c.type} (needs i32)")
+
+
+def _t_count(op: Op, fn: Function, m: Module) -> None:
+    n = op.attrs["n"]
+    _req(isinstance(n, int) and not isinstance(n, bool) and n >= 0, f"{op.name} n={n!r} (needs an int >= 0)")
+    if op.name == "setmaxnreg":
+        _req(24 <= n <= 256 and n % 8 == 0, f"setmaxnreg {n} (a multiple of 8 from 24 to 256)")
+
+
+_TYPE_RULES.update({"wgmma": _t_wgmma, "wgmma_desc": _t_wgmma_desc, "tma_load": _t_tma_load,
+                    "wgmma_wait": _t_count, "setmaxnreg": _t_count,
+                    **{k: (lambda op, fn, m: _mbar(op)) for k in ("mbarrier_init", "mbarrier_arrive",
+                                                                   "mbarrier_arrive_expect_tx",
+                                                                   "mbarrier_try_wait", "mbarrier_wait")}})
+
 #: Number of arguments each op kind's regions take (absent: none).
 REGION_ARGS: dict[str, tuple[int, ...]] = {"for": (1,)}
 

@@ -237,6 +237,10 @@ def check_args(kernel: str, params: list, args: tuple) -> None:
     for p, x in zip(params, args):
         if isinstance(p.type, PointerType):
             check_array(kernel, p.name, p.type, x)
+        elif str(p.type) == "tensor_map":
+            if type(x).__name__ != "TensorMap" or not hasattr(x, "raw"):
+                raise TypeError(f"{kernel}: parameter '{p.name}' expects a tensor_map "
+                                f"(kcompiler.runtime.tensormap.tensor_map(array, box)), got {describe(x)}")
         else:
             check_scalar(kernel, p.name, p.type, x)
 

@@ -27,7 +27,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from ..ir.types import (SCALARS, AddressSpace, ArrayType, PointerType, Type, VectorType, VOID)
+from ..ir.types import (SCALARS, TENSOR_MAP, AddressSpace, ArrayType, PointerType, Type, VectorType, VOID)
 from .device import Artifact, KernelParam
 
 _MAGIC = b"KCA1"
@@ -100,6 +100,8 @@ def type_from_str(s: str) -> Type:
         return SCALARS[s]
     if s == "void":
         return VOID
+    if s == "tensor_map":
+        return TENSOR_MAP
     m = _VEC.match(s)
     if m:
         elem = type_from_str(m.group(1))

@@ -33,7 +33,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..ir.types import PointerType, ScalarType, Type
+from ..ir.types import PointerType, ScalarType, TensorMapType, Type
 from . import arrays
 from .arrays import ArgMismatch
 from .device import Artifact, Device, LaunchError
@@ -351,14 +351,15 @@ class CudaDevice(Device):
         if shared > handle.dynamic_limit:
             self.allow_dynamic_shared(handle, shared)
         st = _param_struct(artifact)
-        buf = ctypes.create_string_buffer(max(st.size, 8))
+        buf = ctypes.create_string_buffer(max(st.size, 8) + 64)
+        base = ctypes.addressof(buf)
+        pad = -base % 64  # a tensor map's bytes 64-aligned in host memory as in the layout
         try:
-            st.pack_into(buf, 0, *args)
+            st.pack_into(buf, pad, *args)
         except struct.error as e:  # marshal checked the values: this is a kcompiler bug
             raise LaunchError(f"kernel '{handle.name}': cannot pack its arguments: {e}") from None
-        base = ctypes.addressof(buf)
         n = len(artifact.params)
-        ptrs = (ctypes.c_void_p * max(n, 1))(*[base + 8 * i for i in range(n)])
+        ptrs = (ctypes.c_void_p * max(n, 1))(*[base + pad + off for off in _param_offsets(artifact)])
         s = _stream_handle(stream)
         pp = ctypes.addressof(ptrs)
         rc = _launch_fn()(handle.address, *grid, *block, shared, s, pp, None)
@@ -380,23 +381,42 @@ class CudaDevice(Device):
         return _generate_launcher(self, handle, artifact, args)
 
 
-def _param_struct(artifact: Artifact) -> struct.Struct:
-    """The layout of a kernel's parameter buffer: each parameter in its own 8-byte slot (every
-    host-passable parameter is at most 8 bytes), packed by struct; bf16 is packed from its bits."""
-    fmt = "="
+def _param_struct(artifact: Artifact, base: int = 0) -> struct.Struct:
+    """The layout of a kernel's parameter buffer: each scalar or pointer in its own 8-byte slot,
+    packed by struct (bf16 from its bits), a tensor map's 128 bytes at a multiple of 64 from the
+    buffer's start (``base`` bytes precede the parameters in it)."""
+    return struct.Struct("=" + "".join(f for f, _ in _param_layout(artifact, base)))
+
+
+def _param_offsets(artifact: Artifact, base: int = 0) -> list[int]:
+    """The byte offset of each parameter in :func:`_param_struct`'s buffer (``base`` included)."""
+    return [off for _, off in _param_layout(artifact, base) if off is not None]
+
+
+def _param_layout(artifact: Artifact, base: int) -> list[tuple[str, int | None]]:
+    # (struct code, offset of the parameter or None for padding)
+    out: list[tuple[str, int | None]] = []
+    at = base
     for p in artifact.params:
         t = p.type
+        if isinstance(t, TensorMapType):
+            if at % 64:
+                out.append((f"{64 - at % 64}x", None))
+                at += 64 - at % 64
+            out.append(("128s", at))
+            at += 128
+            continue
         if isinstance(t, PointerType):
-            fmt += "Q"
+            code = "Q"
         elif isinstance(t, ScalarType) and t.name in _STRUCT:
-            fmt += _STRUCT[t.name]
+            code = _STRUCT[t.name]
         else:
             raise LaunchError(f"kernel '{artifact.symbol}': parameter '{p.name}' of type {t} cannot be "
                               f"passed from the host")
-        size = struct.calcsize(fmt)
-        if size % 8:
-            fmt += f"{8 - size % 8}x"
-    return struct.Struct(fmt)
+        size = struct.calcsize("=" + code)
+        out.append((code + (f"{8 - size}x" if size < 8 else ""), at))
+        at += 8
+    return out
 
 
 def _generate_launcher(dev: CudaDevice, h: CudaKernelHandle, artifact: Artifact,
@@ -437,6 +457,10 @@ def _generate_launcher(dev: CudaDevice, h: CudaKernelHandle, artifact: Artifact,
                 values.append(f"_cai_ptr({a}, D{i})")
             else:
                 return None  # numpy and host tensors are copied: the general path
+        elif isinstance(t, TensorMapType):
+            env[f"T{i}"] = type(x)
+            lines.append(f"    if type({a}) is not T{i}: raise ArgMismatch")
+            values.append(f"{a}.raw")
         elif isinstance(t, ScalarType) and t.name in _STRUCT:
             # The Python types accepted: the language's natural ones, plus the numpy scalar type of
             # this first call (np.float32(alpha) is common); struct packs numpy scalars as numbers.
@@ -468,12 +492,12 @@ def _generate_launcher(dev: CudaDevice, h: CudaKernelHandle, artifact: Artifact,
         else:
             return None
     # One buffer: the launch configuration, then the parameter slots (8 bytes each).
-    st = struct.Struct("=" + _LAUNCH_CONFIG + _param_struct(artifact).format[1:])
-    assert st.size == _LAUNCH_CONFIG_SIZE + 8 * n
-    buf = ctypes.create_string_buffer(st.size)
-    base = ctypes.addressof(buf)
-    ptrs = (ctypes.c_void_p * max(n, 1))(*[base + _LAUNCH_CONFIG_SIZE + 8 * i for i in range(n)])
-    env.update(pack=st.pack_into, buf=buf, ptrs=ptrs, _launch_ex=_launch_ex_fn(),
+    st = struct.Struct("=" + _LAUNCH_CONFIG + _param_struct(artifact, _LAUNCH_CONFIG_SIZE).format[1:])
+    buf = ctypes.create_string_buffer(st.size + 64)
+    pad = -ctypes.addressof(buf) % 64  # tensor maps 64-aligned in host memory, as in the layout
+    base = ctypes.addressof(buf) + pad
+    ptrs = (ctypes.c_void_p * max(n, 1))(*[base + off for off in _param_offsets(artifact, _LAUNCH_CONFIG_SIZE)])
+    env.update(pack=st.pack_into, PAD=pad, buf=buf, ptrs=ptrs, _launch_ex=_launch_ex_fn(),
                CFG=ctypes.c_void_p(base), FN=ctypes.c_void_p(h.address),
                PP=ctypes.c_void_p(ctypes.addressof(ptrs)), OWNER=threading.get_ident(),
                get_ident=threading.get_ident)
@@ -483,7 +507,7 @@ def _generate_launcher(dev: CudaDevice, h: CudaKernelHandle, artifact: Artifact,
         "    if shared and (shared < 0 or shared > H.dynamic_limit): raise ArgMismatch",
         "    if get_ident() != OWNER: raise ArgMismatch",
         "    s = 0 if stream is None else (stream if type(stream) is int else _stream_handle(stream))",
-        f"    pack(buf, 0, *grid, *block, shared, s{''.join(', ' + v for v in values)})",
+        f"    pack(buf, PAD, *grid, *block, shared, s{''.join(', ' + v for v in values)})",
         "    rc = _launch_ex(CFG, FN, PP, None)",
         "    if rc: _fail(rc, dev, H, grid, block, shared, lambda: _launch_ex(CFG, FN, PP, None))",
     ]

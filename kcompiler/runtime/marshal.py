@@ -17,7 +17,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..ir.types import PointerType
+from ..ir.types import PointerType, TensorMapType
 from . import arrays
 from .device import Artifact
 
@@ -147,6 +147,8 @@ def marshal_args(artifact: Artifact, args: Sequence[Any],
         for p, x in zip(artifact.params, args):
             if isinstance(p.type, PointerType):
                 out.append(pointer(kernel, p.name, x, copybacks))
+            elif isinstance(p.type, TensorMapType):
+                out.append(x.raw)  # 128 bytes, passed by value
             elif p.type.name == "bf16":
                 out.append(bf16_bits(arrays.check_scalar(kernel, p.name, p.type, x)))
             else:

@@ -15,7 +15,7 @@ from llvmlite import ir as ll
 from ...diagnostics import CompileError, SourceSpan
 from ...ir import core
 from ...ir.core import Function, Module, Op, Region, Value
-from ...ir.types import (AddressSpace, ArrayType, PointerType, ScalarType, Type, VectorType, VoidType,
+from ...ir.types import (AddressSpace, ArrayType, PointerType, ScalarType, TensorMapType, Type, VectorType, VoidType,
                          elem_of)
 from ..target import LLVM_ORDERS, CompileOptions, Target, set_syncscope
 
@@ -183,6 +183,10 @@ class Lowering:
             return ll.ArrayType(self.memtype(t.elem), t.count)
         if isinstance(t, VoidType):
             return ll.VoidType()
+        if isinstance(t, TensorMapType):
+            # the address of the map (generic); a kernel receives the map itself by value, which
+            # Target.declare_kernel spells (NVPTX: a byval grid-constant parameter)
+            return ll.PointerType()
         raise TypeError(f"no LLVM type for {t}")
 
     def memtype(self, t: Type) -> ll.Type:
@@ -283,6 +287,8 @@ class Lowering:
     def lower_op(self, ctx: LoweringContext, op: Op) -> ll.Value | None:
         handler = getattr(self, "op_" + op.name, None)
         if handler is None:
+            if op.name in core.ASYNC_OPS:  # wgmma, TMA, mbarrier...: all the target's (Target.async_op)
+                return self.target.async_op(ctx, op, [self.v(ctx, x) for x in op.operands])
             if op.name in core.BINARY:
                 return self.binary(ctx, op)
             raise NotImplementedError(f"lowering of op '{op.name}'")

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from llvmlite import ir as ll
 
-from ...ir.types import AddressSpace, Type
+from ...ir.types import AddressSpace, TensorMapType, Type
 from ..llvm.lower import LoweringContext, UnsupportedOnTarget
 from ..target import Target
-from . import mma
+from . import mma, tma, wgmma
 
 _I1, _I32, _I64 = ll.IntType(1), ll.IntType(32), ll.IntType(64)
 
@@ -25,9 +25,9 @@ ARCHS: dict[str, frozenset[str]] = {
     "sm_86": frozenset({"sm_80", "sm_86", "cp_async", "mma_bf16", "bf16"}),
     "sm_89": frozenset({"sm_80", "sm_86", "sm_89", "cp_async", "mma_bf16", "bf16", "fp8_convert", "mma_fp8"}),
     "sm_90": frozenset({"sm_80", "sm_86", "sm_89", "sm_90", "cp_async", "mma_bf16", "bf16", "fp8_convert",
-                        "mma_fp8", "tma", "cluster"}),
+                        "mma_fp8", "tma", "mbarrier", "cluster"}),
     "sm_90a": frozenset({"sm_80", "sm_86", "sm_89", "sm_90", "sm_90a", "cp_async", "mma_bf16", "bf16",
-                         "fp8_convert", "mma_fp8", "tma", "cluster", "wgmma", "setmaxnreg"}),
+                         "fp8_convert", "mma_fp8", "tma", "mbarrier", "cluster", "wgmma", "setmaxnreg"}),
 }
 
 # Every arch here is sm_80 or later: tensor-core mma.sync (bf16/f16), ldmatrix and cp.async (mma.py).
@@ -76,6 +76,13 @@ def _field_size(t: ll.Type) -> int:
 _APPROX = {"exp2": "ex2", "log2": "lg2", "sin": "sin", "cos": "cos", "rsqrt": "rsqrt", "rcp": "rcp", "tanh": "tanh"}
 
 
+class _GridConstant(ll.values.ArgumentAttributes):
+    """The attributes of a tensor-map kernel parameter (NvptxTarget.declare_kernel)."""
+
+    def _to_list(self, typ: ll.Type) -> list[str]:
+        return super()._to_list(typ) + ["byval([128 x i8])", '"nvvm.grid_constant"']
+
+
 class NvptxTarget(Target):
     """NVIDIA GPUs of compute capability 8.0 to 9.0 (``arch`` in :data:`ARCHS`)."""
 
@@ -105,7 +112,22 @@ class NvptxTarget(Target):
 
     # --- functions ----------------------------------------------------------------------------------
     def declare_kernel(self, ctx: LoweringContext) -> None:
+        """A ``ptx_kernel``; a ``tensor_map`` parameter becomes a ``byval([128 x i8]) align 64
+        "nvvm.grid_constant"`` pointer, which LLVM emits as ``.param .align 64 .b8 NAME[128]`` read
+        in place (its uses take the generic address through ``cvta.param``; PTX ISA 8.x, "Kernel
+        Function Parameter Attributes"), what TMA reads a CUtensorMap from. The IR function's
+        ``max_threads`` / ``min_blocks`` attributes (``launch_bounds``) become ``.maxntid`` and
+        ``.minnctapersm``, which cap the registers a thread gets at entry (setmaxnreg needs that)."""
         ctx.fn.calling_convention = "ptx_kernel"
+        for arg, p in zip(ctx.fn.args, ctx.ir_fn.params):
+            if isinstance(p.type, TensorMapType):
+                attrs = _GridConstant()
+                attrs.align = 64
+                arg.attributes = attrs
+        attrs_of = ctx.ir_fn.attrs
+        for key, v in (("nvvm.maxntid", attrs_of.get("max_threads")), ("nvvm.minctasm", attrs_of.get("min_blocks"))):
+            if v is not None:
+                set.add(ctx.fn.attributes, f'"{key}"="{int(v)}"')  # a string attribute llvmlite does not list
 
     # --- the machine ------------------------------------------------------------------------------
     def _sreg(self, ctx: LoweringContext, name: str) -> ll.Value:
@@ -295,6 +317,43 @@ class NvptxTarget(Target):
 
     def cp_async_wait(self, ctx: LoweringContext, n: int) -> None:
         mma.cp_async_wait(ctx, n)
+
+    # --- wgmma, TMA, mbarrier, setmaxnreg (wgmma.py, tma.py) --------------------------------------
+    def async_op(self, ctx: LoweringContext, op, args: list[ll.Value]) -> ll.Value | None:
+        name, at = op.name, op.attrs
+        b = ctx.b
+        need = "wgmma" if name.startswith("wgmma") else "setmaxnreg" if name == "setmaxnreg" else "tma"
+        if not self.has(need):  # the frontend refuses these first, with the call's location
+            raise UnsupportedOnTarget(f"{name} needs {'sm_90' if need == 'tma' else 'sm_90a'}, not {self.arch}")
+        if name == "wgmma":
+            acc = [b.extract_element(args[2], ll.Constant(_I32, k)) for k in range(at["n"] // 2)]
+            d = wgmma.wgmma(ctx, at["n"], at["a_type"], at["b_type"], args[0], args[1], acc, args[3],
+                            bool(at["trans_b"]))
+            out: ll.Value = ll.Constant(args[2].type, ll.Undefined)
+            for k, x in enumerate(d):
+                out = b.insert_element(out, x, ll.Constant(_I32, k))
+            return out
+        if name == "wgmma_desc":
+            return wgmma.wgmma_desc(ctx, args[0], at["swizzle"], at["lbo"], at["sbo"])
+        if name == "tma_load":
+            # TMA writes whole swizzle periods: the kernel's dynamic shared memory starts 1024-aligned
+            gv = self.dynamic_shared(ctx)
+            gv.align = max(gv.align or 0, tma.SHARED_ALIGN)
+            tma.tma_load(ctx, args[0], args[1], args[2], args[3:])
+            return None
+        if name == "mbarrier_try_wait":
+            return b.icmp_unsigned("!=", tma.mbarrier_try_wait(ctx, *args), ll.Constant(_I32, 0))
+        simple = {"wgmma_fence": lambda: wgmma.wgmma_fence(ctx),
+                  "wgmma_commit": lambda: wgmma.wgmma_commit(ctx),
+                  "wgmma_wait": lambda: wgmma.wgmma_wait(ctx, at["n"]),
+                  "setmaxnreg": lambda: wgmma.setmaxnreg(ctx, at["n"], bool(at["increase"])),
+                  "mbarrier_init": lambda: tma.mbarrier_init(ctx, *args),
+                  "mbarrier_arrive": lambda: tma.mbarrier_arrive(ctx, *args),
+                  "mbarrier_arrive_expect_tx": lambda: tma.mbarrier_arrive_expect_tx(ctx, *args),
+                  "mbarrier_wait": lambda: tma.mbarrier_wait(ctx, *args),
+                  "fence_proxy_async": lambda: tma.fence_proxy_async(ctx)}
+        simple[name]()
+        return None
 
     # --- math -------------------------------------------------------------------------------------
     def math(self, ctx: LoweringContext, fn: str, args: list[ll.Value]) -> ll.Value:

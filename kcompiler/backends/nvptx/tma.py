@@ -1,0 +1,90 @@
+"""The Tensor Memory Accelerator (TMA), the mbarriers its copies complete on, and the async-proxy fence,
+on NVIDIA sm_90, written as inline PTX.
+
+The instructions (PTX ISA 8.x):
+
+- ``cp.async.bulk.tensor.Nd.shared::cluster.global.mbarrier::complete_tx::bytes [dst], [map, {c0, ..}],
+  [mbar];`` (section 9.7.9.25.5.2 "cp.async.bulk.tensor"; sm_90, PTX 8.0): copies the box the tensor map
+  describes (CUtensorMap, made by ``cuTensorMapEncodeTiled``; kcompiler.runtime.tensormap) whose first
+  element is at coordinates (c0 innermost, c1, ...) of the global tensor into shared memory at dst,
+  laid out (and swizzled) as the map says; elements outside the tensor are written as zeros. When the
+  bytes have landed the copy performs complete-tx of the box's full byte count on the mbarrier. ``map``
+  is the generic address of the map, a grid-constant kernel parameter here (``.param`` space made
+  generic by ``cvta.param``, which LLVM emits for a ``nvvm.grid_constant`` byval parameter).
+- ``mbarrier.init.shared::cta.b64 [bar], count;``, ``mbarrier.arrive.shared::cta.b64 _, [bar];``,
+  ``mbarrier.arrive.expect_tx.shared::cta.b64 _, [bar], tx;`` (arrive and add tx to the bytes the
+  current phase waits for) and ``mbarrier.try_wait.parity.shared::cta.b64 p, [bar], parity;`` (true once
+  the phase of that parity has completed; a fresh barrier is in phase 0, so waiting on parity 1
+  returns at once) (section 9.7.13.15 "mbarrier"; expect_tx sm_90, PTX 8.0).
+- ``fence.proxy.async.shared::cta;`` (section 9.7.13.4 "membar / fence"): orders this thread's
+  generic-proxy accesses to shared memory (ordinary loads and stores, mbarrier.init) before later
+  async-proxy ones (TMA, wgmma reading the same memory).
+"""
+from __future__ import annotations
+
+from llvmlite import ir as ll
+
+from ..llvm.lower import LoweringContext
+
+_I32, _I64 = ll.IntType(32), ll.IntType(64)
+
+#: Alignment (bytes) TMA destinations get in shared memory: a 128-byte swizzle repeats every 1024
+#: bytes, and wgmma descriptors assume tiles start at a multiple of that (base offset 0).
+SHARED_ALIGN = 1024
+
+
+def _shared(ctx: LoweringContext, p: ll.Value) -> ll.Value:
+    return ctx.b.ptrtoint(p, _I32)
+
+
+def _asm(ctx: LoweringContext, text: str, cons: str, args: list[ll.Value], ret: ll.Type | None = None):
+    ftype = ll.FunctionType(ret or ll.VoidType(), [a.type for a in args])
+    call = ctx.b.asm(ftype, text, cons + (",~{memory}" if cons else "~{memory}"), args, side_effect=True)
+    return call
+
+
+def tma_load(ctx: LoweringContext, dst: ll.Value, tensor_map: ll.Value, bar: ll.Value,
+             coords: list[ll.Value]) -> None:
+    """``cp.async.bulk.tensor.<len(coords)>d`` global -> shared, completing on ``bar`` (module
+    docstring); ``coords`` are i32, innermost first."""
+    n = len(coords)
+    cs = ", ".join(f"${3 + k}" for k in range(n))
+    text = (f"cp.async.bulk.tensor.{n}d.shared::cluster.global.mbarrier::complete_tx::bytes "
+            f"[$0], [$1, {{{cs}}}], [$2];")
+    m = ctx.b.ptrtoint(tensor_map, _I64)
+    _asm(ctx, text, ",".join(["r", "l", "r"] + ["r"] * n), [_shared(ctx, dst), m, _shared(ctx, bar)] + coords)
+
+
+def mbarrier_init(ctx: LoweringContext, bar: ll.Value, count: ll.Value) -> None:
+    """``mbarrier.init.shared::cta.b64 [bar], count``."""
+    _asm(ctx, "mbarrier.init.shared::cta.b64 [$0], $1;", "r,r", [_shared(ctx, bar), count])
+
+
+def mbarrier_arrive(ctx: LoweringContext, bar: ll.Value) -> None:
+    """``mbarrier.arrive.shared::cta.b64 _, [bar]`` (release, CTA scope)."""
+    _asm(ctx, "mbarrier.arrive.shared::cta.b64 _, [$0];", "r", [_shared(ctx, bar)])
+
+
+def mbarrier_arrive_expect_tx(ctx: LoweringContext, bar: ll.Value, nbytes: ll.Value) -> None:
+    """``mbarrier.arrive.expect_tx.shared::cta.b64 _, [bar], nbytes``."""
+    _asm(ctx, "mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], $1;", "r,r", [_shared(ctx, bar), nbytes])
+
+
+def mbarrier_try_wait(ctx: LoweringContext, bar: ll.Value, parity: ll.Value) -> ll.Value:
+    """``mbarrier.try_wait.parity``: an i32, 1 once the phase of ``parity`` has completed."""
+    text = ("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [$1], $2;\n\t"
+            "selp.u32 $0, 1, 0, p;\n\t}")
+    return _asm(ctx, text, "=r,r,r", [_shared(ctx, bar), parity], _I32)
+
+
+def mbarrier_wait(ctx: LoweringContext, bar: ll.Value, parity: ll.Value) -> None:
+    """Spin on ``mbarrier.try_wait.parity`` until the phase of ``parity`` has completed (the label is
+    local to the braces, so the block may appear many times in one function)."""
+    text = ("{\n\t.reg .pred p;\n\tkc_mbar_wait:\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [$0], $1;\n\t"
+            "@!p bra kc_mbar_wait;\n\t}")
+    _asm(ctx, text, "r,r", [_shared(ctx, bar), parity])
+
+
+def fence_proxy_async(ctx: LoweringContext) -> None:
+    """``fence.proxy.async.shared::cta``."""
+    _asm(ctx, "fence.proxy.async.shared::cta;", "", [])
