@@ -1,0 +1,206 @@
+"""std.attention on a CUDA GPU against torch's SDPA (its FlashAttention-2 and cuDNN backends) and the
+device's copy bandwidth, all measured in this run. Each measured call is first checked against torch
+(relative Frobenius error), then timed (triton's do_bench, median of repeats after warm-up).
+
+    python benchmarks/bench_attention.py [--quick] [--json OUT.json]
+
+- prefill: B 4, H 32, S 4096, D 128, bf16, causal and not; TFLOP/s with 4 B H S^2 D operations (half
+  that when causal), the usual count. Every tile configuration of PREFILL_TILES is timed; the best is
+  reported against SDPA's flash and cuDNN backends (layout (B, H, S, D), the same tensors).
+- decode: B 32, H 32 (KV heads 32, and 8 for GQA), 8192 keys each, D 128, one query token; a paged
+  cache (pages of 16 and 64 tokens, in shuffled order), bf16 and FP8 E4M3; TB/s of K and V read (the
+  cache bytes a sequence owns, read once), against the copy bandwidth (a 4 GiB device-to-device copy,
+  bytes read plus written) and SDPA's flash backend over a contiguous cache.
+"""
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import torch  # noqa: E402
+from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
+from triton.testing import do_bench  # noqa: E402
+
+from kcompiler import ops  # noqa: E402
+
+#: (BM, BN, WARPS, STAGES) candidates of the prefill at D = 128
+PREFILL_TILES = [(64, 64, 4, 2), (64, 64, 4, 3), (128, 64, 8, 2), (128, 64, 8, 3), (128, 32, 8, 2),
+                 (128, 128, 8, 2), (128, 64, 4, 2)]
+#: (page, WARPS, U, splits) candidates of the decode
+DECODE_CONFIGS = [(16, 4, 4, 1), (16, 4, 8, 1), (16, 8, 4, 1), (64, 4, 4, 1), (64, 4, 8, 1), (16, 4, 4, 2)]
+
+
+def rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return ((a.float() - b.float()).norm() / b.float().norm()).item()
+
+
+def bench(fn) -> float:
+    return do_bench(fn, warmup=25, rep=200, return_mode="median")
+
+
+def copy_bandwidth() -> float:
+    """TB/s of a device-to-device copy of 4 GiB, bytes read plus written."""
+    n = 4 << 30
+    x = torch.empty(n, dtype=torch.uint8, device="cuda").random_()
+    y = torch.empty_like(x)
+    t = bench(lambda: y.copy_(x))
+    del x, y
+    return 2 * n / t / 1e9
+
+
+def prefill(results: dict, quick: bool) -> None:
+    B, H, S, D = 4, 32, 4096, 128
+    q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    for causal in (False, True):
+        flops = 4 * B * H * S * S * D / (2 if causal else 1)
+        tf = lambda ms: flops / ms / 1e9  # noqa: E731
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            want = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            t_flash = bench(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal))
+        try:
+            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                t_cudnn = bench(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal))
+        except RuntimeError as e:  # noqa: PERF203
+            print(f"cuDNN attention unavailable: {e}")
+            t_cudnn = float("nan")
+        best = None
+        for bm, bn, w, st in PREFILL_TILES[:2] if quick else PREFILL_TILES:
+            tiles = dict(BM=bm, BN=bn, WARPS=w, STAGES=st)
+            got = ops.attention(q, k, v, causal=causal, layout="bhsd", tiles=tiles)
+            err = rel(got, want)
+            t = bench(lambda: ops.attention(q, k, v, causal=causal, layout="bhsd", tiles=tiles))
+            print(f"  prefill {'causal' if causal else 'full'} tiles {tiles}: {tf(t):.0f} TFLOP/s ({t:.3f} ms), "
+                  f"relative error vs SDPA flash {err:.1e}")
+            if err < 2e-2 and (best is None or t < best[0]):
+                best = (t, tiles, err)
+        t, tiles, err = best
+        name = f"prefill B{B} H{H} S{S} D{D} bf16 {'causal' if causal else 'non-causal'}"
+        results[name] = dict(tflops=tf(t), ms=t, tiles=tiles, rel_err=err, sdpa_flash_tflops=tf(t_flash),
+                             sdpa_cudnn_tflops=tf(t_cudnn), vs_flash=t_flash / t, vs_cudnn=t_cudnn / t)
+        print(f"{name}: kcompiler {tf(t):.0f} TFLOP/s {tiles}; SDPA flash {tf(t_flash):.0f} (x{t_flash / t:.2f}), "
+              f"cuDNN {tf(t_cudnn):.0f} (x{t_cudnn / t:.2f})")
+    del q, k, v
+
+
+#: (D, [(BM, BN, WARPS, STAGES), ...]): candidates timed by --dims at the other head dimensions
+DIM_TILES = [(64, [(128, 64, 4, 2), (128, 128, 8, 2), (64, 64, 4, 2), (128, 64, 8, 2)]),
+             (256, [(64, 32, 4, 2), (64, 64, 4, 2), (128, 32, 8, 2), (128, 64, 8, 2)])]
+
+
+def prefill_dims(results: dict) -> None:
+    """Prefill at D = 64 and 256 (B 4, H 32, S 4096, bf16), causal and not, each tile candidate."""
+    B, H, S = 4, 32, 4096
+    for D, cands in DIM_TILES:
+        q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+        for causal in (False, True):
+            flops = 4 * B * H * S * S * D / (2 if causal else 1)
+            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                want = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                t_flash = bench(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal))
+            best = None
+            for bm, bn, w, st in cands:
+                tiles = dict(BM=bm, BN=bn, WARPS=w, STAGES=st)
+                err = rel(ops.attention(q, k, v, causal=causal, layout="bhsd", tiles=tiles), want)
+                t = bench(lambda: ops.attention(q, k, v, causal=causal, layout="bhsd", tiles=tiles))
+                print(f"  prefill D{D} {'causal' if causal else 'full'} {tiles}: {flops / t / 1e9:.0f} TFLOP/s, "
+                      f"error {err:.1e}")
+                if err < 2e-2 and (best is None or t < best[0]):
+                    best = (t, tiles)
+            name = f"prefill B{B} H{H} S{S} D{D} bf16 {'causal' if causal else 'non-causal'}"
+            results[name] = dict(tflops=flops / best[0] / 1e9, tiles=best[1], sdpa_flash_tflops=flops / t_flash / 1e9,
+                                 vs_flash=t_flash / best[0])
+            print(f"{name}: {flops / best[0] / 1e9:.0f} TFLOP/s {best[1]}; SDPA flash {flops / t_flash / 1e9:.0f} "
+                  f"(x{t_flash / best[0]:.2f})")
+        del q, k, v
+
+
+def paged(k: torch.Tensor, v: torch.Tensor, page: int, gen: torch.Generator):
+    """(B, HK, S, D) K and V as a paged cache (pages, page, HK, D) in shuffled page order."""
+    B, HK, S, D = k.shape
+    per = S // page
+    order = torch.randperm(B * per, generator=gen).to(k.device)
+    kc = torch.empty(B * per, page, HK, D, device=k.device, dtype=k.dtype)
+    vc = torch.empty_like(kc)
+    kc[order] = k.permute(0, 2, 1, 3).reshape(B * per, page, HK, D)
+    vc[order] = v.permute(0, 2, 1, 3).reshape(B * per, page, HK, D)
+    return kc, vc, order.view(B, per).int()
+
+
+def decode(results: dict, bw: float, quick: bool) -> None:
+    B, H, S, D = 32, 32, 8192, 128
+    gen = torch.Generator().manual_seed(0)
+    for HK, fp8 in ((32, False), (8, False), (32, True)):
+        k, v = (torch.randn(B, HK, S, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        q = torch.randn(B, H, D, device="cuda", dtype=torch.bfloat16)
+        ks = vs = None
+        if fp8:
+            ks = (k.float().abs().amax(dim=(0, 2, 3)) / 448).contiguous()
+            vs = (v.float().abs().amax(dim=(0, 2, 3)) / 448).contiguous()
+            k = (k.float() / ks[None, :, None, None]).to(torch.float8_e4m3fn)
+            v = (v.float() / vs[None, :, None, None]).to(torch.float8_e4m3fn)
+            kd = (k.float() * ks[None, :, None, None]).bfloat16()
+            vd = (v.float() * vs[None, :, None, None]).bfloat16()
+        else:
+            kd, vd = k, v
+        qq = q[:, :, None]
+        want = torch.nn.functional.scaled_dot_product_attention(qq.float(), kd.float().repeat_interleave(H // HK, 1),
+                                                                vd.float().repeat_interleave(H // HK, 1))[:, :, 0]
+        try:
+            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                t_flash = bench(lambda: torch.nn.functional.scaled_dot_product_attention(qq, kd, vd,
+                                                                                         enable_gqa=HK != H))
+        except RuntimeError as e:
+            print(f"  SDPA flash refused the decode: {str(e)[:120]}")
+            t_flash = float("nan")
+        kv_bytes = 2 * k.numel() * k.element_size()
+        lens = torch.full((B,), S, dtype=torch.int32, device="cuda")
+        best = None
+        configs = DECODE_CONFIGS[:1] if quick else DECODE_CONFIGS
+        for page, w, u, splits in configs:
+            kc, vc, table = paged(k, v, page, gen)
+            call = lambda: ops.paged_decode(q, kc, vc, table, lens, k_scale=ks, v_scale=vs, num_splits=splits,  # noqa: E731
+                                            max_seq_len=S, warps=w, unroll=u)
+            err = rel(call(), want)
+            t = bench(call)
+            print(f"  decode HK{HK}{' fp8' if fp8 else ''} page {page} warps {w} U {u} splits {splits}: "
+                  f"{kv_bytes / t / 1e9:.2f} TB/s ({t:.3f} ms), relative error vs SDPA flash {err:.1e}")
+            if err < 2e-2 and (best is None or t < best[0]):
+                best = (t, dict(page=page, WARPS=w, U=u, splits=splits), err)
+            del kc, vc
+        t, cfg, err = best
+        name = f"decode B{B} H{H} HKV{HK} KV{S} D{D} {'fp8 e4m3' if fp8 else 'bf16'}"
+        tbs = kv_bytes / t / 1e9
+        results[name] = dict(tbps=tbs, ms=t, config=cfg, rel_err=err, of_copy_bandwidth=tbs / bw,
+                             sdpa_flash_tbps=kv_bytes / t_flash / 1e9 if not fp8 else None,
+                             vs_flash=t_flash / t)
+        print(f"{name}: kcompiler {tbs:.2f} TB/s = {tbs / bw:.0%} of copy bandwidth {bw:.2f} TB/s {cfg}; SDPA "
+              f"flash (contiguous{' bf16 cache' if fp8 else ''}) {t_flash:.3f} ms (x{t_flash / t:.2f})")
+        del k, v, kd, vd
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--quick", action="store_true", help="one configuration of each")
+    p.add_argument("--json", help="write the results here")
+    p.add_argument("--only", choices=["prefill", "decode"])
+    p.add_argument("--dims", action="store_true", help="also the prefill at D = 64 and 256")
+    args = p.parse_args()
+    dev = torch.cuda.get_device_name()
+    results: dict = {"device": dev}
+    bw = copy_bandwidth()
+    results["copy_tbps"] = bw
+    print(f"{dev}: device-to-device copy {bw:.2f} TB/s (read + write)")
+    if args.only != "decode":
+        prefill(results, args.quick)
+    if args.only != "prefill":
+        decode(results, bw, args.quick)
+    if args.dims:
+        prefill_dims(results)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
