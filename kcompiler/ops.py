@@ -542,8 +542,9 @@ def matmul(a: Any, b: Any, out: Any = None, epilogue: Epilogue | str | None = No
     Tiles: ``tiles`` (BM, BN, BK, WM, WN, STAGES) if given; else, on tensor cores, the autotuner's
     choice (:func:`matmul_tuned_tiles`) for this size class (M, N, K each to the next power of
     two), dtypes, layout, target, arch and device: the first call with device arrays (torch CUDA
-    tensors, CuPy) times each of :data:`MATMUL_TUNE_CANDIDATES` on them (out is written by each;
-    an epilogue that reads ``out`` is timed on a scratch copy) and caches the fastest on disk;
+    tensors, CuPy) times the plain product (no epilogue) with each of :data:`MATMUL_TUNE_CANDIDATES`
+    on them, writing ``out`` (a scratch copy where the epilogue reads ``out``), and caches the
+    fastest on disk;
     numpy inputs, which are copied at each launch, use a cached choice or :func:`matmul_tiles`.
     ``tune=False`` or ``KC_TUNE=0`` turns timing off; the CPU target never times.
 
@@ -613,7 +614,7 @@ def matmul(a: Any, b: Any, out: Any = None, epilogue: Epilogue | str | None = No
         # an input the epilogue does not read is passed as out (never read: any array will do)
         pack = (ex[0] if ex[0] is not None else fo, ex[1] if ex[1] is not None else fo, np.float32(epilogue.s))
 
-    def run(t: dict[str, int], c: Any = fo) -> None:
+    def run(t: dict[str, int], c: Any = fo, kernel: Any = kernel, pack: tuple = pack, params: dict = params) -> None:
         threads = t["BM"] // t["WM"] * (t["BN"] // t["WN"]) * 32
         grid = (-(-N // t["BN"]), -(-M // t["BM"]))
         kernel[grid, threads](fa, fb, c, M, N, K, K, ldb, N, *pack, shared=matmul_shared_bytes(t, src.size, b_kmajor),
@@ -631,7 +632,9 @@ def matmul(a: Any, b: Any, out: Any = None, epilogue: Epilogue | str | None = No
         scratch = fo
         if on_device and epilogue is not None and any(x is not None and _data_ptr(x) == _data_ptr(fo) for x in ex):
             scratch = fo.clone() if arrays.is_torch_tensor(fo) else fo.copy()  # the epilogue reads out
-        t = matmul_tuned_tiles(problem, lambda tt: run(tt, scratch), matmul_tiles(M, N, K, True),
+        # timed without the epilogue (whose cost does not depend on the tiles): one choice for all
+        plain = {k: v for k, v in params.items() if k != "EPI"}
+        t = matmul_tuned_tiles(problem, lambda tt: run(tt, scratch, mod.matmul, (), plain), matmul_tiles(M, N, K, True),
                                tune=tune if on_device else False, synchronize=mod.device.synchronize)
     run(t)
     return out
