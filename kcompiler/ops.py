@@ -391,9 +391,12 @@ def matmul_tiles(M: int, N: int, K: int, tensor_cores: bool) -> dict[str, int]:
     return dict(MATMUL_TILES["mma_large" if big else "mma_small"])
 
 
-def matmul_shared_bytes(tiles: dict[str, int], itemsize: int, b_kmajor: bool) -> int:
-    """Dynamic shared memory std.matmul needs (the formula stated in stdlib/matmul.kc)."""
+def matmul_shared_bytes(tiles: dict[str, int], itemsize: int, b_kmajor: bool, mfma: bool = False) -> int:
+    """Dynamic shared memory std.matmul needs (the formulas stated in stdlib/matmul.kc): ``mfma`` for
+    its AMD matrix-core path (two LDS stages of A's and B's tiles, XOR-swizzled, unpadded)."""
     bm, bn, bk, st = tiles["BM"], tiles["BN"], tiles["BK"], tiles["STAGES"]
+    if mfma:
+        return 2 * (bm + bn) * bk * itemsize
     b_tile = bn * (bk + 8) if b_kmajor else bk * (bn + 8)
     return st * (bm * (bk + 8) + b_tile) * itemsize
 
@@ -600,6 +603,7 @@ def matmul(a: Any, b: Any, out: Any = None, epilogue: Epilogue | str | None = No
     tgt = _target_for(a, target)
     mod = _module("matmul", tgt)
     tensor_cores = mod.target == "nvptx" and src.name in ("f16", "bf16")  # every NVIDIA arch here is sm_80+
+    mfma = mod._program.target.has("mfma") and src.name in ("f16", "bf16")  # AMD CDNA: wavefronts of 64
     ldb = K if b_kmajor else N
     fa, fb, fo = _flat(a, 16), _flat(b, 16), _flat(out, 1)  # out is written in place: never copied
     aligned = K % 8 == 0 and ldb % 8 == 0 and N % 8 == 0 and all(_data_ptr(x) % 16 == 0 for x in (fa, fb, fo))
@@ -615,10 +619,10 @@ def matmul(a: Any, b: Any, out: Any = None, epilogue: Epilogue | str | None = No
         pack = (ex[0] if ex[0] is not None else fo, ex[1] if ex[1] is not None else fo, np.float32(epilogue.s))
 
     def run(t: dict[str, int], c: Any = fo, kernel: Any = kernel, pack: tuple = pack, params: dict = params) -> None:
-        threads = t["BM"] // t["WM"] * (t["BN"] // t["WN"]) * 32
+        threads = t["BM"] // t["WM"] * (t["BN"] // t["WN"]) * (64 if mfma else 32)
         grid = (-(-N // t["BN"]), -(-M // t["BM"]))
-        kernel[grid, threads](fa, fb, c, M, N, K, K, ldb, N, *pack, shared=matmul_shared_bytes(t, src.size, b_kmajor),
-                              **params, **t)
+        kernel[grid, threads](fa, fb, c, M, N, K, K, ldb, N, *pack,
+                              shared=matmul_shared_bytes(t, src.size, b_kmajor, mfma), **params, **t)
 
     if tiles is not None:
         t = dict(tiles)

@@ -215,3 +215,156 @@ def test_fragment_types_that_form_no_instruction():
                                                                  R=4)
     assert "vector of bf16, f16 or FP8, found vec<f32, 4>" in _error(FRAGMENTS, "gfx942", T="f32", U="f32", E=4,
                                                                     R=4)
+
+
+# --- std.matmul's MFMA path (stdlib/matmul_amd.kc) -------------------------------------------------------
+
+def check_product(c: np.ndarray, ref: np.ndarray, a64: np.ndarray, b64: np.ndarray) -> None:
+    K = a64.shape[1]
+    tol = K * 2.0 ** -24 * (np.abs(a64) @ np.abs(b64)) + float(ml_dtypes.finfo(c.dtype).eps) / 2 * np.abs(ref)
+    err = np.abs(c.astype(np.float64) - ref)
+    assert np.isfinite(c).all(), "non-finite results"
+    worst = np.unravel_index(np.argmax(err - tol), err.shape)
+    assert (err <= tol + 1e-30).all(), \
+        f"C{list(worst)} = {c[worst]}, want {ref[worst]} (error {err[worst]:.3g} > {tol[worst]:.3g})"
+
+
+@pytest.fixture(scope="module")
+def matmul_module():
+    from kcompiler.frontend.program import stdlib_dir
+
+    cache: dict[str, object] = {}
+
+    def get(chip: str):
+        # every global access checked as a GPU would fault on it: in bounds, and aligned
+        if chip not in cache:
+            cache[chip] = kc.compile_file(stdlib_dir() / "matmul.kc", target="cpu",
+                                          target_options={"emulate_mfma": chip}, check_bounds=True)
+        return cache[chip]
+    return get
+
+
+#: (chip, T, OUT, tiles, B_KMAJOR): each MFMA form the path picks, both B layouts, several wavefronts.
+MATMUL_CONFIGS = [
+    ("gfx942", "bf16", "f32", dict(BM=64, BN=64, BK=32, WM=32, WN=32), False),        # 32x32x8
+    ("gfx90a", "f16", "f16", dict(BM=32, BN=64, BK=16, WM=16, WN=32), True),          # 16x16x16
+    ("gfx950", "bf16", "bf16", dict(BM=64, BN=32, BK=32, WM=32, WN=16), False),       # 16x16x32
+    ("gfx942", "f8e4m3fnuz", "f32", dict(BM=64, BN=64, BK=32, WM=32, WN=32), True),   # 32x32x16 FP8
+    ("gfx950", "f8e4m3", "f16", dict(BM=64, BN=64, BK=64, WM=32, WN=32), False),      # 32x32x64 f8f6f4
+    ("gfx950", "f8e5m2", "f32", dict(BM=32, BN=32, BK=128, WM=16, WN=16), True),      # 16x16x128 f8f6f4
+]
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 1), (17, 33, 65), (70, 40, 136)], ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("cfg", range(len(MATMUL_CONFIGS)))
+def test_matmul_mfma_path(matmul_module, cfg, shape):
+    chip, T, OUT, tiles, b_kmajor = MATMUL_CONFIGS[cfg]
+    M, N, K = shape
+    a = RNG.standard_normal((M, K)).astype(DTYPES[T])
+    b = RNG.standard_normal((K, N)).astype(DTYPES[T])
+    bb = np.ascontiguousarray(b.T) if b_kmajor else b
+    c = np.full((M, N), np.nan, DTYPES[OUT])
+    threads = tiles["BM"] // tiles["WM"] * (tiles["BN"] // tiles["WN"]) * 64
+    grid = (-(-N // tiles["BN"]), -(-M // tiles["BM"]))
+    from kcompiler import ops
+    shared = ops.matmul_shared_bytes(dict(tiles, STAGES=2), a.itemsize, b_kmajor, mfma=True)
+    matmul_module(chip).matmul[grid, threads](
+        a, bb, c, M, N, K, K, K if b_kmajor else N, N, T=T, OUT=OUT, B_KMAJOR=b_kmajor,
+        ALIGNED=K % 8 == 0 and N % 8 == 0, shared=shared, **tiles)
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    check_product(c, a64 @ b64, a64, b64)
+
+
+def test_matmul_mfma_path_applies_the_epilogue(matmul_module):
+    M, N, K = 45, 70, 64
+    tiles = dict(BM=64, BN=64, BK=32, WM=32, WN=32)
+    a = RNG.standard_normal((M, K)).astype(ml_dtypes.bfloat16)
+    b = RNG.standard_normal((K, N)).astype(ml_dtypes.bfloat16)
+    bias = RNG.standard_normal(N).astype(np.float32)
+    c = np.full((M, N), np.nan, np.float32)
+    from kcompiler import ops
+    matmul_module("gfx942").matmul_epilogue[(2, 1), 256](
+        a, b, c, M, N, K, K, N, N, bias, np.zeros(1, np.float32), np.float32(1.0), T="bf16", OUT="f32", X="f32", Y="f32",
+        EPI="epilogue.bias_relu", shared=ops.matmul_shared_bytes(dict(tiles, STAGES=2), 2, False, mfma=True),
+        **tiles)
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    ref = a64 @ b64 + bias
+    tol = K * 2.0 ** -24 * (np.abs(a64) @ np.abs(b64)) + 2.0 ** -24 * np.abs(ref)
+    assert (np.abs(c - np.maximum(ref, 0)) <= tol).all()
+
+
+LDS_OFFSETS = """
+import std.matmul_amd as amd
+kernel offsets[BK: i32, E: i32, S: i32](out: ptr<i32>, n: i32) {
+    let t = block_id.x * block_dim.x + thread_id.x;
+    if t < n {
+        out[t] = amd.lds_offset[BK, E, S](t / BK, t % BK);
+    }
+}
+"""
+
+
+@pytest.mark.parametrize("BK,E,S", [(16, 4, 2), (32, 4, 2), (64, 4, 2), (32, 8, 2), (64, 8, 2), (32, 8, 1),
+                                    (64, 8, 1), (64, 32, 1), (128, 32, 1)])
+def test_lds_swizzle_is_a_bijection_free_of_bank_conflicts(BK, E, S):
+    """matmul_amd's lds_offset, computed by the kernel: every (row, column) of a 128-row tile gets its own
+    element, units of E elements stay whole, and the 128 / (E * S) lanes one LDS cycle serves (consecutive
+    rows, one unit) fall in as many different groups of E * S bytes of the 32 banks of 4 bytes."""
+    rows = 128
+    out = np.full(rows * BK, -1, np.int32)
+    kc.compile(LDS_OFFSETS, target="cpu").offsets[rows * BK // 64, 64](out, rows * BK, BK=BK, E=E, S=S)
+    off = out.reshape(rows, BK)
+    assert sorted(off.ravel()) == list(range(rows * BK))
+    assert (off // E == off[:, ::E].repeat(E, axis=1) // E).all() and (off % E == np.arange(BK) % E).all()
+    fb = E * S
+    lanes = 128 // fb
+    for u in range(BK // E):
+        groups = (off[:, u * E] * S // fb) % lanes
+        for r0 in range(0, rows, lanes):
+            assert len(set(groups[r0:r0 + lanes])) == lanes, (u, r0, groups[r0:r0 + lanes])
+
+
+# --- std.matmul on AMD: the assembly and the code object ------------------------------------------------
+
+MATMUL_PARAMS = dict(BM=64, BN=64, BK=32, WM=32, WN=32, OUT="f32", ALIGNED=True)
+
+
+@pytest.mark.parametrize("arch,T,b_kmajor,instr", [
+    ("gfx942", "bf16", False, "v_mfma_f32_32x32x8_bf16"),
+    ("gfx942", "f8e4m3fnuz", True, "v_mfma_f32_32x32x16_fp8_fp8"),
+    ("gfx950", "bf16", True, "v_mfma_f32_32x32x16_bf16"),
+    ("gfx950", "f8e5m2", False, "v_mfma_f32_32x32x16_bf8_bf8"),
+])
+def test_matmul_assembly_is_mfma_from_lds(arch, T, b_kmajor, instr):
+    from kcompiler.frontend.program import stdlib_dir
+
+    text = compile_source_to((stdlib_dir() / "matmul.kc").read_text(), str(stdlib_dir() / "matmul.kc"), "asm",
+                             "amdgcn", arch, params=dict(MATMUL_PARAMS, T=T, B_KMAJOR=b_kmajor))
+    # the operands come from LDS (ds_read), the tile of the next k-step is written there between
+    # barriers, nothing spills to scratch
+    filecheck(text, f"""
+        CHECK-LABEL: matmul__{{{{.*}}}}:
+        CHECK: ds_write
+        CHECK: s_barrier
+        CHECK: ds_read
+        CHECK: {instr}
+        CHECK: s_barrier
+        CHECK: .private_segment_fixed_size: 0
+    """)
+    # BK / K of the instruction MFMAs a k-tile (32x32 tiles, a lane's E elements: K = 2 E), in each
+    # copy of the loop body LLVM keeps
+    per_tile = 32 // (2 * (8 if T != "bf16" or arch == "gfx950" else 4))
+    assert text.count(instr) > 0 and text.count(instr) % per_tile == 0
+
+
+def test_matmul_code_object_links():
+    from kcompiler.frontend.program import stdlib_dir
+    from kcompiler.runtime.codeobject import read_code_object
+
+    path = stdlib_dir() / "matmul.kc"
+    obj = compile_source_to(path.read_text(), str(path), "obj", "amdgcn", "gfx942",
+                            params=dict(MATMUL_PARAMS, T="bf16", B_KMAJOR=True))
+    co = read_code_object(obj)
+    assert co.arch == "gfx942" and co.code_object_version == 5
+    (k,) = [k for k in co.kernels if k.name.startswith("matmul__")]
+    assert [a.name for a in k.explicit_args][:3] == ["a", "b", "c"]
