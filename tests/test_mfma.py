@@ -368,3 +368,17 @@ def test_matmul_code_object_links():
     assert co.arch == "gfx942" and co.code_object_version == 5
     (k,) = [k for k in co.kernels if k.name.startswith("matmul__")]
     assert [a.name for a in k.explicit_args][:3] == ["a", "b", "c"]
+
+
+def test_matmul_big_tiles_keep_their_accumulators_in_registers():
+    """kernel matmul declares its block size on MFMA targets (launch_bounds): LLVM then gives a wave64
+    kernel of 256 threads more than 128 VGPRs, and the 64 x 64 accumulators of a wavefront (4 x 16
+    registers a lane, 32x32 tiles) with the fragments and the prefetched tile fit without scratch."""
+    from kcompiler.frontend.program import stdlib_dir
+
+    path = stdlib_dir() / "matmul.kc"
+    text = compile_source_to(path.read_text(), str(path), "asm", "amdgcn", "gfx942",
+                             params=dict(MATMUL_PARAMS, BM=128, BN=128, WM=64, WN=64, T="bf16", B_KMAJOR=False))
+    import re
+    assert re.findall(r"\.max_flat_workgroup_size:\s+(\d+)", text) == ["256", "256"]  # matmul, matmul_epilogue
+    assert re.findall(r"\.private_segment_fixed_size:\s+(\d+)", text) == ["0", "0"] and "scratch_" not in text

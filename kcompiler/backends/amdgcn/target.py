@@ -79,7 +79,14 @@ class AmdgcnTarget(Target):
 
     # --- functions ----------------------------------------------------------------------------------
     def declare_kernel(self, ctx: LoweringContext) -> None:
+        """An ``amdgpu_kernel``. The IR function's ``max_threads`` (``launch_bounds``) becomes
+        ``"amdgpu-flat-work-group-size"="1,N"`` (AMDGPUUsage, "LLVM IR Attributes"): without it LLVM
+        assumes workgroups of 1024 and caps a wave64 kernel at 128 VGPRs, spilling what a kernel of
+        256 threads could keep in the 512 of a SIMD (gfx90a+)."""
         ctx.fn.calling_convention = "amdgpu_kernel"
+        n = ctx.ir_fn.attrs.get("max_threads")
+        if n is not None:
+            set.add(ctx.fn.attributes, f'"amdgpu-flat-work-group-size"="1,{int(n)}"')  # llvmlite lists no such
 
     # --- the machine ------------------------------------------------------------------------------
     def _intrinsic(self, ctx: LoweringContext, name: str, ret: ll.Type = _I32,
