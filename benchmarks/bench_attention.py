@@ -25,10 +25,11 @@ from triton.testing import do_bench  # noqa: E402
 from kcompiler import ops  # noqa: E402
 
 #: (BM, BN, WARPS, STAGES) candidates of the prefill at D = 128
-PREFILL_TILES = [(64, 64, 4, 2), (64, 64, 4, 3), (128, 64, 8, 2), (128, 64, 8, 3), (128, 32, 8, 2),
-                 (128, 128, 8, 2), (128, 64, 4, 2)]
+PREFILL_TILES = [(128, 128, 8, 2), (128, 64, 4, 2), (128, 64, 8, 2), (64, 64, 4, 2)]
 #: (page, WARPS, U, splits) candidates of the decode
-DECODE_CONFIGS = [(16, 4, 4, 1), (16, 4, 8, 1), (16, 8, 4, 1), (64, 4, 4, 1), (64, 4, 8, 1), (16, 4, 4, 2)]
+DECODE_CONFIGS = [(16, 8, 4, 1), (64, 4, 4, 1), (16, 8, 4, 2)]
+#: with GQA, also the tensor-core path: (page, splits)
+DECODE_TC_CONFIGS = [(16, 1), (64, 1), (16, 2), (64, 2), (16, 4)]
 
 
 def rel(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -75,8 +76,19 @@ def prefill(results: dict, quick: bool) -> None:
             if err < 2e-2 and (best is None or t < best[0]):
                 best = (t, tiles, err)
         t, tiles, err = best
+        # the same compiled with approx_ftz (ex2.approx.ftz.f32: no subnormal fix-up around MUFU.EX2)
+        plain = ops._attention_module
+        ops._attention_module = lambda tgt: ops._module_ftz("attention", tgt)
+        try:
+            err_ftz = rel(ops.attention(q, k, v, causal=causal, layout="bhsd", tiles=tiles), want)
+            t_ftz = bench(lambda: ops.attention(q, k, v, causal=causal, layout="bhsd", tiles=tiles))
+        finally:
+            ops._attention_module = plain
+        print(f"  prefill {'causal' if causal else 'full'} {tiles} with ex2 .ftz: {tf(t_ftz):.0f} TFLOP/s, "
+              f"error {err_ftz:.1e}")
         name = f"prefill B{B} H{H} S{S} D{D} bf16 {'causal' if causal else 'non-causal'}"
-        results[name] = dict(tflops=tf(t), ms=t, tiles=tiles, rel_err=err, sdpa_flash_tflops=tf(t_flash),
+        results[name] = dict(tflops=tf(t), ms=t, tiles=tiles, rel_err=err, tflops_with_ftz=tf(t_ftz),
+                             sdpa_flash_tflops=tf(t_flash),
                              sdpa_cudnn_tflops=tf(t_cudnn), vs_flash=t_flash / t, vs_cudnn=t_cudnn / t)
         print(f"{name}: kcompiler {tf(t):.0f} TFLOP/s {tiles}; SDPA flash {tf(t_flash):.0f} (x{t_flash / t:.2f}), "
               f"cuDNN {tf(t_cudnn):.0f} (x{t_cudnn / t:.2f})")
@@ -157,16 +169,20 @@ def decode(results: dict, bw: float, quick: bool) -> None:
         lens = torch.full((B,), S, dtype=torch.int32, device="cuda")
         best = None
         configs = DECODE_CONFIGS[:1] if quick else DECODE_CONFIGS
-        for page, w, u, splits in configs:
+        if HK != H and not fp8:
+            configs = [(p, 4, 4, s, False) for p, _, _, s in configs] + [(p, 0, 0, s, True) for p, s in DECODE_TC_CONFIGS]
+        else:
+            configs = [c + (False,) for c in configs]
+        for page, w, u, splits, tc in configs:
             kc, vc, table = paged(k, v, page, gen)
             call = lambda: ops.paged_decode(q, kc, vc, table, lens, k_scale=ks, v_scale=vs, num_splits=splits,  # noqa: E731
-                                            max_seq_len=S, warps=w, unroll=u)
+                                            max_seq_len=S, warps=max(w, 1), unroll=max(u, 1), tensor_cores=tc)
             err = rel(call(), want)
             t = bench(call)
-            print(f"  decode HK{HK}{' fp8' if fp8 else ''} page {page} warps {w} U {u} splits {splits}: "
-                  f"{kv_bytes / t / 1e9:.2f} TB/s ({t:.3f} ms), relative error vs SDPA flash {err:.1e}")
+            print(f"  decode HK{HK}{' fp8' if fp8 else ''} page {page} {'mma.sync' if tc else f'warps {w} U {u}'} "
+                  f"splits {splits}: {kv_bytes / t / 1e9:.2f} TB/s ({t:.3f} ms), relative error vs SDPA {err:.1e}")
             if err < 2e-2 and (best is None or t < best[0]):
-                best = (t, dict(page=page, WARPS=w, U=u, splits=splits), err)
+                best = (t, dict(page=page, splits=splits, **(dict(tensor_cores=True) if tc else dict(WARPS=w, U=u))), err)
             del kc, vc
         t, cfg, err = best
         name = f"decode B{B} H{H} HKV{HK} KV{S} D{D} {'fp8 e4m3' if fp8 else 'bf16'}"

@@ -1,50 +1,202 @@
-"""std.matmul on a CUDA GPU (the tensor-core path: cp.async, ldmatrix, mma.sync) against torch.matmul
-(cuBLAS) measured in the same run: each size is checked against torch first (relative Frobenius
-error of the bf16/f16 result), then timed. Prints one line per measure.
+"""std.matmul on a CUDA GPU against cuBLAS (torch.matmul; torch._scaled_mm for FP8) and Triton, all
+measured in the same run. On an sm_90 GPU ops.matmul takes the Hopper path (stdlib/matmul_sm90.kc:
+TMA, wgmma, warp specialisation, persistent tiles); elsewhere the Ampere one (cp.async, ldmatrix,
+mma.sync).
 
-    python benchmarks/bench_matmul.py [--tiles BM,BN,BK,WM,WN,STAGES]
+    python benchmarks/bench_matmul.py [--quick] [--json OUT.json] [--sass] [--configs]
 
-FLOP count 2 M N K. Row-major A and B (and B given as a transposed (N, K) weight, B_KMAJOR).
+Each case is checked first (relative Frobenius error against torch's result, which must be under 1e-2
+for bf16 and 3e-2 for FP8), then timed: the median of triton.testing.do_bench (CUDA events, warm-up
+first), on fresh random normal inputs (never zeros). TFLOP/s count 2 M N K. B is K-major (an (N, K)
+weight, as Linear layers hold it and as wgmma reads FP8); the bf16 cases also time a row-major B.
+FP8 is e4m3 with per-tensor scales and a bf16 result, as torch._scaled_mm computes it.
+
+The Triton kernel is the standard tiled matmul of Triton's tutorial (grouped tile order, a K loop of
+tl.dot, f32 accumulation), with one fixed configuration per dtype (no autotuning): 128 x 256 x 64
+tiles, 3 stages, 8 warps for bf16; 128 x 256 x 128, 3 stages, 8 warps for FP8. On Hopper Triton lowers
+tl.dot to wgmma with TMA-free pipelined loads.
+
+``--sass`` disassembles the Hopper kernel's cubin (cuobjdump) and counts its HGMMA / QGMMA
+instructions. ``--configs`` times each tile configuration of the Hopper path (kcompiler.matmul_sm90.CONFIGS)
+on a few sizes, to check its choice.
 """
+from __future__ import annotations
+
 import argparse
+import json
 import os
+import shutil
+import subprocess
 import sys
+import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
 from triton.testing import do_bench  # noqa: E402
 
 from kcompiler import ops  # noqa: E402
 
-SIZES = [(4096, 4096, 4096), (8192, 8192, 8192), (4096, 4096, 1024), (1024, 1024, 1024), (4095, 4097, 4093)]
+SQUARE = [(4096, 4096, 4096), (8192, 8192, 8192)]
+LLM = [(m, n, k) for m in (16, 128, 1024, 8192) for n, k in ((4096, 4096), (14336, 4096), (4096, 14336))]
+QUICK = [(8192, 8192, 8192), (4096, 4096, 4096), (128, 4096, 4096), (8192, 14336, 4096)]
+
+
+@triton.jit
+def _triton_matmul(a_ptr, b_ptr, c_ptr, M, N, K, sam, sak, sbk, sbn, scm, scn, scale,
+                   BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr):
+    pid = tl.program_id(0)
+    tiles_m = tl.cdiv(M, BM)
+    tiles_n = tl.cdiv(N, BN)
+    per_group = GROUP_M * tiles_n
+    first_m = pid // per_group * GROUP_M
+    rows = min(tiles_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % per_group) % rows
+    pid_n = (pid % per_group) // rows
+    rm = (pid_m * BM + tl.arange(0, BM)) % M
+    rn = (pid_n * BN + tl.arange(0, BN)) % N
+    rk = tl.arange(0, BK)
+    a = a_ptr + rm[:, None] * sam + rk[None, :] * sak
+    b = b_ptr + rk[:, None] * sbk + rn[None, :] * sbn
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BK)):
+        x = tl.load(a, mask=rk[None, :] < K - k * BK, other=0.0)
+        y = tl.load(b, mask=rk[:, None] < K - k * BK, other=0.0)
+        acc = tl.dot(x, y, acc)
+        a += BK * sak
+        b += BK * sbk
+    acc = acc * scale
+    cm = pid_m * BM + tl.arange(0, BM)
+    cn = pid_n * BN + tl.arange(0, BN)
+    c = c_ptr + cm[:, None] * scm + cn[None, :] * scn
+    tl.store(c, acc.to(c_ptr.dtype.element_ty), mask=(cm[:, None] < M) & (cn[None, :] < N))
+
+
+def triton_matmul(a: torch.Tensor, b: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
+    """C = scale * (a @ b) in bf16 by the tutorial kernel (one configuration per dtype)."""
+    M, K = a.shape
+    N = b.shape[1]
+    c = torch.empty((M, N), device=a.device, dtype=torch.bfloat16)
+    fp8 = a.dtype.itemsize == 1
+    BM, BN, BK = 128, 256, (128 if fp8 else 64)
+    grid = (triton.cdiv(M, BM) * triton.cdiv(N, BN),)
+    _triton_matmul[grid](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0),
+                         c.stride(1), scale, BM=BM, BN=BN, BK=BK, GROUP_M=8, num_stages=3, num_warps=8)
+    return c
 
 
 def tflops(m: int, n: int, k: int, ms: float) -> float:
     return 2 * m * n * k / ms / 1e9
 
 
+def rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
+    return ((got.float() - want.float()).norm() / want.float().norm()).item()
+
+
+def bench(fn) -> float:
+    return do_bench(fn, warmup=25, rep=100, return_mode="median")
+
+
+def case_bf16(m: int, n: int, k: int, layout: str) -> dict:
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16).T if layout == "nk" else \
+        torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
+    want = torch.matmul(a, b)
+    err = rel_err(ops.matmul(a, b), want)
+    err_triton = rel_err(triton_matmul(a, b), want)
+    assert err < 1e-2 and err_triton < 1e-2, (err, err_triton)
+    t = bench(lambda: ops.matmul(a, b))
+    t_cublas = bench(lambda: torch.matmul(a, b))
+    t_triton = bench(lambda: triton_matmul(a, b))
+    return dict(dtype="bf16", M=m, N=n, K=k, B=layout, ours=tflops(m, n, k, t), cublas=tflops(m, n, k, t_cublas),
+                triton=tflops(m, n, k, t_triton), err=err)
+
+
+def case_fp8(m: int, n: int, k: int) -> dict:
+    a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
+    b = torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn).T  # K-major, as _scaled_mm requires
+    sa = torch.tensor(0.75, device="cuda")
+    sb = torch.tensor(1.25, device="cuda")
+    want = torch._scaled_mm(a, b, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
+    err = rel_err(ops.scaled_matmul(a, b, sa, sb), want)
+    err_triton = rel_err(triton_matmul(a, b, 0.75 * 1.25), want)
+    assert err < 3e-2 and err_triton < 3e-2, (err, err_triton)
+    t = bench(lambda: ops.scaled_matmul(a, b, sa, sb))
+    t_cublas = bench(lambda: torch._scaled_mm(a, b, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16))
+    t_triton = bench(lambda: triton_matmul(a, b, 0.75 * 1.25))
+    return dict(dtype="f8e4m3", M=m, N=n, K=k, B="nk", ours=tflops(m, n, k, t), cublas=tflops(m, n, k, t_cublas),
+                triton=tflops(m, n, k, t_triton), err=err)
+
+
+def sass_counts() -> dict:
+    """HGMMA / QGMMA instructions in the Hopper kernel's cubin (bf16 and FP8), by cuobjdump."""
+    from kcompiler.frontend.program import stdlib_dir
+    from kcompiler.pipeline import emit_file
+
+    out = {}
+    if shutil.which("cuobjdump") is None:
+        return {"cuobjdump": "not found"}
+    for t, bk, op in (("bf16", 64, "HGMMA"), ("f8e4m3", 128, "QGMMA")):
+        cubin = emit_file(stdlib_dir() / "matmul_sm90.kc", "obj", "nvptx", "sm_90a", kernel="matmul_sm90",
+                          params=dict(T=t, BK=bk, SCALE=1 if bk == 128 else 0))
+        with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
+            f.write(cubin)
+        sass = subprocess.run(["cuobjdump", "-sass", f.name], capture_output=True, text=True).stdout
+        out[t] = {op: sass.count(op), "HMMA": sass.count(" HMMA"), "lines": len(sass.splitlines()),
+                  "sample": [ln.strip() for ln in sass.splitlines() if op in ln][:2]}
+    return out
+
+
+def time_configs() -> None:
+    """Each Hopper configuration on a few bf16 sizes (B K-major), TFLOP/s; '*' marks the choice."""
+    from kcompiler import matmul_sm90
+
+    mod = ops._module("matmul_sm90", "cuda")
+    for m, n, k in ((4096, 4096, 4096), (8192, 8192, 8192), (8192, 14336, 4096), (1024, 4096, 4096),
+                    (128, 4096, 4096), (16, 4096, 4096), (16, 14336, 4096)):
+        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+        out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        chosen = matmul_sm90.choose(m, n, k)
+        line = []
+        for name, cfg in matmul_sm90.CONFIGS.items():
+            t = bench(lambda: matmul_sm90.run(mod, a, b, out, config=cfg))
+            line.append(f"{name}{'*' if cfg == chosen else ''} {tflops(m, n, k, t):.0f}")
+        print(f"configs {m}x{n}x{k}: " + ", ".join(line), flush=True)
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--tiles", help="BM,BN,BK,WM,WN,STAGES instead of ops.matmul_tiles' choice")
+    p.add_argument("--quick", action="store_true", help="a few sizes only")
+    p.add_argument("--json", help="write the rows here")
+    p.add_argument("--sass", action="store_true", help="count HGMMA/QGMMA in the Hopper kernel's SASS")
+    p.add_argument("--configs", action="store_true", help="time each Hopper tile configuration, then stop")
     args = p.parse_args()
-    tiles = None
-    if args.tiles:
-        tiles = dict(zip(("BM", "BN", "BK", "WM", "WN", "STAGES"), map(int, args.tiles.split(","))))
+    if args.configs:
+        time_configs()
+        return
     dev = torch.cuda.get_device_name()
-    for dtype in (torch.bfloat16, torch.float16):
-        for m, n, k in SIZES:
-            a = torch.randn(m, k, device="cuda", dtype=dtype)
-            for layout in ("kn", "nk"):
-                b = torch.randn(k, n, device="cuda", dtype=dtype) if layout == "kn" else \
-                    torch.randn(n, k, device="cuda", dtype=dtype).T
-                want = torch.matmul(a, b)
-                got = ops.matmul(a, b, tiles=tiles)
-                err = ((got.float() - want.float()).norm() / want.float().norm()).item()
-                t = do_bench(lambda: ops.matmul(a, b, tiles=tiles))
-                t_torch = do_bench(lambda: torch.matmul(a, b))
-                print(f"{dev}: {str(dtype)[6:]} {m}x{n}x{k} B {layout}: {tflops(m, n, k, t):.0f} TFLOP/s, "
-                      f"torch {tflops(m, n, k, t_torch):.0f} TFLOP/s, ratio {t_torch / t:.2f}, "
-                      f"relative error vs torch {err:.1e}")
+    sizes = QUICK if args.quick else SQUARE + LLM
+    rows = []
+    for m, n, k in sizes:
+        for row in (case_bf16(m, n, k, "nk"), case_fp8(m, n, k)):
+            rows.append(row)
+            print(f"{row['dtype']:6s} {m:5d} x {n:5d} x {k:5d} B {row['B']}: ours {row['ours']:6.0f}  cuBLAS "
+                  f"{row['cublas']:6.0f} ({row['ours'] / row['cublas']:.2f}x)  Triton {row['triton']:6.0f} "
+                  f"({row['ours'] / row['triton']:.2f}x) TFLOP/s  err {row['err']:.1e}", flush=True)
+    for m, n, k in SQUARE:
+        row = case_bf16(m, n, k, "kn")
+        rows.append(row)
+        print(f"bf16   {m:5d} x {n:5d} x {k:5d} B kn: ours {row['ours']:6.0f}  cuBLAS {row['cublas']:6.0f} "
+              f"({row['ours'] / row['cublas']:.2f}x)  Triton {row['triton']:6.0f} TFLOP/s", flush=True)
+    result = {"device": dev, "rows": rows}
+    if args.sass:
+        result["sass"] = sass_counts()
+        print("SASS:", json.dumps(result["sass"]))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -540,7 +540,10 @@ def matmul(a: Any, b: Any, out: Any = None, epilogue: Epilogue | str | None = No
     saturate first). ``epilogue``: an :class:`Epilogue`, or the name of a stock one that reads no
     inputs ('relu', 'gelu', 'silu', ...; :data:`EPILOGUES`). On NVIDIA GPUs f16 and bf16 run on the
     tensor cores (mma.sync, ldmatrix, cp.async; stdlib/matmul.kc), f32 and every other target on
-    the SIMT path.
+    the SIMT path. On an sm_90 GPU (H100), torch CUDA tensors whose rows are multiples of 16 bytes
+    take the Hopper path instead (TMA, wgmma, warp-specialised persistent kernel;
+    stdlib/matmul_sm90.kc, kcompiler.matmul_sm90), with its own tile choice (``tiles`` and the
+    autotuner apply to the other paths; passing ``tiles`` asks for them).
 
     Tiles: ``tiles`` (BM, BN, BK, WM, WN, STAGES) if given; else, on tensor cores, the autotuner's
     choice (:func:`matmul_tuned_tiles`) for this size class (M, N, K each to the next power of
@@ -601,6 +604,18 @@ def matmul(a: Any, b: Any, out: Any = None, epilogue: Epilogue | str | None = No
     elif not arrays.is_contiguous(b):
         b = b.contiguous() if arrays.is_torch_tensor(b) else np.ascontiguousarray(b)
     tgt = _target_for(a, target)
+    if tiles is None and tgt == "cuda":
+        from . import matmul_sm90  # the Hopper path (TMA + wgmma, stdlib/matmul_sm90.kc) where it applies
+        if matmul_sm90.reason_not(a, b, out, b_kmajor) is None:
+            mod90, epi = _module("matmul_sm90", tgt), None
+            if epilogue is not None:
+                if epilogue.source is not None:
+                    mod90 = matmul_sm90.epilogue_module(epilogue.source)
+                fo = _flat(out, 1)
+                epi = (f"epilogue.{epilogue.fn}" if epilogue.source is None else epilogue.fn,
+                       ex[0] if ex[0] is not None else fo, ex[1] if ex[1] is not None else fo, epilogue.s)
+            # a row-major B is copied K-major: the kernel's N-major form (trans_b) has not yet run on a GPU
+            return matmul_sm90.run(mod90, a, b if b_kmajor else b.t().contiguous(), out, epilogue=epi)
     mod = _module("matmul", tgt)
     tensor_cores = mod.target == "nvptx" and src.name in ("f16", "bf16")  # every NVIDIA arch here is sm_80+
     mfma = mod._program.target.has("mfma") and src.name in ("f16", "bf16")  # AMD CDNA: wavefronts of 64
@@ -946,3 +961,10 @@ def merge_states(v: Any, s: Any, *, out: Any = None, lse_out: Any = None, out_dt
     mod.merge_states[-(-N * H // warps), warps * 32](_flat(v, 1), _flat(s, 1), _flat(out, 1), _flat(lse_out, 1),
                                                      N, S, H, D, T=src.name, OUT=dst.name, WARPS=warps)
     return out, lse_out
+
+
+def scaled_matmul(a: Any, b: Any, scale_a: Any, scale_b: Any, *, out_dtype: Any = None, out: Any = None) -> Any:
+    """FP8 ``(a @ b) * scale_a * scale_b`` on the Hopper path (stdlib/matmul_sm90.kc): see
+    :func:`kcompiler.matmul_sm90.scaled_matmul` for the shapes, layouts, scales and errors."""
+    from .matmul_sm90 import scaled_matmul as _scaled_matmul
+    return _scaled_matmul(a, b, scale_a, scale_b, out_dtype=out_dtype, out=out)

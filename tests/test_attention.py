@@ -59,8 +59,9 @@ def reference(q, k, v, causal, scale, cu_q=None, cu_k=None):
 
 
 def check(out, lse, ref, ref_lse, v, dtype):
-    u_in = float(ml_dtypes.finfo(v.dtype).eps) / 2
-    u_out = float(ml_dtypes.finfo(out.dtype).eps) / 2
+    """``out`` and ``lse`` within the module docstring's bounds of the float64 ``ref`` and ``ref_lse``;
+    ``dtype``: the inputs' and the output's type name (v may be given widened)."""
+    u_in = u_out = float(ml_dtypes.finfo(DTYPES[dtype]).eps) / 2
     vmax = float(np.abs(v.astype(np.float64)).max()) if v.size else 0.0
     o = out.astype(np.float64)
     assert np.isfinite(o).all(), "non-finite outputs"
@@ -210,6 +211,23 @@ def test_paged_decode_cpu(page, G, splits):
     check(out, lse, ref, ref_lse, v_cache, "bf16")
 
 
+def test_paged_decode_tensor_cores_emulated(monkeypatch, emulated):
+    """The mma.sync path (query heads of a KV head as the rows of an m16 tile, paged K/V tiles by
+    cp.async) on the CPU target's emulation: 3 query heads a KV head, 2 splits of whole pages, sequences
+    shorter than a chunk and empty. (One specialisation: compiling it takes most of the time.)"""
+    page, G, splits = 16, 3, 2
+    monkeypatch.setattr(ops, "_module", lambda name, target: emulated)
+    HK, D = 2, 64
+    lens = [90, 0, 1, 45]
+    bf = DTYPES["bf16"]
+    k_cache, v_cache, table, dense = paged_cache(lens, page, HK, D, bf)
+    q = RNG.standard_normal((len(lens), HK * G, D)).astype(bf)
+    out, lse = ops.paged_decode(q, k_cache, v_cache, table, np.array(lens, np.int32), num_splits=splits,
+                                tensor_cores=True, return_lse=True, target="cpu")
+    ref, ref_lse = decode_reference(q, dense, D ** -0.5)
+    check(out, lse, ref, ref_lse, v_cache, "bf16")
+
+
 def test_paged_decode_fp8_cpu():
     """An FP8 E4M3 cache with per-KV-head scales: the reference dequantises the same codes."""
     f8 = ml_dtypes.float8_e4m3fn
@@ -287,6 +305,24 @@ def test_ptx_assembles_without_spills(tmp_path):
         assert " 0 bytes spill stores" in r.stderr, (name, params, r.stderr)
 
 
+@pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas not on PATH")
+def test_approx_ftz_option(tmp_path):
+    """NVPTX's approx_ftz target option: the approximations as .ftz forms (tanh.approx has none), the
+    PTX assembles; the default keeps the non-ftz forms."""
+    from kcompiler.backends import get_target
+    from kcompiler.pipeline import Source, emit
+
+    src = Source("kernel f(x: ptr<f32>) { x[0] = exp2(x[1]) + tanh(x[2]) + rsqrt(x[3]); }", "<ftz>", ".")
+    ptx = emit(src, "asm", get_target("nvptx", "sm_90a", approx_ftz=True))
+    assert "ex2.approx.ftz.f32" in ptx and "rsqrt.approx.ftz.f32" in ptx and "tanh.approx.f32" in ptx
+    (tmp_path / "f.ptx").write_text(ptx)
+    r = subprocess.run(["ptxas", "-arch=sm_90a", str(tmp_path / "f.ptx"), "-o", str(tmp_path / "f.cubin")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    plain = emit(src, "asm", get_target("nvptx", "sm_90a"))
+    assert "ex2.approx.f32" in plain and ".ftz" not in plain
+
+
 @pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
 def test_amd_code_objects(arch):
     """Every kernel compiles and links into a code object for gfx942 and gfx950 (the SIMT paths: no
@@ -298,3 +334,101 @@ def test_amd_code_objects(arch):
         obj = emit_file(stdlib_dir() / "attention.kc", "obj", "amdgcn", arch, kernel=name, params=params)
         co = read_code_object(obj)
         assert co.arch == arch and [k.name.split("__")[0] for k in co.kernels] == [name], (co.arch, co.kernels)
+
+
+# --- on the GPU: against torch's SDPA in float64 -----------------------------------------------------
+
+def sdpa64(q, k, v, causal, scale):
+    """torch SDPA in float64 of (B, S, H, D) tensors (GQA by repeating K/V heads, the causal mask
+    bottom-right aligned); (out (B, Sq, H, D), lse (B, H, Sq))."""
+    import torch
+
+    G = q.shape[2] // k.shape[2]
+    q64, k64, v64 = (x.double().transpose(1, 2) for x in (q, k, v))
+    k64, v64 = k64.repeat_interleave(G, 1), v64.repeat_interleave(G, 1)
+    Sq, Sk = q64.shape[2], k64.shape[2]
+    mask = None
+    if causal:
+        mask = torch.arange(Sk, device=q.device)[None, :] <= torch.arange(Sq, device=q.device)[:, None] + Sk - Sq
+    out = torch.nn.functional.scaled_dot_product_attention(q64, k64, v64, attn_mask=mask, scale=scale)
+    s = q64 @ k64.transpose(-1, -2) * scale
+    if mask is not None:
+        s = s.masked_fill(~mask, float("-inf"))
+    return out.transpose(1, 2), torch.logsumexp(s, -1)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("D", [64, 128, 256])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_prefill_gpu(D, causal):
+    """Tensor cores on the GPU, odd shapes (Sq != Sk, GQA 4:1), bf16 and f16, BSHD and BHSD."""
+    import torch
+
+    for dtype, (B, Sq, Sk, H, HK), layout in [(torch.bfloat16, (3, 301, 517, 8, 2), "bshd"),
+                                              (torch.float16, (2, 1000, 1000, 4, 4), "bhsd")]:
+        q = torch.randn(B, Sq, H, D, device="cuda", dtype=dtype)
+        k = torch.randn(B, Sk, HK, D, device="cuda", dtype=dtype)
+        v = torch.randn(B, Sk, HK, D, device="cuda", dtype=dtype)
+        scale = D ** -0.5
+        if layout == "bshd":
+            out, lse = ops.attention(q, k, v, causal=causal, return_lse=True)
+        else:
+            out, lse = ops.attention(*(x.transpose(1, 2).contiguous() for x in (q, k, v)), causal=causal,
+                                     layout="bhsd", return_lse=True)
+            out = out.transpose(1, 2)
+        ref, ref_lse = sdpa64(q, k, v, causal, scale)
+        check(out.cpu().float().numpy(), lse.cpu().numpy(), ref.cpu().numpy(), ref_lse.cpu().numpy(),
+              v.cpu().float().numpy(), "bf16" if dtype == torch.bfloat16 else "f16")
+
+
+@pytest.mark.gpu
+def test_prefill_varlen_gpu():
+    import torch
+
+    H, HK, D = 6, 2, 128
+    lq, lk = [1, 257, 0, 999, 64], [77, 300, 5, 999, 1]
+    cu_q = torch.tensor([0] + list(np.cumsum(lq)), dtype=torch.int32, device="cuda")
+    cu_k = torch.tensor([0] + list(np.cumsum(lk)), dtype=torch.int32, device="cuda")
+    q = torch.randn(sum(lq), H, D, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(sum(lk), HK, D, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn(sum(lk), HK, D, device="cuda", dtype=torch.bfloat16)
+    for causal in (False, True):
+        out, lse = ops.attention(q, k, v, causal=causal, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, return_lse=True)
+        ref, ref_lse = reference(q.float().cpu().numpy(), k.float().cpu().numpy(), v.float().cpu().numpy(), causal,
+                                 D ** -0.5, cu_q.cpu().numpy(), cu_k.cpu().numpy())
+        check(out.cpu().float().numpy(), lse.cpu().numpy(), ref, ref_lse, v.cpu().float().numpy(), "bf16")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("page", [16, 64])
+def test_paged_decode_gpu(page):
+    """bf16 and FP8 caches, GQA 16:1, 8:1, 4:1 and 1:1, the tensor-core and SIMT paths, one split and
+    several, against a float64 reference."""
+    import torch
+
+    lens = [1, 4097, 333, 0, 2048, 77]
+    for HK, G, fp8, splits, tc in [(4, 8, False, None, None), (8, 1, True, 4, None), (2, 4, False, 1, False),
+                                   (2, 16, False, 3, True)]:
+        D = 128
+        k_cache, v_cache, table, dense = paged_cache(lens, page, HK, D, np.float32)
+        if fp8:
+            k_cache, v_cache = (k_cache * 16).astype(ml_dtypes.float8_e4m3fn), (v_cache * 16).astype(ml_dtypes.float8_e4m3fn)
+            ks, vs = RNG.uniform(0.03, 0.1, HK).astype(np.float32), RNG.uniform(0.03, 0.1, HK).astype(np.float32)
+            kc_t = torch.from_numpy(k_cache.view(np.uint8)).cuda().view(torch.float8_e4m3fn)
+            vc_t = torch.from_numpy(v_cache.view(np.uint8)).cuda().view(torch.float8_e4m3fn)
+        else:
+            ks = vs = np.ones(HK, np.float32)
+            kc_t = torch.from_numpy(k_cache).cuda().bfloat16()
+            vc_t = torch.from_numpy(v_cache).cuda().bfloat16()
+        kc = kc_t.float().cpu().numpy() * ks[None, None, :, None]
+        vc = vc_t.float().cpu().numpy() * vs[None, None, :, None]
+        q = torch.randn(len(lens), HK * G, D, device="cuda", dtype=torch.bfloat16)
+        out, lse = ops.paged_decode(q, kc_t, vc_t, torch.from_numpy(table).cuda(),
+                                    torch.tensor(lens, dtype=torch.int32, device="cuda"),
+                                    k_scale=torch.from_numpy(ks).cuda() if fp8 else None,
+                                    v_scale=torch.from_numpy(vs).cuda() if fp8 else None,
+                                    num_splits=splits, tensor_cores=tc, return_lse=True)
+        dense = [(kc[table[b, :-(-n // page)]].reshape(-1, HK, D)[:n], vc[table[b, :-(-n // page)]].reshape(-1, HK, D)[:n])
+                 for b, n in enumerate(lens)]
+        ref, ref_lse = decode_reference(q.float().cpu().numpy(), dense, D ** -0.5)
+        check(out.cpu().float().numpy(), lse.cpu().numpy(), ref, ref_lse, vc, "bf16")

@@ -63,7 +63,7 @@ def tensor_map(x: Any, box: Sequence[int], swizzle: int = 128) -> TensorMap:
     if not 1 <= len(shape) <= 5 or len(box) != len(shape):
         raise ValueError(f"tensor_map: a {len(shape)}-D array takes a box of {len(shape)} sizes (1 to 5 axes), "
                          f"got {list(box)}")
-    strides = _byte_strides(x, es)
+    strides = tma_strides(shape, _byte_strides(x, es), es)
     if strides[-1] != es:
         raise ValueError("tensor_map: the last axis must be contiguous")
     address = arrays.device_pointer(x)
@@ -94,6 +94,19 @@ def tensor_map(x: Any, box: Sequence[int], swizzle: int = 128) -> TensorMap:
     return TensorMap(raw, address, t.name, shape, box, swizzle, x)
 
 
+def tma_strides(shape: Sequence[int], strides: Sequence[int], itemsize: int) -> tuple[int, ...]:
+    """Byte ``strides`` of an array of ``shape`` as a tensor map takes them: an axis of one element
+    has no meaningful stride (torch reports any, e.g. 1 element for the rows of a (1, K) view), so it
+    gets the packed one, rounded up to 16 bytes (the last axis: ``itemsize``)."""
+    out = list(strides)
+    packed = itemsize
+    for axis in range(len(shape) - 1, -1, -1):
+        if shape[axis] == 1:
+            out[axis] = itemsize if axis == len(shape) - 1 else -(-packed // 16) * 16
+        packed = out[axis] * shape[axis]
+    return tuple(out)
+
+
 def _byte_strides(x: Any, itemsize: int) -> tuple[int, ...]:
     if arrays.is_torch_tensor(x):
         return tuple(int(s) * itemsize for s in x.stride())
@@ -107,4 +120,4 @@ def _byte_strides(x: Any, itemsize: int) -> tuple[int, ...]:
     return tuple(reversed(out))
 
 
-__all__ = ["TensorMap", "tensor_map"]
+__all__ = ["TensorMap", "tensor_map", "tma_strides"]

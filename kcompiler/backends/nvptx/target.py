@@ -96,7 +96,8 @@ class NvptxTarget(Target):
     alloca_space = 0
     binary_kind = "cubin"
 
-    def __init__(self, arch: str = "sm_90", printf: str = "vprintf", float8: str = "hardware"):
+    def __init__(self, arch: str = "sm_90", printf: str = "vprintf", float8: str = "hardware",
+                 approx_ftz: bool = False):
         if arch not in ARCHS:
             raise ValueError(f"unknown NVIDIA architecture '{arch}': expected one of {', '.join(ARCHS)}")
         if printf not in ("vprintf", "hostcall"):
@@ -109,6 +110,10 @@ class NvptxTarget(Target):
             raise ValueError(f"float8 must be 'hardware' or 'software', not {float8!r}")
         # float8="software": the reference conversions even on sm_89+ (to compare the two on a GPU)
         self.features = (ARCHS[arch] | {"nvptx"}) - ({"fp8_convert"} if float8 == "software" else set())
+        # approx_ftz: the approximate builtins flush subnormal inputs and results to zero (PTX .ftz),
+        # one MUFU instruction without ptxas's subnormal fix-up around it: nvcc's --use_fast_math
+        # (FlashAttention's softmax exponentials are these)
+        self.approx_ftz = bool(approx_ftz)
 
     # --- functions ----------------------------------------------------------------------------------
     def declare_kernel(self, ctx: LoweringContext) -> None:
@@ -371,7 +376,8 @@ class NvptxTarget(Target):
             f32 = ll.VectorType(ll.FloatType(), t.count) if isinstance(t, ll.VectorType) else ll.FloatType()
             x = args[0] if t == f32 else b.fpext(args[0], f32)
             ftype = ll.FunctionType(ll.FloatType(), [ll.FloatType()])
-            r = self.per_lane(ctx, x, lambda v: b.asm(ftype, f"{_APPROX[fn]}.approx.f32 $0, $1;", "=f,f", [v],
+            ftz = ".ftz" if self.approx_ftz and fn != "tanh" else ""  # tanh.approx has no .ftz form
+            r = self.per_lane(ctx, x, lambda v: b.asm(ftype, f"{_APPROX[fn]}.approx{ftz}.f32 $0, $1;", "=f,f", [v],
                                                         side_effect=False))
             return r if t == f32 else b.fptrunc(r, t)
         return super().math(ctx, fn, args)

@@ -1,0 +1,236 @@
+"""The host side of std.matmul's Hopper path (stdlib/matmul_sm90.kc): when it applies, its tile
+configurations, the TMA tensor maps of A and B, and the persistent launch. kcompiler.ops.matmul and
+kcompiler.ops.scaled_matmul call :func:`run` where :func:`reason_not` finds nothing against it.
+"""
+from __future__ import annotations
+
+import functools
+from collections import OrderedDict
+from typing import Any
+
+from .runtime import arrays
+
+#: Tile configurations (the kernel's compile-time parameters besides T, OUT, BK), largest first:
+#: BM = 64 * CONSUMERS rows by BN columns; STAGES fill about 192 KiB of shared memory. :func:`choose`
+#: picks among :data:`CHOICES` only.
+CONFIGS = {"128x256": dict(BN=256, CONSUMERS=2, STAGES=4, GROUP_M=8),
+           "128x128": dict(BN=128, CONSUMERS=2, STAGES=6, GROUP_M=8),
+           "64x128": dict(BN=128, CONSUMERS=1, STAGES=8, GROUP_M=4),
+           "64x64": dict(BN=64, CONSUMERS=1, STAGES=8, GROUP_M=4)}
+
+#: The configurations :func:`choose` uses: those that have run correctly on an H100 (2026-11-23).
+#: 128x128 and 64x64 compile and assemble without spills; their GPU test (tests/test_matmul_sm90.py,
+#: test_every_config) awaits a run, as does the N-major B (``b_kmajor=False``).
+CHOICES = ("128x256", "64x128")
+
+#: Element types of A and B, and the BK of each (one 128-byte swizzled row).
+BK = {"bf16": 64, "f16": 64, "f8e4m3": 128, "f8e5m2": 128}
+
+
+def shared_bytes(cfg: dict, t: str) -> int:
+    """Dynamic shared memory of std.matmul_sm90 (the formula stated in the .kc file): the stages'
+    A and B tiles (each BK elements of 128 bytes a row) and two mbarriers a stage."""
+    bm = 64 * cfg["CONSUMERS"]
+    return cfg["STAGES"] * (bm + cfg["BN"]) * 128 + 16 * cfg["STAGES"]
+
+
+def choose(M: int, N: int, K: int, sms: int = 132) -> dict:
+    """The configuration :func:`run` uses for an M x K by K x N product on ``sms`` multiprocessors:
+    the largest tile of :data:`CHOICES` that gives every multiprocessor a tile at least (more than
+    80% of them, where tiles run out), else the smallest (small products are bound by reading B:
+    what counts there is how many blocks stream it at once); one consumer warpgroup (64 rows) where
+    M <= 64."""
+    for name in CHOICES:
+        cfg = CONFIGS[name]
+        if M <= 64 and cfg["CONSUMERS"] > 1:
+            continue  # a second consumer would multiply rows of zeros
+        tiles = -(-M // (64 * cfg["CONSUMERS"])) * -(-N // cfg["BN"])
+        if tiles >= 0.8 * sms:
+            return dict(cfg)
+    return dict(CONFIGS[CHOICES[-1]])
+
+
+@functools.lru_cache(maxsize=None)
+def _arch(ordinal: int) -> str | None:
+    from .runtime.cuda import detected_arch
+    return detected_arch(ordinal)
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(ordinal: int) -> int:
+    import torch
+    return torch.cuda.get_device_properties(ordinal).multi_processor_count
+
+
+def reason_not(a: Any, b: Any, out: Any, b_kmajor: bool = True) -> str | None:
+    """Why the Hopper path cannot compute ``out = a @ B``, or None when it can. a: M x K row-major;
+    b: B stored N x K row-major (``b_kmajor``) or K x N row-major (N-major, 16-bit types only). It
+    needs contiguous torch CUDA tensors on an sm_90 device, a dtype of :data:`BK`, and rows of a
+    multiple of 16 bytes starting 16-byte aligned (TMA's rules)."""
+    if not all(arrays.is_torch_tensor(x) and x.is_cuda for x in (a, b, out)):
+        return "the Hopper path takes torch CUDA tensors"
+    if _arch(_ordinal(a)) != "sm_90a":
+        return "the Hopper path needs an sm_90 GPU"
+    t = arrays.array_scalar_type(a)
+    if t is None or t.name not in BK or arrays.array_scalar_type(b) != t:
+        return "the Hopper path multiplies bf16, f16, f8e4m3 or f8e5m2"
+    if not b_kmajor and t.size != 2:
+        return "wgmma reads FP8 B K-major only"
+    if not (a.is_contiguous() and b.is_contiguous() and out.is_contiguous()):
+        return "the Hopper path takes contiguous matrices"
+    if any((int(x.shape[1]) * t.size) % 16 or x.data_ptr() % 16 for x in (a, b)):
+        return "TMA needs rows of a multiple of 16 bytes, 16-byte aligned"
+    return None
+
+
+_MAPS: "OrderedDict[tuple, Any]" = OrderedDict()
+
+
+def _tensor_map(x: Any, box: tuple[int, int]) -> Any:
+    """The 128-byte-swizzled tensor map of 2-D CUDA tensor ``x`` for ``box`` tiles, cached by address,
+    shape, dtype and box (what the encoding depends on; the cache holds no reference to ``x``)."""
+    from .runtime.tensormap import tensor_map
+
+    key = (x.data_ptr(), tuple(x.shape), tuple(x.stride()), str(x.dtype), box)
+    m = _MAPS.get(key)
+    if m is None:
+        m = tensor_map(x, box, swizzle=128)
+        m.owner = None
+        _MAPS[key] = m
+        if len(_MAPS) > 256:
+            _MAPS.popitem(last=False)
+    else:
+        _MAPS.move_to_end(key)
+    return m
+
+
+def run(mod: Any, a: Any, b: Any, out: Any, *, b_kmajor: bool = True, scale_a: Any = None, scale_b: Any = None,
+        scale: int = 0, config: dict | None = None, epilogue: tuple | None = None, stream: Any = None) -> Any:
+    """``out = EPI(scale * (a @ B))`` by std.matmul_sm90 (``mod``: that module, compiled for CUDA, or a
+    module of a user's epilogue that defines kernel matmul_sm90_epilogue, :func:`epilogue_module`):
+    a (M, K) and b (B as (N, K) with ``b_kmajor``, else (K, N)) of one dtype of :data:`BK`, out (M, N)
+    of f32, bf16, f16 or FP8, all contiguous torch CUDA tensors that :func:`reason_not` accepts.
+    ``scale``: 0 none, 1 by ``scale_a[0] * scale_b[0]`` (per tensor), 2 by ``scale_a[row] *
+    scale_b[col]`` (per row of A, per column of C); scales are f32 CUDA tensors. ``epilogue``: None, or
+    (EPI, x, y, s): the epilogue fn's name as the module sees it, its inputs (flat CUDA tensors) and
+    scalar. ``config``: one of :data:`CONFIGS` (default :func:`choose`). Returns out."""
+    M, K = (int(s) for s in a.shape)
+    N = int(b.shape[0] if b_kmajor else b.shape[1])
+    t = arrays.array_scalar_type(a).name
+    o = arrays.array_scalar_type(out).name
+    sms = _sm_count(_ordinal(a))
+    cfg = dict(config) if config is not None else choose(M, N, K, sms)
+    bk = BK[t]
+    bm = 64 * cfg["CONSUMERS"]
+    ta = _tensor_map(a, (bm, bk))
+    tb = _tensor_map(b, (cfg["BN"], bk) if b_kmajor else (bk, 64))
+    tiles = -(-M // bm) * -(-N // cfg["BN"])
+    grid = max(1, min(tiles, sms))
+    if scale_a is None:
+        scale_a = scale_b = _dummy_f32(a.device if arrays.is_torch_tensor(a) else None)  # not read (scale 0)
+    aligned = arrays.device_pointer(out) % 16 == 0 and N % 2 == 0 if arrays.is_device_array(out) else N % 2 == 0
+    params = dict(T=t, OUT=o, BK=bk, SCALE=scale, ALIGNED=aligned, B_KMAJOR=b_kmajor, **cfg)
+    args = [ta, tb, out.reshape(-1), M, N, K, N, scale_a, scale_b]
+    if epilogue is None:
+        kernel = mod.matmul_sm90
+    else:
+        fn, x, y, s = epilogue
+        kernel = mod.matmul_sm90_epilogue
+        params["EPI"] = fn
+        args += [x, y, float(s)]
+    kernel[grid, 128 * (cfg["CONSUMERS"] + 1)](*args, shared=shared_bytes(cfg, t), stream=stream, **params)
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _dummy_f32(device: Any) -> Any:
+    """A one-element f32 array on ``device`` (a torch device; None: a numpy array)."""
+    if device is None:
+        import numpy as np
+        return np.zeros(1, np.float32)
+    import torch
+    return torch.zeros(1, dtype=torch.float32, device=device)
+
+
+def _ordinal(x: Any) -> int:
+    return (x.device.index or 0) if arrays.is_torch_tensor(x) else 0
+
+
+#: The kernel a user's epilogue source is compiled with (appended to it, so that its lines keep their
+#: numbers in messages), as kcompiler.ops does for std.matmul.
+_EPILOGUE_KERNEL = """
+import std.matmul_sm90 as kc_std_matmul_sm90
+kernel matmul_sm90_epilogue[T: type, OUT: type, BK: i32, BN: i32, CONSUMERS: i32, STAGES: i32, GROUP_M: i32,
+                            SCALE: i32, ALIGNED: bool, B_KMAJOR: bool, X: type, Y: type,
+                            EPI: fn(acc: f32, row: i32, col: i32, ld: i32, x: ptr<X>, y: ptr<Y>, s: f32) -> f32](
+        ta: tensor_map, tb: tensor_map, c: ptr<OUT>, M: i32, N: i32, K: i32, ldc: i32, sa: ptr<f32>,
+        sb: ptr<f32>, x: ptr<X>, y: ptr<Y>, s: f32) {
+    launch_bounds(128 * (CONSUMERS + 1), 1);
+    kc_std_matmul_sm90.gemm_sm90[T, OUT, BK, BN, CONSUMERS, STAGES, GROUP_M, SCALE, ALIGNED, B_KMAJOR, X, Y, EPI](
+        ta, tb, c, M, N, K, ldc, sa, sb, x, y, s);
+}
+"""
+
+
+@functools.lru_cache(maxsize=64)
+def epilogue_module(source: str, target: str = "cuda", arch: str | None = None) -> Any:
+    """A module of a user's epilogue ``source`` with kernel matmul_sm90_epilogue (std.matmul_sm90's
+    body calling the source's fn), for CUDA (``target``/``arch`` as kcompiler.compile takes them)."""
+    from . import compile as compile_source
+    return compile_source(source.rstrip("\n") + "\n" + _EPILOGUE_KERNEL, target=target, arch=arch,
+                          path="<kcompiler.ops.matmul epilogue (Hopper path)>")
+
+
+def scaled_matmul(a: Any, b: Any, scale_a: Any, scale_b: Any, *, out_dtype: Any = None, out: Any = None) -> Any:
+    """``(a @ b) * scale_a * scale_b`` for FP8 ``a`` (M, K) and ``b`` (K, N) (f8e4m3 or f8e5m2, mixed
+    allowed; torch CUDA tensors), f32 accumulation, the scales applied to the f32 result before its
+    one rounding into ``out_dtype`` (bf16 default, f16 or f32) — torch._scaled_mm's contract. ``b`` is
+    K-major (``b.T`` contiguous: the layout wgmma reads FP8 in; a Linear weight ``w`` gives ``b =
+    w.T``). Scales are f32 tensors: one element each (per tensor), or ``scale_a`` of M elements ((M,
+    1) or (M,)) and ``scale_b`` of N ((1, N) or (N,)) (per row of A, per column of B). Runs on the
+    Hopper path only (an sm_90 GPU). Raises TypeError / ValueError for arguments that do not fit,
+    RuntimeError where the Hopper path cannot run."""
+    import torch
+
+    from . import ops
+
+    fp8 = ("f8e4m3", "f8e5m2")
+    ta, tb = (arrays.array_scalar_type(x) if arrays.is_array(x) else None for x in (a, b))
+    if ta is None or tb is None or ta.name not in fp8 or tb.name not in fp8:
+        raise TypeError(f"scaled_matmul: a and b must be FP8 (f8e4m3, f8e5m2), not {arrays.describe(a)} and "
+                        f"{arrays.describe(b)}")
+    if ta != tb:
+        raise TypeError("scaled_matmul: a and b of one FP8 type (mixed e4m3 x e5m2 is not wired up yet)")
+    if len(a.shape) != 2 or len(b.shape) != 2 or a.shape[1] != b.shape[0]:
+        raise ValueError(f"scaled_matmul: a (M, K) and b (K, N), not {tuple(a.shape)} and {tuple(b.shape)}")
+    M, K = (int(x) for x in a.shape)
+    N = int(b.shape[1])
+    b_nk = b.T
+    if not b_nk.is_contiguous():
+        raise ValueError("scaled_matmul: b must be K-major (b.T contiguous), as wgmma reads FP8")
+    name = "bf16" if out_dtype is None else (out_dtype if isinstance(out_dtype, str)
+                                              else arrays.scalar_of_dtype(out_dtype).name)
+    if name not in ("bf16", "f16", "f32"):
+        raise TypeError(f"scaled_matmul: out_dtype must be bf16, f16 or f32, not {out_dtype!r}")
+    if out is None:
+        out = torch.empty((M, N), dtype=getattr(torch, ops._TORCH[name]), device=a.device)
+    elif tuple(out.shape) != (M, N) or not out.is_contiguous():
+        raise ValueError(f"scaled_matmul: out must be a contiguous ({M}, {N}) tensor")
+    sa = torch.as_tensor(scale_a, dtype=torch.float32, device=a.device).reshape(-1).contiguous()
+    sb = torch.as_tensor(scale_b, dtype=torch.float32, device=a.device).reshape(-1).contiguous()
+    if sa.numel() == 1 and sb.numel() == 1:
+        mode = 1
+    elif sa.numel() == M and sb.numel() == N:
+        mode = 2
+    else:
+        raise ValueError(f"scaled_matmul: scales of one element each, or of M = {M} and N = {N} elements, not "
+                         f"{sa.numel()} and {sb.numel()}")
+    why = reason_not(a, b_nk, out, True)
+    if why is not None:
+        raise RuntimeError(f"scaled_matmul: {why}")
+    if M == 0 or N == 0:
+        return out
+    return run(ops._module("matmul_sm90", "cuda"), a, b_nk, out, scale_a=sa, scale_b=sb, scale=mode)
+
+
+__all__ = ["BK", "CHOICES", "CONFIGS", "choose", "epilogue_module", "reason_not", "run", "scaled_matmul", "shared_bytes"]

@@ -1,0 +1,483 @@
+"""The Hopper builtins (wgmma, wgmma_desc, TMA, mbarrier, setmaxnreg, fence_proxy_async,
+launch_bounds, the tensor_map parameter) and std.matmul's Hopper path (stdlib/matmul_sm90.kc).
+
+On every machine (CI): the PTX each builtin lowers to, checked with FileCheck and assembled by ptxas
+for sm_90a; the located errors for misuse and for targets without the feature (sm_80, sm_90 without
+the "a", the CPU target); std.matmul_sm90 for bf16, f16 and FP8 assembling with no spills and no
+serialised wgmma (ptxas -v), and the parameter layout a launch packs.
+
+On an H100 (marked gpu): ops.matmul and ops.scaled_matmul against torch in float64 on fresh random
+inputs of many shapes, odd M, N and K among them (M, N, K not multiples of the tile; K a multiple of 8
+for 16-bit types, 16 for FP8: TMA's 16-byte stride rule), with the output poisoned first; the
+tolerance is test_matmul.py's (f32 accumulation of K exact products, then one rounding), a factor 4
+looser for FP8, whose tensor-core accumulation is narrower.
+"""
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+
+from kcompiler.diagnostics import CompileError
+from kcompiler.frontend.program import stdlib_dir
+from kcompiler.pipeline import compile_source_to, emit_file
+
+from .filecheck_util import filecheck
+
+needs_ptxas = pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas not on PATH")
+
+BUILTINS = """
+kernel k(ta: tensor_map, out: ptr<f32>, n: i32) {
+    launch_bounds(384, 1);
+    let smem = dynamic_shared[bf16]();
+    let bar = bitcast[ptr<u64, shared>](smem + 16384);
+    if thread_id.x == 0 {
+        mbarrier_init(bar, 1);
+        fence_proxy_async();
+    }
+    barrier();
+    if thread_id.x == 0 {
+        mbarrier_arrive_expect_tx(bar, 16384);
+        tma_load(smem, ta, bar, 64, block_id.x * 128);
+    }
+    mbarrier_wait(bar, 0);
+    let done = mbarrier_try_wait(bar, 0);
+    if thread_id.x < 128 {
+        setmaxnreg_inc[232]();
+        var acc = vec<f32, 64>(0.0);
+        let d = wgmma_desc(smem, swizzle = 128, sbo = 1024);
+        wgmma_fence();
+        acc = wgmma[bf16](d, d + u64(2), acc, accumulate = n > 0);
+        acc = wgmma[bf16](d, d, acc, trans_b = true);
+        wgmma_commit();
+        wgmma_wait[0]();
+        if done { out[thread_id.x] = acc[0] + acc[63]; }
+        mbarrier_arrive(bar);
+    } else {
+        setmaxnreg_dec[40]();
+    }
+}
+"""
+
+
+def _ptxas(ptx: str, tmp_path, verbose: bool = False) -> str:
+    (tmp_path / "k.ptx").write_text(ptx)
+    r = subprocess.run(["ptxas", "-arch=sm_90a", *(["-v"] if verbose else []), str(tmp_path / "k.ptx"), "-o",
+                        str(tmp_path / "k.cubin")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return r.stderr
+
+
+def test_builtins_ptx():
+    """Each builtin's PTX (backends/nvptx/wgmma.py, tma.py), the tensor map a 64-aligned 128-byte grid
+    constant read through cvta.param, launch bounds as .maxntid / .minnctapersm."""
+    ptx = compile_source_to(BUILTINS, "k.kc", "asm", "nvptx", "sm_90a")
+    filecheck(ptx, """
+        CHECK: .extern .shared .align 1024 .b8 kc_dynamic_shared[];
+        CHECK: .param .align 64 .b8 k_param_0[128]
+        CHECK: .maxntid 384
+        CHECK-NEXT: .minnctapersm 1
+        CHECK: mov.b64 [[MAP:%rd[0-9]+]], k_param_0;
+        CHECK: mbarrier.init.shared::cta.b64 [{{%r[0-9]+}}], {{%r[0-9]+}};
+        CHECK: fence.proxy.async.shared::cta;
+        CHECK: bar.sync 0;
+        CHECK: cvta.param.u64 [[GMAP:%rd[0-9]+]], [[MAP]];
+        CHECK: mbarrier.arrive.expect_tx.shared::cta.b64 _, [{{%r[0-9]+}}], {{%r[0-9]+}};
+        CHECK: cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [{{%r[0-9]+}}], [[[GMAP]], {{{%r[0-9]+}}, {{%r[0-9]+}}}], [{{%r[0-9]+}}];
+        CHECK: mbarrier.try_wait.parity.shared::cta.b64 p, [{{%r[0-9]+}}], {{%r[0-9]+}};
+        CHECK-NEXT: @!p bra kc_mbar_wait;
+        CHECK: mbarrier.try_wait.parity.shared::cta.b64
+        CHECK: setmaxnreg.inc.sync.aligned.u32 232;
+        CHECK: wgmma.fence.sync.aligned;
+        CHECK: setp.ne.b32 p, {{%r[0-9]+}}, 0;
+        CHECK-NEXT: wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {{{(%r[0-9]+, ){63}%r[0-9]+}}}, {{%rd[0-9]+}}, {{%rd[0-9]+}}, p, 1, 1, 0, 0;
+        CHECK: wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {{.*}}, p, 1, 1, 0, 1;
+        CHECK: wgmma.commit_group.sync.aligned;
+        CHECK: wgmma.wait_group.sync.aligned 0;
+        CHECK: mbarrier.arrive.shared::cta.b64 _, [{{%r[0-9]+}}];
+        CHECK: setmaxnreg.dec.sync.aligned.u32 40;
+    """)
+
+
+@needs_ptxas
+def test_builtins_assemble(tmp_path):
+    _ptxas(compile_source_to(BUILTINS, "k.kc", "asm", "nvptx", "sm_90a"), tmp_path)
+
+
+def test_descriptor_bits():
+    """wgmma_desc: (addr & 0x3FFFF) >> 4 | (lbo >> 4) << 16 | (sbo >> 4) << 32 | mode << 62 (PTX ISA
+    "Matrix Descriptor Format"); 128-byte swizzle is mode 1, 64-byte 2, 32-byte 3."""
+    src = """
+    kernel k(out: ptr<u64>) {
+        let s = dynamic_shared[f16]();
+        out[0] = wgmma_desc(s, swizzle = 64, lbo = 256, sbo = 512);
+    }
+    """
+    ll = compile_source_to(src, "k.kc", "llvm", "nvptx", "sm_90a")
+    const = (256 >> 4) << 16 | (512 >> 4) << 32 | 2 << 62
+    # LLVM folds (addr & 0x3FFFF) >> 4 into (addr >> 4) & 0x3FFF
+    assert "lshr" in ll and ("16383" in ll or "262143" in ll), ll
+    assert "or " in ll and (str(const) in ll or str(const - (1 << 64)) in ll), ll
+
+
+FP8_WGMMA = """
+kernel k(out: ptr<f32>, n: i32) {
+    let s = dynamic_shared[f8e4m3]();
+    var acc = vec<f32, 128>(0.0);
+    wgmma_fence();
+    acc = wgmma[f8e4m3, f8e5m2](wgmma_desc(s), wgmma_desc(s + 8192), acc);
+    wgmma_commit();
+    wgmma_wait[0]();
+    out[thread_id.x] = acc[5];
+}
+"""
+
+
+def test_fp8_wgmma(tmp_path):
+    ptx = compile_source_to(FP8_WGMMA, "k.kc", "asm", "nvptx", "sm_90a")
+    filecheck(ptx, "CHECK: wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e5m2 {{.*}}, p, 1, 1;")
+    if shutil.which("ptxas"):
+        _ptxas(ptx, tmp_path)
+
+
+ERRORS = [
+    # (source snippet in a kernel body, arch, message part, caret text)
+    ("var acc = vec<f32, 3>(0.0); acc = wgmma[bf16](u64(0), u64(0), acc);", "sm_90a",
+     "wgmma's accumulator must be vec<f32, N / 2>", "acc"),
+    ("var acc = vec<f32, 8>(0.0); acc = wgmma[f32](u64(0), u64(0), acc);", "sm_90a",
+     "wgmma multiplies bf16, f16, f8e4m3 or f8e5m2", "f32"),
+    ("var acc = vec<f32, 8>(0.0); acc = wgmma[bf16, f16](u64(0), u64(0), acc);", "sm_90a",
+     "A and B are both f16, both bf16", "wgmma"),
+    ("var acc = vec<f32, 8>(0.0); acc = wgmma[bf16](1, u64(0), acc);", "sm_90a",
+     "matrix descriptor (u64, from wgmma_desc)", "1"),
+    ("var acc = vec<f32, 8>(0.0); acc = wgmma[f8e4m3](u64(0), u64(0), acc, trans_b = true);", "sm_90a",
+     "trans_b applies to f16 and bf16", "trans_b"),
+    ("var acc = vec<f32, 8>(0.0); acc = wgmma[bf16](u64(0), u64(0), acc);", "sm_90",
+     "wgmma is not available on this target (nvptx sm_90)", "wgmma[bf16](u64(0), u64(0), acc)"),
+    ("let d = wgmma_desc(p);", "sm_90a", "wgmma_desc's tile must be a ptr<f32, shared>", "p"),
+    ("let d = wgmma_desc(dynamic_shared[f16](), swizzle = 48);", "sm_90a", "swizzle is 0, 32, 64 or 128", "48"),
+    ("tma_load(dynamic_shared[f16](), p, bitcast[ptr<u64, shared>](dynamic_shared[f16]()), 0);", "sm_90a",
+     "tma_load's second argument is a tensor_map", "p"),
+    ("tma_load(dynamic_shared[f16](), m, bitcast[ptr<u32, shared>](dynamic_shared[f16]()), 0);", "sm_90a",
+     "tma_load's barrier must be a ptr<u64, shared>", "bitcast"),
+    ("mbarrier_init(bitcast[ptr<u64, shared>](dynamic_shared[f16]()), 1);", "sm_80",
+     "mbarrier_init is not available on this target (nvptx sm_80)", "mbarrier_init"),
+    ("mbarrier_wait(bitcast[ptr<u64, shared>](dynamic_shared[f16]()), 1.5);", "sm_90a",
+     "the phase parity must be an integer", "1.5"),
+    ("setmaxnreg_inc[230]();", "sm_90a", "a multiple of 8 from 24 to 256, not 230", "230"),
+    ("setmaxnreg_dec[40]();", "sm_90", "setmaxnreg_dec is not available on this target (nvptx sm_90)",
+     "setmaxnreg_dec"),
+    ("wgmma_wait[9]();", "sm_90a", "group count must be 0 to 7", "9"),
+    ("launch_bounds(2048);", "sm_90a", "thread count must be 1 to 1024", "2048"),
+]
+
+
+@pytest.mark.parametrize("body, arch, message, caret", ERRORS, ids=[str(i) for i in range(len(ERRORS))])
+def test_located_errors(body, arch, message, caret):
+    src = f"kernel k(p: ptr<f32>, m: tensor_map) {{\n    {body}\n}}\n"
+    with pytest.raises(CompileError) as ei:
+        compile_source_to(src, "bad.kc", "asm", "nvptx", arch)
+    text = str(ei.value)
+    assert message in text, text
+    assert "bad.kc:2:" in text and "^" in text, text
+    line = text.splitlines()
+    caret_line = next(i for i, l in enumerate(line) if set(l.strip()) <= {"^", "|", " "} and "^" in l)
+    col = line[caret_line].index("^")
+    assert line[caret_line - 1][col:].startswith(caret), text
+
+
+def test_launch_bounds_only_in_kernels():
+    src = "fn f() { launch_bounds(128); }\nkernel k(p: ptr<f32>) { f(); }\n"
+    with pytest.raises(CompileError, match="launch_bounds belongs in a kernel's body"):
+        compile_source_to(src, "bad.kc", "asm", "nvptx", "sm_90a")
+
+
+def test_cpu_target_refuses_with_location():
+    """The CPU target emulates no TMA or wgmma: a located error (the Hopper path is not chosen there)."""
+    with pytest.raises(CompileError) as ei:
+        compile_source_to(BUILTINS, "k.kc", "obj", "cpu")
+    assert "is not available on this target (cpu" in str(ei.value) and "k.kc:" in str(ei.value)
+    with pytest.raises(CompileError, match="std.matmul_sm90 is the Hopper path"):
+        emit_file(stdlib_dir() / "matmul_sm90.kc", "llvm", "cpu", kernel="matmul_sm90", params=dict(T="bf16"))
+
+
+SM90_KERNELS = [
+    dict(T="bf16", OUT="bf16", BK=64, BN=256, CONSUMERS=2, STAGES=4),
+    dict(T="bf16", OUT="bf16", BK=64, BN=256, CONSUMERS=2, STAGES=4, B_KMAJOR=False),
+    dict(T="f16", OUT="f16", BK=64, BN=64, CONSUMERS=1, STAGES=8, B_KMAJOR=False),
+    dict(T="f16", OUT="f32", BK=64, BN=256, CONSUMERS=2, STAGES=4, ALIGNED=False),
+    dict(T="bf16", OUT="bf16", BK=64, BN=128, CONSUMERS=1, STAGES=8, GROUP_M=1),
+    dict(T="f8e4m3", OUT="bf16", BK=128, BN=256, CONSUMERS=2, STAGES=4, SCALE=1),
+    dict(T="f8e5m2", OUT="f16", BK=128, BN=256, CONSUMERS=2, STAGES=4, SCALE=2),
+]
+
+
+@needs_ptxas
+@pytest.mark.parametrize("params", SM90_KERNELS, ids=lambda p: f"{p['T']}-{p['OUT']}-{p['BN']}x{p['CONSUMERS']}-"
+                                                             f"{'kn' if p.get('B_KMAJOR') is False else 'nk'}")
+def test_matmul_sm90_assembles(params, tmp_path):
+    """std.matmul_sm90 assembles for sm_90a with no spills and no serialised wgmma (ptxas warns
+    C7510-C7520 when it has to fence wgmma for register reasons), with setmaxnreg honoured; an
+    N-major B is read transposed (imm-trans-b 1)."""
+    ptx = emit_file(stdlib_dir() / "matmul_sm90.kc", "asm", "nvptx", "sm_90a", kernel="matmul_sm90", params=params)
+    k = 16 if params["T"] in ("bf16", "f16") else 32
+    assert f"wgmma.mma_async.sync.aligned.m64n{params['BN']}k{k}.f32" in ptx
+    if k == 16:
+        assert (", p, 1, 1, 0, 1;" in ptx) == (params.get("B_KMAJOR") is False)
+    assert "cp.async.bulk.tensor.2d" in ptx and "mbarrier.try_wait.parity" in ptx
+    log = _ptxas(ptx, tmp_path, verbose=True)
+    assert " 0 bytes spill stores" in log, log
+    assert "C75" not in log, log  # serialised wgmma, ignored setmaxnreg, injected warpgroup.arrive...
+
+
+@needs_ptxas
+def test_matmul_sm90_epilogue_assembles(tmp_path):
+    """The epilogue kernel with a stock epilogue that reads x (bias) and applies GELU."""
+    ptx = emit_file(stdlib_dir() / "matmul_sm90.kc", "asm", "nvptx", "sm_90a", kernel="matmul_sm90_epilogue",
+                    params=dict(T="bf16", OUT="bf16", X="bf16", EPI="epilogue.bias_gelu"))
+    log = _ptxas(ptx, tmp_path, verbose=True)
+    assert " 0 bytes spill stores" in log and "C75" not in log, log
+
+
+def test_config_choice():
+    """The largest tile (of those that have run on an H100) that still gives most multiprocessors a
+    tile, else the smallest; one consumer warpgroup for M <= 64."""
+    from kcompiler import matmul_sm90 as m
+    assert m.choose(8192, 8192, 8192) == m.CONFIGS["128x256"]
+    assert m.choose(1024, 4096, 4096) == m.CONFIGS["128x256"]  # 128 tiles of 132
+    assert m.choose(128, 4096, 4096) == m.CONFIGS["64x128"]
+    assert m.choose(16, 14336, 4096) == m.CONFIGS["64x128"]
+    assert m.choose(1, 8, 8) == m.CONFIGS["64x128"]
+    assert m.choose(16, 14336, 4096, sms=100) == m.CONFIGS["64x128"]
+    assert set(m.CHOICES) <= set(m.CONFIGS)
+    for cfg in m.CONFIGS.values():
+        assert m.shared_bytes(cfg, "bf16") <= 227 * 1024
+
+
+class _CheckedLaunches:
+    """Stands in for a CUDA module: each launch compiles the specialisation for sm_90a (no GPU) and
+    checks the arguments against its parameters (kcompiler.runtime.arrays.check_args), as a launch
+    would, then records it."""
+
+    def __init__(self, module):
+        self.module, self.launches = module, []
+
+    def __getattr__(self, name):
+        kernel = getattr(self.module, name)
+
+        class _Grid:
+            def __getitem__(_, cfg):
+                def launch(*args, shared=0, stream=None, **params):
+                    from kcompiler.runtime import arrays
+                    art = kernel.specialize(*args, **params)
+                    arrays.check_args(name, art.params, args)
+                    self.launches.append((name, cfg, shared, params, art))
+                return launch
+        return _Grid()
+
+
+@pytest.mark.parametrize("epilogue", [None, "stock", "source"])
+def test_host_launch_matches_kernel(monkeypatch, epilogue):
+    """kcompiler.matmul_sm90.run passes what the kernel's signature asks (tensor maps, pointers, the
+    epilogue's inputs), within the shared memory a block may have; checked without a GPU."""
+    import kcompiler as kc
+    import ml_dtypes
+    import numpy as np
+
+    from kcompiler import matmul_sm90
+    from kcompiler.runtime.tensormap import TensorMap
+
+    monkeypatch.setattr(matmul_sm90, "_sm_count", lambda ordinal: 132)
+    monkeypatch.setattr(matmul_sm90, "_tensor_map", lambda x, box: TensorMap(bytes(128), 0, "bf16", x.shape, box,
+                                                                            128, None))
+    M, N, K = 300, 520, 264
+    a = np.zeros((M, K), ml_dtypes.bfloat16)
+    b = np.zeros((N, K), ml_dtypes.bfloat16)
+    out = np.zeros((M, N), np.float32)
+    src = "fn twice(acc: f32, row: i32, col: i32, ld: i32, x: ptr<f32>, y: ptr<f32>, s: f32) -> f32 {\n" \
+          "    return s * acc;\n}\n"
+    if epilogue == "source":
+        mod = _CheckedLaunches(matmul_sm90.epilogue_module(src, "nvptx", "sm_90a"))
+        epi = ("twice", out.reshape(-1), out.reshape(-1), 2.0)
+    else:
+        mod = _CheckedLaunches(kc.compile_file(stdlib_dir() / "matmul_sm90.kc", target="nvptx", arch="sm_90a"))
+        epi = None if epilogue is None else ("epilogue.bias", np.zeros(N, ml_dtypes.bfloat16), out.reshape(-1), 1.0)
+    matmul_sm90.run(mod, a, b, out, epilogue=epi)
+    (name, (grid, block), shared, params, art), = mod.launches
+    assert name == ("matmul_sm90" if epilogue is None else "matmul_sm90_epilogue")
+    cfg = matmul_sm90.choose(M, N, K)
+    assert {k: params[k] for k in cfg} == cfg and block == 128 * (cfg["CONSUMERS"] + 1)
+    assert grid == min(132, -(-M // (64 * cfg["CONSUMERS"])) * -(-N // cfg["BN"]))
+    assert shared == matmul_sm90.shared_bytes(params, "bf16") <= 227 * 1024
+    assert [str(p.type) for p in art.params][:3] == ["tensor_map", "tensor_map", "ptr<f32>"]
+
+
+def test_tma_strides():
+    """An axis of one element gets a packed stride (torch reports any for it)."""
+    from kcompiler.runtime.tensormap import tma_strides
+    assert tma_strides((1, 8), (2, 2), 2) == (16, 2)     # a (1, 8) bf16 view of a column
+    assert tma_strides((4, 8), (16, 2), 2) == (16, 2)
+    assert tma_strides((4, 1), (2, 2), 2) == (2, 2)      # rows of 2 bytes: tensor_map refuses them
+    assert tma_strides((3, 1, 8), (64, 7, 2), 2) == (64, 16, 2)
+
+
+def test_tensor_map_parameter_layout():
+    """A launch packs a tensor map's 128 bytes at a 64-byte aligned offset, scalars in 8-byte slots."""
+    from kcompiler.ir.types import TENSOR_MAP, I32, PointerType, F32
+    from kcompiler.runtime.cuda import _param_offsets, _param_struct
+    from kcompiler.runtime.device import KernelParam
+
+    class Art:
+        symbol = "k"
+        params = [KernelParam("n", I32), KernelParam("ta", TENSOR_MAP), KernelParam("c", PointerType(F32)),
+                  KernelParam("tb", TENSOR_MAP)]
+
+    assert _param_offsets(Art()) == [0, 64, 192, 256]
+    assert _param_struct(Art()).size == 384
+    assert _param_offsets(Art(), 56) == [56, 64, 192, 256]
+    assert _param_struct(Art(), 56).size == 384 - 56
+
+
+def test_tensor_map_type_roundtrips():
+    from kcompiler.ir.types import TENSOR_MAP, alignof, sizeof
+    from kcompiler.runtime.cache import type_from_str
+
+    assert type_from_str("tensor_map") == TENSOR_MAP and sizeof(TENSOR_MAP) == 128 and alignof(TENSOR_MAP) == 64
+
+
+# --- on the H100 -------------------------------------------------------------------------------------
+
+SHAPES = [(128, 256, 64), (1, 1, 8), (17, 33, 72), (200, 300, 136), (257, 513, 1000), (64, 4096, 4096),
+          (16, 4096, 8192), (1000, 777, 1024), (2048, 2048, 2048), (129, 255, 4104)]
+
+
+def _reference_check(c, a, b, fp8: bool = False, scale=None):
+    import torch
+    ref = a.double() @ b.double()
+    if scale is not None:
+        ref = ref * scale
+    K = a.shape[1]
+    absprod = a.double().abs() @ b.double().abs()
+    if scale is not None:
+        absprod = absprod * scale.abs()
+    u_out = {torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11, torch.float32: 2.0 ** -24}[c.dtype]
+    tol = (16 if fp8 else 4) * K * 2.0 ** -24 * absprod + u_out * ref.abs() + 1e-30
+    err = (c.double() - ref).abs()
+    assert torch.isfinite(c).all(), "non-finite results (an element left unwritten?)"
+    bad = err > tol
+    if bad.any():
+        i = int(torch.argmax((err - tol).flatten()))
+        r, col = divmod(i, c.shape[1])
+        raise AssertionError(f"C[{r}, {col}] = {float(c[r, col])}, want {float(ref[r, col])} "
+                             f"({int(bad.sum())} elements off)")
+
+
+def _sm90(torch):
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("needs an sm_90 GPU (H100/H200)")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("dtype, out_dtype, b_kmajor", [("bfloat16", "bfloat16", True), ("float16", "float32", True),
+                                                        ("bfloat16", "float32", False)])
+def test_ops_matmul_hopper(shape, dtype, out_dtype, b_kmajor):
+    import torch
+
+    from kcompiler import matmul_sm90, ops
+    _sm90(torch)
+    M, N, K = shape
+    dt, ot = getattr(torch, dtype), getattr(torch, out_dtype)
+    a = torch.randn(M, K, device="cuda").to(dt)
+    b = torch.randn(N, K, device="cuda").to(dt).T if b_kmajor else torch.randn(K, N, device="cuda").to(dt)
+    assert matmul_sm90.reason_not(a, b.T if b_kmajor else b, torch.empty(1, device="cuda"), b_kmajor) is None
+    out = torch.full((M, N), float("nan"), device="cuda", dtype=ot)
+    c = ops.matmul(a, b, out=out)
+    torch.cuda.synchronize()
+    _reference_check(c, a, b)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("config", ["128x256", "128x128", "64x128", "64x64"])
+@pytest.mark.parametrize("b_kmajor", [True, False])
+def test_every_config(config, b_kmajor):
+    import torch
+
+    from kcompiler import matmul_sm90, ops
+    _sm90(torch)
+    M, N, K = 333, 1000, 520
+    a = torch.randn(M, K, device="cuda").to(torch.bfloat16)
+    b = torch.randn(N, K, device="cuda").to(torch.bfloat16)
+    if not b_kmajor:
+        b = b.T.contiguous()
+    out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+    matmul_sm90.run(ops._module("matmul_sm90", "cuda"), a, b, out, b_kmajor=b_kmajor,
+                    config=matmul_sm90.CONFIGS[config])
+    torch.cuda.synchronize()
+    _reference_check(out, a, b.T if b_kmajor else b)
+
+
+@pytest.mark.gpu
+def test_hopper_epilogues():
+    """A stock epilogue reading a bias (x) and a user's epilogue source, on the Hopper path, against
+    torch in float64 applied to the float64 product."""
+    import torch
+
+    from kcompiler import ops
+    _sm90(torch)
+    M, N, K = 300, 520, 264
+    a = torch.randn(M, K, device="cuda").to(torch.bfloat16)
+    w = torch.randn(N, K, device="cuda").to(torch.bfloat16)
+    bias = torch.randn(N, device="cuda").to(torch.bfloat16)
+    c = ops.matmul(a, w.T, epilogue=ops.Epilogue("bias_relu", x=bias), out_dtype=torch.float32)
+    ref = torch.relu(a.double() @ w.double().T + bias.double())
+    assert ((c.double() - ref).abs() <= 1e-3 * (1 + ref.abs())).all()
+    src = "fn twice_plus_row(acc: f32, row: i32, col: i32, ld: i32, x: ptr<f32>, y: ptr<f32>, s: f32) -> f32 {\n" \
+          "    return s * acc + f32(row);\n}\n"
+    c = ops.matmul(a, w.T, epilogue=ops.Epilogue("twice_plus_row", s=2.0, source=src), out_dtype=torch.float32)
+    ref = 2 * (a.double() @ w.double().T) + torch.arange(M, device="cuda", dtype=torch.float64)[:, None]
+    assert ((c.double() - ref).abs() <= 1e-3 * (1 + ref.abs())).all()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(128, 256, 128), (17, 33, 80), (300, 520, 1040), (1024, 4096, 4096),
+                                   (16, 4096, 14336)], ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("fmt, per_row", [("float8_e4m3fn", False), ("float8_e4m3fn", True),
+                                          ("float8_e5m2", False)])
+def test_scaled_matmul(shape, fmt, per_row):
+    import torch
+
+    from kcompiler import ops
+    _sm90(torch)
+    M, N, K = shape
+    dt = getattr(torch, fmt)
+    a = (torch.randn(M, K, device="cuda") * 2).to(dt)
+    b = (torch.randn(N, K, device="cuda") * 2).to(dt).T  # K-major, as torch._scaled_mm wants it too
+    if per_row:
+        sa = torch.rand(M, 1, device="cuda") + 0.5
+        sb = torch.rand(1, N, device="cuda") + 0.5
+    else:
+        sa = torch.rand((), device="cuda") + 0.5
+        sb = torch.rand((), device="cuda") + 0.5
+    out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+    c = ops.scaled_matmul(a, b, sa, sb, out=out)
+    torch.cuda.synchronize()
+    _reference_check(c, a.float(), b.float(), fp8=True, scale=(sa.double() * sb.double()))
+
+
+@pytest.mark.gpu
+def test_tensor_map_errors():
+    import torch
+
+    from kcompiler.runtime.tensormap import tensor_map
+    _sm90(torch)
+    x = torch.zeros(64, 100, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="not a multiple of 16"):
+        tensor_map(x[:, :99], (64, 64))  # a row stride of 200 bytes is fine, 99-wide rows fine; offset...
+    with pytest.raises(ValueError, match="exceeds the 128-byte swizzle"):
+        tensor_map(torch.zeros(64, 128, device="cuda", dtype=torch.bfloat16), (64, 128))
+    with pytest.raises(TypeError, match="CUDA array"):
+        tensor_map(torch.zeros(4, 4), (4, 4))
+    m = tensor_map(torch.zeros(64, 128, device="cuda", dtype=torch.bfloat16), (64, 64))
+    assert len(m.raw) == 128 and "box [64, 64]" in repr(m)
