@@ -661,11 +661,12 @@ def matmul(a: Any, b: Any, out: Any = None, epilogue: Epilogue | str | None = No
 
 # --- attention (stdlib/attention.kc) -------------------------------------------------------------------
 
-#: Prefill tiles of std.attention on tensor cores, by head dimension: BM query rows a block (16 * BM /
-#: (16 * WARPS) a warp), BN keys a step, STAGES K/V buffers. Registers (ptxas, sm_90a): 238 (D 64),
-#: 170 (D 128), 249 (D 256), none spilled.
-ATTENTION_TILES = {64: dict(BM=128, BN=64, WARPS=4, STAGES=2), 128: dict(BM=64, BN=64, WARPS=4, STAGES=2),
-                   256: dict(BM=64, BN=32, WARPS=4, STAGES=2)}
+#: Prefill tiles of std.attention on tensor cores, by head dimension: BM query rows a block (BM / WARPS
+#: rows a warp), BN keys a step, STAGES K/V buffers; the fastest of benchmarks/bench_attention.py's
+#: candidates on the H100 (B 4, H 32, S 4096, bf16, causal and not; benchmarks/RESULTS.md). Registers
+#: (ptxas, sm_90a): 238 (D 64), 252 (D 128), 254 (D 256), none spilled.
+ATTENTION_TILES = {64: dict(BM=128, BN=64, WARPS=4, STAGES=2), 128: dict(BM=128, BN=128, WARPS=8, STAGES=2),
+                   256: dict(BM=128, BN=64, WARPS=8, STAGES=2)}
 #: Prefill tiles of the SIMT path (a thread per query row).
 ATTENTION_SIMT_TILES = dict(BM=64, BN=32, WARPS=2, STAGES=2)
 
@@ -677,6 +678,20 @@ def attention_shared_bytes(tiles: dict[str, int], head_dim: int, itemsize: int, 
     if tensor_cores:
         return (tiles["BM"] + 2 * tiles["STAGES"] * tiles["BN"]) * (head_dim + 8) * itemsize
     return 2 * tiles["BN"] * head_dim * itemsize
+
+
+@functools.lru_cache(maxsize=None)
+def _module_ftz(name: str, target: str) -> Any:
+    from . import compile_file
+    return compile_file(stdlib_dir() / f"{name}.kc", target=target, target_options={"approx_ftz": True})
+
+
+def _attention_module(target: str) -> Any:
+    """std.attention for ``target``. (benchmarks/bench_attention.py also times it compiled with
+    ``approx_ftz`` on NVIDIA, :func:`_module_ftz`: ex2.approx.ftz, one instruction, as FlashAttention's
+    nvcc --use_fast_math; a probability below 2^-126 becomes 0. Not yet run on a GPU, so not the
+    default.)"""
+    return _module("attention", target)
 
 
 def _contiguous(x: Any) -> Any:
@@ -799,7 +814,7 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | No
         else:
             lse.fill(-np.inf)
         return (out, lse) if return_lse else out
-    mod = _module("attention", _target_for(q, target))
+    mod = _attention_module(_target_for(q, target))
     # the module's target decides the path, as the kernel's comptime test does (the CPU target with
     # emulate_mma takes the tensor-core path too)
     tensor_cores = mod._program.target.has("mma") and src.name in ("f16", "bf16")
@@ -843,8 +858,8 @@ def _f32_vector(x: Any, n: int, like: Any, name: str, fn: str) -> Any:
 
 def paged_decode(q: Any, k_cache: Any, v_cache: Any, block_table: Any, seq_lens: Any, *,
                  scale: float | None = None, k_scale: Any = None, v_scale: Any = None,
-                 num_splits: int | None = None, return_lse: bool = False, warps: int = 4, unroll: int = 4,
-                 target: str = "auto") -> Any:
+                 num_splits: int | None = None, max_seq_len: int | None = None, return_lse: bool = False,
+                 warps: int = 4, unroll: int = 4, tensor_cores: bool | None = None, target: str = "auto") -> Any:
     """Decode attention of one query token a sequence over a paged KV cache (stdlib/attention.kc):
     ``softmax(scale * q k^T) v`` over the first ``seq_lens[b]`` tokens of sequence b.
 
@@ -858,6 +873,13 @@ def paged_decode(q: Any, k_cache: Any, v_cache: Any, block_table: Any, seq_lens:
     - ``num_splits``: the keys of each sequence are cut into this many chunks, a block each, and the
       partial results combined by :func:`merge_states` (split-KV, FlashDecoding). Default: enough to
       give about two blocks a multiprocessor (:data:`DECODE_SMS`), chunks of at least 256 keys.
+    - ``max_seq_len``: the longest of seq_lens, if known: then seq_lens is not read on the host (no
+      synchronisation with the GPU) nor checked against the block table.
+    - ``warps``, ``unroll``: the SIMT kernel's WARPS and U (keys a 16-lane group loads at once).
+    - ``tensor_cores=True``: the mma.sync path (the G = Hq / Hkv query heads of a KV head as the rows
+      of an m16 tile, G <= 16; a cache of q's dtype, f16 or bf16; NVIDIA sm_80+), for grouped-query
+      attention, where the SIMT path spends 4 shuffles a key and query head. Checked on the CPU
+      target's mma emulation but not yet run on a GPU, so not the default (the SIMT path).
 
     numpy in, numpy out; torch in, torch out. Raises TypeError for other dtypes and ValueError for
     shapes that do not match."""
@@ -889,16 +911,17 @@ def paged_decode(q: Any, k_cache: Any, v_cache: Any, block_table: Any, seq_lens:
         raise ValueError(f"{fn}: block_table must be (B, max_pages) = ({B}, ...), not {tuple(block_table.shape)}")
     max_pages = int(block_table.shape[1])
     sl = _index_array(seq_lens, q, "seq_lens", fn, B)
-    lens = _host_ints(sl)
-    if (lens < 0).any() or (lens > max_pages * page).any():
-        raise ValueError(f"{fn}: seq_lens must lie in 0 .. max_pages * page_size = {max_pages * page}")
+    if max_seq_len is None:
+        lens = _host_ints(sl)
+        if (lens < 0).any() or (lens > max_pages * page).any():
+            raise ValueError(f"{fn}: seq_lens must lie in 0 .. max_pages * page_size = {max_pages * page}")
+        max_seq_len = int(lens.max()) if B else 0
     q, k_cache, v_cache = _contiguous(q), _contiguous(k_cache), _contiguous(v_cache)
     ks = _f32_vector(k_scale if fp8 else 1.0, HK, q, "k_scale", fn)
     vs = _f32_vector(v_scale if fp8 else 1.0, HK, q, "v_scale", fn)
     G = H // HK
-    longest = int(lens.max()) if B else 0
     if num_splits is None:
-        num_splits = max(1, min(-(-2 * DECODE_SMS // max(B * HK, 1)), -(-longest // 256)))
+        num_splits = max(1, min(-(-2 * DECODE_SMS // max(B * HK, 1)), -(-int(max_seq_len) // 256)))
     num_splits = int(num_splits)
     if num_splits < 1:
         raise ValueError(f"{fn}: num_splits must be at least 1, not {num_splits}")
@@ -906,19 +929,30 @@ def paged_decode(q: Any, k_cache: Any, v_cache: Any, block_table: Any, seq_lens:
     lse = _empty_like(q, (B, H), "f32")
     if B == 0 or H == 0:
         return (out, lse) if return_lse else out
-    mod = _module("attention", _target_for(q, target))
+    mod = _attention_module(_target_for(q, target))
     sc = np.float32(D ** -0.5 if scale is None else scale)
-    shared = warps * 2 * G * (D + 2) * 4
-    kw = dict(T=src.name, KT=kt.name, D=D, G=G, PAGE=page, WARPS=warps, U=unroll, shared=shared)
     args = (_flat(q, 16), _flat(k_cache, 16), _flat(v_cache, 16), bt, sl, ks, vs)
-    if num_splits == 1:
-        mod.paged_decode[(1, HK, B), warps * 32](*args, _flat(out, 1), _flat(lse, 1), HK, max_pages, 1, sc,
-                                                 OUT=src.name, SPLIT=False, **kw)
+    part = out if num_splits == 1 else _empty_like(q, (B, num_splits, H, D), "f32")
+    part_lse = lse if num_splits == 1 else _empty_like(q, (B, num_splits, H), "f32")
+    can_tc = (mod._program.target.has("mma") and not fp8 and src.name in ("f16", "bf16") and G <= 16
+              and all(_data_ptr(x) % 16 == 0 for x in args[:3] + (part,)))
+    if tensor_cores and not can_tc:
+        raise ValueError(f"{fn}: the tensor-core path needs NVIDIA sm_80+, f16/bf16 q and cache, at most 16 query "
+                         f"heads a KV head and 16-byte aligned arrays")
+    tc = can_tc and bool(tensor_cores)
+    if tc:
+        tiles = dict(BM=16, BN=64, STAGES=2)
+        threads = 32
+        shared = (tiles["BM"] + 2 * tiles["STAGES"] * tiles["BN"]) * (D + 8) * src.size
     else:
-        part = _empty_like(q, (B, num_splits, H, D), "f32")
-        part_lse = _empty_like(q, (B, num_splits, H), "f32")
-        mod.paged_decode[(num_splits, HK, B), warps * 32](*args, _flat(part, 1), _flat(part_lse, 1), HK, max_pages,
-                                                          num_splits, sc, OUT="f32", SPLIT=True, **kw)
+        tiles = dict(WARPS=warps, U=unroll)
+        threads = warps * 32
+        shared = warps * 2 * G * (D + 2) * 4
+    kw = dict(T=src.name, KT=kt.name, D=D, G=G, PAGE=page, TC=tc, shared=shared, **tiles)
+    mod.paged_decode[(num_splits, HK, B), threads](*args, _flat(part, 1), _flat(part_lse, 1), HK, max_pages,
+                                                   num_splits, sc, OUT=arrays.array_scalar_type(part).name,
+                                                   SPLIT=num_splits > 1, **kw)
+    if num_splits > 1:
         merge_states(part, part_lse, out=out, lse_out=lse, target=target)
     return (out, lse) if return_lse else out
 
@@ -956,7 +990,7 @@ def merge_states(v: Any, s: Any, *, out: Any = None, lse_out: Any = None, out_dt
     if N * H == 0 or D == 0:
         return out, lse_out
     v, s = _contiguous(v), _contiguous(s)
-    mod = _module("attention", _target_for(v, target))
+    mod = _attention_module(_target_for(v, target))
     warps = 4
     mod.merge_states[-(-N * H // warps), warps * 32](_flat(v, 1), _flat(s, 1), _flat(out, 1), _flat(lse_out, 1),
                                                      N, S, H, D, T=src.name, OUT=dst.name, WARPS=warps)
