@@ -382,3 +382,24 @@ def test_matmul_big_tiles_keep_their_accumulators_in_registers():
     import re
     assert re.findall(r"\.max_flat_workgroup_size:\s+(\d+)", text) == ["256", "256"]  # matmul, matmul_epilogue
     assert re.findall(r"\.private_segment_fixed_size:\s+(\d+)", text) == ["0", "0"] and "scratch_" not in text
+
+
+def test_ir_verifier_checks_the_mfma_op():
+    from kcompiler.ir import Builder, Function, Module, Value
+    from kcompiler.ir.types import BF16, F16, F32, VOID, VectorType
+    from kcompiler.ir.verifier import IRVerifyError, verify
+
+    def build(a_t, b_t, c_t, shape):
+        params = [Value(VectorType(*a_t), "a"), Value(VectorType(*b_t), "b"), Value(VectorType(*c_t), "c")]
+        f = Function("f", params, VOID, "device")
+        Builder(f.body).value("mfma", params, VectorType(*c_t), shape=shape)
+        return Module("m", [f])
+
+    verify(build((BF16, 4), (BF16, 4), (F32, 16), "32x32x8"))
+    for bad, words in [(build((BF16, 4), (BF16, 4), (F32, 4), "32x32x8"), r"need vec<f32, 16>"),
+                       (build((BF16, 8), (BF16, 8), (F32, 4), "16x16x16"), r"needs vec<T, 4>"),
+                       (build((BF16, 4), (F16, 4), (F32, 4), "16x16x16"), "one type"),
+                       (build((BF16, 4), (BF16, 4), (F32, 4), "m16n8k16"), "shape")]:
+        with pytest.raises(IRVerifyError, match=words):
+            verify(bad)
+
