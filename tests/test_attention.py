@@ -275,9 +275,9 @@ def test_merge_states_cpu():
 
 #: (kernel, compile-time parameters): each path and head dimension once, with the library's tiles.
 GPU_KERNELS = [
-    ("attention_prefill", dict(T="bf16", D=64, CAUSAL=False, ALIGNED=True, **ops.ATTENTION_TILES[64])),
     ("attention_prefill", dict(T="f16", D=128, CAUSAL=True, VARLEN=True, ALIGNED=True, **ops.ATTENTION_TILES[128])),
     ("attention_prefill", dict(T="bf16", D=256, CAUSAL=True, ALIGNED=True, **ops.ATTENTION_TILES[256])),
+    ("paged_decode", dict(T="bf16", KT="bf16", OUT="f32", D=128, G=8, PAGE=16, SPLIT=True, TC=True)),
     ("paged_decode", dict(T="bf16", KT="bf16", OUT="bf16", D=128, G=1, PAGE=16)),
     ("paged_decode", dict(T="bf16", KT="f8e4m3", OUT="f32", D=128, G=8, PAGE=64, SPLIT=True)),
     ("merge_states", dict(T="f32", OUT="bf16")),
@@ -292,7 +292,7 @@ def test_ptx_assembles_without_spills(tmp_path):
 
     for name, params in GPU_KERNELS:
         ptx = emit_file(stdlib_dir() / "attention.kc", "asm", "nvptx", "sm_90a", kernel=name, params=params)
-        if name == "attention_prefill":
+        if name == "attention_prefill" or params.get("TC"):
             for op in ("mma.sync.aligned.m16n8k16", "ldmatrix.sync.aligned.m8n8.x4.trans", "cp.async.cg",
                        "ex2.approx"):
                 assert op in ptx, (params, op)
@@ -330,7 +330,8 @@ def test_amd_code_objects(arch):
     from kcompiler.pipeline import emit_file
     from kcompiler.runtime.codeobject import read_code_object
 
-    for name, params in GPU_KERNELS[1:2] + GPU_KERNELS[4:]:
+    simt_prefill = ("attention_prefill", dict(T="bf16", D=64, BM=64, BN=32, CAUSAL=True, VARLEN=True))
+    for name, params in [simt_prefill] + GPU_KERNELS[4:]:
         obj = emit_file(stdlib_dir() / "attention.kc", "obj", "amdgcn", arch, kernel=name, params=params)
         co = read_code_object(obj)
         assert co.arch == arch and [k.name.split("__")[0] for k in co.kernels] == [name], (co.arch, co.kernels)
