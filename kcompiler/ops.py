@@ -476,6 +476,7 @@ EPILOGUES: dict[str, tuple[str | None, str | None]] = {
     "silu": (None, None), "bias": ("N", None), "bias_relu": ("N", None), "bias_gelu": ("N", None),
     "bias_silu": ("N", None), "scale": (None, None), "scale_rows_cols": ("M", "N"), "residual": (None, "MN"),
     "scale_bias_residual": ("N", "MN"), "to_f8e4m3": (None, None), "to_f8e5m2": (None, None),
+    "gelu_rp": (None, None), "silu_rp": (None, None), "bias_gelu_rp": ("N", None), "bias_silu_rp": ("N", None),
 }
 
 #: The kernel a user's epilogue source is compiled with (appended to the source, so that the lines of
