@@ -365,3 +365,115 @@ def test_f64_refused_where_there_is_no_f64_version(name):
     src = f"import std.libm_trig as trig\nkernel k(x: ptr<f64>) {{ x[0] = trig.{name}({args}); }}\n"
     with pytest.raises(CompileError, match=f"std.math.{name} has no f64 version yet"):
         kc.compile(src, target="cpu", path="trig_f64.kc").k[1, 1](np.zeros(2))
+
+
+# --- the GPU's approximate instructions, on the CPU --------------------------------------------------
+# tanf, asinf/acosf, atanf and atan2f use the hardware's approximate reciprocal and reciprocal square
+# root (rcp.approx.f32 / rsqrt.approx.f32 on NVIDIA, v_rcp_f32 / v_rsq_f32 on AMD: within 2^-22.9 or
+# 1 ulp) and correct them; the CPU target computes rcp and rsqrt exactly, so these tests put the
+# error back: the library's text with every rcp(v) and rsqrt(v) replaced by the exact value times
+# (1 + d), d = +-2^-21.7 (worse than either vendor documents), run on the CPU.
+
+PERTURBED_KERNEL = """
+kernel pert(x: ptr<f32>, z: ptr<f32>, y: ptr<f32>, f: i32, n: i64) {
+    let i = i64(block_id.x) * i64(block_dim.x) + i64(thread_id.x);
+    if i < n {
+        let v = x[i];
+        if f == 0 { y[i] = tanf(v); }
+        if f == 1 { y[i] = asinf(v); }
+        if f == 2 { y[i] = acosf(v); }
+        if f == 3 { y[i] = atanf(v); }
+        if f == 4 { y[i] = atan2f(v, z[i]); }
+    }
+}
+fn prcp(v: f32) -> f32 { return (1.0 / v) * FACTOR; }
+fn prsqrt(v: f32) -> f32 { return (1.0 / sqrt(v)) * FACTOR; }
+"""
+
+
+def perturbed_module(factor: float):
+    import re
+
+    from kcompiler.frontend.program import stdlib_dir
+
+    text = (stdlib_dir() / "libm_trig.kc").read_text()
+    assert re.search(r"\brcp\(", text) and re.search(r"\brsqrt\(", text)
+    text = re.sub(r"\brsqrt\(", "prsqrt(", re.sub(r"\brcp\(", "prcp(", text))
+    return kc.compile(text + PERTURBED_KERNEL.replace("FACTOR", repr(factor)), target="cpu",
+                      path="libm_trig_perturbed.kc")
+
+
+@pytest.mark.parametrize("factor", [1 + 2.0 ** -21.7, 1 - 2.0 ** -21.7])
+def test_within_bounds_with_the_gpus_approximate_rcp_and_rsqrt(factor):
+    """tan (odd quadrants: -1/tan from rcp), asin, acos, atan (every range) and atan2 (every magnitude,
+    ratios around the range switches, results near the subnormals) within their documented bounds
+    when rcp and rsqrt are off by 2^-21.7 relative."""
+    mod = perturbed_module(factor)
+    n = 1 << 18
+
+    def go(f, x, z=None):
+        y = np.empty_like(x)
+        mod.pert[(x.size + 255) // 256, 256](x, x if z is None else z, y, f, x.size)
+        return y
+
+    x = np.concatenate([RNG.uniform(-100, 100, n), RNG.uniform(0.78, 2.36, n),
+                        np.float32(np.pi / 2) * RNG.integers(1, 1 << 16, n) * (1 + RNG.uniform(-1e-5, 1e-5, n)),
+                        np.float32(F32_HARDEST_CW)]).astype(np.float32)
+    check("tan", x, go(0, x), np.tan(x.astype(np.float64)), BOUNDS["tan"], min_cr=0.9)
+    x = RNG.uniform(-1, 1, n).astype(np.float32)
+    check("asin", x, go(1, x), np.arcsin(x.astype(np.float64)), BOUNDS["asin"], min_cr=0.95)
+    check("acos", x, go(2, x), np.arccos(x.astype(np.float64)), BOUNDS["acos"], min_cr=0.95)
+    x = np.concatenate([RNG.uniform(-5, 5, n), np.exp2(RNG.uniform(-149, 128, n)) * RNG.choice([-1, 1], n)])
+    x = x[np.abs(x) < F32_MAX].astype(np.float32)
+    check("atan", x, go(3, x), np.arctan(x.astype(np.float64)), BOUNDS["atan"], min_cr=0.95)
+    xs = np.exp2(RNG.uniform(-149, 127, n)) * RNG.choice([-1.0, 1.0], n)
+    ratio = np.concatenate([np.exp2(RNG.uniform(-260, 260, n // 2)),
+                            RNG.choice([0.41421356, 1.0, 2.41421356, 2.0 ** -126, 2.0 ** -150], n // 2)
+                            * (1 + RNG.uniform(-1e-3, 1e-3, n // 2))])
+    ys = xs * ratio * RNG.choice([-1.0, 1.0], n)
+    ok = (np.abs(ys) < F32_MAX) & (np.abs(xs) < F32_MAX)
+    ys, xs = ys[ok].astype(np.float32), xs[ok].astype(np.float32)
+    ref = np.arctan2(ys.astype(np.float64), xs.astype(np.float64))
+    check("atan2", np.stack([ys, xs], 1), go(4, ys, xs), ref, BOUNDS["atan2"], min_cr=0.95)
+
+
+def test_f32_code_for_the_gpus():
+    """The f32 functions as the GPUs get them: no IEEE division or square root (div.rn / sqrt.rn and
+    their slow paths) but rcp/rsqrt.approx with corrections; atan without any branch and asin/acos
+    with only their special-value test (the ranges are selected, not branched); the PTX assembles
+    for sm_90a (ptxas), and the AMDGCN assembly for gfx942 uses v_rcp_f32 / v_rsq_f32 and no
+    division fixup (v_div_scale / v_div_fixup)."""
+    import re
+    import shutil
+    import subprocess
+    import tempfile
+
+    from kcompiler.pipeline import compile_source_to
+
+    calls = {"sin": "trig.sin(x[i])", "cos": "trig.cos(x[i])", "tan": "trig.tan(x[i])",
+             "sincos": "trig.sincos(x[i]).x + trig.sincos(x[i]).y", "asin": "trig.asin(x[i])",
+             "acos": "trig.acos(x[i])", "atan": "trig.atan(x[i])", "atan2": "trig.atan2(x[i], x[i + 1])"}
+    src = "import std.libm_trig as trig\n" + "".join(
+        f"kernel k_{name}(x: ptr<f32>, y: ptr<f32>) {{\n    let i = i64(thread_id.x);\n    y[i] = {call};\n}}\n"
+        for name, call in calls.items())
+    ptx = compile_source_to(src, "trig_gpu.kc", "asm", "nvptx", "sm_90a")
+    entries = {m.group(1): body for m, body in zip(re.finditer(r"\.entry k_(\w+)\(", ptx),
+                                                   re.split(r"\.entry k_\w+\(", ptx)[1:])}
+    assert set(entries) == set(calls)
+    for name, body in entries.items():
+        assert not re.search(r"\b(div|sqrt)\.(rn|full)\.f32", body), name
+    assert "rcp.approx.f32" in entries["tan"] and "rcp.approx.f32" in entries["atan2"]
+    assert "rsqrt.approx.f32" in entries["asin"] and "rcp.approx.f32" in entries["atan"]
+    assert len(re.findall(r"@%p\d+ bra", entries["atan"])) == 0
+    for name in ("asin", "acos"):
+        assert len(re.findall(r"@%p\d+ bra", entries[name])) <= 3, name
+    if shutil.which("ptxas"):
+        with tempfile.TemporaryDirectory() as d:
+            with open(f"{d}/t.ptx", "w") as fh:
+                fh.write(ptx)
+            r = subprocess.run(["ptxas", "-arch=sm_90a", f"{d}/t.ptx", "-o", f"{d}/t.cubin"],
+                               capture_output=True, text=True)
+            assert r.returncode == 0, r.stderr
+    amd = compile_source_to(src, "trig_gpu.kc", "asm", "amdgcn", "gfx942")
+    assert "v_rcp_f32" in amd and "v_rsq_f32" in amd
+    assert "v_div_scale" not in amd and "v_div_fixup" not in amd
