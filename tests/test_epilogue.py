@@ -163,8 +163,17 @@ def test_signature_mismatch_from_the_host_is_located_at_the_fn(name, line, fragm
     ("fn g[E: fn(f32) -> f32](x: f32) -> f32 { return E(x); }\n"
      "kernel k(y: ptr<f32>) {\n    y[0] = g[E = 3](1.0);\n}\n",
      3, 18, "is a fn: pass a fn's name"),
+    # recursion through a binding (h -> g -> E = h), for both kinds
+    ("fn g[E: fn(f32) -> f32](x: f32) -> f32 { return E(x); }\n"
+     "fn h(x: f32) -> f32 { return g[E = h](x); }\n"
+     "kernel k(y: ptr<f32>) {\n    y[0] = h(1.0);\n}\n",
+     2, 36, "'h' bound to E would call itself: h -> g -> E = h"),
+    ("fn g[E: fn](x: f32) -> f32 { return E(x); }\n"
+     "fn h(x: f32) -> f32 { return g[E = h](x); }\n"
+     "kernel k(y: ptr<f32>) {\n    y[0] = h(1.0);\n}\n",
+     2, 36, "'h' bound to E would call itself"),
 ], ids=["brackets", "default", "arity", "arg_type", "default_expr", "default_builtin", "default_unknown", "as_value",
-        "as_type", "with_targs", "kernel", "integer"])
+        "as_type", "with_targs", "kernel", "integer", "recursion", "recursion_bare"])
 def test_misuse_is_a_located_error(src, line, col, fragment):
     _located(_error(src), line, col, fragment)
 

@@ -102,6 +102,16 @@ def bind(fl: "FnLowering", c: ComptimeParam, v: Any) -> BoundFn:
         mod, decl = _resolve_name(fl, str(v), c.name, cp.default.span if is_default else cp.span)
         v = FnValue(mod.key, decl.name, str(v))
         span = cp.default.span if is_default else None
+    # A fn bound by one of the specialisations that lead here would call itself through the parameter:
+    # GPUs have no call stack to speak of (the checker's recursion check cannot see these calls).
+    chain, f = [], fl
+    while f is not None:
+        chain.append(f.decl.name)
+        if f.mod is mod and f.decl is decl:
+            fl.fail(f"'{v.shown}' bound to {c.name} would call itself: "
+                    f"{' -> '.join(reversed(chain))} -> {c.name} = {v.shown}", span or cp.span,
+                    hint="recursion is not supported on GPUs (there is no call stack to speak of)")
+        f = f.called_from[1]
     bound = BoundFn(c.name, v, mod, decl)
     if ft.params is None:
         return bound
