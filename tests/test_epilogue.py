@@ -453,6 +453,15 @@ def test_epilogue_ptx_assembles(tmp_path, name, T, OUT):
     assert "0 bytes spill stores" in r.stderr, r.stderr
 
 
+def test_epilogue_amdgcn_assembly():
+    """gfx942 (MFMA path, stdlib/matmul_amd.kc): the epilogue is inlined there too, next to v_mfma (checked
+    statically: no AMD GPU here)."""
+    asm = pipeline.emit_file(stdlib_dir() / "matmul.kc", "asm", target="amdgcn", arch="gfx942",
+                             kernel="matmul_epilogue", params=dict(T="bf16", OUT="bf16", EPI="epilogue.bias_silu_rp"))
+    assert "v_mfma" in asm
+    assert "s_swappc" not in asm and "s_setpc" not in asm  # no calls
+
+
 # --- 3. the autotuner -------------------------------------------------------------------------------
 
 CANDS = [dict(BM=64, BN=64), dict(BM=128, BN=128), dict(BM=128, BN=64)]
