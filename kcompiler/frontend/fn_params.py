@@ -121,11 +121,13 @@ def bind(fl: "FnLowering", c: ComptimeParam, v: Any) -> BoundFn:
     want = "fn(" + ", ".join(map(str, sig)) + ")" + (f" -> {ret}" if ret != VOID else "")
     where = span or decl.name_span  # the binding in the source, else the fn the host named
 
+    names = ft.names or [None] * len(sig)
+    fix = f"fn {decl.name}(" + ", ".join(f"{n or f'p{k}'}: {t}" for k, (n, t) in enumerate(zip(names, sig))) + ")" \
+        + (f" -> {ret}" if ret != VOID else "")
+
     def mismatch(why: str = "") -> None:
         fl.fail(f"'{v.shown}' cannot be {c.name} of {owner}: {c.name} expects {want}, and '{v.shown}' is "
-                f"{signature_text(decl)}{why}", where,
-                hint=f"{c.name} is declared at {cp.span}: write fn {decl.name}("
-                     + ", ".join(f"{n or f'p{k}'}: {t}" for k, (n, t) in enumerate(zip(ft.names or [None] * len(sig), sig))) + ")" + (f" -> {ret}" if ret != VOID else ""))
+                f"{signature_text(decl)}{why}", where, hint=f"{c.name} is declared at {cp.span}: write {fix}")
 
     if len(decl.params) != len(sig):
         mismatch()
