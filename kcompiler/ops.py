@@ -354,7 +354,7 @@ _TORCH = {"i8": "int8", "u8": "uint8", "f8e4m3": "float8_e4m3fn", "f8e5m2": "flo
           "f8e5m2fnuz": "float8_e5m2fnuz", "e8m0": "float8_e8m0fnu", "f16": "float16", "bf16": "bfloat16",
           "f32": "float32", "f64": "float64"}
 
-__all__ = ["attention", "cast", "math", "matmul", "merge_states", "mx_dequantize", "mx_quantize", "nvfp4_dequantize", "nvfp4_quantize",
+__all__ = ["attention", "cast", "math", "matmul", "merge_states", "mla_decode", "mx_dequantize", "mx_quantize", "nvfp4_dequantize", "nvfp4_quantize",
            "pack_fp4", "paged_decode", "pack_fp6", "unpack_fp4", "unpack_fp6"]
 
 
@@ -1003,3 +1003,73 @@ def scaled_matmul(a: Any, b: Any, scale_a: Any, scale_b: Any, *, out_dtype: Any 
     :func:`kcompiler.matmul_sm90.scaled_matmul` for the shapes, layouts, scales and errors."""
     from .matmul_sm90 import scaled_matmul as _scaled_matmul
     return _scaled_matmul(a, b, scale_a, scale_b, out_dtype=out_dtype, out=out)
+
+
+def mla_decode(q_nope: Any, q_pe: Any, ckv_cache: Any, kpe_cache: Any, block_table: Any, seq_lens: Any, *,
+               scale: float, num_splits: int | None = None, max_seq_len: int | None = None,
+               return_lse: bool = False, heads_per_block: int = 2, target: str = "auto") -> Any:
+    """Multi-head latent attention decode (DeepSeek-V2/V3, absorbed form) over a paged latent cache
+    (stdlib/attention.kc, ``mla_decode``): ``o[b, h] = sum_j softmax_j(scale * (q_nope[b, h] . c_j +
+    q_pe[b, h] . k_pe_j)) c_j`` over the first ``seq_lens[b]`` tokens of sequence b.
+
+    - q_nope: (B, H, D) (D = 512 in DeepSeek's models: the latent rank), q_pe: (B, H, DR) (64: the rope
+      dimensions); f16 or bf16 (f32 on the CPU target too), one dtype. The result: (B, H, D) of that
+      dtype (multiply by W_UV outside); with ``return_lse`` also the log-sum-exp (B, H), f32.
+    - ckv_cache: (pages, page_size, D), kpe_cache: (pages, page_size, DR) (FlashInfer's MLA layout), of
+      q's dtype; block_table (B, max_pages) int32; seq_lens (B,) int32.
+    - ``scale``: the softmax scale (DeepSeek: 1 / sqrt(128 + 64) before the YaRN factor), required.
+    - ``num_splits``, ``max_seq_len``: as :func:`paged_decode`; ``heads_per_block``: query heads a block
+      (H must be a multiple).
+
+    The SIMT decode loop (no tensor cores yet): every block re-reads its sequence's latent rows, once
+    per group of heads. Raises TypeError / ValueError for dtypes and shapes that do not match."""
+    fn = "mla_decode"
+    src = arrays.array_scalar_type(q_nope) if arrays.is_array(q_nope) else None
+    if src is None or src.name not in ("f16", "bf16", "f32"):
+        raise TypeError(f"{fn}: q_nope must be an array of f16, bf16 or f32, not {arrays.describe(q_nope)}")
+    for name, x in (("q_pe", q_pe), ("ckv_cache", ckv_cache), ("kpe_cache", kpe_cache)):
+        _check_same(name, x, src, fn)
+    if len(q_nope.shape) != 3 or len(q_pe.shape) != 3 or len(ckv_cache.shape) != 3 or len(kpe_cache.shape) != 3:
+        raise ValueError(f"{fn}: q_nope (B, H, D), q_pe (B, H, DR), ckv_cache (pages, page, D) and kpe_cache "
+                         f"(pages, page, DR) expected, not {tuple(q_nope.shape)}, {tuple(q_pe.shape)}, "
+                         f"{tuple(ckv_cache.shape)}, {tuple(kpe_cache.shape)}")
+    (B, H, D), (B2, H2, DR) = tuple(q_nope.shape), tuple(q_pe.shape)
+    pages, page, D2 = tuple(ckv_cache.shape)
+    if (B2, H2) != (B, H) or D2 != D or tuple(kpe_cache.shape) != (pages, page, DR):
+        raise ValueError(f"{fn}: shapes do not match: q_nope {tuple(q_nope.shape)}, q_pe {tuple(q_pe.shape)}, "
+                         f"ckv_cache {tuple(ckv_cache.shape)}, kpe_cache {tuple(kpe_cache.shape)}")
+    if D % 16 or DR % 16 or DR == 0:
+        raise ValueError(f"{fn}: D ({D}) and DR ({DR}) must be multiples of 16")
+    G = int(heads_per_block)
+    if G < 1 or H % G:
+        raise ValueError(f"{fn}: H ({H}) must be a multiple of heads_per_block ({G})")
+    if len(block_table.shape) != 2 or block_table.shape[0] != B:
+        raise ValueError(f"{fn}: block_table must be (B, max_pages) = ({B}, ...), not {tuple(block_table.shape)}")
+    max_pages = int(block_table.shape[1])
+    bt = _index_array(block_table.reshape(-1), q_nope, "block_table", fn)
+    sl = _index_array(seq_lens, q_nope, "seq_lens", fn, B)
+    if max_seq_len is None:
+        lens = _host_ints(sl)
+        if (lens < 0).any() or (lens > max_pages * page).any():
+            raise ValueError(f"{fn}: seq_lens must lie in 0 .. max_pages * page_size = {max_pages * page}")
+        max_seq_len = int(lens.max()) if B else 0
+    if num_splits is None:
+        num_splits = max(1, min(-(-2 * DECODE_SMS // max(B * H // G, 1)), -(-int(max_seq_len) // 256)))
+    num_splits = int(num_splits)
+    out = _empty_like(q_nope, (B, H, D), src.name)
+    lse = _empty_like(q_nope, (B, H), "f32")
+    if B == 0 or H == 0:
+        return (out, lse) if return_lse else out
+    q_nope, q_pe, ckv_cache, kpe_cache = (_contiguous(x) for x in (q_nope, q_pe, ckv_cache, kpe_cache))
+    part = out if num_splits == 1 else _empty_like(q_nope, (B, num_splits, H, D), "f32")
+    part_lse = lse if num_splits == 1 else _empty_like(q_nope, (B, num_splits, H), "f32")
+    warps = 4
+    mod = _attention_module(_target_for(q_nope, target))
+    mod.mla_decode[(num_splits, H // G, B), warps * 32](
+        _flat(q_nope, 64), _flat(q_pe, 16), _flat(ckv_cache, 64), _flat(kpe_cache, 16), bt, sl, _flat(part, 1),
+        _flat(part_lse, 1), H // G, max_pages, num_splits, np.float32(scale), T=src.name,
+        OUT=arrays.array_scalar_type(part).name, D=D, DR=DR, G=G, PAGE=page, WARPS=warps, SPLIT=num_splits > 1,
+        shared=warps * 2 * G * (D + 2) * 4)
+    if num_splits > 1:
+        merge_states(part, part_lse, out=out, lse_out=lse, target=target)
+    return (out, lse) if return_lse else out

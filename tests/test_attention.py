@@ -281,6 +281,7 @@ GPU_KERNELS = [
     ("paged_decode", dict(T="bf16", KT="bf16", OUT="bf16", D=128, G=1, PAGE=16)),
     ("paged_decode", dict(T="bf16", KT="f8e4m3", OUT="f32", D=128, G=8, PAGE=64, SPLIT=True)),
     ("merge_states", dict(T="f32", OUT="bf16")),
+    ("mla_decode", dict(T="bf16", OUT="f32", D=512, DR=64, G=2, PAGE=64, SPLIT=True)),
 ]
 
 
@@ -433,3 +434,61 @@ def test_paged_decode_gpu(page):
                  for b, n in enumerate(lens)]
         ref, ref_lse = decode_reference(q.float().cpu().numpy(), dense, D ** -0.5)
         check(out.cpu().float().numpy(), lse.cpu().numpy(), ref, ref_lse, vc, "bf16")
+
+
+def test_mla_decode_cpu():
+    """MLA decode (latent rows as K and V, a separate rope part) against float64: odd lengths, two
+    splits, heads in groups of 2."""
+    B, H, D, DR, page = 3, 4, 64, 16, 16
+    lens = [37, 0, 70]
+    bf = DTYPES["bf16"]
+    ckv, _, table, dense = paged_cache(lens, page, 1, D, bf)
+    kpe = RNG.standard_normal((ckv.shape[0], page, DR)).astype(bf)
+    ckv = ckv[:, :, 0]
+    q_nope = RNG.standard_normal((B, H, D)).astype(bf)
+    q_pe = RNG.standard_normal((B, H, DR)).astype(bf)
+    scale = (128 + 64) ** -0.5
+    out, lse = ops.mla_decode(q_nope, q_pe, ckv, kpe, table, np.array(lens, np.int32), scale=scale, num_splits=2,
+                              return_lse=True, target="cpu")
+    assert out.shape == (B, H, D) and out.dtype == bf
+    # the reference: attention with keys [c, k_pe] and values c, queries [q_nope, q_pe]
+    q = np.concatenate([q_nope, q_pe], -1).astype(np.float64)
+    rows = []
+    for b, n in enumerate(lens):
+        pages = table[b, :-(-n // page)]
+        c = ckv[pages].reshape(-1, D)[:n].astype(np.float64)
+        kp = kpe[pages].reshape(-1, DR)[:n].astype(np.float64)
+        rows.append((np.concatenate([c, kp], -1)[:, None], c[:, None]))
+    ref, ref_lse = [], []
+    for b, (k, v) in enumerate(rows):
+        o, l = reference(q[b:b + 1, None], k[None], v[None], False, scale)
+        ref.append(o[0, 0])
+        ref_lse.append(l[0, :, 0])
+    check(out, lse, np.stack(ref), np.stack(ref_lse), ckv, "bf16")
+
+
+@pytest.mark.gpu
+def test_mla_decode_gpu():
+    """DeepSeek's shapes (latent 512, rope 64, 16 heads, pages of 64) on the GPU against float64."""
+    import torch
+
+    B, H, D, DR, page = 4, 16, 512, 64, 64
+    lens = [1, 1000, 4097, 300]
+    ckv, _, table, _ = paged_cache(lens, page, 1, D, np.float32)
+    ckv = torch.from_numpy(ckv[:, :, 0]).cuda().bfloat16()
+    kpe = torch.randn(ckv.shape[0], page, DR, device="cuda", dtype=torch.bfloat16)
+    q_nope = torch.randn(B, H, D, device="cuda", dtype=torch.bfloat16)
+    q_pe = torch.randn(B, H, DR, device="cuda", dtype=torch.bfloat16)
+    scale = (128 + 64) ** -0.5
+    out, lse = ops.mla_decode(q_nope, q_pe, ckv, kpe, torch.from_numpy(table).cuda(),
+                              torch.tensor(lens, dtype=torch.int32, device="cuda"), scale=scale, return_lse=True)
+    ref, ref_lse = [], []
+    for b, n in enumerate(lens):
+        pages = torch.from_numpy(table[b, :-(-n // page)]).cuda().long()
+        c = ckv[pages].reshape(-1, D)[:n].double()
+        kp = kpe[pages].reshape(-1, DR)[:n].double()
+        s = (q_nope[b].double() @ c.T + q_pe[b].double() @ kp.T) * scale
+        ref.append((torch.softmax(s, -1) @ c).cpu().numpy())
+        ref_lse.append(torch.logsumexp(s, -1).cpu().numpy())
+    check(out.cpu().float().numpy(), lse.cpu().numpy(), np.stack(ref), np.stack(ref_lse), ckv.cpu().float().numpy(),
+          "bf16")
