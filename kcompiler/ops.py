@@ -860,7 +860,7 @@ def _f32_vector(x: Any, n: int, like: Any, name: str, fn: str) -> Any:
 def paged_decode(q: Any, k_cache: Any, v_cache: Any, block_table: Any, seq_lens: Any, *,
                  scale: float | None = None, k_scale: Any = None, v_scale: Any = None,
                  num_splits: int | None = None, max_seq_len: int | None = None, return_lse: bool = False,
-                 warps: int = 4, unroll: int = 4, tensor_cores: bool | None = None, target: str = "auto") -> Any:
+                 warps: int = 8, unroll: int = 4, tensor_cores: bool | None = None, target: str = "auto") -> Any:
     """Decode attention of one query token a sequence over a paged KV cache (stdlib/attention.kc):
     ``softmax(scale * q k^T) v`` over the first ``seq_lens[b]`` tokens of sequence b.
 
@@ -876,7 +876,8 @@ def paged_decode(q: Any, k_cache: Any, v_cache: Any, block_table: Any, seq_lens:
       give about two blocks a multiprocessor (:data:`DECODE_SMS`), chunks of at least 256 keys.
     - ``max_seq_len``: the longest of seq_lens, if known: then seq_lens is not read on the host (no
       synchronisation with the GPU) nor checked against the block table.
-    - ``warps``, ``unroll``: the SIMT kernel's WARPS and U (keys a 16-lane group loads at once).
+    - ``warps``, ``unroll``: the SIMT kernel's WARPS and U (keys a 16-lane group loads at once); 8 and
+      4 were the fastest on the H100 (benchmarks/RESULTS.md).
     - ``tensor_cores=True``: the mma.sync path (the G = Hq / Hkv query heads of a KV head as the rows
       of an m16 tile, G <= 16; a cache of q's dtype, f16 or bf16; NVIDIA sm_80+), for grouped-query
       attention, where the SIMT path spends 4 shuffles a key and query head. Checked on the CPU

@@ -149,6 +149,18 @@ def test_prefill_varlen_and_bhsd_emulated(monkeypatch, emulated):
     check(out.transpose(0, 2, 1, 3), lse, ref, ref_lse, vb, "bf16")
 
 
+def test_tiles_that_do_not_fit_are_a_located_error(emulated):
+    """Tiles the tensor-core path cannot serve are a compile error located in stdlib/attention.kc."""
+    from kcompiler.diagnostics import CompileError
+
+    q = np.zeros((1, 16, 1, 64), DTYPES["bf16"])
+    with pytest.raises(CompileError, match=r"attention\.kc:\d+:\d+.*BM of 16 \* WARPS") as e:
+        emulated.attention_prefill[(1, 1, 1), 64](q, q, q, q, np.zeros(16, np.float32), np.zeros(1, np.int32),
+                                                  np.zeros(1, np.int32), 16, 16, 1, 0, 64, 64, 0, 64, 64, 0, 64, 64,
+                                                  0, 64, 64, 16, 16, np.float32(0.1), D=64, BM=48, BN=16, WARPS=2)
+    assert "^" in str(e.value)
+
+
 def test_attention_misuse():
     q, k, v = qkv(1, 4, 4, 3, 2, 16, "f32")
     with pytest.raises(ValueError, match="multiple of k's 2"):
