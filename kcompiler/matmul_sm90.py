@@ -91,6 +91,8 @@ def _tensor_map(x: Any, box: tuple[int, int]) -> Any:
     shape, dtype and box (what the encoding depends on; the cache holds no reference to ``x``)."""
     from .runtime.tensormap import tensor_map
 
+    if not arrays.is_torch_tensor(x):  # a numpy array, for the CPU target's emulation: not cached
+        return tensor_map(x, box, swizzle=128)
     key = (x.data_ptr(), tuple(x.shape), tuple(x.stride()), str(x.dtype), box)
     m = _MAPS.get(key)
     if m is None:
@@ -105,7 +107,8 @@ def _tensor_map(x: Any, box: tuple[int, int]) -> Any:
 
 
 def run(mod: Any, a: Any, b: Any, out: Any, *, b_kmajor: bool = True, scale_a: Any = None, scale_b: Any = None,
-        scale: int = 0, config: dict | None = None, epilogue: tuple | None = None, stream: Any = None) -> Any:
+        scale: int = 0, config: dict | None = None, epilogue: tuple | None = None, stream: Any = None,
+        sms: int | None = None) -> Any:
     """``out = EPI(scale * (a @ B))`` by std.matmul_sm90 (``mod``: that module, compiled for CUDA, or a
     module of a user's epilogue that defines kernel matmul_sm90_epilogue, :func:`epilogue_module`):
     a (M, K) and b (B as (N, K) with ``b_kmajor``, else (K, N)) of one dtype of :data:`BK`, out (M, N)
@@ -113,12 +116,14 @@ def run(mod: Any, a: Any, b: Any, out: Any, *, b_kmajor: bool = True, scale_a: A
     ``scale``: 0 none, 1 by ``scale_a[0] * scale_b[0]`` (per tensor), 2 by ``scale_a[row] *
     scale_b[col]`` (per row of A, per column of C); scales are f32 CUDA tensors. ``epilogue``: None, or
     (EPI, x, y, s): the epilogue fn's name as the module sees it, its inputs (flat CUDA tensors) and
-    scalar. ``config``: one of :data:`CONFIGS` (default :func:`choose`). Returns out."""
+    scalar. ``config``: one of :data:`CONFIGS` (default :func:`choose`). ``sms``: the blocks of the
+    persistent grid (default: the device's multiprocessors). numpy arrays run on the CPU target's
+    emulation (``mod`` compiled with ``target_options={"emulate_wgmma": True}``). Returns out."""
     M, K = (int(s) for s in a.shape)
     N = int(b.shape[0] if b_kmajor else b.shape[1])
     t = arrays.array_scalar_type(a).name
     o = arrays.array_scalar_type(out).name
-    sms = _sm_count(_ordinal(a))
+    sms = sms or (_sm_count(_ordinal(a)) if arrays.is_torch_tensor(a) else 8)
     cfg = dict(config) if config is not None else choose(M, N, K, sms)
     bk = BK[t]
     bm = 64 * cfg["CONSUMERS"]

@@ -44,7 +44,7 @@ import numpy as np
 from ..backends.cpu import abi
 from ..backends.cpu.target import (INFO_SYMBOL, MAX_BLOCK_DIM, MAX_GRID_DIM, MAX_SHARED_BYTES,
                                    MAX_THREADS_PER_BLOCK, CpuTarget)
-from ..ir.types import PointerType, ScalarType, VectorType, sizeof
+from ..ir.types import PointerType, ScalarType, TensorMapType, VectorType, sizeof
 from . import arrays
 from .arrays import ArgMismatch
 from .device import Artifact, Device, LaunchError
@@ -251,6 +251,12 @@ class CpuDevice(Device):
         for p, x in zip(artifact.params, args):
             if isinstance(p.type, PointerType):
                 out.append(self._pointer(kernel, p.name, p.type, x, copybacks))
+            elif isinstance(p.type, TensorMapType):
+                if getattr(x, "kind", None) != "host":
+                    raise TypeError(f"{kernel}: parameter '{p.name}': the cpu target reads tensor maps of "
+                                    f"numpy arrays (tensor_map(numpy_array, box)), got {x!r}")
+                raw = np.frombuffer(bytearray(x.raw), dtype=np.uint8)
+                out.append(PointerArg(raw.ctypes.data, raw.nbytes, 1, p.name, raw))
             else:
                 out.append(_pack_scalar(arrays.check_scalar(kernel, p.name, p.type, x), p.type))
         return out, copybacks

@@ -459,7 +459,7 @@ def _generate_launcher(dev: CudaDevice, h: CudaKernelHandle, artifact: Artifact,
                 return None  # numpy and host tensors are copied: the general path
         elif isinstance(t, TensorMapType):
             env[f"T{i}"] = type(x)
-            lines.append(f"    if type({a}) is not T{i}: raise ArgMismatch")
+            lines.append(f"    if type({a}) is not T{i} or {a}.kind != 'cuda': raise ArgMismatch")
             values.append(f"{a}.raw")
         elif isinstance(t, ScalarType) and t.name in _STRUCT:
             # The Python types accepted: the language's natural ones, plus the numpy scalar type of

@@ -148,6 +148,9 @@ def marshal_args(artifact: Artifact, args: Sequence[Any],
             if isinstance(p.type, PointerType):
                 out.append(pointer(kernel, p.name, x, copybacks))
             elif isinstance(p.type, TensorMapType):
+                if getattr(x, "kind", "cuda") != "cuda":
+                    raise TypeError(f"{kernel}: parameter '{p.name}': a GPU kernel reads tensor maps of GPU "
+                                    f"arrays, got {x!r}")
                 out.append(x.raw)  # 128 bytes, passed by value
             elif p.type.name == "bf16":
                 out.append(bf16_bits(arrays.check_scalar(kernel, p.name, p.type, x)))

@@ -28,16 +28,19 @@ class TensorMap:
     (``address``, ``dtype`` as the language names it, ``shape`` and ``box`` outermost first, ``swizzle``
     in bytes). Holds ``owner``, the array it maps, so that the memory outlives the map."""
 
-    __slots__ = ("raw", "address", "dtype", "shape", "box", "swizzle", "owner")
+    __slots__ = ("raw", "address", "dtype", "shape", "box", "swizzle", "owner", "kind")
 
-    def __init__(self, raw: bytes, address: int, dtype: str, shape: tuple, box: tuple, swizzle: int, owner: Any):
+    def __init__(self, raw: bytes, address: int, dtype: str, shape: tuple, box: tuple, swizzle: int, owner: Any,
+                 kind: str = "cuda"):
         if len(raw) != 128:
             raise ValueError(f"a CUtensorMap is 128 bytes, not {len(raw)}")
         self.raw, self.address, self.dtype, self.shape, self.box, self.swizzle, self.owner = \
             raw, address, dtype, shape, box, swizzle, owner
+        #: "cuda" (the driver's encoding) or "host" (the CPU target's, for numpy arrays)
+        self.kind = kind
 
     def __repr__(self) -> str:
-        return (f"TensorMap({self.dtype}{list(self.shape)} at {self.address:#x}, box {list(self.box)}, "
+        return (f"TensorMap({self.kind}: {self.dtype}{list(self.shape)} at {self.address:#x}, box {list(self.box)}, "
                 f"swizzle {self.swizzle})")
 
 
@@ -49,12 +52,15 @@ def tensor_map(x: Any, box: Sequence[int], swizzle: int = 128) -> TensorMap:
 
     TMA's rules (cuTensorMapEncodeTiled): the address is 16-byte aligned and every stride but the last
     axis' a multiple of 16 bytes; a box row is a multiple of 16 bytes. Raises ValueError when one is
-    broken, TypeError for an array of another kind or dtype, LaunchError when CUDA refuses."""
-    from .cuda import _check, _drv
+    broken, TypeError for an array of another kind or dtype, LaunchError when CUDA refuses.
 
+    A numpy array gives a map in the CPU target's own format (``kind`` "host"), which its emulation of
+    TMA reads (backends/cpu/hopper.py; 2-D); the same rules are checked."""
     t = arrays.array_scalar_type(x) if arrays.is_array(x) else None
-    if t is None or t.name not in _DATA_TYPES or not arrays.is_device_array(x):
-        raise TypeError(f"tensor_map: x must be a CUDA array of {', '.join(_DATA_TYPES)}, not {arrays.describe(x)}")
+    host = isinstance(x, np.ndarray)
+    if t is None or t.name not in _DATA_TYPES or not (host or arrays.is_device_array(x)):
+        raise TypeError(f"tensor_map: x must be a CUDA or numpy array of {', '.join(_DATA_TYPES)}, not "
+                        f"{arrays.describe(x)}")
     if swizzle not in _SWIZZLES:
         raise ValueError(f"tensor_map: swizzle is 0, 32, 64 or 128 bytes, not {swizzle}")
     shape = tuple(int(s) for s in x.shape)
@@ -66,7 +72,7 @@ def tensor_map(x: Any, box: Sequence[int], swizzle: int = 128) -> TensorMap:
     strides = tma_strides(shape, _byte_strides(x, es), es)
     if strides[-1] != es:
         raise ValueError("tensor_map: the last axis must be contiguous")
-    address = arrays.device_pointer(x)
+    address = x.ctypes.data if host else arrays.device_pointer(x)
     if address % 16:
         raise ValueError(f"tensor_map: the array's address {address:#x} is not 16-byte aligned")
     for axis, s in enumerate(strides[:-1]):
@@ -79,6 +85,15 @@ def tensor_map(x: Any, box: Sequence[int], swizzle: int = 128) -> TensorMap:
         raise ValueError(f"tensor_map: a box row of {box[-1] * es} bytes is not a multiple of 16")
     if swizzle and box[-1] * es > swizzle:
         raise ValueError(f"tensor_map: a box row of {box[-1] * es} bytes exceeds the {swizzle}-byte swizzle")
+    if host:
+        words = [address, len(shape), es, swizzle] + [0] * 12
+        for k, (n, st) in enumerate(zip(reversed(shape), reversed(strides))):
+            words[4 + k], words[9 + k] = n, st
+        for k, bx in enumerate(reversed(box)):
+            words[14 + k // 4] |= bx << (16 * (k % 4))
+        raw = np.array(words, dtype="<u8").tobytes()
+        return TensorMap(raw, address, t.name, shape, box, swizzle, x, kind="host")
+    from .cuda import _check, _drv
     E = _drv
     dims = [E.cuuint64_t(s) for s in reversed(shape)]  # innermost first
     gstrides = [E.cuuint64_t(s) for s in reversed(strides[:-1])]
@@ -110,6 +125,8 @@ def tma_strides(shape: Sequence[int], strides: Sequence[int], itemsize: int) -> 
 def _byte_strides(x: Any, itemsize: int) -> tuple[int, ...]:
     if arrays.is_torch_tensor(x):
         return tuple(int(s) * itemsize for s in x.stride())
+    if isinstance(x, np.ndarray):
+        return tuple(int(s) for s in x.strides)
     cai = x.__cuda_array_interface__
     if cai.get("strides") is not None:
         return tuple(int(s) for s in cai["strides"])

@@ -42,7 +42,7 @@ from llvmlite import ir as ll
 from ...diagnostics import CompileError
 from ...ir.types import AddressSpace
 from ..target import Target
-from . import coroutine, mfma, warp_matrix
+from . import coroutine, hopper, mfma, warp_matrix
 from .abi import (ACCESS_ATOMIC, ACCESS_LOAD, ACCESS_STORE, ERR_BOUNDS, ERR_MISALIGNED, WAIT_BARRIER,
                   WAIT_RUN, WAIT_WARP, WARP_ACTIVE_MASK, WARP_BALLOT, WARP_FIRST_LANE, WARP_SHUFFLE,
                   load_launch, load_thread, store_launch, store_thread)
@@ -86,7 +86,9 @@ class CpuTarget(Target):
     matrix instructions (mma_sync, ldmatrix, cp_async; ``target.has("mma")`` is then true), to run and
     check a tensor-core path without a GPU (warp_matrix.py). ``emulate_mfma``: emulate AMD's MFMA as
     chip ``"gfx90a"``, ``"gfx942"`` or ``"gfx950"`` does (``True``: gfx950), with warps of 64 lanes
-    (``target.has("mfma")`` is then true; mfma.py). Raises ValueError for another warp size, for
+    (``target.has("mfma")`` is then true; mfma.py). ``emulate_wgmma``: emulate NVIDIA's Hopper
+    instructions (wgmma, TMA, mbarriers; ``target.has("wgmma")``, "tma", "mbarrier", "setmaxnreg" are
+    then true; hopper.py), to run sm_90a code such as std.matmul_sm90. Raises ValueError for another warp size, for
     both emulations at once, or for an MFMA with warps of 32.
     """
 
@@ -97,7 +99,7 @@ class CpuTarget(Target):
     inline_device_functions = True
 
     def __init__(self, arch: str | None = None, warp_size: int | None = None, emulate_mma: bool = False,
-                 emulate_mfma: bool | str = False):
+                 emulate_mfma: bool | str = False, emulate_wgmma: bool = False):
         from ..llvm import initialize
         initialize()
         llvm.initialize_native_target()
@@ -137,9 +139,16 @@ class CpuTarget(Target):
             self.features |= {"mma", "mma_fp8", "ldmatrix", "cp_async"}
         if self.emulate_mfma:
             self.features |= mfma.features(self.emulate_mfma)
+        self.emulate_wgmma = bool(emulate_wgmma)
+        if self.emulate_wgmma:
+            if warp_size != 32:
+                raise ValueError("cpu target: emulate_wgmma needs warps of 32 lanes, as NVIDIA's")
+            self.features |= hopper.FEATURES
 
     def describe(self) -> dict[str, Any]:
         extra = {"emulate_mma": True} if self.emulate_mma else {}
+        if self.emulate_wgmma:
+            extra["emulate_wgmma"] = True
         if self.emulate_mfma:
             extra["emulate_mfma"] = self.emulate_mfma
         return {**super().describe(), "cpu_features": self.cpu_features, **extra}
@@ -282,6 +291,11 @@ class CpuTarget(Target):
         if not self.emulate_mma:
             return super().cp_async_wait(ctx, n)
         warp_matrix.cp_async_wait(ctx, n)
+
+    def async_op(self, ctx: "LoweringContext", op: Any, args: list[ll.Value]) -> ll.Value | None:
+        if not self.emulate_wgmma:
+            return super().async_op(ctx, op, args)
+        return hopper.async_op(self, ctx, op, args)
 
     # --- memory -----------------------------------------------------------------------------------
     def shared_array(self, ctx: "LoweringContext", symbol: str, lltype: ll.Type) -> ll.Value:

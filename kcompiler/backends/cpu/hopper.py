@@ -1,0 +1,314 @@
+"""NVIDIA's Hopper instructions (wgmma, TMA copies, mbarriers, setmaxnreg, fence.proxy.async) emulated on
+the CPU target, so that code written for sm_90a (``comptime if target.has("wgmma")``: std.matmul_sm90)
+runs, and is checked, without a GPU. Enabled by ``CpuTarget(emulate_wgmma=True)``
+(``target_options={"emulate_wgmma": True}``); off, the CPU target has none of these features and the
+frontend refuses the builtins.
+
+What each does here (the PTX semantics are stated in backends/nvptx/wgmma.py and tma.py):
+
+- Shared-memory addresses that the instructions exchange (matrix descriptors, TMA destinations) are
+  offsets from the block's dynamic shared memory, whose start stands for the 1024-aligned start of a
+  GPU's shared window: the swizzles, which act on address bits 4-9, then act alike.
+- ``tma_load`` (2-D) copies the box at once, element by element: element (r, c) of the box (c
+  innermost) comes from global (c0 + c, c1 + r), zero outside the tensor, and lands at byte offset
+  ``r * box_row_bytes + c * size`` from the destination, swizzled: for an S-byte swizzle (32, 64, 128),
+  address bits 4 .. 4 + log2(S / 16) are XORed with bits 7 .. (PTX ISA "Tensor copy: swizzling modes";
+  CUTLASS's Swizzle<3, 4, 3> for 128 bytes). Then complete-tx of the box's bytes on the barrier.
+- An mbarrier's 8 bytes hold: pending arrivals (bits 0-15), the arrival count (16-31), the
+  transaction count (32-62, signed) and the phase parity (63). A phase completes when no arrival and
+  no byte is pending; ``mbarrier_try_wait(bar, parity)`` is true once the phase of that parity has
+  completed (the current phase's parity differs); ``mbarrier_wait`` yields to the other threads until
+  then. The threads of a block share a host thread, so each operation is atomic.
+- ``wgmma``: each thread computes its own N / 2 elements of D (wgmma's D fragment) from A and B in
+  shared memory, decoding the descriptors as PTX's canonical layouts ("Shared Memory Matrix Layout",
+  "Strides"): K-major, element (row, k) at ``start + (row % 8) * S + (row / 8) * SBO + k * size``;
+  N-major B (trans_b), element (k, n) at ``start + (n % (S / size)) * size + (n / (S / size)) * LBO +
+  (k % 8) * S + (k / 8) * SBO``; then swizzled as above. Only swizzled layouts (S = 32, 64, 128) are
+  read. Products are exact in f32 and summed in k order (the tensor cores' order and internal
+  precision are unspecified). The instruction is computed when issued, which a GPU may also do;
+  ``wgmma_wait`` makes the warp's lanes meet (each has then computed its part), which is what lets a
+  warp's lane 0 release the shared memory it read; ``wgmma_fence``, ``wgmma_commit``, ``setmaxnreg``
+  and ``fence_proxy_async`` do nothing here.
+
+The host makes tensor maps for the CPU target in its own 128-byte format
+(kcompiler.runtime.tensormap, ``host_tensor_map``): 16 little-endian u64: the global address, rank,
+element size, swizzle bytes, sizes (innermost first, 5 slots), byte strides (innermost first, 5
+slots), the box sizes packed 16 bits each (slots 14, 15).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable
+
+import numpy as np
+from llvmlite import ir as ll
+
+from ..llvm.lower import UnsupportedOnTarget
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..llvm.lower import LoweringContext
+    from .target import CpuTarget
+
+I1, I8, I16, I32, I64 = ll.IntType(1), ll.IntType(8), ll.IntType(16), ll.IntType(32), ll.IntType(64)
+F32 = ll.FloatType()
+PTR = ll.PointerType()
+
+#: The features the emulation gives the CPU target.
+FEATURES = frozenset({"wgmma", "tma", "mbarrier", "setmaxnreg"})
+
+#: Operations of the mbarrier helper.
+_INIT, _ARRIVE, _EXPECT_TX, _COMPLETE_TX, _TRY_WAIT = range(5)
+
+#: Element sizes and the K of one wgmma, by the language's type names.
+_TYPES = {"bf16": (2, 16), "f16": (2, 16), "f8e4m3": (1, 32), "f8e5m2": (1, 32)}
+
+
+def _c(v: int, t: ll.Type = I64) -> ll.Constant:
+    return ll.Constant(t, v)
+
+
+def _loop(b: ll.IRBuilder, n: ll.Value, name: str, body: Callable[[ll.Value], None]) -> None:
+    """``for i in [0, n): body(i)`` (i of n's type) at the builder's position."""
+    pre = b.block
+    head = b.append_basic_block(f"{name}.head")
+    inner = b.append_basic_block(f"{name}.body")
+    done = b.append_basic_block(f"{name}.done")
+    b.branch(head)
+    b.position_at_end(head)
+    i = b.phi(n.type, name)
+    i.add_incoming(ll.Constant(n.type, 0), pre)
+    b.cbranch(b.icmp_signed("<", i, n), inner, done)
+    b.position_at_end(inner)
+    body(i)
+    i.add_incoming(b.add(i, ll.Constant(n.type, 1)), b.block)
+    b.branch(head)
+    b.position_at_end(done)
+
+
+def _swizzle(b: ll.IRBuilder, off: ll.Value, width: ll.Value) -> ll.Value:
+    """Byte offset ``off`` (i64) under the ``width``-byte swizzle (0: none): bits 4.. ^= bits 7.."""
+    mask = b.select(b.icmp_unsigned("==", width, _c(0)), _c(0), b.sub(b.lshr(width, _c(4)), _c(1)))
+    return b.xor(off, b.shl(b.and_(b.lshr(off, _c(7)), mask), _c(4)))
+
+
+def _helper(m: ll.Module, name: str, ret: ll.Type, args: list[ll.Type]) -> tuple[ll.Function, bool]:
+    fn = m.globals.get(name)
+    if fn is not None:
+        return fn, False
+    fn = ll.Function(m, ll.FunctionType(ret, args), name)
+    fn.linkage = "internal"
+    return fn, True
+
+
+def _mbar_helper(m: ll.Module) -> ll.Function:
+    """``i32 __kc_emu_mbarrier(ptr bar, i32 op, i32 arg)`` (module docstring)."""
+    fn, new = _helper(m, "__kc_emu_mbarrier", I32, [PTR, I32, I32])
+    if not new:
+        return fn
+    bar, op, arg = fn.args
+    b = ll.IRBuilder(fn.append_basic_block("entry"))
+    s = b.load(bar, typ=I64)
+    pending = b.and_(s, _c(0xFFFF))
+    expected = b.and_(b.lshr(s, _c(16)), _c(0xFFFF))
+    tx = b.ashr(b.shl(s, _c(1)), _c(33))  # bits 32-62, sign-extended
+    phase = b.lshr(s, _c(63))
+    a64 = b.sext(arg, I64)
+    is_ = {k: b.icmp_unsigned("==", op, _c(k, I32)) for k in range(5)}
+    init = is_[_INIT]
+    pending = b.select(init, a64, pending)
+    expected = b.select(init, a64, expected)
+    tx = b.select(init, _c(0), tx)
+    phase = b.select(init, _c(0), phase)
+    arrives = b.or_(is_[_ARRIVE], is_[_EXPECT_TX])
+    pending = b.select(arrives, b.sub(pending, _c(1)), pending)
+    tx = b.select(is_[_EXPECT_TX], b.add(tx, a64), tx)
+    tx = b.select(is_[_COMPLETE_TX], b.sub(tx, a64), tx)
+    updates = b.or_(arrives, is_[_COMPLETE_TX])
+    complete = b.and_(updates, b.and_(b.icmp_signed("==", pending, _c(0)), b.icmp_signed("==", tx, _c(0))))
+    phase = b.select(complete, b.xor(phase, _c(1)), phase)
+    pending = b.select(complete, expected, pending)
+    word = b.or_(b.or_(b.and_(pending, _c(0xFFFF)), b.shl(b.and_(expected, _c(0xFFFF)), _c(16))),
+                 b.or_(b.shl(b.and_(tx, _c(0x7FFFFFFF)), _c(32)), b.shl(phase, _c(63))))
+    keep = is_[_TRY_WAIT]
+    b.store(b.select(keep, s, word), bar)
+    done = b.icmp_unsigned("!=", phase, a64)
+    b.ret(b.select(keep, b.zext(done, I32), _c(0, I32)))
+    return fn
+
+
+def _tma_helper(m: ll.Module) -> ll.Function:
+    """``void __kc_emu_tma2d(ptr dynbase, ptr dst, ptr map, ptr bar, i32 c0, i32 c1)``."""
+    fn, new = _helper(m, "__kc_emu_tma2d", ll.VoidType(), [PTR, PTR, PTR, PTR, I32, I32])
+    if not new:
+        return fn
+    base, dst, tmap, bar, c0, c1 = fn.args
+    b = ll.IRBuilder(fn.append_basic_block("entry"))
+
+    def field(k: int) -> ll.Value:
+        return b.load(b.gep(tmap, [_c(k)], source_etype=I64), typ=I64)
+    addr, es, width = field(0), field(2), field(3)
+    dim0, dim1, stride1 = field(4), field(5), field(10)
+    boxes = field(14)
+    boxw, boxh = b.and_(boxes, _c(0xFFFF)), b.and_(b.lshr(boxes, _c(16)), _c(0xFFFF))
+    rowbytes = b.mul(boxw, es)
+    rel = b.sub(b.ptrtoint(dst, I64), b.ptrtoint(base, I64))
+    x0, y0 = b.sext(c0, I64), b.sext(c1, I64)
+
+    def row(r: ll.Value) -> None:
+        gy = b.add(y0, r)
+        yin = b.and_(b.icmp_signed(">=", gy, _c(0)), b.icmp_signed("<", gy, dim1))
+
+        def byte(cb: ll.Value) -> None:
+            gx = b.add(x0, b.udiv(cb, es))
+            inside = b.and_(yin, b.and_(b.icmp_signed(">=", gx, _c(0)), b.icmp_signed("<", gx, dim0)))
+            src = b.add(addr, b.add(b.mul(gy, stride1), b.add(b.mul(gx, es), b.urem(cb, es))))
+            v = b.load(b.inttoptr(b.select(inside, src, addr), PTR), typ=I8)
+            off = _swizzle(b, b.add(rel, b.add(b.mul(r, rowbytes), cb)), width)
+            b.store(b.select(inside, v, ll.Constant(I8, 0)), b.gep(base, [off], source_etype=I8))
+        _loop(b, rowbytes, "cb", byte)
+    _loop(b, boxh, "r", row)
+    b.call(_mbar_helper(m), [bar, _c(_COMPLETE_TX, I32), b.trunc(b.mul(boxh, rowbytes), I32)])
+    b.ret_void()
+    return fn
+
+
+def _fp8_table(m: ll.Module, fmt: str) -> ll.Value:
+    """A [256 x float] constant: each FP8 code's value (through ml_dtypes, the project's reference)."""
+    name = f"__kc_emu_{fmt}_values"
+    gv = m.globals.get(name)
+    if gv is None:
+        import ml_dtypes
+        dt = {"f8e4m3": ml_dtypes.float8_e4m3fn, "f8e5m2": ml_dtypes.float8_e5m2}[fmt]
+        vals = np.arange(256, dtype=np.uint8).view(dt).astype(np.float32)
+        t = ll.ArrayType(F32, 256)
+        gv = ll.GlobalVariable(m, t, name)
+        gv.linkage = "internal"
+        gv.global_constant = True
+        gv.initializer = ll.Constant(t, [ll.Constant(F32, float(v)) for v in vals])
+    return gv
+
+
+def _element(b: ll.IRBuilder, m: ll.Module, p: ll.Value, t: str) -> ll.Value:
+    """The element of type ``t`` at ``p`` as f32."""
+    if t == "bf16":
+        return b.bitcast(b.shl(b.zext(b.load(p, typ=I16), I32), _c(16, I32)), F32)
+    if t == "f16":
+        return b.fpext(b.load(p, typ=ll.HalfType()), F32)
+    table = _fp8_table(m, t)
+    return b.load(b.gep(table, [_c(0), b.zext(b.load(p, typ=I8), I64)], source_etype=ll.ArrayType(F32, 256)),
+                  typ=F32)
+
+
+def _wgmma_helper(m: ll.Module, n: int, ta: str, tb: str, trans_b: bool) -> ll.Function:
+    """``void __kc_emu_wgmma_<..>(ptr dynbase, i64 a_desc, i64 b_desc, ptr acc, i32 tid, i1 scale_d)``:
+    this thread's N / 2 accumulators (f32 at acc) of D = A B (+ D)."""
+    name = f"__kc_emu_wgmma_n{n}_{ta}_{tb}{'_tb' if trans_b else ''}"
+    fn, new = _helper(m, name, ll.VoidType(), [PTR, I64, I64, PTR, I32, I1])
+    if not new:
+        return fn
+    base, da, db, acc, tid, scale_d = fn.args
+    b = ll.IRBuilder(fn.append_basic_block("entry"))
+    total = b.alloca(F32)
+    es_a, kdim = _TYPES[ta]
+    es_b = _TYPES[tb][0]
+
+    def decode(d: ll.Value) -> tuple[ll.Value, ll.Value, ll.Value, ll.Value]:
+        start = b.shl(b.and_(d, _c(0x3FFF)), _c(4))
+        lbo = b.shl(b.and_(b.lshr(d, _c(16)), _c(0x3FFF)), _c(4))
+        sbo = b.shl(b.and_(b.lshr(d, _c(32)), _c(0x3FFF)), _c(4))
+        mode = b.lshr(d, _c(62))  # 1: 128 bytes, 2: 64, 3: 32
+        width = b.select(b.icmp_unsigned("==", mode, _c(0)), _c(0), b.lshr(_c(256), mode))
+        return start, lbo, sbo, width
+    sa, _, sbo_a, wa = decode(da)
+    sb, lbo_b, sbo_b, wb = decode(db)
+    t = b.zext(b.urem(tid, _c(128, I32)), I64)
+    w, lane = b.udiv(t, _c(32)), b.urem(t, _c(32))
+    g, q = b.udiv(lane, _c(4)), b.urem(lane, _c(4))
+
+    def kmajor(start: ll.Value, sbo: ll.Value, width: ll.Value, mn: ll.Value, k: ll.Value, es: int) -> ll.Value:
+        return b.add(start, b.add(b.add(b.mul(b.urem(mn, _c(8)), width), b.mul(b.udiv(mn, _c(8)), sbo)),
+                                  b.mul(k, _c(es))))
+
+    def output(r: ll.Value) -> None:
+        row = b.add(b.add(b.mul(w, _c(16)), g), b.mul(_c(8), b.udiv(b.urem(r, _c(4)), _c(2))))
+        col = b.add(b.add(b.mul(_c(8), b.udiv(r, _c(4))), b.mul(_c(2), q)), b.urem(r, _c(2)))
+        slot = b.gep(acc, [r], source_etype=F32)
+        b.store(b.select(scale_d, b.load(slot, typ=F32), ll.Constant(F32, 0.0)), total)
+
+        def term(k: ll.Value) -> None:
+            aoff = kmajor(sa, sbo_a, wa, row, k, es_a)
+            if trans_b:
+                per = b.udiv(wb, _c(es_b))  # elements of n in a swizzled row
+                boff = b.add(sb, b.add(b.add(b.mul(b.urem(col, per), _c(es_b)), b.mul(b.udiv(col, per), lbo_b)),
+                                       b.add(b.mul(b.urem(k, _c(8)), wb), b.mul(b.udiv(k, _c(8)), sbo_b))))
+            else:
+                boff = kmajor(sb, sbo_b, wb, col, k, es_b)
+            av = _element(b, m, b.gep(base, [_swizzle(b, aoff, wa)], source_etype=I8), ta)
+            bv = _element(b, m, b.gep(base, [_swizzle(b, boff, wb)], source_etype=I8), tb)
+            b.store(b.fadd(b.load(total, typ=F32), b.fmul(av, bv)), total)
+        _loop(b, _c(kdim), "k", term)
+        b.store(b.load(total, typ=F32), slot)
+    _loop(b, _c(n // 2), "r", output)
+    b.ret_void()
+    return fn
+
+
+def _linear_tid(target: "CpuTarget", ctx: "LoweringContext") -> ll.Value:
+    b = ctx.b
+    tx, ty, tz = (target.special(ctx, "thread_id", d) for d in "xyz")
+    nx, ny = (target.special(ctx, "block_dim", d) for d in "xy")
+    return b.add(tx, b.mul(nx, b.add(ty, b.mul(ny, tz))))
+
+
+def async_op(target: "CpuTarget", ctx: "LoweringContext", op: Any, args: list[ll.Value]) -> ll.Value | None:
+    """Lower one of the IR's ASYNC_OPS on the CPU target (module docstring)."""
+    b, m, name, at = ctx.b, ctx.module, op.name, op.attrs
+    if name in ("wgmma_fence", "wgmma_commit", "setmaxnreg", "fence_proxy_async"):
+        return None
+    if name == "wgmma_wait":
+        target.warp_sync(ctx)  # the warp's lanes have each computed their part (module docstring)
+        return None
+    base = target.dynamic_shared(ctx)
+    if name == "wgmma_desc":
+        rel = b.sub(b.ptrtoint(args[0], I64), b.ptrtoint(base, I64))
+        from ..nvptx.wgmma import SWIZZLE_MODES
+        const = ((at["lbo"] >> 4) & 0x3FFF) << 16 | ((at["sbo"] >> 4) & 0x3FFF) << 32 | SWIZZLE_MODES[at["swizzle"]] << 62
+        return b.or_(b.lshr(b.and_(rel, _c(0x3FFFF)), _c(4)), ll.Constant(I64, const))
+    if name == "wgmma":
+        n = at["n"]
+        acc = ctx.alloca(ll.VectorType(F32, n // 2), name="wgmma_acc")
+        b.store(args[2], acc)
+        helper = _wgmma_helper(m, n, at["a_type"], at["b_type"], bool(at["trans_b"]))
+        b.call(helper, [base, args[0], args[1], acc, _linear_tid(target, ctx), args[3]])
+        return b.load(acc, typ=ll.VectorType(F32, n // 2))
+    if name == "tma_load":
+        if len(args) != 5:
+            raise UnsupportedOnTarget("the cpu target emulates 2-D TMA copies only (two coordinates)")
+        b.call(_tma_helper(m), [base, args[0], args[1], args[2], args[3], args[4]])
+        return None
+    mbar = _mbar_helper(m)
+    if name == "mbarrier_init":
+        b.call(mbar, [args[0], _c(_INIT, I32), args[1]])
+    elif name == "mbarrier_arrive":
+        b.call(mbar, [args[0], _c(_ARRIVE, I32), _c(0, I32)])
+    elif name == "mbarrier_arrive_expect_tx":
+        b.call(mbar, [args[0], _c(_EXPECT_TX, I32), args[1]])
+    elif name == "mbarrier_try_wait":
+        return b.icmp_unsigned("!=", b.call(mbar, [args[0], _c(_TRY_WAIT, I32), args[1]]), _c(0, I32))
+    elif name == "mbarrier_wait":
+        head = b.append_basic_block("mbar.wait")
+        again = b.append_basic_block("mbar.again")
+        done = b.append_basic_block("mbar.done")
+        b.branch(head)
+        b.position_at_end(head)
+        ok = b.call(mbar, [args[0], _c(_TRY_WAIT, I32), args[1]])
+        b.cbranch(b.icmp_unsigned("!=", ok, _c(0, I32)), done, again)
+        b.position_at_end(again)
+        target.nanosleep(ctx, _c(0, I32))  # a yield to the block's other threads
+        b.branch(head)
+        b.position_at_end(done)
+    else:
+        raise UnsupportedOnTarget(f"{name} is not emulated on the cpu target")
+    return None
+
+
+__all__ = ["FEATURES", "async_op"]
