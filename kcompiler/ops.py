@@ -670,14 +670,21 @@ ATTENTION_TILES = {64: dict(BM=128, BN=64, WARPS=4, STAGES=2), 128: dict(BM=128,
                    256: dict(BM=128, BN=64, WARPS=8, STAGES=2)}
 #: Prefill tiles of the SIMT path (a thread per query row).
 ATTENTION_SIMT_TILES = dict(BM=64, BN=32, WARPS=2, STAGES=2)
+#: Prefill tiles of the MFMA path (AMD CDNA; a wavefront per 16 query rows), by head dimension: within
+#: gfx942's 64 KiB of LDS. Not tuned (no AMD GPU here).
+ATTENTION_MFMA_TILES = {128: dict(BM=64, BN=64, WARPS=4, STAGES=1), 256: dict(BM=32, BN=32, WARPS=2, STAGES=1)}
 
 
-def attention_shared_bytes(tiles: dict[str, int], head_dim: int, itemsize: int, tensor_cores: bool) -> int:
-    """Dynamic shared memory of std.attention's prefill in bytes (the formula stated in
+def attention_shared_bytes(tiles: dict[str, int], head_dim: int, itemsize: int, tensor_cores: bool,
+                           mfma: bool = False) -> int:
+    """Dynamic shared memory of std.attention's prefill in bytes (the formulas stated in
     stdlib/attention.kc): Q's tile and STAGES tiles of K and V, rows padded to D + 8 elements, on
-    tensor cores; one tile of K and of V in SIMT."""
+    tensor cores; on MFMA Q's and K's tiles (rows of D + 4) and V's transposed (rows of BN + 4); one
+    tile of K and of V in SIMT."""
     if tensor_cores:
         return (tiles["BM"] + 2 * tiles["STAGES"] * tiles["BN"]) * (head_dim + 8) * itemsize
+    if mfma:
+        return ((tiles["BM"] + tiles["BN"]) * (head_dim + 4) + head_dim * (tiles["BN"] + 4)) * itemsize
     return 2 * tiles["BN"] * head_dim * itemsize
 
 
@@ -819,12 +826,18 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | No
     # the module's target decides the path, as the kernel's comptime test does (the CPU target with
     # emulate_mma takes the tensor-core path too)
     tensor_cores = mod._program.target.has("mma") and src.name in ("f16", "bf16")
-    if tensor_cores and (D % 16 or D > 256):
+    mfma = not tensor_cores and mod._program.target.has("mfma") and src.name in ("f16", "bf16")
+    if (tensor_cores or mfma) and (D % 16 or D > 256):
         raise ValueError(f"{fn}: the head dimension must be a multiple of 16 up to 256, not {D}")
-    t = dict(tiles) if tiles is not None else dict(
-        ATTENTION_TILES.get(D, ATTENTION_TILES[256 if D > 128 else 128 if D > 64 else 64]) if tensor_cores
-        else ATTENTION_SIMT_TILES)
-    threads = t["WARPS"] * 32 if tensor_cores else t["BM"]
+    if tiles is not None:
+        t = dict(tiles)
+    elif tensor_cores:
+        t = dict(ATTENTION_TILES.get(D, ATTENTION_TILES[256 if D > 128 else 128 if D > 64 else 64]))
+    elif mfma:
+        t = dict(ATTENTION_MFMA_TILES[256 if D > 128 else 128])
+    else:
+        t = dict(ATTENTION_SIMT_TILES)
+    threads = t["WARPS"] * 32 if tensor_cores else t["WARPS"] * 64 if mfma else t["BM"]
     fq, fk, fv, fo = _flat(q, 16), _flat(k, 16), _flat(v, 16), _flat(out, 1)
     aligned = D % 8 == 0 and all(_data_ptr(x) % 16 == 0 for x in (fq, fk, fv, fo))
     s = strides
@@ -835,7 +848,7 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | No
         s["o_sb"], s["o_ss"], s["o_sh"], l_sb, l_sh,
         np.float32(D ** -0.5 if scale is None else scale),
         T=src.name, D=D, CAUSAL=bool(causal), VARLEN=varlen, ALIGNED=aligned,
-        shared=attention_shared_bytes(t, D, src.size, tensor_cores), **t)
+        shared=attention_shared_bytes(t, D, src.size, tensor_cores, mfma), **t)
     return (out, lse) if return_lse else out
 
 

@@ -338,13 +338,18 @@ def test_approx_ftz_option(tmp_path):
 
 @pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
 def test_amd_code_objects(arch):
-    """Every kernel compiles and links into a code object for gfx942 and gfx950 (the SIMT paths: no
-    MFMA here yet); never run, no AMD GPU is at hand."""
+    """Every kernel compiles and links into a code object for gfx942 and gfx950, the prefill on the
+    matrix cores (v_mfma_f32_16x16x16_bf16, no scratch), decode, merge and MLA in SIMT; never run, no
+    AMD GPU is at hand."""
     from kcompiler.pipeline import emit_file
     from kcompiler.runtime.codeobject import read_code_object
 
-    simt_prefill = ("attention_prefill", dict(T="bf16", D=64, BM=64, BN=32, CAUSAL=True, VARLEN=True))
-    for name, params in [simt_prefill] + GPU_KERNELS[4:]:
+    mfma_prefill = ("attention_prefill", dict(T="bf16", D=128, CAUSAL=True, VARLEN=True, ALIGNED=True,
+                                              **ops.ATTENTION_MFMA_TILES[128]))
+    asm = emit_file(stdlib_dir() / "attention.kc", "asm", "amdgcn", arch, kernel=mfma_prefill[0],
+                    params=mfma_prefill[1])
+    assert "v_mfma_f32_16x16x16_bf16" in asm and "scratch_" not in asm
+    for name, params in [mfma_prefill] + GPU_KERNELS[4:]:
         obj = emit_file(stdlib_dir() / "attention.kc", "obj", "amdgcn", arch, kernel=name, params=params)
         co = read_code_object(obj)
         assert co.arch == arch and [k.name.split("__")[0] for k in co.kernels] == [name], (co.arch, co.kernels)
@@ -504,3 +509,20 @@ def test_mla_decode_gpu():
         ref_lse.append(torch.logsumexp(s, -1).cpu().numpy())
     check(out.cpu().float().numpy(), lse.cpu().numpy(), np.stack(ref), np.stack(ref_lse), ckv.cpu().float().numpy(),
           "bf16")
+
+
+# --- the MFMA path (AMD CDNA), on the CPU target's emulation ---------------------------------------------
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_prefill_mfma_emulated(monkeypatch, causal):
+    """The MFMA path (S^T = K Q^T, O^T = V^T P^T on 16x16x16 bf16/f16 MFMA, wavefronts of 64) on the
+    CPU target's emulation of gfx942's matrix cores: odd lengths, GQA, causal rows without keys."""
+    mod = kc.compile_file(stdlib_dir() / "attention.kc", target="cpu", target_options={"emulate_mfma": "gfx942"},
+                          check_bounds=True)
+    monkeypatch.setattr(ops, "_module", lambda name, target: mod)
+    B, Sq, Sk, H, HK, D = 1, 45, 37, 2, 1, 64
+    dtype = "bf16" if causal else "f16"
+    q, k, v = qkv(B, Sq, Sk, H, HK, D, dtype)
+    out, lse = ops.attention(q, k, v, causal=causal, return_lse=True, tiles=dict(BM=32, BN=32, WARPS=2, STAGES=1),
+                             target="cpu")
+    check(out, lse, *reference(q, k, v, causal, D ** -0.5), v, dtype)
