@@ -78,6 +78,8 @@ def reason_not(a: Any, b: Any, out: Any, b_kmajor: bool = True) -> str | None:
         return "wgmma reads FP8 B K-major only"
     if not (a.is_contiguous() and b.is_contiguous() and out.is_contiguous()):
         return "the Hopper path takes contiguous matrices"
+    if 0 in tuple(a.shape) + tuple(b.shape):
+        return "a tensor map describes no empty matrix"
     if any((int(x.shape[1]) * t.size) % 16 or x.data_ptr() % 16 for x in (a, b)):
         return "TMA needs rows of a multiple of 16 bytes, 16-byte aligned"
     return None
@@ -230,11 +232,11 @@ def scaled_matmul(a: Any, b: Any, scale_a: Any, scale_b: Any, *, out_dtype: Any 
     else:
         raise ValueError(f"scaled_matmul: scales of one element each, or of M = {M} and N = {N} elements, not "
                          f"{sa.numel()} and {sb.numel()}")
+    if M == 0 or N == 0 or K == 0:
+        return out.zero_()
     why = reason_not(a, b_nk, out, True)
     if why is not None:
         raise RuntimeError(f"scaled_matmul: {why}")
-    if M == 0 or N == 0:
-        return out
     return run(ops._module("matmul_sm90", "cuda"), a, b_nk, out, scale_a=sa, scale_b=sb, scale=mode)
 
 

@@ -345,7 +345,7 @@ EMU_CASES = [  # (M, N, K), T, config, B K-major, OUT
     ((130, 264, 200), "bf16", "128x256", True, "bf16"),
     ((130, 264, 200), "f16", "128x128", False, "f32"),
     ((70, 136, 72), "bf16", "64x128", False, "f32"),
-    ((33, 200, 136), "bf16", "64x64", True, "f32"),
+    ((33, 131, 136), "bf16", "64x64", True, "f32"),  # N odd: the unaligned store
 ]
 
 
