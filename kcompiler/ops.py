@@ -501,6 +501,25 @@ def _epilogue_module(source: str, target: str) -> Any:
                           path="<kcompiler.ops.matmul epilogue>")
 
 
+def _unread_input(like: Any) -> Any:
+    """A one-element f32 array of ``like``'s kind for an epilogue input that is not read. Not ``out``:
+    a host array passed twice is copied to the device twice and back twice, the second copy back
+    over the result."""
+    return _torch_f32_scalar(str(like.device)) if arrays.is_torch_tensor(like) else np.zeros(1, np.float32)
+
+
+@functools.lru_cache(maxsize=None)
+def _torch_f32_scalar(device: str) -> Any:
+    import torch
+    return torch.zeros(1, dtype=torch.float32, device=device)
+
+
+def _apart_from(x: Any, out: Any) -> Any:
+    """Epilogue input ``x``, copied if it is a host array sharing memory with ``out`` (host arrays are
+    copied to the device and back at a launch: its stale copy would land over the result)."""
+    return x.copy() if isinstance(x, np.ndarray) and isinstance(out, np.ndarray) and np.shares_memory(x, out) else x
+
+
 def _epilogue_inputs(ep: Epilogue, a: Any, M: int, N: int) -> list[Any]:
     """``ep``'s x and y, checked (kind, dtype, contiguity; a stock epilogue's shapes) and flattened;
     None for one it does not read."""
@@ -631,8 +650,7 @@ def matmul(a: Any, b: Any, out: Any = None, epilogue: Epilogue | str | None = No
             kernel, params["EPI"] = mod.matmul_epilogue, f"epilogue.{epilogue.fn}"
         else:
             kernel, params["EPI"] = _epilogue_module(epilogue.source, tgt).matmul_epilogue, epilogue.fn
-        # an input the epilogue does not read is passed as out (never read: any array will do)
-        pack = (ex[0] if ex[0] is not None else fo, ex[1] if ex[1] is not None else fo, np.float32(epilogue.s))
+        pack = tuple(_unread_input(a) if x is None else _apart_from(x, out) for x in ex) + (np.float32(epilogue.s),)
 
     def run(t: dict[str, int], c: Any = fo, kernel: Any = kernel, pack: tuple = pack, params: dict = params) -> None:
         threads = t["BM"] // t["WM"] * (t["BN"] // t["WN"]) * (64 if mfma else 32)
@@ -878,7 +896,10 @@ def paged_decode(q: Any, k_cache: Any, v_cache: Any, block_table: Any, seq_lens:
     ``softmax(scale * q k^T) v`` over the first ``seq_lens[b]`` tokens of sequence b.
 
     - q: (B, Hq, D) of f16, bf16 or f32; the result has q's shape and dtype; with ``return_lse`` also
-      the log-sum-exp (B, Hq), f32, natural log.
+      the log-sum-exp (B, Hq), f32, natural log. Or q: (B, QL, Hq, D), the last QL tokens of each
+      sequence (their keys already in the cache, counted in seq_lens), token t seeing the keys before
+      seq_lens[b] - (QL - 1 - t) (speculative decoding's verification); result (B, QL, Hq, D), LSE (B,
+      QL, Hq); the SIMT path.
     - k_cache, v_cache: (pages, page_size, Hkv, D) (vLLM's and FlashAttention's paged layout), of q's
       dtype, or FP8 E4M3 (``float8_e4m3fn``) with per-KV-head scales ``k_scale`` and ``v_scale`` (a
       number or Hkv numbers: K = k_scale * k). Hq a multiple of Hkv (grouped-query attention). D a
@@ -911,10 +932,12 @@ def paged_decode(q: Any, k_cache: Any, v_cache: Any, block_table: Any, seq_lens:
     fp8 = kt.name == "f8e4m3"
     if fp8 and (k_scale is None or v_scale is None):
         raise ValueError(f"{fn}: an FP8 cache needs k_scale and v_scale")
-    if len(q.shape) != 3 or len(k_cache.shape) != 4 or tuple(v_cache.shape) != tuple(k_cache.shape):
-        raise ValueError(f"{fn}: q must be (B, Hq, D) and both caches (pages, page_size, Hkv, D), not "
-                         f"{tuple(q.shape)}, {tuple(k_cache.shape)} and {tuple(v_cache.shape)}")
-    (B, H, D), (pages, page, HK, Dk) = tuple(q.shape), tuple(k_cache.shape)
+    if len(q.shape) not in (3, 4) or len(k_cache.shape) != 4 or tuple(v_cache.shape) != tuple(k_cache.shape):
+        raise ValueError(f"{fn}: q must be (B, Hq, D) or (B, QL, Hq, D) and both caches (pages, page_size, Hkv, D),"
+                         f" not {tuple(q.shape)}, {tuple(k_cache.shape)} and {tuple(v_cache.shape)}")
+    qshape = tuple(q.shape)
+    (B, QL, H, D), (pages, page, HK, Dk) = (qshape if len(qshape) == 4 else (qshape[0], 1) + qshape[1:]), \
+        tuple(k_cache.shape)
     if Dk != D or D % 16:
         raise ValueError(f"{fn}: the head dimension must be a multiple of 16 and equal in q and the caches "
                          f"({D}, {Dk})")
@@ -940,20 +963,20 @@ def paged_decode(q: Any, k_cache: Any, v_cache: Any, block_table: Any, seq_lens:
     num_splits = int(num_splits)
     if num_splits < 1:
         raise ValueError(f"{fn}: num_splits must be at least 1, not {num_splits}")
-    out = _empty_like(q, (B, H, D), src.name)
-    lse = _empty_like(q, (B, H), "f32")
+    out = _empty_like(q, qshape, src.name)
+    lse = _empty_like(q, qshape[:-1], "f32")
     if B == 0 or H == 0:
         return (out, lse) if return_lse else out
     mod = _attention_module(_target_for(q, target))
     sc = np.float32(D ** -0.5 if scale is None else scale)
     args = (_flat(q, 16), _flat(k_cache, 16), _flat(v_cache, 16), bt, sl, ks, vs)
-    part = out if num_splits == 1 else _empty_like(q, (B, num_splits, H, D), "f32")
-    part_lse = lse if num_splits == 1 else _empty_like(q, (B, num_splits, H), "f32")
-    can_tc = (mod._program.target.has("mma") and not fp8 and src.name in ("f16", "bf16") and G <= 16
+    part = out if num_splits == 1 else _empty_like(q, (B, num_splits, QL * H, D), "f32")
+    part_lse = lse if num_splits == 1 else _empty_like(q, (B, num_splits, QL * H), "f32")
+    can_tc = (mod._program.target.has("mma") and not fp8 and src.name in ("f16", "bf16") and G <= 16 and QL == 1
               and all(_data_ptr(x) % 16 == 0 for x in args[:3] + (part,)))
     if tensor_cores and not can_tc:
-        raise ValueError(f"{fn}: the tensor-core path needs NVIDIA sm_80+, f16/bf16 q and cache, at most 16 query "
-                         f"heads a KV head and 16-byte aligned arrays")
+        raise ValueError(f"{fn}: the tensor-core path needs NVIDIA sm_80+, f16/bf16 q and cache, one query token, "
+                         f"at most 16 query heads a KV head and 16-byte aligned arrays")
     tc = can_tc and bool(tensor_cores)
     if tc:
         tiles = dict(BM=16, BN=64, STAGES=2)
@@ -962,13 +985,13 @@ def paged_decode(q: Any, k_cache: Any, v_cache: Any, block_table: Any, seq_lens:
     else:
         tiles = dict(WARPS=warps, U=unroll)
         threads = warps * 32
-        shared = warps * 2 * G * (D + 2) * 4
-    kw = dict(T=src.name, KT=kt.name, D=D, G=G, PAGE=page, TC=tc, shared=shared, **tiles)
+        shared = warps * 2 * QL * G * (D + 2) * 4
+    kw = dict(T=src.name, KT=kt.name, D=D, G=G, PAGE=page, TC=tc, QL=QL, shared=shared, **tiles)
     mod.paged_decode[(num_splits, HK, B), threads](*args, _flat(part, 1), _flat(part_lse, 1), HK, max_pages,
                                                    num_splits, sc, OUT=arrays.array_scalar_type(part).name,
                                                    SPLIT=num_splits > 1, **kw)
     if num_splits > 1:
-        merge_states(part, part_lse, out=out, lse_out=lse, target=target)
+        merge_states(part, part_lse, out=out.reshape(B, QL * H, D), lse_out=lse.reshape(B, QL * H), target=target)
     return (out, lse) if return_lse else out
 
 

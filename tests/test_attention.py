@@ -223,6 +223,27 @@ def test_paged_decode_cpu(page, G, splits):
     check(out, lse, ref, ref_lse, v_cache, "bf16")
 
 
+@pytest.mark.parametrize("splits", [1, 3])
+def test_paged_decode_several_query_tokens_cpu(splits):
+    """QL = 3 new tokens a sequence (speculative decoding's verification step), GQA 2:1: token t sees
+    the keys before len - (QL - 1 - t); a sequence of 2 keys leaves its first token none."""
+    HK, G, D, page, QL = 2, 2, 64, 16, 3
+    lens = [2, 40, 129]
+    bf = DTYPES["bf16"]
+    k_cache, v_cache, table, dense = paged_cache(lens, page, HK, D, bf)
+    q = RNG.standard_normal((len(lens), QL, HK * G, D)).astype(bf)
+    out, lse = ops.paged_decode(q, k_cache, v_cache, table, np.array(lens, np.int32), num_splits=splits,
+                                return_lse=True, target="cpu")
+    assert out.shape == q.shape and lse.shape == q.shape[:-1]
+    ref, ref_lse = [], []
+    for b, (k, v) in enumerate(dense):
+        o, l = reference(q[b:b + 1], k[None], v[None], True, D ** -0.5)  # causal, bottom-right aligned
+        ref.append(o[0])
+        ref_lse.append(l[0].T)
+    assert np.isneginf(ref_lse[0][0]).all()
+    check(out, lse, np.stack(ref), np.stack(ref_lse), v_cache, "bf16")
+
+
 def test_paged_decode_tensor_cores_emulated(monkeypatch, emulated):
     """The mma.sync path (query heads of a KV head as the rows of an m16 tile, paged K/V tiles by
     cp.async) on the CPU target's emulation: 3 query heads a KV head, 2 splits of whole pages, sequences
