@@ -313,6 +313,21 @@ def test_epilogue_into_a_narrow_output_with_transposed_b(target):
     _check(c, ref, mag, lip, acc_tol)
 
 
+def test_residual_in_place(target):
+    """out is the residual y (C = A @ B + C): each element is read before it is written, by the same
+    thread; host arrays are copied to the device once each (an input sharing out's memory is copied
+    apart, so that its stale copy does not come back over the result)."""
+    M, N, K = 31, 26, 45
+    a = RNG.standard_normal((M, K)).astype(np.float32)
+    b = RNG.standard_normal((K, N)).astype(np.float32)
+    r = RNG.standard_normal((M, N)).astype(np.float32)
+    r0 = r.copy()
+    assert ops.matmul(a, b, r, ops.Epilogue("residual", y=r), target=target) is r
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    ref = a64 @ b64 + r0
+    _check(r, ref, np.abs(ref) + np.abs(r0), 1.0, 4 * K * U32 * (np.abs(a64) @ np.abs(b64)))
+
+
 USER_SRC = """\
 import std.math
 
