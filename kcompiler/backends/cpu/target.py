@@ -88,8 +88,12 @@ class CpuTarget(Target):
     chip ``"gfx90a"``, ``"gfx942"`` or ``"gfx950"`` does (``True``: gfx950), with warps of 64 lanes
     (``target.has("mfma")`` is then true; mfma.py). ``emulate_wgmma``: emulate NVIDIA's Hopper
     instructions (wgmma, TMA, mbarriers; ``target.has("wgmma")``, "tma", "mbarrier", "setmaxnreg" are
-    then true; hopper.py), to run sm_90a code such as std.matmul_sm90. Raises ValueError for another warp size, for
-    both emulations at once, or for an MFMA with warps of 32.
+    then true; hopper.py), to run sm_90a code such as std.matmul_sm90. ``approx_error``: a relative
+    error d (e.g. 2**-21.7, or negative) put on the builtins ``rcp`` and ``rsqrt``, which the CPU
+    computes exactly but GPUs approximate (NVIDIA rcp/rsqrt.approx.f32, AMD v_rcp/v_rsq_f32: within
+    2^-22.9 relative or 1 ulp): their results are multiplied by 1 + d, so that code correcting the
+    approximations can be checked on the CPU. Raises ValueError for another warp size, for both
+    emulations at once, for an MFMA with warps of 32, or for |approx_error| >= 2^-10.
     """
 
     name = "cpu"
@@ -99,7 +103,7 @@ class CpuTarget(Target):
     inline_device_functions = True
 
     def __init__(self, arch: str | None = None, warp_size: int | None = None, emulate_mma: bool = False,
-                 emulate_mfma: bool | str = False, emulate_wgmma: bool = False):
+                 emulate_mfma: bool | str = False, emulate_wgmma: bool = False, approx_error: float = 0.0):
         from ..llvm import initialize
         initialize()
         llvm.initialize_native_target()
@@ -139,6 +143,9 @@ class CpuTarget(Target):
             self.features |= {"mma", "mma_fp8", "ldmatrix", "cp_async"}
         if self.emulate_mfma:
             self.features |= mfma.features(self.emulate_mfma)
+        self.approx_error = float(approx_error)
+        if not abs(self.approx_error) < 2.0 ** -10:
+            raise ValueError(f"cpu target: approx_error must be a small relative error, |d| < 2^-10, not {approx_error}")
         self.emulate_wgmma = bool(emulate_wgmma)
         if self.emulate_wgmma:
             if warp_size != 32:
@@ -151,7 +158,18 @@ class CpuTarget(Target):
             extra["emulate_wgmma"] = True
         if self.emulate_mfma:
             extra["emulate_mfma"] = self.emulate_mfma
+        if self.approx_error:
+            extra["approx_error"] = self.approx_error
         return {**super().describe(), "cpu_features": self.cpu_features, **extra}
+
+    def math(self, ctx: "LoweringContext", fn: str, args: list[ll.Value]) -> ll.Value:
+        """Target.math, with ``approx_error`` put on rcp and rsqrt (see the class docstring)."""
+        v = super().math(ctx, fn, args)
+        if self.approx_error and fn in ("rcp", "rsqrt"):
+            f = 1.0 + self.approx_error
+            n = v.type.count if isinstance(v.type, ll.VectorType) else 0
+            v = ctx.b.fmul(v, ll.Constant(v.type, [f] * n if n else f))
+        return v
 
     # --- module state -----------------------------------------------------------------------------
     @staticmethod
