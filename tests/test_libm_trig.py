@@ -9,6 +9,9 @@ the ten closest f32 overall, found by an exhaustive search). The documented boun
 stdlib/libm_trig.kc) is asserted; special values are checked exactly; f16 and bf16 over all 2^16
 inputs against the correctly rounded 16-bit result. The f64 sind/cosd are checked against long
 double (x86's 64-bit significand) or mpmath, including the double closest to a multiple of pi/2.
+The GPUs' approximate rcp/rsqrt (which the CPU target computes exactly) are put back by compiling
+the library with them perturbed by 2^-21.7, and the f32 GPU code is checked statically (no IEEE
+division or square root, branch-free ranges, PTX assembled by ptxas, AMDGCN on v_rcp/v_rsq).
 """
 from __future__ import annotations
 
