@@ -240,4 +240,5 @@ def scaled_matmul(a: Any, b: Any, scale_a: Any, scale_b: Any, *, out_dtype: Any 
     return run(ops._module("matmul_sm90", "cuda"), a, b_nk, out, scale_a=sa, scale_b=sb, scale=mode)
 
 
-__all__ = ["BK", "CHOICES", "CONFIGS", "choose", "epilogue_module", "reason_not", "run", "scaled_matmul", "shared_bytes"]
+__all__ = ["BK", "CHOICES", "CONFIGS", "choose", "epilogue_module", "reason_not", "run", "scaled_matmul",
+           "shared_bytes"]
