@@ -318,3 +318,33 @@ def test_reduced_precision_is_cheaper():
     for accurate, cheap in (("math.expf", "sp.exp_rp"), ("sp.tanhf", "sp.tanh_rp"), ("math.sigmoidf", "sp.sigmoid_rp"),
                             ("math.siluf", "sp.silu_rp"), ("sp.gelu_tanhf", "sp.gelu_rp")):
         assert instructions(cheap) < instructions(accurate), (accurate, cheap)
+
+
+def test_accurate_versions_are_branch_free_and_division_free(tmp_path):
+    """The f32 functions are written for throughput on GPUs: for sm_90a each compiles to straight-line
+    PTX (no branch, so no warp divergence on mixed inputs) with no IEEE division (div.rn and rcp.rn
+    expand to long sequences with a slow path; the quotients use rcp.approx and a residual
+    correction), and the
+    PTX assembles (ptxas, when on PATH)."""
+    import re
+    import shutil
+    import subprocess
+
+    from kcompiler.pipeline import compile_source_to
+
+    names = F32 + RP
+    src = "import std.libm_special as sp\n" + "".join(
+        f"kernel b_{n}(x: ptr<f32>) {{ x[0] = sp.{n}(x[0]); }}\n" for n in names)
+    ptx = compile_source_to(src, "branch_free.kc", "asm", "nvptx", "sm_90a")
+    bodies = dict(re.findall(r"\.entry (b_\w+)\((?:.|\n)*?\n\{\n((?:.|\n)*?)\n\}", ptx))
+    assert sorted(bodies) == sorted(f"b_{n}" for n in names)
+    for name, body in bodies.items():
+        ops = [line.split()[0] for line in body.splitlines() if line.strip().endswith(";")]
+        assert not [op for op in ops if op.startswith(("bra", "@"))], (name, "branch")
+        assert not [op for op in ops if op.startswith(("div", "rcp.rn", "sqrt.rn"))], (name, "IEEE division")
+        assert name in ("b_erff", "b_exp_rp") or "rcp.approx.f32" in ops, (name, "reciprocal")
+    if shutil.which("ptxas"):
+        (tmp_path / "t.ptx").write_text(ptx)
+        r = subprocess.run(["ptxas", "-arch=sm_90a", str(tmp_path / "t.ptx"), "-o", str(tmp_path / "t.cubin")],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
