@@ -422,6 +422,24 @@ def test_prefill_gpu(D, causal):
 
 
 @pytest.mark.gpu
+def test_prefill_approx_ftz_gpu(monkeypatch):
+    """std.attention compiled with approx_ftz (what the benchmark times) computes the same: a
+    probability below 2^-126 flushed to 0 changes no result beyond the bounds."""
+    import torch
+
+    monkeypatch.setattr(ops, "_attention_module", lambda tgt: ops._module_ftz("attention", tgt))
+    B, Sq, Sk, H, HK, D = 2, 513, 700, 4, 2, 128
+    q = torch.randn(B, Sq, H, D, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(B, Sk, HK, D, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn(B, Sk, HK, D, device="cuda", dtype=torch.bfloat16)
+    for causal in (False, True):
+        out, lse = ops.attention(q, k, v, causal=causal, return_lse=True)
+        ref, ref_lse = sdpa64(q, k, v, causal, D ** -0.5)
+        check(out.cpu().float().numpy(), lse.cpu().numpy(), ref.cpu().numpy(), ref_lse.cpu().numpy(),
+              v.cpu().float().numpy(), "bf16")
+
+
+@pytest.mark.gpu
 def test_prefill_varlen_gpu():
     import torch
 
