@@ -149,7 +149,8 @@ def sass_counts() -> dict:
 
 
 def time_configs() -> None:
-    """Each Hopper configuration on a few bf16 sizes (B K-major), TFLOP/s; '*' marks the choice."""
+    """Each Hopper configuration on a few bf16 sizes (B K-major), TFLOP/s; '*' marks the choice; for
+    small M also split-K (its zeroing and bf16 conversion of the f32 result included)."""
     from kcompiler import matmul_sm90
 
     mod = ops._module("matmul_sm90", "cuda")
@@ -163,6 +164,11 @@ def time_configs() -> None:
         for name, cfg in matmul_sm90.CONFIGS.items():
             t = bench(lambda: matmul_sm90.run(mod, a, b, out, config=cfg))
             line.append(f"{name}{'*' if cfg == chosen else ''} {tflops(m, n, k, t):.0f}")
+        if m <= 1024:  # split-K, for products with few tiles
+            for split in (2, 4, 8):
+                t = bench(lambda: matmul_sm90.run(mod, a, b, out, config=matmul_sm90.CONFIGS["64x128"],
+                                                  split_k=split))
+                line.append(f"64x128/split{split} {tflops(m, n, k, t):.0f}")
         print(f"configs {m}x{n}x{k}: " + ", ".join(line), flush=True)
 
 

@@ -110,7 +110,7 @@ def _tensor_map(x: Any, box: tuple[int, int]) -> Any:
 
 def run(mod: Any, a: Any, b: Any, out: Any, *, b_kmajor: bool = True, scale_a: Any = None, scale_b: Any = None,
         scale: int = 0, config: dict | None = None, epilogue: tuple | None = None, stream: Any = None,
-        sms: int | None = None) -> Any:
+        sms: int | None = None, split_k: int = 1) -> Any:
     """``out = EPI(scale * (a @ B))`` by std.matmul_sm90 (``mod``: that module, compiled for CUDA, or a
     module of a user's epilogue that defines kernel matmul_sm90_epilogue, :func:`epilogue_module`):
     a (M, K) and b (B as (N, K) with ``b_kmajor``, else (K, N)) of one dtype of :data:`BK`, out (M, N)
@@ -119,7 +119,10 @@ def run(mod: Any, a: Any, b: Any, out: Any, *, b_kmajor: bool = True, scale_a: A
     scale_b[col]`` (per row of A, per column of C); scales are f32 CUDA tensors. ``epilogue``: None, or
     (EPI, x, y, s): the epilogue fn's name as the module sees it, its inputs (flat CUDA tensors) and
     scalar. ``config``: one of :data:`CONFIGS` (default :func:`choose`). ``sms``: the blocks of the
-    persistent grid (default: the device's multiprocessors). numpy arrays run on the CPU target's
+    persistent grid (default: the device's multiprocessors). ``split_k`` > 1 cuts each tile's K loop
+    into that many work units whose f32 partial products are added atomically into a zeroed f32
+    result (out itself, or a scratch array then converted into out); no epilogue. It is not chosen
+    automatically yet: it has not run on a GPU. numpy arrays run on the CPU target's
     emulation (``mod`` compiled with ``target_options={"emulate_wgmma": True}``). Returns out."""
     M, K = (int(s) for s in a.shape)
     N = int(b.shape[0] if b_kmajor else b.shape[1])
@@ -137,7 +140,16 @@ def run(mod: Any, a: Any, b: Any, out: Any, *, b_kmajor: bool = True, scale_a: A
         scale_a = scale_b = _dummy_f32(a.device if arrays.is_torch_tensor(a) else None)  # not read (scale 0)
     aligned = arrays.device_pointer(out) % 16 == 0 and N % 2 == 0 if arrays.is_device_array(out) else N % 2 == 0
     params = dict(T=t, OUT=o, BK=bk, SCALE=scale, ALIGNED=aligned, B_KMAJOR=b_kmajor, **cfg)
-    args = [ta, tb, out.reshape(-1), M, N, K, N, scale_a, scale_b]
+    target = out
+    if split_k > 1:
+        if epilogue is not None:
+            raise ValueError("matmul_sm90.run: split-K adds partial products; it takes no epilogue")
+        tiles *= split_k
+        grid = max(1, min(tiles, sms))
+        target = out if o == "f32" else _zeros_f32(out)
+        target[...] = 0
+        params.update(OUT="f32", SPLIT_K=int(split_k))
+    args = [ta, tb, target.reshape(-1), M, N, K, N, scale_a, scale_b]
     if epilogue is None:
         kernel = mod.matmul_sm90
     else:
@@ -146,7 +158,20 @@ def run(mod: Any, a: Any, b: Any, out: Any, *, b_kmajor: bool = True, scale_a: A
         params["EPI"] = fn
         args += [x, y, float(s)]
     kernel[grid, 128 * (cfg["CONSUMERS"] + 1)](*args, shared=shared_bytes(cfg, t), stream=stream, **params)
+    if target is not out:
+        if arrays.is_torch_tensor(out):
+            out.copy_(target)
+        else:
+            out[...] = target.astype(out.dtype)
     return out
+
+
+def _zeros_f32(like: Any) -> Any:
+    if arrays.is_torch_tensor(like):
+        import torch
+        return torch.zeros(tuple(like.shape), dtype=torch.float32, device=like.device)
+    import numpy as np
+    return np.zeros(like.shape, np.float32)
 
 
 @functools.lru_cache(maxsize=None)
@@ -173,7 +198,7 @@ kernel matmul_sm90_epilogue[T: type, OUT: type, BK: i32, BN: i32, CONSUMERS: i32
         ta: tensor_map, tb: tensor_map, c: ptr<OUT>, M: i32, N: i32, K: i32, ldc: i32, sa: ptr<f32>,
         sb: ptr<f32>, x: ptr<X>, y: ptr<Y>, s: f32) {
     launch_bounds(128 * (CONSUMERS + 1), 1);
-    kc_std_matmul_sm90.gemm_sm90[T, OUT, BK, BN, CONSUMERS, STAGES, GROUP_M, SCALE, ALIGNED, B_KMAJOR, X, Y, EPI](
+    kc_std_matmul_sm90.gemm_sm90[T, OUT, BK, BN, CONSUMERS, STAGES, GROUP_M, SCALE, ALIGNED, B_KMAJOR, 1, X, Y, EPI](
         ta, tb, c, M, N, K, ldc, sa, sb, x, y, s);
 }
 """

@@ -205,6 +205,7 @@ def test_cpu_target_refuses_with_location():
 
 SM90_KERNELS = [
     dict(T="bf16", OUT="bf16", BK=64, BN=256, CONSUMERS=2, STAGES=4),
+    dict(T="bf16", OUT="f32", BK=64, BN=128, CONSUMERS=1, STAGES=8, SPLIT_K=4),
     dict(T="bf16", OUT="bf16", BK=64, BN=256, CONSUMERS=2, STAGES=4, B_KMAJOR=False),
     dict(T="bf16", OUT="bf16", BK=64, BN=128, CONSUMERS=1, STAGES=8, GROUP_M=1),
     dict(T="f8e4m3", OUT="bf16", BK=128, BN=256, CONSUMERS=2, STAGES=4, SCALE=1),
@@ -371,6 +372,24 @@ def test_emulated_matmul_sm90(shape, t, config, b_kmajor, out_t):
     _check64(out, a64 @ b64, K, np.abs(a64) @ np.abs(b64))
 
 
+@pytest.mark.parametrize("split_k, out_t", [(3, "bf16"), (5, "f32")])
+def test_emulated_split_k(split_k, out_t):
+    """Split-K: each tile's K loop in shares (one of them empty with 5 shares of 4 k-steps), the partial
+    products added atomically into a zeroed f32 C (a scratch one for a bf16 result)."""
+    import ml_dtypes
+    import numpy as np
+
+    from kcompiler import matmul_sm90
+    M, N, K = 40, 136, 200
+    rng = np.random.default_rng()
+    a = rng.standard_normal((M, K)).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((N, K)).astype(ml_dtypes.bfloat16)
+    out = np.full((M, N), np.nan, {"f32": np.float32, "bf16": ml_dtypes.bfloat16}[out_t])
+    matmul_sm90.run(_emulated(), a, b, out, config=matmul_sm90.CONFIGS["64x128"], sms=3, split_k=split_k)
+    a64, b64 = a.astype(np.float64), b.astype(np.float64).T
+    _check64(out, a64 @ b64, K, np.abs(a64) @ np.abs(b64))
+
+
 @pytest.mark.parametrize("fmt, per_row", [("float8_e4m3fn", False), ("float8_e4m3fn", True), ("float8_e5m2", True)])
 def test_emulated_fp8_scales(fmt, per_row):
     """FP8 (k32 wgmma, 128-byte rows of 128 elements) with per-tensor or per-row/column scales."""
@@ -526,7 +545,7 @@ def test_ops_matmul_hopper(shape, dtype, out_dtype, b_kmajor):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("config", ["128x256", "128x128", "64x128", "64x64"])
+@pytest.mark.parametrize("config", ["128x256", "128x128", "64x128", "64x64", "64x128/4"])
 @pytest.mark.parametrize("b_kmajor", [True, False])
 def test_every_config(config, b_kmajor):
     import torch
@@ -539,8 +558,9 @@ def test_every_config(config, b_kmajor):
     if not b_kmajor:
         b = b.T.contiguous()
     out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+    name, _, split = config.partition("/")
     matmul_sm90.run(ops._module("matmul_sm90", "cuda"), a, b, out, b_kmajor=b_kmajor,
-                    config=matmul_sm90.CONFIGS[config])
+                    config=matmul_sm90.CONFIGS[name], split_k=int(split or 1))
     torch.cuda.synchronize()
     _reference_check(out, a, b.T if b_kmajor else b)
 
