@@ -170,6 +170,9 @@ ERRORS = [
      "setmaxnreg_dec"),
     ("wgmma_wait[9]();", "sm_90a", "group count must be 0 to 7", "9"),
     ("launch_bounds(2048);", "sm_90a", "thread count must be 1 to 1024", "2048"),
+    ("var y: tensor_map;", "sm_90a", "would be a tensor_map without a value", "var y"),
+    ("shared s: [tensor_map; 2];", "sm_90a", "there are no arrays of tensor_map", "[tensor_map; 2]"),
+    ("let x = m + 1;", "sm_90a", "cannot apply '+' to tensor_map", "m + 1"),
 ]
 
 
@@ -185,6 +188,12 @@ def test_located_errors(body, arch, message, caret):
     caret_line = next(i for i, l in enumerate(line) if set(l.strip()) <= {"^", "|", " "} and "^" in l)
     col = line[caret_line].index("^")
     assert line[caret_line - 1][col:].startswith(caret), text
+
+
+def test_no_pointer_to_tensor_map():
+    with pytest.raises(CompileError, match="tensor_map lives in no memory a program addresses") as ei:
+        compile_source_to("kernel k(p: ptr<tensor_map>) {\n    p[0] = p[1];\n}\n", "bad.kc", "asm", "nvptx", "sm_90a")
+    assert "bad.kc:1:13" in str(ei.value)
 
 
 def test_launch_bounds_only_in_kernels():

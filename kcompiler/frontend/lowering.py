@@ -354,6 +354,9 @@ class FnLowering:
             self.fail(f"'{t.name}' is not a type", t.span)
         if isinstance(t, A.PtrTypeExpr):
             pointee = self.resolve_type(t.pointee)
+            if pointee == TENSOR_MAP:
+                self.fail("tensor_map lives in no memory a program addresses: it is a kernel parameter, passed "
+                          "by value", t.span, hint="take a tensor_map parameter instead of a pointer to one")
             space = t.space or "global"
             if space not in B.ADDRESS_SPACES:
                 self.fail(f"unknown address space '{space}'", t.space_span or t.span)
@@ -368,6 +371,9 @@ class FnLowering:
             return VectorType(elem, n)
         if isinstance(t, A.ArrayTypeExpr):
             elem = self.resolve_type(t.elem)
+            if elem == TENSOR_MAP:
+                self.fail("there are no arrays of tensor_map: a tensor map is a kernel parameter", t.span,
+                          hint="declare one tensor_map parameter for each")
             n = self.comptime_int(t.count, "an array length")
             if not 1 <= n <= MAX_ARRAY:
                 self.fail(f"array length {n} is out of range (1 to {MAX_ARRAY})", t.count.span)
@@ -463,6 +469,9 @@ class FnLowering:
                     t = init.type
             init = self.coerce(init, t, s.value.span, f"initialise '{s.name}' ({t}) with {{src}}")
         assert t is not None
+        if t == TENSOR_MAP and init is None:
+            self.fail(f"'{s.name}' would be a tensor_map without a value: tensor maps come from the host, as "
+                      f"kernel parameters", s.span, hint="use the kernel's tensor_map parameter itself")
         slot = self.b.alloca(t, hint=s.name)
         if init is not None:
             self.b.store(slot, init)
