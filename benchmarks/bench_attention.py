@@ -76,18 +76,18 @@ def prefill(results: dict, quick: bool) -> None:
             if err < 2e-2 and (best is None or t < best[0]):
                 best = (t, tiles, err)
         t, tiles, err = best
-        # the same compiled with approx_ftz (ex2.approx.ftz.f32: no subnormal fix-up around MUFU.EX2)
-        plain = ops._attention_module
-        ops._attention_module = lambda tgt: ops._module_ftz("attention", tgt)
+        # the same compiled without approx_ftz (ex2.approx.f32, ptxas's subnormal fix-up around MUFU.EX2)
+        default = ops._attention_module
+        ops._attention_module = lambda tgt: ops._module("attention", tgt)
         try:
-            err_ftz = rel(ops.attention(q, k, v, causal=causal, layout="bhsd", tiles=tiles), want)
-            t_ftz = bench(lambda: ops.attention(q, k, v, causal=causal, layout="bhsd", tiles=tiles))
+            err_plain = rel(ops.attention(q, k, v, causal=causal, layout="bhsd", tiles=tiles), want)
+            t_plain = bench(lambda: ops.attention(q, k, v, causal=causal, layout="bhsd", tiles=tiles))
         finally:
-            ops._attention_module = plain
-        print(f"  prefill {'causal' if causal else 'full'} {tiles} with ex2 .ftz: {tf(t_ftz):.0f} TFLOP/s, "
-              f"error {err_ftz:.1e}")
+            ops._attention_module = default
+        print(f"  prefill {'causal' if causal else 'full'} {tiles} without ex2 .ftz: {tf(t_plain):.0f} TFLOP/s, "
+              f"error {err_plain:.1e}")
         name = f"prefill B{B} H{H} S{S} D{D} bf16 {'causal' if causal else 'non-causal'}"
-        results[name] = dict(tflops=tf(t), ms=t, tiles=tiles, rel_err=err, tflops_with_ftz=tf(t_ftz),
+        results[name] = dict(tflops=tf(t), ms=t, tiles=tiles, rel_err=err, tflops_without_ftz=tf(t_plain),
                              sdpa_flash_tflops=tf(t_flash),
                              sdpa_cudnn_tflops=tf(t_cudnn), vs_flash=t_flash / t, vs_cudnn=t_cudnn / t)
         print(f"{name}: kcompiler {tf(t):.0f} TFLOP/s {tiles}; SDPA flash {tf(t_flash):.0f} (x{t_flash / t:.2f}), "
@@ -195,11 +195,34 @@ def decode(results: dict, bw: float, quick: bool) -> None:
         del k, v, kd, vd
 
 
+def mla(results: dict, bw: float) -> None:
+    """MLA decode (DeepSeek: latent 512 + rope 64, pages of 64), B 32, H 16 and 128, 8192 tokens each:
+    TB/s of the latent cache read once (the kernel reads it once per group of heads_per_block heads)."""
+    B, S, D, DR, page = 32, 8192, 512, 64, 64
+    gen = torch.Generator().manual_seed(1)
+    ckv = torch.randn(B * S // page, page, D, device="cuda", dtype=torch.bfloat16)
+    kpe = torch.randn(B * S // page, page, DR, device="cuda", dtype=torch.bfloat16)
+    table = torch.randperm(B * S // page, generator=gen).view(B, S // page).int().cuda()
+    lens = torch.full((B,), S, dtype=torch.int32, device="cuda")
+    cache_bytes = (ckv.numel() + kpe.numel()) * 2
+    for H in (16, 128):
+        q_nope = torch.randn(B, H, D, device="cuda", dtype=torch.bfloat16)
+        q_pe = torch.randn(B, H, DR, device="cuda", dtype=torch.bfloat16)
+        for G in (2, 4):
+            call = lambda: ops.mla_decode(q_nope, q_pe, ckv, kpe, table, lens, scale=0.07, max_seq_len=S,  # noqa: E731
+                                          heads_per_block=G)
+            t = bench(call)
+            name = f"mla decode B{B} H{H} KV{S} latent {D}+{DR} bf16 heads_per_block {G}"
+            results[name] = dict(ms=t, tbps=cache_bytes / t / 1e9, of_copy_bandwidth=cache_bytes / t / 1e9 / bw)
+            print(f"{name}: {t:.3f} ms, {cache_bytes / t / 1e9:.2f} TB/s of cache = "
+                  f"{cache_bytes / t / 1e9 / bw:.0%} of copy bandwidth")
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--quick", action="store_true", help="one configuration of each")
     p.add_argument("--json", help="write the results here")
-    p.add_argument("--only", choices=["prefill", "decode"])
+    p.add_argument("--only", choices=["prefill", "decode", "mla"])
     p.add_argument("--dims", action="store_true", help="also the prefill at D = 64 and 256")
     args = p.parse_args()
     dev = torch.cuda.get_device_name()
@@ -207,10 +230,12 @@ def main() -> None:
     bw = copy_bandwidth()
     results["copy_tbps"] = bw
     print(f"{dev}: device-to-device copy {bw:.2f} TB/s (read + write)")
-    if args.only != "decode":
+    if args.only in (None, "prefill"):
         prefill(results, args.quick)
-    if args.only != "prefill":
+    if args.only in (None, "decode"):
         decode(results, bw, args.quick)
+    if args.only in (None, "mla"):
+        mla(results, bw)
     if args.dims:
         prefill_dims(results)
     if args.json:

@@ -713,11 +713,12 @@ def _module_ftz(name: str, target: str) -> Any:
 
 
 def _attention_module(target: str) -> Any:
-    """std.attention for ``target``. (benchmarks/bench_attention.py also times it compiled with
-    ``approx_ftz`` on NVIDIA, :func:`_module_ftz`: ex2.approx.ftz, one instruction, as FlashAttention's
-    nvcc --use_fast_math; a probability below 2^-126 becomes 0. Not yet run on a GPU, so not the
-    default.)"""
-    return _module("attention", target)
+    """std.attention for ``target``; on NVIDIA compiled with ``approx_ftz`` (:func:`_module_ftz`:
+    ex2.approx.ftz, one instruction without the subnormal fix-up, as FlashAttention's nvcc
+    --use_fast_math; a probability below 2^-126 becomes 0): 2-3 % faster prefill on the H100
+    (benchmarks/RESULTS.md), the same results within the tests' bounds."""
+    mod = _module("attention", target)
+    return _module_ftz("attention", target) if mod.target == "nvptx" else mod
 
 
 def _contiguous(x: Any) -> Any:
@@ -907,15 +908,18 @@ def paged_decode(q: Any, k_cache: Any, v_cache: Any, block_table: Any, seq_lens:
     - block_table: (B, max_pages) int32, the pages of each sequence in order; seq_lens: (B,) int32.
     - ``num_splits``: the keys of each sequence are cut into this many chunks, a block each, and the
       partial results combined by :func:`merge_states` (split-KV, FlashDecoding). Default: enough to
-      give about two blocks a multiprocessor (:data:`DECODE_SMS`), chunks of at least 256 keys.
+      give about two blocks a multiprocessor (:data:`DECODE_SMS`; seven on the tensor-core path),
+      chunks of at least 256 keys.
     - ``max_seq_len``: the longest of seq_lens, if known: then seq_lens is not read on the host (no
       synchronisation with the GPU) nor checked against the block table.
     - ``warps``, ``unroll``: the SIMT kernel's WARPS and U (keys a 16-lane group loads at once); 8 and
       4 were the fastest on the H100 (benchmarks/RESULTS.md).
-    - ``tensor_cores=True``: the mma.sync path (the G = Hq / Hkv query heads of a KV head as the rows
-      of an m16 tile, G <= 16; a cache of q's dtype, f16 or bf16; NVIDIA sm_80+), for grouped-query
-      attention, where the SIMT path spends 4 shuffles a key and query head. Checked on the CPU
-      target's mma emulation but not yet run on a GPU, so not the default (the SIMT path).
+    - ``tensor_cores``: the mma.sync path (the G = Hq / Hkv query heads of a KV head as the rows of an
+      m16 tile, G <= 16; one query token; a cache of q's dtype, f16 or bf16; NVIDIA sm_80+), for
+      grouped-query attention, where the SIMT path spends 4 shuffles a key and query head. Default:
+      where G >= 4 and the target has it (H100, G 4: 1.58 TB/s against the SIMT path's 1.15), with
+      its own default of splits (single-warp blocks: about 7 a multiprocessor); the SIMT path
+      otherwise.
 
     numpy in, numpy out; torch in, torch out. Raises TypeError for other dtypes and ValueError for
     shapes that do not match."""
@@ -958,11 +962,6 @@ def paged_decode(q: Any, k_cache: Any, v_cache: Any, block_table: Any, seq_lens:
     ks = _f32_vector(k_scale if fp8 else 1.0, HK, q, "k_scale", fn)
     vs = _f32_vector(v_scale if fp8 else 1.0, HK, q, "v_scale", fn)
     G = H // HK
-    if num_splits is None:
-        num_splits = max(1, min(-(-2 * DECODE_SMS // max(B * HK, 1)), -(-int(max_seq_len) // 256)))
-    num_splits = int(num_splits)
-    if num_splits < 1:
-        raise ValueError(f"{fn}: num_splits must be at least 1, not {num_splits}")
     out = _empty_like(q, qshape, src.name)
     lse = _empty_like(q, qshape[:-1], "f32")
     if B == 0 or H == 0:
@@ -970,14 +969,21 @@ def paged_decode(q: Any, k_cache: Any, v_cache: Any, block_table: Any, seq_lens:
     mod = _attention_module(_target_for(q, target))
     sc = np.float32(D ** -0.5 if scale is None else scale)
     args = (_flat(q, 16), _flat(k_cache, 16), _flat(v_cache, 16), bt, sl, ks, vs)
-    part = out if num_splits == 1 else _empty_like(q, (B, num_splits, QL * H, D), "f32")
-    part_lse = lse if num_splits == 1 else _empty_like(q, (B, num_splits, QL * H), "f32")
     can_tc = (mod._program.target.has("mma") and not fp8 and src.name in ("f16", "bf16") and G <= 16 and QL == 1
-              and all(_data_ptr(x) % 16 == 0 for x in args[:3] + (part,)))
+              and all(_data_ptr(x) % 16 == 0 for x in args[:3] + (out,)))
     if tensor_cores and not can_tc:
         raise ValueError(f"{fn}: the tensor-core path needs NVIDIA sm_80+, f16/bf16 q and cache, one query token, "
                          f"at most 16 query heads a KV head and 16-byte aligned arrays")
-    tc = can_tc and bool(tensor_cores)
+    tc = can_tc and (G >= 4 if tensor_cores is None else bool(tensor_cores))
+    if num_splits is None:
+        # blocks a multiprocessor: about 2 of the SIMT path's, 7 of the tensor-core path's one warp
+        per_sm = 7 if tc else 2
+        num_splits = max(1, min(-(-per_sm * DECODE_SMS // max(B * HK, 1)), -(-int(max_seq_len) // 256)))
+    num_splits = int(num_splits)
+    if num_splits < 1:
+        raise ValueError(f"{fn}: num_splits must be at least 1, not {num_splits}")
+    part = out if num_splits == 1 else _empty_like(q, (B, num_splits, QL * H, D), "f32")
+    part_lse = lse if num_splits == 1 else _empty_like(q, (B, num_splits, QL * H), "f32")
     if tc:
         tiles = dict(BM=16, BN=64, STAGES=2)
         threads = 32
