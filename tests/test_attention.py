@@ -15,8 +15,6 @@ the output dtype (u_out |o|). The bound used: 2 u_in max|v| + u_out |o| + 1e-5 m
 """
 from __future__ import annotations
 
-import shutil
-import subprocess
 
 import ml_dtypes
 import numpy as np
@@ -25,6 +23,7 @@ import pytest
 import kcompiler as kc
 from kcompiler import ops
 from kcompiler.frontend.program import stdlib_dir
+from .ptxas_util import needs_ptxas, ptxas
 
 RNG = np.random.default_rng()
 DTYPES = {"f32": np.float32, "f16": np.float16, "bf16": ml_dtypes.bfloat16}
@@ -318,7 +317,7 @@ GPU_KERNELS = [
 AMD_KERNELS = GPU_KERNELS[2:]
 
 
-@pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas not on PATH")
+@needs_ptxas
 def test_ptx_assembles_without_spills(tmp_path):
     """sm_90a PTX of every kernel assembles; the prefill uses mma.sync, ldmatrix and cp.async; no
     register is spilled (ptxas -v)."""
@@ -332,14 +331,11 @@ def test_ptx_assembles_without_spills(tmp_path):
                 assert op in ptx, (params, op)
         if params.get("KT") == "f8e4m3":
             assert "e4m3x2" in ptx  # the hardware FP8 converts of sm_89+
-        (tmp_path / "a.ptx").write_text(ptx)
-        r = subprocess.run(["ptxas", "-arch=sm_90a", "-v", str(tmp_path / "a.ptx"), "-o", str(tmp_path / "a.cubin")],
-                           capture_output=True, text=True)
-        assert r.returncode == 0, r.stderr
-        assert " 0 bytes spill stores" in r.stderr, (name, params, r.stderr)
+        log = ptxas(ptx, verbose=True)
+        assert " 0 bytes spill stores" in log, (name, params, log)
 
 
-@pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas not on PATH")
+@needs_ptxas
 def test_approx_ftz_option(tmp_path):
     """NVPTX's approx_ftz target option: the approximations as .ftz forms (tanh.approx has none), the
     PTX assembles; the default keeps the non-ftz forms."""
@@ -349,10 +345,7 @@ def test_approx_ftz_option(tmp_path):
     src = Source("kernel f(x: ptr<f32>) { x[0] = exp2(x[1]) + tanh(x[2]) + rsqrt(x[3]); }", "<ftz>", ".")
     ptx = emit(src, "asm", get_target("nvptx", "sm_90a", approx_ftz=True))
     assert "ex2.approx.ftz.f32" in ptx and "rsqrt.approx.ftz.f32" in ptx and "tanh.approx.f32" in ptx
-    (tmp_path / "f.ptx").write_text(ptx)
-    r = subprocess.run(["ptxas", "-arch=sm_90a", str(tmp_path / "f.ptx"), "-o", str(tmp_path / "f.cubin")],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
+    ptxas(ptx)
     plain = emit(src, "asm", get_target("nvptx", "sm_90a"))
     assert "ex2.approx.f32" in plain and ".ftz" not in plain
 

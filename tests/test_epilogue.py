@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 import subprocess
 
 import ml_dtypes
@@ -34,6 +33,7 @@ from kcompiler.runtime import autotune as at
 from kcompiler.runtime.cache import KernelCache
 
 from .test_frontend import NV
+from .ptxas_util import needs_ptxas, ptxas
 
 RNG = np.random.default_rng()
 U32 = 2.0 ** -24
@@ -450,7 +450,7 @@ def test_tensor_core_path_epilogue_emulated(emulated_matmul, cfg, shape):
     _check(c, ref, mag, lip, acc_tol)
 
 
-@pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas not on PATH")
+@needs_ptxas
 @pytest.mark.parametrize("name, T, OUT", [("bias_relu", "bf16", "bf16"), ("to_f8e4m3", "f16", "f8e4m3")])
 def test_epilogue_ptx_assembles(tmp_path, name, T, OUT):
     """sm_90a PTX of the tensor-core path with an epilogue: the epilogue inlined (no calls), mma.sync
@@ -460,12 +460,8 @@ def test_epilogue_ptx_assembles(tmp_path, name, T, OUT):
                                 params=dict(T=T, OUT=OUT, ALIGNED=True, Y="bf16", EPI=f"epilogue.{name}"))
     assert "mma.sync.aligned.m16n8k16" in ptx
     assert "call" not in ptx and ".func" not in ptx
-    f = tmp_path / "m.ptx"
-    f.write_text(ptx)
-    r = subprocess.run(["ptxas", "-arch=sm_90a", "-v", str(f), "-o", str(tmp_path / "m.cubin")],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    assert "0 bytes spill stores" in r.stderr, r.stderr
+    log = ptxas(ptx, verbose=True)
+    assert "0 bytes spill stores" in log, log
 
 
 def test_epilogue_amdgcn_assembly():

@@ -19,6 +19,7 @@ from kcompiler.numerics.formats import FORMATS, ml_dtype
 from kcompiler.pipeline import compile_source_to
 
 from .filecheck_util import filecheck
+from .ptxas_util import ptxas
 
 NAMES = list(FORMATS)
 RNG = np.random.default_rng()
@@ -246,8 +247,6 @@ kernel k(x: ptr<f32>, y: ptr<T8>, z: ptr<f32>) {
 
 @pytest.mark.parametrize("arch", ["sm_89", "sm_90a"])
 def test_ptx_uses_cvt_on_sm89_and_later(arch, tmp_path):
-    import shutil
-    import subprocess
 
     for t, hw in (("f8e4m3", "e4m3"), ("f8e5m2", "e5m2")):
         ptx = compile_source_to(SRC8.replace("T8", t), "k.kc", "asm", "nvptx", arch)
@@ -256,11 +255,7 @@ def test_ptx_uses_cvt_on_sm89_and_later(arch, tmp_path):
             CHECK: cvt.rn.satfinite.{hw}x2.f32
             CHECK: cvt.rn.f16x2.{hw}x2
         """)
-        if shutil.which("ptxas"):
-            (tmp_path / "k.ptx").write_text(ptx)
-            r = subprocess.run(["ptxas", f"-arch={arch}", str(tmp_path / "k.ptx"), "-o", str(tmp_path / "k.o")],
-                               capture_output=True, text=True)
-            assert r.returncode == 0, r.stderr
+        ptxas(ptx, arch)
     from kcompiler.backends.nvptx.target import NvptxTarget
     soft = compile_source_to(SRC8.replace("T8", "f8e4m3"), "k.kc", "asm", NvptxTarget(arch, float8="software"))
     assert "e4m3x2" not in soft

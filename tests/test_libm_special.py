@@ -24,6 +24,7 @@ import pytest
 import kcompiler as kc
 from kcompiler.diagnostics import CompileError
 from kcompiler.numerics.mathfns import compare_16
+from .ptxas_util import ptxas
 
 RNG = np.random.default_rng()
 
@@ -327,8 +328,6 @@ def test_accurate_versions_are_branch_free_and_division_free(tmp_path):
     correction), and the
     PTX assembles (ptxas, when on PATH)."""
     import re
-    import shutil
-    import subprocess
 
     from kcompiler.pipeline import compile_source_to
 
@@ -343,8 +342,4 @@ def test_accurate_versions_are_branch_free_and_division_free(tmp_path):
         assert not [op for op in ops if op.startswith(("bra", "@"))], (name, "branch")
         assert not [op for op in ops if op.startswith(("div", "rcp.rn", "sqrt.rn"))], (name, "IEEE division")
         assert name in ("b_erff", "b_exp_rp") or "rcp.approx.f32" in ops, (name, "reciprocal")
-    if shutil.which("ptxas"):
-        (tmp_path / "t.ptx").write_text(ptx)
-        r = subprocess.run(["ptxas", "-arch=sm_90a", str(tmp_path / "t.ptx"), "-o", str(tmp_path / "t.cubin")],
-                           capture_output=True, text=True)
-        assert r.returncode == 0, r.stderr
+    ptxas(ptx)

@@ -23,6 +23,7 @@ import pytest
 import kcompiler as kc
 from kcompiler.diagnostics import CompileError
 from kcompiler.numerics.mathfns import compare_16
+from .ptxas_util import ptxas
 
 RNG = np.random.default_rng()
 N = 1 << 20
@@ -440,9 +441,6 @@ def test_f32_code_for_the_gpus():
     for sm_90a (ptxas), and the AMDGCN assembly for gfx942 uses v_rcp_f32 / v_rsq_f32 and no
     division fixup (v_div_scale / v_div_fixup)."""
     import re
-    import shutil
-    import subprocess
-    import tempfile
 
     from kcompiler.pipeline import compile_source_to
 
@@ -463,13 +461,7 @@ def test_f32_code_for_the_gpus():
     assert len(re.findall(r"@%p\d+ bra", entries["atan"])) == 0
     for name in ("asin", "acos"):
         assert len(re.findall(r"@%p\d+ bra", entries[name])) <= 3, name
-    if shutil.which("ptxas"):
-        with tempfile.TemporaryDirectory() as d:
-            with open(f"{d}/t.ptx", "w") as fh:
-                fh.write(ptx)
-            r = subprocess.run(["ptxas", "-arch=sm_90a", f"{d}/t.ptx", "-o", f"{d}/t.cubin"],
-                               capture_output=True, text=True)
-            assert r.returncode == 0, r.stderr
+    ptxas(ptx)
     amd = compile_source_to(src, "trig_gpu.kc", "asm", "amdgcn", "gfx942")
     assert "v_rcp_f32" in amd and "v_rsq_f32" in amd
     assert "v_div_scale" not in amd and "v_div_fixup" not in amd

@@ -14,8 +14,6 @@ looser for FP8, whose tensor-core accumulation is narrower.
 """
 from __future__ import annotations
 
-import shutil
-import subprocess
 
 import pytest
 
@@ -24,8 +22,8 @@ from kcompiler.frontend.program import stdlib_dir
 from kcompiler.pipeline import compile_source_to, emit_file
 
 from .filecheck_util import filecheck
+from .ptxas_util import needs_ptxas, ptxas
 
-needs_ptxas = pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas not on PATH")
 
 BUILTINS = """
 kernel k(ta: tensor_map, out: ptr<f32>, n: i32) {
@@ -61,14 +59,6 @@ kernel k(ta: tensor_map, out: ptr<f32>, n: i32) {
 """
 
 
-def _ptxas(ptx: str, tmp_path, verbose: bool = False) -> str:
-    (tmp_path / "k.ptx").write_text(ptx)
-    r = subprocess.run(["ptxas", "-arch=sm_90a", *(["-v"] if verbose else []), str(tmp_path / "k.ptx"), "-o",
-                        str(tmp_path / "k.cubin")], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    return r.stderr
-
-
 def test_builtins_ptx():
     """Each builtin's PTX (backends/nvptx/wgmma.py, tma.py), the tensor map a 64-aligned 128-byte grid
     constant read through cvta.param, launch bounds as .maxntid / .minnctapersm."""
@@ -102,7 +92,7 @@ def test_builtins_ptx():
 
 @needs_ptxas
 def test_builtins_assemble(tmp_path):
-    _ptxas(compile_source_to(BUILTINS, "k.kc", "asm", "nvptx", "sm_90a"), tmp_path)
+    ptxas(compile_source_to(BUILTINS, "k.kc", "asm", "nvptx", "sm_90a"))
 
 
 def test_descriptor_bits():
@@ -137,8 +127,7 @@ kernel k(out: ptr<f32>, n: i32) {
 def test_fp8_wgmma(tmp_path):
     ptx = compile_source_to(FP8_WGMMA, "k.kc", "asm", "nvptx", "sm_90a")
     filecheck(ptx, "CHECK: wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e5m2 {{.*}}, p, 1, 1;")
-    if shutil.which("ptxas"):
-        _ptxas(ptx, tmp_path)
+    ptxas(ptx)
 
 
 ERRORS = [
@@ -235,7 +224,7 @@ def test_matmul_sm90_assembles(params, tmp_path):
     if k == 16:
         assert (", p, 1, 1, 0, 1;" in ptx) == (params.get("B_KMAJOR") is False)
     assert "cp.async.bulk.tensor.2d" in ptx and "mbarrier.try_wait.parity" in ptx
-    log = _ptxas(ptx, tmp_path, verbose=True)
+    log = ptxas(ptx, verbose=True)
     assert " 0 bytes spill stores" in log, log
     assert "C75" not in log, log  # serialised wgmma, ignored setmaxnreg, injected warpgroup.arrive...
 
@@ -245,7 +234,7 @@ def test_matmul_sm90_epilogue_assembles(tmp_path):
     """The epilogue kernel with a stock epilogue that reads x (a bias) and applies ReLU."""
     ptx = emit_file(stdlib_dir() / "matmul_sm90.kc", "asm", "nvptx", "sm_90a", kernel="matmul_sm90_epilogue",
                     params=dict(T="bf16", OUT="bf16", X="bf16", EPI="epilogue.bias_relu"))
-    log = _ptxas(ptx, tmp_path, verbose=True)
+    log = ptxas(ptx, verbose=True)
     assert " 0 bytes spill stores" in log and "C75" not in log, log
 
 
