@@ -727,6 +727,14 @@ def _contiguous(x: Any) -> Any:
     return x.contiguous() if arrays.is_torch_tensor(x) else np.ascontiguousarray(x)
 
 
+def _query_type(q: Any, fn: str, name: str = "q") -> Any:
+    """The scalar type of attention's query array ``q`` (f16, bf16 or f32); TypeError otherwise."""
+    src = arrays.array_scalar_type(q) if arrays.is_array(q) else None
+    if src is None or src.name not in ("f16", "bf16", "f32"):
+        raise TypeError(f"{fn}: {name} must be an array of f16, bf16 or f32, not {arrays.describe(q)}")
+    return src
+
+
 def _check_same(name: str, x: Any, src: Any, fn: str) -> None:
     if not arrays.is_array(x) or arrays.array_scalar_type(x) != src:
         raise TypeError(f"{fn}: {name} must be an array of {src} like q, not {arrays.describe(x)}")
@@ -781,11 +789,7 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | No
     :data:`ATTENTION_TILES`. Raises TypeError for other dtypes, ValueError for shapes that do not
     match."""
     fn = "attention"
-    if not arrays.is_array(q):
-        raise TypeError(f"{fn}: q must be an array, not {arrays.describe(q)}")
-    src = arrays.array_scalar_type(q)
-    if src is None or src.name not in ("f16", "bf16", "f32"):
-        raise TypeError(f"{fn}: q must be an array of f16, bf16 or f32, not {arrays.describe(q)}")
+    src = _query_type(q, fn)
     _check_same("k", k, src, fn)
     _check_same("v", v, src, fn)
     varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
@@ -924,11 +928,7 @@ def paged_decode(q: Any, k_cache: Any, v_cache: Any, block_table: Any, seq_lens:
     numpy in, numpy out; torch in, torch out. Raises TypeError for other dtypes and ValueError for
     shapes that do not match."""
     fn = "paged_decode"
-    if not arrays.is_array(q):
-        raise TypeError(f"{fn}: q must be an array, not {arrays.describe(q)}")
-    src = arrays.array_scalar_type(q)
-    if src is None or src.name not in ("f16", "bf16", "f32"):
-        raise TypeError(f"{fn}: q must be an array of f16, bf16 or f32, not {arrays.describe(q)}")
+    src = _query_type(q, fn)
     kt = arrays.array_scalar_type(k_cache) if arrays.is_array(k_cache) else None
     if kt is None or kt.name not in (src.name, "f8e4m3") or arrays.array_scalar_type(v_cache) != kt:
         raise TypeError(f"{fn}: k_cache and v_cache must both be of q's dtype ({src}) or f8e4m3, not "
@@ -1067,9 +1067,7 @@ def mla_decode(q_nope: Any, q_pe: Any, ckv_cache: Any, kpe_cache: Any, block_tab
     The SIMT decode loop (no tensor cores yet): every block re-reads its sequence's latent rows, once
     per group of heads. Raises TypeError / ValueError for dtypes and shapes that do not match."""
     fn = "mla_decode"
-    src = arrays.array_scalar_type(q_nope) if arrays.is_array(q_nope) else None
-    if src is None or src.name not in ("f16", "bf16", "f32"):
-        raise TypeError(f"{fn}: q_nope must be an array of f16, bf16 or f32, not {arrays.describe(q_nope)}")
+    src = _query_type(q_nope, fn, "q_nope")
     for name, x in (("q_pe", q_pe), ("ckv_cache", ckv_cache), ("kpe_cache", kpe_cache)):
         _check_same(name, x, src, fn)
     if len(q_nope.shape) != 3 or len(q_pe.shape) != 3 or len(ckv_cache.shape) != 3 or len(kpe_cache.shape) != 3:
