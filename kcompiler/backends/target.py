@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from llvmlite import ir as ll
 
+from ..ir.core import NORMAL_RANGE_MATH
 from ..ir.types import AddressSpace, Type
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -293,7 +294,9 @@ class Target:
     def math(self, ctx: "LoweringContext", fn: str, args: list[ll.Value]) -> ll.Value:
         """A math function of ``MATH_FUNCTIONS`` on float operands (scalars or vectors); the default
         is LLVM's intrinsic, which the CPU computes as accurately as libm. GPU targets override the
-        approximations (exp2, log2, sin, cos, rsqrt, rcp, tanh) with their instructions."""
+        approximations (exp2, log2, sin, cos, rsqrt, rcp, tanh) with their instructions. The
+        normal-range forms (rcp_normal, rsqrt_normal) are their functions here."""
+        fn = NORMAL_RANGE_MATH.get(fn, fn)
         name = {"abs": "fabs", "round": "roundeven"}.get(fn, fn)
         one = ll.Constant(args[0].type, 1.0)
         if fn == "rsqrt":

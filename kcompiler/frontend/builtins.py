@@ -23,6 +23,15 @@ class BuiltinFn:
     bracket_what: str = "a type"
 
 
+_MATH_DOCS = {
+    "rcp_normal": "rcp_normal(x): rcp(x) for x whose reciprocal and itself are normal numbers (or 0, inf, "
+                  "NaN); a subnormal argument or result gives an unspecified value (NVIDIA flushes it to "
+                  "zero): one hardware instruction, without the subnormal handling around rcp",
+    "rsqrt_normal": "rsqrt_normal(x): rsqrt(x) for x normal (or 0, inf, negative, NaN); a subnormal "
+                    "argument gives an unspecified value (NVIDIA flushes it to zero): one hardware "
+                    "instruction, without the subnormal handling around rsqrt",
+}
+
 _FNS = [
     BuiltinFn("barrier", 0, 0, doc="barrier(): every thread of the block waits here"),
     BuiltinFn("fence", 0, 1, ("scope",), doc='fence(scope = "block"|"device"|"system")'),
@@ -47,7 +56,7 @@ _FNS = [
                                            "(std.hostcall uses it; 0 when there is none)"),
     BuiltinFn("hostcall_interrupt", 1, 1, doc="hostcall_interrupt(event_id: u32): wake the host "
                                               "listener (std.hostcall uses it)"),
-    *[BuiltinFn(f, 1, 1, doc=f"{f}(x)") for f in MATH_FUNCTIONS if f not in ("fma", "copysign")],
+    *[BuiltinFn(f, 1, 1, doc=_MATH_DOCS.get(f, f"{f}(x)")) for f in MATH_FUNCTIONS if f not in ("fma", "copysign")],
     BuiltinFn("fma", 3, 3, doc="fma(a, b, c) = a * b + c, rounded once"),
     BuiltinFn("copysign", 2, 2, doc="copysign(magnitude, sign)"),
     BuiltinFn("min", 2, 2, doc="min(a, b)"),

@@ -142,8 +142,14 @@ CMP_PREDICATES = ("eq", "ne", "lt", "le", "gt", "ge")
 #: ``exp2 log2 sin cos rsqrt rcp tanh`` are the machine's fast approximations (NVIDIA's ``.approx``
 #: instructions, AMD's v_exp/v_log/v_sin/v_cos/v_rsq/v_rcp; the CPU computes them with LLVM's
 #: libm-accurate versions); std.math has the accurate functions. ``sqrt`` is correctly rounded.
-MATH_FUNCTIONS = ("sqrt", "rsqrt", "rcp", "exp2", "log2", "sin", "cos", "tanh", "abs", "floor", "ceil", "trunc",
-                  "round", "fma", "copysign")
+#: ``rcp_normal`` and ``rsqrt_normal`` are rcp and rsqrt for arguments that are normal numbers with
+#: normal results (or zeros, infinities, NaN): a subnormal argument or result gives an unspecified
+#: value (NVIDIA's ``.ftz`` forms flush it to zero), which spares NVIDIA's subnormal handling around
+#: the one MUFU instruction (see :data:`NORMAL_RANGE_MATH`).
+MATH_FUNCTIONS = ("sqrt", "rsqrt", "rcp", "rcp_normal", "rsqrt_normal", "exp2", "log2", "sin", "cos", "tanh",
+                  "abs", "floor", "ceil", "trunc", "round", "fma", "copysign")
+#: The normal-range math functions, each with the function it restricts.
+NORMAL_RANGE_MATH = {"rcp_normal": "rcp", "rsqrt_normal": "rsqrt"}
 SPECIAL_REGISTERS = ("thread_id", "block_id", "block_dim", "grid_dim", "lane_id", "warp_id")
 ATOMIC_OPS = ("add", "min", "max", "exch", "and", "or", "xor")
 MEMORY_ORDERS = ("relaxed", "acquire", "release", "acq_rel", "seq_cst")

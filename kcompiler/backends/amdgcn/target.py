@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from llvmlite import ir as ll
 
+from ...ir.core import NORMAL_RANGE_MATH
 from ...ir.types import AddressSpace
 from ..llvm.lower import LoweringContext, UnsupportedOnTarget
 from ..target import Target
@@ -246,9 +247,10 @@ class AmdgcnTarget(Target):
             raise UnsupportedOnTarget(f"{fn} on f64 is not a hardware instruction on amdgcn: use "
                                       f"std.math's f64 version")
         b = ctx.b
-        if fn in ("rsqrt", "rcp") and not isinstance(scalar, ll.DoubleType):
-            # v_rsq_f32 / v_rcp_f32 (1 ulp, AMD Instinct MI300 ISA, "VOP1"), scalar intrinsics
-            name = {"rsqrt": "llvm.amdgcn.rsq", "rcp": "llvm.amdgcn.rcp"}[fn]
+        if fn in ("rsqrt", "rcp", "rsqrt_normal", "rcp_normal") and not isinstance(scalar, ll.DoubleType):
+            # v_rsq_f32 / v_rcp_f32 (1 ulp, AMD Instinct MI300 ISA, "VOP1"), scalar intrinsics; the
+            # normal-range forms are the same instructions (one each already: no subnormal fix-up)
+            name = {"rsqrt": "llvm.amdgcn.rsq", "rcp": "llvm.amdgcn.rcp"}[NORMAL_RANGE_MATH.get(fn, fn)]
             return self.per_lane(ctx, args[0], lambda v: ctx.call_intrinsic(name, [v]))
         if fn == "tanh":
             # no instruction: 1 - 2 / (2^(2x log2 e) + 1) on v_exp_f32 and v_rcp_f32, exact at +-inf

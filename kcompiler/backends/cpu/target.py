@@ -40,6 +40,7 @@ import llvmlite.binding as llvm
 from llvmlite import ir as ll
 
 from ...diagnostics import CompileError
+from ...ir.core import NORMAL_RANGE_MATH
 from ...ir.types import AddressSpace
 from ..target import Target
 from . import coroutine, hopper, mfma, warp_matrix
@@ -89,11 +90,13 @@ class CpuTarget(Target):
     (``target.has("mfma")`` is then true; mfma.py). ``emulate_wgmma``: emulate NVIDIA's Hopper
     instructions (wgmma, TMA, mbarriers; ``target.has("wgmma")``, "tma", "mbarrier", "setmaxnreg" are
     then true; hopper.py), to run sm_90a code such as std.matmul_sm90. ``approx_error``: a relative
-    error d (e.g. 2**-21.7, or negative) put on the builtins ``rcp`` and ``rsqrt``, which the CPU
-    computes exactly but GPUs approximate (NVIDIA rcp/rsqrt.approx.f32, AMD v_rcp/v_rsq_f32: within
-    2^-22.9 relative or 1 ulp): their results are multiplied by 1 + d, so that code correcting the
-    approximations can be checked on the CPU. Raises ValueError for another warp size, for both
-    emulations at once, for an MFMA with warps of 32, or for |approx_error| >= 2^-10.
+    error d (e.g. 2**-21.7, or negative) put on the builtins ``rcp`` and ``rsqrt`` and their
+    normal-range forms ``rcp_normal``, ``rsqrt_normal``, which the CPU computes exactly but GPUs
+    approximate (NVIDIA rcp/rsqrt.approx.f32, AMD v_rcp/v_rsq_f32: within 2^-22.9 relative or 1
+    ulp): their results are multiplied by 1 + d, so that code correcting the approximations can be
+    checked on the CPU (the normal-range forms also flush subnormals on f32, as NVIDIA's do). Raises
+    ValueError for another warp size, for both emulations at once, for an MFMA with warps of 32, or
+    for |approx_error| >= 2^-10.
     """
 
     name = "cpu"
@@ -163,13 +166,29 @@ class CpuTarget(Target):
         return {**super().describe(), "cpu_features": self.cpu_features, **extra}
 
     def math(self, ctx: "LoweringContext", fn: str, args: list[ll.Value]) -> ll.Value:
-        """Target.math, with ``approx_error`` put on rcp and rsqrt (see the class docstring)."""
-        v = super().math(ctx, fn, args)
-        if self.approx_error and fn in ("rcp", "rsqrt"):
+        """Target.math, with ``approx_error`` put on rcp and rsqrt and their normal-range forms (see
+        the class docstring). rcp_normal and rsqrt_normal on f32 flush a subnormal argument or
+        result to zero of its sign, as NVIDIA's .ftz forms do: their contract leaves these values
+        open, and code that relies on them then fails on the CPU too."""
+        t = args[0].type
+        if fn in NORMAL_RANGE_MATH and (t.element if isinstance(t, ll.VectorType) else t) == ll.FloatType():
+            v = self._flush_subnormal(ctx, super().math(ctx, fn, [self._flush_subnormal(ctx, args[0])]))
+        else:
+            v = super().math(ctx, fn, args)
+        if self.approx_error and NORMAL_RANGE_MATH.get(fn, fn) in ("rcp", "rsqrt"):
             f = 1.0 + self.approx_error
             n = v.type.count if isinstance(v.type, ll.VectorType) else 0
             v = ctx.b.fmul(v, ll.Constant(v.type, [f] * n if n else f))
         return v
+
+    @staticmethod
+    def _flush_subnormal(ctx: "LoweringContext", x: ll.Value) -> ll.Value:
+        """x, with subnormal lanes replaced by a zero of their sign (x * 0: x is finite there)."""
+        n = x.type.count if isinstance(x.type, ll.VectorType) else 0
+        tiny = ll.Constant(x.type, [2.0 ** -126] * n if n else 2.0 ** -126)
+        zero = ll.Constant(x.type, [0.0] * n if n else 0.0)
+        sub = ctx.b.fcmp_ordered("<", ctx.call_intrinsic("llvm.fabs", [x]), tiny)
+        return ctx.b.select(sub, ctx.b.fmul(x, zero), x)
 
     # --- module state -----------------------------------------------------------------------------
     @staticmethod

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from llvmlite import ir as ll
 
+from ...ir.core import NORMAL_RANGE_MATH
 from ...ir.types import AddressSpace, TensorMapType, Type
 from ..llvm.lower import LoweringContext, UnsupportedOnTarget
 from ..target import Target
@@ -73,7 +74,8 @@ def _field_size(t: ll.Type) -> int:
 
 
 #: The builtins NVIDIA computes with an approximate instruction, by PTX opcode.
-_APPROX = {"exp2": "ex2", "log2": "lg2", "sin": "sin", "cos": "cos", "rsqrt": "rsqrt", "rcp": "rcp", "tanh": "tanh"}
+_APPROX = {"exp2": "ex2", "log2": "lg2", "sin": "sin", "cos": "cos", "rsqrt": "rsqrt", "rcp": "rcp", "tanh": "tanh",
+           "rcp_normal": "rcp", "rsqrt_normal": "rsqrt"}
 
 
 class _GridConstant(ll.values.ArgumentAttributes):
@@ -376,7 +378,10 @@ class NvptxTarget(Target):
             f32 = ll.VectorType(ll.FloatType(), t.count) if isinstance(t, ll.VectorType) else ll.FloatType()
             x = args[0] if t == f32 else b.fpext(args[0], f32)
             ftype = ll.FunctionType(ll.FloatType(), [ll.FloatType()])
-            ftz = ".ftz" if self.approx_ftz and fn != "tanh" else ""  # tanh.approx has no .ftz form
+            # tanh.approx has no .ftz form; the normal-range builtins leave subnormals unspecified, so
+            # they are always the .ftz form: MUFU.RCP / MUFU.RSQ alone (without .ftz ptxas scales
+            # arguments around it, 7 and 5 SASS instructions)
+            ftz = ".ftz" if (self.approx_ftz or fn in NORMAL_RANGE_MATH) and fn != "tanh" else ""
             r = self.per_lane(ctx, x, lambda v: b.asm(ftype, f"{_APPROX[fn]}.approx{ftz}.f32 $0, $1;", "=f,f", [v],
                                                         side_effect=False))
             return r if t == f32 else b.fptrunc(r, t)
