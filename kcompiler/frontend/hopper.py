@@ -10,6 +10,7 @@ PTX ISA sections, in backends/nvptx/wgmma.py and backends/nvptx/tma.py.
 Surface::
 
     acc = wgmma[bf16](a_desc, b_desc, acc, accumulate = k > 0, trans_b = false)  // acc: vec<f32, N / 2>
+    acc = wgmma[bf16](a_frag, b_desc, acc)                  // A from registers: a_frag: vec<bf16, 8>
     let d = wgmma_desc(p, swizzle = 128, sbo = 1024)        // p: ptr<T, shared>  ->  u64
     tma_load(dst, map, bar, x, y)                           // map: tensor_map, bar: ptr<u64, shared>
     mbarrier_arrive_expect_tx(bar, bytes); mbarrier_wait(bar, parity)
@@ -114,9 +115,14 @@ def _wgmma(fl: Any, f: Any, e: Any, kw: dict) -> Any:
     descs = []
     for k in (0, 1):
         d = fl._value(e.args[k])
-        if d.type != U64:
-            fl.fail(f"wgmma's {'AB'[k]} operand is a shared-memory matrix descriptor (u64, from wgmma_desc), "
-                    f"found {d.type}", e.args[k].span)
+        # A may also come from registers: a thread's vec<T, 8> fragment (16-bit T; mma.sync's m16n8k16
+        # A fragment, the warp taking rows 16 w .. 16 w + 15)
+        a_regs = (k == 0 and isinstance(d.type, VectorType) and d.type.count == 8 and _WGMMA_K[ta] == 16
+                  and d.type.elem == SCALARS[ta])
+        if d.type != U64 and not a_regs:
+            what = (f"a shared-memory matrix descriptor (u64, from wgmma_desc)"
+                    + (f" or a register fragment (vec<{ta}, 8>)" if k == 0 and _WGMMA_K[ta] == 16 else ""))
+            fl.fail(f"wgmma's {'AB'[k]} operand is {what}, found {d.type}", e.args[k].span)
         descs.append(d)
     acc = fl._value(e.args[2])
     at = acc.type

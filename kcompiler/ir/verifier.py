@@ -511,7 +511,10 @@ def _mbar(op: Op) -> None:
 def _t_wgmma(op: Op, fn: Function, m: Module) -> None:
     da, db, acc, scale = op.operands
     n = op.attrs["n"]
-    _req(da.type == U64 and db.type == U64, f"wgmma descriptors of types {da.type}, {db.type} (need u64)")
+    a_regs = isinstance(da.type, VectorType) and da.type.count == 8 and op.attrs["a_type"] in ("bf16", "f16") \
+        and getattr(da.type.elem, "name", None) == op.attrs["a_type"]
+    _req((da.type == U64 or a_regs) and db.type == U64,
+         f"wgmma operands of types {da.type}, {db.type} (need u64 descriptors; A also vec<bf16|f16, 8>)")
     _req(isinstance(n, int) and 8 <= n <= 256 and n % 8 == 0, f"wgmma n={n!r} (a multiple of 8 from 8 to 256)")
     want = VectorType(F32, n // 2)
     _req(acc.type == want and _res(op) == want, f"wgmma m64n{n} accumulator {acc.type} and result {_res(op)} "

@@ -9,8 +9,9 @@ What each does here (the PTX semantics are stated in backends/nvptx/wgmma.py and
 - Shared-memory addresses that the instructions exchange (matrix descriptors, TMA destinations) are
   offsets from the block's dynamic shared memory, whose start stands for the 1024-aligned start of a
   GPU's shared window: the swizzles, which act on address bits 4-9, then act alike.
-- ``tma_load`` (2-D) copies the box at once, element by element: element (r, c) of the box (c
-  innermost) comes from global (c0 + c, c1 + r), zero outside the tensor, and lands at byte offset
+- ``tma_load`` (1-D to 5-D) copies the box at once, element by element: element (r, c) of the box (c
+  innermost, r counting the box's rows over its outer axes, the innermost of them fastest) comes from
+  global (c0 + c, c1 + r1, c2 + r2, ...), zero outside the tensor, and lands at byte offset
   ``r * box_row_bytes + c * size`` from the destination, swizzled: for an S-byte swizzle (32, 64, 128),
   address bits 4 .. 4 + log2(S / 16) are XORed with bits 7 .. (PTX ISA "Tensor copy: swizzling modes";
   CUTLASS's Swizzle<3, 4, 3> for 128 bytes). Then complete-tx of the box's bytes on the barrier.
@@ -24,7 +25,8 @@ What each does here (the PTX semantics are stated in backends/nvptx/wgmma.py and
   "Strides"): K-major, element (row, k) at ``start + (row % 8) * S + (row / 8) * SBO + k * size``;
   N-major B (trans_b), element (k, n) at ``start + (n % (S / size)) * size + (n / (S / size)) * LBO +
   (k % 8) * S + (k / 8) * SBO``; then swizzled as above. Only swizzled layouts (S = 32, 64, 128) are
-  read. Products are exact in f32 and summed in k order (the tensor cores' order and internal
+  read. With A in registers (a vec<bf16|f16, 8> fragment), a thread gathers the two rows of A it
+  needs from its quad's fragments by warp shuffles. Products are exact in f32 and summed in k order (the tensor cores' order and internal
   precision are unspecified). The instruction is computed when issued, which a GPU may also do;
   ``wgmma_wait`` makes the warp's lanes meet (each has then computed its part), which is what lets a
   warp's lane 0 release the shared memory it read; ``wgmma_fence``, ``wgmma_commit``, ``setmaxnreg``
@@ -136,37 +138,48 @@ def _mbar_helper(m: ll.Module) -> ll.Function:
 
 
 def _tma_helper(m: ll.Module) -> ll.Function:
-    """``void __kc_emu_tma2d(ptr dynbase, ptr dst, ptr map, ptr bar, i32 c0, i32 c1)``."""
-    fn, new = _helper(m, "__kc_emu_tma2d", ll.VoidType(), [PTR, PTR, PTR, PTR, I32, I32])
+    """``void __kc_emu_tma(ptr dynbase, ptr dst, ptr map, ptr bar, ptr coords)``: coords, 5 i32
+    (innermost first; those past the map's rank are 0)."""
+    fn, new = _helper(m, "__kc_emu_tma", ll.VoidType(), [PTR, PTR, PTR, PTR, PTR])
     if not new:
         return fn
-    base, dst, tmap, bar, c0, c1 = fn.args
+    base, dst, tmap, bar, coords = fn.args
     b = ll.IRBuilder(fn.append_basic_block("entry"))
 
     def field(k: int) -> ll.Value:
         return b.load(b.gep(tmap, [_c(k)], source_etype=I64), typ=I64)
-    addr, es, width = field(0), field(2), field(3)
-    dim0, dim1, stride1 = field(4), field(5), field(10)
-    boxes = field(14)
-    boxw, boxh = b.and_(boxes, _c(0xFFFF)), b.and_(b.lshr(boxes, _c(16)), _c(0xFFFF))
-    rowbytes = b.mul(boxw, es)
+    addr, rank, es, width = field(0), field(1), field(2), field(3)
+    dims = [field(4 + k) for k in range(5)]
+    strides = [field(9 + k) for k in range(5)]
+    packed = [field(14), field(15)]
+    # box sizes, innermost first; 1 past the rank (no such axis)
+    boxes = [b.select(b.icmp_unsigned("<", _c(k), rank),
+                      b.and_(b.lshr(packed[k // 4], _c(16 * (k % 4))), _c(0xFFFF)), _c(1)) for k in range(5)]
+    cs = [b.sext(b.load(b.gep(coords, [_c(k)], source_etype=I32), typ=I32), I64) for k in range(5)]
+    rowbytes = b.mul(boxes[0], es)
+    rows = b.mul(b.mul(boxes[1], boxes[2]), b.mul(boxes[3], boxes[4]))
     rel = b.sub(b.ptrtoint(dst, I64), b.ptrtoint(base, I64))
-    x0, y0 = b.sext(c0, I64), b.sext(c1, I64)
 
     def row(r: ll.Value) -> None:
-        gy = b.add(y0, r)
-        yin = b.and_(b.icmp_signed(">=", gy, _c(0)), b.icmp_signed("<", gy, dim1))
+        # the row's coordinates along axes 1 .. 4 (mixed radix of the box sizes); inside the tensor?
+        rem, inside, src = r, ll.Constant(I1, 1), addr
+        for k in range(1, 5):
+            g = b.add(cs[k], b.urem(rem, boxes[k]))
+            rem = b.udiv(rem, boxes[k])
+            ok = b.and_(b.icmp_signed(">=", g, _c(0)), b.icmp_signed("<", g, dims[k]))
+            inside = b.and_(inside, b.or_(b.icmp_unsigned(">=", _c(k), rank), ok))
+            src = b.add(src, b.mul(g, b.select(b.icmp_unsigned(">=", _c(k), rank), _c(0), strides[k])))
 
         def byte(cb: ll.Value) -> None:
-            gx = b.add(x0, b.udiv(cb, es))
-            inside = b.and_(yin, b.and_(b.icmp_signed(">=", gx, _c(0)), b.icmp_signed("<", gx, dim0)))
-            src = b.add(addr, b.add(b.mul(gy, stride1), b.add(b.mul(gx, es), b.urem(cb, es))))
-            v = b.load(b.inttoptr(b.select(inside, src, addr), PTR), typ=I8)
+            gx = b.add(cs[0], b.udiv(cb, es))
+            ok = b.and_(inside, b.and_(b.icmp_signed(">=", gx, _c(0)), b.icmp_signed("<", gx, dims[0])))
+            at = b.add(src, b.add(b.mul(gx, es), b.urem(cb, es)))
+            v = b.load(b.inttoptr(b.select(ok, at, addr), PTR), typ=I8)
             off = _swizzle(b, b.add(rel, b.add(b.mul(r, rowbytes), cb)), width)
-            b.store(b.select(inside, v, ll.Constant(I8, 0)), b.gep(base, [off], source_etype=I8))
+            b.store(b.select(ok, v, ll.Constant(I8, 0)), b.gep(base, [off], source_etype=I8))
         _loop(b, rowbytes, "cb", byte)
-    _loop(b, boxh, "r", row)
-    b.call(_mbar_helper(m), [bar, _c(_COMPLETE_TX, I32), b.trunc(b.mul(boxh, rowbytes), I32)])
+    _loop(b, rows, "r", row)
+    b.call(_mbar_helper(m), [bar, _c(_COMPLETE_TX, I32), b.trunc(b.mul(rows, rowbytes), I32)])
     b.ret_void()
     return fn
 
@@ -198,11 +211,12 @@ def _element(b: ll.IRBuilder, m: ll.Module, p: ll.Value, t: str) -> ll.Value:
                   typ=F32)
 
 
-def _wgmma_helper(m: ll.Module, n: int, ta: str, tb: str, trans_b: bool) -> ll.Function:
+def _wgmma_helper(m: ll.Module, n: int, ta: str, tb: str, trans_b: bool, a_regs: bool = False) -> ll.Function:
     """``void __kc_emu_wgmma_<..>(ptr dynbase, i64 a_desc, i64 b_desc, ptr acc, i32 tid, i1 scale_d)``:
-    this thread's N / 2 accumulators (f32 at acc) of D = A B (+ D)."""
-    name = f"__kc_emu_wgmma_n{n}_{ta}_{tb}{'_tb' if trans_b else ''}"
-    fn, new = _helper(m, name, ll.VoidType(), [PTR, I64, I64, PTR, I32, I1])
+    this thread's N / 2 accumulators (f32 at acc) of D = A B (+ D). With ``a_regs`` A is ``ptr a_rows``
+    instead of a descriptor: this thread's two rows of A (:func:`_gather_a_rows`)."""
+    name = f"__kc_emu_wgmma_n{n}_{ta}_{tb}{'_tb' if trans_b else ''}{'_ra' if a_regs else ''}"
+    fn, new = _helper(m, name, ll.VoidType(), [PTR, PTR if a_regs else I64, I64, PTR, I32, I1])
     if not new:
         return fn
     base, da, db, acc, tid, scale_d = fn.args
@@ -218,7 +232,8 @@ def _wgmma_helper(m: ll.Module, n: int, ta: str, tb: str, trans_b: bool) -> ll.F
         mode = b.lshr(d, _c(62))  # 1: 128 bytes, 2: 64, 3: 32
         width = b.select(b.icmp_unsigned("==", mode, _c(0)), _c(0), b.lshr(_c(256), mode))
         return start, lbo, sbo, width
-    sa, _, sbo_a, wa = decode(da)
+    if not a_regs:
+        sa, _, sbo_a, wa = decode(da)
     sb, lbo_b, sbo_b, wb = decode(db)
     t = b.zext(b.urem(tid, _c(128, I32)), I64)
     w, lane = b.udiv(t, _c(32)), b.urem(t, _c(32))
@@ -235,14 +250,18 @@ def _wgmma_helper(m: ll.Module, n: int, ta: str, tb: str, trans_b: bool) -> ll.F
         b.store(b.select(scale_d, b.load(slot, typ=F32), ll.Constant(F32, 0.0)), total)
 
         def term(k: ll.Value) -> None:
-            aoff = kmajor(sa, sbo_a, wa, row, k, es_a)
+            if a_regs:  # row 16 w + g + 8 h is this thread's row h
+                h = b.udiv(b.urem(r, _c(4)), _c(2))
+                ap = b.gep(da, [b.mul(b.add(b.mul(h, _c(16)), k), _c(es_a))], source_etype=I8)
+            else:
+                ap = b.gep(base, [_swizzle(b, kmajor(sa, sbo_a, wa, row, k, es_a), wa)], source_etype=I8)
             if trans_b:
                 per = b.udiv(wb, _c(es_b))  # elements of n in a swizzled row
                 boff = b.add(sb, b.add(b.add(b.mul(b.urem(col, per), _c(es_b)), b.mul(b.udiv(col, per), lbo_b)),
                                        b.add(b.mul(b.urem(k, _c(8)), wb), b.mul(b.udiv(k, _c(8)), sbo_b))))
             else:
                 boff = kmajor(sb, sbo_b, wb, col, k, es_b)
-            av = _element(b, m, b.gep(base, [_swizzle(b, aoff, wa)], source_etype=I8), ta)
+            av = _element(b, m, ap, ta)
             bv = _element(b, m, b.gep(base, [_swizzle(b, boff, wb)], source_etype=I8), tb)
             b.store(b.fadd(b.load(total, typ=F32), b.fmul(av, bv)), total)
         _loop(b, _c(kdim), "k", term)
@@ -250,6 +269,24 @@ def _wgmma_helper(m: ll.Module, n: int, ta: str, tb: str, trans_b: bool) -> ll.F
     _loop(b, _c(n // 2), "r", output)
     b.ret_void()
     return fn
+
+
+def _gather_a_rows(target: "CpuTarget", ctx: "LoweringContext", frag: ll.Value, tid: ll.Value) -> ll.Value:
+    """The two rows of A this thread's D elements need (16w + g and + 8, k = 0 .. 15), gathered from the
+    register fragments of its quad (lanes 4g .. 4g + 3, module docstring of backends/nvptx/wgmma.py)
+    by warp shuffles, into a [2 x 16] array of 16-bit elements; returns a pointer to it."""
+    b = ctx.b
+    w = b.bitcast(frag, ll.VectorType(I32, 4))
+    regs = [b.extract_element(w, _c(k, I32)) for k in range(4)]
+    rows = ctx.alloca(ll.ArrayType(I32, 16), name="wgmma_a_rows")
+    quad = b.and_(b.urem(tid, _c(32, I32)), _c(~3 & 0xFFFFFFFF, I32))
+    for src in range(4):
+        lane = b.add(quad, _c(src, I32))
+        for k in range(4):
+            # register k of lane 4g + src: row g + 8 (k % 2), the pair of k's 2 src (+ 8 for k >= 2)
+            x = target.shuffle(ctx, "idx", regs[k], lane)
+            b.store(x, b.gep(rows, [_c(0, I32), _c(8 * (k % 2) + 4 * (k // 2) + src, I32)]))
+    return b.bitcast(rows, PTR)
 
 
 def _linear_tid(target: "CpuTarget", ctx: "LoweringContext") -> ll.Value:
@@ -278,13 +315,18 @@ def async_op(target: "CpuTarget", ctx: "LoweringContext", op: Any, args: list[ll
         n = at["n"]
         acc = ctx.alloca(ll.VectorType(F32, n // 2), name="wgmma_acc")
         b.store(args[2], acc)
-        helper = _wgmma_helper(m, n, at["a_type"], at["b_type"], bool(at["trans_b"]))
-        b.call(helper, [base, args[0], args[1], acc, _linear_tid(target, ctx), args[3]])
+        tid = _linear_tid(target, ctx)
+        a = args[0]
+        if isinstance(a.type, ll.VectorType):
+            a = _gather_a_rows(target, ctx, a, tid)
+        helper = _wgmma_helper(m, n, at["a_type"], at["b_type"], bool(at["trans_b"]), a.type != I64)
+        b.call(helper, [base, a, args[1], acc, tid, args[3]])
         return b.load(acc, typ=ll.VectorType(F32, n // 2))
     if name == "tma_load":
-        if len(args) != 5:
-            raise UnsupportedOnTarget("the cpu target emulates 2-D TMA copies only (two coordinates)")
-        b.call(_tma_helper(m), [base, args[0], args[1], args[2], args[3], args[4]])
+        coords = ctx.alloca(ll.ArrayType(I32, 5), name="tma_coords")
+        for k in range(5):
+            b.store(args[3 + k] if 3 + k < len(args) else _c(0, I32), b.gep(coords, [_c(0, I32), _c(k, I32)]))
+        b.call(_tma_helper(m), [base, args[0], args[1], args[2], b.bitcast(coords, PTR)])
         return None
     mbar = _mbar_helper(m)
     if name == "mbarrier_init":

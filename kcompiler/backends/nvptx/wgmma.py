@@ -14,6 +14,12 @@ row 16w + g + 8 (r / 2), column 8j + 2t + r % 2 ("Register Fragments and Shared 
 "Matrix Fragments for wgmma.m64nNk16 / m64nNk32", the D fragment figure): each n8 slice is laid out as
 mma.sync's m16n8 accumulator, the warp taking rows 16w .. 16w + 15. The last immediate, tB, transposes
 B ("imm-trans-b": 1 reads B stored N-major, i.e. a row-major K x N matrix); 16-bit types only.
+With A in registers (16-bit types: ``wgmma.mma_async.sync.aligned.m64nNk16.f32.bf16.bf16 d, {a0, a1, a2,
+a3}, b-desc, p, 1, 1, tB;``, no imm-trans-a) a thread holds 8 elements of A in four .b32 registers, the
+layout of mma.sync m16n8k16's A fragment with warp w taking rows 16w .. 16w + 15 ("Matrix Fragments for
+wgmma.m64nNk16", the A figure): elements 0, 1 at (row 16w + g, k 2t, 2t + 1), 2, 3 at (row + 8, same
+k), 4, 5 at (row, k 2t + 8, 2t + 9), 6, 7 at (row + 8, k + 8). Two n8 slices of a D fragment, rounded
+to 16 bits, are one such A fragment (FlashAttention's P = softmax(S) feeding O += P V).
 
 ``wgmma.fence.sync.aligned`` orders register accesses to D before a wgmma; ``wgmma.commit_group`` closes
 the warpgroup's pending wgmmas into a group; ``wgmma.wait_group N`` waits until at most N groups are
@@ -56,7 +62,8 @@ def _void(ctx: LoweringContext, text: str) -> None:
 def wgmma(ctx: LoweringContext, n: int, a_type: str, b_type: str, a_desc: ll.Value, b_desc: ll.Value,
           acc: list[ll.Value], scale_d: ll.Value, trans_b: bool) -> list[ll.Value]:
     """``wgmma.mma_async`` m64nNk16 (bf16/f16) or m64nNk32 (FP8) with f32 accumulators (module
-    docstring): ``acc`` is this thread's N / 2 floats of D, ``scale_d`` an i1 (false: D = A * B).
+    docstring): ``a_desc`` an i64 descriptor, or (16-bit types) a vector of 8 elements, this thread's
+    A fragment in registers; ``acc`` is this thread's N / 2 floats of D, ``scale_d`` an i1 (false: D = A * B).
     Returns the new N / 2 floats. Raises UnsupportedOnTarget for types or an N wgmma does not have."""
     (pa, ka), (pb, kb) = WGMMA_TYPES[a_type], WGMMA_TYPES[b_type]
     if ka != kb or (ka == 16 and a_type != b_type):
@@ -67,12 +74,23 @@ def wgmma(ctx: LoweringContext, n: int, a_type: str, b_type: str, a_desc: ll.Val
         raise UnsupportedOnTarget("wgmma reads FP8 B K-major only: trans_b applies to f16 and bf16")
     m = n // 2
     regs = ", ".join(f"${k}" for k in range(m))
-    tail = f", 1, 1, 0, {int(trans_b)}" if ka == 16 else ", 1, 1"
-    text = ("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, $" + str(m + 2) + ", 0;\n\t"
-            f"wgmma.mma_async.sync.aligned.m64n{n}k{ka}.f32.{pa}.{pb} {{{regs}}}, ${m}, ${m + 1}, p{tail};\n\t}}")
-    cons = ",".join(["=f"] * m + ["l", "l", "r"] + [str(k) for k in range(m)])
-    ftype = ll.FunctionType(ll.LiteralStructType([_F32] * m), [_I64, _I64, _I32] + [_F32] * m)
-    d = ctx.b.asm(ftype, text, cons, [a_desc, b_desc, ctx.b.zext(scale_d, _I32)] + acc, side_effect=True)
+    if isinstance(a_desc.type, ll.VectorType):  # A from registers: 8 16-bit elements as 4 .b32
+        if ka != 16:
+            raise UnsupportedOnTarget("wgmma reads A from registers for f16 and bf16 only here")
+        v = ctx.b.bitcast(a_desc, ll.VectorType(_I32, 4))
+        a_ops = [ctx.b.extract_element(v, ll.Constant(_I32, k)) for k in range(4)]
+        a_text = "{" + ", ".join(f"${m + k}" for k in range(4)) + "}"
+        tail = f", 1, 1, {int(trans_b)}"
+        a_cons = ["r"] * 4
+    else:
+        a_ops, a_text, a_cons = [a_desc], f"${m}", ["l"]
+        tail = f", 1, 1, 0, {int(trans_b)}" if ka == 16 else ", 1, 1"
+    nb = m + len(a_ops)
+    text = ("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, $" + str(nb + 1) + ", 0;\n\t"
+            f"wgmma.mma_async.sync.aligned.m64n{n}k{ka}.f32.{pa}.{pb} {{{regs}}}, {a_text}, ${nb}, p{tail};\n\t}}")
+    cons = ",".join(["=f"] * m + a_cons + ["l", "r"] + [str(k) for k in range(m)])
+    ftype = ll.FunctionType(ll.LiteralStructType([_F32] * m), [a.type for a in a_ops] + [_I64, _I32] + [_F32] * m)
+    d = ctx.b.asm(ftype, text, cons, a_ops + [b_desc, ctx.b.zext(scale_d, _I32)] + acc, side_effect=True)
     d.attributes.add("convergent")
     return [ctx.b.extract_value(d, k) for k in range(m)]
 
