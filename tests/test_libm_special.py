@@ -324,9 +324,9 @@ def test_reduced_precision_is_cheaper():
 def test_accurate_versions_are_branch_free_and_division_free(tmp_path):
     """The f32 functions are written for throughput on GPUs: for sm_90a each compiles to straight-line
     PTX (no branch, so no warp divergence on mixed inputs) with no IEEE division (div.rn and rcp.rn
-    expand to long sequences with a slow path; the quotients use rcp.approx and a residual
-    correction), and the
-    PTX assembles (ptxas, when on PATH)."""
+    expand to long sequences with a slow path; the quotients use the normal-range rcp_normal,
+    rcp.approx.ftz: one MUFU.RCP without ptxas's subnormal scaling, and a residual correction),
+    and the PTX assembles (ptxas, when on PATH)."""
     import re
 
     from kcompiler.pipeline import compile_source_to
@@ -341,5 +341,6 @@ def test_accurate_versions_are_branch_free_and_division_free(tmp_path):
         ops = [line.split()[0] for line in body.splitlines() if line.strip().endswith(";")]
         assert not [op for op in ops if op.startswith(("bra", "@"))], (name, "branch")
         assert not [op for op in ops if op.startswith(("div", "rcp.rn", "sqrt.rn"))], (name, "IEEE division")
-        assert name in ("b_erff", "b_exp_rp") or "rcp.approx.f32" in ops, (name, "reciprocal")
+        assert name in ("b_erff", "b_exp_rp") or "rcp.approx.ftz.f32" in ops, (name, "reciprocal")
+        assert "rcp.approx.f32" not in ops, (name, "reciprocal with subnormal scaling")
     ptxas(ptx)
