@@ -3,7 +3,7 @@ measured in the same run. On an sm_90 GPU ops.matmul takes the Hopper path (stdl
 TMA, wgmma, warp specialisation, persistent tiles); elsewhere the Ampere one (cp.async, ldmatrix,
 mma.sync).
 
-    python benchmarks/bench_matmul.py [--quick] [--json OUT.json] [--sass] [--configs]
+    python benchmarks/bench_matmul.py [--quick] [--json OUT.json] [--sass] [--configs] [--mx]
 
 Each case is checked first (relative Frobenius error against torch's result, which must be under 1e-2
 for bf16 and 3e-2 for FP8), then timed: the median of triton.testing.do_bench (CUDA events, warm-up
@@ -18,7 +18,10 @@ tl.dot to wgmma with TMA-free pipelined loads.
 
 ``--sass`` disassembles the Hopper kernel's cubin (cuobjdump) and counts its HGMMA / QGMMA
 instructions. ``--configs`` times each tile configuration of the Hopper path (kcompiler.matmul_sm90.CONFIGS)
-on a few sizes, to check its choice.
+on a few sizes, to check its choice. ``--mx`` times the MXFP8 cast fused into the product
+(``ops.matmul(..., epilogue="to_mxfp8_e4m3")``: codes and E8M0 scales from the kernel's store) against
+the product alone (bf16 result) and the product followed by ops.mx_quantize, after checking the fused
+codes and scales bit for bit against ops.mx_quantize of the same kernel's f32 result.
 """
 from __future__ import annotations
 
@@ -39,7 +42,7 @@ from triton.testing import do_bench  # noqa: E402
 from kcompiler import ops  # noqa: E402
 
 SQUARE = [(4096, 4096, 4096), (8192, 8192, 8192)]
-LLM = [(m, n, k) for m in (16, 128, 1024, 8192) for n, k in ((4096, 4096), (14336, 4096), (4096, 14336))]
+LLM = [(m, n, k) for m in (16, 128, 1024, 8192) for n, k in ((4096, 4096), (14336, 4096), (4096, 14336), (8192, 8192))]
 QUICK = [(8192, 8192, 8192), (4096, 4096, 4096), (128, 4096, 4096), (8192, 14336, 4096)]
 
 
@@ -154,22 +157,55 @@ def time_configs() -> None:
     from kcompiler import matmul_sm90
 
     mod = ops._module("matmul_sm90", "cuda")
-    for m, n, k in ((4096, 4096, 4096), (8192, 8192, 8192), (8192, 14336, 4096), (1024, 4096, 4096),
-                    (128, 4096, 4096), (16, 4096, 4096), (16, 14336, 4096)):
-        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-        b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    for dt, m, n, k in (("bf16", 4096, 4096, 4096), ("bf16", 8192, 8192, 8192), ("bf16", 8192, 14336, 4096),
+                        ("bf16", 1024, 4096, 4096), ("bf16", 128, 4096, 4096), ("bf16", 16, 4096, 4096),
+                        ("bf16", 16, 14336, 4096), ("bf16", 16, 4096, 14336), ("f8e4m3", 16, 4096, 4096),
+                        ("f8e4m3", 128, 4096, 4096)):
+        fp8 = dt == "f8e4m3"
+        a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn if fp8 else torch.bfloat16)
+        b = torch.randn(n, k, device="cuda").to(a.dtype)
         out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
         chosen = matmul_sm90.choose(m, n, k)
+        split = matmul_sm90.choose_split(m, n, k, chosen, 128 if fp8 else 64, sms)
         line = []
         for name, cfg in matmul_sm90.CONFIGS.items():
-            t = bench(lambda: matmul_sm90.run(mod, a, b, out, config=cfg))
-            line.append(f"{name}{'*' if cfg == chosen else ''} {tflops(m, n, k, t):.0f}")
+            t = bench(lambda: matmul_sm90.run(mod, a, b, out, config=cfg, split_k=1))
+            line.append(f"{name}{'*' if cfg == chosen and split == 1 else ''} {tflops(m, n, k, t):.0f}")
         if m <= 1024:  # split-K, for products with few tiles
-            for split in (2, 4, 8):
-                t = bench(lambda: matmul_sm90.run(mod, a, b, out, config=matmul_sm90.CONFIGS["64x128"],
-                                                  split_k=split))
-                line.append(f"64x128/split{split} {tflops(m, n, k, t):.0f}")
-        print(f"configs {m}x{n}x{k}: " + ", ".join(line), flush=True)
+            for cname in ("64x128", "64x64"):
+                for sk in (2, 3, 4, 6, 8):
+                    t = bench(lambda: matmul_sm90.run(mod, a, b, out, config=matmul_sm90.CONFIGS[cname], split_k=sk))
+                    star = "*" if matmul_sm90.CONFIGS[cname] == chosen and sk == split else ""
+                    line.append(f"{cname}/split{sk}{star} {tflops(m, n, k, t):.0f}")
+        print(f"configs {dt} {m}x{n}x{k}: " + ", ".join(line), flush=True)
+
+
+def time_mx() -> list:
+    """The MXFP8 cast fused into the product (bf16, B K-major), checked bit for bit, then timed."""
+    rows = []
+    for m, n, k in ((4096, 4096, 4096), (8192, 8192, 8192), (8192, 14336, 4096), (128, 4096, 4096)):
+        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+        for fmt in ("e4m3", "e5m2"):
+            codes, scales = ops.matmul(a, w.T, epilogue=f"to_mxfp8_{fmt}")
+            f32 = ops.matmul(a, w.T, out_dtype=torch.float32)
+            rc, rs = ops.mx_quantize(f32, f"f8{fmt}")
+            torch.cuda.synchronize()
+            same = bool((codes.view(torch.uint8) == rc.view(torch.uint8)).all()) and \
+                bool((scales.view(torch.uint8) == rs.view(torch.uint8)).all())
+            assert same, f"fused MX{fmt} differs from mx_quantize of the f32 product at {m}x{n}x{k}"
+        c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        t_fused = bench(lambda: ops.matmul(a, w.T, epilogue="to_mxfp8_e4m3"))
+        t_plain = bench(lambda: ops.matmul(a, w.T, c))
+        t_unfused = bench(lambda: ops.mx_quantize(ops.matmul(a, w.T, c), "f8e4m3"))
+        row = dict(M=m, N=n, K=k, fused=tflops(m, n, k, t_fused), plain_bf16=tflops(m, n, k, t_plain),
+                   unfused=tflops(m, n, k, t_unfused), bit_exact=True)
+        rows.append(row)
+        print(f"mx {m}x{n}x{k}: fused MXFP8 {row['fused']:.0f}, bf16 alone {row['plain_bf16']:.0f}, bf16 then "
+              f"mx_quantize {row['unfused']:.0f} TFLOP/s (fused / alone {t_plain / t_fused:.2f}x speed); "
+              f"codes and scales bit-exact (e4m3, e5m2)", flush=True)
+    return rows
 
 
 def main() -> None:
@@ -178,9 +214,16 @@ def main() -> None:
     p.add_argument("--json", help="write the rows here")
     p.add_argument("--sass", action="store_true", help="count HGMMA/QGMMA in the Hopper kernel's SASS")
     p.add_argument("--configs", action="store_true", help="time each Hopper tile configuration, then stop")
+    p.add_argument("--mx", action="store_true", help="time the fused MXFP8 cast, then stop")
     args = p.parse_args()
     if args.configs:
         time_configs()
+        return
+    if args.mx:
+        rows = time_mx()
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"device": torch.cuda.get_device_name(), "mx": rows}, f, indent=1)
         return
     dev = torch.cuda.get_device_name()
     sizes = QUICK if args.quick else SQUARE + LLM

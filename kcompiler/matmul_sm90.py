@@ -50,6 +50,17 @@ def choose(M: int, N: int, K: int, sms: int = 132) -> dict:
     return dict(CONFIGS[CHOICES[-1]])
 
 
+def choose_split(M: int, N: int, K: int, cfg: dict, bk: int, sms: int = 132) -> int:
+    """The split-K factor :func:`run` uses by default (products without an epilogue): where the
+    configuration's tiles fill at most half of the ``sms`` multiprocessors (small M), each tile's K loop
+    is cut into as many shares as fill them, at most 8 and at least 4 k-steps of ``bk`` a share; else 1.
+    A small product streams B from memory: what counts is how many multiprocessors read it at once."""
+    tiles = -(-M // (64 * cfg["CONSUMERS"])) * -(-N // cfg["BN"])
+    if 2 * tiles > sms:
+        return 1
+    return max(1, min(8, sms // tiles, -(-K // bk) // 4))
+
+
 @functools.lru_cache(maxsize=None)
 def _arch(ordinal: int) -> str | None:
     from .runtime.cuda import detected_arch
@@ -81,8 +92,25 @@ def reason_not(a: Any, b: Any, out: Any, b_kmajor: bool = True) -> str | None:
     if 0 in tuple(a.shape) + tuple(b.shape):
         return "a tensor map describes no empty matrix"
     if any((int(x.shape[1]) * t.size) % 16 or x.data_ptr() % 16 for x in (a, b)):
-        return "TMA needs rows of a multiple of 16 bytes, 16-byte aligned"
+        return _ROWS
     return None
+
+
+_ROWS = "TMA needs rows of a multiple of 16 bytes, 16-byte aligned"
+
+
+def operand_b(a: Any, b: Any, out: Any, b_kmajor: bool) -> tuple[Any, bool] | None:
+    """B as the Hopper path takes it for ``out = a @ B`` (b as :func:`reason_not` takes it): ``(b,
+    b_kmajor)`` where :func:`reason_not` finds nothing against it; for a row-major B whose rows TMA
+    cannot describe (N not a multiple of 16 bytes) a K-major copy, ``(B^T contiguous, True)``, where
+    that one's rows can be; else None (the path does not apply)."""
+    why = reason_not(a, b, out, b_kmajor)
+    if why is None:
+        return b, b_kmajor
+    if b_kmajor or why != _ROWS or (int(a.shape[1]) * a.element_size()) % 16 or a.data_ptr() % 16:
+        return None
+    bt = b.t().contiguous()
+    return (bt, True) if reason_not(a, bt, out, True) is None else None
 
 
 _MAPS: "OrderedDict[tuple, Any]" = OrderedDict()
@@ -109,8 +137,8 @@ def _tensor_map(x: Any, box: tuple[int, int]) -> Any:
 
 
 def run(mod: Any, a: Any, b: Any, out: Any, *, b_kmajor: bool = True, scale_a: Any = None, scale_b: Any = None,
-        scale: int = 0, config: dict | None = None, epilogue: tuple | None = None, stream: Any = None,
-        sms: int | None = None, split_k: int = 1) -> Any:
+        scale: int = 0, config: dict | None = None, epilogue: tuple | None = None, block: tuple | None = None,
+        stream: Any = None, sms: int | None = None, split_k: int | None = None) -> Any:
     """``out = EPI(scale * (a @ B))`` by std.matmul_sm90 (``mod``: that module, compiled for CUDA, or a
     module of a user's epilogue that defines kernel matmul_sm90_epilogue, :func:`epilogue_module`):
     a (M, K) and b (B as (N, K) with ``b_kmajor``, else (K, N)) of one dtype of :data:`BK`, out (M, N)
@@ -118,11 +146,13 @@ def run(mod: Any, a: Any, b: Any, out: Any, *, b_kmajor: bool = True, scale_a: A
     ``scale``: 0 none, 1 by ``scale_a[0] * scale_b[0]`` (per tensor), 2 by ``scale_a[row] *
     scale_b[col]`` (per row of A, per column of C); scales are f32 CUDA tensors. ``epilogue``: None, or
     (EPI, x, y, s): the epilogue fn's name as the module sees it, its inputs (flat CUDA tensors) and
-    scalar. ``config``: one of :data:`CONFIGS` (default :func:`choose`). ``sms``: the blocks of the
+    scalar. ``block``: None, or (BEPI, z): a block epilogue (std.epilogue's second kind, blocks of 32
+    columns; N must be a multiple of 32) applied after ``epilogue`` and its array z (the MX epilogues:
+    the (M, N / 32) E8M0 scales, written); it takes kernel matmul_sm90_block_epilogue. ``config``: one of :data:`CONFIGS` (default :func:`choose`). ``sms``: the blocks of the
     persistent grid (default: the device's multiprocessors). ``split_k`` > 1 cuts each tile's K loop
     into that many work units whose f32 partial products are added atomically into a zeroed f32
-    result (out itself, or a scratch array then converted into out); no epilogue. It is not chosen
-    automatically yet: it has not run on a GPU. numpy arrays run on the CPU target's
+    result (out itself, or a scratch array then converted into out); no epilogue; None (default):
+    :func:`choose_split` where there is no epilogue, else 1. numpy arrays run on the CPU target's
     emulation (``mod`` compiled with ``target_options={"emulate_wgmma": True}``). Returns out."""
     M, K = (int(s) for s in a.shape)
     N = int(b.shape[0] if b_kmajor else b.shape[1])
@@ -136,21 +166,31 @@ def run(mod: Any, a: Any, b: Any, out: Any, *, b_kmajor: bool = True, scale_a: A
     tb = _tensor_map(b, (cfg["BN"], bk) if b_kmajor else (bk, 64))
     tiles = -(-M // bm) * -(-N // cfg["BN"])
     grid = max(1, min(tiles, sms))
+    if split_k is None:
+        split_k = choose_split(M, N, K, cfg, bk, sms) if epilogue is None and block is None else 1
     if scale_a is None:
         scale_a = scale_b = _dummy_f32(a.device if arrays.is_torch_tensor(a) else None)  # not read (scale 0)
     aligned = arrays.device_pointer(out) % 16 == 0 and N % 2 == 0 if arrays.is_device_array(out) else N % 2 == 0
     params = dict(T=t, OUT=o, BK=bk, SCALE=scale, ALIGNED=aligned, B_KMAJOR=b_kmajor, **cfg)
     target = out
     if split_k > 1:
-        if epilogue is not None:
+        if epilogue is not None or block is not None:
             raise ValueError("matmul_sm90.run: split-K adds partial products; it takes no epilogue")
         tiles *= split_k
         grid = max(1, min(tiles, sms))
-        target = out if o == "f32" else _zeros_f32(out)
-        target[...] = 0
+        if o == "f32":
+            target[...] = 0
+        else:
+            target = _zeros_f32(out)
         params.update(OUT="f32", SPLIT_K=int(split_k))
     args = [ta, tb, target.reshape(-1), M, N, K, N, scale_a, scale_b]
-    if epilogue is None:
+    if block is not None:
+        fn, x, y, s = epilogue if epilogue is not None else ("epilogue.identity", target.reshape(-1),
+                                                             target.reshape(-1), 1.0)
+        kernel = mod.matmul_sm90_block_epilogue
+        params.update(EPI=fn, BLOCK=32, BEPI=block[0])
+        args += [x, y, float(s), block[1]]
+    elif epilogue is None:
         kernel = mod.matmul_sm90
     else:
         fn, x, y, s = epilogue
@@ -192,14 +232,26 @@ def _ordinal(x: Any) -> int:
 #: numbers in messages), as kcompiler.ops does for std.matmul.
 _EPILOGUE_KERNEL = """
 import std.matmul_sm90 as kc_std_matmul_sm90
+import std.epilogue as kc_std_epilogue
 kernel matmul_sm90_epilogue[T: type, OUT: type, BK: i32, BN: i32, CONSUMERS: i32, STAGES: i32, GROUP_M: i32,
                             SCALE: i32, ALIGNED: bool, B_KMAJOR: bool, X: type, Y: type,
                             EPI: fn(acc: f32, row: i32, col: i32, ld: i32, x: ptr<X>, y: ptr<Y>, s: f32) -> f32](
         ta: tensor_map, tb: tensor_map, c: ptr<OUT>, M: i32, N: i32, K: i32, ldc: i32, sa: ptr<f32>,
         sb: ptr<f32>, x: ptr<X>, y: ptr<Y>, s: f32) {
     launch_bounds(128 * (CONSUMERS + 1), 1);
-    kc_std_matmul_sm90.gemm_sm90[T, OUT, BK, BN, CONSUMERS, STAGES, GROUP_M, SCALE, ALIGNED, B_KMAJOR, 1, X, Y, EPI](
-        ta, tb, c, M, N, K, ldc, sa, sb, x, y, s);
+    kc_std_matmul_sm90.gemm_sm90[T, OUT, BK, BN, CONSUMERS, STAGES, GROUP_M, SCALE, ALIGNED, B_KMAJOR, 1, X, Y, EPI,
+                                 OUT, 0, kc_std_epilogue.block_identity](
+        ta, tb, c, M, N, K, ldc, sa, sb, x, y, s, c);
+}
+kernel matmul_sm90_block_epilogue[T: type, OUT: type, BK: i32, BN: i32, CONSUMERS: i32, STAGES: i32, GROUP_M: i32,
+                                  SCALE: i32, ALIGNED: bool, B_KMAJOR: bool, X: type, Y: type,
+                                  EPI: fn(acc: f32, row: i32, col: i32, ld: i32, x: ptr<X>, y: ptr<Y>, s: f32) -> f32,
+                                  Z: type, BLOCK: i32, BEPI: fn](
+        ta: tensor_map, tb: tensor_map, c: ptr<OUT>, M: i32, N: i32, K: i32, ldc: i32, sa: ptr<f32>,
+        sb: ptr<f32>, x: ptr<X>, y: ptr<Y>, s: f32, z: ptr<Z>) {
+    launch_bounds(128 * (CONSUMERS + 1), 1);
+    kc_std_matmul_sm90.gemm_sm90[T, OUT, BK, BN, CONSUMERS, STAGES, GROUP_M, SCALE, ALIGNED, B_KMAJOR, 1, X, Y, EPI,
+                                 Z, BLOCK, BEPI](ta, tb, c, M, N, K, ldc, sa, sb, x, y, s, z);
 }
 """
 

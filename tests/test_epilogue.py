@@ -473,6 +473,165 @@ def test_epilogue_amdgcn_assembly():
     assert "s_swappc" not in asm and "s_setpc" not in asm  # no calls
 
 
+# --- 2b. block epilogues: MXFP8 quantisation of the product in the store --------------------------------
+
+from kcompiler.numerics import mx  # noqa: E402
+
+F8 = {"e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2}
+
+
+def _same_bits(got, want) -> None:
+    g, w = np.asarray(got).view(np.uint8), np.asarray(want).view(np.uint8)
+    bad = np.argwhere(g != w)
+    assert not len(bad), f"{len(bad)} differ, first at {tuple(bad[0])}: {g[tuple(bad[0])]:#x}, want {w[tuple(bad[0])]:#x}"
+
+
+@pytest.mark.parametrize("fmt", ["e4m3", "e5m2"])
+def test_mx_epilogue_exact_product(target, fmt):
+    """MXFP8 by the block epilogue on products that f32 holds exactly (small integers times powers of
+    two): bit for bit kcompiler.numerics.mx.quantize of the float64 product, odd M and K, zero rows, a
+    column block of zeros, blocks of every magnitude."""
+    M, N, K = 37, 96, 29
+    a = RNG.integers(-8, 9, (M, K)) * np.exp2(RNG.integers(-12, 12, (M, 1)))
+    b = RNG.integers(-8, 9, (K, N)).astype(np.float64)
+    a[4] = 0
+    b[:, 32:64] = 0
+    a, b = a.astype(ml_dtypes.bfloat16), b.astype(ml_dtypes.bfloat16)
+    codes, scales = ops.matmul(a, b, epilogue=f"to_mxfp8_{fmt}", target=target)
+    assert codes.dtype == F8[fmt] and scales.dtype == ml_dtypes.float8_e8m0fnu and scales.shape == (M, 3)
+    want_c, want_s = mx.quantize((a.astype(np.float64) @ b.astype(np.float64)).astype(np.float32), f"f8{fmt}")
+    _same_bits(scales, want_s)
+    _same_bits(codes, want_c)
+
+
+@pytest.mark.parametrize("dtype, shape", [("f32", (45, 64, 33)), ("bf16", (70, 160, 41)), ("f16", (19, 32, 72))])
+def test_mx_epilogue_random(target, dtype, shape):
+    """On fresh random inputs, alone and after a per-element bias + GELU, into out pairs of either scale
+    type: bit for bit mx.quantize of the same kernel's f32 result (the same accumulation), and that
+    result within the product's tolerance of float64."""
+    M, N, K = shape
+    a = RNG.standard_normal((M, K)).astype(DTYPES[dtype])
+    b = RNG.standard_normal((K, N)).astype(DTYPES[dtype])
+    bias = RNG.standard_normal(N).astype(np.float32)
+    for fmt, per in (("e4m3", ops.Epilogue("identity")), ("e5m2", ops.Epilogue("bias_gelu", x=bias))):
+        f32 = ops.matmul(a, b, epilogue=per, out_dtype=np.float32, target=target)
+        ref, mag, lip, acc_tol = _reference(a, b, per.fn, per.x, None, 1.0)
+        _check(f32, ref, mag, lip, acc_tol)
+        out = (np.full((M, N), np.nan, F8[fmt]), np.zeros((M, N // 32), np.uint8))
+        got = ops.matmul(a, b, out=out, epilogue=dataclasses_replace(per, block=f"to_mxfp8_{fmt}"), target=target)
+        assert got[0] is out[0] and got[1] is out[1]
+        want_c, want_s = mx.quantize(f32, f"f8{fmt}")
+        _same_bits(out[1], want_s)
+        _same_bits(out[0], want_c)
+
+
+def dataclasses_replace(ep, **kw):
+    import dataclasses
+    return dataclasses.replace(ep, **kw)
+
+
+def test_mx_epilogue_nan_and_inf(target):
+    """A NaN in A poisons its row's blocks (NaN scale 0xFF, NaN codes); an infinite product likewise;
+    the other rows are untouched (the library's choice, kcompiler.numerics.mx)."""
+    M, N, K = 20, 64, 16
+    a = RNG.standard_normal((M, K)).astype(np.float32)
+    b = RNG.standard_normal((K, N)).astype(np.float32)
+    a[3, 7] = np.nan
+    a[9, 2] = np.inf
+    codes, scales = ops.matmul(a, b, epilogue="to_mxfp8_e4m3", target=target)
+    f32 = ops.matmul(a, b, target=target)
+    want_c, want_s = mx.quantize(f32, "f8e4m3")
+    assert (scales.view(np.uint8)[[3, 9]] == 0xFF).all()
+    _same_bits(scales, want_s)
+    _same_bits(codes, want_c)
+
+
+def test_mx_epilogue_misuse():
+    a = np.ones((4, 8), np.float32)
+    with pytest.raises(ValueError, match="blocks of 32 columns: N = 40"):
+        ops.matmul(a, np.ones((8, 40), np.float32), epilogue="to_mxfp8_e4m3", target="cpu")
+    b = np.ones((8, 64), np.float32)
+    with pytest.raises(TypeError, match="gives f8e4m3 codes, not out_dtype"):
+        ops.matmul(a, b, epilogue="to_mxfp8_e4m3", out_dtype="bf16", target="cpu")
+    with pytest.raises(TypeError, match=r"out is a pair \(codes, scales\)"):
+        ops.matmul(a, b, out=np.empty((4, 64), ml_dtypes.float8_e4m3fn), epilogue="to_mxfp8_e4m3", target="cpu")
+    with pytest.raises(ValueError, match=r"scales must be a contiguous \(4, 2\) array"):
+        ops.matmul(a, b, out=(np.empty((4, 64), ml_dtypes.float8_e4m3fn), np.empty((4, 3), np.uint8)),
+                   epilogue="to_mxfp8_e4m3", target="cpu")
+    with pytest.raises(TypeError, match="codes must be an array of f8e5m2"):
+        ops.matmul(a, b, out=(np.empty((4, 64), ml_dtypes.float8_e4m3fn), np.empty((4, 2), np.uint8)),
+                   epilogue="to_mxfp8_e5m2", target="cpu")
+    with pytest.raises(ValueError, match="no block epilogue 'to_nvfp4'"):
+        ops.matmul(a, b, epilogue=ops.Epilogue("relu", block="to_nvfp4"), target="cpu")
+
+
+#: (T, tiles, B_KMAJOR, target options): the tensor-core path (a quad of lanes, 8 elements each), and
+#: AMD's MFMA path with 32x32 tiles (32 lanes, one each) and 16x16 tiles (16 lanes, two each)
+BLOCK_PATHS = [
+    ("bf16", dict(BM=64, BN=64, BK=32, WM=32, WN=32, STAGES=3), False, {"emulate_mma": True}),
+    ("f16", dict(BM=64, BN=128, BK=32, WM=32, WN=64, STAGES=2), True, {"emulate_mma": True}),
+    ("bf16", dict(BM=64, BN=64, BK=32, WM=32, WN=32, STAGES=2), True, {"emulate_mfma": "gfx942"}),
+    ("bf16", dict(BM=32, BN=64, BK=16, WM=16, WN=32, STAGES=2), False, {"emulate_mfma": "gfx942"}),
+]
+_BLOCK_MODULES: dict = {}
+
+
+@pytest.mark.parametrize("path", range(len(BLOCK_PATHS)), ids=["mma", "mma-kmajor", "mfma32", "mfma16"])
+def test_mx_epilogue_emulated_paths(path):
+    """kernel matmul_block_epilogue on the tensor-core and MFMA paths (emulated, every access bounds
+    checked), odd M and K, N past the last tile, aligned stores and not: bit for bit mx.quantize of the
+    same path's f32 result."""
+    T, tiles, b_kmajor, opts = BLOCK_PATHS[path]
+    key = tuple(opts.items())
+    if key not in _BLOCK_MODULES:
+        _BLOCK_MODULES[key] = kc.compile_file(stdlib_dir() / "matmul.kc", target="cpu", target_options=opts,
+                                              check_bounds=True)
+    mod = _BLOCK_MODULES[key]
+    M, N, K = 37, 96 + 64 * (path % 2), 40 - 3 * (path % 2)
+    a = RNG.standard_normal((M, K)).astype(DTYPES[T])
+    b = RNG.standard_normal((K, N)).astype(DTYPES[T])
+    bb = np.ascontiguousarray(b.T) if b_kmajor else b
+    mfma = "emulate_mfma" in opts
+    threads = tiles["BM"] // tiles["WM"] * (tiles["BN"] // tiles["WN"]) * (64 if mfma else 32)
+    grid = (-(-N // tiles["BN"]), -(-M // tiles["BM"]))
+    common = dict(T=T, B_KMAJOR=b_kmajor, ALIGNED=K % 8 == 0, shared=ops.matmul_shared_bytes(tiles, 2, b_kmajor, mfma),
+                  **tiles)
+    args = (a, bb)
+    sizes = (M, N, K, K, K if b_kmajor else N, N)
+    f32 = np.full((M, N), np.nan, np.float32)
+    mod.matmul[grid, threads](*args, f32, *sizes, OUT="f32", **common)
+    codes = np.full((M, N), np.nan, ml_dtypes.float8_e4m3fn)
+    scales = np.zeros((M, N // 32), ml_dtypes.float8_e8m0fnu)
+    unread = np.zeros(1, np.float32)
+    mod.matmul_block_epilogue[grid, threads](*args, codes, *sizes, unread, unread, np.float32(1), scales, OUT="f8e4m3",
+                                             **common)
+    want_c, want_s = mx.quantize(f32, "f8e4m3")
+    _same_bits(scales, want_s)
+    _same_bits(codes, want_c)
+
+
+@needs_ptxas
+@pytest.mark.parametrize("kernel_file, kernel, params", [
+    ("matmul.kc", "matmul_block_epilogue", dict(T="bf16", OUT="f8e4m3", ALIGNED=True)),
+    ("matmul_sm90.kc", "matmul_sm90_block_epilogue", dict(T="bf16", OUT="f8e5m2", BEPI="epilogue.to_mxfp8_e5m2",
+                                                          X="bf16", EPI="epilogue.bias_gelu_rp")),
+], ids=["mma", "wgmma"])
+def test_mx_epilogue_ptx_assembles(kernel_file, kernel, params):
+    """sm_90a: the block epilogue inlined (no calls), its amax exchanged by shfl.sync.bfly, no spills."""
+    ptx = pipeline.emit_file(stdlib_dir() / kernel_file, "asm", target="nvptx", arch="sm_90a", kernel=kernel,
+                             params=params)
+    assert "shfl.sync.bfly" in ptx and "call" not in ptx and ".func" not in ptx
+    log = ptxas(ptx, verbose=True)
+    assert "0 bytes spill stores" in log, log
+
+
+def test_mx_epilogue_amdgcn_assembly():
+    """gfx942: the MFMA path with the block epilogue assembles (checked statically: no AMD GPU here)."""
+    asm = pipeline.emit_file(stdlib_dir() / "matmul.kc", "asm", target="amdgcn", arch="gfx942",
+                             kernel="matmul_block_epilogue", params=dict(T="bf16"))
+    assert "v_mfma" in asm and "s_swappc" not in asm
+
+
 # --- 3. the autotuner -------------------------------------------------------------------------------
 
 CANDS = [dict(BM=64, BN=64), dict(BM=128, BN=128), dict(BM=128, BN=64)]

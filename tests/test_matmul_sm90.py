@@ -249,6 +249,11 @@ def test_config_choice():
     assert m.choose(1, 8, 8) == m.CONFIGS["64x128"]
     assert m.choose(16, 14336, 4096, sms=100) == m.CONFIGS["64x128"]
     assert set(m.CHOICES) <= set(m.CONFIGS)
+    # split-K where the tiles fill at most half of the multiprocessors, at least 4 k-steps a share
+    c = m.CONFIGS["64x128"]
+    assert m.choose_split(16, 4096, 4096, c, 64) == 4 and m.choose_split(128, 4096, 4096, c, 64) == 2
+    assert m.choose_split(16, 14336, 4096, c, 64) == 1 and m.choose_split(16, 4096, 4096, c, 128) == 4
+    assert m.choose_split(1, 8, 8, c, 64) == 1 and m.choose_split(16, 256, 512, c, 64) == 2
     for cfg in m.CONFIGS.values():
         assert m.shared_bytes(cfg, "bf16") <= 227 * 1024
 
@@ -434,6 +439,40 @@ def test_emulated_epilogues():
     _check64(out, 2 * p64 + np.arange(M)[:, None], K, 2 * absprod + M)
 
 
+@pytest.mark.parametrize("t, config, fmt", [("bf16", "64x128", "e4m3"), ("bf16", "128x256", "e5m2"),
+                                            ("f8e4m3", "128x128", "e4m3")])
+def test_emulated_mx_block_epilogue(t, config, fmt):
+    """The MXFP8 block epilogue in the Hopper kernel's store (wgmma's fragments: a quad of lanes a row's
+    32 columns), composed after a per-element bias: codes and E8M0 scales bit for bit those of
+    kcompiler.numerics.mx.quantize of the same kernel's f32 result (per-tensor FP8 scales applied first)."""
+    import ml_dtypes
+    import numpy as np
+
+    from kcompiler import matmul_sm90
+    from kcompiler.numerics import mx
+    M, N, K = 77, 160, 272
+    rng = np.random.default_rng()
+    dt = {"bf16": ml_dtypes.bfloat16, "f8e4m3": ml_dtypes.float8_e4m3fn}[t]
+    a = rng.standard_normal((M, K)).astype(dt)
+    b = rng.standard_normal((N, K)).astype(dt)
+    a[5, 3] = np.nan  # row 5: every block NaN
+    bias = rng.standard_normal(N).astype(np.float32)
+    sa, sb = np.float32([0.75]), np.float32([1.5])
+    scale = 1 if t == "f8e4m3" else 0
+    ref = np.full((M, N), np.nan, np.float32)
+    cfg = matmul_sm90.CONFIGS[config]
+    matmul_sm90.run(_emulated(), a, b, ref, scale_a=sa, scale_b=sb, scale=scale, config=cfg, sms=3,
+                    epilogue=("epilogue.bias", bias, ref.reshape(-1), 1.0))
+    codes = np.zeros((M, N), getattr(ml_dtypes, {"e4m3": "float8_e4m3fn", "e5m2": "float8_e5m2"}[fmt]))
+    scales = np.zeros((M, N // 32), ml_dtypes.float8_e8m0fnu)
+    matmul_sm90.run(_emulated(), a, b, codes, scale_a=sa, scale_b=sb, scale=scale, config=cfg, sms=3,
+                    epilogue=("epilogue.bias", bias, ref.reshape(-1), 1.0), block=(f"epilogue.to_mxfp8_{fmt}", scales))
+    want_c, want_s = mx.quantize(ref, f"f8{fmt}")
+    assert (scales.view(np.uint8)[5] == 0xFF).all()
+    np.testing.assert_array_equal(scales.view(np.uint8), want_s.view(np.uint8))
+    np.testing.assert_array_equal(codes.view(np.uint8), want_c.view(np.uint8))
+
+
 def test_emulated_mbarrier_phases():
     """mbarrier semantics of the emulation: a fresh barrier's parity-1 phase counts as complete; a phase
     completes with its last arrival and its last transaction byte, in either order."""
@@ -535,8 +574,11 @@ def test_ops_matmul_hopper(shape, dtype, out_dtype, b_kmajor):
     dt, ot = getattr(torch, dtype), getattr(torch, out_dtype)
     a = torch.randn(M, K, device="cuda").to(dt)
     b = torch.randn(N, K, device="cuda").to(dt).T if b_kmajor else torch.randn(K, N, device="cuda").to(dt)
-    assert matmul_sm90.reason_not(a, b.T if b_kmajor else b, torch.empty(1, device="cuda"), b_kmajor) is None
     out = torch.full((M, N), float("nan"), device="cuda", dtype=ot)
+    # the Hopper path: row-major B N-major (wgmma's transposed B) where TMA can describe its rows, else copied
+    # K-major (odd N: rows of N * 2 bytes not a multiple of 16)
+    got = matmul_sm90.operand_b(a, b.T if b_kmajor else b, out, b_kmajor)
+    assert got is not None and got[1] == (b_kmajor or (N * 2) % 16 != 0)
     c = ops.matmul(a, b, out=out)
     torch.cuda.synchronize()
     _reference_check(c, a, b)
@@ -612,6 +654,54 @@ def test_scaled_matmul(shape, fmt, per_row):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(16, 4096, 4096), (128, 4096, 4096), (40, 1000, 2056), (16, 256, 512)],
+                         ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("out_dtype", ["bfloat16", "float32"])
+def test_small_m_split_k(shape, out_dtype):
+    """Small M: ops.matmul's default split-K on the Hopper path (matmul_sm90.choose_split: the K loop of
+    each tile in shares whose f32 partial products are added atomically) against torch in float64."""
+    import torch
+
+    from kcompiler import matmul_sm90, ops
+    _sm90(torch)
+    M, N, K = shape
+    assert matmul_sm90.choose_split(M, N, K, matmul_sm90.choose(M, N, K), 64) > 1
+    a = torch.randn(M, K, device="cuda").to(torch.bfloat16)
+    b = torch.randn(N, K, device="cuda").to(torch.bfloat16).T
+    out = torch.full((M, N), float("nan"), device="cuda", dtype=getattr(torch, out_dtype))
+    c = ops.matmul(a, b, out=out)
+    torch.cuda.synchronize()
+    _reference_check(c, a, b)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape, b_kmajor", [((300, 512, 264), True), ((64, 4096, 4096), True), ((129, 320, 1040), False),
+                                             ((1000, 1024, 520), True)], ids=lambda s: str(s))
+@pytest.mark.parametrize("fmt", ["e4m3", "e5m2"])
+def test_mx_epilogue_hopper(shape, b_kmajor, fmt):
+    """ops.matmul(..., epilogue='to_mxfp8_*') on the Hopper path: the codes and E8M0 scales bit for bit
+    ops.mx_quantize's of the same kernel's f32 result, also composed after a bias + GELU."""
+    import torch
+
+    from kcompiler import ops
+    _sm90(torch)
+    M, N, K = shape
+    a = torch.randn(M, K, device="cuda").to(torch.bfloat16)
+    b = torch.randn(N, K, device="cuda").to(torch.bfloat16).T if b_kmajor else \
+        torch.randn(K, N, device="cuda").to(torch.bfloat16)
+    bias = torch.randn(N, device="cuda")
+    for ep, per in ((f"to_mxfp8_{fmt}", "identity"), (ops.Epilogue("bias_gelu", x=bias, block=f"to_mxfp8_{fmt}"),
+                                                     ops.Epilogue("bias_gelu", x=bias))):
+        codes, scales = ops.matmul(a, b, epilogue=ep)
+        f32 = ops.matmul(a, b, out_dtype=torch.float32, epilogue=per)
+        want_c, want_s = ops.mx_quantize(f32, f"f8{fmt}")
+        torch.cuda.synchronize()
+        assert codes.dtype == want_c.dtype and scales.dtype == want_s.dtype
+        assert torch.equal(scales.view(torch.uint8), want_s.view(torch.uint8))
+        assert torch.equal(codes.view(torch.uint8), want_c.view(torch.uint8))
+
+
+@pytest.mark.gpu
 def test_tensor_map_errors():
     import torch
 
@@ -622,7 +712,7 @@ def test_tensor_map_errors():
         tensor_map(x[:, :99], (64, 64))  # a row stride of 200 bytes is fine, 99-wide rows fine; offset...
     with pytest.raises(ValueError, match="exceeds the 128-byte swizzle"):
         tensor_map(torch.zeros(64, 128, device="cuda", dtype=torch.bfloat16), (64, 128))
-    with pytest.raises(TypeError, match="CUDA array"):
+    with pytest.raises(TypeError, match="CUDA or numpy array"):
         tensor_map(torch.zeros(4, 4), (4, 4))
     m = tensor_map(torch.zeros(64, 128, device="cuda", dtype=torch.bfloat16), (64, 64))
     assert len(m.raw) == 128 and "box [64, 64]" in repr(m)

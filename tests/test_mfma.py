@@ -380,8 +380,9 @@ def test_matmul_big_tiles_keep_their_accumulators_in_registers():
     text = compile_source_to(path.read_text(), str(path), "asm", "amdgcn", "gfx942",
                              params=dict(MATMUL_PARAMS, BM=128, BN=128, WM=64, WN=64, T="bf16", B_KMAJOR=False))
     import re
-    assert re.findall(r"\.max_flat_workgroup_size:\s+(\d+)", text) == ["256", "256"]  # matmul, matmul_epilogue
-    assert re.findall(r"\.private_segment_fixed_size:\s+(\d+)", text) == ["0", "0"] and "scratch_" not in text
+    # matmul, matmul_epilogue, matmul_block_epilogue
+    assert re.findall(r"\.max_flat_workgroup_size:\s+(\d+)", text) == ["256"] * 3
+    assert re.findall(r"\.private_segment_fixed_size:\s+(\d+)", text) == ["0"] * 3 and "scratch_" not in text
 
 
 def test_ir_verifier_checks_the_mfma_op():
