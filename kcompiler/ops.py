@@ -845,7 +845,7 @@ def _host_ints(x: Any) -> np.ndarray:
 def attention(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None = None,
               cu_seqlens_q: Any = None, cu_seqlens_k: Any = None, max_seqlen_q: int | None = None,
               layout: str = "bshd", return_lse: bool = False, tiles: dict[str, int] | None = None,
-              path: str = "auto", target: str = "auto") -> Any:
+              target: str = "auto") -> Any:
     """Softmax attention, flash-attention style (stdlib/attention.kc; no S x S matrix is formed):
     ``softmax(scale * q k^T [+ causal mask]) v`` per batch entry and query head, f32 accumulation,
     the result in q's dtype; with ``return_lse``, also the log-sum-exp of each row (f32, natural log,
@@ -863,17 +863,9 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | No
     q, k and v: f16 or bf16 (tensor cores on NVIDIA sm_80+), or f32 (the SIMT path), one dtype; numpy
     in, numpy out; torch in, torch out. ``causal`` masks FlashAttention's way, bottom-right aligned:
     query i of a sequence of Sq queries and Sk keys sees keys j <= i + Sk - Sq (torch's is_causal when
-    Sq == Sk). ``scale`` defaults to 1 / sqrt(D).
-
-    ``path``: 'auto' takes the Hopper kernel (stdlib/attention_sm90.kc: TMA, wgmma, warp-specialised,
-    FlashAttention-3's design) where :func:`attention_sm90_reason_not` finds nothing against it (an
-    sm_90 GPU, torch CUDA tensors, f16/bf16, D 64 or 128), else std.attention (FlashAttention-2 on
-    mma.sync on NVIDIA; MFMA on AMD; SIMT elsewhere); 'sm90' insists on the Hopper kernel (RuntimeError
-    where it cannot run), 'fa2' on std.attention. ``tiles``: the kernel's tiles instead of the
-    defaults: BM, BN, WARPS, STAGES for std.attention (:data:`ATTENTION_TILES`; given with path
-    'auto', they choose std.attention), BN, STAGES, OVERLAP for the Hopper kernel
-    (:data:`ATTENTION_SM90_TILES`). Raises TypeError for other dtypes, ValueError for shapes that do
-    not match."""
+    Sq == Sk). ``scale`` defaults to 1 / sqrt(D). ``tiles``: BM, BN, WARPS, STAGES instead of
+    :data:`ATTENTION_TILES`. Raises TypeError for other dtypes, ValueError for shapes that do not
+    match."""
     fn = "attention"
     src = _query_type(q, fn)
     _check_same("k", k, src, fn)
@@ -883,8 +875,6 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | No
         raise ValueError(f"{fn}: variable lengths need both cu_seqlens_q and cu_seqlens_k")
     if layout not in ("bshd", "bhsd"):
         raise ValueError(f"{fn}: layout must be 'bshd' or 'bhsd', not {layout!r}")
-    if path not in ("auto", "sm90", "fa2"):
-        raise ValueError(f"{fn}: path must be 'auto', 'sm90' or 'fa2', not {path!r}")
     rank = 3 if varlen else 4
     for name, x in (("q", q), ("k", k), ("v", v)):
         if len(x.shape) != rank:
@@ -933,16 +923,6 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | No
         else:
             lse.fill(-np.inf)
         return (out, lse) if return_lse else out
-    if path == "sm90" or (path == "auto" and (tiles is None or "WARPS" not in tiles)):
-        tgt = _target_for(q, target)
-        why = attention_sm90_reason_not(q, k, v, out, D, Sk, varlen, tgt)
-        if why is None:
-            ends = (int(hq_[-1]), int(hk_[-1])) if varlen else None
-            _attention_sm90(q, k, v, out, lse, cq, ck, Sq, Sk, H // HK, strides, l_sb, l_sh, layout, ends, causal,
-                            D ** -0.5 if scale is None else scale, tiles, tgt)
-            return (out, lse) if return_lse else out
-        if path == "sm90":
-            raise RuntimeError(f"{fn}: the Hopper path cannot run here: {why}")
     mod = _attention_module(_target_for(q, target))
     # the module's target decides the path, as the kernel's comptime test does (the CPU target with
     # emulate_mma takes the tensor-core path too)
@@ -973,161 +953,8 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | No
     return (out, lse) if return_lse else out
 
 
-#: Tiles of std.attention_sm90 (the Hopper prefill: 128 query rows a block, two consumer warpgroups of
-#: 64), by head dimension: BN keys a step, STAGES K/V buffers, OVERLAP (FlashAttention-3's
-#: intra-warpgroup overlap of the softmax with P V). Registers (ptxas, sm_90a): no spill.
-ATTENTION_SM90_TILES = {64: dict(BN=128, STAGES=2, OVERLAP=True), 128: dict(BN=128, STAGES=2, OVERLAP=True)}
-
-
-def attention_sm90_shared_bytes(tiles: dict[str, Any], head_dim: int, itemsize: int = 2) -> int:
-    """Dynamic shared memory of std.attention_sm90 in bytes (the formula stated in
-    stdlib/attention_sm90.kc): Q's 128 rows and STAGES tiles of BN rows of K and of V, D elements each,
-    then 1 + 4 * STAGES mbarriers."""
-    return (128 + 2 * tiles["STAGES"] * tiles["BN"]) * head_dim * itemsize + 8 * (1 + 4 * tiles["STAGES"])
-
-
-def _attention_sm90_module(target: str) -> Any:
-    """std.attention_sm90 for ``target`` (with approx_ftz on NVIDIA, as :func:`_attention_module`)."""
-    mod = _module("attention_sm90", target)
-    return _module_ftz("attention_sm90", target) if mod.target == "nvptx" else mod
-
-
-def attention_sm90_reason_not(q: Any, k: Any, v: Any, out: Any, head_dim: int, seqlen_k: int, varlen: bool,
-                              target: str = "auto") -> str | None:
-    """Why :func:`attention`'s Hopper path cannot compute this attention, or None when it can: it
-    needs a target with wgmma (an sm_90 GPU; the CPU target's emulation for tests), f16 or bf16, D 64
-    or 128, arrays the tensor maps can describe (device arrays on a GPU, numpy on the CPU target; 16-byte
-    aligned rows) and keys (Sk > 0)."""
-    t = arrays.array_scalar_type(q)
-    if t is None or t.name not in ("f16", "bf16"):
-        return "the Hopper path computes f16 and bf16"
-    if head_dim not in (64, 128):
-        return f"the Hopper path takes D = 64 or 128, not {head_dim} (D = 256 would need more registers)"
-    if not varlen and seqlen_k == 0:
-        return "no keys: a tensor map describes no empty tensor"
-    if target == "auto" and not (arrays.is_torch_tensor(q) and q.is_cuda):
-        return "the Hopper path runs on torch CUDA tensors"
-    try:
-        mod = _attention_sm90_module(target)
-    except Exception as e:  # noqa: BLE001 - no CUDA here, no stdlib...: the path does not apply
-        return f"std.attention_sm90 is not available ({e})"
-    if not mod._program.target.has("wgmma"):
-        return "the Hopper path needs an sm_90 GPU (wgmma, TMA)"
-    device = mod.target != "cpu"
-    if any(arrays.is_device_array(x) != device or (not device and not isinstance(x, np.ndarray))
-           for x in (q, k, v, out)):
-        return "the tensor maps need device arrays on a GPU (numpy ones on the CPU target)"
-    if any(_data_ptr(_flat(x, 1)) % 16 for x in (q, k, v)) or _data_ptr(_flat(out, 1)) % 4:
-        return "TMA needs 16-byte aligned tensors"
-    return None
-
-
-def _bhsd_view(x: Any, layout: str, end: int | None) -> Any:
-    """``x`` as a (B, H, S, D) view for a tensor map: bshd transposed; varlen (total, H, D) as one batch
-    entry of its first ``end`` rows (at least one: a map has no empty axis)."""
-    if end is not None:
-        x = x[:max(end, 1)]
-        return x.permute(1, 0, 2)[None] if arrays.is_torch_tensor(x) else x.transpose(1, 0, 2)[None]
-    if layout == "bhsd":
-        return x
-    return x.permute(0, 2, 1, 3) if arrays.is_torch_tensor(x) else x.transpose(0, 2, 1, 3)
-
-
-def _attention_sm90(q: Any, k: Any, v: Any, out: Any, lse: Any, cq: Any, ck: Any, Sq: int, Sk: int, G: int,
-                    strides: dict, l_sb: int, l_sh: int, layout: str, ends: tuple[int, int] | None, causal: bool,
-                    scale: float, tiles: dict | None, target: str) -> None:
-    """The launch of std.attention_sm90 (:func:`attention` checked the arguments; ``ends``: varlen's
-    total rows of q and of k used, else None)."""
-    from .matmul_sm90 import _tensor_map
-    D = int(q.shape[-1])
-    B = int(cq.shape[0]) - 1 if ends is not None else int(q.shape[0])
-    H = int(q.shape[-2] if ends is not None or layout == "bshd" else q.shape[1])
-    t = dict(ATTENTION_SM90_TILES[D])
-    if tiles is not None:
-        t.update(tiles)
-    maps = [_tensor_map(_bhsd_view(x, layout, None if ends is None else ends[i > 0]), (1, 1, box, 64))
-            for i, (x, box) in enumerate(((q, 128), (k, t["BN"]), (v, t["BN"])))]
-    mod = _attention_sm90_module(target)
-    s = strides
-    grid = (-(-Sq // 128), H, B)
-    mod.attention_prefill_sm90[grid, 384](
-        *maps, _flat(out, 1), _flat(lse, 1), cq, ck, Sq, Sk, G, s["o_sb"], s["o_ss"], s["o_sh"], l_sb, l_sh,
-        np.float32(scale), T=arrays.array_scalar_type(q).name, D=D, CAUSAL=bool(causal), VARLEN=ends is not None,
-        shared=attention_sm90_shared_bytes(t, D), **t)
-
-
-#: Streaming multiprocessors assumed by :func:`paged_decode`'s choice of splits where the device's
-#: count is not at hand (numpy arrays, the CPU target): an H100 SXM's 132.
+#: Streaming multiprocessors assumed by :func:`paged_decode`'s choice of splits (an H100 SXM's 132).
 DECODE_SMS = 132
-#: Shared memory a multiprocessor gives its blocks (sm_90: 228 KB, 1 KB of it reserved per block) and
-#: the threads it holds; for the estimate of resident blocks in :func:`decode_splits`.
-DECODE_SM_SHARED = 228 * 1024
-DECODE_SM_THREADS = 2048
-
-
-#: The SIMT decode's (WARPS, U, STAGES) by kind of cache: one query head a KV head (or two) in 16-bit
-#: types, more (grouped-query attention, several query tokens), and FP8.
-DECODE_SIMT = {"mha": dict(WARPS=4, U=4, STAGES=3), "gqa": dict(WARPS=4, U=2, STAGES=3),
-               "fp8": dict(WARPS=4, U=4, STAGES=3)}
-#: The tensor-core decode's keys a tile (BN) and pipeline depth (STAGES).
-DECODE_TC_TILES = dict(BN=64, STAGES=2)
-
-
-def _sm_count(x: Any) -> int:
-    """Multiprocessors of the CUDA device that holds torch tensor ``x``; :data:`DECODE_SMS` otherwise."""
-    if arrays.is_torch_tensor(x) and x.is_cuda:
-        import torch
-        return int(torch.cuda.get_device_properties(x.device).multi_processor_count)
-    return DECODE_SMS
-
-
-def decode_splits(units: int, max_len: int, sms: int, threads: int, shared: int, regs: int,
-                  min_chunk: int = 256, max_splits: int = 64) -> int:
-    """The number of chunks (split-KV) :func:`paged_decode` and :func:`mla_decode` cut each sequence
-    into: ``units`` blocks a split (B x KV heads, or head groups), on ``sms`` multiprocessors, each
-    holding as many blocks of ``threads`` threads, ``shared`` bytes and about ``regs`` registers a
-    thread as its shared memory (:data:`DECODE_SM_SHARED`), threads and 64 K registers allow (the
-    slots). The fewest splits whose blocks fill the slots in waves used to 90 % or more (so no last
-    wave runs a few blocks alone; deeper cuts cost a merge_states pass), chunks of at least
-    ``min_chunk`` keys; else the best-used count up to that bound."""
-    per_sm = max(1, min(DECODE_SM_SHARED // (shared + 1024), DECODE_SM_THREADS // threads,
-                        65536 // (threads * max(regs, 32)), 32))
-    slots = sms * per_sm
-    most = max(1, min(max_splits, -(-int(max_len) // min_chunk)))
-    best, best_use = 1, 0.0
-    for s in range(1, most + 1):
-        waves = units * s / slots
-        use = waves / -(-units * s // slots)
-        if waves >= 1 and use >= 0.9:
-            return s
-        if use > best_use + 0.02:
-            best, best_use = s, use
-    return best
-
-
-def decode_lanes(D: int, itemsize: int, DR: int = 0, rows: int = 1) -> int:
-    """Lanes a cache row of the SIMT decode (its L), a power of two up to 32 dividing D (and DR) with
-    a multiple of 4 bytes a lane (cp.async's sizes): one 16-byte piece a lane where that fits, more
-    lanes where the block's ``rows`` query rows (heads times tokens) would otherwise hold more than 64
-    values of q and of the output a lane (registers: FP8 with GQA 8:1 spilled at 16 elements a lane)."""
-    def fits(L: int) -> bool:
-        return L <= 32 and D % L == 0 and (not DR or DR % L == 0) and (D // L * itemsize) % 4 == 0 \
-            and (not DR or (DR // L * itemsize) % 4 == 0)
-    for L in (32, 16, 8, 4, 2, 1):
-        if L <= max(D * itemsize // 16, 1) and fits(L):
-            while rows * (D // L) > 64 and fits(2 * L):
-                L *= 2
-            return L
-    raise ValueError(f"decode: no lane count fits a row of {D} (+ {DR}) elements of {itemsize} bytes")
-
-
-def decode_shared_bytes(D: int, itemsize: int, G: int, QL: int, warps: int, unroll: int, stages: int, lanes: int,
-                        DR: int = 0) -> int:
-    """Dynamic shared memory of the SIMT decode (stdlib/attention.kc): the larger of the warps' rings
-    of cache rows and the merge of the groups' states."""
-    ring = warps * stages * (32 // lanes) * unroll * (D + DR if DR else 2 * D) * itemsize
-    merge = warps * (32 // lanes) * QL * G * (D + 2) * 4
-    return max(ring, merge)
 
 
 def _f32_vector(x: Any, n: int, like: Any, name: str, fn: str) -> Any:
@@ -1147,9 +974,7 @@ def _f32_vector(x: Any, n: int, like: Any, name: str, fn: str) -> Any:
 def paged_decode(q: Any, k_cache: Any, v_cache: Any, block_table: Any, seq_lens: Any, *,
                  scale: float | None = None, k_scale: Any = None, v_scale: Any = None,
                  num_splits: int | None = None, max_seq_len: int | None = None, return_lse: bool = False,
-                 warps: int | None = None, unroll: int | None = None, stages: int | None = None,
-                 tensor_cores: bool | None = None, tc_tiles: dict[str, int] | None = None,
-                 target: str = "auto") -> Any:
+                 warps: int = 8, unroll: int = 4, tensor_cores: bool | None = None, target: str = "auto") -> Any:
     """Decode attention of one query token a sequence over a paged KV cache (stdlib/attention.kc):
     ``softmax(scale * q k^T) v`` over the first ``seq_lens[b]`` tokens of sequence b.
 
@@ -1164,21 +989,19 @@ def paged_decode(q: Any, k_cache: Any, v_cache: Any, block_table: Any, seq_lens:
       multiple of 16.
     - block_table: (B, max_pages) int32, the pages of each sequence in order; seq_lens: (B,) int32.
     - ``num_splits``: the keys of each sequence are cut into this many chunks, a block each, and the
-      partial results combined by :func:`merge_states` (split-KV, FlashDecoding). Default
-      (:func:`decode_splits`): the fewest that fill the device's multiprocessors (torch's count for
-      a CUDA tensor, else :data:`DECODE_SMS`) with whole waves of resident blocks, chunks of at least
-      256 keys.
+      partial results combined by :func:`merge_states` (split-KV, FlashDecoding). Default: enough to
+      give about two blocks a multiprocessor (:data:`DECODE_SMS`; seven on the tensor-core path),
+      chunks of at least 256 keys.
     - ``max_seq_len``: the longest of seq_lens, if known: then seq_lens is not read on the host (no
       synchronisation with the GPU) nor checked against the block table.
-    - ``warps``, ``unroll``, ``stages``: the SIMT kernel's WARPS, U (keys a group of lanes takes a
-      step) and STAGES (steps of cache rows a warp has in shared memory, STAGES - 1 of them loading by
-      cp.async while it computes one). Defaults: :data:`DECODE_SIMT` (the fastest on the H100,
-      benchmarks/RESULTS.md).
+    - ``warps``, ``unroll``: the SIMT kernel's WARPS and U (keys a 16-lane group loads at once); 8 and
+      4 were the fastest on the H100 (benchmarks/RESULTS.md).
     - ``tensor_cores``: the mma.sync path (the G = Hq / Hkv query heads of a KV head as the rows of an
       m16 tile, G <= 16; one query token; a cache of q's dtype, f16 or bf16; NVIDIA sm_80+), for
       grouped-query attention, where the SIMT path spends 4 shuffles a key and query head. Default:
-      where G >= 4 and the target has it (benchmarks/RESULTS.md), the SIMT path otherwise. ``tc_tiles``: its BN (keys a tile) and STAGES, default
-      :data:`DECODE_TC_TILES`.
+      where G >= 4 and the target has it (H100, G 4: 1.58 TB/s against the SIMT path's 1.15), with
+      its own default of splits (single-warp blocks: about 7 a multiprocessor); the SIMT path
+      otherwise.
 
     numpy in, numpy out; torch in, torch out. Raises TypeError for other dtypes and ValueError for
     shapes that do not match."""
@@ -1230,27 +1053,23 @@ def paged_decode(q: Any, k_cache: Any, v_cache: Any, block_table: Any, seq_lens:
         raise ValueError(f"{fn}: the tensor-core path needs NVIDIA sm_80+, f16/bf16 q and cache, one query token, "
                          f"at most 16 query heads a KV head and 16-byte aligned arrays")
     tc = can_tc and (G >= 4 if tensor_cores is None else bool(tensor_cores))
-    if tc:
-        tiles = {**DECODE_TC_TILES, **(tc_tiles or {}), "BM": 16}
-        threads, regs = 32, 255
-        shared = (tiles["BM"] + 2 * tiles["STAGES"] * tiles["BN"]) * (D + 8) * src.size
-    else:
-        cfg = DECODE_SIMT["fp8" if fp8 else "gqa" if G * QL > 2 else "mha"]
-        warps, unroll, stages = warps or cfg["WARPS"], unroll or cfg["U"], stages or cfg["STAGES"]
-        lanes = decode_lanes(D, kt.size, rows=G * QL)
-        tiles = dict(WARPS=int(warps), U=int(unroll), STAGES=int(stages), L=lanes)
-        if min(tiles.values()) < 1:
-            raise ValueError(f"{fn}: warps, unroll and stages must be at least 1, not {warps}, {unroll}, {stages}")
-        threads = tiles["WARPS"] * 32
-        regs = 48 + 8 * QL * G * (D // lanes) // 4  # about what ptxas -v reports at sm_90a
-        shared = decode_shared_bytes(D, kt.size, G, QL, tiles["WARPS"], tiles["U"], tiles["STAGES"], lanes)
     if num_splits is None:
-        num_splits = decode_splits(B * HK, max_seq_len, _sm_count(q), threads, shared, regs)
+        # blocks a multiprocessor: about 2 of the SIMT path's, 7 of the tensor-core path's one warp
+        per_sm = 7 if tc else 2
+        num_splits = max(1, min(-(-per_sm * DECODE_SMS // max(B * HK, 1)), -(-int(max_seq_len) // 256)))
     num_splits = int(num_splits)
     if num_splits < 1:
         raise ValueError(f"{fn}: num_splits must be at least 1, not {num_splits}")
     part = out if num_splits == 1 else _empty_like(q, (B, num_splits, QL * H, D), "f32")
     part_lse = lse if num_splits == 1 else _empty_like(q, (B, num_splits, QL * H), "f32")
+    if tc:
+        tiles = dict(BM=16, BN=64, STAGES=2)
+        threads = 32
+        shared = (tiles["BM"] + 2 * tiles["STAGES"] * tiles["BN"]) * (D + 8) * src.size
+    else:
+        tiles = dict(WARPS=warps, U=unroll)
+        threads = warps * 32
+        shared = warps * 2 * QL * G * (D + 2) * 4
     kw = dict(T=src.name, KT=kt.name, D=D, G=G, PAGE=page, TC=tc, QL=QL, shared=shared, **tiles)
     mod.paged_decode[(num_splits, HK, B), threads](*args, _flat(part, 1), _flat(part_lse, 1), HK, max_pages,
                                                    num_splits, sc, OUT=arrays.array_scalar_type(part).name,
@@ -1309,8 +1128,7 @@ def scaled_matmul(a: Any, b: Any, scale_a: Any, scale_b: Any, *, out_dtype: Any 
 
 def mla_decode(q_nope: Any, q_pe: Any, ckv_cache: Any, kpe_cache: Any, block_table: Any, seq_lens: Any, *,
                scale: float, num_splits: int | None = None, max_seq_len: int | None = None,
-               return_lse: bool = False, heads_per_block: int = 2, warps: int = 4, unroll: int = 2,
-               stages: int = 3, target: str = "auto") -> Any:
+               return_lse: bool = False, heads_per_block: int = 2, target: str = "auto") -> Any:
     """Multi-head latent attention decode (DeepSeek-V2/V3, absorbed form) over a paged latent cache
     (stdlib/attention.kc, ``mla_decode``): ``o[b, h] = sum_j softmax_j(scale * (q_nope[b, h] . c_j +
     q_pe[b, h] . k_pe_j)) c_j`` over the first ``seq_lens[b]`` tokens of sequence b.
@@ -1322,12 +1140,10 @@ def mla_decode(q_nope: Any, q_pe: Any, ckv_cache: Any, kpe_cache: Any, block_tab
       q's dtype; block_table (B, max_pages) int32; seq_lens (B,) int32.
     - ``scale``: the softmax scale (DeepSeek: 1 / sqrt(128 + 64) before the YaRN factor), required.
     - ``num_splits``, ``max_seq_len``: as :func:`paged_decode`; ``heads_per_block``: query heads a block
-      (H must be a multiple); ``warps``, ``unroll``, ``stages``: the SIMT kernel's (see paged_decode).
+      (H must be a multiple).
 
-    The SIMT decode loop (no tensor cores yet): every block reads its sequence's latent rows, once
-    per group of heads (the groups after the first mostly from L2), and spends about 2 (D + DR)
-    f32 FMAs a key and head: compute-bound at many heads (benchmarks/RESULTS.md). Raises TypeError /
-    ValueError for dtypes and shapes that do not match."""
+    The SIMT decode loop (no tensor cores yet): every block re-reads its sequence's latent rows, once
+    per group of heads. Raises TypeError / ValueError for dtypes and shapes that do not match."""
     fn = "mla_decode"
     src = _query_type(q_nope, fn, "q_nope")
     for name, x in (("q_pe", q_pe), ("ckv_cache", ckv_cache), ("kpe_cache", kpe_cache)):
@@ -1356,17 +1172,9 @@ def mla_decode(q_nope: Any, q_pe: Any, ckv_cache: Any, kpe_cache: Any, block_tab
         if (lens < 0).any() or (lens > max_pages * page).any():
             raise ValueError(f"{fn}: seq_lens must lie in 0 .. max_pages * page_size = {max_pages * page}")
         max_seq_len = int(lens.max()) if B else 0
-    lanes = decode_lanes(D, src.size, DR, G)
-    warps, unroll, stages = int(warps), int(unroll), int(stages)
-    if min(warps, unroll, stages) < 1:
-        raise ValueError(f"{fn}: warps, unroll and stages must be at least 1, not {warps}, {unroll}, {stages}")
-    shared = decode_shared_bytes(D, src.size, G, 1, warps, unroll, stages, lanes, DR)
     if num_splits is None:
-        num_splits = decode_splits(B * H // G, max_seq_len, _sm_count(q_nope), warps * 32, shared,
-                                   48 + 8 * G * (D // lanes) // 4)
+        num_splits = max(1, min(-(-2 * DECODE_SMS // max(B * H // G, 1)), -(-int(max_seq_len) // 256)))
     num_splits = int(num_splits)
-    if num_splits < 1:
-        raise ValueError(f"{fn}: num_splits must be at least 1, not {num_splits}")
     out = _empty_like(q_nope, (B, H, D), src.name)
     lse = _empty_like(q_nope, (B, H), "f32")
     if B == 0 or H == 0:
@@ -1374,12 +1182,13 @@ def mla_decode(q_nope: Any, q_pe: Any, ckv_cache: Any, kpe_cache: Any, block_tab
     q_nope, q_pe, ckv_cache, kpe_cache = (_contiguous(x) for x in (q_nope, q_pe, ckv_cache, kpe_cache))
     part = out if num_splits == 1 else _empty_like(q_nope, (B, num_splits, H, D), "f32")
     part_lse = lse if num_splits == 1 else _empty_like(q_nope, (B, num_splits, H), "f32")
+    warps = 4
     mod = _attention_module(_target_for(q_nope, target))
     mod.mla_decode[(num_splits, H // G, B), warps * 32](
         _flat(q_nope, 64), _flat(q_pe, 16), _flat(ckv_cache, 64), _flat(kpe_cache, 16), bt, sl, _flat(part, 1),
         _flat(part_lse, 1), H // G, max_pages, num_splits, np.float32(scale), T=src.name,
-        OUT=arrays.array_scalar_type(part).name, D=D, DR=DR, G=G, PAGE=page, WARPS=warps, U=unroll, STAGES=stages,
-        L=lanes, SPLIT=num_splits > 1, shared=shared)
+        OUT=arrays.array_scalar_type(part).name, D=D, DR=DR, G=G, PAGE=page, WARPS=warps, SPLIT=num_splits > 1,
+        shared=warps * 2 * G * (D + 2) * 4)
     if num_splits > 1:
         merge_states(part, part_lse, out=out, lse_out=lse, target=target)
     return (out, lse) if return_lse else out
