@@ -5,8 +5,10 @@ device's copy bandwidth, all measured in this run. Each measured call is first c
     python benchmarks/bench_attention.py [--quick] [--json OUT.json]
 
 - prefill: B 4, H 32, S 4096, D 128, bf16, causal and not; TFLOP/s with 4 B H S^2 D operations (half
-  that when causal), the usual count. Every tile configuration of PREFILL_TILES is timed; the best is
-  reported against SDPA's flash and cuDNN backends (layout (B, H, S, D), the same tensors).
+  that when causal), the usual count. Both of ops.attention's NVIDIA paths: std.attention
+  (FlashAttention-2 on mma.sync, path 'fa2'), every tile configuration of PREFILL_TILES, and the
+  Hopper kernel (std.attention_sm90, path 'sm90'), every configuration of SM90_TILES; the best of each
+  is reported against SDPA's flash and cuDNN backends (layout (B, H, S, D), the same tensors).
 - decode: B 32, H 32 (KV heads 32, and 8 for GQA), 8192 keys each, D 128, one query token; a paged
   cache (pages of 16 and 64 tokens, in shuffled order), bf16 and FP8 E4M3; TB/s of K and V read (the
   cache bytes a sequence owns, read once), against the copy bandwidth (a 4 GiB device-to-device copy,
@@ -24,8 +26,11 @@ from triton.testing import do_bench  # noqa: E402
 
 from kcompiler import ops  # noqa: E402
 
-#: (BM, BN, WARPS, STAGES) candidates of the prefill at D = 128
+#: (BM, BN, WARPS, STAGES) candidates of the prefill at D = 128 (std.attention, FlashAttention-2)
 PREFILL_TILES = [(128, 128, 8, 2), (128, 64, 4, 2), (128, 64, 8, 2), (64, 64, 4, 2)]
+#: (BN, STAGES, OVERLAP) candidates of the Hopper prefill (std.attention_sm90), by head dimension
+SM90_TILES = {128: [(128, 2, True), (128, 2, False), (176, 2, True), (64, 3, True)],
+              64: [(128, 2, True), (128, 2, False), (192, 2, True), (128, 3, True)]}
 #: (page, WARPS, U, splits) candidates of the decode
 DECODE_CONFIGS = [(16, 8, 4, 1), (64, 4, 4, 1), (16, 8, 4, 2)]
 #: with GQA, also the tensor-core path: (page, splits)
@@ -68,9 +73,9 @@ def prefill(results: dict, quick: bool) -> None:
         best = None
         for bm, bn, w, st in PREFILL_TILES[:2] if quick else PREFILL_TILES:
             tiles = dict(BM=bm, BN=bn, WARPS=w, STAGES=st)
-            got = ops.attention(q, k, v, causal=causal, layout="bhsd", tiles=tiles)
+            got = ops.attention(q, k, v, causal=causal, layout="bhsd", tiles=tiles, path="fa2")
             err = rel(got, want)
-            t = bench(lambda: ops.attention(q, k, v, causal=causal, layout="bhsd", tiles=tiles))
+            t = bench(lambda: ops.attention(q, k, v, causal=causal, layout="bhsd", tiles=tiles, path="fa2"))
             print(f"  prefill {'causal' if causal else 'full'} tiles {tiles}: {tf(t):.0f} TFLOP/s ({t:.3f} ms), "
                   f"relative error vs SDPA flash {err:.1e}")
             if err < 2e-2 and (best is None or t < best[0]):
@@ -80,19 +85,42 @@ def prefill(results: dict, quick: bool) -> None:
         default = ops._attention_module
         ops._attention_module = lambda tgt: ops._module("attention", tgt)
         try:
-            err_plain = rel(ops.attention(q, k, v, causal=causal, layout="bhsd", tiles=tiles), want)
-            t_plain = bench(lambda: ops.attention(q, k, v, causal=causal, layout="bhsd", tiles=tiles))
+            err_plain = rel(ops.attention(q, k, v, causal=causal, layout="bhsd", tiles=tiles, path="fa2"), want)
+            t_plain = bench(lambda: ops.attention(q, k, v, causal=causal, layout="bhsd", tiles=tiles, path="fa2"))
         finally:
             ops._attention_module = default
         print(f"  prefill {'causal' if causal else 'full'} {tiles} without ex2 .ftz: {tf(t_plain):.0f} TFLOP/s, "
               f"error {err_plain:.1e}")
+        t90, tiles90, err90 = sm90(q, k, v, causal, want, tf, D, quick)
         name = f"prefill B{B} H{H} S{S} D{D} bf16 {'causal' if causal else 'non-causal'}"
         results[name] = dict(tflops=tf(t), ms=t, tiles=tiles, rel_err=err, tflops_without_ftz=tf(t_plain),
                              sdpa_flash_tflops=tf(t_flash),
-                             sdpa_cudnn_tflops=tf(t_cudnn), vs_flash=t_flash / t, vs_cudnn=t_cudnn / t)
-        print(f"{name}: kcompiler {tf(t):.0f} TFLOP/s {tiles}; SDPA flash {tf(t_flash):.0f} (x{t_flash / t:.2f}), "
-              f"cuDNN {tf(t_cudnn):.0f} (x{t_cudnn / t:.2f})")
+                             sdpa_cudnn_tflops=tf(t_cudnn), vs_flash=t_flash / t, vs_cudnn=t_cudnn / t,
+                             sm90_tflops=tf(t90), sm90_ms=t90, sm90_tiles=tiles90, sm90_rel_err=err90,
+                             sm90_vs_flash=t_flash / t90, sm90_vs_cudnn=t_cudnn / t90)
+        print(f"{name}: FA2 path {tf(t):.0f} TFLOP/s {tiles} (x{t_flash / t:.2f} of SDPA flash); Hopper path "
+              f"{tf(t90):.0f} {tiles90} (x{t_flash / t90:.2f} of flash, x{t_cudnn / t90:.2f} of cuDNN); "
+              f"SDPA flash {tf(t_flash):.0f}, cuDNN {tf(t_cudnn):.0f}")
     del q, k, v
+
+
+def sm90(q, k, v, causal: bool, want, tf, D: int, quick: bool):
+    """The Hopper path's candidates (SM90_TILES[D]) checked against ``want`` and timed; (ms, tiles,
+    error) of the fastest correct one (inf where none ran)."""
+    best = (float("inf"), None, float("nan"))
+    for bn, st, ov in SM90_TILES[D][:2] if quick else SM90_TILES[D]:
+        tiles = dict(BN=bn, STAGES=st, OVERLAP=ov)
+        try:
+            err = rel(ops.attention(q, k, v, causal=causal, layout="bhsd", tiles=tiles, path="sm90"), want)
+        except Exception as e:  # noqa: BLE001 - reported, the others still timed
+            print(f"  Hopper path {tiles}: failed: {str(e)[:300]}")
+            continue
+        t = bench(lambda: ops.attention(q, k, v, causal=causal, layout="bhsd", tiles=tiles, path="sm90"))
+        print(f"  prefill D{D} {'causal' if causal else 'full'} Hopper path {tiles}: {tf(t):.0f} TFLOP/s "
+              f"({t:.3f} ms), relative error vs SDPA flash {err:.1e}")
+        if err < 2e-2 and t < best[0]:
+            best = (t, tiles, err)
+    return best
 
 
 #: (D, [(BM, BN, WARPS, STAGES), ...]): candidates timed by --dims at the other head dimensions
@@ -113,8 +141,8 @@ def prefill_dims(results: dict) -> None:
             best = None
             for bm, bn, w, st in cands:
                 tiles = dict(BM=bm, BN=bn, WARPS=w, STAGES=st)
-                err = rel(ops.attention(q, k, v, causal=causal, layout="bhsd", tiles=tiles), want)
-                t = bench(lambda: ops.attention(q, k, v, causal=causal, layout="bhsd", tiles=tiles))
+                err = rel(ops.attention(q, k, v, causal=causal, layout="bhsd", tiles=tiles, path="fa2"), want)
+                t = bench(lambda: ops.attention(q, k, v, causal=causal, layout="bhsd", tiles=tiles, path="fa2"))
                 print(f"  prefill D{D} {'causal' if causal else 'full'} {tiles}: {flops / t / 1e9:.0f} TFLOP/s, "
                       f"error {err:.1e}")
                 if err < 2e-2 and (best is None or t < best[0]):
@@ -122,8 +150,13 @@ def prefill_dims(results: dict) -> None:
             name = f"prefill B{B} H{H} S{S} D{D} bf16 {'causal' if causal else 'non-causal'}"
             results[name] = dict(tflops=flops / best[0] / 1e9, tiles=best[1], sdpa_flash_tflops=flops / t_flash / 1e9,
                                  vs_flash=t_flash / best[0])
-            print(f"{name}: {flops / best[0] / 1e9:.0f} TFLOP/s {best[1]}; SDPA flash {flops / t_flash / 1e9:.0f} "
-                  f"(x{t_flash / best[0]:.2f})")
+            line = ""
+            if D in SM90_TILES:
+                t90, tiles90, err90 = sm90(q, k, v, causal, want, lambda ms: flops / ms / 1e9, D, False)  # noqa: B023
+                results[name].update(sm90_tflops=flops / t90 / 1e9, sm90_tiles=tiles90, sm90_vs_flash=t_flash / t90)
+                line = f"; Hopper path {flops / t90 / 1e9:.0f} {tiles90} (x{t_flash / t90:.2f})"
+            print(f"{name}: FA2 path {flops / best[0] / 1e9:.0f} TFLOP/s {best[1]}{line}; SDPA flash "
+                  f"{flops / t_flash / 1e9:.0f} (x{t_flash / best[0]:.2f})")
         del q, k, v
 
 
@@ -224,10 +257,11 @@ def main() -> None:
     p.add_argument("--json", help="write the results here")
     p.add_argument("--only", choices=["prefill", "decode", "mla"])
     p.add_argument("--dims", action="store_true", help="also the prefill at D = 64 and 256")
+    p.add_argument("--no-copy", action="store_true", help="skip the copy-bandwidth measurement (prefill only)")
     args = p.parse_args()
     dev = torch.cuda.get_device_name()
     results: dict = {"device": dev}
-    bw = copy_bandwidth()
+    bw = float("nan") if args.no_copy else copy_bandwidth()
     results["copy_tbps"] = bw
     print(f"{dev}: device-to-device copy {bw:.2f} TB/s (read + write)")
     if args.only in (None, "prefill"):

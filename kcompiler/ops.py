@@ -845,7 +845,7 @@ def _host_ints(x: Any) -> np.ndarray:
 def attention(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None = None,
               cu_seqlens_q: Any = None, cu_seqlens_k: Any = None, max_seqlen_q: int | None = None,
               layout: str = "bshd", return_lse: bool = False, tiles: dict[str, int] | None = None,
-              target: str = "auto") -> Any:
+              path: str = "auto", target: str = "auto") -> Any:
     """Softmax attention, flash-attention style (stdlib/attention.kc; no S x S matrix is formed):
     ``softmax(scale * q k^T [+ causal mask]) v`` per batch entry and query head, f32 accumulation,
     the result in q's dtype; with ``return_lse``, also the log-sum-exp of each row (f32, natural log,
@@ -863,9 +863,17 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | No
     q, k and v: f16 or bf16 (tensor cores on NVIDIA sm_80+), or f32 (the SIMT path), one dtype; numpy
     in, numpy out; torch in, torch out. ``causal`` masks FlashAttention's way, bottom-right aligned:
     query i of a sequence of Sq queries and Sk keys sees keys j <= i + Sk - Sq (torch's is_causal when
-    Sq == Sk). ``scale`` defaults to 1 / sqrt(D). ``tiles``: BM, BN, WARPS, STAGES instead of
-    :data:`ATTENTION_TILES`. Raises TypeError for other dtypes, ValueError for shapes that do not
-    match."""
+    Sq == Sk). ``scale`` defaults to 1 / sqrt(D).
+
+    ``path``: 'auto' takes the Hopper kernel (stdlib/attention_sm90.kc: TMA, wgmma, warp-specialised,
+    FlashAttention-3's design) where :func:`attention_sm90_reason_not` finds nothing against it (an
+    sm_90 GPU, torch CUDA tensors, f16/bf16, D 64 or 128), else std.attention (FlashAttention-2 on
+    mma.sync on NVIDIA; MFMA on AMD; SIMT elsewhere); 'sm90' insists on the Hopper kernel (RuntimeError
+    where it cannot run), 'fa2' on std.attention. ``tiles``: the kernel's tiles instead of the
+    defaults: BM, BN, WARPS, STAGES for std.attention (:data:`ATTENTION_TILES`; given with path
+    'auto', they choose std.attention), BN, STAGES, OVERLAP for the Hopper kernel
+    (:data:`ATTENTION_SM90_TILES`). Raises TypeError for other dtypes, ValueError for shapes that do
+    not match."""
     fn = "attention"
     src = _query_type(q, fn)
     _check_same("k", k, src, fn)
@@ -875,6 +883,8 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | No
         raise ValueError(f"{fn}: variable lengths need both cu_seqlens_q and cu_seqlens_k")
     if layout not in ("bshd", "bhsd"):
         raise ValueError(f"{fn}: layout must be 'bshd' or 'bhsd', not {layout!r}")
+    if path not in ("auto", "sm90", "fa2"):
+        raise ValueError(f"{fn}: path must be 'auto', 'sm90' or 'fa2', not {path!r}")
     rank = 3 if varlen else 4
     for name, x in (("q", q), ("k", k), ("v", v)):
         if len(x.shape) != rank:
@@ -923,6 +933,16 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | No
         else:
             lse.fill(-np.inf)
         return (out, lse) if return_lse else out
+    if path == "sm90" or (path == "auto" and (tiles is None or "WARPS" not in tiles)):
+        tgt = _target_for(q, target)
+        why = attention_sm90_reason_not(q, k, v, out, D, Sk, varlen, tgt)
+        if why is None:
+            ends = (int(hq_[-1]), int(hk_[-1])) if varlen else None
+            _attention_sm90(q, k, v, out, lse, cq, ck, Sq, Sk, H // HK, strides, l_sb, l_sh, layout, ends, causal,
+                            D ** -0.5 if scale is None else scale, tiles, tgt)
+            return (out, lse) if return_lse else out
+        if path == "sm90":
+            raise RuntimeError(f"{fn}: the Hopper path cannot run here: {why}")
     mod = _attention_module(_target_for(q, target))
     # the module's target decides the path, as the kernel's comptime test does (the CPU target with
     # emulate_mma takes the tensor-core path too)
@@ -951,6 +971,92 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | No
         T=src.name, D=D, CAUSAL=bool(causal), VARLEN=varlen, ALIGNED=aligned,
         shared=attention_shared_bytes(t, D, src.size, tensor_cores, mfma), **t)
     return (out, lse) if return_lse else out
+
+
+#: Tiles of std.attention_sm90 (the Hopper prefill: 128 query rows a block, two consumer warpgroups of
+#: 64), by head dimension: BN keys a step, STAGES K/V buffers, OVERLAP (FlashAttention-3's
+#: intra-warpgroup overlap of the softmax with P V). On the H100 (B 4, H 32, S 4096, D 128, bf16;
+#: benchmarks/RESULTS.md) BN 128 in 2 stages without OVERLAP was the fastest of the candidates of
+#: benchmarks/bench_attention.py: 436 TFLOP/s (causal 356); OVERLAP 380 (322), BN 64 in 3 stages 388
+#: (334), BN 176 179 (161). D 64 takes the same, not yet timed. Registers (ptxas, sm_90a): no spill.
+ATTENTION_SM90_TILES = {64: dict(BN=128, STAGES=2, OVERLAP=False), 128: dict(BN=128, STAGES=2, OVERLAP=False)}
+
+
+def attention_sm90_shared_bytes(tiles: dict[str, Any], head_dim: int, itemsize: int = 2) -> int:
+    """Dynamic shared memory of std.attention_sm90 in bytes (the formula stated in
+    stdlib/attention_sm90.kc): Q's 128 rows and STAGES tiles of BN rows of K and of V, D elements each,
+    then 1 + 4 * STAGES mbarriers."""
+    return (128 + 2 * tiles["STAGES"] * tiles["BN"]) * head_dim * itemsize + 8 * (1 + 4 * tiles["STAGES"])
+
+
+def _attention_sm90_module(target: str) -> Any:
+    """std.attention_sm90 for ``target`` (with approx_ftz on NVIDIA, as :func:`_attention_module`)."""
+    mod = _module("attention_sm90", target)
+    return _module_ftz("attention_sm90", target) if mod.target == "nvptx" else mod
+
+
+def attention_sm90_reason_not(q: Any, k: Any, v: Any, out: Any, head_dim: int, seqlen_k: int, varlen: bool,
+                              target: str = "auto") -> str | None:
+    """Why :func:`attention`'s Hopper path cannot compute this attention, or None when it can: it
+    needs a target with wgmma (an sm_90 GPU; the CPU target's emulation for tests), f16 or bf16, D 64
+    or 128, arrays the tensor maps can describe (device arrays on a GPU, numpy on the CPU target; 16-byte
+    aligned rows) and keys (Sk > 0)."""
+    t = arrays.array_scalar_type(q)
+    if t is None or t.name not in ("f16", "bf16"):
+        return "the Hopper path computes f16 and bf16"
+    if head_dim not in (64, 128):
+        return f"the Hopper path takes D = 64 or 128, not {head_dim} (D = 256 would need more registers)"
+    if not varlen and seqlen_k == 0:
+        return "no keys: a tensor map describes no empty tensor"
+    if target == "auto" and not (arrays.is_torch_tensor(q) and q.is_cuda):
+        return "the Hopper path runs on torch CUDA tensors"
+    try:
+        mod = _attention_sm90_module(target)
+    except Exception as e:  # noqa: BLE001 - no CUDA here, no stdlib...: the path does not apply
+        return f"std.attention_sm90 is not available ({e})"
+    if not mod._program.target.has("wgmma"):
+        return "the Hopper path needs an sm_90 GPU (wgmma, TMA)"
+    device = mod.target != "cpu"
+    if any(arrays.is_device_array(x) != device or (not device and not isinstance(x, np.ndarray))
+           for x in (q, k, v, out)):
+        return "the tensor maps need device arrays on a GPU (numpy ones on the CPU target)"
+    if any(_data_ptr(_flat(x, 1)) % 16 for x in (q, k, v)) or _data_ptr(_flat(out, 1)) % 4:
+        return "TMA needs 16-byte aligned tensors"
+    return None
+
+
+def _bhsd_view(x: Any, layout: str, end: int | None) -> Any:
+    """``x`` as a (B, H, S, D) view for a tensor map: bshd transposed; varlen (total, H, D) as one batch
+    entry of its first ``end`` rows (at least one: a map has no empty axis)."""
+    if end is not None:
+        x = x[:max(end, 1)]
+        return x.permute(1, 0, 2)[None] if arrays.is_torch_tensor(x) else x.transpose(1, 0, 2)[None]
+    if layout == "bhsd":
+        return x
+    return x.permute(0, 2, 1, 3) if arrays.is_torch_tensor(x) else x.transpose(0, 2, 1, 3)
+
+
+def _attention_sm90(q: Any, k: Any, v: Any, out: Any, lse: Any, cq: Any, ck: Any, Sq: int, Sk: int, G: int,
+                    strides: dict, l_sb: int, l_sh: int, layout: str, ends: tuple[int, int] | None, causal: bool,
+                    scale: float, tiles: dict | None, target: str) -> None:
+    """The launch of std.attention_sm90 (:func:`attention` checked the arguments; ``ends``: varlen's
+    total rows of q and of k used, else None)."""
+    from .matmul_sm90 import _tensor_map
+    D = int(q.shape[-1])
+    B = int(cq.shape[0]) - 1 if ends is not None else int(q.shape[0])
+    H = int(q.shape[-2] if ends is not None or layout == "bshd" else q.shape[1])
+    t = dict(ATTENTION_SM90_TILES[D])
+    if tiles is not None:
+        t.update(tiles)
+    maps = [_tensor_map(_bhsd_view(x, layout, None if ends is None else ends[i > 0]), (1, 1, box, 64))
+            for i, (x, box) in enumerate(((q, 128), (k, t["BN"]), (v, t["BN"])))]
+    mod = _attention_sm90_module(target)
+    s = strides
+    grid = (-(-Sq // 128), H, B)
+    mod.attention_prefill_sm90[grid, 384](
+        *maps, _flat(out, 1), _flat(lse, 1), cq, ck, Sq, Sk, G, s["o_sb"], s["o_ss"], s["o_sh"], l_sb, l_sh,
+        np.float32(scale), T=arrays.array_scalar_type(q).name, D=D, CAUSAL=bool(causal), VARLEN=ends is not None,
+        shared=attention_sm90_shared_bytes(t, D), **t)
 
 
 #: Streaming multiprocessors assumed by :func:`paged_decode`'s choice of splits (an H100 SXM's 132).

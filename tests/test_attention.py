@@ -394,7 +394,8 @@ def sdpa64(q, k, v, causal, scale):
 @pytest.mark.parametrize("D", [64, 128, 256])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_prefill_gpu(D, causal):
-    """Tensor cores on the GPU, odd shapes (Sq != Sk, GQA 4:1), bf16 and f16, BSHD and BHSD."""
+    """Tensor cores (mma.sync: path 'fa2'; test_attention_sm90.py tests the Hopper path) on the GPU,
+    odd shapes (Sq != Sk, GQA 4:1), bf16 and f16, BSHD and BHSD."""
     import torch
 
     for dtype, (B, Sq, Sk, H, HK), layout in [(torch.bfloat16, (3, 301, 517, 8, 2), "bshd"),
@@ -404,10 +405,10 @@ def test_prefill_gpu(D, causal):
         v = torch.randn(B, Sk, HK, D, device="cuda", dtype=dtype)
         scale = D ** -0.5
         if layout == "bshd":
-            out, lse = ops.attention(q, k, v, causal=causal, return_lse=True)
+            out, lse = ops.attention(q, k, v, causal=causal, return_lse=True, path="fa2")
         else:
             out, lse = ops.attention(*(x.transpose(1, 2).contiguous() for x in (q, k, v)), causal=causal,
-                                     layout="bhsd", return_lse=True)
+                                     layout="bhsd", return_lse=True, path="fa2")
             out = out.transpose(1, 2)
         ref, ref_lse = sdpa64(q, k, v, causal, scale)
         check(out.cpu().float().numpy(), lse.cpu().numpy(), ref.cpu().numpy(), ref_lse.cpu().numpy(),
@@ -427,7 +428,7 @@ def test_prefill_without_approx_ftz_gpu(monkeypatch):
     k = torch.randn(B, Sk, HK, D, device="cuda", dtype=torch.bfloat16)
     v = torch.randn(B, Sk, HK, D, device="cuda", dtype=torch.bfloat16)
     for causal in (False, True):
-        out, lse = ops.attention(q, k, v, causal=causal, return_lse=True)
+        out, lse = ops.attention(q, k, v, causal=causal, return_lse=True, path="fa2")
         ref, ref_lse = sdpa64(q, k, v, causal, D ** -0.5)
         check(out.cpu().float().numpy(), lse.cpu().numpy(), ref.cpu().numpy(), ref_lse.cpu().numpy(),
               v.cpu().float().numpy(), "bf16")

@@ -92,3 +92,172 @@ def test_wgmma_register_a_ptx(tmp_path):
     assert "m64n128k16.f32.bf16.bf16" in line
     assert line.rstrip().endswith("p, 1, 1, 1;") and line.count("{") == 2, line
     ptxas(ptx, "sm_90a")
+
+
+# --- the Hopper prefill through ops.attention ------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def emulated():
+    """std.attention_sm90 on the CPU target with the Hopper instructions emulated."""
+    from kcompiler.frontend.program import stdlib_dir
+    return kc.compile_file(stdlib_dir() / "attention_sm90.kc", target="cpu", target_options={"emulate_wgmma": True})
+
+
+# (B, Sq, Sk, H, HK, D, causal, layout): odd lengths, Sq != Sk both ways (the causal diagonal off the
+# corner, rows that see no key), more than one tile of keys and of queries, GQA 2:1, both layouts
+EMU_SHAPES = [(2, 37, 53, 2, 1, 64, False, "bshd"), (1, 150, 131, 2, 2, 64, True, "bhsd"),
+              (1, 45, 70, 2, 1, 128, True, "bshd"), (1, 19, 300, 1, 1, 128, False, "bhsd")]
+
+
+@pytest.mark.parametrize("shape", EMU_SHAPES, ids=lambda s: "x".join(map(str, s[:6])) + f"-{'causal' if s[6] else 'full'}-{s[7]}")
+def test_prefill_sm90_emulated(monkeypatch, emulated, shape):
+    """The whole Hopper kernel (producer warpgroup, 4-D TMA into the K and V rings with zero fill past
+    the sequence, both consumers, masking, online softmax, P from registers, O and LSE stores) on the
+    CPU target's emulation, against test_attention.py's float64 reference and bounds."""
+    from kcompiler import ops
+
+    from .test_attention import check, qkv, reference
+    B, Sq, Sk, H, HK, D, causal, layout = shape
+    monkeypatch.setattr(ops, "_attention_sm90_module", lambda target: emulated)
+    q, k, v = qkv(B, Sq, Sk, H, HK, D, "bf16")
+    args = [x.transpose(0, 2, 1, 3).copy() for x in (q, k, v)] if layout == "bhsd" else [q, k, v]
+    out, lse = ops.attention(*args, causal=causal, layout=layout, return_lse=True, path="sm90", target="cpu")
+    if layout == "bhsd":
+        out = out.transpose(0, 2, 1, 3)
+    ref, ref_lse = reference(q, k, v, causal, D ** -0.5)
+    check(out, lse, ref, ref_lse, v, "bf16")
+
+
+@pytest.mark.parametrize("tiles", [dict(OVERLAP=False), dict(BN=64, STAGES=3), dict(BN=64, STAGES=1, OVERLAP=False)],
+                         ids=["sequential", "bn64-3stages", "bn64-1stage"])
+def test_prefill_sm90_tiles_emulated(monkeypatch, emulated, tiles):
+    """Other tiles and the sequential form (no intra-warpgroup overlap): the stage ring's parities
+    over several laps (more tiles than stages), causal with Sq != Sk."""
+    from kcompiler import ops
+
+    from .test_attention import check, qkv, reference
+    monkeypatch.setattr(ops, "_attention_sm90_module", lambda target: emulated)
+    q, k, v = qkv(1, 77, 290, 2, 1, 64, "bf16")
+    out, lse = ops.attention(q, k, v, causal=True, return_lse=True, path="sm90", tiles=tiles, target="cpu")
+    ref, ref_lse = reference(q, k, v, True, 64 ** -0.5)
+    check(out, lse, ref, ref_lse, v, "bf16")
+
+
+def test_prefill_sm90_varlen_emulated(monkeypatch, emulated):
+    """Variable lengths: packed sequences (one empty, one longer than a tile), causal, GQA; the rows a
+    box reads past a sequence belong to the next one and must be masked or left unstored."""
+    from kcompiler import ops
+
+    from .test_attention import check, reference
+    monkeypatch.setattr(ops, "_attention_sm90_module", lambda target: emulated)
+    lq, lk = [5, 0, 140, 33], [9, 3, 131, 60]
+    cu_q, cu_k = np.concatenate([[0], np.cumsum(lq)]).astype(np.int32), np.concatenate([[0], np.cumsum(lk)]).astype(np.int32)
+    q = RNG.standard_normal((cu_q[-1] + 3, 4, 64)).astype(ml_dtypes.bfloat16)  # 3 rows past the last sequence
+    k = RNG.standard_normal((cu_k[-1] + 5, 2, 64)).astype(ml_dtypes.bfloat16)
+    v = RNG.standard_normal((cu_k[-1] + 5, 2, 64)).astype(ml_dtypes.bfloat16)
+    k[cu_k[-1]:] = np.nan  # never read: the tensor maps end at the last sequence
+    v[cu_k[-1]:] = np.nan
+    out, lse = ops.attention(q, k, v, causal=True, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, return_lse=True,
+                             path="sm90", target="cpu")
+    n = cu_q[-1]
+    ref, ref_lse = reference(q[:n], k, v, True, 64 ** -0.5, cu_q, cu_k)
+    check(out[:n], lse[:, :n], ref, ref_lse, v[:cu_k[-1]], "bf16")
+
+
+@needs_ptxas
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("overlap", [True, False], ids=["overlap", "sequential"])
+def test_prefill_sm90_ptx(D, overlap):
+    """sm_90a PTX of the kernel (built as ops builds it: approx_ftz) assembles with ptxas; wgmma with A
+    from registers and TMA 4-D copies are there; ptxas serialises no wgmma (warning C7514: it would
+    where it cannot prove a wgmma waited for) and spills at most 8 bytes (the causal D = 128 overlapped
+    form, at the 240-register limit of a consumer)."""
+    from kcompiler.backends.nvptx.target import NvptxTarget
+    from kcompiler.frontend.program import stdlib_dir
+    from kcompiler.pipeline import emit_file
+    for causal in (False, True):
+        ptx = emit_file(stdlib_dir() / "attention_sm90.kc", "asm", NvptxTarget("sm_90a", approx_ftz=True),
+                        kernel="attention_prefill_sm90", params=dict(T="bf16", D=D, CAUSAL=causal, OVERLAP=overlap))
+        assert "cp.async.bulk.tensor.4d" in ptx and "setmaxnreg.inc.sync.aligned.u32 240" in ptx
+        assert any("wgmma.mma_async" in x and "}, {" in x for x in ptx.splitlines())  # A from registers
+        log = ptxas(ptx, "sm_90a", verbose=True)
+        assert "C7514" not in log and "serialized" not in log, log
+        spill = int(log.split(" bytes spill stores")[0].rsplit(None, 1)[-1])
+        assert spill <= 8, log
+
+
+# --- on the GPU: against torch's SDPA in float64 ---------------------------------------------------------
+
+GPU_SHAPES = [("bf16", (3, 301, 517, 8, 2), "bshd"), ("f16", (2, 1000, 1000, 4, 4), "bhsd"),
+              ("bf16", (1, 700, 129, 4, 1), "bshd"), ("bf16", (2, 1, 4097, 2, 2), "bhsd"),
+              ("f16", (1, 2049, 2047, 2, 1), "bshd")]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_prefill_sm90_gpu(D, causal):
+    """The Hopper path on the H100 on odd shapes (Sq != Sk both ways, one query, GQA 4:1), bf16 and
+    f16, both layouts, against SDPA in float64 (test_attention.py's bounds); outputs poisoned first."""
+    import torch
+
+    from kcompiler import ops
+
+    from .test_attention import check, sdpa64
+    for dt, (B, Sq, Sk, H, HK), layout in GPU_SHAPES:
+        dtype = {"bf16": torch.bfloat16, "f16": torch.float16}[dt]
+        q = torch.randn(B, Sq, H, D, device="cuda", dtype=dtype)
+        k = torch.randn(B, Sk, HK, D, device="cuda", dtype=dtype)
+        v = torch.randn(B, Sk, HK, D, device="cuda", dtype=dtype)
+        torch.empty(64 << 20, device="cuda", dtype=torch.uint8).fill_(0xFF)  # NaN where ops allocates next
+        if layout == "bshd":
+            out, lse = ops.attention(q, k, v, causal=causal, return_lse=True, path="sm90")
+        else:
+            out, lse = ops.attention(*(x.transpose(1, 2).contiguous() for x in (q, k, v)), causal=causal,
+                                     layout="bhsd", return_lse=True, path="sm90")
+            out = out.transpose(1, 2)
+        ref, ref_lse = sdpa64(q, k, v, causal, D ** -0.5)
+        check(out.cpu().float().numpy(), lse.cpu().numpy(), ref.cpu().numpy(), ref_lse.cpu().numpy(),
+              v.cpu().float().numpy(), dt)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tiles", [dict(OVERLAP=False), dict(BN=64, STAGES=3), dict(BN=176, STAGES=2)],
+                         ids=["sequential", "bn64-3stages", "bn176"])
+def test_prefill_sm90_tiles_gpu(tiles):
+    """The other tile choices the benchmark times, on the GPU (D 128 and 64, causal)."""
+    import torch
+
+    from kcompiler import ops
+
+    from .test_attention import check, sdpa64
+    for D in (64, 128):
+        q = torch.randn(2, 1111, 4, D, device="cuda", dtype=torch.bfloat16)
+        k, v = (torch.randn(2, 1234, 2, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        out, lse = ops.attention(q, k, v, causal=True, return_lse=True, path="sm90", tiles=tiles)
+        ref, ref_lse = sdpa64(q, k, v, True, D ** -0.5)
+        check(out.cpu().float().numpy(), lse.cpu().numpy(), ref.cpu().numpy(), ref_lse.cpu().numpy(),
+              v.cpu().float().numpy(), "bf16")
+
+
+@pytest.mark.gpu
+def test_prefill_sm90_varlen_gpu():
+    """Variable lengths on the GPU (packed, causal, GQA 2:1, an empty sequence, NaN past the last)."""
+    import torch
+
+    from kcompiler import ops
+
+    from .test_attention import check, reference
+    lq, lk = [300, 0, 1000, 77], [300, 5, 1200, 64]
+    cu_q = torch.tensor(np.concatenate([[0], np.cumsum(lq)]), dtype=torch.int32, device="cuda")
+    cu_k = torch.tensor(np.concatenate([[0], np.cumsum(lk)]), dtype=torch.int32, device="cuda")
+    nq, nk = sum(lq), sum(lk)
+    q = torch.randn(nq, 4, 128, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(nk + 7, 2, 128, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn(nk + 7, 2, 128, device="cuda", dtype=torch.bfloat16)
+    k[nk:], v[nk:] = float("nan"), float("nan")
+    out, lse = ops.attention(q, k, v, causal=True, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, return_lse=True,
+                             path="sm90")
+    qn, kn, vn = (x.float().cpu().numpy() for x in (q, k[:nk], v[:nk]))
+    ref, ref_lse = reference(qn, kn, vn, True, 128 ** -0.5, cu_q.cpu().numpy(), cu_k.cpu().numpy())
+    check(out.float().cpu().numpy(), lse.cpu().numpy(), ref, ref_lse, vn, "bf16")
