@@ -148,12 +148,14 @@ def run(mod: Any, a: Any, b: Any, out: Any, *, b_kmajor: bool = True, scale_a: A
     (EPI, x, y, s): the epilogue fn's name as the module sees it, its inputs (flat CUDA tensors) and
     scalar. ``block``: None, or (BEPI, z): a block epilogue (std.epilogue's second kind, blocks of 32
     columns; N must be a multiple of 32) applied after ``epilogue`` and its array z (the MX epilogues:
-    the (M, N / 32) E8M0 scales, written); it takes kernel matmul_sm90_block_epilogue. ``config``: one of :data:`CONFIGS` (default :func:`choose`). ``sms``: the blocks of the
-    persistent grid (default: the device's multiprocessors). ``split_k`` > 1 cuts each tile's K loop
-    into that many work units whose f32 partial products are added atomically into a zeroed f32
-    result (out itself, or a scratch array then converted into out); no epilogue; None (default):
-    :func:`choose_split` where there is no epilogue, else 1. numpy arrays run on the CPU target's
-    emulation (``mod`` compiled with ``target_options={"emulate_wgmma": True}``). Returns out."""
+    the (M, N / 32) E8M0 scales, written); it takes kernel matmul_sm90_block_epilogue. ``config``: one
+    of :data:`CONFIGS` (default :func:`choose`). ``sms``: the blocks of the persistent grid (default:
+    the device's multiprocessors). ``split_k`` > 1 cuts each tile's K loop into that many work units
+    whose f32 partial products the kernel adds up itself (in share order: deterministic) before the
+    epilogue and the store, through a workspace kept per device (:func:`_split_workspace`; launches
+    on several streams at once must not split); not with ``block``; None (default):
+    :func:`choose_split`, 1 with ``block``. numpy arrays run on the CPU target's emulation (``mod``
+    compiled with ``target_options={"emulate_wgmma": True}``). Returns out."""
     M, K = (int(s) for s in a.shape)
     N = int(b.shape[0] if b_kmajor else b.shape[1])
     t = arrays.array_scalar_type(a).name
@@ -167,51 +169,56 @@ def run(mod: Any, a: Any, b: Any, out: Any, *, b_kmajor: bool = True, scale_a: A
     tiles = -(-M // bm) * -(-N // cfg["BN"])
     grid = max(1, min(tiles, sms))
     if split_k is None:
-        split_k = choose_split(M, N, K, cfg, bk, sms) if epilogue is None and block is None else 1
+        split_k = choose_split(M, N, K, cfg, bk, sms) if block is None else 1
     if scale_a is None:
         scale_a = scale_b = _dummy_f32(a.device if arrays.is_torch_tensor(a) else None)  # not read (scale 0)
     aligned = arrays.device_pointer(out) % 16 == 0 and N % 2 == 0 if arrays.is_device_array(out) else N % 2 == 0
     params = dict(T=t, OUT=o, BK=bk, SCALE=scale, ALIGNED=aligned, B_KMAJOR=b_kmajor, **cfg)
-    target = out
+    ws, counts = scale_a, _dummy_u32(a.device if arrays.is_torch_tensor(a) else None)  # not read unsplit
     if split_k > 1:
-        if epilogue is not None or block is not None:
-            raise ValueError("matmul_sm90.run: split-K adds partial products; it takes no epilogue")
+        if block is not None:
+            raise ValueError("matmul_sm90.run: split-K does not take a block epilogue")
+        ws, counts = _split_workspace(a, tiles * 128 * cfg["CONSUMERS"], split_k * cfg["BN"] // 2)
         tiles *= split_k
         grid = max(1, min(tiles, sms))
-        if o == "f32":
-            target[...] = 0
-        else:
-            target = _zeros_f32(out)
-        params.update(OUT="f32", SPLIT_K=int(split_k))
-    args = [ta, tb, target.reshape(-1), M, N, K, N, scale_a, scale_b]
+        params["SPLIT_K"] = int(split_k)
+    args = [ta, tb, out.reshape(-1), M, N, K, N, scale_a, scale_b]
     if block is not None:
-        fn, x, y, s = epilogue if epilogue is not None else ("epilogue.identity", target.reshape(-1),
-                                                             target.reshape(-1), 1.0)
+        fn, x, y, s = epilogue if epilogue is not None else ("epilogue.identity", out.reshape(-1),
+                                                             out.reshape(-1), 1.0)
         kernel = mod.matmul_sm90_block_epilogue
         params.update(EPI=fn, BLOCK=32, BEPI=block[0])
         args += [x, y, float(s), block[1]]
     elif epilogue is None:
         kernel = mod.matmul_sm90
+        args += [ws, counts]
     else:
         fn, x, y, s = epilogue
         kernel = mod.matmul_sm90_epilogue
         params["EPI"] = fn
-        args += [x, y, float(s)]
+        args += [x, y, float(s), ws, counts]
     kernel[grid, 128 * (cfg["CONSUMERS"] + 1)](*args, shared=shared_bytes(cfg, t), stream=stream, **params)
-    if target is not out:
-        if arrays.is_torch_tensor(out):
-            out.copy_(target)
-        else:
-            out[...] = target.astype(out.dtype)
     return out
 
 
-def _zeros_f32(like: Any) -> Any:
-    if arrays.is_torch_tensor(like):
-        import torch
-        return torch.zeros(tuple(like.shape), dtype=torch.float32, device=like.device)
-    import numpy as np
-    return np.zeros(like.shape, np.float32)
+_WORKSPACES: dict = {}
+
+
+def _split_workspace(like: Any, slots: int, per_slot: int) -> tuple[Any, Any]:
+    """Split-K's workspace on ``like``'s device: ``slots * per_slot`` f32 for the partial products and
+    ``slots`` u32 counts, zero (the kernel leaves them zero). Kept per device and grown as needed; a
+    numpy pair for numpy ``like`` (the CPU target's emulation), fresh each time."""
+    if not arrays.is_torch_tensor(like):
+        import numpy as np
+        return np.zeros(slots * per_slot, np.float32), np.zeros(slots, np.uint32)
+    import torch
+    key = str(like.device)
+    ws, counts = _WORKSPACES.get(key, (None, None))
+    if ws is None or ws.numel() < slots * per_slot or counts.numel() < slots:
+        ws = torch.empty(max(slots * per_slot, 1 << 20), dtype=torch.float32, device=like.device)
+        counts = torch.zeros(max(slots, 1 << 14), dtype=torch.uint32, device=like.device)
+        _WORKSPACES[key] = (ws, counts)
+    return ws, counts
 
 
 @functools.lru_cache(maxsize=None)
@@ -222,6 +229,16 @@ def _dummy_f32(device: Any) -> Any:
         return np.zeros(1, np.float32)
     import torch
     return torch.zeros(1, dtype=torch.float32, device=device)
+
+
+@functools.lru_cache(maxsize=None)
+def _dummy_u32(device: Any) -> Any:
+    """A one-element u32 array on ``device`` (a torch device; None: a numpy array)."""
+    if device is None:
+        import numpy as np
+        return np.zeros(1, np.uint32)
+    import torch
+    return torch.zeros(1, dtype=torch.uint32, device=device)
 
 
 def _ordinal(x: Any) -> int:
@@ -235,13 +252,14 @@ import std.matmul_sm90 as kc_std_matmul_sm90
 import std.epilogue as kc_std_epilogue
 kernel matmul_sm90_epilogue[T: type, OUT: type, BK: i32, BN: i32, CONSUMERS: i32, STAGES: i32, GROUP_M: i32,
                             SCALE: i32, ALIGNED: bool, B_KMAJOR: bool, X: type, Y: type,
-                            EPI: fn(acc: f32, row: i32, col: i32, ld: i32, x: ptr<X>, y: ptr<Y>, s: f32) -> f32](
+                            EPI: fn(acc: f32, row: i32, col: i32, ld: i32, x: ptr<X>, y: ptr<Y>, s: f32) -> f32,
+                            SPLIT_K: i32 = 1](
         ta: tensor_map, tb: tensor_map, c: ptr<OUT>, M: i32, N: i32, K: i32, ldc: i32, sa: ptr<f32>,
-        sb: ptr<f32>, x: ptr<X>, y: ptr<Y>, s: f32) {
+        sb: ptr<f32>, x: ptr<X>, y: ptr<Y>, s: f32, ws: ptr<f32>, counts: ptr<u32>) {
     launch_bounds(128 * (CONSUMERS + 1), 1);
-    kc_std_matmul_sm90.gemm_sm90[T, OUT, BK, BN, CONSUMERS, STAGES, GROUP_M, SCALE, ALIGNED, B_KMAJOR, 1, X, Y, EPI,
-                                 OUT, 0, kc_std_epilogue.block_identity](
-        ta, tb, c, M, N, K, ldc, sa, sb, x, y, s, c);
+    kc_std_matmul_sm90.gemm_sm90[T, OUT, BK, BN, CONSUMERS, STAGES, GROUP_M, SCALE, ALIGNED, B_KMAJOR, SPLIT_K, X, Y,
+                                 EPI, OUT, 0, kc_std_epilogue.block_identity](
+        ta, tb, c, M, N, K, ldc, sa, sb, x, y, s, c, ws, counts);
 }
 kernel matmul_sm90_block_epilogue[T: type, OUT: type, BK: i32, BN: i32, CONSUMERS: i32, STAGES: i32, GROUP_M: i32,
                                   SCALE: i32, ALIGNED: bool, B_KMAJOR: bool, X: type, Y: type,
@@ -251,7 +269,7 @@ kernel matmul_sm90_block_epilogue[T: type, OUT: type, BK: i32, BN: i32, CONSUMER
         sb: ptr<f32>, x: ptr<X>, y: ptr<Y>, s: f32, z: ptr<Z>) {
     launch_bounds(128 * (CONSUMERS + 1), 1);
     kc_std_matmul_sm90.gemm_sm90[T, OUT, BK, BN, CONSUMERS, STAGES, GROUP_M, SCALE, ALIGNED, B_KMAJOR, 1, X, Y, EPI,
-                                 Z, BLOCK, BEPI](ta, tb, c, M, N, K, ldc, sa, sb, x, y, s, z);
+                                 Z, BLOCK, BEPI](ta, tb, c, M, N, K, ldc, sa, sb, x, y, s, z, sa, bitcast[ptr<u32>](sb));
 }
 """
 

@@ -204,6 +204,8 @@ def test_cpu_target_refuses_with_location():
 SM90_KERNELS = [
     dict(T="bf16", OUT="bf16", BK=64, BN=256, CONSUMERS=2, STAGES=4),
     dict(T="bf16", OUT="f32", BK=64, BN=128, CONSUMERS=1, STAGES=8, SPLIT_K=4),
+    dict(T="bf16", OUT="bf16", BK=64, BN=128, CONSUMERS=2, STAGES=6, SPLIT_K=3),
+    dict(T="f8e4m3", OUT="bf16", BK=128, BN=128, CONSUMERS=1, STAGES=8, SCALE=2, SPLIT_K=2),
     dict(T="bf16", OUT="bf16", BK=64, BN=256, CONSUMERS=2, STAGES=4, B_KMAJOR=False),
     dict(T="bf16", OUT="bf16", BK=64, BN=128, CONSUMERS=1, STAGES=8, GROUP_M=1),
     dict(T="f8e4m3", OUT="bf16", BK=128, BN=256, CONSUMERS=2, STAGES=4, SCALE=1),
@@ -378,7 +380,7 @@ def test_emulated_matmul_sm90(shape, t, config, b_kmajor, out_t):
 @pytest.mark.parametrize("split_k, out_t", [(3, "bf16"), (5, "f32")])
 def test_emulated_split_k(split_k, out_t):
     """Split-K: each tile's K loop in shares (one of them empty with 5 shares of 4 k-steps), the partial
-    products added atomically into a zeroed f32 C (a scratch one for a bf16 result)."""
+    products summed by the thread that completes each slot's count (the fix-up), bf16 or f32 C."""
     import ml_dtypes
     import numpy as np
 
@@ -391,6 +393,41 @@ def test_emulated_split_k(split_k, out_t):
     matmul_sm90.run(_emulated(), a, b, out, config=matmul_sm90.CONFIGS["64x128"], sms=3, split_k=split_k)
     a64, b64 = a.astype(np.float64), b.astype(np.float64).T
     _check64(out, a64 @ b64, K, np.abs(a64) @ np.abs(b64))
+
+
+@pytest.mark.parametrize("fmt, per_row", [("float8_e4m3fn", False), ("float8_e5m2", True)])
+def test_emulated_split_k_fixup_with_epilogue_and_scales(fmt, per_row):
+    """Split-K with FP8 scales and an epilogue (applied once, to the sum, by the fix-up): the same bits as
+    the unsplit kernel would not hold (another order of additions), so against float64; twice on the
+    same workspace, which the kernel leaves as it found it (counts zero), with the same bits both times."""
+    import ml_dtypes
+    import numpy as np
+
+    from kcompiler import matmul_sm90
+    M, N, K = 45, 136, 1040
+    rng = np.random.default_rng()
+    dt = getattr(ml_dtypes, fmt)
+    a = (2 * rng.standard_normal((M, K))).astype(dt)
+    b = (2 * rng.standard_normal((N, K))).astype(dt)
+    sa = (rng.random(M if per_row else 1) + 0.5).astype(np.float32)
+    sb = (rng.random(N if per_row else 1) + 0.5).astype(np.float32)
+    bias = rng.standard_normal(N).astype(np.float32)
+    ws, counts = matmul_sm90._split_workspace(a, 3 * 128, 3 * 64)
+    outs = []
+    for _ in range(2):
+        out = np.full((M, N), np.nan, np.float32)
+        import unittest.mock
+        with unittest.mock.patch.object(matmul_sm90, "_split_workspace", lambda *_: (ws, counts)):
+            matmul_sm90.run(_emulated(), a, b, out, scale_a=sa, scale_b=sb, scale=2 if per_row else 1,
+                            config=matmul_sm90.CONFIGS["64x128"], sms=4, split_k=3,
+                            epilogue=("epilogue.bias_relu", bias, out.reshape(-1), 1.0))
+        assert not counts.any()
+        outs.append(out)
+    np.testing.assert_array_equal(outs[0], outs[1])
+    a64, b64 = a.astype(np.float64), b.astype(np.float64).T
+    scale = (sa[:, None] * sb[None, :]).astype(np.float64) if per_row else float(sa[0]) * float(sb[0])
+    ref = np.maximum((a64 @ b64) * scale + bias, 0)
+    _check64(outs[0], ref, K, (np.abs(a64) @ np.abs(b64)) * scale + np.abs(bias), fp8=True)
 
 
 @pytest.mark.parametrize("fmt, per_row", [("float8_e4m3fn", False), ("float8_e4m3fn", True), ("float8_e5m2", True)])
@@ -659,7 +696,8 @@ def test_scaled_matmul(shape, fmt, per_row):
 @pytest.mark.parametrize("out_dtype", ["bfloat16", "float32"])
 def test_small_m_split_k(shape, out_dtype):
     """Small M: ops.matmul's default split-K on the Hopper path (matmul_sm90.choose_split: the K loop of
-    each tile in shares whose f32 partial products are added atomically) against torch in float64."""
+    each tile in shares whose f32 partial products the kernel sums itself), with and without an
+    epilogue, against torch in float64."""
     import torch
 
     from kcompiler import matmul_sm90, ops
@@ -672,10 +710,16 @@ def test_small_m_split_k(shape, out_dtype):
     c = ops.matmul(a, b, out=out)
     torch.cuda.synchronize()
     _reference_check(c, a, b)
+    if out_dtype == "float32":  # the epilogue applied once, to the sum of the shares
+        bias = torch.randn(N, device="cuda")
+        out.fill_(float("nan"))
+        c = ops.matmul(a, b, out=out, epilogue=ops.Epilogue("bias", x=bias))
+        torch.cuda.synchronize()
+        _reference_check(c - bias, a, b)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("shape, b_kmajor", [((300, 512, 264), True), ((64, 4096, 4096), True), ((129, 320, 1040), False),
+@pytest.mark.parametrize("shape, b_kmajor", [((300, 512, 264), True), ((64, 4096, 4096), True), ((129, 320, 1040), False), ((64, 4096, 4096), True), ((129, 320, 1040), False),
                                              ((1000, 1024, 520), True)], ids=lambda s: str(s))
 @pytest.mark.parametrize("fmt", ["e4m3", "e5m2"])
 def test_mx_epilogue_hopper(shape, b_kmajor, fmt):
@@ -683,17 +727,21 @@ def test_mx_epilogue_hopper(shape, b_kmajor, fmt):
     ops.mx_quantize's of the same kernel's f32 result, also composed after a bias + GELU."""
     import torch
 
-    from kcompiler import ops
+    from kcompiler import matmul_sm90, ops
     _sm90(torch)
     M, N, K = shape
     a = torch.randn(M, K, device="cuda").to(torch.bfloat16)
     b = torch.randn(N, K, device="cuda").to(torch.bfloat16).T if b_kmajor else \
         torch.randn(K, N, device="cuda").to(torch.bfloat16)
     bias = torch.randn(N, device="cuda")
-    for ep, per in ((f"to_mxfp8_{fmt}", "identity"), (ops.Epilogue("bias_gelu", x=bias, block=f"to_mxfp8_{fmt}"),
-                                                     ops.Epilogue("bias_gelu", x=bias))):
+    for ep, per in ((f"to_mxfp8_{fmt}", None), (ops.Epilogue("bias_gelu", x=bias, block=f"to_mxfp8_{fmt}"),
+                                               "epilogue.bias_gelu")):
         codes, scales = ops.matmul(a, b, epilogue=ep)
-        f32 = ops.matmul(a, b, out_dtype=torch.float32, epilogue=per)
+        # the same kernel's f32 result, unsplit (the block epilogue never splits K)
+        f32 = torch.empty(M, N, device="cuda")
+        b90, kmajor = matmul_sm90.operand_b(a, b.T if b_kmajor else b, f32, b_kmajor)
+        matmul_sm90.run(ops._module("matmul_sm90", "cuda"), a, b90, f32, b_kmajor=kmajor, split_k=1,
+                        epilogue=None if per is None else (per, bias, f32.view(-1), 1.0))
         want_c, want_s = ops.mx_quantize(f32, f"f8{fmt}")
         torch.cuda.synchronize()
         assert codes.dtype == want_c.dtype and scales.dtype == want_s.dtype
