@@ -985,8 +985,8 @@ ATTENTION_SM90_TILES = {64: dict(BN=128, STAGES=2, OVERLAP=False), 128: dict(BN=
 def attention_sm90_shared_bytes(tiles: dict[str, Any], head_dim: int, itemsize: int = 2) -> int:
     """Dynamic shared memory of std.attention_sm90 in bytes (the formula stated in
     stdlib/attention_sm90.kc): Q's 128 rows and STAGES tiles of BN rows of K and of V, D elements each,
-    then 1 + 4 * STAGES mbarriers."""
-    return (128 + 2 * tiles["STAGES"] * tiles["BN"]) * head_dim * itemsize + 8 * (1 + 4 * tiles["STAGES"])
+    then 3 + 4 * STAGES mbarriers."""
+    return (128 + 2 * tiles["STAGES"] * tiles["BN"]) * head_dim * itemsize + 8 * (3 + 4 * tiles["STAGES"])
 
 
 def _attention_sm90_module(target: str) -> Any:
