@@ -3,7 +3,7 @@ measured in the same run. On an sm_90 GPU ops.matmul takes the Hopper path (stdl
 TMA, wgmma, warp specialisation, persistent tiles); elsewhere the Ampere one (cp.async, ldmatrix,
 mma.sync).
 
-    python benchmarks/bench_matmul.py [--quick] [--json OUT.json] [--sass] [--configs] [--mx]
+    python benchmarks/bench_matmul.py [--quick | --small] [--json OUT.json] [--sass] [--configs] [--mx] [--graphs]
 
 Each case is checked first (relative Frobenius error against torch's result, which must be under 1e-2
 for bf16 and 3e-2 for FP8), then timed: the median of triton.testing.do_bench (CUDA events, warm-up
@@ -21,7 +21,10 @@ instructions. ``--configs`` times each tile configuration of the Hopper path (kc
 on a few sizes, to check its choice. ``--mx`` times the MXFP8 cast fused into the product
 (``ops.matmul(..., epilogue="to_mxfp8_e4m3")``: codes and E8M0 scales from the kernel's store) against
 the product alone (bf16 result) and the product followed by ops.mx_quantize, after checking the fused
-codes and scales bit for bit against ops.mx_quantize of the same kernel's f32 result.
+codes and scales bit for bit against ops.mx_quantize of the same kernel's f32 result. ``--graphs`` times
+the small-M products twice, as the main table does (launch by launch: the host's work per call counts
+where it exceeds the kernel's) and replayed from a CUDA graph (triton.testing.do_bench_cudagraph: the
+device's time alone), ours through kcompiler.matmul_sm90.run with its default choices.
 """
 from __future__ import annotations
 
@@ -181,6 +184,51 @@ def time_configs() -> None:
         print(f"configs {dt} {m}x{n}x{k}: " + ", ".join(line), flush=True)
 
 
+def time_graphs() -> list:
+    """Small-M products, launch by launch and from a CUDA graph (device time alone), ours and cuBLAS."""
+    from triton.testing import do_bench_cudagraph
+
+    from kcompiler import matmul_sm90
+
+    mod = ops._module("matmul_sm90", "cuda")
+    rows = []
+    for dt, m, n, k in (("bf16", 16, 4096, 4096), ("bf16", 16, 4096, 14336), ("bf16", 128, 4096, 4096),
+                        ("bf16", 16, 14336, 4096), ("f8e4m3", 16, 4096, 4096), ("f8e4m3", 128, 4096, 4096),
+                        ("f8e4m3", 16, 4096, 14336)):
+        fp8 = dt == "f8e4m3"
+        a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn if fp8 else torch.bfloat16)
+        w = torch.randn(n, k, device="cuda").to(a.dtype)
+        out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        one = torch.ones((), device="cuda")
+        if fp8:
+            def ours():
+                matmul_sm90.run(mod, a, w, out, scale_a=one, scale_b=one, scale=1, stream=torch.cuda.current_stream())
+
+            def theirs():
+                torch._scaled_mm(a, w.T, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+        else:
+            def ours():
+                matmul_sm90.run(mod, a, w, out, stream=torch.cuda.current_stream())
+
+            def theirs():
+                torch.matmul(a, w.T)
+        ours()
+        torch.cuda.synchronize()
+        row = dict(dtype=dt, M=m, N=n, K=k)
+        for name, fn in (("ours", ours), ("cublas", theirs)):
+            row[name] = tflops(m, n, k, bench(fn))
+            try:
+                row[name + "_graph"] = tflops(m, n, k, do_bench_cudagraph(fn, rep=100, return_mode="median"))
+            except Exception as exc:  # noqa: BLE001 - reported, not fatal
+                print(f"  graph capture of {name} failed: {type(exc).__name__}: {str(exc)[:200]}", flush=True)
+                row[name + "_graph"] = float("nan")
+        rows.append(row)
+        print(f"graphs {dt} {m}x{n}x{k}: launch by launch ours {row['ours']:.0f} cuBLAS {row['cublas']:.0f}; "
+              f"from a graph ours {row['ours_graph']:.0f} cuBLAS {row['cublas_graph']:.0f} TFLOP/s "
+              f"({row['ours_graph'] / row['cublas_graph']:.2f}x)", flush=True)
+    return rows
+
+
 def time_mx() -> list:
     """The MXFP8 cast fused into the product (bf16, B K-major), checked bit for bit, then timed."""
     from kcompiler import matmul_sm90
@@ -214,11 +262,19 @@ def time_mx() -> list:
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--quick", action="store_true", help="a few sizes only")
+    p.add_argument("--small", action="store_true", help="the LLM shapes with M <= 128 and the row-major B cases")
     p.add_argument("--json", help="write the rows here")
     p.add_argument("--sass", action="store_true", help="count HGMMA/QGMMA in the Hopper kernel's SASS")
     p.add_argument("--configs", action="store_true", help="time each Hopper tile configuration, then stop")
     p.add_argument("--mx", action="store_true", help="time the fused MXFP8 cast, then stop")
+    p.add_argument("--graphs", action="store_true", help="time small M from CUDA graphs too, then stop")
     args = p.parse_args()
+    if args.graphs:
+        rows = time_graphs()
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"device": torch.cuda.get_device_name(), "graphs": rows}, f, indent=1)
+        return
     if args.configs:
         time_configs()
         return
@@ -229,7 +285,7 @@ def main() -> None:
                 json.dump({"device": torch.cuda.get_device_name(), "mx": rows}, f, indent=1)
         return
     dev = torch.cuda.get_device_name()
-    sizes = QUICK if args.quick else SQUARE + LLM
+    sizes = QUICK if args.quick else [s for s in LLM if s[0] <= 128] if args.small else SQUARE + LLM
     rows = []
     for m, n, k in sizes:
         for row in (case_bf16(m, n, k, "nk"), case_fp8(m, n, k)):

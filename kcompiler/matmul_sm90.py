@@ -18,10 +18,11 @@ CONFIGS = {"128x256": dict(BN=256, CONSUMERS=2, STAGES=4, GROUP_M=8),
            "64x128": dict(BN=128, CONSUMERS=1, STAGES=8, GROUP_M=4),
            "64x64": dict(BN=64, CONSUMERS=1, STAGES=8, GROUP_M=4)}
 
-#: The configurations :func:`choose` uses: those that have run correctly on an H100 (2026-11-23).
-#: 128x128 and 64x64 compile and assemble without spills; their GPU test (tests/test_matmul_sm90.py,
-#: test_every_config) awaits a run, as does the N-major B (``b_kmajor=False``).
-CHOICES = ("128x256", "64x128")
+#: The configurations :func:`choose` uses. Every one of :data:`CONFIGS` has run correctly on an H100
+#: (tests/test_matmul_sm90.py, test_every_config, K-major and N-major B, 2026-11-23); 64x64 was the
+#: fastest there for M = 16 and 128 with N = K = 4096 (bf16 and FP8; benchmarks/bench_matmul.py
+#: --configs, benchmarks/RESULTS.md), 128x128 never the fastest.
+CHOICES = ("128x256", "64x128", "64x64")
 
 #: Element types of A and B, and the BK of each (one 128-byte swizzled row).
 BK = {"bf16": 64, "f16": 64, "f8e4m3": 128, "f8e5m2": 128}
@@ -51,14 +52,16 @@ def choose(M: int, N: int, K: int, sms: int = 132) -> dict:
 
 
 def choose_split(M: int, N: int, K: int, cfg: dict, bk: int, sms: int = 132) -> int:
-    """The split-K factor :func:`run` uses by default (products without an epilogue): where the
-    configuration's tiles fill at most half of the ``sms`` multiprocessors (small M), each tile's K loop
-    is cut into as many shares as fill them, at most 8 and at least 4 k-steps of ``bk`` a share; else 1.
-    A small product streams B from memory: what counts is how many multiprocessors read it at once."""
+    """The split-K factor :func:`run` uses by default: where the configuration's tiles fill at most half
+    of the ``sms`` multiprocessors (small M), each tile's K loop is cut into as many shares as fill
+    them, at most 4, each of at least 32 k-steps of ``bk``; else 1. Measured on the H100 (bench_matmul
+    --configs): shares of 32 k-steps or more pay for the fix-up (M = 16, bf16: N = K = 4096 24 TFLOP/s
+    with 64x64 tiles in 2 shares against 22 unsplit; K = 14336 34 against 29), shorter ones do not
+    (FP8 at K = 4096, 32 k-steps of 128: 33 in 2 shares against 38), nor does M = 128 (128 tiles)."""
     tiles = -(-M // (64 * cfg["CONSUMERS"])) * -(-N // cfg["BN"])
     if 2 * tiles > sms:
         return 1
-    return max(1, min(8, sms // tiles, -(-K // bk) // 4))
+    return max(1, min(4, sms // tiles, -(-K // bk) // 32))
 
 
 @functools.lru_cache(maxsize=None)

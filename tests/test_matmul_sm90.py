@@ -246,16 +246,17 @@ def test_config_choice():
     from kcompiler import matmul_sm90 as m
     assert m.choose(8192, 8192, 8192) == m.CONFIGS["128x256"]
     assert m.choose(1024, 4096, 4096) == m.CONFIGS["128x256"]  # 128 tiles of 132
-    assert m.choose(128, 4096, 4096) == m.CONFIGS["64x128"]
+    assert m.choose(128, 4096, 4096) == m.CONFIGS["64x64"]  # 128 tiles of 132
     assert m.choose(16, 14336, 4096) == m.CONFIGS["64x128"]
-    assert m.choose(1, 8, 8) == m.CONFIGS["64x128"]
+    assert m.choose(1, 8, 8) == m.CONFIGS["64x64"]
     assert m.choose(16, 14336, 4096, sms=100) == m.CONFIGS["64x128"]
     assert set(m.CHOICES) <= set(m.CONFIGS)
-    # split-K where the tiles fill at most half of the multiprocessors, at least 4 k-steps a share
-    c = m.CONFIGS["64x128"]
-    assert m.choose_split(16, 4096, 4096, c, 64) == 4 and m.choose_split(128, 4096, 4096, c, 64) == 2
-    assert m.choose_split(16, 14336, 4096, c, 64) == 1 and m.choose_split(16, 4096, 4096, c, 128) == 4
-    assert m.choose_split(1, 8, 8, c, 64) == 1 and m.choose_split(16, 256, 512, c, 64) == 2
+    # split-K where the tiles fill at most half of the multiprocessors, at least 32 k-steps a share
+    c, c64 = m.CONFIGS["64x128"], m.CONFIGS["64x64"]
+    assert m.choose_split(16, 4096, 4096, c64, 64) == 2 and m.choose_split(16, 4096, 14336, c64, 64) == 2
+    assert m.choose_split(16, 4096, 14336, c, 64) == 4 and m.choose_split(128, 4096, 4096, c64, 64) == 1
+    assert m.choose_split(16, 14336, 4096, c, 64) == 1 and m.choose_split(16, 4096, 4096, c64, 128) == 1
+    assert m.choose_split(1, 8, 8, c64, 64) == 1 and m.choose_split(16, 256, 8192, c64, 64) == 4
     for cfg in m.CONFIGS.values():
         assert m.shared_bytes(cfg, "bf16") <= 227 * 1024
 
@@ -691,7 +692,7 @@ def test_scaled_matmul(shape, fmt, per_row):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("shape", [(16, 4096, 4096), (128, 4096, 4096), (40, 1000, 2056), (16, 256, 512)],
+@pytest.mark.parametrize("shape", [(16, 4096, 4096), (16, 4096, 14336), (40, 1000, 4104), (16, 256, 8192)],
                          ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("out_dtype", ["bfloat16", "float32"])
 def test_small_m_split_k(shape, out_dtype):
