@@ -871,7 +871,7 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | No
     mma.sync on NVIDIA; MFMA on AMD; SIMT elsewhere); 'sm90' insists on the Hopper kernel (RuntimeError
     where it cannot run), 'fa2' on std.attention. ``tiles``: the kernel's tiles instead of the
     defaults: BM, BN, WARPS, STAGES for std.attention (:data:`ATTENTION_TILES`; given with path
-    'auto', they choose std.attention), BN, STAGES, OVERLAP for the Hopper kernel
+    'auto', they choose std.attention), BN, STAGES, OVERLAP, PINGPONG for the Hopper kernel
     (:data:`ATTENTION_SM90_TILES`). Raises TypeError for other dtypes, ValueError for shapes that do
     not match."""
     fn = "attention"
@@ -974,12 +974,17 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | No
 
 
 #: Tiles of std.attention_sm90 (the Hopper prefill: 128 query rows a block, two consumer warpgroups of
-#: 64), by head dimension: BN keys a step, STAGES K/V buffers, OVERLAP (FlashAttention-3's
-#: intra-warpgroup overlap of the softmax with P V). On the H100 (B 4, H 32, S 4096, D 128, bf16;
-#: benchmarks/RESULTS.md) BN 128 in 2 stages without OVERLAP was the fastest of the candidates of
-#: benchmarks/bench_attention.py: 436 TFLOP/s (causal 356); OVERLAP 380 (322), BN 64 in 3 stages 388
-#: (334), BN 176 179 (161). D 64 takes the same, not yet timed. Registers (ptxas, sm_90a): no spill.
-ATTENTION_SM90_TILES = {64: dict(BN=128, STAGES=2, OVERLAP=False), 128: dict(BN=128, STAGES=2, OVERLAP=False)}
+#: 64), by (head dimension, causal): BN keys a step, STAGES K/V buffers, OVERLAP (FlashAttention-3's
+#: intra-warpgroup overlap of the softmax with P V), PINGPONG (its inter-warpgroup turns). The fastest
+#: of benchmarks/bench_attention.py's candidates on the H100 (B 4, H 32, S 4096, bf16; two runs,
+#: benchmarks/RESULTS.md): at D 128 BN 128 in 2 stages, sequential: 425-436 TFLOP/s (causal 356-368);
+#: OVERLAP 380 (310-322), OVERLAP + PINGPONG 372 (315), 3 stages 415 (351). At D 64 OVERLAP + PINGPONG
+#: 301 (causal 215), sequential 283 (causal 246). Registers (ptxas, sm_90a): no spill but in the
+#: causal D 128 OVERLAP forms (at most 16 bytes).
+ATTENTION_SM90_TILES = {(128, False): dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=False),
+                        (128, True): dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=False),
+                        (64, False): dict(BN=128, STAGES=2, OVERLAP=True, PINGPONG=True),
+                        (64, True): dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=False)}
 
 
 def attention_sm90_shared_bytes(tiles: dict[str, Any], head_dim: int, itemsize: int = 2) -> int:
@@ -1045,7 +1050,7 @@ def _attention_sm90(q: Any, k: Any, v: Any, out: Any, lse: Any, cq: Any, ck: Any
     D = int(q.shape[-1])
     B = int(cq.shape[0]) - 1 if ends is not None else int(q.shape[0])
     H = int(q.shape[-2] if ends is not None or layout == "bshd" else q.shape[1])
-    t = dict(ATTENTION_SM90_TILES[D])
+    t = dict(ATTENTION_SM90_TILES[(D, bool(causal))])
     if tiles is not None:
         t.update(tiles)
     maps = [_tensor_map(_bhsd_view(x, layout, None if ends is None else ends[i > 0]), (1, 1, box, 64))
