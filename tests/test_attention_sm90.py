@@ -109,7 +109,8 @@ EMU_SHAPES = [(2, 37, 53, 2, 1, 64, False, "bshd"), (1, 150, 131, 2, 2, 64, True
               (1, 45, 70, 2, 1, 128, True, "bshd"), (1, 19, 300, 1, 1, 128, False, "bhsd")]
 
 
-@pytest.mark.parametrize("shape", EMU_SHAPES, ids=lambda s: "x".join(map(str, s[:6])) + f"-{'causal' if s[6] else 'full'}-{s[7]}")
+@pytest.mark.parametrize("shape", EMU_SHAPES,
+                         ids=lambda s: "x".join(map(str, s[:6])) + f"-{'causal' if s[6] else 'full'}-{s[7]}")
 def test_prefill_sm90_emulated(monkeypatch, emulated, shape):
     """The whole Hopper kernel (producer warpgroup, 4-D TMA into the K and V rings with zero fill past
     the sequence, both consumers, masking, online softmax, P from registers, O and LSE stores) on the
@@ -152,7 +153,8 @@ def test_prefill_sm90_varlen_emulated(monkeypatch, emulated):
     from .test_attention import check, reference
     monkeypatch.setattr(ops, "_attention_sm90_module", lambda target: emulated)
     lq, lk = [5, 0, 140, 33], [9, 3, 131, 60]
-    cu_q, cu_k = np.concatenate([[0], np.cumsum(lq)]).astype(np.int32), np.concatenate([[0], np.cumsum(lk)]).astype(np.int32)
+    cu_q = np.concatenate([[0], np.cumsum(lq)]).astype(np.int32)
+    cu_k = np.concatenate([[0], np.cumsum(lk)]).astype(np.int32)
     q = RNG.standard_normal((cu_q[-1] + 3, 4, 64)).astype(ml_dtypes.bfloat16)  # 3 rows past the last sequence
     k = RNG.standard_normal((cu_k[-1] + 5, 2, 64)).astype(ml_dtypes.bfloat16)
     v = RNG.standard_normal((cu_k[-1] + 5, 2, 64)).astype(ml_dtypes.bfloat16)

@@ -26,8 +26,8 @@ What each does here (the PTX semantics are stated in backends/nvptx/wgmma.py and
   N-major B (trans_b), element (k, n) at ``start + (n % (S / size)) * size + (n / (S / size)) * LBO +
   (k % 8) * S + (k / 8) * SBO``; then swizzled as above. Only swizzled layouts (S = 32, 64, 128) are
   read. With A in registers (a vec<bf16|f16, 8> fragment), a thread gathers the two rows of A it
-  needs from its quad's fragments by warp shuffles. Products are exact in f32 and summed in k order (the tensor cores' order and internal
-  precision are unspecified). The instruction is computed when issued, which a GPU may also do;
+  needs from its quad's fragments by warp shuffles. Products are exact in f32 and summed in k order
+  (the tensor cores' order and internal precision are unspecified). The instruction is computed when issued, which a GPU may also do;
   ``wgmma_wait`` makes the warp's lanes meet (each has then computed its part), which is what lets a
   warp's lane 0 release the shared memory it read; ``wgmma_fence``, ``wgmma_commit``, ``setmaxnreg``
   and ``fence_proxy_async`` do nothing here.
