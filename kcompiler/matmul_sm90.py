@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import functools
 from collections import OrderedDict
-from typing import Any
+from typing import Any, Callable
 
 from .runtime import arrays
 
@@ -139,9 +139,15 @@ def _tensor_map(x: Any, box: tuple[int, int]) -> Any:
     return m
 
 
-def run(mod: Any, a: Any, b: Any, out: Any, *, b_kmajor: bool = True, scale_a: Any = None, scale_b: Any = None,
-        scale: int = 0, config: dict | None = None, epilogue: tuple | None = None, block: tuple | None = None,
-        stream: Any = None, sms: int | None = None, split_k: int | None = None) -> Any:
+def run(mod: Any, a: Any, b: Any, out: Any, **options: Any) -> Any:
+    """``out = EPI(scale * (a @ B))``: :func:`prepare`'s launch, made for ``out``. Returns out."""
+    return prepare(mod, a, b, out, **options)(out)
+
+
+def prepare(mod: Any, a: Any, b: Any, out: Any, *, b_kmajor: bool = True, scale_a: Any = None,
+            scale_b: Any = None, scale: int = 0, config: dict | None = None, epilogue: tuple | None = None,
+            block: tuple | None = None, stream: Any = None, sms: int | None = None,
+            split_k: int | None = None) -> Callable[[Any], Any]:
     """``out = EPI(scale * (a @ B))`` by std.matmul_sm90 (``mod``: that module, compiled for CUDA, or a
     module of a user's epilogue that defines kernel matmul_sm90_epilogue, :func:`epilogue_module`):
     a (M, K) and b (B as (N, K) with ``b_kmajor``, else (K, N)) of one dtype of :data:`BK`, out (M, N)
@@ -158,7 +164,14 @@ def run(mod: Any, a: Any, b: Any, out: Any, *, b_kmajor: bool = True, scale_a: A
     epilogue and the store, through a workspace kept per device (:func:`_split_workspace`; launches
     on several streams at once must not split); not with ``block``; None (default):
     :func:`choose_split`, 1 with ``block``. numpy arrays run on the CPU target's emulation (``mod``
-    compiled with ``target_options={"emulate_wgmma": True}``). Returns out."""
+    compiled with ``target_options={"emulate_wgmma": True}``).
+
+    Returns the launch as a callable ``go(c)`` (returns c): it computes the product into ``c``, ``out``
+    or an array like it (shape, strides, dtype, device, 16-byte alignment), with everything else fixed
+    now: the tensor maps of a and B (their addresses, shapes and strides; not their contents, which
+    are read at each launch), the choices, the workspace, the epilogue's inputs (with ``block``
+    and no ``epilogue``: out's own address stands in for the unread inputs). kcompiler.ops keeps such
+    launches for repeated calls on the same operands (their host work then is the launch alone)."""
     M, K = (int(s) for s in a.shape)
     N = int(b.shape[0] if b_kmajor else b.shape[1])
     t = arrays.array_scalar_type(a).name
@@ -185,7 +198,7 @@ def run(mod: Any, a: Any, b: Any, out: Any, *, b_kmajor: bool = True, scale_a: A
         tiles *= split_k
         grid = max(1, min(tiles, sms))
         params["SPLIT_K"] = int(split_k)
-    args = [ta, tb, out.reshape(-1), M, N, K, N, scale_a, scale_b]
+    args = [ta, tb, None, M, N, K, N, scale_a, scale_b]
     if block is not None:
         fn, x, y, s = epilogue if epilogue is not None else ("epilogue.identity", out.reshape(-1),
                                                              out.reshape(-1), 1.0)
@@ -200,8 +213,48 @@ def run(mod: Any, a: Any, b: Any, out: Any, *, b_kmajor: bool = True, scale_a: A
         kernel = mod.matmul_sm90_epilogue
         params["EPI"] = fn
         args += [x, y, float(s), ws, counts]
-    kernel[grid, 128 * (cfg["CONSUMERS"] + 1)](*args, shared=shared_bytes(cfg, t), stream=stream, **params)
-    return out
+    launch = kernel[grid, 128 * (cfg["CONSUMERS"] + 1)]
+    head, tail, shared = args[:2], args[3:], shared_bytes(cfg, t)
+
+    def go(c: Any) -> Any:
+        launch(*head, c.reshape(-1), *tail, shared=shared, stream=stream, **params)
+        return c
+    return go
+
+
+#: Launches prepared for repeated calls (kcompiler.ops.matmul, :func:`scaled_matmul`), by :func:`plan_key`:
+#: the host's work for a call on the same operands is then the key and the launch (tens of microseconds
+#: less, which is most of a small-M product's time: benchmarks/RESULTS.md).
+PLANS: "OrderedDict[tuple, Callable[[Any], Any]]" = OrderedDict()
+
+
+def plan_key(kind: str, operands: tuple, out: Any, *extra: Any) -> tuple | None:
+    """The key of a prepared launch for torch ``operands`` (address, shape, strides, dtype, device
+    each) and ``out`` (None, or its shape, strides, dtype, device and 16-byte alignment: its address
+    is an argument of each launch); None where an operand is not a torch tensor. ``extra``: the
+    call's other arguments that the launch depends on (hashable)."""
+    try:
+        key = tuple((x.data_ptr(), x.shape, x.stride(), x.dtype, x.device) for x in operands)
+        o = None if out is None else (out.shape, out.stride(), out.dtype, out.device, out.data_ptr() % 16 == 0)
+    except AttributeError:  # numpy, CuPy, ...: no plans
+        return None
+    return (kind, key, o, extra)
+
+
+def remember(key: tuple | None, go: Callable[[Any], Any], shape: tuple, dtype: Any, device: Any) -> None:
+    """Keep ``go`` (a :func:`prepare` launch) under ``key`` as a plan taking the output, or None for a
+    new one of ``shape``, ``dtype`` on ``device``."""
+    if key is None:
+        return
+
+    def plan(c: Any) -> Any:
+        if c is None:
+            import torch
+            c = torch.empty(shape, dtype=dtype, device=device)
+        return go(c)
+    PLANS[key] = plan
+    if len(PLANS) > 512:
+        PLANS.popitem(last=False)
 
 
 _WORKSPACES: dict = {}
@@ -299,6 +352,11 @@ def scaled_matmul(a: Any, b: Any, scale_a: Any, scale_b: Any, *, out_dtype: Any 
 
     from . import ops
 
+    key = plan_key("scaled_matmul", (a, b, scale_a, scale_b), out, out_dtype) \
+        if isinstance(scale_a, torch.Tensor) and isinstance(scale_b, torch.Tensor) else None
+    plan = PLANS.get(key) if key is not None else None
+    if plan is not None:
+        return plan(out)
     fp8 = ("f8e4m3", "f8e5m2")
     ta, tb = (arrays.array_scalar_type(x) if arrays.is_array(x) else None for x in (a, b))
     if ta is None or tb is None or ta.name not in fp8 or tb.name not in fp8:
@@ -335,8 +393,12 @@ def scaled_matmul(a: Any, b: Any, scale_a: Any, scale_b: Any, *, out_dtype: Any 
     why = reason_not(a, b_nk, out, True)
     if why is not None:
         raise RuntimeError(f"scaled_matmul: {why}")
-    return run(ops._module("matmul_sm90", "cuda"), a, b_nk, out, scale_a=sa, scale_b=sb, scale=mode)
+    go = prepare(ops._module("matmul_sm90", "cuda"), a, b_nk, out, scale_a=sa, scale_b=sb, scale=mode)
+    # a plan only where the scales are the caller's tensors, not copies: they are read at each launch
+    if key is not None and sa.data_ptr() == scale_a.data_ptr() and sb.data_ptr() == scale_b.data_ptr():
+        remember(key, go, (M, N), out.dtype, out.device)
+    return go(out)
 
 
-__all__ = ["BK", "CHOICES", "CONFIGS", "choose", "epilogue_module", "reason_not", "run", "scaled_matmul",
-           "shared_bytes"]
+__all__ = ["BK", "CHOICES", "CONFIGS", "PLANS", "choose", "choose_split", "epilogue_module", "operand_b",
+           "plan_key", "prepare", "reason_not", "remember", "run", "scaled_matmul", "shared_bytes"]

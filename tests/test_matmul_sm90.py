@@ -751,6 +751,43 @@ def test_mx_epilogue_hopper(shape, b_kmajor, fmt):
 
 
 @pytest.mark.gpu
+def test_repeated_calls_take_the_kept_launch():
+    """ops.matmul and scaled_matmul keep their launch (matmul_sm90.PLANS) for the same operands: later
+    calls read the operands' new contents and the scales' new values, write the out they are given
+    (or a new one), and a different operand (another address, a row-major B that is copied) gets its own."""
+    import torch
+
+    from kcompiler import matmul_sm90, ops
+    _sm90(torch)
+    M, N, K = 16, 4096, 4096
+    a = torch.randn(M, K, device="cuda").to(torch.bfloat16)
+    w = torch.randn(N, K, device="cuda").to(torch.bfloat16)
+    matmul_sm90.PLANS.clear()
+    c1 = ops.matmul(a, w.T)
+    assert len(matmul_sm90.PLANS) == 1
+    a.copy_(torch.randn(M, K, device="cuda"))
+    c2 = ops.matmul(a, w.T)
+    out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+    c3 = ops.matmul(a, w.T, out)
+    torch.cuda.synchronize()
+    assert c2.data_ptr() != c1.data_ptr() and c3 is out and len(matmul_sm90.PLANS) == 2
+    _reference_check(c2, a, w.T)
+    _reference_check(c3, a, w.T)
+    b_odd = torch.randn(K, 4100, device="cuda").to(torch.bfloat16)  # rows of 8200 bytes: copied K-major
+    _reference_check(ops.matmul(a, b_odd), a, b_odd)
+    assert len(matmul_sm90.PLANS) == 2
+    a8 = torch.randn(M, K, device="cuda").to(torch.float8_e4m3fn)
+    w8 = torch.randn(N, K, device="cuda").to(torch.float8_e4m3fn)
+    sa, sb = torch.tensor(0.5, device="cuda"), torch.tensor(2.0, device="cuda")
+    ops.scaled_matmul(a8, w8.T, sa, sb)
+    sa.fill_(0.25)
+    c = ops.scaled_matmul(a8, w8.T, sa, sb)
+    torch.cuda.synchronize()
+    assert len(matmul_sm90.PLANS) == 3
+    _reference_check(c, a8.float(), w8.float().T, fp8=True, scale=torch.tensor(0.5, dtype=torch.float64))
+
+
+@pytest.mark.gpu
 def test_tensor_map_errors():
     import torch
 
