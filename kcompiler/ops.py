@@ -1083,8 +1083,82 @@ def _attention_sm90(q: Any, k: Any, v: Any, out: Any, lse: Any, cq: Any, ck: Any
         shared=attention_sm90_shared_bytes(t, D), **t)
 
 
-#: Streaming multiprocessors assumed by :func:`paged_decode`'s choice of splits (an H100 SXM's 132).
+#: Streaming multiprocessors assumed by :func:`paged_decode`'s choice of splits where the device's
+#: count is not at hand (numpy arrays, the CPU target): an H100 SXM's 132.
 DECODE_SMS = 132
+#: Shared memory a multiprocessor gives its blocks (sm_90: 228 KB, 1 KB of it reserved per block) and
+#: the threads it holds; for the estimate of resident blocks in :func:`decode_splits`.
+DECODE_SM_SHARED = 228 * 1024
+DECODE_SM_THREADS = 2048
+
+
+#: The SIMT decode's (WARPS, U, STAGES) by kind of cache: one query head a KV head (or two) in 16-bit
+#: types, more (grouped-query attention, several query tokens), and FP8.
+DECODE_SIMT = {"mha": dict(WARPS=4, U=4, STAGES=3), "gqa": dict(WARPS=4, U=2, STAGES=3),
+               "fp8": dict(WARPS=4, U=8, STAGES=3)}
+#: The tensor-core decode: RING (std.attention's paged_decode_ring: warps with private cp.async rings of
+#: BN keys a step, STAGES deep; else paged_decode_tc: one warp a block, prefill_mma's tiles of BN
+#: keys) and its tiles.
+DECODE_TC_TILES = dict(RING=True, WARPS=4, BN=16, STAGES=3)
+#: paged_decode_tc's tiles where RING is false.
+DECODE_TC_SINGLE = dict(BN=64, STAGES=2)
+
+
+def _sm_count(x: Any) -> int:
+    """Multiprocessors of the CUDA device that holds torch tensor ``x``; :data:`DECODE_SMS` otherwise."""
+    if arrays.is_torch_tensor(x) and x.is_cuda:
+        import torch
+        return int(torch.cuda.get_device_properties(x.device).multi_processor_count)
+    return DECODE_SMS
+
+
+def decode_splits(units: int, max_len: int, sms: int, threads: int, shared: int, regs: int,
+                  min_chunk: int = 256, max_splits: int = 64) -> int:
+    """The number of chunks (split-KV) :func:`paged_decode` and :func:`mla_decode` cut each sequence
+    into: ``units`` blocks a split (B x KV heads, or head groups), on ``sms`` multiprocessors, each
+    holding as many blocks of ``threads`` threads, ``shared`` bytes and about ``regs`` registers a
+    thread as its shared memory (:data:`DECODE_SM_SHARED`), threads and 64 K registers allow (the
+    slots). The fewest splits whose blocks fill the slots in waves used to 90 % or more (so no last
+    wave runs a few blocks alone; deeper cuts cost a merge_states pass), chunks of at least
+    ``min_chunk`` keys; else the best-used count up to that bound."""
+    per_sm = max(1, min(DECODE_SM_SHARED // (shared + 1024), DECODE_SM_THREADS // threads,
+                        65536 // (threads * max(regs, 32)), 32))
+    slots = sms * per_sm
+    most = max(1, min(max_splits, -(-int(max_len) // min_chunk)))
+    best, best_use = 1, 0.0
+    for s in range(1, most + 1):
+        waves = units * s / slots
+        use = waves / -(-units * s // slots)
+        if waves >= 1 and use >= 0.9:
+            return s
+        if use > best_use + 0.02:
+            best, best_use = s, use
+    return best
+
+
+def decode_lanes(D: int, itemsize: int, DR: int = 0, rows: int = 1) -> int:
+    """Lanes a cache row of the SIMT decode (its L), a power of two up to 32 dividing D (and DR) with
+    a multiple of 4 bytes a lane (cp.async's sizes): one 16-byte piece a lane where that fits, more
+    lanes where the block's ``rows`` query rows (heads times tokens) would otherwise hold more than 64
+    values of q and of the output a lane (registers: FP8 with GQA 8:1 spilled at 16 elements a lane)."""
+    def fits(L: int) -> bool:
+        return L <= 32 and D % L == 0 and (not DR or DR % L == 0) and (D // L * itemsize) % 4 == 0 \
+            and (not DR or (DR // L * itemsize) % 4 == 0)
+    for L in (32, 16, 8, 4, 2, 1):
+        if L <= max(D * itemsize // 16, 1) and fits(L):
+            while rows * (D // L) > 64 and fits(2 * L):
+                L *= 2
+            return L
+    raise ValueError(f"decode: no lane count fits a row of {D} (+ {DR}) elements of {itemsize} bytes")
+
+
+def decode_shared_bytes(D: int, itemsize: int, G: int, QL: int, warps: int, unroll: int, stages: int, lanes: int,
+                        DR: int = 0) -> int:
+    """Dynamic shared memory of the SIMT decode (stdlib/attention.kc): the larger of the warps' rings
+    of cache rows and the merge of the groups' states."""
+    ring = warps * stages * (32 // lanes) * unroll * (D + DR if DR else 2 * D) * itemsize
+    merge = warps * (32 // lanes) * QL * G * (D + 2) * 4
+    return max(ring, merge)
 
 
 def _f32_vector(x: Any, n: int, like: Any, name: str, fn: str) -> Any:
@@ -1104,7 +1178,9 @@ def _f32_vector(x: Any, n: int, like: Any, name: str, fn: str) -> Any:
 def paged_decode(q: Any, k_cache: Any, v_cache: Any, block_table: Any, seq_lens: Any, *,
                  scale: float | None = None, k_scale: Any = None, v_scale: Any = None,
                  num_splits: int | None = None, max_seq_len: int | None = None, return_lse: bool = False,
-                 warps: int = 8, unroll: int = 4, tensor_cores: bool | None = None, target: str = "auto") -> Any:
+                 warps: int | None = None, unroll: int | None = None, stages: int | None = None,
+                 tensor_cores: bool | None = None, tc_tiles: dict[str, int] | None = None,
+                 target: str = "auto") -> Any:
     """Decode attention of one query token a sequence over a paged KV cache (stdlib/attention.kc):
     ``softmax(scale * q k^T) v`` over the first ``seq_lens[b]`` tokens of sequence b.
 
@@ -1119,19 +1195,23 @@ def paged_decode(q: Any, k_cache: Any, v_cache: Any, block_table: Any, seq_lens:
       multiple of 16.
     - block_table: (B, max_pages) int32, the pages of each sequence in order; seq_lens: (B,) int32.
     - ``num_splits``: the keys of each sequence are cut into this many chunks, a block each, and the
-      partial results combined by :func:`merge_states` (split-KV, FlashDecoding). Default: enough to
-      give about two blocks a multiprocessor (:data:`DECODE_SMS`; seven on the tensor-core path),
-      chunks of at least 256 keys.
+      partial results combined by :func:`merge_states` (split-KV, FlashDecoding). Default
+      (:func:`decode_splits`): the fewest that fill the device's multiprocessors (torch's count for
+      a CUDA tensor, else :data:`DECODE_SMS`) with whole waves of resident blocks, chunks of at least
+      256 keys.
     - ``max_seq_len``: the longest of seq_lens, if known: then seq_lens is not read on the host (no
       synchronisation with the GPU) nor checked against the block table.
-    - ``warps``, ``unroll``: the SIMT kernel's WARPS and U (keys a 16-lane group loads at once); 8 and
-      4 were the fastest on the H100 (benchmarks/RESULTS.md).
+    - ``warps``, ``unroll``, ``stages``: the SIMT kernel's WARPS, U (keys a group of lanes takes a
+      step) and STAGES (steps of cache rows a warp has in shared memory, STAGES - 1 of them loading by
+      cp.async while it computes one). Defaults: :data:`DECODE_SIMT` (the fastest on the H100,
+      benchmarks/RESULTS.md).
     - ``tensor_cores``: the mma.sync path (the G = Hq / Hkv query heads of a KV head as the rows of an
       m16 tile, G <= 16; one query token; a cache of q's dtype, f16 or bf16; NVIDIA sm_80+), for
       grouped-query attention, where the SIMT path spends 4 shuffles a key and query head. Default:
-      where G >= 4 and the target has it (H100, G 4: 1.58 TB/s against the SIMT path's 1.15), with
-      its own default of splits (single-warp blocks: about 7 a multiprocessor); the SIMT path
-      otherwise.
+      where G >= 4 and the target has it (benchmarks/RESULTS.md), the SIMT path otherwise.
+      ``tc_tiles``: its kernel and tiles, default :data:`DECODE_TC_TILES` (RING: warps streaming
+      their own keys through cp.async rings; RING False: one warp a block on prefill_mma's tiles,
+      :data:`DECODE_TC_SINGLE`).
 
     numpy in, numpy out; torch in, torch out. Raises TypeError for other dtypes and ValueError for
     shapes that do not match."""
@@ -1183,23 +1263,38 @@ def paged_decode(q: Any, k_cache: Any, v_cache: Any, block_table: Any, seq_lens:
         raise ValueError(f"{fn}: the tensor-core path needs NVIDIA sm_80+, f16/bf16 q and cache, one query token, "
                          f"at most 16 query heads a KV head and 16-byte aligned arrays")
     tc = can_tc and (G >= 4 if tensor_cores is None else bool(tensor_cores))
+    if tc:
+        tiles = {**DECODE_TC_TILES, **(tc_tiles or {})}
+        if tiles["RING"]:
+            tiles = {k: int(tiles[k]) for k in ("WARPS", "BN", "STAGES")}
+            if min(tiles.values()) < 1 or tiles["BN"] % 16:
+                raise ValueError(f"{fn}: tc_tiles: WARPS and STAGES at least 1, BN a multiple of 16, not {tiles}")
+            tiles["RING"] = True
+            threads, regs = tiles["WARPS"] * 32, 168
+            shared = 16 * (D + 8) * src.size + max(tiles["WARPS"] * tiles["STAGES"] * 2 * tiles["BN"] * (D + 8)
+                                                   * src.size, tiles["WARPS"] * 16 * (D + 2) * 4)
+        else:
+            tiles = {**DECODE_TC_SINGLE, **{k: v for k, v in (tc_tiles or {}).items() if k in ("BN", "STAGES")},
+                     "BM": 16, "RING": False}
+            threads, regs = 32, 255
+            shared = (tiles["BM"] + 2 * tiles["STAGES"] * tiles["BN"]) * (D + 8) * src.size
+    else:
+        cfg = DECODE_SIMT["fp8" if fp8 else "gqa" if G * QL > 2 else "mha"]
+        warps, unroll, stages = warps or cfg["WARPS"], unroll or cfg["U"], stages or cfg["STAGES"]
+        lanes = decode_lanes(D, kt.size, rows=G * QL)
+        tiles = dict(WARPS=int(warps), U=int(unroll), STAGES=int(stages), L=lanes)
+        if min(tiles.values()) < 1:
+            raise ValueError(f"{fn}: warps, unroll and stages must be at least 1, not {warps}, {unroll}, {stages}")
+        threads = tiles["WARPS"] * 32
+        regs = 48 + 8 * QL * G * (D // lanes) // 4  # about what ptxas -v reports at sm_90a
+        shared = decode_shared_bytes(D, kt.size, G, QL, tiles["WARPS"], tiles["U"], tiles["STAGES"], lanes)
     if num_splits is None:
-        # blocks a multiprocessor: about 2 of the SIMT path's, 7 of the tensor-core path's one warp
-        per_sm = 7 if tc else 2
-        num_splits = max(1, min(-(-per_sm * DECODE_SMS // max(B * HK, 1)), -(-int(max_seq_len) // 256)))
+        num_splits = decode_splits(B * HK, max_seq_len, _sm_count(q), threads, shared, regs)
     num_splits = int(num_splits)
     if num_splits < 1:
         raise ValueError(f"{fn}: num_splits must be at least 1, not {num_splits}")
     part = out if num_splits == 1 else _empty_like(q, (B, num_splits, QL * H, D), "f32")
     part_lse = lse if num_splits == 1 else _empty_like(q, (B, num_splits, QL * H), "f32")
-    if tc:
-        tiles = dict(BM=16, BN=64, STAGES=2)
-        threads = 32
-        shared = (tiles["BM"] + 2 * tiles["STAGES"] * tiles["BN"]) * (D + 8) * src.size
-    else:
-        tiles = dict(WARPS=warps, U=unroll)
-        threads = warps * 32
-        shared = warps * 2 * QL * G * (D + 2) * 4
     kw = dict(T=src.name, KT=kt.name, D=D, G=G, PAGE=page, TC=tc, QL=QL, shared=shared, **tiles)
     mod.paged_decode[(num_splits, HK, B), threads](*args, _flat(part, 1), _flat(part_lse, 1), HK, max_pages,
                                                    num_splits, sc, OUT=arrays.array_scalar_type(part).name,
@@ -1258,7 +1353,8 @@ def scaled_matmul(a: Any, b: Any, scale_a: Any, scale_b: Any, *, out_dtype: Any 
 
 def mla_decode(q_nope: Any, q_pe: Any, ckv_cache: Any, kpe_cache: Any, block_table: Any, seq_lens: Any, *,
                scale: float, num_splits: int | None = None, max_seq_len: int | None = None,
-               return_lse: bool = False, heads_per_block: int = 2, target: str = "auto") -> Any:
+               return_lse: bool = False, heads_per_block: int | None = None, warps: int | None = None,
+               unroll: int = 2, stages: int = 3, tensor_cores: bool | None = None, target: str = "auto") -> Any:
     """Multi-head latent attention decode (DeepSeek-V2/V3, absorbed form) over a paged latent cache
     (stdlib/attention.kc, ``mla_decode``): ``o[b, h] = sum_j softmax_j(scale * (q_nope[b, h] . c_j +
     q_pe[b, h] . k_pe_j)) c_j`` over the first ``seq_lens[b]`` tokens of sequence b.
@@ -1270,10 +1366,17 @@ def mla_decode(q_nope: Any, q_pe: Any, ckv_cache: Any, kpe_cache: Any, block_tab
       q's dtype; block_table (B, max_pages) int32; seq_lens (B,) int32.
     - ``scale``: the softmax scale (DeepSeek: 1 / sqrt(128 + 64) before the YaRN factor), required.
     - ``num_splits``, ``max_seq_len``: as :func:`paged_decode`; ``heads_per_block``: query heads a block
-      (H must be a multiple).
+      (H must be a multiple; default 16 or the largest divisor of H below on tensor cores, 2 in SIMT);
+      ``warps``, ``stages``: the kernel's (default 4 where D + DR and D are multiples of 64, and 3);
+      ``unroll``: the SIMT kernel's U (see paged_decode).
+    - ``tensor_cores``: stdlib/attention.kc's mla_decode_tc (the heads of a block as the rows of an m16
+      tile, S's D + DR dimensions split over the warps, O's columns too; mma.sync, cp.async; f16/bf16,
+      NVIDIA sm_80+, 16-byte aligned arrays). Default: where it can run; else the SIMT loop, which
+      spends 2 (D + DR) + 2 D f32 operations a key and head on the FMA units (compute-bound at many
+      heads: benchmarks/RESULTS.md).
 
-    The SIMT decode loop (no tensor cores yet): every block re-reads its sequence's latent rows, once
-    per group of heads. Raises TypeError / ValueError for dtypes and shapes that do not match."""
+    Every block reads its sequence's latent rows once per group of heads (the groups after the first
+    mostly from L2). Raises TypeError / ValueError for dtypes and shapes that do not match."""
     fn = "mla_decode"
     src = _query_type(q_nope, fn, "q_nope")
     for name, x in (("q_pe", q_pe), ("ckv_cache", ckv_cache), ("kpe_cache", kpe_cache)):
@@ -1289,9 +1392,6 @@ def mla_decode(q_nope: Any, q_pe: Any, ckv_cache: Any, kpe_cache: Any, block_tab
                          f"ckv_cache {tuple(ckv_cache.shape)}, kpe_cache {tuple(kpe_cache.shape)}")
     if D % 16 or DR % 16 or DR == 0:
         raise ValueError(f"{fn}: D ({D}) and DR ({DR}) must be multiples of 16")
-    G = int(heads_per_block)
-    if G < 1 or H % G:
-        raise ValueError(f"{fn}: H ({H}) must be a multiple of heads_per_block ({G})")
     if len(block_table.shape) != 2 or block_table.shape[0] != B:
         raise ValueError(f"{fn}: block_table must be (B, max_pages) = ({B}, ...), not {tuple(block_table.shape)}")
     max_pages = int(block_table.shape[1])
@@ -1302,23 +1402,50 @@ def mla_decode(q_nope: Any, q_pe: Any, ckv_cache: Any, kpe_cache: Any, block_tab
         if (lens < 0).any() or (lens > max_pages * page).any():
             raise ValueError(f"{fn}: seq_lens must lie in 0 .. max_pages * page_size = {max_pages * page}")
         max_seq_len = int(lens.max()) if B else 0
+    q_nope, q_pe, ckv_cache, kpe_cache = (_contiguous(x) for x in (q_nope, q_pe, ckv_cache, kpe_cache))
+    mod = _attention_module(_target_for(q_nope, target))
+    can_tc = (mod._program.target.has("mma") and src.name in ("f16", "bf16")
+              and all(_data_ptr(x) % 16 == 0 for x in (q_nope, q_pe, ckv_cache, kpe_cache)))
+    if tensor_cores and not can_tc:
+        raise ValueError(f"{fn}: the tensor-core path needs NVIDIA sm_80+, f16/bf16 arrays, 16-byte aligned")
+    tc = can_tc if tensor_cores is None else bool(tensor_cores)
+    G = int(heads_per_block) if heads_per_block is not None else \
+        (max(g for g in range(1, 17) if H % g == 0) if tc and H else 2)
+    if G < 1 or (H and H % G) or (tc and G > 16):
+        raise ValueError(f"{fn}: H ({H}) must be a multiple of heads_per_block ({G}), at most 16 on tensor cores")
+    unroll, stages = int(unroll), int(stages)
+    if tc:
+        warps = int(warps) if warps is not None else next((w for w in (4, 2, 1) if (D + DR) % (16 * w) == 0
+                                                          and D % (16 * w) == 0))
+        if warps < 1 or (D + DR) % (16 * warps) or D % (16 * warps) or stages < 1:
+            raise ValueError(f"{fn}: on tensor cores D + DR and D must be multiples of 16 * warps ({warps}), "
+                             f"stages at least 1")
+        bn = 16
+        shared = (16 + stages * bn) * (D + DR + 8) * src.size + warps * bn * 16 * 4
+        regs, kw = 224, dict(TC=True, BN=bn)
+    else:
+        warps = int(warps) if warps is not None else 4
+        if min(warps, unroll, stages) < 1:
+            raise ValueError(f"{fn}: warps, unroll and stages must be at least 1, not {warps}, {unroll}, {stages}")
+        lanes = decode_lanes(D, src.size, DR, G)
+        shared = decode_shared_bytes(D, src.size, G, 1, warps, unroll, stages, lanes, DR)
+        regs, kw = 48 + 8 * G * (D // lanes) // 4, dict(U=unroll, L=lanes)
     if num_splits is None:
-        num_splits = max(1, min(-(-2 * DECODE_SMS // max(B * H // G, 1)), -(-int(max_seq_len) // 256)))
+        num_splits = decode_splits(B * H // G, max_seq_len, _sm_count(q_nope), warps * 32, shared, regs)
     num_splits = int(num_splits)
+    if num_splits < 1:
+        raise ValueError(f"{fn}: num_splits must be at least 1, not {num_splits}")
     out = _empty_like(q_nope, (B, H, D), src.name)
     lse = _empty_like(q_nope, (B, H), "f32")
     if B == 0 or H == 0:
         return (out, lse) if return_lse else out
-    q_nope, q_pe, ckv_cache, kpe_cache = (_contiguous(x) for x in (q_nope, q_pe, ckv_cache, kpe_cache))
     part = out if num_splits == 1 else _empty_like(q_nope, (B, num_splits, H, D), "f32")
     part_lse = lse if num_splits == 1 else _empty_like(q_nope, (B, num_splits, H), "f32")
-    warps = 4
-    mod = _attention_module(_target_for(q_nope, target))
     mod.mla_decode[(num_splits, H // G, B), warps * 32](
         _flat(q_nope, 64), _flat(q_pe, 16), _flat(ckv_cache, 64), _flat(kpe_cache, 16), bt, sl, _flat(part, 1),
         _flat(part_lse, 1), H // G, max_pages, num_splits, np.float32(scale), T=src.name,
-        OUT=arrays.array_scalar_type(part).name, D=D, DR=DR, G=G, PAGE=page, WARPS=warps, SPLIT=num_splits > 1,
-        shared=warps * 2 * G * (D + 2) * 4)
+        OUT=arrays.array_scalar_type(part).name, D=D, DR=DR, G=G, PAGE=page, WARPS=warps, STAGES=stages,
+        SPLIT=num_splits > 1, shared=shared, **kw)
     if num_splits > 1:
         merge_states(part, part_lse, out=out, lse_out=lse, target=target)
     return (out, lse) if return_lse else out

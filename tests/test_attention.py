@@ -206,17 +206,19 @@ def decode_reference(q, dense, scale, ks=1.0, vs=1.0):
     return np.stack(outs), np.stack(lses)
 
 
-@pytest.mark.parametrize("page,G,splits", [(16, 1, 1), (64, 4, 3), (16, 2, 5)])
-def test_paged_decode_cpu(page, G, splits):
+@pytest.mark.parametrize("page,G,splits,cfg", [(16, 1, 1, {}), (64, 4, 3, {}), (16, 2, 5, {}),
+                                               (16, 1, 2, dict(warps=2, unroll=3, stages=1)),
+                                               (4, 2, 1, dict(warps=1, unroll=8, stages=2))])
+def test_paged_decode_cpu(page, G, splits, cfg):
     """Lengths 1, 0, an odd one past several pages; split-KV (merge_states) with more splits than some
-    sequences have keys."""
+    sequences have keys; ring depths 1 to 3, U not dividing the page size or larger than it."""
     HK, D = 2, 64
     lens = [1, 0, 203, 77]
     bf = DTYPES["bf16"]
     k_cache, v_cache, table, dense = paged_cache(lens, page, HK, D, bf)
     q = RNG.standard_normal((len(lens), HK * G, D)).astype(bf)
     out, lse = ops.paged_decode(q, k_cache, v_cache, table, np.array(lens, np.int32), num_splits=splits,
-                                return_lse=True, target="cpu")
+                                return_lse=True, target="cpu", **cfg)
     assert out.shape == q.shape and out.dtype == bf and lse.shape == (len(lens), HK * G)
     ref, ref_lse = decode_reference(q, dense, D ** -0.5)
     check(out, lse, ref, ref_lse, v_cache, "bf16")
@@ -243,11 +245,13 @@ def test_paged_decode_several_query_tokens_cpu(splits):
     check(out, lse, np.stack(ref), np.stack(ref_lse), v_cache, "bf16")
 
 
-def test_paged_decode_tensor_cores_emulated(monkeypatch, emulated):
-    """The mma.sync path (query heads of a KV head as the rows of an m16 tile, paged K/V tiles by
-    cp.async) on the CPU target's emulation: 3 query heads a KV head, 2 splits of whole pages, sequences
-    shorter than a chunk and empty. (One specialisation: compiling it takes most of the time.)"""
-    page, G, splits = 16, 3, 2
+@pytest.mark.parametrize("ring", [True, False], ids=["ring", "single"])
+def test_paged_decode_tensor_cores_emulated(monkeypatch, emulated, ring):
+    """Both mma.sync paths (query heads of a KV head as the rows of an m16 tile; warps with cp.async
+    rings, or one warp on prefill's paged tiles) on the CPU target's emulation: 3 query heads a KV head,
+    2 splits, sequences shorter than a chunk and empty; keys 32 a step or tile in pages of 32 (one
+    table read a tile). (One specialisation each: compiling it takes most of the time.)"""
+    page, G, splits = 32, 3, 2
     monkeypatch.setattr(ops, "_module", lambda name, target: emulated)
     HK, D = 2, 64
     lens = [90, 0, 1, 45]
@@ -255,9 +259,39 @@ def test_paged_decode_tensor_cores_emulated(monkeypatch, emulated):
     k_cache, v_cache, table, dense = paged_cache(lens, page, HK, D, bf)
     q = RNG.standard_normal((len(lens), HK * G, D)).astype(bf)
     out, lse = ops.paged_decode(q, k_cache, v_cache, table, np.array(lens, np.int32), num_splits=splits,
-                                tensor_cores=True, return_lse=True, target="cpu")
+                                tensor_cores=True, tc_tiles=dict(RING=ring, BN=32, WARPS=2), return_lse=True,
+                                target="cpu")
     ref, ref_lse = decode_reference(q, dense, D ** -0.5)
     check(out, lse, ref, ref_lse, v_cache, "bf16")
+
+
+@pytest.mark.parametrize("fp8", [False, True], ids=["bf16", "fp8"])
+def test_paged_decode_simt_cp_async_emulated(monkeypatch, emulated, fp8):
+    """The SIMT path with its cp.async ring (the CPU target's emulation of cp.async, bounds-checked):
+    GQA 2:1, odd lengths, an empty sequence, 3 splits; FP8 with per-head scales and codes over the
+    whole range (subnormals, +-448)."""
+    monkeypatch.setattr(ops, "_module", lambda name, target: emulated)
+    HK, G, D, page = 2, 2, 128, 16
+    lens = [45, 0, 130, 3]
+    k_cache, v_cache, table, dense = paged_cache(lens, page, HK, D, np.float32)
+    ks = vs = np.ones(HK, np.float32)
+    if fp8:
+        f8 = ml_dtypes.float8_e4m3fn
+        k_cache = (k_cache * np.exp2(RNG.integers(-9, 8, k_cache.shape))).clip(-448, 448).astype(f8)
+        v_cache = (v_cache * np.exp2(RNG.integers(-9, 8, v_cache.shape))).clip(-448, 448).astype(f8)
+        ks = RNG.uniform(0.005, 0.02, HK).astype(np.float32)
+        vs = RNG.uniform(0.05, 0.2, HK).astype(np.float32)
+    else:
+        k_cache, v_cache = k_cache.astype(DTYPES["bf16"]), v_cache.astype(DTYPES["bf16"])
+    dense = [(k_cache[table[b, :-(-n // page)]].reshape(-1, HK, D)[:n],
+              v_cache[table[b, :-(-n // page)]].reshape(-1, HK, D)[:n]) for b, n in enumerate(lens)]
+    q = RNG.standard_normal((len(lens), HK * G, D)).astype(DTYPES["bf16"])
+    out, lse = ops.paged_decode(q, k_cache, v_cache, table, np.array(lens, np.int32), k_scale=ks if fp8 else None,
+                                v_scale=vs if fp8 else None, num_splits=3, return_lse=True, tensor_cores=False,
+                                target="cpu")
+    ref, ref_lse = decode_reference(q, dense, D ** -0.5, ks[None, :, None], vs[None, :, None])
+    scaled_v = v_cache.astype(np.float64) * vs[None, None, :, None]
+    check(out, lse, ref, ref_lse, scaled_v, "bf16")
 
 
 def test_paged_decode_fp8_cpu():
@@ -310,11 +344,16 @@ def test_merge_states_cpu():
 GPU_KERNELS = [
     ("attention_prefill", dict(T="f16", D=128, CAUSAL=True, VARLEN=True, ALIGNED=True, **ops.ATTENTION_TILES[128])),
     ("paged_decode", dict(T="bf16", KT="bf16", OUT="f32", D=128, G=8, PAGE=16, SPLIT=True, TC=True)),
-    ("paged_decode", dict(T="bf16", KT="f8e4m3", OUT="f32", D=128, G=8, PAGE=64, SPLIT=True)),
+    ("paged_decode", dict(T="bf16", KT="bf16", OUT="f32", D=128, G=4, PAGE=16, SPLIT=True, TC=True, RING=True,
+                          **{k: v for k, v in ops.DECODE_TC_TILES.items() if k != "RING"})),
+    ("mla_decode", dict(T="bf16", OUT="f32", D=512, DR=64, G=16, PAGE=64, SPLIT=True, TC=True)),
+    ("paged_decode", dict(T="bf16", KT="f8e4m3", OUT="f32", D=128, G=8, PAGE=64, SPLIT=True,
+                          L=ops.decode_lanes(128, 1, rows=8), STAGES=3)),
+    ("paged_decode", dict(T="bf16", KT="bf16", OUT="bf16", D=128, G=1, PAGE=16, L=16, STAGES=3)),
     ("merge_states", dict(T="f32", OUT="bf16")),
     ("mla_decode", dict(T="bf16", OUT="f32", D=512, DR=64, G=2, PAGE=64, SPLIT=True)),
 ]
-AMD_KERNELS = GPU_KERNELS[2:]
+AMD_KERNELS = [k for k in GPU_KERNELS[1:] if not k[1].get("TC")]
 
 
 @needs_ptxas
@@ -329,8 +368,8 @@ def test_ptx_assembles_without_spills(tmp_path):
             for op in ("mma.sync.aligned.m16n8k16", "ldmatrix.sync.aligned.m8n8.x4.trans", "cp.async.cg",
                        "ex2.approx"):
                 assert op in ptx, (params, op)
-        if params.get("KT") == "f8e4m3":
-            assert "e4m3x2" in ptx  # the hardware FP8 converts of sm_89+
+        if name in ("paged_decode", "mla_decode") and not params.get("TC"):
+            assert "cp.async" in ptx and "ld.shared.v" in ptx  # the ring: cp.async copies, vector reads
         log = ptxas(ptx, verbose=True)
         assert " 0 bytes spill stores" in log, (name, params, log)
 
@@ -455,13 +494,15 @@ def test_prefill_varlen_gpu():
 @pytest.mark.gpu
 @pytest.mark.parametrize("page", [16, 64])
 def test_paged_decode_gpu(page):
-    """bf16 and FP8 caches, GQA 16:1, 8:1, 4:1 and 1:1, the tensor-core and SIMT paths, one split and
-    several, against a float64 reference."""
+    """bf16 and FP8 caches, GQA 16:1, 12:1, 8:1, 4:1 and 1:1, the tensor-core paths (warps with rings,
+    one warp on prefill's tiles) and the SIMT path (its cp.async ring, FP8 at 8 and 16 lanes a row),
+    one split and several, against a float64 reference."""
     import torch
 
     lens = [1, 4097, 333, 0, 2048, 77]
     for HK, G, fp8, splits, tc in [(4, 8, False, None, None), (8, 1, True, 4, None), (2, 4, False, 1, False),
-                                   (2, 16, False, 3, True)]:
+                                   (2, 16, False, 3, True), (4, 1, False, None, None), (2, 8, True, 2, None),
+                                   (4, 4, False, None, "single"), (2, 12, False, 2, True)]:
         D = 128
         k_cache, v_cache, table, dense = paged_cache(lens, page, HK, D, np.float32)
         if fp8:
@@ -480,11 +521,47 @@ def test_paged_decode_gpu(page):
                                     torch.tensor(lens, dtype=torch.int32, device="cuda"),
                                     k_scale=torch.from_numpy(ks).cuda() if fp8 else None,
                                     v_scale=torch.from_numpy(vs).cuda() if fp8 else None,
-                                    num_splits=splits, tensor_cores=tc, return_lse=True)
+                                    num_splits=splits, tensor_cores=True if tc == "single" else tc, return_lse=True,
+                                    tc_tiles=dict(RING=False) if tc == "single" else None)
         dense = [(kc[table[b, :-(-n // page)]].reshape(-1, HK, D)[:n], vc[table[b, :-(-n // page)]].reshape(-1, HK, D)[:n])
                  for b, n in enumerate(lens)]
         ref, ref_lse = decode_reference(q.float().cpu().numpy(), dense, D ** -0.5)
         check(out.cpu().float().numpy(), lse.cpu().numpy(), ref, ref_lse, vc, "bf16")
+
+
+def mla_reference(q_nope, q_pe, ckv, kpe, table, lens, page, scale):
+    """float64 MLA decode: attention with keys [c, k_pe] and values c, queries [q_nope, q_pe]."""
+    D = ckv.shape[-1]
+    DR = kpe.shape[-1]
+    q = np.concatenate([q_nope, q_pe], -1).astype(np.float64)
+    ref, ref_lse = [], []
+    for b, n in enumerate(lens):
+        pages = table[b, :-(-n // page)]
+        c = ckv[pages].reshape(-1, D)[:n].astype(np.float64)
+        kp = kpe[pages].reshape(-1, DR)[:n].astype(np.float64)
+        o, l = reference(q[b:b + 1, None], np.concatenate([c, kp], -1)[None, :, None], c[None, :, None], False, scale)
+        ref.append(o[0, 0])
+        ref_lse.append(l[0, :, 0])
+    return np.stack(ref), np.stack(ref_lse)
+
+
+def test_mla_decode_tensor_cores_emulated(monkeypatch, emulated):
+    """MLA on tensor cores (heads as the rows of an m16 tile, S's dimensions split over 4 warps and added
+    through shared memory, O's columns split) on the CPU target's emulation: 20 heads (blocks of 10),
+    odd lengths, an empty sequence, 2 splits."""
+    monkeypatch.setattr(ops, "_module", lambda name, target: emulated)
+    B, H, D, DR, page = 4, 20, 128, 64, 16
+    lens = [37, 0, 70, 129]
+    bf = DTYPES["bf16"]
+    ckv, _, table, _ = paged_cache(lens, page, 1, D, bf)
+    ckv = ckv[:, :, 0]
+    kpe = RNG.standard_normal((ckv.shape[0], page, DR)).astype(bf)
+    q_nope = RNG.standard_normal((B, H, D)).astype(bf)
+    q_pe = RNG.standard_normal((B, H, DR)).astype(bf)
+    scale = (128 + 64) ** -0.5
+    out, lse = ops.mla_decode(q_nope, q_pe, ckv, kpe, table, np.array(lens, np.int32), scale=scale, num_splits=2,
+                              return_lse=True, tensor_cores=True, target="cpu")
+    check(out, lse, *mla_reference(q_nope, q_pe, ckv, kpe, table, lens, page, scale), ckv, "bf16")
 
 
 def test_mla_decode_cpu():
@@ -519,11 +596,13 @@ def test_mla_decode_cpu():
 
 
 @pytest.mark.gpu
-def test_mla_decode_gpu():
-    """DeepSeek's shapes (latent 512, rope 64, 16 heads, pages of 64) on the GPU against float64."""
+@pytest.mark.parametrize("H,tc", [(16, None), (128, None), (16, False)], ids=["tc16", "tc128", "simt16"])
+def test_mla_decode_gpu(H, tc):
+    """DeepSeek's shapes (latent 512, rope 64, pages of 64; 16 and 128 heads) on the GPU against float64,
+    on tensor cores (the default) and in SIMT."""
     import torch
 
-    B, H, D, DR, page = 4, 16, 512, 64, 64
+    B, D, DR, page = 4, 512, 64, 64
     lens = [1, 1000, 4097, 300]
     ckv, _, table, _ = paged_cache(lens, page, 1, D, np.float32)
     ckv = torch.from_numpy(ckv[:, :, 0]).cuda().bfloat16()
@@ -532,7 +611,8 @@ def test_mla_decode_gpu():
     q_pe = torch.randn(B, H, DR, device="cuda", dtype=torch.bfloat16)
     scale = (128 + 64) ** -0.5
     out, lse = ops.mla_decode(q_nope, q_pe, ckv, kpe, torch.from_numpy(table).cuda(),
-                              torch.tensor(lens, dtype=torch.int32, device="cuda"), scale=scale, return_lse=True)
+                              torch.tensor(lens, dtype=torch.int32, device="cuda"), scale=scale, return_lse=True,
+                              tensor_cores=tc)
     ref, ref_lse = [], []
     for b, n in enumerate(lens):
         pages = torch.from_numpy(table[b, :-(-n // page)]).cuda().long()
