@@ -325,7 +325,8 @@ kernel matmul_sm90_block_epilogue[T: type, OUT: type, BK: i32, BN: i32, CONSUMER
         sb: ptr<f32>, x: ptr<X>, y: ptr<Y>, s: f32, z: ptr<Z>) {
     launch_bounds(128 * (CONSUMERS + 1), 1);
     kc_std_matmul_sm90.gemm_sm90[T, OUT, BK, BN, CONSUMERS, STAGES, GROUP_M, SCALE, ALIGNED, B_KMAJOR, 1, X, Y, EPI,
-                                 Z, BLOCK, BEPI](ta, tb, c, M, N, K, ldc, sa, sb, x, y, s, z, sa, bitcast[ptr<u32>](sb));
+                                 Z, BLOCK, BEPI](ta, tb, c, M, N, K, ldc, sa, sb, x, y, s, z, sa,
+                                                 bitcast[ptr<u32>](sb));
 }
 """
 

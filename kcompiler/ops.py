@@ -691,8 +691,8 @@ def matmul(a: Any, b: Any, out: Any = None, epilogue: Epilogue | str | None = No
                 epi = (f"epilogue.{epilogue.fn}" if epilogue.source is None else epilogue.fn,
                        ex[0] if ex[0] is not None else fo, ex[1] if ex[1] is not None else fo, epilogue.s)
             # a row-major B is read N-major (wgmma's transposed B) where TMA can describe its rows
-            go = matmul_sm90.prepare(mod90, a, b90[0], out, b_kmajor=b90[1], epilogue=epi,
-                                     block=None if block is None else (f"epilogue.{block}", _e8m0_view(_flat(scales, 1))))
+            z = None if block is None else (f"epilogue.{block}", _e8m0_view(_flat(scales, 1)))
+            go = matmul_sm90.prepare(mod90, a, b90[0], out, b_kmajor=b90[1], epilogue=epi, block=z)
             if not copied and b90[0] is b:
                 matmul_sm90.remember(key, go, (M, N), out.dtype, out.device)
             go(out)

@@ -483,7 +483,9 @@ F8 = {"e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2}
 def _same_bits(got, want) -> None:
     g, w = np.asarray(got).view(np.uint8), np.asarray(want).view(np.uint8)
     bad = np.argwhere(g != w)
-    assert not len(bad), f"{len(bad)} differ, first at {tuple(bad[0])}: {g[tuple(bad[0])]:#x}, want {w[tuple(bad[0])]:#x}"
+    if len(bad):
+        at = tuple(bad[0])
+        raise AssertionError(f"{len(bad)} differ, first at {at}: {g[at]:#x}, want {w[at]:#x}")
 
 
 @pytest.mark.parametrize("fmt", ["e4m3", "e5m2"])
