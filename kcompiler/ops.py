@@ -691,7 +691,7 @@ def matmul(a: Any, b: Any, out: Any = None, epilogue: Epilogue | str | None = No
                 epi = (f"epilogue.{epilogue.fn}" if epilogue.source is None else epilogue.fn,
                        ex[0] if ex[0] is not None else fo, ex[1] if ex[1] is not None else fo, epilogue.s)
             # a row-major B is read N-major (wgmma's transposed B) where TMA can describe its rows
-            z = None if block is None else (f"epilogue.{block}", _e8m0_view(_flat(scales, 1)))
+            z = None if block is None else (_block_fn(epilogue), _e8m0_view(_flat(scales, 1)))
             go = matmul_sm90.prepare(mod90, a, b90[0], out, b_kmajor=b90[1], epilogue=epi, block=z)
             if not copied and b90[0] is b:
                 matmul_sm90.remember(key, go, (M, N), out.dtype, out.device)
@@ -712,7 +712,7 @@ def matmul(a: Any, b: Any, out: Any = None, epilogue: Epilogue | str | None = No
         kernel = emod.matmul_epilogue if block is None else emod.matmul_block_epilogue
         pack = tuple(_unread_input(a) if x is None else _apart_from(x, out) for x in ex) + (np.float32(epilogue.s),)
         if block is not None:
-            params.update(Z="e8m0", BLOCK=32, BEPI=f"epilogue.{block}")
+            params.update(Z="e8m0", BLOCK=32, BEPI=_block_fn(epilogue))
             pack += (_e8m0_view(_flat(scales, 1)),)
 
     def run(t: dict[str, int], c: Any = fo, kernel: Any = kernel, pack: tuple = pack, params: dict = params) -> None:
@@ -739,6 +739,12 @@ def matmul(a: Any, b: Any, out: Any = None, epilogue: Epilogue | str | None = No
                                tune=tune if on_device else False, synchronize=mod.device.synchronize)
     run(t)
     return result
+
+
+def _block_fn(ep: Epilogue) -> str:
+    """The block epilogue's fn as the kernel's module spells it: std.epilogue is ``epilogue`` in the
+    stdlib's modules, ``kc_std_epilogue`` in the module of a user's epilogue source."""
+    return f"{'epilogue' if ep.source is None else 'kc_std_epilogue'}.{ep.block}"
 
 
 def _e8m0_view(x: Any) -> Any:

@@ -548,6 +548,22 @@ def test_mx_epilogue_nan_and_inf(target):
     _same_bits(codes, want_c)
 
 
+def test_mx_epilogue_after_a_user_epilogue(target):
+    """A user's epilogue from source, then the MXFP8 block epilogue (std.epilogue as the user's module
+    imports it for the kernel): bit for bit mx.quantize of the user's epilogue's f32 result."""
+    M, N, K = 21, 64, 19
+    a = RNG.standard_normal((M, K)).astype(np.float32)
+    b = RNG.standard_normal((K, N)).astype(np.float32)
+    src = "fn twice(acc: f32, row: i32, col: i32, ld: i32, x: ptr<f32>, y: ptr<f32>, s: f32) -> f32 {\n" \
+          "    return s * acc + f32(row);\n}\n"
+    codes, scales = ops.matmul(a, b, epilogue=ops.Epilogue("twice", s=2.0, source=src, block="to_mxfp8_e4m3"),
+                               target=target)
+    f32 = ops.matmul(a, b, epilogue=ops.Epilogue("twice", s=2.0, source=src), out_dtype=np.float32, target=target)
+    want_c, want_s = mx.quantize(f32, "f8e4m3")
+    _same_bits(scales, want_s)
+    _same_bits(codes, want_c)
+
+
 def test_mx_epilogue_misuse():
     a = np.ones((4, 8), np.float32)
     with pytest.raises(ValueError, match="blocks of 32 columns: N = 40"):

@@ -507,6 +507,14 @@ def test_emulated_mx_block_epilogue(t, config, fmt):
                     epilogue=("epilogue.bias", bias, ref.reshape(-1), 1.0), block=(f"epilogue.to_mxfp8_{fmt}", scales))
     want_c, want_s = mx.quantize(ref, f"f8{fmt}")
     assert (scales.view(np.uint8)[5] == 0xFF).all()
+    if t == "bf16" and fmt == "e4m3":  # the block epilogue in the module of a user's epilogue source too
+        src = "fn add_bias(acc: f32, row: i32, col: i32, ld: i32, x: ptr<f32>, y: ptr<f32>, s: f32) -> f32 {\n" \
+              "    return acc + x[col];\n}\n"
+        c2, s2 = np.zeros_like(codes), np.zeros_like(scales)
+        matmul_sm90.run(_emulated(src), a, b, c2, config=cfg, sms=3, block=("kc_std_epilogue.to_mxfp8_e4m3", s2),
+                        epilogue=("add_bias", bias, ref.reshape(-1), 1.0))
+        np.testing.assert_array_equal(s2.view(np.uint8), want_s.view(np.uint8))
+        np.testing.assert_array_equal(c2.view(np.uint8), want_c.view(np.uint8))
     np.testing.assert_array_equal(scales.view(np.uint8), want_s.view(np.uint8))
     np.testing.assert_array_equal(codes.view(np.uint8), want_c.view(np.uint8))
 
