@@ -1105,7 +1105,7 @@ DECODE_SIMT = {"mha": dict(WARPS=4, U=4, STAGES=3), "gqa": dict(WARPS=4, U=2, ST
 #: The tensor-core decode: RING (std.attention's paged_decode_ring: warps with private cp.async rings of
 #: BN keys a step, STAGES deep; else paged_decode_tc: one warp a block, prefill_mma's tiles of BN
 #: keys) and its tiles.
-DECODE_TC_TILES = dict(RING=True, WARPS=4, BN=16, STAGES=3)
+DECODE_TC_TILES = dict(RING=True, WARPS=4, BN=32, STAGES=2)
 #: paged_decode_tc's tiles where RING is false.
 DECODE_TC_SINGLE = dict(BN=64, STAGES=2)
 
@@ -1113,9 +1113,23 @@ DECODE_TC_SINGLE = dict(BN=64, STAGES=2)
 def _sm_count(x: Any) -> int:
     """Multiprocessors of the CUDA device that holds torch tensor ``x``; :data:`DECODE_SMS` otherwise."""
     if arrays.is_torch_tensor(x) and x.is_cuda:
-        import torch
-        return int(torch.cuda.get_device_properties(x.device).multi_processor_count)
+        return _device_sms(x.device.index if x.device.index is not None else 0)
     return DECODE_SMS
+
+
+@functools.lru_cache(maxsize=None)
+def _device_sms(index: int) -> int:
+    import torch
+    return int(torch.cuda.get_device_properties(index).multi_processor_count)
+
+
+def _stream(x: Any) -> Any:
+    """torch's current stream on the device of CUDA tensor ``x`` (so that the decode kernels queue behind
+    the caller's work and can be captured in a CUDA graph), else None (the default stream)."""
+    if arrays.is_torch_tensor(x) and x.is_cuda:
+        import torch
+        return torch.cuda.current_stream(x.device)
+    return None
 
 
 def decode_splits(units: int, max_len: int, sms: int, threads: int, shared: int, regs: int,
@@ -1168,9 +1182,13 @@ def decode_shared_bytes(D: int, itemsize: int, G: int, QL: int, warps: int, unro
 
 
 def _f32_vector(x: Any, n: int, like: Any, name: str, fn: str) -> Any:
-    """``x`` (a number or n numbers) as a contiguous f32 array of length n of q's kind."""
+    """``x`` (a number or n numbers) as a contiguous f32 array of length n of q's kind. A number for a
+    torch tensor is filled in on its device (no copy from the host, which would wait for the device's
+    queue before the launch)."""
     if arrays.is_torch_tensor(like):
         import torch
+        if isinstance(x, (int, float, np.floating, np.integer)):
+            return torch.full((n,), float(x), dtype=torch.float32, device=like.device)
         t = torch.as_tensor(x, dtype=torch.float32, device=like.device).reshape(-1)
         t = t.expand(n).contiguous() if t.numel() == 1 else t.contiguous()
     else:
@@ -1304,7 +1322,7 @@ def paged_decode(q: Any, k_cache: Any, v_cache: Any, block_table: Any, seq_lens:
     kw = dict(T=src.name, KT=kt.name, D=D, G=G, PAGE=page, TC=tc, QL=QL, shared=shared, **tiles)
     mod.paged_decode[(num_splits, HK, B), threads](*args, _flat(part, 1), _flat(part_lse, 1), HK, max_pages,
                                                    num_splits, sc, OUT=arrays.array_scalar_type(part).name,
-                                                   SPLIT=num_splits > 1, **kw)
+                                                   SPLIT=num_splits > 1, stream=_stream(q), **kw)
     if num_splits > 1:
         merge_states(part, part_lse, out=out.reshape(B, QL * H, D), lse_out=lse.reshape(B, QL * H), target=target)
     return (out, lse) if return_lse else out
@@ -1346,7 +1364,8 @@ def merge_states(v: Any, s: Any, *, out: Any = None, lse_out: Any = None, out_dt
     mod = _attention_module(_target_for(v, target))
     warps = 4
     mod.merge_states[-(-N * H // warps), warps * 32](_flat(v, 1), _flat(s, 1), _flat(out, 1), _flat(lse_out, 1),
-                                                     N, S, H, D, T=src.name, OUT=dst.name, WARPS=warps)
+                                                     N, S, H, D, T=src.name, OUT=dst.name, WARPS=warps,
+                                                     stream=_stream(v))
     return out, lse_out
 
 
@@ -1451,7 +1470,7 @@ def mla_decode(q_nope: Any, q_pe: Any, ckv_cache: Any, kpe_cache: Any, block_tab
         _flat(q_nope, 64), _flat(q_pe, 16), _flat(ckv_cache, 64), _flat(kpe_cache, 16), bt, sl, _flat(part, 1),
         _flat(part_lse, 1), H // G, max_pages, num_splits, np.float32(scale), T=src.name,
         OUT=arrays.array_scalar_type(part).name, D=D, DR=DR, G=G, PAGE=page, WARPS=warps, STAGES=stages,
-        SPLIT=num_splits > 1, shared=shared, **kw)
+        SPLIT=num_splits > 1, shared=shared, stream=_stream(q_nope), **kw)
     if num_splits > 1:
         merge_states(part, part_lse, out=out, lse_out=lse, target=target)
     return (out, lse) if return_lse else out
