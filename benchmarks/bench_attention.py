@@ -272,13 +272,14 @@ def decode(results: dict, bw: float, quick: bool, kinds: str = "mha,gqa,fp8", fi
         name = f"decode B{B} H{H} HKV{HK} KV{S} D{D} {'fp8 e4m3' if fp8 else 'bf16'}"
         tbs = kv_bytes / t / 1e9
         results[name] = dict(tbps=tbs, ms=t, ms_again=t2, config=cfg, rel_err=err, of_copy_bandwidth=tbs / bw,
-                             graph_ms=tg, graph_tbps=kv_bytes / tg / 1e9, graph_of_copy_bandwidth=kv_bytes / tg / 1e9 / bw,
+                             graph_ms=tg, graph_tbps=kv_bytes / tg / 1e9,
+                             graph_of_copy_bandwidth=kv_bytes / tg / 1e9 / bw,
                              sdpa_flash_tbps=kv_bytes / t_flash / 1e9 if not fp8 else None,
                              vs_flash=t_flash / t)
         print(f"{name}: kcompiler {tbs:.2f} TB/s = {tbs / bw:.0%} of copy bandwidth {bw:.2f} TB/s (again "
               f"{kv_bytes / t2 / 1e9 / bw:.0%}; from a CUDA graph {kv_bytes / tg / 1e9:.2f} TB/s = "
-              f"{kv_bytes / tg / 1e9 / bw:.0%}, {tg:.3f} ms) {cfg}; SDPA flash (contiguous{' bf16 cache' if fp8 else ''}) "
-              f"{t_flash:.3f} ms (x{t_flash / t:.2f})", flush=True)
+              f"{kv_bytes / tg / 1e9 / bw:.0%}, {tg:.3f} ms) {cfg}; SDPA flash "
+              f"(contiguous{' bf16 cache' if fp8 else ''}) {t_flash:.3f} ms (x{t_flash / t:.2f})", flush=True)
         del k, v
 
 
@@ -325,7 +326,8 @@ def mla(results: dict, bw: float, quick: bool = False, first: int | None = None)
                                  tflops=flops / t / 1e9, rel_err=err, graph_ms=tg, graph_tflops=flops / tg / 1e9,
                                  graph_of_copy_bandwidth=cache_bytes / tg / 1e9 / bw)
             print(f"{name}: {t:.3f} ms, {cache_bytes / t / 1e9:.2f} TB/s of cache = "
-                  f"{cache_bytes / t / 1e9 / bw:.0%} of copy bandwidth, {flops / t / 1e9:.1f} TFLOP/s, error {err:.1e}; "
+                  f"{cache_bytes / t / 1e9 / bw:.0%} of copy bandwidth, {flops / t / 1e9:.1f} TFLOP/s, "
+                  f"error {err:.1e}; "
                   f"from a CUDA graph {tg:.3f} ms = {cache_bytes / tg / 1e9 / bw:.0%}, {flops / tg / 1e9:.1f} TFLOP/s",
                   flush=True)
 
