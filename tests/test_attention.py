@@ -564,6 +564,46 @@ def test_mla_decode_tensor_cores_emulated(monkeypatch, emulated):
     check(out, lse, *mla_reference(q_nope, q_pe, ckv, kpe, table, lens, page, scale), ckv, "bf16")
 
 
+@pytest.mark.gpu
+def test_decode_on_a_stream_and_in_a_cuda_graph_gpu():
+    """paged_decode (split, with merge_states) and mla_decode launch on torch's current stream: on a
+    side stream, and captured in a CUDA graph and replayed after the inputs changed, they give what an
+    eager call on the default stream gives for the same inputs."""
+    import torch
+
+    lens = [700, 1, 333]
+    HK, G, D, page = 2, 4, 128, 16
+    k_cache, v_cache, table, _ = paged_cache(lens, page, HK, D, np.float32)
+    kc, vc = torch.from_numpy(k_cache).cuda().bfloat16(), torch.from_numpy(v_cache).cuda().bfloat16()
+    bt, sl = torch.from_numpy(table).cuda(), torch.tensor(lens, dtype=torch.int32, device="cuda")
+    q = torch.randn(len(lens), HK * G, D, device="cuda", dtype=torch.bfloat16)
+    ckv = torch.randn(k_cache.shape[0], page, 512, device="cuda", dtype=torch.bfloat16)
+    kpe = torch.randn(k_cache.shape[0], page, 64, device="cuda", dtype=torch.bfloat16)
+    qn = torch.randn(len(lens), 16, 512, device="cuda", dtype=torch.bfloat16)
+    qp = torch.randn(len(lens), 16, 64, device="cuda", dtype=torch.bfloat16)
+
+    def run():
+        return (ops.paged_decode(q, kc, vc, bt, sl, num_splits=3, max_seq_len=max(lens)),
+                ops.mla_decode(qn, qp, ckv, kpe, bt, sl, scale=0.1, max_seq_len=max(lens)))
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):  # compiled and loaded before the capture
+            run()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = run()
+    torch.cuda.current_stream().wait_stream(side)
+    for x in (q, qn, qp):
+        x.copy_(torch.randn_like(x))
+    graph.replay()
+    torch.cuda.synchronize()
+    want = run()
+    for got, ref in zip(out, want):
+        assert torch.equal(got, ref)
+
+
 def test_mla_decode_cpu():
     """MLA decode (latent rows as K and V, a separate rope part) against float64: odd lengths, two
     splits, heads in groups of 2."""
