@@ -9,6 +9,7 @@ from collections import OrderedDict
 from typing import Any, Callable
 
 from .runtime import arrays
+from .runtime.tensormap import cached_tensor_map
 
 #: Tile configurations (the kernel's compile-time parameters besides T, OUT, BK), largest first:
 #: BM = 64 * CONSUMERS rows by BN columns; STAGES fill about 192 KiB of shared memory. :func:`choose`
@@ -116,29 +117,6 @@ def operand_b(a: Any, b: Any, out: Any, b_kmajor: bool) -> tuple[Any, bool] | No
     return (bt, True) if reason_not(a, bt, out, True) is None else None
 
 
-_MAPS: "OrderedDict[tuple, Any]" = OrderedDict()
-
-
-def _tensor_map(x: Any, box: tuple[int, int]) -> Any:
-    """The 128-byte-swizzled tensor map of 2-D CUDA tensor ``x`` for ``box`` tiles, cached by address,
-    shape, dtype and box (what the encoding depends on; the cache holds no reference to ``x``)."""
-    from .runtime.tensormap import tensor_map
-
-    if not arrays.is_torch_tensor(x):  # a numpy array, for the CPU target's emulation: not cached
-        return tensor_map(x, box, swizzle=128)
-    key = (x.data_ptr(), tuple(x.shape), tuple(x.stride()), str(x.dtype), box)
-    m = _MAPS.get(key)
-    if m is None:
-        m = tensor_map(x, box, swizzle=128)
-        m.owner = None
-        _MAPS[key] = m
-        if len(_MAPS) > 256:
-            _MAPS.popitem(last=False)
-    else:
-        _MAPS.move_to_end(key)
-    return m
-
-
 def run(mod: Any, a: Any, b: Any, out: Any, **options: Any) -> Any:
     """``out = EPI(scale * (a @ B))``: :func:`prepare`'s launch, made for ``out``. Returns out."""
     return prepare(mod, a, b, out, **options)(out)
@@ -180,8 +158,8 @@ def prepare(mod: Any, a: Any, b: Any, out: Any, *, b_kmajor: bool = True, scale_
     cfg = dict(config) if config is not None else choose(M, N, K, sms)
     bk = BK[t]
     bm = 64 * cfg["CONSUMERS"]
-    ta = _tensor_map(a, (bm, bk))
-    tb = _tensor_map(b, (cfg["BN"], bk) if b_kmajor else (bk, 64))
+    ta = cached_tensor_map(a, (bm, bk))
+    tb = cached_tensor_map(b, (cfg["BN"], bk) if b_kmajor else (bk, 64))
     tiles = -(-M // bm) * -(-N // cfg["BN"])
     grid = max(1, min(tiles, sms))
     if split_k is None:

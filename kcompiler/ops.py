@@ -1071,14 +1071,14 @@ def _attention_sm90(q: Any, k: Any, v: Any, out: Any, lse: Any, cq: Any, ck: Any
                     scale: float, tiles: dict | None, target: str) -> None:
     """The launch of std.attention_sm90 (:func:`attention` checked the arguments; ``ends``: varlen's
     total rows of q and of k used, else None)."""
-    from .matmul_sm90 import _tensor_map
+    from .runtime.tensormap import cached_tensor_map
     D = int(q.shape[-1])
     B = int(cq.shape[0]) - 1 if ends is not None else int(q.shape[0])
     H = int(q.shape[-2] if ends is not None or layout == "bshd" else q.shape[1])
     t = dict(ATTENTION_SM90_TILES[(D, bool(causal))])
     if tiles is not None:
         t.update(tiles)
-    maps = [_tensor_map(_bhsd_view(x, layout, None if ends is None else ends[i > 0]), (1, 1, box, 64))
+    maps = [cached_tensor_map(_bhsd_view(x, layout, None if ends is None else ends[i > 0]), (1, 1, box, 64))
             for i, (x, box) in enumerate(((q, 128), (k, t["BN"]), (v, t["BN"])))]
     mod = _attention_sm90_module(target)
     s = strides

@@ -294,8 +294,8 @@ def test_host_launch_matches_kernel(monkeypatch, epilogue):
     from kcompiler import matmul_sm90
     from kcompiler.runtime.tensormap import TensorMap
 
-    monkeypatch.setattr(matmul_sm90, "_tensor_map", lambda x, box: TensorMap(bytes(128), 0, "bf16", x.shape, box,
-                                                                            128, None))
+    monkeypatch.setattr(matmul_sm90, "cached_tensor_map",
+                        lambda x, box: TensorMap(bytes(128), 0, "bf16", x.shape, box, 128, None))
     M, N, K = 300, 520, 264
     a = np.zeros((M, K), ml_dtypes.bfloat16)
     b = np.zeros((N, K), ml_dtypes.bfloat16)
@@ -811,3 +811,22 @@ def test_tensor_map_errors():
         tensor_map(torch.zeros(4, 4), (4, 4))
     m = tensor_map(torch.zeros(64, 128, device="cuda", dtype=torch.bfloat16), (64, 64))
     assert len(m.raw) == 128 and "box [64, 64]" in repr(m)
+
+
+@pytest.mark.gpu
+def test_cached_tensor_map():
+    """cached_tensor_map returns the same encoded map for the same tensor and box, a new one for another
+    box or view, and caches nothing when the encoding is refused."""
+    import torch
+
+    from kcompiler.runtime import tensormap
+    _sm90(torch)
+    x = torch.randn(64, 128, device="cuda").to(torch.bfloat16)
+    m = tensormap.cached_tensor_map(x, (64, 64))
+    assert tensormap.cached_tensor_map(x, (64, 64)) is m and m.owner is None
+    assert tensormap.cached_tensor_map(x, (32, 64)) is not m
+    assert tensormap.cached_tensor_map(x[:32], (32, 64)).raw != m.raw
+    before = dict(tensormap._CACHE)
+    with pytest.raises(ValueError, match="exceeds the 128-byte swizzle"):
+        tensormap.cached_tensor_map(x, (64, 128))
+    assert dict(tensormap._CACHE) == before

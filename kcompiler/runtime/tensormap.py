@@ -9,6 +9,7 @@ overhang the matrix need no masking.
 """
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Any, Sequence
 
 import numpy as np
@@ -109,6 +110,33 @@ def tensor_map(x: Any, box: Sequence[int], swizzle: int = 128) -> TensorMap:
     return TensorMap(raw, address, t.name, shape, box, swizzle, x)
 
 
+
+_CACHE: "OrderedDict[tuple, TensorMap]" = OrderedDict()
+_CACHE_SIZE = 256
+
+
+def cached_tensor_map(x: Any, box: Sequence[int], swizzle: int = 128) -> TensorMap:
+    """:func:`tensor_map`, cached for torch CUDA tensors by what the encoding depends on (address,
+    shape, strides, dtype, box, swizzle), the least recently used dropped past 256 maps. The cache
+    holds no reference to ``x``: a later tensor at the same address with the same shape, strides and
+    dtype gets the same map, which is right, since the encoding holds nothing else. Other arrays are
+    not cached (a numpy array's host map is cheap). Raises what :func:`tensor_map` raises; a failure
+    caches nothing."""
+    if not arrays.is_torch_tensor(x):
+        return tensor_map(x, box, swizzle)
+    key = (x.data_ptr(), tuple(x.shape), tuple(x.stride()), str(x.dtype), tuple(box), swizzle)
+    m = _CACHE.get(key)
+    if m is None:
+        m = tensor_map(x, box, swizzle)
+        m.owner = None
+        _CACHE[key] = m
+        if len(_CACHE) > _CACHE_SIZE:
+            _CACHE.popitem(last=False)
+    else:
+        _CACHE.move_to_end(key)
+    return m
+
+
 def tma_strides(shape: Sequence[int], strides: Sequence[int], itemsize: int) -> tuple[int, ...]:
     """Byte ``strides`` of an array of ``shape`` as a tensor map takes them: an axis of one element
     has no meaningful stride (torch reports any, e.g. 1 element for the rows of a (1, K) view), so it
@@ -137,4 +165,4 @@ def _byte_strides(x: Any, itemsize: int) -> tuple[int, ...]:
     return tuple(reversed(out))
 
 
-__all__ = ["TensorMap", "tensor_map", "tma_strides"]
+__all__ = ["TensorMap", "cached_tensor_map", "tensor_map", "tma_strides"]
