@@ -149,14 +149,12 @@ def _wgmma(fl: Any, f: Any, e: Any, kw: dict) -> Any:
                       trans_b=trans_b)
 
 
-def _wgmma_fence(fl: Any, f: Any, e: Any, kw: dict) -> Any:
-    fl.b.op("wgmma_fence")
-    return _void()
-
-
-def _wgmma_commit(fl: Any, f: Any, e: Any, kw: dict) -> Any:
-    fl.b.op("wgmma_commit")
-    return _void()
+def _no_operands(op: str) -> Any:
+    """The handler of a builtin that takes nothing and emits IR op ``op`` (a fence or a commit)."""
+    def lower(fl: Any, f: Any, e: Any, kw: dict) -> Any:
+        fl.b.op(op)
+        return _void()
+    return lower
 
 
 def _wgmma_wait(fl: Any, f: Any, e: Any, kw: dict) -> Any:
@@ -223,11 +221,6 @@ def _mbarrier_wait(fl: Any, f: Any, e: Any, kw: dict) -> Any:
     return _void()
 
 
-def _fence_proxy_async(fl: Any, f: Any, e: Any, kw: dict) -> Any:
-    fl.b.op("fence_proxy_async")
-    return _void()
-
-
 def _setmaxnreg(fl: Any, f: Any, e: Any, kw: dict) -> Any:
     (n,) = _bracket_ints(fl, f, 1, "a register count")
     if not (24 <= n <= 256 and n % 8 == 0):
@@ -252,11 +245,11 @@ def _launch_bounds(fl: Any, f: Any, e: Any, kw: dict) -> Any:
     return _void()
 
 
-_LOWER = {"wgmma": _wgmma, "wgmma_fence": _wgmma_fence, "wgmma_commit": _wgmma_commit, "wgmma_wait": _wgmma_wait,
-          "wgmma_desc": _wgmma_desc, "tma_load": _tma_load, "mbarrier_init": _mbarrier_init,
-          "mbarrier_arrive": _mbarrier_arrive, "mbarrier_arrive_expect_tx": _mbarrier_arrive_expect_tx,
-          "mbarrier_try_wait": _mbarrier_try_wait, "mbarrier_wait": _mbarrier_wait,
-          "fence_proxy_async": _fence_proxy_async, "setmaxnreg_inc": _setmaxnreg, "setmaxnreg_dec": _setmaxnreg,
-          "launch_bounds": _launch_bounds}
+_LOWER = {"wgmma": _wgmma, "wgmma_fence": _no_operands("wgmma_fence"),
+          "wgmma_commit": _no_operands("wgmma_commit"), "wgmma_wait": _wgmma_wait, "wgmma_desc": _wgmma_desc,
+          "tma_load": _tma_load, "mbarrier_init": _mbarrier_init, "mbarrier_arrive": _mbarrier_arrive,
+          "mbarrier_arrive_expect_tx": _mbarrier_arrive_expect_tx, "mbarrier_try_wait": _mbarrier_try_wait,
+          "mbarrier_wait": _mbarrier_wait, "fence_proxy_async": _no_operands("fence_proxy_async"),
+          "setmaxnreg_inc": _setmaxnreg, "setmaxnreg_dec": _setmaxnreg, "launch_bounds": _launch_bounds}
 
 __all__ = ["FEATURES", "lower_builtin"]
