@@ -45,6 +45,7 @@ import numpy as np
 from llvmlite import ir as ll
 
 from ..llvm.lower import UnsupportedOnTarget
+from .scheduler import counted_loop
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..llvm.lower import LoweringContext
@@ -69,21 +70,9 @@ def _c(v: int, t: ll.Type = I64) -> ll.Constant:
 
 
 def _loop(b: ll.IRBuilder, n: ll.Value, name: str, body: Callable[[ll.Value], None]) -> None:
-    """``for i in [0, n): body(i)`` (i of n's type) at the builder's position."""
-    pre = b.block
-    head = b.append_basic_block(f"{name}.head")
-    inner = b.append_basic_block(f"{name}.body")
-    done = b.append_basic_block(f"{name}.done")
-    b.branch(head)
-    b.position_at_end(head)
-    i = b.phi(n.type, name)
-    i.add_incoming(ll.Constant(n.type, 0), pre)
-    b.cbranch(b.icmp_signed("<", i, n), inner, done)
-    b.position_at_end(inner)
-    body(i)
-    i.add_incoming(b.add(i, ll.Constant(n.type, 1)), b.block)
-    b.branch(head)
-    b.position_at_end(done)
+    """``for i in [0, n): body(i)`` (i of n's type, n >= 0) at the builder's position."""
+    with counted_loop(b, ll.Constant(n.type, 0), n, name) as i:
+        body(i)
 
 
 def _swizzle(b: ll.IRBuilder, off: ll.Value, width: ll.Value) -> ll.Value:

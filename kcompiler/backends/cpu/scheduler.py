@@ -46,6 +46,27 @@ START_TYPE = ll.FunctionType(ll.VoidType(), [PTR, PTR])
 SHARED_ALIGN = 256
 
 
+
+@contextmanager
+def counted_loop(b: ll.IRBuilder, lo: ll.Value, hi: ll.Value, name: str = "i") -> Iterator[ll.Value]:
+    """``for i in [lo, hi)`` (unsigned compare) at ``b``'s position; yields i, and leaves ``b`` after
+    the loop. The body may branch out of the loop (a terminated body block does not loop back)."""
+    pre = b.block
+    head = b.append_basic_block(f"{name}.head")
+    body = b.append_basic_block(f"{name}.body")
+    done = b.append_basic_block(f"{name}.done")
+    b.branch(head)
+    b.position_at_end(head)
+    i = b.phi(lo.type, name=name)
+    i.add_incoming(lo, pre)
+    b.cbranch(b.icmp_unsigned("<", i, hi), body, done)
+    b.position_at_end(body)
+    yield i
+    if not b.block.is_terminated:
+        i.add_incoming(b.add(i, ll.Constant(lo.type, 1)), b.block)
+        b.branch(head)
+    b.position_at_end(done)
+
 class FunctionPointer(ll.types._TypedPointerType):
     """A pointer that llvmlite may call through (it needs the function type) but prints as ``ptr``."""
 
@@ -91,25 +112,9 @@ class FunctionBuilder:
     def var(self, t: ll.Type, init: ll.Value, name: str = "") -> Var:
         return Var(self, t, init, name)
 
-    @contextmanager
     def loop(self, lo: ll.Value, hi: ll.Value, name: str = "i") -> Iterator[ll.Value]:
-        """``for i in [lo, hi)`` (unsigned compare); yields i. The body may branch out of the loop."""
-        b = self.b
-        pre = b.block
-        head = b.append_basic_block(f"{name}.head")
-        body = b.append_basic_block(f"{name}.body")
-        done = b.append_basic_block(f"{name}.done")
-        b.branch(head)
-        b.position_at_end(head)
-        i = b.phi(lo.type, name=name)
-        i.add_incoming(lo, pre)
-        b.cbranch(b.icmp_unsigned("<", i, hi), body, done)
-        b.position_at_end(body)
-        yield i
-        if not b.block.is_terminated:
-            i.add_incoming(b.add(i, ll.Constant(lo.type, 1)), b.block)
-            b.branch(head)
-        b.position_at_end(done)
+        """:func:`counted_loop` at this scheduler's builder."""
+        return counted_loop(self.b, lo, hi, name)
 
     @contextmanager
     def if_(self, cond: ll.Value, name: str = "if") -> Iterator[None]:
