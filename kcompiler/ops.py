@@ -1379,7 +1379,8 @@ def scaled_matmul(a: Any, b: Any, scale_a: Any, scale_b: Any, *, out_dtype: Any 
 def mla_decode(q_nope: Any, q_pe: Any, ckv_cache: Any, kpe_cache: Any, block_table: Any, seq_lens: Any, *,
                scale: float, num_splits: int | None = None, max_seq_len: int | None = None,
                return_lse: bool = False, heads_per_block: int | None = None, warps: int | None = None,
-               unroll: int = 2, stages: int = 3, tensor_cores: bool | None = None, target: str = "auto") -> Any:
+               unroll: int = 2, stages: int = 3, tensor_cores: bool | None = None, path: str = "auto",
+               sm90_tiles: dict[str, int] | None = None, target: str = "auto") -> Any:
     """Multi-head latent attention decode (DeepSeek-V2/V3, absorbed form) over a paged latent cache
     (stdlib/attention.kc, ``mla_decode``): ``o[b, h] = sum_j softmax_j(scale * (q_nope[b, h] . c_j +
     q_pe[b, h] . k_pe_j)) c_j`` over the first ``seq_lens[b]`` tokens of sequence b.
@@ -1400,9 +1401,19 @@ def mla_decode(q_nope: Any, q_pe: Any, ckv_cache: Any, kpe_cache: Any, block_tab
       spends 2 (D + DR) + 2 D f32 operations a key and head on the FMA units (compute-bound at many
       heads: benchmarks/RESULTS.md).
 
+    - ``path``: 'auto' takes the Hopper kernel (stdlib/mla_sm90.kc: TMA through the block table, wgmma,
+      a producer warpgroup and two consumers, 64 heads a block; FlashMLA's design) where
+      :func:`mla_sm90_reason_not` finds nothing against it and none of ``heads_per_block``, ``warps``,
+      ``tensor_cores`` is given; else std.attention's ``mla_decode`` ('generic': mma.sync or SIMT as
+      ``tensor_cores`` says). 'sm90' insists on the Hopper kernel (RuntimeError where it cannot run),
+      'generic' on std.attention's. ``sm90_tiles``: the Hopper kernel's BN (keys a step) and STAGES
+      instead of :data:`MLA_SM90_TILES`.
+
     Every block reads its sequence's latent rows once per group of heads (the groups after the first
     mostly from L2). Raises TypeError / ValueError for dtypes and shapes that do not match."""
     fn = "mla_decode"
+    if path not in ("auto", "sm90", "generic"):
+        raise ValueError(f"{fn}: path must be 'auto', 'sm90' or 'generic', not {path!r}")
     src = _query_type(q_nope, fn, "q_nope")
     for name, x in (("q_pe", q_pe), ("ckv_cache", ckv_cache), ("kpe_cache", kpe_cache)):
         _check_same(name, x, src, fn)
@@ -1428,6 +1439,16 @@ def mla_decode(q_nope: Any, q_pe: Any, ckv_cache: Any, kpe_cache: Any, block_tab
             raise ValueError(f"{fn}: seq_lens must lie in 0 .. max_pages * page_size = {max_pages * page}")
         max_seq_len = int(lens.max()) if B else 0
     q_nope, q_pe, ckv_cache, kpe_cache = (_contiguous(x) for x in (q_nope, q_pe, ckv_cache, kpe_cache))
+    generic_options = heads_per_block is not None or warps is not None or tensor_cores is not None
+    if path == "sm90" or (path == "auto" and not generic_options):
+        tgt = _target_for(q_nope, target)
+        tiles = {**MLA_SM90_TILES, **(sm90_tiles or {})}
+        why = mla_sm90_reason_not(q_nope, q_pe, ckv_cache, kpe_cache, tiles, tgt)
+        if why is None:
+            return _mla_decode_sm90(q_nope, q_pe, ckv_cache, kpe_cache, bt, sl, max_pages, max_seq_len, scale,
+                                    num_splits, return_lse, tiles, tgt)
+        if path == "sm90":
+            raise RuntimeError(f"{fn}: the Hopper path cannot run here: {why}")
     mod = _attention_module(_target_for(q_nope, target))
     can_tc = (mod._program.target.has("mma") and src.name in ("f16", "bf16")
               and all(_data_ptr(x) % 16 == 0 for x in (q_nope, q_pe, ckv_cache, kpe_cache)))
@@ -1471,6 +1492,121 @@ def mla_decode(q_nope: Any, q_pe: Any, ckv_cache: Any, kpe_cache: Any, block_tab
         _flat(part_lse, 1), H // G, max_pages, num_splits, np.float32(scale), T=src.name,
         OUT=arrays.array_scalar_type(part).name, D=D, DR=DR, G=G, PAGE=page, WARPS=warps, STAGES=stages,
         SPLIT=num_splits > 1, shared=shared, stream=_stream(q_nope), **kw)
+    if num_splits > 1:
+        merge_states(part, part_lse, out=out, lse_out=lse, target=target)
+    return (out, lse) if return_lse else out
+
+
+#: Tiles of std.mla_sm90 (the Hopper MLA decode): BN keys a step (a tile serves as K and V) and STAGES
+#: tiles in the ring. FlashMLA's choice (64 keys, 2 stages); at D 512 + DR 64 that fills shared memory
+#: (:func:`mla_sm90_shared_bytes`: 229,672 bytes of sm_90's 232,448). Not yet timed on a GPU.
+MLA_SM90_TILES = dict(BN=64, STAGES=2)
+#: The most dynamic shared memory a block of sm_90 may have (227 KB).
+SM90_MAX_SHARED = 232448
+
+
+def mla_sm90_shared_bytes(D: int, DR: int, tiles: dict[str, int], itemsize: int = 2) -> int:
+    """Dynamic shared memory of std.mla_sm90 in bytes (the formula stated in stdlib/mla_sm90.kc): Q's
+    64 rows and STAGES tiles of BN rows, D + DR elements each, P (64 x BN, in slabs of 64 columns), 64
+    f32 rescale factors, 5 + 2 STAGES mbarriers."""
+    bn, st = tiles["BN"], tiles["STAGES"]
+    return ((64 + st * bn) * (D + DR) + 64 * 64 * -(-bn // 64)) * itemsize + 256 + 8 * (5 + 2 * st)
+
+
+def mla_sm90_splits(units: int, max_len: int, sms: int, bn: int, min_chunk: int = 256,
+                    max_splits: int = 64) -> int:
+    """The chunks (split-KV) std.mla_sm90 cuts each sequence into: ``units`` blocks a split (B x head
+    blocks), one block a multiprocessor (its shared memory), ``sms`` of them. Going up from 1, a count
+    is taken where it cuts the tiles of BN keys the busiest multiprocessor computes (waves x tiles a
+    chunk, for sequences of ``max_len``) by 10 % or more, since each split adds merge_states work over
+    f32 partial states (B 32, H 128, 2 splits: 17 MB written and read again); chunks of at least
+    ``min_chunk`` keys. E.g. B 32, 8192 keys, 132 SMs: H 128, 2 (128 blocks, one wave, 64 tiles each;
+    4 splits also give 64, in two waves); H 16: 4."""
+    tiles = max(-(-int(max_len) // bn), 1)
+    best, cost = 1, tiles * -(-units // sms)
+    for s in range(2, max(1, min(max_splits, -(-int(max_len) // min_chunk))) + 1):
+        c = -(-units * s // sms) * -(-tiles // s)
+        if c < 0.9 * cost:
+            best, cost = s, c
+    return best
+
+
+def _mla_sm90_module(target: str) -> Any:
+    """std.mla_sm90 for ``target`` (with approx_ftz on NVIDIA, as :func:`_attention_module`)."""
+    mod = _module("mla_sm90", target)
+    return _module_ftz("mla_sm90", target) if mod.target == "nvptx" else mod
+
+
+def mla_sm90_reason_not(q_nope: Any, q_pe: Any, ckv_cache: Any, kpe_cache: Any, tiles: dict[str, int],
+                        target: str = "auto") -> str | None:
+    """Why :func:`mla_decode`'s Hopper path cannot run on these arrays, or None when it can: it needs a
+    target with wgmma (an sm_90 GPU; the CPU target's emulation for tests), f16 or bf16, D a multiple
+    of 128 up to 512 and DR of 64 (slabs of 64 columns; half of D a consumer's wgmma of at most 256
+    columns), a page size that is a multiple of 8 dividing BN or divided by it, up to 256 (TMA boxes of
+    whole pages or whole tiles), the tiles within shared memory, and arrays the tensor maps can describe
+    (device arrays on a GPU, numpy on the CPU target; 16-byte aligned)."""
+    t = arrays.array_scalar_type(q_nope)
+    D, DR, page = int(q_nope.shape[-1]), int(q_pe.shape[-1]), int(ckv_cache.shape[1])
+    bn, st = int(tiles["BN"]), int(tiles["STAGES"])
+    if t is None or t.name not in ("f16", "bf16"):
+        return "the Hopper path computes f16 and bf16"
+    if D % 128 or D > 512 or DR % 64 or DR == 0:
+        return f"the Hopper path takes D a multiple of 128 up to 512 and DR of 64, not {D} and {DR}"
+    if bn % 16 or not 16 <= bn <= 256 or st < 1:
+        return f"sm90_tiles: BN a multiple of 16 from 16 to 256 and STAGES at least 1, not {tiles}"
+    if page % 8 or page > 256 or (page % bn and bn % page):
+        return f"the Hopper path takes pages of a multiple of 8 up to 256 that divide BN ({bn}) or that it " \
+               f"divides, not {page}"
+    if mla_sm90_shared_bytes(D, DR, tiles, t.size) > SM90_MAX_SHARED:
+        return f"BN {bn} in {st} stages needs {mla_sm90_shared_bytes(D, DR, tiles, t.size)} bytes of shared " \
+               f"memory, more than sm_90's {SM90_MAX_SHARED}"
+    if target == "auto" and not (arrays.is_torch_tensor(q_nope) and q_nope.is_cuda):
+        return "the Hopper path runs on torch CUDA tensors"
+    try:
+        mod = _mla_sm90_module(target)
+    except Exception as e:  # noqa: BLE001 - no CUDA here, no stdlib...: the path does not apply
+        return f"std.mla_sm90 is not available ({e})"
+    if not mod._program.target.has("wgmma"):
+        return "the Hopper path needs an sm_90 GPU (wgmma, TMA)"
+    device = mod.target != "cpu"
+    xs = (q_nope, q_pe, ckv_cache, kpe_cache)
+    if any(arrays.is_device_array(x) != device or (not device and not isinstance(x, np.ndarray)) for x in xs):
+        return "the tensor maps need device arrays on a GPU (numpy ones on the CPU target)"
+    if any(_data_ptr(x) % 16 for x in xs):
+        return "TMA needs 16-byte aligned tensors"
+    return None
+
+
+def _mla_decode_sm90(q_nope: Any, q_pe: Any, ckv: Any, kpe: Any, bt: Any, sl: Any, max_pages: int,
+                     max_seq_len: int, scale: float, num_splits: int | None, return_lse: bool, tiles: dict,
+                     target: str) -> Any:
+    """The launch of std.mla_sm90 (:func:`mla_decode` checked the arguments, ``bt`` the flat block
+    table, ``sl`` the lengths, both int32 of q's kind), with merge_states after a split."""
+    from .runtime.tensormap import cached_tensor_map
+    (B, H, D), DR, page = tuple(q_nope.shape), int(q_pe.shape[-1]), int(ckv.shape[1])
+    src = arrays.array_scalar_type(q_nope)
+    bn, st = int(tiles["BN"]), int(tiles["STAGES"])
+    shared = mla_sm90_shared_bytes(D, DR, tiles, src.size)
+    blocks = -(-H // 64)
+    if num_splits is None:
+        num_splits = mla_sm90_splits(B * blocks, max_seq_len, _sm_count(q_nope), bn)
+    num_splits = int(num_splits)
+    if num_splits < 1:
+        raise ValueError(f"mla_decode: num_splits must be at least 1, not {num_splits}")
+    out = _empty_like(q_nope, (B, H, D), src.name)
+    lse = _empty_like(q_nope, (B, H), "f32")
+    if B == 0 or H == 0:
+        return (out, lse) if return_lse else out
+    part = out if num_splits == 1 else _empty_like(q_nope, (B, num_splits, H, D), "f32")
+    part_lse = lse if num_splits == 1 else _empty_like(q_nope, (B, num_splits, H), "f32")
+    rows = min(page, bn)
+    maps = [cached_tensor_map(q_nope, (1, 64, 64)), cached_tensor_map(q_pe, (1, 64, 64)),
+            cached_tensor_map(ckv, (1, rows, 64)), cached_tensor_map(kpe, (1, rows, 64))]
+    mod = _mla_sm90_module(target)
+    mod.mla_decode_sm90[(blocks, num_splits, B), 384](
+        *maps, bt, sl, _flat(part, 1), _flat(part_lse, 1), H, max_pages, num_splits, np.float32(scale),
+        T=src.name, OUT=arrays.array_scalar_type(part).name, D=D, DR=DR, PAGE=page, BN=bn, STAGES=st,
+        shared=shared, stream=_stream(q_nope))
     if num_splits > 1:
         merge_states(part, part_lse, out=out, lse_out=lse, target=target)
     return (out, lse) if return_lse else out
