@@ -639,7 +639,8 @@ def test_mla_decode_cpu():
 @pytest.mark.parametrize("H,tc", [(16, None), (128, None), (16, False)], ids=["tc16", "tc128", "simt16"])
 def test_mla_decode_gpu(H, tc):
     """DeepSeek's shapes (latent 512, rope 64, pages of 64; 16 and 128 heads) on the GPU against float64,
-    on tensor cores (the default) and in SIMT."""
+    std.attention's kernel (path 'generic') on tensor cores (mma.sync) and in SIMT; the Hopper kernel,
+    the default on sm_90, in test_mla_sm90.py."""
     import torch
 
     B, D, DR, page = 4, 512, 64, 64
@@ -652,7 +653,7 @@ def test_mla_decode_gpu(H, tc):
     scale = (128 + 64) ** -0.5
     out, lse = ops.mla_decode(q_nope, q_pe, ckv, kpe, torch.from_numpy(table).cuda(),
                               torch.tensor(lens, dtype=torch.int32, device="cuda"), scale=scale, return_lse=True,
-                              tensor_cores=tc)
+                              tensor_cores=tc, path="generic")
     ref, ref_lse = [], []
     for b, n in enumerate(lens):
         pages = torch.from_numpy(table[b, :-(-n // page)]).cuda().long()
