@@ -312,7 +312,9 @@ def mla(results: dict, bw: float, quick: bool = False, first: int | None = None)
             sc = (q_nope[b].float() @ c.T + q_pe[b].float() @ kp.T) * 0.07
             ref.append(torch.softmax(sc, -1) @ c)
         ref = torch.stack(ref)
-        configs = [dict(path="sm90"), dict(path="generic"), dict(path="sm90", sm90_tiles=dict(BN=32, STAGES=3)),
+        configs = [dict(path="sm90"), dict(path="generic"), dict(path="sm90", sm90_tiles=dict(OVERLAP=True)),
+                   dict(path="sm90", sm90_tiles=dict(BN=32, STAGES=3)),
+                   dict(path="sm90", sm90_tiles=dict(BN=32, STAGES=3, OVERLAP=True)),
                    dict(path="sm90", num_splits=4), dict(path="sm90", num_splits=1),
                    dict(path="generic", stages=2), dict(path="generic", stages=4),
                    dict(path="generic", heads_per_block=8)]

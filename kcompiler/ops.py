@@ -1406,8 +1406,8 @@ def mla_decode(q_nope: Any, q_pe: Any, ckv_cache: Any, kpe_cache: Any, block_tab
       :func:`mla_sm90_reason_not` finds nothing against it and none of ``heads_per_block``, ``warps``,
       ``tensor_cores`` is given; else std.attention's ``mla_decode`` ('generic': mma.sync or SIMT as
       ``tensor_cores`` says). 'sm90' insists on the Hopper kernel (RuntimeError where it cannot run),
-      'generic' on std.attention's. ``sm90_tiles``: the Hopper kernel's BN (keys a step) and STAGES
-      instead of :data:`MLA_SM90_TILES`.
+      'generic' on std.attention's. ``sm90_tiles``: the Hopper kernel's BN (keys a step), STAGES and
+      OVERLAP instead of :data:`MLA_SM90_TILES`.
 
     Every block reads its sequence's latent rows once per group of heads (the groups after the first
     mostly from L2). Raises TypeError / ValueError for dtypes and shapes that do not match."""
@@ -1497,10 +1497,12 @@ def mla_decode(q_nope: Any, q_pe: Any, ckv_cache: Any, kpe_cache: Any, block_tab
     return (out, lse) if return_lse else out
 
 
-#: Tiles of std.mla_sm90 (the Hopper MLA decode): BN keys a step (a tile serves as K and V) and STAGES
-#: tiles in the ring. FlashMLA's choice (64 keys, 2 stages); at D 512 + DR 64 that fills shared memory
-#: (:func:`mla_sm90_shared_bytes`: 229,672 bytes of sm_90's 232,448). Not yet timed on a GPU.
-MLA_SM90_TILES = dict(BN=64, STAGES=2)
+#: Tiles of std.mla_sm90 (the Hopper MLA decode): BN keys a step (a tile serves as K and V), STAGES
+#: tiles in the ring, OVERLAP (the softmax warpgroup issues S_j = Q K_j^T with P_{j-1} V_{j-1} and runs
+#: tile j's softmax under the latter; needs 2 stages). FlashMLA's tiles (64 keys, 2 stages); at D 512 +
+#: DR 64 they fill shared memory (:func:`mla_sm90_shared_bytes`: 229,672 bytes of sm_90's 232,448).
+#: Not yet timed on a GPU.
+MLA_SM90_TILES = dict(BN=64, STAGES=2, OVERLAP=False)
 #: The most dynamic shared memory a block of sm_90 may have (227 KB).
 SM90_MAX_SHARED = 232448
 
@@ -1552,8 +1554,8 @@ def mla_sm90_reason_not(q_nope: Any, q_pe: Any, ckv_cache: Any, kpe_cache: Any, 
         return "the Hopper path computes f16 and bf16"
     if D % 128 or D > 512 or DR % 64 or DR == 0:
         return f"the Hopper path takes D a multiple of 128 up to 512 and DR of 64, not {D} and {DR}"
-    if bn % 16 or not 16 <= bn <= 256 or st < 1:
-        return f"sm90_tiles: BN a multiple of 16 from 16 to 256 and STAGES at least 1, not {tiles}"
+    if bn % 16 or not 16 <= bn <= 256 or st < 1 or (tiles.get("OVERLAP") and st < 2):
+        return f"sm90_tiles: BN a multiple of 16 from 16 to 256 and STAGES at least 1 (2 with OVERLAP), not {tiles}"
     if page % 8 or page > 256 or (page % bn and bn % page):
         return f"the Hopper path takes pages of a multiple of 8 up to 256 that divide BN ({bn}) or that it " \
                f"divides, not {page}"
@@ -1606,7 +1608,7 @@ def _mla_decode_sm90(q_nope: Any, q_pe: Any, ckv: Any, kpe: Any, bt: Any, sl: An
     mod.mla_decode_sm90[(blocks, num_splits, B), 384](
         *maps, bt, sl, _flat(part, 1), _flat(part_lse, 1), H, max_pages, num_splits, np.float32(scale),
         T=src.name, OUT=arrays.array_scalar_type(part).name, D=D, DR=DR, PAGE=page, BN=bn, STAGES=st,
-        shared=shared, stream=_stream(q_nope))
+        OVERLAP=bool(tiles.get("OVERLAP", False)), shared=shared, stream=_stream(q_nope))
     if num_splits > 1:
         merge_states(part, part_lse, out=out, lse_out=lse, target=target)
     return (out, lse) if return_lse else out
