@@ -1,5 +1,6 @@
 """One launch each of std.attention's decode kernels at bench_attention.py's shapes, for Nsight Compute:
-the GQA 4:1 tensor-core ring (two tile choices), the MHA SIMT ring, and MLA on tensor cores (16 heads).
+the GQA 4:1 tensor-core ring (two tile choices), the MHA SIMT ring, and MLA at 16 and 128 heads (the
+Hopper kernel mla_decode_sm90, then std.attention's mma.sync one).
 
     ncu --clock-control none -k regex:"paged_decode|mla_decode" --section SpeedOfLight \\
         --section Occupancy --section WarpStateStats --section LaunchStats python3 benchmarks/profile_decode.py
@@ -31,8 +32,10 @@ Dl, DR, pg = 512, 64, 64
 ckv = torch.randn(B * S // pg, pg, Dl, device="cuda", dtype=torch.bfloat16)
 kpe = torch.randn(B * S // pg, pg, DR, device="cuda", dtype=torch.bfloat16)
 t2 = torch.randperm(B * S // pg, generator=g).view(B, S // pg).int().cuda()
-qn = torch.randn(B, 16, Dl, device="cuda", dtype=torch.bfloat16)
-qp = torch.randn(B, 16, DR, device="cuda", dtype=torch.bfloat16)
-ops.mla_decode(qn, qp, ckv, kpe, t2, lens, scale=0.07, max_seq_len=S)
+for Hm in (16, 128):  # MLA: the Hopper kernel (mla_decode_sm90, the default on sm_90), then mma.sync
+    qn = torch.randn(B, Hm, Dl, device="cuda", dtype=torch.bfloat16)
+    qp = torch.randn(B, Hm, DR, device="cuda", dtype=torch.bfloat16)
+    ops.mla_decode(qn, qp, ckv, kpe, t2, lens, scale=0.07, max_seq_len=S, path="sm90")
+    ops.mla_decode(qn, qp, ckv, kpe, t2, lens, scale=0.07, max_seq_len=S, path="generic")
 torch.cuda.synchronize()
 print("done")
