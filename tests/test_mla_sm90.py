@@ -191,3 +191,22 @@ def test_mla_sm90_gpu(H, page):
         check(out.float().cpu().numpy(), lse.cpu().numpy(), ref, ref_lse, v, "bf16")
     out, lse = ops.mla_decode(qn, qp, c, k, bt, sl, scale=scale, return_lse=True, path="generic")
     check(out.float().cpu().numpy(), lse.cpu().numpy(), ref, ref_lse, v, "bf16")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tiles", [dict(OVERLAP=True), dict(BN=32, STAGES=3), dict(BN=32, STAGES=3, OVERLAP=True),
+                                   dict(BN=16, STAGES=4)], ids=["overlap", "bn32", "bn32-overlap", "bn16"])
+def test_mla_sm90_tiles_gpu(tiles):
+    """The other tiles the benchmark times, on the H100 (128 heads, pages of 16 and 64, f16)."""
+    import torch
+    lens = [777, 1, 2048, 63]
+    scale = (128 + 64) ** -0.5
+    for page in (16, 64):
+        q_nope, q_pe, ckv, kpe, table = mla_inputs(lens, 128, 512, 64, page, "f16")
+        qn, qp, c, k = (torch.from_numpy(x).cuda() for x in (q_nope, q_pe, ckv, kpe))
+        out, lse = ops.mla_decode(qn, qp, c, k, torch.from_numpy(table).cuda(),
+                                  torch.tensor(lens, dtype=torch.int32, device="cuda"), scale=scale,
+                                  return_lse=True, path="sm90", sm90_tiles=tiles)
+        ref, ref_lse = _torch_reference(qn, qp, c, k, table, lens, page, scale)
+        check(out.float().cpu().numpy(), lse.cpu().numpy(), ref, ref_lse,
+              finite_rows(ckv.astype(np.float32), table, lens, page), "f16")
