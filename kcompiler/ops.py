@@ -1414,6 +1414,8 @@ def mla_decode(q_nope: Any, q_pe: Any, ckv_cache: Any, kpe_cache: Any, block_tab
     fn = "mla_decode"
     if path not in ("auto", "sm90", "generic"):
         raise ValueError(f"{fn}: path must be 'auto', 'sm90' or 'generic', not {path!r}")
+    if sm90_tiles is not None and set(sm90_tiles) - set(MLA_SM90_TILES):
+        raise ValueError(f"{fn}: sm90_tiles takes {', '.join(MLA_SM90_TILES)}, not {sorted(set(sm90_tiles))}")
     src = _query_type(q_nope, fn, "q_nope")
     for name, x in (("q_pe", q_pe), ("ckv_cache", ckv_cache), ("kpe_cache", kpe_cache)):
         _check_same(name, x, src, fn)

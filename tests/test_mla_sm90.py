@@ -111,6 +111,8 @@ def test_mla_path_choice():
     sl = np.array(lens, np.int32)
     with pytest.raises(ValueError, match="path must be"):
         ops.mla_decode(q_nope, q_pe, ckv, kpe, table, sl, scale=0.1, path="fa3", target="cpu")
+    with pytest.raises(ValueError, match="sm90_tiles takes BN, STAGES, OVERLAP"):
+        ops.mla_decode(q_nope, q_pe, ckv, kpe, table, sl, scale=0.1, sm90_tiles=dict(bn=32), target="cpu")
     with pytest.raises(RuntimeError, match="sm_90"):
         ops.mla_decode(q_nope, q_pe, ckv, kpe, table, sl, scale=0.1, path="sm90", target="cpu")
     a, b, c, d, t = mla_inputs(lens, 4, 64, 64, 16, poison=False)
