@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -1038,20 +1038,28 @@ def attention_sm90_reason_not(q: Any, k: Any, v: Any, out: Any, head_dim: int, s
         return f"the Hopper path takes D = 64 or 128, not {head_dim} (D = 256 would need more registers)"
     if not varlen and seqlen_k == 0:
         return "no keys: a tensor map describes no empty tensor"
-    if target == "auto" and not (arrays.is_torch_tensor(q) and q.is_cuda):
+    why = _hopper_reason_not("attention_sm90", _attention_sm90_module, target, (q, k, v, out))
+    if why is None and (any(_data_ptr(_flat(x, 1)) % 16 for x in (q, k, v)) or _data_ptr(_flat(out, 1)) % 4):
+        return "TMA needs 16-byte aligned tensors"
+    return why
+
+
+def _hopper_reason_not(name: str, module: Callable[[str], Any], target: str, xs: tuple) -> str | None:
+    """What keeps std.``name`` (a Hopper kernel fed by TMA tensor maps; ``module(target)`` compiles it)
+    from running on arrays ``xs`` for ``target``, or None: 'auto' runs it on torch CUDA tensors only,
+    the target must have wgmma (an sm_90 GPU, or the CPU target's emulation), and the arrays must be
+    what its tensor maps can describe there (device arrays on a GPU, numpy ones on the CPU target)."""
+    if target == "auto" and not (arrays.is_torch_tensor(xs[0]) and xs[0].is_cuda):
         return "the Hopper path runs on torch CUDA tensors"
     try:
-        mod = _attention_sm90_module(target)
+        mod = module(target)
     except Exception as e:  # noqa: BLE001 - no CUDA here, no stdlib...: the path does not apply
-        return f"std.attention_sm90 is not available ({e})"
+        return f"std.{name} is not available ({e})"
     if not mod._program.target.has("wgmma"):
         return "the Hopper path needs an sm_90 GPU (wgmma, TMA)"
     device = mod.target != "cpu"
-    if any(arrays.is_device_array(x) != device or (not device and not isinstance(x, np.ndarray))
-           for x in (q, k, v, out)):
+    if any(arrays.is_device_array(x) != device or (not device and not isinstance(x, np.ndarray)) for x in xs):
         return "the tensor maps need device arrays on a GPU (numpy ones on the CPU target)"
-    if any(_data_ptr(_flat(x, 1)) % 16 for x in (q, k, v)) or _data_ptr(_flat(out, 1)) % 4:
-        return "TMA needs 16-byte aligned tensors"
     return None
 
 
@@ -1564,21 +1572,11 @@ def mla_sm90_reason_not(q_nope: Any, q_pe: Any, ckv_cache: Any, kpe_cache: Any, 
     if mla_sm90_shared_bytes(D, DR, tiles, t.size) > SM90_MAX_SHARED:
         return f"BN {bn} in {st} stages needs {mla_sm90_shared_bytes(D, DR, tiles, t.size)} bytes of shared " \
                f"memory, more than sm_90's {SM90_MAX_SHARED}"
-    if target == "auto" and not (arrays.is_torch_tensor(q_nope) and q_nope.is_cuda):
-        return "the Hopper path runs on torch CUDA tensors"
-    try:
-        mod = _mla_sm90_module(target)
-    except Exception as e:  # noqa: BLE001 - no CUDA here, no stdlib...: the path does not apply
-        return f"std.mla_sm90 is not available ({e})"
-    if not mod._program.target.has("wgmma"):
-        return "the Hopper path needs an sm_90 GPU (wgmma, TMA)"
-    device = mod.target != "cpu"
     xs = (q_nope, q_pe, ckv_cache, kpe_cache)
-    if any(arrays.is_device_array(x) != device or (not device and not isinstance(x, np.ndarray)) for x in xs):
-        return "the tensor maps need device arrays on a GPU (numpy ones on the CPU target)"
-    if any(_data_ptr(x) % 16 for x in xs):
+    why = _hopper_reason_not("mla_sm90", _mla_sm90_module, target, xs)
+    if why is None and any(_data_ptr(x) % 16 for x in xs):
         return "TMA needs 16-byte aligned tensors"
-    return None
+    return why
 
 
 def _mla_decode_sm90(q_nope: Any, q_pe: Any, ckv: Any, kpe: Any, bt: Any, sl: Any, max_pages: int,
