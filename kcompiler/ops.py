@@ -1488,15 +1488,9 @@ def mla_decode(q_nope: Any, q_pe: Any, ckv_cache: Any, kpe_cache: Any, block_tab
         regs, kw = 48 + 8 * G * (D // lanes) // 4, dict(U=unroll, L=lanes)
     if num_splits is None:
         num_splits = decode_splits(B * H // G, max_seq_len, _sm_count(q_nope), warps * 32, shared, regs)
-    num_splits = int(num_splits)
-    if num_splits < 1:
-        raise ValueError(f"{fn}: num_splits must be at least 1, not {num_splits}")
-    out = _empty_like(q_nope, (B, H, D), src.name)
-    lse = _empty_like(q_nope, (B, H), "f32")
+    num_splits, out, lse, part, part_lse = _mla_outputs(q_nope, B, H, D, src.name, num_splits)
     if B == 0 or H == 0:
         return (out, lse) if return_lse else out
-    part = out if num_splits == 1 else _empty_like(q_nope, (B, num_splits, H, D), "f32")
-    part_lse = lse if num_splits == 1 else _empty_like(q_nope, (B, num_splits, H), "f32")
     mod.mla_decode[(num_splits, H // G, B), warps * 32](
         _flat(q_nope, 64), _flat(q_pe, 16), _flat(ckv_cache, 64), _flat(kpe_cache, 16), bt, sl, _flat(part, 1),
         _flat(part_lse, 1), H // G, max_pages, num_splits, np.float32(scale), T=src.name,
@@ -1505,6 +1499,22 @@ def mla_decode(q_nope: Any, q_pe: Any, ckv_cache: Any, kpe_cache: Any, block_tab
     if num_splits > 1:
         merge_states(part, part_lse, out=out, lse_out=lse, target=target)
     return (out, lse) if return_lse else out
+
+
+def _mla_outputs(like: Any, B: int, H: int, D: int, dtype: str, num_splits: int) -> tuple:
+    """(num_splits, out, lse, part, part_lse) of :func:`mla_decode`: the result (B, H, D) of ``dtype``
+    and its LSE (B, H) f32, arrays of ``like``'s kind, and what the kernel writes: those for one split,
+    else f32 partial states (B, num_splits, H, D) and their LSEs for merge_states. ValueError for
+    num_splits < 1."""
+    num_splits = int(num_splits)
+    if num_splits < 1:
+        raise ValueError(f"mla_decode: num_splits must be at least 1, not {num_splits}")
+    out = _empty_like(like, (B, H, D), dtype)
+    lse = _empty_like(like, (B, H), "f32")
+    if num_splits == 1:
+        return num_splits, out, lse, out, lse
+    return (num_splits, out, lse, _empty_like(like, (B, num_splits, H, D), "f32"),
+            _empty_like(like, (B, num_splits, H), "f32"))
 
 
 #: Tiles of std.mla_sm90 (the Hopper MLA decode): BN keys a step (a tile serves as K and V), STAGES
@@ -1592,15 +1602,9 @@ def _mla_decode_sm90(q_nope: Any, q_pe: Any, ckv: Any, kpe: Any, bt: Any, sl: An
     blocks = -(-H // 64)
     if num_splits is None:
         num_splits = mla_sm90_splits(B * blocks, max_seq_len, _sm_count(q_nope), bn)
-    num_splits = int(num_splits)
-    if num_splits < 1:
-        raise ValueError(f"mla_decode: num_splits must be at least 1, not {num_splits}")
-    out = _empty_like(q_nope, (B, H, D), src.name)
-    lse = _empty_like(q_nope, (B, H), "f32")
+    num_splits, out, lse, part, part_lse = _mla_outputs(q_nope, B, H, D, src.name, num_splits)
     if B == 0 or H == 0:
         return (out, lse) if return_lse else out
-    part = out if num_splits == 1 else _empty_like(q_nope, (B, num_splits, H, D), "f32")
-    part_lse = lse if num_splits == 1 else _empty_like(q_nope, (B, num_splits, H), "f32")
     rows = min(page, bn)
     maps = [cached_tensor_map(q_nope, (1, 64, 64)), cached_tensor_map(q_pe, (1, 64, 64)),
             cached_tensor_map(ckv, (1, rows, 64)), cached_tensor_map(kpe, (1, rows, 64))]
