@@ -1384,6 +1384,11 @@ def scaled_matmul(a: Any, b: Any, scale_a: Any, scale_b: Any, *, out_dtype: Any 
     return _scaled_matmul(a, b, scale_a, scale_b, out_dtype=out_dtype, out=out)
 
 
+#: Whether ops.mla_decode's path 'auto' takes the Hopper kernel (stdlib/mla_sm90.kc). False until that
+#: kernel has run on an H100: it passes the CPU target's emulation and ptxas only (issue 9).
+MLA_SM90_AUTO = False
+
+
 def mla_decode(q_nope: Any, q_pe: Any, ckv_cache: Any, kpe_cache: Any, block_table: Any, seq_lens: Any, *,
                scale: float, num_splits: int | None = None, max_seq_len: int | None = None,
                return_lse: bool = False, heads_per_block: int | None = None, warps: int | None = None,
@@ -1409,12 +1414,13 @@ def mla_decode(q_nope: Any, q_pe: Any, ckv_cache: Any, kpe_cache: Any, block_tab
       spends 2 (D + DR) + 2 D f32 operations a key and head on the FMA units (compute-bound at many
       heads: benchmarks/RESULTS.md).
 
-    - ``path``: 'auto' takes the Hopper kernel (stdlib/mla_sm90.kc: TMA through the block table, wgmma,
-      a producer warpgroup and two consumers, 64 heads a block; FlashMLA's design) where
-      :func:`mla_sm90_reason_not` finds nothing against it and none of ``heads_per_block``, ``warps``,
-      ``tensor_cores`` is given; else std.attention's ``mla_decode`` ('generic': mma.sync or SIMT as
-      ``tensor_cores`` says). 'sm90' insists on the Hopper kernel (RuntimeError where it cannot run),
-      'generic' on std.attention's. ``sm90_tiles``: the Hopper kernel's BN (keys a step), STAGES and
+    - ``path``: 'sm90' takes the Hopper kernel (stdlib/mla_sm90.kc: TMA through the block table, wgmma,
+      a producer warpgroup and two consumers, 64 heads a block; FlashMLA's design; RuntimeError where
+      :func:`mla_sm90_reason_not` finds something against it); 'generic' std.attention's
+      ``mla_decode`` (mma.sync or SIMT as ``tensor_cores`` says). 'auto' is 'generic' while
+      :data:`MLA_SM90_AUTO` is False: the Hopper kernel has passed its tests in the CPU target's
+      emulation and ptxas, not yet on a GPU; once it has, 'auto' takes it where it can run and none
+      of ``heads_per_block``, ``warps``, ``tensor_cores`` is given. ``sm90_tiles``: the Hopper kernel's BN (keys a step), STAGES and
       OVERLAP instead of :data:`MLA_SM90_TILES`.
 
     Every block reads its sequence's latent rows once per group of heads (the groups after the first
@@ -1450,7 +1456,7 @@ def mla_decode(q_nope: Any, q_pe: Any, ckv_cache: Any, kpe_cache: Any, block_tab
         max_seq_len = int(lens.max()) if B else 0
     q_nope, q_pe, ckv_cache, kpe_cache = (_contiguous(x) for x in (q_nope, q_pe, ckv_cache, kpe_cache))
     generic_options = heads_per_block is not None or warps is not None or tensor_cores is not None
-    if path == "sm90" or (path == "auto" and not generic_options):
+    if path == "sm90" or (path == "auto" and MLA_SM90_AUTO and not generic_options):
         tgt = _target_for(q_nope, target)
         tiles = {**MLA_SM90_TILES, **(sm90_tiles or {})}
         why = mla_sm90_reason_not(q_nope, q_pe, ckv_cache, kpe_cache, tiles, tgt)
