@@ -269,21 +269,13 @@ def main() -> None:
     p.add_argument("--mx", action="store_true", help="time the fused MXFP8 cast, then stop")
     p.add_argument("--graphs", action="store_true", help="time small M from CUDA graphs too, then stop")
     args = p.parse_args()
-    if args.graphs:
-        rows = time_graphs()
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump({"device": torch.cuda.get_device_name(), "graphs": rows}, f, indent=1)
-        return
     if args.configs:
         time_configs()
         return
-    if args.mx:
-        rows = time_mx()
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump({"device": torch.cuda.get_device_name(), "mx": rows}, f, indent=1)
-        return
+    for flag, key, timer in ((args.graphs, "graphs", time_graphs), (args.mx, "mx", time_mx)):
+        if flag:
+            write_json(args.json, {"device": torch.cuda.get_device_name(), key: timer()})
+            return
     dev = torch.cuda.get_device_name()
     sizes = QUICK if args.quick else [s for s in LLM if s[0] <= 128] if args.small else SQUARE + LLM
     rows = []
@@ -302,8 +294,13 @@ def main() -> None:
     if args.sass:
         result["sass"] = sass_counts()
         print("SASS:", json.dumps(result["sass"]))
-    if args.json:
-        with open(args.json, "w") as f:
+    write_json(args.json, result)
+
+
+def write_json(path: str | None, result: dict) -> None:
+    """``result`` as JSON at ``path`` (nothing where None)."""
+    if path:
+        with open(path, "w") as f:
             json.dump(result, f, indent=1)
 
 

@@ -396,22 +396,30 @@ def test_emulated_split_k(split_k, out_t):
     _check64(out, a64 @ b64, K, np.abs(a64) @ np.abs(b64))
 
 
-@pytest.mark.parametrize("fmt, per_row", [("float8_e4m3fn", False), ("float8_e5m2", True)])
-def test_emulated_split_k_fixup_with_epilogue_and_scales(fmt, per_row):
-    """Split-K with FP8 scales and an epilogue (applied once, to the sum, by the fix-up): the same bits as
-    the unsplit kernel would not hold (another order of additions), so against float64; twice on the
-    same workspace, which the kernel leaves as it found it (counts zero), with the same bits both times."""
+def _fp8_operands(rng, fmt: str, M: int, N: int, K: int, per_row: bool):
+    """Random FP8 ``fmt`` (an ml_dtypes name) a (M, K) and b (N, K), and f32 scales in [0.5, 1.5):
+    one each, or per row of A and per column of C with ``per_row``."""
     import ml_dtypes
     import numpy as np
-
-    from kcompiler import matmul_sm90
-    M, N, K = 45, 136, 1040
-    rng = np.random.default_rng()
     dt = getattr(ml_dtypes, fmt)
     a = (2 * rng.standard_normal((M, K))).astype(dt)
     b = (2 * rng.standard_normal((N, K))).astype(dt)
     sa = (rng.random(M if per_row else 1) + 0.5).astype(np.float32)
     sb = (rng.random(N if per_row else 1) + 0.5).astype(np.float32)
+    return a, b, sa, sb
+
+
+@pytest.mark.parametrize("fmt, per_row", [("float8_e4m3fn", False), ("float8_e5m2", True)])
+def test_emulated_split_k_fixup_with_epilogue_and_scales(fmt, per_row):
+    """Split-K with FP8 scales and an epilogue (applied once, to the sum, by the fix-up): the same bits as
+    the unsplit kernel would not hold (another order of additions), so against float64; twice on the
+    same workspace, which the kernel leaves as it found it (counts zero), with the same bits both times."""
+    import numpy as np
+
+    from kcompiler import matmul_sm90
+    M, N, K = 45, 136, 1040
+    rng = np.random.default_rng()
+    a, b, sa, sb = _fp8_operands(rng, fmt, M, N, K, per_row)
     bias = rng.standard_normal(N).astype(np.float32)
     ws, counts = matmul_sm90._split_workspace(a, 3 * 128, 3 * 64)
     outs = []
@@ -434,17 +442,12 @@ def test_emulated_split_k_fixup_with_epilogue_and_scales(fmt, per_row):
 @pytest.mark.parametrize("fmt, per_row", [("float8_e4m3fn", False), ("float8_e4m3fn", True), ("float8_e5m2", True)])
 def test_emulated_fp8_scales(fmt, per_row):
     """FP8 (k32 wgmma, 128-byte rows of 128 elements) with per-tensor or per-row/column scales."""
-    import ml_dtypes
     import numpy as np
 
     from kcompiler import matmul_sm90
     M, N, K = 77, 136, 272
     rng = np.random.default_rng()
-    dt = getattr(ml_dtypes, fmt)
-    a = (2 * rng.standard_normal((M, K))).astype(dt)
-    b = (2 * rng.standard_normal((N, K))).astype(dt)
-    sa = (rng.random(M if per_row else 1) + 0.5).astype(np.float32)
-    sb = (rng.random(N if per_row else 1) + 0.5).astype(np.float32)
+    a, b, sa, sb = _fp8_operands(rng, fmt, M, N, K, per_row)
     out = np.full((M, N), np.nan, np.float32)
     matmul_sm90.run(_emulated(), a, b, out, scale_a=sa, scale_b=sb, scale=2 if per_row else 1,
                     config=matmul_sm90.CONFIGS["128x256"], sms=2)
