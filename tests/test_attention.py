@@ -410,6 +410,17 @@ def test_amd_code_objects(arch):
 
 # --- on the GPU: against torch's SDPA in float64 -----------------------------------------------------
 
+def attention_in_layout(q, k, v, causal, layout, path):
+    """ops.attention on (B, S, H, D) torch q, k, v passed in ``layout`` ('bshd' as they are, 'bhsd'
+    transposed copies) by ``path``; returns (out as (B, S, H, D), lse)."""
+    from kcompiler import ops
+    if layout == "bshd":
+        return ops.attention(q, k, v, causal=causal, return_lse=True, path=path)
+    out, lse = ops.attention(*(x.transpose(1, 2).contiguous() for x in (q, k, v)), causal=causal,
+                             layout="bhsd", return_lse=True, path=path)
+    return out.transpose(1, 2), lse
+
+
 def sdpa64(q, k, v, causal, scale):
     """torch SDPA in float64 of (B, S, H, D) tensors (GQA by repeating K/V heads, the causal mask
     bottom-right aligned); (out (B, Sq, H, D), lse (B, H, Sq))."""
@@ -443,12 +454,7 @@ def test_prefill_gpu(D, causal):
         k = torch.randn(B, Sk, HK, D, device="cuda", dtype=dtype)
         v = torch.randn(B, Sk, HK, D, device="cuda", dtype=dtype)
         scale = D ** -0.5
-        if layout == "bshd":
-            out, lse = ops.attention(q, k, v, causal=causal, return_lse=True, path="fa2")
-        else:
-            out, lse = ops.attention(*(x.transpose(1, 2).contiguous() for x in (q, k, v)), causal=causal,
-                                     layout="bhsd", return_lse=True, path="fa2")
-            out = out.transpose(1, 2)
+        out, lse = attention_in_layout(q, k, v, causal, layout, "fa2")
         ref, ref_lse = sdpa64(q, k, v, causal, scale)
         check(out.cpu().float().numpy(), lse.cpu().numpy(), ref.cpu().numpy(), ref_lse.cpu().numpy(),
               v.cpu().float().numpy(), "bf16" if dtype == torch.bfloat16 else "f16")

@@ -206,21 +206,14 @@ def test_prefill_sm90_gpu(D, causal):
     f16, both layouts, against SDPA in float64 (test_attention.py's bounds); outputs poisoned first."""
     import torch
 
-    from kcompiler import ops
-
-    from .test_attention import check, sdpa64
+    from .test_attention import attention_in_layout, check, sdpa64
     for dt, (B, Sq, Sk, H, HK), layout in GPU_SHAPES:
         dtype = {"bf16": torch.bfloat16, "f16": torch.float16}[dt]
         q = torch.randn(B, Sq, H, D, device="cuda", dtype=dtype)
         k = torch.randn(B, Sk, HK, D, device="cuda", dtype=dtype)
         v = torch.randn(B, Sk, HK, D, device="cuda", dtype=dtype)
         torch.empty(64 << 20, device="cuda", dtype=torch.uint8).fill_(0xFF)  # NaN where ops allocates next
-        if layout == "bshd":
-            out, lse = ops.attention(q, k, v, causal=causal, return_lse=True, path="sm90")
-        else:
-            out, lse = ops.attention(*(x.transpose(1, 2).contiguous() for x in (q, k, v)), causal=causal,
-                                     layout="bhsd", return_lse=True, path="sm90")
-            out = out.transpose(1, 2)
+        out, lse = attention_in_layout(q, k, v, causal, layout, "sm90")
         ref, ref_lse = sdpa64(q, k, v, causal, D ** -0.5)
         check(out.cpu().float().numpy(), lse.cpu().numpy(), ref.cpu().numpy(), ref_lse.cpu().numpy(),
               v.cpu().float().numpy(), dt)
