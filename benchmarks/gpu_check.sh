@@ -6,7 +6,7 @@
 #
 #     bash benchmarks/gpu_check.sh [tests] [matmul] [attention] [math]    (no argument: all four)
 #
-# tests:     pytest -m gpu over tests/ (junit XML and the failures' tails in $OUT)
+# tests:     pytest -m gpu over tests/, in $SHARDS (4) processes (junit XML and each shard's output in $OUT)
 # matmul:    bench_matmul.py --sass (bf16/FP8 squares, LLM shapes, row-major B; vs cuBLAS and Triton)
 # attention: bench_attention.py --quick (FA2 and Hopper prefill vs SDPA flash/cuDNN; decode, MLA vs copy)
 # math:      bench_math.py --no-accuracy (GElem/s vs torch and Triton), accuracy only with MATH_ONLY=f,g
@@ -21,8 +21,18 @@ rc=0
 for p in "${phases[@]}"; do
   echo "== $p ($(date -u +%H:%M:%S))"
   case $p in
-    tests) timeout 330 python3 -m pytest -q -m gpu tests -p no:cacheprovider --junitxml="$OUT/gpu_tests.xml" \
-             2>&1 | tail -40 | tee "$OUT/tests.txt" ;;
+    tests) # The test files dealt round-robin to $SHARDS pytest processes at once: compiling is CPU
+           # work (16 cores there), and one process took over 330 s for the whole GPU suite.
+           n=${SHARDS:-4}; files=(tests/test_*.py); pids=()
+           for ((i = 0; i < n; i++)); do
+             shard=(); for ((j = i; j < ${#files[@]}; j += n)); do shard+=("${files[j]}"); done
+             timeout 330 python3 -m pytest -q -rf --tb=short -m gpu "${shard[@]}" -p no:cacheprovider \
+               --junitxml="$OUT/gpu_tests_$i.xml" >"$OUT/tests_$i.txt" 2>&1 & pids+=($!)
+           done
+           trc=0; for pid in "${pids[@]}"; do wait "$pid" || trc=1; done
+           for ((i = 0; i < n; i++)); do echo "-- shard $i"; grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/tests_$i.txt"; done \
+             | tee "$OUT/tests.txt"
+           (exit $trc) ;;
     matmul) timeout 120 python3 benchmarks/bench_matmul.py --sass --json "$OUT/matmul.json" 2>&1 | tee "$OUT/matmul.txt" \
              | tail -45 ;;
     attention) timeout 150 python3 benchmarks/bench_attention.py --quick --json "$OUT/attention.json" 2>&1 \

@@ -1384,9 +1384,11 @@ def scaled_matmul(a: Any, b: Any, scale_a: Any, scale_b: Any, *, out_dtype: Any 
     return _scaled_matmul(a, b, scale_a, scale_b, out_dtype=out_dtype, out=out)
 
 
-#: Whether ops.mla_decode's path 'auto' takes the Hopper kernel (stdlib/mla_sm90.kc). False until that
-#: kernel has run on an H100: it passes the CPU target's emulation and ptxas only (issue 9).
-MLA_SM90_AUTO = False
+#: The fewest query heads for which ops.mla_decode's path 'auto' takes the Hopper kernel
+#: (stdlib/mla_sm90.kc: 64 heads a block as wgmma's M, fewer are padded). H100, B 32, 8192 keys, latent
+#: 512 + 64, bf16 (benchmarks/RESULTS.md, 2026-11-23): 128 heads 0.353 ms against the mma.sync kernel's
+#: 0.612 (x1.73); 16 heads 0.227 against 0.191 (x0.84). 64 heads, one full tile, is the threshold.
+MLA_SM90_MIN_HEADS = 64
 
 
 def mla_decode(q_nope: Any, q_pe: Any, ckv_cache: Any, kpe_cache: Any, block_table: Any, seq_lens: Any, *,
@@ -1417,11 +1419,11 @@ def mla_decode(q_nope: Any, q_pe: Any, ckv_cache: Any, kpe_cache: Any, block_tab
     - ``path``: 'sm90' takes the Hopper kernel (stdlib/mla_sm90.kc: TMA through the block table, wgmma,
       a producer warpgroup and two consumers, 64 heads a block; FlashMLA's design; RuntimeError where
       :func:`mla_sm90_reason_not` finds something against it); 'generic' std.attention's
-      ``mla_decode`` (mma.sync or SIMT as ``tensor_cores`` says). 'auto' is 'generic' while
-      :data:`MLA_SM90_AUTO` is False: the Hopper kernel has passed its tests in the CPU target's
-      emulation and ptxas, not yet on a GPU; once it has, 'auto' takes it where it can run and none
-      of ``heads_per_block``, ``warps``, ``tensor_cores`` is given. ``sm90_tiles``: the Hopper kernel's BN (keys a step), STAGES and
-      OVERLAP instead of :data:`MLA_SM90_TILES`.
+      ``mla_decode`` (mma.sync or SIMT as ``tensor_cores`` says). 'auto' takes the Hopper kernel
+      where it can run, H is at least :data:`MLA_SM90_MIN_HEADS` (64: below, the mma.sync kernel's
+      16-row tiles were faster on the H100) and none of ``heads_per_block``, ``warps``,
+      ``tensor_cores`` is given; else 'generic'. ``sm90_tiles``: the Hopper kernel's BN (keys a
+      step), STAGES and OVERLAP instead of :data:`MLA_SM90_TILES`.
 
     Every block reads its sequence's latent rows once per group of heads (the groups after the first
     mostly from L2). Raises TypeError / ValueError for dtypes and shapes that do not match."""
@@ -1456,7 +1458,7 @@ def mla_decode(q_nope: Any, q_pe: Any, ckv_cache: Any, kpe_cache: Any, block_tab
         max_seq_len = int(lens.max()) if B else 0
     q_nope, q_pe, ckv_cache, kpe_cache = (_contiguous(x) for x in (q_nope, q_pe, ckv_cache, kpe_cache))
     generic_options = heads_per_block is not None or warps is not None or tensor_cores is not None
-    if path == "sm90" or (path == "auto" and MLA_SM90_AUTO and not generic_options):
+    if path == "sm90" or (path == "auto" and H >= MLA_SM90_MIN_HEADS and not generic_options):
         tgt = _target_for(q_nope, target)
         tiles = {**MLA_SM90_TILES, **(sm90_tiles or {})}
         why = mla_sm90_reason_not(q_nope, q_pe, ckv_cache, kpe_cache, tiles, tgt)

@@ -129,6 +129,25 @@ def test_mla_path_choice():
     assert np.abs(out.astype(np.float64) - ref).max() < 0.05
 
 
+def test_mla_auto_takes_the_hopper_kernel_from_64_heads(monkeypatch, emulated):
+    """path 'auto' runs std.mla_sm90 where H >= ops.MLA_SM90_MIN_HEADS (64) and std.attention's kernel
+    below (fewer heads pad wgmma's 64 rows: slower on the H100), or where a generic option is given;
+    both results against float64."""
+    monkeypatch.setattr(ops, "_mla_sm90_module", lambda target: emulated)
+    ran = []
+    sm90 = ops._mla_decode_sm90
+    monkeypatch.setattr(ops, "_mla_decode_sm90", lambda *a: ran.append(a[0].shape[1]) or sm90(*a))
+    lens = [37, 5]
+    sl = np.array(lens, np.int32)
+    for H, options, hopper in ((64, {}, True), (16, {}, False), (64, dict(heads_per_block=16), False)):
+        q_nope, q_pe, ckv, kpe, table = mla_inputs(lens, H, 128, 64, 16, poison=False)
+        del ran[:]
+        out = ops.mla_decode(q_nope, q_pe, ckv, kpe, table, sl, scale=0.1, target="cpu", **options)
+        assert ran == ([H] if hopper else []), (H, options)
+        ref, _ = mla_reference(q_nope, q_pe, ckv, kpe, table, lens, 16, 0.1)
+        assert np.abs(out.astype(np.float64) - ref).max() < 0.05, (H, options)
+
+
 @needs_ptxas
 @pytest.mark.parametrize("params", [dict(T="bf16", OUT="f32", PAGE=64), dict(T="bf16", OUT="bf16", PAGE=64),
                                     dict(T="f16", OUT="f32", PAGE=16),
