@@ -310,7 +310,8 @@ def math(name: str, *args: Any, fast: bool = False, target: str = "auto",  # noq
     out = _empty_like(x, tuple(x.shape), src.name)
     n = int(np.prod(tuple(x.shape)))
     if n:
-        mod = _math_module(name, fast, f.arity, _target_for(x, target), tuple(sorted((target_options or {}).items())))
+        mod = _math_module(name, fast, f.arity, _target_for(x, target),
+                           tuple(sorted((target_options or {}).items())))
         grid = min((n + 1023) // 1024, 65536)
         mod.apply[grid, 256](*[_flat(a) for a in args], _flat(out), n, T=src.name)
     return out

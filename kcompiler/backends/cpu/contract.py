@@ -95,7 +95,7 @@ class _Function:
             for n in _NAME.findall(body):
                 self.uses[n] = self.uses.get(n, 0) + 1
         self.products: dict[str, tuple[str, str, str]] = {}   # name -> (type, a, b), fmul contract
-        self.negated: dict[str, str] = {}                      # name -> x, for x = fneg contract of ...
+        self.negated: dict[str, str] = {}                      # name -> x, for name = fneg x
 
     def product(self, v: str, ty: str) -> tuple[str, str] | None:
         p = self.products.get(v)
@@ -109,7 +109,6 @@ def fuse_like_nvptx(text: str) -> tuple[str, int]:
     Declarations of the ``llvm.fma`` intrinsics used are added where missing."""
     out: list[str] = []
     fn: _Function | None = None
-    fn_lines: list[str] = []
     used: dict[str, str] = {}   # intrinsic suffix -> type
     count = 0
     fresh = 0
@@ -186,11 +185,11 @@ def fuse_like_nvptx(text: str) -> tuple[str, int]:
 
 def _fuse(fn: _Function, opcode: str, ty: str, x: str, y: str) -> tuple[str, str, str, bool, bool] | None:
     """(a, b, c, negate a, negate c) of the fma that ``x opcode y`` becomes, or None."""
-    # visitFADD / visitFSUB canonicalise negations first.
-    if opcode == "fadd" and x in fn.negated:
-        opcode, x, y = "fsub", y, fn.negated[x]
-    elif opcode == "fadd" and y in fn.negated:
+    # visitFADD / visitFSUB canonicalise negations first, in this order.
+    if opcode == "fadd" and y in fn.negated:
         opcode, y = "fsub", fn.negated[y]
+    elif opcode == "fadd" and x in fn.negated:
+        opcode, x, y = "fsub", y, fn.negated[x]
     elif opcode == "fsub" and y in fn.negated:
         opcode, y = "fadd", fn.negated[y]
     px, py = fn.product(x, ty), fn.product(y, ty)
