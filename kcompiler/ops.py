@@ -270,22 +270,25 @@ def math_kernel_source(fn: str, arity: int) -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def _math_module(name: str, fast: bool, arity: int, target: str) -> Any:
+def _math_module(name: str, fast: bool, arity: int, target: str, target_options: tuple = ()) -> Any:
     """The module of :func:`math`'s kernel for ``name``; compiled once per process (and cached on
-    disk)."""
+    disk). ``target_options``: (name, value) pairs."""
     from . import compile as compile_source
     fn = f"math.{'fast_' if fast else ''}{name}"
-    return compile_source(math_kernel_source(fn, arity), target=target, path=f"<kcompiler.ops.math {fn}>")
+    return compile_source(math_kernel_source(fn, arity), target=target, path=f"<kcompiler.ops.math {fn}>",
+                          target_options=dict(target_options) or None)
 
 
-def math(name: str, *args: Any, fast: bool = False, target: str = "auto") -> Any:  # noqa: A001 - its name
+def math(name: str, *args: Any, fast: bool = False, target: str = "auto",  # noqa: A001 - its name
+         target_options: dict[str, Any] | None = None) -> Any:
     """std.math's ``name`` applied elementwise by a kernel: ``math("exp", x)``, ``math("pow", x, y)``;
     a new array of the inputs' shape and kind (numpy in, numpy out; torch in, torch out). ``name`` is
     any function of kcompiler.numerics.mathfns.FUNCTIONS (its documented ulp bound there and in
     docs/math.md); ``fast=True`` runs ``math.fast_<name>`` (the hardware approximations, for the
-    names in mathfns.FAST). Inputs: f32, f16 or bf16 (f64 for the functions with an f64 version),
-    all of one dtype and shape. Raises ValueError for an unknown function or a wrong argument count
-    or shape, TypeError for another dtype."""
+    names in mathfns.FAST). ``target_options``: the target's own options, as :func:`kcompiler.compile`
+    takes them (``{"contract": "nvptx"}`` on the CPU). Inputs: f32, f16 or bf16 (f64 for the
+    functions with an f64 version), all of one dtype and shape. Raises ValueError for an unknown
+    function or a wrong argument count or shape, TypeError for another dtype."""
     from .numerics.mathfns import FAST, FUNCTIONS
 
     f = FUNCTIONS.get(name)
@@ -307,7 +310,8 @@ def math(name: str, *args: Any, fast: bool = False, target: str = "auto") -> Any
     out = _empty_like(x, tuple(x.shape), src.name)
     n = int(np.prod(tuple(x.shape)))
     if n:
-        mod = _math_module(name, fast, f.arity, _target_for(x, target))
+        mod = _math_module(name, fast, f.arity, _target_for(x, target),
+                           tuple(sorted((target_options or {}).items())))
         grid = min((n + 1023) // 1024, 65536)
         mod.apply[grid, 256](*[_flat(a) for a in args], _flat(out), n, T=src.name)
     return out

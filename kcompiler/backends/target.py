@@ -325,6 +325,13 @@ class Target:
     def finalize_module(self, module: ll.Module) -> None:
         """Last changes to the llvmlite module before it is printed (module flags, annotations)."""
 
+    def rewrite_optimized(self, ref: Any) -> Any:
+        """The optimised ``llvmlite.binding.ModuleRef`` as this target emits it (and ``--emit llvm``
+        prints it), rewritten or not: a hook for what must see the program after LLVM's
+        optimisation, as instruction selection does (the CPU target's ``contract="nvptx"``).
+        The default returns ``ref``."""
+        return ref
+
     def emit(self, llvm_module: Any, kind: str) -> bytes | str:
         """Emit an optimised ``llvmlite.binding.ModuleRef``: kind 'asm' (PTX, AMDGCN or host assembly,
         as text) or 'obj' (cubin, HSACO, or a shared object, as bytes)."""

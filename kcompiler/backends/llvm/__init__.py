@@ -28,7 +28,8 @@ def optimize(ref: "llvm.ModuleRef", target: Target, opt_level: int) -> None:
 
 
 def compile_ir(ir_module: Module, target: Target, options: CompileOptions | None = None) -> "llvm.ModuleRef":
-    """Lower ``ir_module`` for ``target``, verify it with LLVM's verifier, and optimise it.
+    """Lower ``ir_module`` for ``target``, verify it with LLVM's verifier, optimise it, and give
+    the target its last rewrite (:meth:`Target.rewrite_optimized`).
 
     Returns an ``llvmlite.binding.ModuleRef`` ready for :meth:`Target.emit`. Raises CompileError
     where the target cannot do an operation of the program.
@@ -39,7 +40,7 @@ def compile_ir(ir_module: Module, target: Target, options: CompileOptions | None
     ref = llvm.parse_assembly(text)
     ref.verify()
     optimize(ref, target, options.opt_level)
-    return ref
+    return target.rewrite_optimized(ref)
 
 
 __all__ = ["LoweringContext", "UnsupportedOnTarget", "compile_ir", "initialize", "lower_module", "optimize"]
