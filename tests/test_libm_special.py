@@ -39,8 +39,8 @@ BOUNDS = {
     "coshf": 1.0,       # CUDA 2
     "tanhf": 1.5,       # CUDA 2
     "erff": 1.0,        # CUDA 2
-    "erfcf": 1.0,       # CUDA 4
-    "gelu_erff": 1.0,   # no CUDA function
+    "erfcf": 2.0,       # CUDA 4
+    "gelu_erff": 2.0,   # no CUDA function
     "gelu_tanhf": 1.0,  # no CUDA function
     "softplusf": 1.5,   # no CUDA function
     "tanhd": 2.0,       # CUDA 2

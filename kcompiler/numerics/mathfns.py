@@ -94,10 +94,10 @@ FUNCTIONS: dict[str, MathFunction] = {f.name: f for f in [
     MathFunction("cosh", lambda xp, x: xp.cosh(x), 1, 2, (-90, 90)),
     MathFunction("tanh", lambda xp, x: xp.tanh(x), 1.5, 2, (-10, 10), f64=True),
     MathFunction("erf", lambda xp, x: xp.erf(x), 1, 2, (-5, 5)),
-    MathFunction("erfc", lambda xp, x: xp.erfc(x), 1, 4, (-5, 11)),
+    MathFunction("erfc", lambda xp, x: xp.erfc(x), 2, 4, (-5, 11)),
     MathFunction("sigmoid", _sigmoid, 2.5, None, (-120, 100)),
     MathFunction("silu", lambda xp, x: x * _sigmoid(xp, x), 3, None, (-120, 100)),
-    MathFunction("gelu", lambda xp, x: 0.5 * x * xp.erfc(-x * 0.7071067811865476), 1, None, (-15, 15)),
+    MathFunction("gelu", lambda xp, x: 0.5 * x * xp.erfc(-x * 0.7071067811865476), 2, None, (-15, 15)),
     MathFunction("gelu_tanh", _gelu_tanh, 1, None, (-15, 15)),
     MathFunction("softplus", lambda xp, x: xp.logaddexp(xp.zeros_like(x), x), 1.5, None, (-110, 100)),
 ]}
