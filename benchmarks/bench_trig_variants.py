@@ -30,13 +30,14 @@ LIB = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 
 
 def _no_branch(text: str) -> str:
     """reduce_pio2f with its Cody-Waite block only (the Payne-Hanek and NaN tests removed)."""
-    a = text.index("fn reduce_pio2f(x: f32) -> vec<f32, 4> {")
+    a = text.index("fn reduce_pio2f(")
+    head = text[a:text.index("{\n", a) + 2]
     b = text.index("\n}\n", a)
     body = text[a:b]
     inner = body[body.index("    if abs(x) < 131072.0 {\n") + len("    if abs(x) < 131072.0 {\n"):]
     inner = inner[:inner.index("\n    }\n")]
     inner = re.sub(r"^    ", "", inner, flags=re.M)
-    return text[:a] + "fn reduce_pio2f(x: f32) -> vec<f32, 4> {\n" + inner + text[b:]
+    return text[:a] + head + inner + text[b:]
 
 
 VARIANTS = {
