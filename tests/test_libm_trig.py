@@ -183,6 +183,21 @@ def test_sin_cos_tan_near_multiples_of_pi_over_2(target):
         check(name, x, run(target, name, x), mp_values(MP[name], x, 400), BOUNDS[name], min_cr=0.9)
 
 
+def test_sin_cos_tan_symmetric_and_sincos_the_same_bit_for_bit(target):
+    """x is reduced with its sign (stdlib/libm_trig.kc, reduce_pio2f): sin(-x) = -sin(x),
+    cos(-x) = cos(x), tan(-x) = -tan(x) bit for bit, signed zeros included, and sincos gives sinf's and
+    cosf's bits (cosf takes its quadrant from a different magic constant), on both reductions."""
+    b = RNG.integers(0, 0x7F800000, N, dtype=np.uint32)
+    x = np.concatenate([b.view(np.float32), RNG.uniform(0, 100, N).astype(np.float32),
+                        np.array([0.0, 2.0 ** -149, 131072.0, np.nextafter(np.float32(131072), 0)], np.float32)])
+    bits = {name: run(target, name, x).view(np.uint32) for name in ("sin", "cos", "tan", "sincos.x", "sincos.y")}
+    neg = {name: run(target, name, -x).view(np.uint32) for name in ("sin", "cos", "tan")}
+    assert np.array_equal(neg["sin"], bits["sin"] ^ np.uint32(0x80000000))
+    assert np.array_equal(neg["cos"], bits["cos"])
+    assert np.array_equal(neg["tan"], bits["tan"] ^ np.uint32(0x80000000))
+    assert np.array_equal(bits["sincos.x"], bits["sin"]) and np.array_equal(bits["sincos.y"], bits["cos"])
+
+
 def test_asin_acos(target):
     """2^20 uniform in [-1, 1] and 2^20 random bit patterns in [-1, 1] (every binade down to the
     subnormals) against float64; arguments beyond 1 give NaN."""
