@@ -85,7 +85,7 @@ FUNCTIONS: dict[str, MathFunction] = {f.name: f for f in [
     MathFunction("rcp", lambda xp, x: 1.0 / x, 0.5, 0, (-1e4, 1e4)),
     MathFunction("sin", lambda xp, x: xp.sin(x), 1, 2, (-100, 100), f64=True),
     MathFunction("cos", lambda xp, x: xp.cos(x), 1, 2, (-100, 100), f64=True),
-    MathFunction("tan", lambda xp, x: xp.tan(x), 1, 4, (-100, 100)),
+    MathFunction("tan", lambda xp, x: xp.tan(x), 1.5, 4, (-100, 100)),
     MathFunction("asin", lambda xp, x: xp.asin(x), 1, 2, (-1, 1)),
     MathFunction("acos", lambda xp, x: xp.acos(x), 1, 2, (-1, 1)),
     MathFunction("atan", lambda xp, x: xp.atan(x), 1, 2, (-100, 100)),
