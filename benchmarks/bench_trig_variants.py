@@ -13,6 +13,28 @@ Each variant is the library's text with a few lines replaced, compiled as the ke
   no-branch      no Payne-Hanek branch: Cody-Waite for every x (wrong beyond 2^17; a measurement of
                  what the per-element branch, BSSY/BSYNC and the slow path's code cost)
 
+tan variants (why tan's branch costs and sin's does not: every element's Payne-Hanek branch is a
+BSSY/BSYNC region that ptxas does not schedule across, so the 4 elements' hot paths run one after
+the other and a warp's time between its load and its store is the sum of 4 dependent chains; sin's
+chain is about 16 dependent steps an element, tan's about 22 (T by Horner, 6 steps, then c, t, and
+only then MUFU.RCP and eps): the longer a warp computes, the fewer loads an SM keeps in flight.
+Estimates from the source's dependency graph, 4 cycles a step, MUFU about 4.5 steps):
+
+  tan-estrin            T(z) in Estrin's form: chain ~18.5 steps; 40 registers (48 warps an SM
+                        instead of 64); CPU max 1.338 ulp (T rounded differently)
+  tan-rcp-early         MUFU.RCP of ta = r + rl + r z A(z) (A degree 2, tan to 2^-14.1) issued
+                        4 steps after the reduction, in parallel with T (Estrin): ~16.5 steps, as
+                        sin's; 40 registers; CPU max 1.338 ulp
+  tan-rcp-early-horner  the early rcp with T by Horner as now: ~16.5 steps (the rcp's chain is the
+                        longer one), 3 SASS an element more; 40 registers; CPU max 1.2596 ulp, the
+                        same as current's on the same inputs
+  tan-late-branch       tanf with Cody-Waite and the kernel first, the branch after (only x and y
+                        live across it): chain unchanged, the branches still serialise the elements;
+                        32 registers; a control (bit for bit the current results)
+  tan-late-branch+rcp-early   both
+  tan-estrin@lb8, tan-rcp-early@lb8   as above, the kernel with launch_bounds(256, 8) (32
+                        registers, no spills): separates the shorter chain from the lost occupancy
+
 --check compares every variant's results with the current one on the benchmark's array (the
 no-branch variant is exact there too: |x| < 2). Prints GElem/s (triton.testing.do_bench).
 """
@@ -40,10 +62,118 @@ def _no_branch(text: str) -> str:
     return text[:a] + head + inner + text[b:]
 
 
+def _replace_fn(text: str, name: str, new: str) -> str:
+    """text with the function `fn name(` (up to its closing line "}") replaced by new."""
+    a = text.index(f"fn {name}(")
+    b = text.index("\n}\n", a) + 3
+    return text[:a] + new.strip() + "\n" + text[b:]
+
+
+# tan's kernel with T(z) in Estrin's form: depth 4 from z to p instead of 6 (2 instructions more)
+TAN_ESTRIN = """
+fn tan_kernelf(r: f32, rl: f32, odd: bool) -> f32 {
+    let z = r * r;
+    let z2 = z * z;
+    let z4 = z2 * z2;
+    let p01 = fma(1.333257705e-01, z, 3.333335221e-01);
+    let p23 = fma(2.123001032e-02, z, 5.406986922e-02);
+    let p45 = fma(-8.659720334e-05, z, 1.097293757e-02);
+    let p46 = fma(4.464279860e-03, z2, p45);
+    let p03 = fma(p23, z2, p01);
+    let p = fma(p46, z4, p03);
+    let c = fma(r * z, p, fma(rl, z, rl));
+    let t = r + c;
+    let q0 = rcp_normal(t);
+    let eps = fma(q0, c, fma(q0, r, -1.0));
+    return select(odd, fma(q0, eps, -q0), t);
+}
+"""
+
+# tan's kernel with the rcp of a shorter approximation ta = r + r z A(z) (A: degree 2, tan to
+# 2^-14.1 relative on |r| <= 0.792, fitted for this; r + rl, not r: where s is tiny rl reaches
+# 2^-3.8 of it, and rcp(r) gave 9.7 ulp at x = 48039.664): the MUFU issues 4 dependent steps after the
+# reduction instead of 9, in parallel with T; eps = q0 (r + c) - 1 is then up to 2^-14 (the
+# neglected q0 eps^2 below 2^-28 relative). T in Estrin's form as in TAN_ESTRIN.
+TAN_RCP_EARLY = """
+fn tan_kernelf(r: f32, rl: f32, odd: bool) -> f32 {
+    let z = r * r;
+    let rz = r * z;
+    var a = fma(9.327375888824463e-02, z, 1.1725649982690811e-01);
+    a = fma(a, z, 3.35085928440094e-01);
+    let q0 = rcp_normal(fma(rz, a, r + rl));
+    let z2 = z * z;
+    let z4 = z2 * z2;
+    let p01 = fma(1.333257705e-01, z, 3.333335221e-01);
+    let p23 = fma(2.123001032e-02, z, 5.406986922e-02);
+    let p45 = fma(-8.659720334e-05, z, 1.097293757e-02);
+    let p46 = fma(4.464279860e-03, z2, p45);
+    let p03 = fma(p23, z2, p01);
+    let p = fma(p46, z4, p03);
+    let c = fma(rz, p, fma(rl, z, rl));
+    let t = r + c;
+    let eps = fma(q0, c, fma(q0, r, -1.0));
+    return select(odd, fma(q0, eps, -q0), t);
+}
+"""
+
+# TAN_RCP_EARLY with T by Horner's rule as in the library (its chain, z -> c in 8 steps, is no
+# longer the longer one: the rcp's is): 3 instructions more than the library's, not 5
+TAN_RCP_EARLY_HORNER = """
+fn tan_kernelf(r: f32, rl: f32, odd: bool) -> f32 {
+    let z = r * r;
+    let rz = r * z;
+    var a = fma(9.327375888824463e-02, z, 1.1725649982690811e-01);
+    a = fma(a, z, 3.35085928440094e-01);
+    let q0 = rcp_normal(fma(rz, a, r + rl));
+    var p = 4.464279860e-03;
+    p = fma(p, z, -8.659720334e-05);
+    p = fma(p, z, 1.097293757e-02);
+    p = fma(p, z, 2.123001032e-02);
+    p = fma(p, z, 5.406986922e-02);
+    p = fma(p, z, 1.333257705e-01);
+    p = fma(p, z, 3.333335221e-01);
+    let c = fma(rz, p, fma(rl, z, rl));
+    let t = r + c;
+    let eps = fma(q0, c, fma(q0, r, -1.0));
+    return select(odd, fma(q0, eps, -q0), t);
+}
+"""
+
+# tanf with the Payne-Hanek branch after the hot path's result: Cody-Waite and the kernel for every
+# x (an unconditional path, no BSSY/BSYNC inside it), then for |x| >= 2^17 (or inf/NaN) the result
+# recomputed from reduce_pio2f's slow path; across the branch only x and the result are live.
+TANF_LATE_BRANCH = """
+fn tanf(x: f32) -> f32 {
+    let j = fma(x, 0.6366197466850281, 12582912.0);
+    let k = j - 12582912.0;
+    let r1 = fma(-k, 1.570796251296997, x);
+    let th = fma(k, 7.549789415861596e-08, 0.0);
+    let s = r1 - th;
+    let d = s - r1;
+    let rl = fma(-k, 5.390302953474238e-15, fma(-k, 7.549789415861596e-08, -d));
+    var y = tan_kernelf(s, rl, (bitcast[u32](j) & 1u32) != 0u32);
+    if !(abs(x) < 131072.0) {
+        let v = reduce_pio2f(x, 0);
+        y = tan_kernelf(v.x, v.y, (bitcast[u32](v.z) & 1u32) != 0u32);
+    }
+    return y;
+}
+"""
+
 VARIANTS = {
     "current": lambda t: t,
     "z=r*r": lambda t: t.replace("let z = fma(r, r, r * (rl + rl));", "let z = r * r;"),
     "no-branch": _no_branch,
+    "tan-estrin": lambda t: _replace_fn(t, "tan_kernelf", TAN_ESTRIN),
+    "tan-rcp-early": lambda t: _replace_fn(t, "tan_kernelf", TAN_RCP_EARLY),
+    "tan-late-branch": lambda t: _replace_fn(t, "tanf", TANF_LATE_BRANCH),
+    "tan-late-branch+rcp-early": lambda t: _replace_fn(_replace_fn(t, "tanf", TANF_LATE_BRANCH),
+                                                        "tan_kernelf", TAN_RCP_EARLY),
+    "tan-rcp-early-horner": lambda t: _replace_fn(t, "tan_kernelf", TAN_RCP_EARLY_HORNER),
+    # the same library text, the kernel with launch_bounds(256, 8): at most 32 registers (ptxas gives
+    # the Estrin kernels 40, which allows 48 resident warps an SM instead of 64)
+    "tan-estrin@lb8": lambda t: _replace_fn(t, "tan_kernelf", TAN_ESTRIN),
+    "tan-rcp-early@lb8": lambda t: _replace_fn(t, "tan_kernelf", TAN_RCP_EARLY),
 }
 FNS = {"sin": "sinf", "cos": "cosf", "tan": "tanf"}
 
@@ -52,6 +182,8 @@ def source(variant: str, fn: str) -> str:
     with open(LIB) as fh:
         text = VARIANTS[variant](fh.read())
     kernel = math_kernel_source(FNS[fn], 1).replace("import std.math\n", "")
+    if variant.endswith("@lb8"):
+        kernel = kernel.replace("n: i64) {\n", "n: i64) {\n    launch_bounds(256, 8);\n", 1)
     return text + "\n" + kernel
 
 
