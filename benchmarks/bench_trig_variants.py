@@ -13,27 +13,35 @@ Each variant is the library's text with a few lines replaced, compiled as the ke
   no-branch      no Payne-Hanek branch: Cody-Waite for every x (wrong beyond 2^17; a measurement of
                  what the per-element branch, BSSY/BSYNC and the slow path's code cost)
 
-tan variants (why tan's branch costs and sin's does not: every element's Payne-Hanek branch is a
-BSSY/BSYNC region that ptxas does not schedule across, so the 4 elements' hot paths run one after
-the other and a warp's time between its load and its store is the sum of 4 dependent chains; sin's
-chain is about 16 dependent steps an element, tan's about 22 (T by Horner, 6 steps, then c, t, and
-only then MUFU.RCP and eps): the longer a warp computes, the fewer loads an SM keeps in flight.
-Estimates from the source's dependency graph, 4 cycles a step, MUFU about 4.5 steps):
+tan: why its branch cost ~3% on the H100 (364.6 against 376.4 without it) and sin's nothing. Each
+element's Payne-Hanek test is a BSSY/BSYNC region that ptxas does not schedule across, so ops.math's
+4 elements run one after another and a warp's time between its load and its store is the sum of 4
+dependent chains (the fewer loads in flight an SM keeps, the further below the copy bound). In the
+previous tan each element's kernel waited behind the reduction's block, then for T (Horner, 6 steps),
+c, t, and only then for MUFU.RCP (about 18 cycles) and eps. Single-warp in-order latency of the hot
+path's SASS from the load to the store (sm_90a, 4 cycles a dependent step, MUFU 18, a taken branch
+6; a model, not a measurement), registers, CPU max error (every 13th f32 in [0, 4], every 5th in
+[4, 2^18), every 31st pattern):
 
-  tan-estrin            T(z) in Estrin's form: chain ~18.5 steps; 40 registers (48 warps an SM
-                        instead of 64); CPU max 1.338 ulp (T rounded differently)
-  tan-rcp-early         MUFU.RCP of ta = r + rl + r z A(z) (A degree 2, tan to 2^-14.1) issued
-                        4 steps after the reduction, in parallel with T (Estrin): ~16.5 steps, as
-                        sin's; 40 registers; CPU max 1.338 ulp
-  tan-rcp-early-horner  the early rcp with T by Horner as now: ~16.5 steps (the rcp's chain is the
-                        longer one), 3 SASS an element more; 40 registers; CPU max 1.2596 ulp, the
-                        same as current's on the same inputs
-  tan-late-branch       tanf with Cody-Waite and the kernel first, the branch after (only x and y
-                        live across it): chain unchanged, the branches still serialise the elements;
-                        32 registers; a control (bit for bit the current results)
-  tan-late-branch+rcp-early   both
-  tan-estrin@lb8, tan-rcp-early@lb8   as above, the kernel with launch_bounds(256, 8) (32
-                        registers, no spills): separates the shorter chain from the lost occupancy
+  tan-previous            the previous tan_kernelf and tanf                    415 cycles, 32 regs, 1.2596
+  tan-previous-no-branch  its Cody-Waite only (wrong beyond 2^17)              165, 31 (H100: 376.4)
+  tan-estrin              T(z) in Estrin's form (depth 4 from z, not 6)        381, 40, 1.338
+  tan-rcp-early           MUFU.RCP of ta = (r + rl) + r z A(z) (A degree 2, tan to 2^-14.1),
+                          4 steps after z, in parallel with T (Estrin)         338, 40, 1.338
+  tan-rcp-early-horner    the same with T by Horner                            340, 40, 1.2596
+  tan-late-branch         Cody-Waite and the kernel for every x, then the branch (only x and
+                          y live across it): reduction and kernel in one block 375, 32, bit for bit
+                          the previous results
+  tan-late-branch+rcp-early          both (Estrin)                             304, 40, 1.338
+  tan-late-branch+rcp-early-horner   both (Horner): the library's tan now      312, 32, 1.2596
+                                     (= current; sin for reference: 284, 32)
+  ...@lb8                 the kernel with launch_bounds(256, 8): at most 32 registers (64 warps an
+                          SM; 40 allow 48): tan-estrin 383, tan-rcp-early 350,
+                          tan-rcp-early-horner 342, tan-late-branch+rcp-early 331 (no spills)
+
+The prediction: speed follows that latency while registers stay at 32 (sin's 284 reached the copy
+bound, the previous tan's 415 did not); the 40-register forms may lose to occupancy. "no-branch"
+applies to the library as it is: for tan it removes reduce_pio2f's branch, not tanf's own.
 
 --check compares every variant's results with the current one on the benchmark's array (the
 no-branch variant is exact there too: |x| < 2). Prints GElem/s (triton.testing.do_bench).
@@ -67,6 +75,39 @@ def _replace_fn(text: str, name: str, new: str) -> str:
     a = text.index(f"fn {name}(")
     b = text.index("\n}\n", a) + 3
     return text[:a] + new.strip() + "\n" + text[b:]
+
+
+# the tan kernel and tanf before this change (Horner T, rcp of t = r + c, reduce_pio2f's branch
+# before the kernel): the base of the tan-* variants
+TAN_PREVIOUS = """
+fn tan_kernelf(r: f32, rl: f32, odd: bool) -> f32 {
+    let z = r * r;
+    var p = 4.464279860e-03;
+    p = fma(p, z, -8.659720334e-05);
+    p = fma(p, z, 1.097293757e-02);
+    p = fma(p, z, 2.123001032e-02);
+    p = fma(p, z, 5.406986922e-02);
+    p = fma(p, z, 1.333257705e-01);
+    p = fma(p, z, 3.333335221e-01);
+    let c = fma(r * z, p, fma(rl, z, rl));
+    let t = r + c;
+    let q0 = rcp_normal(t);
+    let eps = fma(q0, c, fma(q0, r, -1.0));
+    return select(odd, fma(q0, eps, -q0), t);
+}
+"""
+TANF_PREVIOUS = """
+fn tanf(x: f32) -> f32 {
+    let v = reduce_pio2f(x, 0);
+    let q = bitcast[u32](v.z);
+    return tan_kernelf(v.x, v.y, (q & 1u32) != 0u32);
+}
+"""
+
+
+def _previous(text: str) -> str:
+    """the library with the previous tan kernel and tanf (reduce_pio2f_cw stays: unused)."""
+    return _replace_fn(_replace_fn(text, "tanf", TANF_PREVIOUS), "tan_kernelf", TAN_PREVIOUS)
 
 
 # tan's kernel with T(z) in Estrin's form: depth 4 from z to p instead of 6 (2 instructions more)
@@ -160,20 +201,36 @@ fn tanf(x: f32) -> f32 {
 }
 """
 
+def _tan(tanf: str | None, kernel: str | None):
+    """a variant of the previous tan code: its tanf and/or tan_kernelf replaced."""
+    def f(text: str) -> str:
+        text = _previous(text)
+        if tanf:
+            text = _replace_fn(text, "tanf", tanf)
+        if kernel:
+            text = _replace_fn(text, "tan_kernelf", kernel)
+        return text
+    return f
+
+
 VARIANTS = {
     "current": lambda t: t,
     "z=r*r": lambda t: t.replace("let z = fma(r, r, r * (rl + rl));", "let z = r * r;"),
     "no-branch": _no_branch,
-    "tan-estrin": lambda t: _replace_fn(t, "tan_kernelf", TAN_ESTRIN),
-    "tan-rcp-early": lambda t: _replace_fn(t, "tan_kernelf", TAN_RCP_EARLY),
-    "tan-late-branch": lambda t: _replace_fn(t, "tanf", TANF_LATE_BRANCH),
-    "tan-late-branch+rcp-early": lambda t: _replace_fn(_replace_fn(t, "tanf", TANF_LATE_BRANCH),
-                                                        "tan_kernelf", TAN_RCP_EARLY),
-    "tan-rcp-early-horner": lambda t: _replace_fn(t, "tan_kernelf", TAN_RCP_EARLY_HORNER),
-    # the same library text, the kernel with launch_bounds(256, 8): at most 32 registers (ptxas gives
-    # the Estrin kernels 40, which allows 48 resident warps an SM instead of 64)
-    "tan-estrin@lb8": lambda t: _replace_fn(t, "tan_kernelf", TAN_ESTRIN),
-    "tan-rcp-early@lb8": lambda t: _replace_fn(t, "tan_kernelf", TAN_RCP_EARLY),
+    "tan-previous": _tan(None, None),
+    "tan-previous-no-branch": lambda t: _no_branch(_previous(t)),
+    "tan-estrin": _tan(None, TAN_ESTRIN),
+    "tan-rcp-early": _tan(None, TAN_RCP_EARLY),
+    "tan-rcp-early-horner": _tan(None, TAN_RCP_EARLY_HORNER),
+    "tan-late-branch": _tan(TANF_LATE_BRANCH, None),
+    "tan-late-branch+rcp-early": _tan(TANF_LATE_BRANCH, TAN_RCP_EARLY),
+    "tan-late-branch+rcp-early-horner": _tan(TANF_LATE_BRANCH, TAN_RCP_EARLY_HORNER),  # = current
+    # the kernel with launch_bounds(256, 8): at most 32 registers (ptxas gives the tan-estrin,
+    # tan-rcp-early* and tan-late-branch+rcp-early kernels 40, 48 resident warps an SM instead of 64)
+    "tan-estrin@lb8": _tan(None, TAN_ESTRIN),
+    "tan-rcp-early@lb8": _tan(None, TAN_RCP_EARLY),
+    "tan-rcp-early-horner@lb8": _tan(None, TAN_RCP_EARLY_HORNER),
+    "tan-late-branch+rcp-early@lb8": _tan(TANF_LATE_BRANCH, TAN_RCP_EARLY),
 }
 FNS = {"sin": "sinf", "cos": "cosf", "tan": "tanf"}
 
