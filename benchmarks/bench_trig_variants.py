@@ -13,6 +13,36 @@ Each variant is the library's text with a few lines replaced, compiled as the ke
   no-branch      no Payne-Hanek branch: Cody-Waite for every x (wrong beyond 2^17; a measurement of
                  what the per-element branch, BSSY/BSYNC and the slow path's code cost)
 
+tan: why its branch cost ~3% on the H100 (364.6 against 376.4 without it) and sin's nothing. Each
+element's Payne-Hanek test is a BSSY/BSYNC region that ptxas does not schedule across, so ops.math's
+4 elements run one after another and a warp's time between its load and its store is the sum of 4
+dependent chains (the fewer loads in flight an SM keeps, the further below the copy bound). In the
+previous tan each element's kernel waited behind the reduction's block, then for T (Horner, 6 steps),
+c, t, and only then for MUFU.RCP (about 18 cycles) and eps. Single-warp in-order latency of the hot
+path's SASS from the load to the store (sm_90a, 4 cycles a dependent step, MUFU 18, a taken branch
+6; a model, not a measurement), registers, CPU max error (every 13th f32 in [0, 4], every 5th in
+[4, 2^18), every 31st pattern):
+
+  tan-previous            the previous tan_kernelf and tanf                    415 cycles, 32 regs, 1.2596
+  tan-previous-no-branch  its Cody-Waite only (wrong beyond 2^17)              165, 31 (H100: 376.4)
+  tan-estrin              T(z) in Estrin's form (depth 4 from z, not 6)        381, 40, 1.338
+  tan-rcp-early           MUFU.RCP of ta = (r + rl) + r z A(z) (A degree 2, tan to 2^-14.1),
+                          4 steps after z, in parallel with T (Estrin)         338, 40, 1.338
+  tan-rcp-early-horner    the same with T by Horner                            340, 40, 1.2596
+  tan-late-branch         Cody-Waite and the kernel for every x, then the branch (only x and
+                          y live across it): reduction and kernel in one block 375, 32, bit for bit
+                          the previous results
+  tan-late-branch+rcp-early          both (Estrin)                             304, 40, 1.338
+  tan-late-branch+rcp-early-horner   both (Horner): the library's tan now      312, 32, 1.2596
+                                     (= current; sin for reference: 284, 32)
+  ...@lb8                 the kernel with launch_bounds(256, 8): at most 32 registers (64 warps an
+                          SM; 40 allow 48): tan-estrin 383, tan-rcp-early 350,
+                          tan-rcp-early-horner 342, tan-late-branch+rcp-early 331 (no spills)
+
+The prediction: speed follows that latency while registers stay at 32 (sin's 284 reached the copy
+bound, the previous tan's 415 did not); the 40-register forms may lose to occupancy. "no-branch"
+applies to the library as it is: for tan it removes reduce_pio2f's branch, not tanf's own.
+
 --check compares every variant's results with the current one on the benchmark's array (the
 no-branch variant is exact there too: |x| < 2). Prints GElem/s (triton.testing.do_bench).
 """
@@ -40,10 +70,167 @@ def _no_branch(text: str) -> str:
     return text[:a] + head + inner + text[b:]
 
 
+def _replace_fn(text: str, name: str, new: str) -> str:
+    """text with the function `fn name(` (up to its closing line "}") replaced by new."""
+    a = text.index(f"fn {name}(")
+    b = text.index("\n}\n", a) + 3
+    return text[:a] + new.strip() + "\n" + text[b:]
+
+
+# the tan kernel and tanf before this change (Horner T, rcp of t = r + c, reduce_pio2f's branch
+# before the kernel): the base of the tan-* variants
+TAN_PREVIOUS = """
+fn tan_kernelf(r: f32, rl: f32, odd: bool) -> f32 {
+    let z = r * r;
+    var p = 4.464279860e-03;
+    p = fma(p, z, -8.659720334e-05);
+    p = fma(p, z, 1.097293757e-02);
+    p = fma(p, z, 2.123001032e-02);
+    p = fma(p, z, 5.406986922e-02);
+    p = fma(p, z, 1.333257705e-01);
+    p = fma(p, z, 3.333335221e-01);
+    let c = fma(r * z, p, fma(rl, z, rl));
+    let t = r + c;
+    let q0 = rcp_normal(t);
+    let eps = fma(q0, c, fma(q0, r, -1.0));
+    return select(odd, fma(q0, eps, -q0), t);
+}
+"""
+TANF_PREVIOUS = """
+fn tanf(x: f32) -> f32 {
+    let v = reduce_pio2f(x, 0);
+    let q = bitcast[u32](v.z);
+    return tan_kernelf(v.x, v.y, (q & 1u32) != 0u32);
+}
+"""
+
+
+def _previous(text: str) -> str:
+    """the library with the previous tan kernel and tanf (reduce_pio2f_cw stays: unused)."""
+    return _replace_fn(_replace_fn(text, "tanf", TANF_PREVIOUS), "tan_kernelf", TAN_PREVIOUS)
+
+
+# tan's kernel with T(z) in Estrin's form: depth 4 from z to p instead of 6 (2 instructions more)
+TAN_ESTRIN = """
+fn tan_kernelf(r: f32, rl: f32, odd: bool) -> f32 {
+    let z = r * r;
+    let z2 = z * z;
+    let z4 = z2 * z2;
+    let p01 = fma(1.333257705e-01, z, 3.333335221e-01);
+    let p23 = fma(2.123001032e-02, z, 5.406986922e-02);
+    let p45 = fma(-8.659720334e-05, z, 1.097293757e-02);
+    let p46 = fma(4.464279860e-03, z2, p45);
+    let p03 = fma(p23, z2, p01);
+    let p = fma(p46, z4, p03);
+    let c = fma(r * z, p, fma(rl, z, rl));
+    let t = r + c;
+    let q0 = rcp_normal(t);
+    let eps = fma(q0, c, fma(q0, r, -1.0));
+    return select(odd, fma(q0, eps, -q0), t);
+}
+"""
+
+# tan's kernel with the rcp of a shorter approximation ta = r + r z A(z) (A: degree 2, tan to
+# 2^-14.1 relative on |r| <= 0.792, fitted for this; r + rl, not r: where s is tiny rl reaches
+# 2^-3.8 of it, and rcp(r) gave 9.7 ulp at x = 48039.664): the MUFU issues 4 dependent steps after the
+# reduction instead of 9, in parallel with T; eps = q0 (r + c) - 1 is then up to 2^-14 (the
+# neglected q0 eps^2 below 2^-28 relative). T in Estrin's form as in TAN_ESTRIN.
+TAN_RCP_EARLY = """
+fn tan_kernelf(r: f32, rl: f32, odd: bool) -> f32 {
+    let z = r * r;
+    let rz = r * z;
+    var a = fma(9.327375888824463e-02, z, 1.1725649982690811e-01);
+    a = fma(a, z, 3.35085928440094e-01);
+    let q0 = rcp_normal(fma(rz, a, r + rl));
+    let z2 = z * z;
+    let z4 = z2 * z2;
+    let p01 = fma(1.333257705e-01, z, 3.333335221e-01);
+    let p23 = fma(2.123001032e-02, z, 5.406986922e-02);
+    let p45 = fma(-8.659720334e-05, z, 1.097293757e-02);
+    let p46 = fma(4.464279860e-03, z2, p45);
+    let p03 = fma(p23, z2, p01);
+    let p = fma(p46, z4, p03);
+    let c = fma(rz, p, fma(rl, z, rl));
+    let t = r + c;
+    let eps = fma(q0, c, fma(q0, r, -1.0));
+    return select(odd, fma(q0, eps, -q0), t);
+}
+"""
+
+# TAN_RCP_EARLY with T by Horner's rule as in the library (its chain, z -> c in 8 steps, is no
+# longer the longer one: the rcp's is): 3 instructions more than the library's, not 5
+TAN_RCP_EARLY_HORNER = """
+fn tan_kernelf(r: f32, rl: f32, odd: bool) -> f32 {
+    let z = r * r;
+    let rz = r * z;
+    var a = fma(9.327375888824463e-02, z, 1.1725649982690811e-01);
+    a = fma(a, z, 3.35085928440094e-01);
+    let q0 = rcp_normal(fma(rz, a, r + rl));
+    var p = 4.464279860e-03;
+    p = fma(p, z, -8.659720334e-05);
+    p = fma(p, z, 1.097293757e-02);
+    p = fma(p, z, 2.123001032e-02);
+    p = fma(p, z, 5.406986922e-02);
+    p = fma(p, z, 1.333257705e-01);
+    p = fma(p, z, 3.333335221e-01);
+    let c = fma(rz, p, fma(rl, z, rl));
+    let t = r + c;
+    let eps = fma(q0, c, fma(q0, r, -1.0));
+    return select(odd, fma(q0, eps, -q0), t);
+}
+"""
+
+# tanf with the Payne-Hanek branch after the hot path's result: Cody-Waite and the kernel for every
+# x (an unconditional path, no BSSY/BSYNC inside it), then for |x| >= 2^17 (or inf/NaN) the result
+# recomputed from reduce_pio2f's slow path; across the branch only x and the result are live.
+TANF_LATE_BRANCH = """
+fn tanf(x: f32) -> f32 {
+    let j = fma(x, 0.6366197466850281, 12582912.0);
+    let k = j - 12582912.0;
+    let r1 = fma(-k, 1.570796251296997, x);
+    let th = fma(k, 7.549789415861596e-08, 0.0);
+    let s = r1 - th;
+    let d = s - r1;
+    let rl = fma(-k, 5.390302953474238e-15, fma(-k, 7.549789415861596e-08, -d));
+    var y = tan_kernelf(s, rl, (bitcast[u32](j) & 1u32) != 0u32);
+    if !(abs(x) < 131072.0) {
+        let v = reduce_pio2f(x, 0);
+        y = tan_kernelf(v.x, v.y, (bitcast[u32](v.z) & 1u32) != 0u32);
+    }
+    return y;
+}
+"""
+
+def _tan(tanf: str | None, kernel: str | None):
+    """a variant of the previous tan code: its tanf and/or tan_kernelf replaced."""
+    def f(text: str) -> str:
+        text = _previous(text)
+        if tanf:
+            text = _replace_fn(text, "tanf", tanf)
+        if kernel:
+            text = _replace_fn(text, "tan_kernelf", kernel)
+        return text
+    return f
+
+
 VARIANTS = {
     "current": lambda t: t,
     "z=r*r": lambda t: t.replace("let z = fma(r, r, r * (rl + rl));", "let z = r * r;"),
     "no-branch": _no_branch,
+    "tan-previous": _tan(None, None),
+    "tan-previous-no-branch": lambda t: _no_branch(_previous(t)),
+    "tan-estrin": _tan(None, TAN_ESTRIN),
+    "tan-rcp-early": _tan(None, TAN_RCP_EARLY),
+    "tan-rcp-early-horner": _tan(None, TAN_RCP_EARLY_HORNER),
+    "tan-late-branch": _tan(TANF_LATE_BRANCH, None),
+    "tan-late-branch+rcp-early": _tan(TANF_LATE_BRANCH, TAN_RCP_EARLY),
+    "tan-late-branch+rcp-early-horner": _tan(TANF_LATE_BRANCH, TAN_RCP_EARLY_HORNER),  # = current
+    # the kernel with launch_bounds(256, 8): at most 32 registers (ptxas gives the tan-estrin,
+    # tan-rcp-early* and tan-late-branch+rcp-early kernels 40, 48 resident warps an SM instead of 64)
+    "tan-estrin@lb8": _tan(None, TAN_ESTRIN),
+    "tan-rcp-early@lb8": _tan(None, TAN_RCP_EARLY),
+    "tan-rcp-early-horner@lb8": _tan(None, TAN_RCP_EARLY_HORNER),
+    "tan-late-branch+rcp-early@lb8": _tan(TANF_LATE_BRANCH, TAN_RCP_EARLY),
 }
 FNS = {"sin": "sinf", "cos": "cosf", "tan": "tanf"}
 
@@ -52,6 +239,8 @@ def source(variant: str, fn: str) -> str:
     with open(LIB) as fh:
         text = VARIANTS[variant](fh.read())
     kernel = math_kernel_source(FNS[fn], 1).replace("import std.math\n", "")
+    if variant.endswith("@lb8"):
+        kernel = kernel.replace("n: i64) {\n", "n: i64) {\n    launch_bounds(256, 8);\n", 1)
     return text + "\n" + kernel
 
 
