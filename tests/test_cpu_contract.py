@@ -22,6 +22,14 @@ from kcompiler.numerics.mathfns import FUNCTIONS, check
 RNG = np.random.default_rng()
 ARGS = "float %a, float %b, float %c, float %d, ptr %o"
 
+def _stores(*values: str) -> str:
+    """The float ``values`` stored to %o[0], %o[1], ... and ``ret void``: the end of a CASES body."""
+    lines = [f"  store float {values[0]}, ptr %o"]
+    for i, v in enumerate(values[1:], 1):
+        lines += [f"  %o{i} = getelementptr float, ptr %o, i32 {i}", f"  store float {v}, ptr %o{i}"]
+    return "\n".join(lines + ["  ret void"])
+
+
 #: LLVM IR bodies of @k(ARGS): each stores its results to %o.
 CASES = {
     # the product also stored and negated into an fma: fused into both sums all the same
@@ -31,33 +39,18 @@ CASES = {
   %t = fadd contract float %d, %p
   %n = fneg float %p
   %r = call float @llvm.fma.f32(float %n, float %b, float %a)
-  store float %s, ptr %o
-  %o1 = getelementptr float, ptr %o, i32 1
-  store float %t, ptr %o1
-  %o2 = getelementptr float, ptr %o, i32 2
-  store float %r, ptr %o2
-  ret void""",
+""" + _stores("%s", "%t", "%r"),
     "sub_both_sides": """
   %p = fmul contract float %a, %b
   %s = fsub contract float %p, %c
   %t = fsub contract float %d, %p
-  store float %s, ptr %o
-  %o1 = getelementptr float, ptr %o, i32 1
-  store float %t, ptr %o1
-  %o2 = getelementptr float, ptr %o, i32 2
-  store float %p, ptr %o2
-  ret void""",
+""" + _stores("%s", "%t", "%p"),
     "negated_product": """
   %p = fmul contract float %a, %b
   %n = fneg float %p
   %s = fsub contract float %n, %c
   %t = fadd contract float %n, %d
-  store float %s, ptr %o
-  %o1 = getelementptr float, ptr %o, i32 1
-  store float %t, ptr %o1
-  %o2 = getelementptr float, ptr %o, i32 2
-  store float %p, ptr %o2
-  ret void""",
+""" + _stores("%s", "%t", "%p"),
     # two products: the first is fused on a tie, the one with fewer uses otherwise
     "two_products": """
   %p = fmul contract float %a, %b
@@ -67,27 +60,13 @@ CASES = {
   %v = fmul contract float %b, %d
   %t = fadd contract float %u, %v
   %w = fsub contract float %u, %v
-  store float %s, ptr %o
-  %o1 = getelementptr float, ptr %o, i32 1
-  store float %t, ptr %o1
-  %o2 = getelementptr float, ptr %o, i32 2
-  store float %w, ptr %o2
-  %o3 = getelementptr float, ptr %o, i32 3
-  store float %u, ptr %o3
-  ret void""",
+""" + _stores("%s", "%t", "%w", "%u"),
     "not_contractable": """
   %p = fmul contract float %a, %b
   %s = fadd float %p, %c
   %q = fmul float %c, %d
   %t = fadd contract float %q, %a
-  store float %s, ptr %o
-  %o1 = getelementptr float, ptr %o, i32 1
-  store float %t, ptr %o1
-  %o2 = getelementptr float, ptr %o, i32 2
-  store float %p, ptr %o2
-  %o3 = getelementptr float, ptr %o, i32 3
-  store float %q, ptr %o3
-  ret void""",
+""" + _stores("%s", "%t", "%p", "%q"),
     # NVPTX does not fuse a product into an add after a loop; the rewrite fuses within a block only
     "other_block": """
 entry:
