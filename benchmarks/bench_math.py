@@ -52,13 +52,24 @@ kernel sweep(y: ptr<f32>, base: u32, n: i64) {
 """
 
 
+def vectors(fn: str) -> int:
+    """Vectors a thread in kcompiler.ops.math's kernel for std.math's ``fn`` (as ops.math)."""
+    return FUNCTIONS[fn].vectors if fn in FUNCTIONS else 1
+
+
+def launch(fn: str, n: int) -> tuple[int, int]:
+    """ops.math's (grid, block) for ``fn`` over ``n`` elements."""
+    from kcompiler.ops import math_launch
+    return math_launch(n, vectors(fn))
+
+
 def module(fn: str):
-    """The sweep kernel and kcompiler.ops.math's kernel (``apply``, 4 elements a thread) for
-    std.math's ``fn`` (two-argument functions: apply only)."""
+    """The sweep kernel and kcompiler.ops.math's kernel (``apply``, launched with :func:`launch`)
+    for std.math's ``fn`` (two-argument functions: apply only)."""
     if fn not in module.cache:
         from kcompiler.ops import math_kernel_source
         binary = fn.endswith(("pow", "atan2"))
-        src = math_kernel_source(f"math.{fn}", 2 if binary else 1)
+        src = math_kernel_source(f"math.{fn}", 2 if binary else 1, vectors(fn))
         if not binary:
             src += SWEEP.replace("import std.math", "").replace("FN", fn)
         module.cache[fn] = kc.compile(src, target="cuda", path=f"<bench_math {fn}>")
@@ -127,7 +138,7 @@ def sweep_f32(name: str, fast: bool) -> Stats:
                 b = torch.randn(CHUNK, device="cuda", generator=g) * 20
                 if name == "atan2":
                     b = torch.rand(CHUNK, device="cuda", generator=g) * (hi - lo) + lo
-            mod.apply[65536, 256](a, b, y, CHUNK, T="f32")
+            mod.apply[launch(name, CHUNK)](a, b, y, CHUNK, T="f32")
             st.add([a, b], y, f.ref(TNS, a.double(), b.double()))
     return st
 
@@ -143,9 +154,10 @@ def sweep_16(name: str, dtype, fast: bool = False, kernel_fn: str | None = None)
     st = Stats()
     x = torch.arange(1 << 16, device="cuda", dtype=torch.int32).to(torch.int16).view(dtype)
     y = torch.empty_like(x)
-    mod = module(kernel_fn or (("fast_" if fast else "") + name))
+    fn = kernel_fn or (("fast_" if fast else "") + name)
+    mod = module(fn)
     if f.arity == 1:
-        mod.apply[256, 256](x, y, x.numel(), T="f16" if dtype == torch.float16 else "bf16")
+        mod.apply[launch(fn, x.numel())](x, y, x.numel(), T="f16" if dtype == torch.float16 else "bf16")
         st.add([x], y, f.ref(TNS, x.double()), dtype)
     return st
 
@@ -165,7 +177,7 @@ def f64_check(name: str, n: int = 1 << 14):
         x = np.abs(x)
     xt = torch.tensor(x, device="cuda")
     y = torch.empty_like(xt)
-    module(name).apply[64, 256](xt, y, xt.numel(), T="f64")
+    module(name).apply[launch(name, xt.numel())](xt, y, xt.numel(), T="f64")
     y = y.cpu().numpy()
     worst, same = 0.0, 0
     for xi, yi in zip(x, y):
@@ -199,7 +211,12 @@ def bench_speed(names):
                  "log10": torch.log10, "log1p": torch.log1p, "sqrt": torch.sqrt, "rsqrt": torch.rsqrt,
                  "sin": torch.sin, "cos": torch.cos, "tan": torch.tan, "asin": torch.asin, "acos": torch.acos,
                  "atan": torch.atan, "sinh": torch.sinh, "cosh": torch.cosh, "tanh": torch.tanh, "erf": torch.erf,
-                 "erfc": torch.erfc, "sigmoid": torch.sigmoid}
+                 "erfc": torch.erfc, "sigmoid": torch.sigmoid, "rcp": torch.reciprocal}
+    torch_fns = {k: (lambda f: lambda x, y: f(x, out=y))(f) for k, f in torch_fns.items()}
+    F = torch.nn.functional  # torch's activations take no out=: a cached allocation each call
+    torch_fns.update(silu=lambda x, y: F.silu(x), gelu=lambda x, y: F.gelu(x),
+                     softplus=lambda x, y: F.softplus(x),
+                     gelu_tanh=lambda x, y: F.gelu(x, approximate="tanh"))
     x = torch.rand(n, device="cuda") * 4 - 2
     y = torch.empty_like(x)
     rows = []
@@ -212,12 +229,13 @@ def bench_speed(names):
         for fast in (False, True):
             if fast and name not in FAST:
                 continue
-            mod = module(("fast_" if fast else "") + name)
-            t = do_bench(lambda: mod.apply[n // 1024, 256](xi, y, n, T="f32"))
+            fn = ("fast_" if fast else "") + name
+            mod, grid = module(fn), launch(fn, n)
+            t = do_bench(lambda: mod.apply[grid](xi, y, n, T="f32"))
             r["fast" if fast else "kc"] = n / t / 1e6
         if name in torch_fns:
             tf = torch_fns[name]
-            t = do_bench(lambda: tf(xi, out=y))
+            t = do_bench(lambda: tf(xi, y))
             r["torch"] = n / t / 1e6
         if name in tl_fns:
             src = (f"@triton.jit\ndef k(X, Y, N, BLOCK: tl.constexpr):\n"

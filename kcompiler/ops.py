@@ -234,39 +234,55 @@ def nvfp4_dequantize(codes: Any, scales: Any, global_scale: float = 1.0, dtype: 
     return out
 
 
-#: The kernel behind :func:`math`: FN over arrays, four elements a thread in 16-byte accesses (the
-#: arrays are aligned: see _flat), then the n % 4 left one per thread; a grid-stride loop.
+#: The kernel behind :func:`math`: FN over arrays in 4-element vectors (16-byte accesses for f32; the
+#: arrays are aligned: see _flat). Block b covers VV tiles of 4 * block_dim consecutive elements, one
+#: after another, thread t the vector at 4t of each; a vector cut by n is done element by element.
+#: No grid-stride loop: the grid covers n (math_launch). On the H100 this shape ran every function
+#: 1-4% faster than a loop over the vectors for the long ones (benchmarks/RESULTS.md, 2026-11-23).
 _MATH_KERNEL = """
 import std.math
 kernel apply[T: type](INS, y: ptr<T>, n: i64) {
-    let threads = i64(grid_dim.x) * i64(block_dim.x);
-    let t = i64(block_id.x) * i64(block_dim.x) + i64(thread_id.x);
-    let body = n / 4i64 * 4i64;
-    var i = t * 4i64;
-    while i < body {
-        LOADS
-        var r: vec<T, 4>;
-        for k in comptime range(0, 4) {
-            r[k] = FN(ARGS_K);
+    let tile = i64(block_dim.x) * 4i64;
+    var i = i64(block_id.x) * tile * VVi64 + i64(thread_id.x) * 4i64;
+    for j in comptime range(0, VV) {
+        if i + 4i64 <= n {
+            LOADS
+            var r: vec<T, 4>;
+            for k in comptime range(0, 4) {
+                r[k] = FN(ARGS_K);
+            }
+            store(y + i, r);
+        } else {
+            var m = i;
+            while m < n {
+                y[m] = FN(ARGS_M);
+                m += 1i64;
+            }
         }
-        store(y + i, r);
-        i += threads * 4i64;
-    }
-    i = body + t;
-    if i < n {
-        y[i] = FN(ARGS_I);
+        i += tile;
     }
 }
 """
 
 
-def math_kernel_source(fn: str, arity: int) -> str:
-    """The source of :func:`math`'s kernel for std.math's ``fn`` ('math.exp', 'math.fast_pow')."""
+def math_kernel_source(fn: str, arity: int, vectors: int = 1) -> str:
+    """The source of :func:`math`'s kernel ``apply[T](x0, ..., y, n)`` for std.math's ``fn``
+    ('math.exp', 'math.fast_pow'), ``vectors`` 4-element vectors a thread (launch it with
+    :func:`math_launch`)."""
     return (_MATH_KERNEL.replace("INS", ", ".join(f"x{k}: ptr<T>" for k in range(arity)))
-            .replace("LOADS", "\n        ".join(f"let v{k} = load[vec<T, 4>](x{k} + i);" for k in range(arity)))
+            .replace("LOADS", "\n            ".join(f"let v{k} = load[vec<T, 4>](x{k} + i);" for k in range(arity)))
             .replace("ARGS_K", ", ".join(f"v{k}[k]" for k in range(arity)))
-            .replace("ARGS_I", ", ".join(f"x{k}[i]" for k in range(arity)))
+            .replace("ARGS_M", ", ".join(f"x{k}[m]" for k in range(arity)))
+            .replace("VV", str(vectors))
             .replace("FN", fn))
+
+
+def math_launch(n: int, vectors: int = 1) -> tuple[int, int]:
+    """(grid, block) of :func:`math`'s kernel with ``vectors`` vectors a thread over ``n`` > 0
+    elements: 256 threads a block (512 with 2 vectors: the faster on the H100 for gelu, the one
+    function with 2), as many blocks as cover n."""
+    block = 256 * vectors
+    return -(-n // (4 * vectors * block)), block
 
 
 @functools.lru_cache(maxsize=None)
@@ -275,8 +291,15 @@ def _math_module(name: str, fast: bool, arity: int, target: str, target_options:
     disk). ``target_options``: (name, value) pairs."""
     from . import compile as compile_source
     fn = f"math.{'fast_' if fast else ''}{name}"
-    return compile_source(math_kernel_source(fn, arity), target=target, path=f"<kcompiler.ops.math {fn}>",
+    return compile_source(math_kernel_source(fn, arity, _math_vectors(name, fast)), target=target,
+                          path=f"<kcompiler.ops.math {fn}>",
                           target_options=dict(target_options) or None)
+
+
+def _math_vectors(name: str, fast: bool) -> int:
+    """Vectors a thread in :func:`math`'s kernel for ``name``: FUNCTIONS[name].vectors (accurate)."""
+    from .numerics.mathfns import FUNCTIONS
+    return 1 if fast else FUNCTIONS[name].vectors
 
 
 def math(name: str, *args: Any, fast: bool = False, target: str = "auto",  # noqa: A001 - its name
@@ -312,8 +335,8 @@ def math(name: str, *args: Any, fast: bool = False, target: str = "auto",  # noq
     if n:
         mod = _math_module(name, fast, f.arity, _target_for(x, target),
                            tuple(sorted((target_options or {}).items())))
-        grid = min((n + 1023) // 1024, 65536)
-        mod.apply[grid, 256](*[_flat(a) for a in args], _flat(out), n, T=src.name)
+        grid, block = math_launch(n, _math_vectors(name, fast))
+        mod.apply[grid, block](*[_flat(a) for a in args], _flat(out), n, T=src.name)
     return out
 
 

@@ -189,15 +189,20 @@ def test_ops_math_errors():
         ops.math("erf", x.astype(np.float64))
 
 
-@pytest.mark.parametrize("n", [1, 3, 4, 5, 1001])
+@pytest.mark.parametrize("n", [1, 3, 4, 5, 1001, 4097, 9001])
 def test_ops_math_every_length(target, n):
-    """The kernel's 4-wide body and its tail: every element computed (pow: two arrays)."""
+    """The kernel's 4-wide vectors, the vector cut by n and the blocks' tiles (one vector a thread,
+    and gelu's two: a block of 512 covers 4096 elements): every element computed, each once
+    (pow: two arrays)."""
     from kcompiler import ops
 
     x = RNG.uniform(0.5, 4, n).astype(np.float32)
     y = RNG.uniform(-3, 3, n).astype(np.float32)
     assert np.allclose(ops.math("exp", x, target=target), np.exp(x.astype(np.float64)), rtol=2e-7)
     assert np.allclose(ops.math("pow", x, y, target=target), np.power(x.astype(np.float64), y), rtol=2e-7)
+    g = ops.math("gelu", y, target=target)
+    err, _, worst = mathfns.check(FUNCTIONS["gelu"], [y], g, FUNCTIONS["gelu"].bound)
+    assert err <= FUNCTIONS["gelu"].bound, worst
 
 
 @pytest.mark.parametrize("target,arch", [("nvptx", "sm_90a"), ("amdgcn", "gfx942"), ("amdgcn", "gfx950")])

@@ -27,7 +27,10 @@ class MathFunction:
     """One std.math function. ``bound``: the documented max ulp error of the accurate f32 version
     (fast versions have no bound: docs/math.md gives what they measured); ``domain``:
     (lo, hi) of the uniform sample that the CI check draws besides random bit patterns; ``f64``: an
-    f64 version exists."""
+    f64 version exists; ``vectors``: 4-element vectors a thread in kcompiler.ops.math's kernel (2
+    where the function is too long to hide one vector's load behind its own code: gelu, 54 SASS
+    instructions an element, ran 1% below torch's copy-bound ops with 1 and 0.4% above with 2 on
+    the H100, benchmarks/bench_elementwise.py; every other function ran fastest with 1)."""
 
     name: str
     reference: Callable[[Any, Any], Any] | Callable[[Any, Any, Any], Any]
@@ -36,6 +39,7 @@ class MathFunction:
     domain: tuple[float, float]
     arity: int = 1
     f64: bool = False
+    vectors: int = 1
 
     def ref(self, xp: Any, *args: Any) -> Any:
         """The float64 reference on ``args`` (float64 arrays of namespace ``xp``)."""
@@ -97,7 +101,8 @@ FUNCTIONS: dict[str, MathFunction] = {f.name: f for f in [
     MathFunction("erfc", lambda xp, x: xp.erfc(x), 2, 4, (-5, 11)),
     MathFunction("sigmoid", _sigmoid, 2.5, None, (-120, 100)),
     MathFunction("silu", lambda xp, x: x * _sigmoid(xp, x), 3, None, (-120, 100)),
-    MathFunction("gelu", lambda xp, x: 0.5 * x * xp.erfc(-x * 0.7071067811865476), 2, None, (-15, 15)),
+    MathFunction("gelu", lambda xp, x: 0.5 * x * xp.erfc(-x * 0.7071067811865476), 2, None, (-15, 15),
+                 vectors=2),
     MathFunction("gelu_tanh", _gelu_tanh, 1, None, (-15, 15)),
     MathFunction("softplus", lambda xp, x: xp.logaddexp(xp.zeros_like(x), x), 1.5, None, (-110, 100)),
 ]}
