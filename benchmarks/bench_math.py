@@ -52,24 +52,19 @@ kernel sweep(y: ptr<f32>, base: u32, n: i64) {
 """
 
 
-def vectors(fn: str) -> int:
-    """Vectors a thread in kcompiler.ops.math's kernel for std.math's ``fn`` (as ops.math)."""
-    return FUNCTIONS[fn].vectors if fn in FUNCTIONS else 1
-
-
 def launch(fn: str, n: int) -> tuple[int, int]:
-    """ops.math's (grid, block) for ``fn`` over ``n`` elements."""
-    from kcompiler.ops import math_launch
-    return math_launch(n, vectors(fn))
+    """ops.math's (grid, block) for std.math's ``fn`` over ``n`` elements."""
+    from kcompiler.ops import math_launch, math_vectors
+    return math_launch(n, math_vectors(fn))
 
 
 def module(fn: str):
     """The sweep kernel and kcompiler.ops.math's kernel (``apply``, launched with :func:`launch`)
     for std.math's ``fn`` (two-argument functions: apply only)."""
     if fn not in module.cache:
-        from kcompiler.ops import math_kernel_source
+        from kcompiler.ops import math_kernel_source, math_vectors
         binary = fn.endswith(("pow", "atan2"))
-        src = math_kernel_source(f"math.{fn}", 2 if binary else 1, vectors(fn))
+        src = math_kernel_source(f"math.{fn}", 2 if binary else 1, math_vectors(fn))
         if not binary:
             src += SWEEP.replace("import std.math", "").replace("FN", fn)
         module.cache[fn] = kc.compile(src, target="cuda", path=f"<bench_math {fn}>")

@@ -237,8 +237,8 @@ def nvfp4_dequantize(codes: Any, scales: Any, global_scale: float = 1.0, dtype: 
 #: The kernel behind :func:`math`: FN over arrays in 4-element vectors (16-byte accesses for f32; the
 #: arrays are aligned: see _flat). Block b covers VV tiles of 4 * block_dim consecutive elements, one
 #: after another, thread t the vector at 4t of each; a vector cut by n is done element by element.
-#: No grid-stride loop: the grid covers n (math_launch). On the H100 this shape ran every function
-#: 1-4% faster than a loop over the vectors for the long ones (benchmarks/RESULTS.md, 2026-11-23).
+#: No grid-stride loop: the grid covers n (math_launch). On the H100 this shape ran the long functions
+#: 1-4% faster than a loop over the vectors, the short ones as fast (benchmarks/RESULTS.md, 2026-11-23).
 _MATH_KERNEL = """
 import std.math
 kernel apply[T: type](INS, y: ptr<T>, n: i64) {
@@ -290,16 +290,18 @@ def _math_module(name: str, fast: bool, arity: int, target: str, target_options:
     """The module of :func:`math`'s kernel for ``name``; compiled once per process (and cached on
     disk). ``target_options``: (name, value) pairs."""
     from . import compile as compile_source
-    fn = f"math.{'fast_' if fast else ''}{name}"
-    return compile_source(math_kernel_source(fn, arity, _math_vectors(name, fast)), target=target,
-                          path=f"<kcompiler.ops.math {fn}>",
+    fn = f"{'fast_' if fast else ''}{name}"
+    return compile_source(math_kernel_source(f"math.{fn}", arity, math_vectors(fn)), target=target,
+                          path=f"<kcompiler.ops.math math.{fn}>",
                           target_options=dict(target_options) or None)
 
 
-def _math_vectors(name: str, fast: bool) -> int:
-    """Vectors a thread in :func:`math`'s kernel for ``name``: FUNCTIONS[name].vectors (accurate)."""
+def math_vectors(fn: str) -> int:
+    """4-element vectors a thread in :func:`math`'s kernel for std.math's ``fn`` ('gelu',
+    'fast_gelu', 'exp_rp'): kcompiler.numerics.mathfns.FUNCTIONS[fn].vectors for the accurate
+    functions, 1 for the others."""
     from .numerics.mathfns import FUNCTIONS
-    return 1 if fast else FUNCTIONS[name].vectors
+    return FUNCTIONS[fn].vectors if fn in FUNCTIONS else 1
 
 
 def math(name: str, *args: Any, fast: bool = False, target: str = "auto",  # noqa: A001 - its name
@@ -335,7 +337,7 @@ def math(name: str, *args: Any, fast: bool = False, target: str = "auto",  # noq
     if n:
         mod = _math_module(name, fast, f.arity, _target_for(x, target),
                            tuple(sorted((target_options or {}).items())))
-        grid, block = math_launch(n, _math_vectors(name, fast))
+        grid, block = math_launch(n, math_vectors(("fast_" if fast else "") + name))
         mod.apply[grid, block](*[_flat(a) for a in args], _flat(out), n, T=src.name)
     return out
 
