@@ -77,25 +77,52 @@ def _replace_fn(text: str, name: str, new: str) -> str:
     return text[:a] + new.strip() + "\n" + text[b:]
 
 
-# the tan kernel and tanf before this change (Horner T, rcp of t = r + c, reduce_pio2f's branch
-# before the kernel): the base of the tan-* variants
-TAN_PREVIOUS = """
-fn tan_kernelf(r: f32, rl: f32, odd: bool) -> f32 {
-    let z = r * r;
-    var p = 4.464279860e-03;
+# tan's kernel T(z) (tan r = r + r z T(z) + its low part), by Horner's rule as in the library or
+# in Estrin's form (depth 4 from z to p instead of 6, 2 instructions more)
+T_HORNER = """    var p = 4.464279860e-03;
     p = fma(p, z, -8.659720334e-05);
     p = fma(p, z, 1.097293757e-02);
     p = fma(p, z, 2.123001032e-02);
     p = fma(p, z, 5.406986922e-02);
     p = fma(p, z, 1.333257705e-01);
     p = fma(p, z, 3.333335221e-01);
-    let c = fma(r * z, p, fma(rl, z, rl));
-    let t = r + c;
-    let q0 = rcp_normal(t);
-    let eps = fma(q0, c, fma(q0, r, -1.0));
-    return select(odd, fma(q0, eps, -q0), t);
-}
 """
+T_ESTRIN = """    let z2 = z * z;
+    let z4 = z2 * z2;
+    let p01 = fma(1.333257705e-01, z, 3.333335221e-01);
+    let p23 = fma(2.123001032e-02, z, 5.406986922e-02);
+    let p45 = fma(-8.659720334e-05, z, 1.097293757e-02);
+    let p46 = fma(4.464279860e-03, z2, p45);
+    let p03 = fma(p23, z2, p01);
+    let p = fma(p46, z4, p03);
+"""
+# the rcp started early, of a shorter approximation ta = r + r z A(z) (A: degree 2, tan to 2^-14.1
+# relative on |r| <= 0.792, fitted for this; r + rl, not r: where s is tiny rl reaches 2^-3.8 of it,
+# and rcp(r) gave 9.7 ulp at x = 48039.664): the MUFU issues 4 dependent steps after the reduction
+# instead of 9, in parallel with T; eps = q0 (r + c) - 1 is then up to 2^-14 (the neglected
+# q0 eps^2 below 2^-28 relative)
+RCP_EARLY = """    let rz = r * z;
+    var a = fma(9.327375888824463e-02, z, 1.1725649982690811e-01);
+    a = fma(a, z, 3.35085928440094e-01);
+    let q0 = rcp_normal(fma(rz, a, r + rl));
+"""
+
+
+def _tan_kernel(poly: str, rcp_early: bool) -> str:
+    """tan_kernelf with T by ``poly`` (T_HORNER, T_ESTRIN) and the reciprocal of t = r + c taken
+    after T (the previous code) or started early (RCP_EARLY), then corrected by one residual step."""
+    rz = "rz" if rcp_early else "r * z"
+    return ("\nfn tan_kernelf(r: f32, rl: f32, odd: bool) -> f32 {\n    let z = r * r;\n"
+            + (RCP_EARLY if rcp_early else "") + poly
+            + f"    let c = fma({rz}, p, fma(rl, z, rl));\n    let t = r + c;\n"
+            + ("" if rcp_early else "    let q0 = rcp_normal(t);\n")
+            + "    let eps = fma(q0, c, fma(q0, r, -1.0));\n"
+            "    return select(odd, fma(q0, eps, -q0), t);\n}\n")
+
+
+# the tan kernel and tanf before this change (Horner T, rcp of t = r + c, reduce_pio2f's branch
+# before the kernel): the base of the tan-* variants
+TAN_PREVIOUS = _tan_kernel(T_HORNER, rcp_early=False)
 TANF_PREVIOUS = """
 fn tanf(x: f32) -> f32 {
     let v = reduce_pio2f(x, 0);
@@ -110,75 +137,12 @@ def _previous(text: str) -> str:
     return _replace_fn(_replace_fn(text, "tanf", TANF_PREVIOUS), "tan_kernelf", TAN_PREVIOUS)
 
 
-# tan's kernel with T(z) in Estrin's form: depth 4 from z to p instead of 6 (2 instructions more)
-TAN_ESTRIN = """
-fn tan_kernelf(r: f32, rl: f32, odd: bool) -> f32 {
-    let z = r * r;
-    let z2 = z * z;
-    let z4 = z2 * z2;
-    let p01 = fma(1.333257705e-01, z, 3.333335221e-01);
-    let p23 = fma(2.123001032e-02, z, 5.406986922e-02);
-    let p45 = fma(-8.659720334e-05, z, 1.097293757e-02);
-    let p46 = fma(4.464279860e-03, z2, p45);
-    let p03 = fma(p23, z2, p01);
-    let p = fma(p46, z4, p03);
-    let c = fma(r * z, p, fma(rl, z, rl));
-    let t = r + c;
-    let q0 = rcp_normal(t);
-    let eps = fma(q0, c, fma(q0, r, -1.0));
-    return select(odd, fma(q0, eps, -q0), t);
-}
-"""
+TAN_ESTRIN = _tan_kernel(T_ESTRIN, rcp_early=False)
+TAN_RCP_EARLY = _tan_kernel(T_ESTRIN, rcp_early=True)
+# with T by Horner's rule as in the library (its chain, z -> c in 8 steps, is no longer the longer
+# one: the rcp's is): 3 instructions more than the library's, not 5
+TAN_RCP_EARLY_HORNER = _tan_kernel(T_HORNER, rcp_early=True)
 
-# tan's kernel with the rcp of a shorter approximation ta = r + r z A(z) (A: degree 2, tan to
-# 2^-14.1 relative on |r| <= 0.792, fitted for this; r + rl, not r: where s is tiny rl reaches
-# 2^-3.8 of it, and rcp(r) gave 9.7 ulp at x = 48039.664): the MUFU issues 4 dependent steps after the
-# reduction instead of 9, in parallel with T; eps = q0 (r + c) - 1 is then up to 2^-14 (the
-# neglected q0 eps^2 below 2^-28 relative). T in Estrin's form as in TAN_ESTRIN.
-TAN_RCP_EARLY = """
-fn tan_kernelf(r: f32, rl: f32, odd: bool) -> f32 {
-    let z = r * r;
-    let rz = r * z;
-    var a = fma(9.327375888824463e-02, z, 1.1725649982690811e-01);
-    a = fma(a, z, 3.35085928440094e-01);
-    let q0 = rcp_normal(fma(rz, a, r + rl));
-    let z2 = z * z;
-    let z4 = z2 * z2;
-    let p01 = fma(1.333257705e-01, z, 3.333335221e-01);
-    let p23 = fma(2.123001032e-02, z, 5.406986922e-02);
-    let p45 = fma(-8.659720334e-05, z, 1.097293757e-02);
-    let p46 = fma(4.464279860e-03, z2, p45);
-    let p03 = fma(p23, z2, p01);
-    let p = fma(p46, z4, p03);
-    let c = fma(rz, p, fma(rl, z, rl));
-    let t = r + c;
-    let eps = fma(q0, c, fma(q0, r, -1.0));
-    return select(odd, fma(q0, eps, -q0), t);
-}
-"""
-
-# TAN_RCP_EARLY with T by Horner's rule as in the library (its chain, z -> c in 8 steps, is no
-# longer the longer one: the rcp's is): 3 instructions more than the library's, not 5
-TAN_RCP_EARLY_HORNER = """
-fn tan_kernelf(r: f32, rl: f32, odd: bool) -> f32 {
-    let z = r * r;
-    let rz = r * z;
-    var a = fma(9.327375888824463e-02, z, 1.1725649982690811e-01);
-    a = fma(a, z, 3.35085928440094e-01);
-    let q0 = rcp_normal(fma(rz, a, r + rl));
-    var p = 4.464279860e-03;
-    p = fma(p, z, -8.659720334e-05);
-    p = fma(p, z, 1.097293757e-02);
-    p = fma(p, z, 2.123001032e-02);
-    p = fma(p, z, 5.406986922e-02);
-    p = fma(p, z, 1.333257705e-01);
-    p = fma(p, z, 3.333335221e-01);
-    let c = fma(rz, p, fma(rl, z, rl));
-    let t = r + c;
-    let eps = fma(q0, c, fma(q0, r, -1.0));
-    return select(odd, fma(q0, eps, -q0), t);
-}
-"""
 
 # tanf with the Payne-Hanek branch after the hot path's result: Cody-Waite and the kernel for every
 # x (an unconditional path, no BSSY/BSYNC inside it), then for |x| >= 2^17 (or inf/NaN) the result
