@@ -347,13 +347,15 @@ class Lowering:
         target: ``x / 0`` is -1 (all ones) and ``x % 0`` is ``x``, what NVIDIA's integer division
         gives; ``MIN / -1`` wraps to MIN and ``MIN % -1`` is 0. (LLVM leaves these undefined, and
         the host's divide instruction traps on them, which would kill the process on the CPU target.)
-        A divisor LLVM knows to be safe loses the guards in O3."""
+        A divisor LLVM knows to be safe loses the guards in O3. On vectors every lane is guarded
+        on its own (the constants splat, the compares and selects are lane-wise)."""
         t = a.type
         zero, ones = ll.Constant(t, 0), ll.Constant(t, -1)
         by_zero = B.icmp_unsigned("==", b, zero)
         unsafe = by_zero
         if signed:
-            int_min = ll.Constant(t, -(1 << (t.width - 1)))
+            bits = (t.element if isinstance(t, ll.VectorType) else t).width  # per lane on vectors
+            int_min = ll.Constant(t, -(1 << (bits - 1)))
             unsafe = B.or_(by_zero, B.and_(B.icmp_unsigned("==", a, int_min), B.icmp_unsigned("==", b, ones)))
         safe_b = B.select(unsafe, ll.Constant(t, 1), b)
         f = {("div", True): B.sdiv, ("div", False): B.udiv, ("rem", True): B.srem,
