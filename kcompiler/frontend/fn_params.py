@@ -25,7 +25,8 @@ from ..ir import Function
 from ..ir.types import VOID, Type
 from . import ast as A
 from .checker import dotted_name, texpr_str
-from .program import ComptimeParam, SourceModule, _unify, comptime_params
+from .comptime_defaults import MissingParam, bind_defaults
+from .program import ComptimeParam, SourceModule, StaticEvalError, _unify, comptime_params
 
 if TYPE_CHECKING:  # pragma: no cover
     from .lowering import FnLowering
@@ -138,14 +139,12 @@ def bind(fl: "FnLowering", c: ComptimeParam, v: Any) -> BoundFn:
         for name, val in _unify(p.type, t, byname):
             if inferred.setdefault(name, val) != val:
                 mismatch(f" ({name} would be both {inferred[name]} and {val})")
-    values: dict[str, Any] = {}
-    for x in cps:
-        if x.name in inferred:
-            values[x.name] = inferred[x.name]
-        elif x.default is not None:
-            values[x.name] = x.default
-        else:
-            mismatch(f" (its compile-time parameter {x.name} is not fixed by those types)")
+    try:
+        values = bind_defaults(cps, inferred)
+    except MissingParam as e:
+        mismatch(f" (its compile-time parameter {e.param.name} is not fixed by those types)")
+    except StaticEvalError as e:
+        fl.fail(e.message, e.span)
     fn = fl.L.instance(mod, decl, values, where, fl)
     if fn is None:
         from .lowering import _Poison

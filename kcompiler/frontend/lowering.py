@@ -27,8 +27,8 @@ from . import ast as A
 from . import builtins as B
 from . import fn_params
 from . import hopper, mfma, warp_matrix
-from .program import (ComptimeParam, Program, SourceModule, StaticEvalError, _check_given,
-                      comptime_params, static_value)
+from .comptime_defaults import MissingParam, bind_defaults
+from .program import ComptimeParam, Program, SourceModule, StaticEvalError, _check_given, comptime_params
 from .semantic import (CV, SemanticError, adapts, convert_cv, default_type, fits, fold_binary, fold_unary,
                        promote, widens)
 
@@ -178,12 +178,16 @@ class ModuleLowering:
                 except TypeError as e:
                     self.error(str(e), c.span)
                     return None
-            elif c.default is not None:
-                vals[c.name] = c.default
-            else:
-                self.error(f"kernel '{name}' needs a value for compile-time parameter '{c.name}'", c.span,
-                           hint=f"give it when compiling (-P {c.name}=...) or at launch ({c.name}=...)")
-                return None
+        try:
+            vals = bind_defaults(sig.comptime, vals)
+        except MissingParam as e:
+            c = e.param
+            self.error(f"kernel '{name}' needs a value for compile-time parameter '{c.name}'", c.span,
+                       hint=f"give it when compiling (-P {c.name}=...) or at launch ({c.name}=...)")
+            return None
+        except StaticEvalError as e:
+            self.error(e.message, e.span)
+            return None
         extra = sorted(set(values) - {c.name for c in sig.comptime})
         if extra:
             self.error(f"kernel '{name}' has no compile-time parameter {', '.join(extra)}", decl.name_span)
@@ -1269,24 +1273,13 @@ class FnLowering:
                     except SemanticError as err:
                         self.sem(err, e.span)
         values.update({k: v for k, v in inferred.items() if k not in values})
-        env: dict[str, Any] = {}
-        ordered: dict[str, Any] = {}
-        for c in cps:
-            if c.name not in values:
-                if c.default is not None:
-                    values[c.name] = c.default
-                else:
-                    cdecl = next(x for x in decl.cparams if x.name == c.name)
-                    if cdecl.default is not None:
-                        try:
-                            values[c.name] = static_value(cdecl.default, env)
-                        except StaticEvalError as err:
-                            self.fail(err.message, err.span)
-                    else:
-                        self.fail(f"cannot infer compile-time parameter '{c.name}' of fn '{decl.name}'",
-                                  e.span, hint=f"give it: {decl.name}[{c.name} = ...](...)")
-            ordered[c.name] = values[c.name]
-            env[c.name] = CV(values[c.name], c.type) if c.kind == "int" else values[c.name]
+        try:
+            ordered = bind_defaults(cps, values)
+        except MissingParam as m:
+            self.fail(f"cannot infer compile-time parameter '{m.param.name}' of fn '{decl.name}'",
+                      e.span, hint=f"give it: {decl.name}[{m.param.name} = ...](...)")
+        except StaticEvalError as err:
+            self.fail(err.message, err.span)
         fn = self.L.instance(mod, decl, ordered, e.span, self)
         if fn is None:
             raise _Poison()

@@ -51,14 +51,24 @@ class SourceModule:
 @dataclass(frozen=True)
 class ComptimeParam:
     """A compile-time parameter: ``kind`` 'type', 'int', 'bool' or 'fn'; ``type`` the declared integer
-    type (or bool); ``default`` its value (an ir Type for types; for a fn, its name as the declaring
-    module spells it, 'relu' or 'epilogue.bias') or None when it must be given/inferred."""
+    type (or bool); ``default`` its value with the earlier parameters at their defaults (an ir Type
+    for types; for a fn, its name as the declaring module spells it, 'relu' or 'epilogue.bias') or
+    None. A specialisation evaluates the default again with its own earlier values
+    (comptime_defaults.bind_defaults)."""
 
     name: str
     kind: str
     default: Any = None
     type: ScalarType | None = None
     span: SourceSpan | None = None
+    #: the declaration (its ``default`` expression is evaluated per specialisation: comptime_defaults)
+    node: Any = field(default=None, compare=False, repr=False)
+
+    @property
+    def has_default(self) -> bool:
+        """Whether the declaration gives a default (``default`` is its value with the earlier
+        parameters' defaults, None where it uses a parameter that has none)."""
+        return self.node is not None and self.node.default is not None
 
 
 class KernelSignature:
@@ -104,6 +114,7 @@ class KernelSignature:
                     raise TypeError(f"kernel '{self.name}': compile-time parameter {cname} is {prev[0]} "
                                     f"from argument '{prev[1]}' but {value} from argument '{pname}'")
                 found[cname] = (value, pname)
+        from .comptime_defaults import MissingParam, bind_defaults
         out: dict[str, Any] = {}
         for c in self.comptime:
             if c.name in given:
@@ -114,14 +125,16 @@ class KernelSignature:
                 out[c.name] = v
             elif c.name in found:
                 out[c.name] = found[c.name][0]
-            elif c.default is not None:
-                out[c.name] = c.default
-            else:
-                where = [n for n, t in self.params if _mentions(t, c.name)]
-                how = (f"from the type of argument '{where[0]}'" if where else "from the arguments")
-                raise TypeError(f"kernel '{self.name}': cannot infer compile-time parameter {c.name} "
-                                f"{how}; pass it by keyword: {c.name}=...")
-        return out
+        try:
+            return bind_defaults(self.comptime, out)
+        except MissingParam as e:
+            c = e.param
+            where = [n for n, t in self.params if _mentions(t, c.name)]
+            how = (f"from the type of argument '{where[0]}'" if where else "from the arguments")
+            raise TypeError(f"kernel '{self.name}': cannot infer compile-time parameter {c.name} "
+                            f"{how}; pass it by keyword: {c.name}=...") from None
+        except StaticEvalError as e:
+            raise TypeError(f"kernel '{self.name}': {e.message} at {e.span}") from None
 
 
 _FN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?")
@@ -188,8 +201,27 @@ def _unify(t: A.TypeExpr, at: Type, params: dict[str, ComptimeParam]) -> list[tu
 # --- a small evaluator for defaults of compile-time parameters ------------------------------------
 
 class StaticEvalError(Exception):
+    """A default that cannot be evaluated: ``message`` and where (``span``)."""
+
     def __init__(self, message: str, span: SourceSpan | None):
+        super().__init__(message)
         self.message, self.span = message, span
+
+
+class DependsOnUnbound(StaticEvalError):
+    """The expression uses an earlier compile-time parameter that has no value yet (UNBOUND): it is
+    evaluated per specialisation, once that parameter is bound."""
+
+
+#: The static environment's value of an earlier compile-time parameter that has no default.
+UNBOUND = object()
+
+
+def _bound(name: str, env: dict[str, Any], span: SourceSpan | None) -> Any:
+    v = env[name]
+    if v is UNBOUND:
+        raise DependsOnUnbound(f"'{name}' has no value here", span)
+    return v
 
 
 def static_value(e: Any, env: dict[str, Any]) -> Any:
@@ -212,7 +244,7 @@ def _static(e: Any, env: dict[str, Any]) -> Any:
         return CV(e.value, SCALARS["bool"])
     if isinstance(e, A.Name):
         if e.id in env:
-            v = env[e.id]
+            v = _bound(e.id, env, e.span)
             return v if isinstance(v, (Type, CV)) else CV(v, None)
         if e.id in SCALARS:
             return SCALARS[e.id]
@@ -249,7 +281,7 @@ def static_type(t: Any, env: dict[str, Any]) -> Type:
     if isinstance(t, A.TypeName):
         if t.name in SCALARS:
             return SCALARS[t.name]
-        v = env.get(t.name)
+        v = _bound(t.name, env, t.span) if t.name in env else None
         if isinstance(v, Type):
             return v
         raise StaticEvalError(f"'{t.name}' is not a type", t.span)
@@ -305,56 +337,46 @@ class Program:
 
 
 def comptime_params(decl: A.FnDecl) -> list[ComptimeParam]:
-    """The compile-time parameters of ``decl`` with their defaults evaluated (errors were reported by
-    the loader; a default that cannot be evaluated is left None)."""
+    """The compile-time parameters of ``decl``, each ``default`` evaluated with the earlier parameters
+    at their defaults (errors were reported by the loader; a default that cannot be evaluated so, or
+    uses a parameter without a default, is left None: ``has_default`` still says it has one)."""
+    from .comptime_defaults import check_default, env_value
     out = []
     env: dict[str, Any] = {}
     for cp in decl.cparams:
         kind = comptime_kind(cp.type) or "int"
         st = SCALARS.get(cp.type.name) if isinstance(cp.type, A.TypeName) else None
         default = None
-        if kind == "fn":
-            default = dotted_name(cp.default) if cp.default is not None else None
-        elif cp.default is not None:
+        if cp.default is not None:
             try:
-                default = static_value(cp.default, env)
-                if kind == "int" and isinstance(default, int) and st is not None:
+                default = check_default(cp, kind, env)
+                if kind == "int" and st is not None:
                     default = convert_cv(CV(default), st).value
-            except StaticEvalError:
+            except (StaticEvalError, SemanticError):
                 default = None
-        out.append(ComptimeParam(cp.name, kind, default, st, cp.span))
-        if default is not None:
-            env[cp.name] = default if kind != "int" else CV(default, st)
+        out.append(ComptimeParam(cp.name, kind, default, st, cp.span, cp))
+        env[cp.name] = UNBOUND if default is None else env_value(kind, default, st)
     return out
 
 
 def _check_defaults(decl: A.FnDecl, diag: Diagnostics) -> None:
+    """Report each default of ``decl``'s compile-time parameters that cannot be evaluated with the
+    earlier parameters at their defaults (one that uses a parameter without a default is checked per
+    specialisation)."""
+    from .comptime_defaults import check_default, env_value
     env: dict[str, Any] = {}
     for cp in decl.cparams:
         kind = comptime_kind(cp.type)
-        if cp.default is None or kind in (None, "fn"):  # a fn's default is checked by the Checker
-            continue
-        try:
-            v = static_value(cp.default, env)
-        except StaticEvalError as e:
-            diag.error(f"default of compile-time parameter '{cp.name}': {e.message}", e.span or cp.span)
-            continue
-        ok = (kind == "type" and isinstance(v, Type)) or (kind == "bool" and isinstance(v, bool)) or \
-             (kind == "int" and isinstance(v, int) and not isinstance(v, bool))
-        if not ok:
-            shown = v if isinstance(v, Type) else repr(v).lower()
-            diag.error(f"default of compile-time parameter '{cp.name}' is {shown}; expected "
-                       f"{'a type' if kind == 'type' else kind}", cp.default.span)
-            continue
-        if kind == "int":
-            from .semantic import fits
-            st = SCALARS[cp.type.name]
-            if not fits(v, st):
-                diag.error(f"default {v} of '{cp.name}' does not fit in {st}", cp.default.span)
-                continue
-            env[cp.name] = CV(v, st)
-        else:
-            env[cp.name] = v
+        st = SCALARS.get(cp.type.name) if isinstance(cp.type, A.TypeName) else None
+        v = None
+        if cp.default is not None and kind not in (None, "fn"):  # a fn's default: the Checker's
+            try:
+                v = check_default(cp, kind, env)
+            except DependsOnUnbound:
+                pass
+            except StaticEvalError as e:
+                diag.error(e.message, e.span or cp.span)
+        env[cp.name] = UNBOUND if v is None else env_value(kind, v, st)
 
 
 def _module_file(imp: A.Import, importer: SourceModule) -> tuple[Path | None, str]:
