@@ -48,6 +48,7 @@ from ...ir.core import NORMAL_RANGE_MATH
 from ...ir.types import AddressSpace
 from ..target import Target
 from . import contract, coroutine, hopper, mfma, warp_matrix
+from .cpu_names import check_cpu_name
 from .abi import (ACCESS_ATOMIC, ACCESS_LOAD, ACCESS_STORE, ERR_BOUNDS, ERR_MISALIGNED, WAIT_BARRIER,
                   WAIT_RUN, WAIT_WARP, WARP_ACTIVE_MASK, WARP_BALLOT, WARP_FIRST_LANE, WARP_SHUFFLE,
                   load_launch, load_thread, store_launch, store_thread)
@@ -100,7 +101,8 @@ class CpuTarget(Target):
     ulp): their results are multiplied by 1 + d, so that code correcting the approximations can be
     checked on the CPU (the normal-range forms also flush subnormals on f32, as NVIDIA's do). Raises
     ValueError for another warp size, for both emulations at once, for an MFMA with warps of 32, or
-    for |approx_error| >= 2^-10.
+    for |approx_error| >= 2^-10, and for a CPU name LLVM does not know or that has no 64-bit mode
+    (``cpu_names.check_cpu_name``).
 
     ``contract``: which multiply-adds become FMAs. ``"host"`` (the default): LLVM's own choice for
     this CPU, products with a single use. ``"nvptx"``: also every contractable add or subtract
@@ -144,6 +146,8 @@ class CpuTarget(Target):
             raise ValueError(f"cpu target: warp size must be 32 or 64, not {warp_size}")
         self.warp_size = warp_size
         host = cpu in ("", "host", "native", "cpu")
+        if not host:
+            check_cpu_name(cpu)  # before LLVM sees it: it would warn, or end the process (cpu_names.py)
         self.cpu_name = llvm.get_host_cpu_name() if host else cpu
         # Without AVX512-BF16's convert, which flushes subnormal inputs to zero (GPUs round them):
         # f32 -> bf16 then goes through builtins.__truncsfbf2, which rounds them as a GPU does.
