@@ -11,7 +11,7 @@ from typing import Any
 from ..diagnostics import CompileError, Diagnostics, SourceFile, SourceSpan
 from ..ir.types import (AddressSpace, ArrayType, PointerType, ScalarType, SCALARS, Type, VectorType)
 from . import ast as A
-from .checker import Checker, comptime_kind, dotted_name, texpr_str
+from .checker import Checker, comptime_kind, texpr_str
 from .parser import parse
 from .semantic import CV, SemanticError, convert_cv, fold_binary, fold_unary
 
