@@ -275,7 +275,9 @@ class Program:
 
     ``kernels``: the main file's kernels by name. ``modules``: every loaded module by key.
     ``imported_files``: {resolved path: text} of every file read besides the main source.
-    ``errors``: the check errors kept by ``load_program(keep_going=True)`` (empty otherwise).
+    ``errors``: the check errors kept by ``load_program(keep_going=True)`` (empty otherwise);
+    ``recoverable``: the spans of those that name something undefined (the type rules give the
+    expression there the error type and go on).
     """
 
     def __init__(self, main: SourceModule, modules: dict[str, SourceModule]):
@@ -286,6 +288,7 @@ class Program:
                                                if m is not main and not m.key.startswith("<")}
         self._signatures: dict[str, KernelSignature] = {}
         self.errors: list = []
+        self.recoverable: frozenset = frozenset()
 
     @property
     def path(self) -> str:
@@ -464,4 +467,5 @@ def _load(source: str, path: str, keep_going: bool = False) -> Program:
         diag.check()
     program = Program(main, modules)
     program.errors = [d for d in diag.items if d.severity == "error"]
+    program.recoverable = frozenset(checker.recoverable)
     return program
