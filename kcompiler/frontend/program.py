@@ -127,13 +127,27 @@ class KernelSignature:
 _FN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?")
 
 
+def _given(v: Any) -> str:
+    """A value given for a compile-time parameter, as the language spells it (``the type f16``,
+    ``true``), else Python's repr with its Python type (``'8' (a str)``)."""
+    if isinstance(v, Type):
+        return f"the type {v}"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, type):
+        return f"the Python class {v.__module__}.{v.__qualname__}"
+    return f"{v!r} (a {type(v).__name__})"
+
+
 def _check_given(kernel: str, c: ComptimeParam, v: Any) -> Any:
     if c.kind == "fn":
         # a fn is given by name, as the kernel's file would write it; lowering resolves and checks it
         if isinstance(v, str) and _FN_NAME.fullmatch(v.strip()):
             return v.strip()
         raise TypeError(f"kernel '{kernel}': compile-time parameter {c.name} is a fn, given by its name "
-                        f"('relu', 'epilogue.bias'); got {v!r}")
+                        f"('relu', 'epilogue.bias'); got {_given(v)}")
     if c.kind == "type":
         if isinstance(v, str):
             from ..runtime.cache import type_from_str
@@ -143,16 +157,16 @@ def _check_given(kernel: str, c: ComptimeParam, v: Any) -> Any:
                 pass
         if isinstance(v, Type):
             return v
-        raise TypeError(f"kernel '{kernel}': compile-time parameter {c.name} is a type; got {v!r}")
-    if hasattr(v, "item") and not isinstance(v, (bool, int)):
+        raise TypeError(f"kernel '{kernel}': compile-time parameter {c.name} is a type; got {_given(v)}")
+    if hasattr(v, "item") and not isinstance(v, (bool, int, type)):  # a numpy or torch scalar
         v = v.item()
     if c.kind == "bool":
         if isinstance(v, bool):
             return v
-        raise TypeError(f"kernel '{kernel}': compile-time parameter {c.name} is a bool; got {v!r}")
+        raise TypeError(f"kernel '{kernel}': compile-time parameter {c.name} is a bool; got {_given(v)}")
     if isinstance(v, bool) or not isinstance(v, int):
         raise TypeError(f"kernel '{kernel}': compile-time parameter {c.name} is an integer ({c.type}); "
-                        f"got {v!r}")
+                        f"got {_given(v)}")
     from .semantic import fits
     if c.type is not None and not fits(v, c.type):
         raise TypeError(f"kernel '{kernel}': {c.name}={v} does not fit in {c.type}")
