@@ -199,6 +199,9 @@ class ModuleLowering:
             return self.instances[key]
         base = mod.prefix + decl.name
         symbol = self.unique(mangle(base, values) if decl.cparams else base)
+        if decl.is_kernel and symbol in getattr(self.target, "reserved_symbols", ()):
+            self.error(self.target.reserved_kernel_message(decl.name, symbol), decl.name_span,
+                       hint="rename the kernel")
         fl = FnLowering(self, mod, decl, values)
         fl.called_from = (call_span, caller)
         fn = fl.declare(symbol)
