@@ -107,6 +107,8 @@ def _parser() -> argparse.ArgumentParser:
 
     sub.add_parser("devices", help="list the devices kernels can run on here (CUDA and AMD GPUs, the "
                                    "CPU emulator)")
+    for sp in sub.choices.values():  # a command's usage errors print that command's usage
+        sp.set_defaults(command_parser=sp)
     return p
 
 
@@ -270,17 +272,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     # kc run's NAME=VALUE arguments may follow options: argparse leaves those for us.
     args, extra = parser.parse_known_args(argv)
+    command_parser = getattr(args, "command_parser", parser)
     if extra:
         if args.command != "run" or any(x.startswith("-") for x in extra):
-            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+            command_parser.error(f"unrecognized arguments: {' '.join(extra)}")
         args.args += extra
     try:
         if args.command == "compile":
-            return _compile(args, parser)
+            return _compile(args, command_parser)
         if args.command == "check":
-            return _check(args, parser)
+            return _check(args, command_parser)
         if args.command == "run":
-            return _run(args, parser)
+            return _run(args, command_parser)
         return _devices()
     except KeyboardInterrupt:
         return 130

@@ -326,7 +326,8 @@ def scaled_matmul(a: Any, b: Any, scale_a: Any, scale_b: Any, *, out_dtype: Any 
     w.T``). Scales are f32 tensors: one element each (per tensor), or ``scale_a`` of M elements ((M,
     1) or (M,)) and ``scale_b`` of N ((1, N) or (N,)) (per row of A, per column of B). Runs on the
     Hopper path only (an sm_90 GPU). Raises TypeError / ValueError for arguments that do not fit,
-    RuntimeError where the Hopper path cannot run."""
+    RuntimeError where the Hopper path cannot run. numpy FP8 arrays: kcompiler.scaled_matmul_cpu (the
+    same kernel on the CPU target's emulation; kcompiler.ops.scaled_matmul sends them there)."""
     import torch
 
     from . import ops

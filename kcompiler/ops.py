@@ -1407,8 +1407,12 @@ def merge_states(v: Any, s: Any, *, out: Any = None, lse_out: Any = None, out_dt
 
 
 def scaled_matmul(a: Any, b: Any, scale_a: Any, scale_b: Any, *, out_dtype: Any = None, out: Any = None) -> Any:
-    """FP8 ``(a @ b) * scale_a * scale_b`` on the Hopper path (stdlib/matmul_sm90.kc): see
-    :func:`kcompiler.matmul_sm90.scaled_matmul` for the shapes, layouts, scales and errors."""
+    """FP8 ``(a @ b) * scale_a * scale_b`` by stdlib/matmul_sm90.kc: torch CUDA tensors on the Hopper
+    path (:func:`kcompiler.matmul_sm90.scaled_matmul` gives the shapes, layouts, scales and errors),
+    numpy arrays on the CPU target's emulation of it (:func:`kcompiler.scaled_matmul_cpu.scaled_matmul`)."""
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        from .scaled_matmul_cpu import scaled_matmul as _cpu
+        return _cpu(a, b, scale_a, scale_b, out_dtype=out_dtype, out=out)
     from .matmul_sm90 import scaled_matmul as _scaled_matmul
     return _scaled_matmul(a, b, scale_a, scale_b, out_dtype=out_dtype, out=out)
 

@@ -79,7 +79,7 @@ def encode_value(v: Any) -> Any:
         return {"type": str(v)}
     if isinstance(v, (bool, int, float, str)):
         return v
-    if hasattr(v, "item"):  # numpy scalars
+    if hasattr(v, "item") and not isinstance(v, type):  # numpy scalars (not numpy's classes)
         return v.item()
     raise TypeError(f"compile-time value {v!r} of type {type(v).__name__} is not an int, bool or type")
 
@@ -393,13 +393,18 @@ class ProgramHandle:
         if unknown:
             raise TypeError(f"{kernel}: no compile-time parameter {', '.join(map(repr, unknown))}; it "
                             f"has: {', '.join(c[0] for c in comptime)}")
-        memo_key = make_key(kernel, [str(t) if t is not None else None for t in arg_types],
-                            {k: encode_value(v) for k, v in given.items()})
-        hit = self._infer_memo.get(memo_key)
+        try:
+            memo_key = make_key(kernel, [str(t) if t is not None else None for t in arg_types],
+                                {k: encode_value(v) for k, v in given.items()})
+        except TypeError:  # a value no parameter takes: infer() says which and why
+            memo_key = None
+        hit = self._infer_memo.get(memo_key) if memo_key is not None else None
         if hit is not None:
             return {k: decode_value(v) for k, v in hit.items()}
         values = self.program.signature(kernel).infer(list(arg_types), dict(given))
         enc = {k: encode_value(v) for k, v in values.items()}
+        if memo_key is None:
+            return dict(values)
         self._infer_memo[memo_key] = enc
         m = dict(self.manifest)
         m["infer"] = dict(self._infer_memo)

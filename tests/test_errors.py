@@ -36,6 +36,17 @@ CASES = [
      'fn g(x: f32) -> f32 {\n    return zz + x;\n}\nkernel k(p: ptr<f32>) {\n    p[0] = true;\n'
      '    p[1] = g(1.0);\n}\n',
      [(2, 12, "unknown name 'zz'"), (5, 12, "cannot store bool into ptr<f32>")]),
+    ('unknown_name_and_type_error_in_one_kernel',
+     'kernel k(out: ptr<f32>, n: i32) {\n    let a = undefined_thing + 1;\n    out[0] = a;\n'
+     '    let b: f32 = 2.0;\n    let c: i32 = b;\n    out[n] = true;\n}\n',
+     [(2, 13, "unknown name 'undefined_thing'"), (5, 18, "cannot initialise 'c' (i32) with f32"),
+      (6, 14, "cannot store bool into ptr<f32>")]),
+    ('unknown_type_and_module_fn_then_type_errors',
+     'import std.math\nfn g(x: flaot) -> f32 {\n    return x;\n}\nfn h(q: ptr<f32, sharred>) {\n}\n'
+     'kernel k(out: ptr<f32>) {\n    let y = math.nope(1.0);\n    out[0] = y + g(1.0);\n    h(out);\n'
+     '    out[1] = g(2.0);\n    let z: u8 = 300;\n}\n',
+     [(2, 9, "unknown type 'flaot'"), (5, 18, "unknown address space 'sharred'"),
+      (8, 18, "module 'math' has no fn 'nope'"), (12, 17, "300 does not fit in u8")]),
     ('missing_semicolon',
      'kernel k(p: ptr<f32>) {\n    let x = 1.0\n    p[0] = x;\n}\n',
      [(2, 16, "expected ';' after this, found name 'p'")]),
@@ -510,3 +521,16 @@ def test_fuzz_token_swaps_of_programs():
             i = rng.randrange(len(w))
             w[i] = rng.choice(TOKENS)
             only_compile_errors(" ".join(w))
+
+
+def test_a_program_with_errors_never_lowers():
+    """The error type given to an undefined name is for checking only: lower() refuses a program the
+    loader kept errors in (load_program(keep_going=True)), with those errors."""
+    for src, (line, col, msg) in [
+            ("kernel k(out: ptr<f32>) {\n    out[0] = nope;\n    out[1] = 2.0;\n}\n",
+             (2, 14, "unknown name 'nope'")),
+            ("kernel k(out: ptr<f32>) {\n    break;\n}\n", (2, 5, "'break' outside of a loop"))]:
+        program = load_program(src, "bad.kc", keep_going=True)
+        with pytest.raises(CompileError) as e:
+            lower(program, NV)
+        assert [(d.span.line, d.span.col, d.message) for d in e.value.diagnostics] == [(line, col, msg)]

@@ -21,6 +21,20 @@ from llvmlite import ir as ll
 from ..ir.core import NORMAL_RANGE_MATH
 from ..ir.types import AddressSpace, Type
 
+
+#: The longest name an LLVM local (argument, alloca, phi) is given from a source name. LLVM cuts local
+#: names at 1,024 characters when it reads IR text (-non-global-value-max-name-size), so two names
+#: sharing a 1,024-character prefix would become one ("redefinition of argument"); llvmlite makes the
+#: shortened names unique within their function (``name``, ``name.1``, ...).
+LOCAL_NAME_MAX = 64
+
+
+def local_name(hint: str | None) -> str:
+    """``hint`` (a source name) as the name of an LLVM local: at most :data:`LOCAL_NAME_MAX`
+    characters ('' for none: LLVM numbers it)."""
+    return (hint or "")[:LOCAL_NAME_MAX]
+
+
 if TYPE_CHECKING:  # pragma: no cover
     from .llvm.lower import LoweringContext
 
@@ -69,6 +83,21 @@ class Target:
     #: How printf reaches the host: 'vprintf' (the IR op, lowered by :meth:`printf`) or 'hostcall'
     #: (the frontend calls std.hostcall's printf service; docs/amd-hostcall.md).
     printf_method: str = "vprintf"
+    #: Symbols the target's code or its runtime declares in a kernel's module besides the program's
+    #: own (NVIDIA: the CUDA device runtime's vprintf, malloc, free, __assertfail). A kernel of such
+    #: a name, exported as it is, is refused with a located error, as nvcc refuses an extern "C"
+    #: kernel that redeclares one; a device function of such a name is renamed (it is internal).
+    reserved_symbols: frozenset[str] = frozenset()
+
+    def reserved_kernel_message(self, name: str, symbol: str) -> str:
+        """The error for kernel ``name`` whose symbol, ``symbol``, is one of :attr:`reserved_symbols`."""
+        return (f"a kernel cannot be named '{name}' on {self.name}: its symbol '{symbol}' is one its runtime "
+                f"reserves ({', '.join(sorted(self.reserved_symbols))})")
+
+    def function_symbol(self, name: str, is_kernel: bool) -> str:
+        """The LLVM symbol of the program's function whose IR symbol is ``name``: ``name`` itself on
+        the GPUs, where the runtime loads kernels by it; the CPU target prefixes every one."""
+        return name
 
     def has(self, feature: str) -> bool:
         """Whether the target has ``feature`` (e.g. 'wgmma', 'fp8_convert', 'sm_90')."""

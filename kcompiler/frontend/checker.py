@@ -77,9 +77,19 @@ class Checker:
         self.diag = diag
         # call graph: (module path, fn name) -> [(callee key, span)]
         self.graph: dict[tuple[str, str], list[tuple[tuple[str, str], SourceSpan]]] = {}
+        #: spans of the errors the type rules can recover from (an unknown name, type, address space
+        #: or module fn): the expression there gets the error type, so that kc check goes on to report
+        #: the type errors elsewhere in the same declaration (Program.recoverable)
+        self.recoverable: set[SourceSpan] = set()
 
     def error(self, msg: str, span: SourceSpan | None, hint: str | None = None) -> None:
         self.diag.error(msg, span, hint)
+
+    def unknown(self, msg: str, span: SourceSpan | None, hint: str | None = None) -> None:
+        """An error that names something undefined: reported, and recoverable by the type rules."""
+        self.error(msg, span, hint)
+        if span is not None:
+            self.recoverable.add(span)
 
     # --- modules ----------------------------------------------------------------------------------
     def check_module(self, mod: "SourceModule") -> None:
@@ -185,10 +195,10 @@ class Checker:
                                              if v.kind == "comptime" and v.comptime_kind == "type"]
                     hint = _TYPE_ALIASES.get(t.name)
                     hint = f"did you mean '{hint}'?" if hint else suggest(t.name, cands)
-                    self.error(f"unknown type '{t.name}'", t.span, hint=hint)
+                    self.unknown(f"unknown type '{t.name}'", t.span, hint=hint)
             elif isinstance(t, A.PtrTypeExpr):
                 if t.space is not None and t.space not in B.ADDRESS_SPACES:
-                    self.error(f"unknown address space '{t.space}'", t.space_span,
+                    self.unknown(f"unknown address space '{t.space}'", t.space_span,
                                hint="expected one of: " + ", ".join(B.ADDRESS_SPACES))
                 stack.append(t.pointee)
             elif isinstance(t, (A.VecTypeExpr, A.ArrayTypeExpr)):
@@ -344,7 +354,7 @@ class Checker:
             if g is None:
                 cands = [n for s in ctx.scopes for n in s] + list(ctx.module.fns) + list(ctx.module.imports) \
                     + list(B.ALL_NAMES)
-                self.error(f"unknown name '{e.id}'", e.span, hint=suggest(e.id, cands))
+                self.unknown(f"unknown name '{e.id}'", e.span, hint=suggest(e.id, cands))
             elif g[0] == "range":
                 self.error("range(...) is only used in a for loop", e.span,
                            hint="for i in range(a, b) { ... }")
@@ -360,7 +370,7 @@ class Checker:
                 if g is not None and g[0] == "module":
                     m = g[1]
                     if e.name not in m.fns:
-                        self.error(f"module '{e.base.id}' has no fn '{e.name}'", e.name_span,
+                        self.unknown(f"module '{e.base.id}' has no fn '{e.name}'", e.name_span,
                                    hint=suggest(e.name, m.fns))
                     return
                 if g is not None and g[0] == "value":

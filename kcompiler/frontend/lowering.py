@@ -154,6 +154,7 @@ class ModuleLowering:
         self.shared_symbols: set[str] = set()
         self.unrolled = 0
         self.skip_bodies: set[int] = set()  # id() of declarations whose bodies are not lowered (check)
+        self.silenced: frozenset = frozenset()  # spans the loader reported undefined names at (check)
 
     def unique(self, name: str) -> str:
         base, n = name, 1
@@ -164,7 +165,8 @@ class ModuleLowering:
         return name
 
     def error(self, msg: str, span: SourceSpan | None, hint: str | None = None) -> None:
-        self.diag.error(msg, span, hint)
+        if span not in self.silenced:  # else the loader said it; the caller's _Poison is the error type
+            self.diag.error(msg, span, hint)
 
     # --- instances --------------------------------------------------------------------------------
     def kernel(self, name: str, values: dict[str, Any]) -> Function | None:
@@ -201,6 +203,9 @@ class ModuleLowering:
             return self.instances[key]
         base = mod.prefix + decl.name
         symbol = self.unique(mangle(base, values) if decl.cparams else base)
+        if decl.is_kernel and symbol in getattr(self.target, "reserved_symbols", ()):
+            self.error(self.target.reserved_kernel_message(decl.name, symbol), decl.name_span,
+                       hint="rename the kernel")
         fl = FnLowering(self, mod, decl, values)
         fl.called_from = (call_span, caller)
         fn = fl.declare(symbol)
@@ -1812,6 +1817,8 @@ def lower(program: Program, target: Any, kernels: dict[str, dict[str, Any]] | No
     KeyError for a kernel name the program does not define."""
     import sys
 
+    if program.errors:  # kept by load_program(keep_going=True): such a program is checked, never lowered
+        raise CompileError(program.errors)
     old = sys.getrecursionlimit()
     sys.setrecursionlimit(max(old, 20000))
     try:
@@ -1836,18 +1843,23 @@ def check(program: Program, target: Any) -> None:
     """``kc check``: type-check every kernel whose compile-time parameters all have defaults, and every
     device function that has no compile-time parameters (called or not). Raises one CompileError with
     every error: those the loader kept (``program.errors``, from ``load_program(keep_going=True)``)
-    and the type errors of every declaration the loader found no error in, in source order."""
+    and the type errors of every declaration, in source order. An undefined name, type or module fn
+    the loader reported (``program.recoverable``) gives its expression the error type: the statement
+    is abandoned and the names it defines are poisoned, so nothing that follows from it is reported
+    again, and the declaration's other, independent type errors still are. A declaration with any
+    other loader error (scopes, arity, recursion, ...) is declared but its body is not type-checked."""
     import sys
 
-    def clean(d: Any) -> bool:  # no loader error inside this declaration
+    def clean(d: Any) -> bool:  # no loader error inside this declaration but undefined names
         whole = d.span.merge(d.body.span)
-        return not any(_inside(e.span, whole) for e in program.errors)
+        return not any(_inside(e.span, whole) for e in program.errors if e.span not in program.recoverable)
 
     old = sys.getrecursionlimit()
     sys.setrecursionlimit(max(old, 20000))
     items = list(program.errors)
     try:
         L = ModuleLowering(program, target)
+        L.silenced = program.recoverable
         # A clean declaration may call one with errors: that one is declared but not lowered.
         L.skip_bodies = {id(d) for m in program.modules.values() for d in m.ast.decls if not clean(d)}
         for name, decl in program.kernels.items():

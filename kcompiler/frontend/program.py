@@ -140,13 +140,27 @@ class KernelSignature:
 _FN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?")
 
 
+def _given(v: Any) -> str:
+    """A value given for a compile-time parameter, as the language spells it (``the type f16``,
+    ``true``), else Python's repr with its Python type (``'8' (a str)``)."""
+    if isinstance(v, Type):
+        return f"the type {v}"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, type):
+        return f"the Python class {v.__module__}.{v.__qualname__}"
+    return f"{v!r} (a {type(v).__name__})"
+
+
 def _check_given(kernel: str, c: ComptimeParam, v: Any) -> Any:
     if c.kind == "fn":
         # a fn is given by name, as the kernel's file would write it; lowering resolves and checks it
         if isinstance(v, str) and _FN_NAME.fullmatch(v.strip()):
             return v.strip()
         raise TypeError(f"kernel '{kernel}': compile-time parameter {c.name} is a fn, given by its name "
-                        f"('relu', 'epilogue.bias'); got {v!r}")
+                        f"('relu', 'epilogue.bias'); got {_given(v)}")
     if c.kind == "type":
         if isinstance(v, str):
             from ..runtime.cache import type_from_str
@@ -156,16 +170,16 @@ def _check_given(kernel: str, c: ComptimeParam, v: Any) -> Any:
                 pass
         if isinstance(v, Type):
             return v
-        raise TypeError(f"kernel '{kernel}': compile-time parameter {c.name} is a type; got {v!r}")
-    if hasattr(v, "item") and not isinstance(v, (bool, int)):
+        raise TypeError(f"kernel '{kernel}': compile-time parameter {c.name} is a type; got {_given(v)}")
+    if hasattr(v, "item") and not isinstance(v, (bool, int, type)):  # a numpy or torch scalar
         v = v.item()
     if c.kind == "bool":
         if isinstance(v, bool):
             return v
-        raise TypeError(f"kernel '{kernel}': compile-time parameter {c.name} is a bool; got {v!r}")
+        raise TypeError(f"kernel '{kernel}': compile-time parameter {c.name} is a bool; got {_given(v)}")
     if isinstance(v, bool) or not isinstance(v, int):
         raise TypeError(f"kernel '{kernel}': compile-time parameter {c.name} is an integer ({c.type}); "
-                        f"got {v!r}")
+                        f"got {_given(v)}")
     from .semantic import fits
     if c.type is not None and not fits(v, c.type):
         raise TypeError(f"kernel '{kernel}': {c.name}={v} does not fit in {c.type}")
@@ -307,7 +321,9 @@ class Program:
 
     ``kernels``: the main file's kernels by name. ``modules``: every loaded module by key.
     ``imported_files``: {resolved path: text} of every file read besides the main source.
-    ``errors``: the check errors kept by ``load_program(keep_going=True)`` (empty otherwise).
+    ``errors``: the check errors kept by ``load_program(keep_going=True)`` (empty otherwise);
+    ``recoverable``: the spans of those that name something undefined (the type rules give the
+    expression there the error type and go on).
     """
 
     def __init__(self, main: SourceModule, modules: dict[str, SourceModule]):
@@ -318,6 +334,7 @@ class Program:
                                                if m is not main and not m.key.startswith("<")}
         self._signatures: dict[str, KernelSignature] = {}
         self.errors: list = []
+        self.recoverable: frozenset = frozenset()
 
     @property
     def path(self) -> str:
@@ -486,4 +503,5 @@ def _load(source: str, path: str, keep_going: bool = False) -> Program:
         diag.check()
     program = Program(main, modules)
     program.errors = [d for d in diag.items if d.severity == "error"]
+    program.recoverable = frozenset(checker.recoverable)
     return program

@@ -10,7 +10,11 @@ from enum import Enum
 
 
 class Type:
-    """Base of all IR types."""
+    """Base of all IR types. ``repr(t)`` is ``str(t)`` too, so that a type shown in any message (or in a
+    list or dict of them) reads as the language spells it, never ``ScalarType(name='f16', ...)``."""
+
+    def __repr__(self) -> str:
+        return str(self)
 
     @property
     def is_scalar(self) -> bool:
@@ -25,13 +29,13 @@ class Type:
         return isinstance(self, VectorType)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class VoidType(Type):
     def __str__(self) -> str:
         return "void"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class ScalarType(Type):
     """A scalar: ``kind`` is 'bool', 'int' (signed), 'uint', 'float' or 'minifloat'; ``bits`` its width.
 
@@ -76,7 +80,7 @@ class ScalarType(Type):
         return max(self.bits // 8, 1)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class VectorType(Type):
     """``vec<T, N>``: N scalars of type T, loaded and stored as one access."""
 
@@ -103,7 +107,7 @@ class AddressSpace(str, Enum):
         return self.value
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class PointerType(Type):
     """``ptr<T>`` (global memory) or ``ptr<T, space>``."""
 
@@ -120,7 +124,7 @@ class PointerType(Type):
         return 8
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class ArrayType(Type):
     """``[T; N]``: a fixed array, in registers (local) or in shared memory."""
 
@@ -135,7 +139,7 @@ class ArrayType(Type):
         return sizeof(self.elem) * self.count
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class TensorMapType(Type):
     """``tensor_map``: a TMA tensor map (CUDA's ``CUtensorMap``, 128 opaque bytes aligned to 64), made
     on the host (kcompiler.runtime.tensormap) and passed by value as a kernel parameter; on NVIDIA it

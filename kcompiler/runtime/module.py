@@ -169,6 +169,14 @@ class Kernel:
             pass
         return launch
 
+    def __call__(self, *args: Any, **kwargs: Any) -> None:
+        """A kernel is not called directly: it needs a launch configuration. Always raises TypeError
+        that says how to launch it (``vadd[grid, block](a, b, out, n)``)."""
+        params = ", ".join(self.params)
+        raise TypeError(f"kernel '{self.name}' needs a launch configuration: launch it as "
+                        f"{self.name}[grid, block]({params}) (grid: blocks, block: threads per block, "
+                        f"each an int or a tuple of 1 to 3 ints), or {self.name}.launch(grid, block, ...)")
+
     def launch(self, grid: Any, block: Any, *args: Any, shared: int = 0, stream: Any = None,
                **params: Any) -> None:
         """Same as ``kernel[grid, block](*args, shared=..., stream=..., **params)``."""

@@ -30,7 +30,8 @@ Semantics chosen where GPUs and hosts could differ:
   them.
 
 Kernel binary: a relocatable host object (``emit(..., "obj")``), loaded by the runtime's JIT linker,
-with the kernel's thunk ``<kernel>.kc_start`` and a JSON description ``__kc_cpu_info`` (warp size,
+with the kernel's thunk ``kc.<kernel>.kc_start`` (every function of the program has the LLVM symbol
+``kc.<its IR symbol>``: :data:`SYMBOL_PREFIX`) and a JSON description ``__kc_cpu_info`` (warp size,
 static shared bytes, argument layout, the source locations of barriers, warp operations and checked
 accesses, for error messages).
 """
@@ -46,7 +47,7 @@ from llvmlite import ir as ll
 from ...diagnostics import CompileError
 from ...ir.core import NORMAL_RANGE_MATH
 from ...ir.types import AddressSpace
-from ..target import Target
+from ..target import Target, local_name
 from . import contract, coroutine, hopper, mfma, warp_matrix
 from .cpu_names import check_cpu_name
 from .abi import (ACCESS_ATOMIC, ACCESS_LOAD, ACCESS_STORE, ERR_BOUNDS, ERR_MISALIGNED, WAIT_BARRIER,
@@ -62,6 +63,11 @@ PTR = ll.PointerType()
 INFO_SYMBOL = "__kc_cpu_info"
 CHECK_FUNCTION = "__kc_check_access"
 THUNK_SUFFIX = ".kc_start"
+#: The prefix of the LLVM symbol of every function of the program (kernels and device functions):
+#: with a dot, which no identifier of the language has, so that no kernel or fn name can be a
+#: symbol of the C library, of the runtime (``__kc_*``) or of LLVM (``llvm.*``), or one LLVM calls
+#: by itself (``memcpy``, ``fmaf``, ...)
+SYMBOL_PREFIX = "kc."
 
 #: Limits of a launch, as CUDA has them on sm_90 (H100): threads per block, block and grid
 #: dimensions, shared memory per block (227 KiB, the opt-in maximum).
@@ -242,13 +248,16 @@ class CpuTarget(Target):
         return co
 
     # --- functions --------------------------------------------------------------------------------
+    def function_symbol(self, name: str, is_kernel: bool) -> str:
+        return SYMBOL_PREFIX + name
+
     def kernel_extra_params(self) -> list[ll.Type]:
         return [PTR]  # the ThreadContext
 
     def declare_kernel(self, ctx: "LoweringContext") -> None:
         ctx.fn.attributes.add("nounwind")
         self._mstate(ctx.module).kernels[ctx.fn.name] = {
-            "static_shared": 0, "check_bounds": bool(ctx.options.check_bounds)}
+            "static_shared": 0, "check_bounds": bool(ctx.options.check_bounds), "symbol": ctx.ir_fn.name}
 
     def begin_function(self, ctx: "LoweringContext") -> None:
         if ctx.ir_fn.is_kernel:
@@ -370,7 +379,7 @@ class CpuTarget(Target):
         offset = (info["static_shared"] + align - 1) // align * align
         info["static_shared"] = offset + lltype.get_abi_size(self._target_data)
         base = load_thread(ctx.b, co.ctx, "shared")
-        return ctx.b.gep(base, [ll.Constant(I64, offset)], source_etype=I8, name=symbol)
+        return ctx.b.gep(base, [ll.Constant(I64, offset)], source_etype=I8, name=local_name(symbol))
 
     def dynamic_shared(self, ctx: "LoweringContext") -> ll.Value:
         co = self._coroutine(ctx, "dynamic shared memory")
@@ -470,11 +479,12 @@ class CpuTarget(Target):
         self._reject_called(module, st)
         td = self._target_data
         kernels = {}
-        for name, info in st.kernels.items():
+        for name, info in st.kernels.items():  # by LLVM symbol; the description by IR symbol
             fn = module.globals[name]
             params = self._thunk(module, fn, td)
-            kernels[name] = {**info, "thunk": name + THUNK_SUFFIX, "params": params,
-                             "arg_bytes": max((o + s for o, s in params), default=0)}
+            info = dict(info)
+            kernels[info.pop("symbol")] = {**info, "thunk": name + THUNK_SUFFIX, "params": params,
+                                           "arg_bytes": max((o + s for o, s in params), default=0)}
         text = json.dumps({"warp_size": self.warp_size, "kernels": kernels, "locations": st.locations})
         data = bytearray(text.encode()) + b"\0"
         gv = ll.GlobalVariable(module, ll.ArrayType(I8, len(data)), INFO_SYMBOL)
@@ -501,7 +511,8 @@ class CpuTarget(Target):
                 if callee in st.needs_kernel:
                     what, span = st.needs_kernel[callee]
                     raise CompileError(
-                        f"{what} in device function '{callee}', which '{name}' calls and which was not "
+                        f"{what} in device function '{callee.removeprefix(SYMBOL_PREFIX)}', which "
+                        f"'{name.removeprefix(SYMBOL_PREFIX)}' calls and which was not "
                         f"inlined into it (only the kernel's own code, with the device functions inlined "
                         f"into it, may use it on the cpu target; recursive functions cannot be inlined)",
                         span)

@@ -17,7 +17,7 @@ from ...ir import core
 from ...ir.core import Function, Module, Op, Region, Value
 from ...ir.types import (AddressSpace, ArrayType, PointerType, ScalarType, TensorMapType, Type, VectorType, VoidType,
                          elem_of)
-from ..target import LLVM_ORDERS, CompileOptions, Target, set_syncscope
+from ..target import LLVM_ORDERS, CompileOptions, Target, local_name, set_syncscope
 
 
 class UnsupportedOnTarget(Exception):
@@ -126,6 +126,9 @@ class LoweringContext:
     def declare(self, name: str, ret: ll.Type, args: list[ll.Type], **attrs: Any) -> ll.Function:
         """Get or declare an external function (intrinsics included)."""
         g = self.module.globals.get(name)
+        if g is not None and any(g is f for f in self.lowering.functions.values()):
+            raise AssertionError(f"the target declares '{name}', which names a function of the program "
+                                 f"(add it to the target's reserved_symbols)")
         if g is None:
             g = ll.Function(self.module, ll.FunctionType(ret, args), name)
             for a in attrs.get("fn_attrs", ()):
@@ -223,6 +226,8 @@ class Lowering:
 
     # --- module ---------------------------------------------------------------------------------
     def run(self) -> ll.Module:
+        # The program's own symbols first, so that a renamed one (below) cannot take another's name.
+        self._symbols.update(self.target.function_symbol(f.name, f.is_kernel) for f in self.ir_module.functions)
         for f in self.ir_module.functions:
             self.declare_function(f)
         for f in self.ir_module.functions:
@@ -235,13 +240,19 @@ class Lowering:
         if f.is_kernel:
             params += self.target.kernel_extra_params()
         fnty = ll.FunctionType(self.lltype(f.ret), params)
-        fn = ll.Function(self.module, fnty, f.name)
+        symbol = self.target.function_symbol(f.name, f.is_kernel)
+        if symbol in self.target.reserved_symbols:
+            if f.is_kernel:
+                raise CompileError(self.target.reserved_kernel_message(f.attrs.get("source_name", f.name),
+                                                                       symbol), f.span, hint="rename the kernel")
+            symbol = self.unique_symbol(symbol + "_kc")  # internal: renamed out of the runtime's way
+        fn = ll.Function(self.module, fnty, symbol)
         for arg, p in zip(fn.args, f.params):
-            arg.name = p.hint or ""
+            arg.name = local_name(p.hint)
         if not f.is_kernel:
             fn.linkage = "internal"
         self.functions[f.name] = fn
-        self._symbols.add(f.name)
+        self._symbols.add(symbol)
 
     def lower_function(self, f: Function) -> None:
         fn = self.functions[f.name]
@@ -497,7 +508,7 @@ class Lowering:
     # --- memory ---------------------------------------------------------------------------------
     def op_alloca(self, ctx: LoweringContext, op: Op) -> ll.Value:
         pointee = op.result.type.pointee
-        slot = ctx.alloca(self.memtype(pointee), name=op.result.hint)
+        slot = ctx.alloca(self.memtype(pointee), name=local_name(op.result.hint))
         return self.opaque(slot)  # a typed alloca would give GEPs with source_etype a wrong type
 
     @staticmethod
@@ -779,7 +790,7 @@ class Lowering:
         exit_ = B.append_basic_block("for.exit")
         B.branch(header)
         B.position_at_end(header)
-        iv = B.phi(lo.type, name=op.regions[0].args[0].hint or "i")
+        iv = B.phi(lo.type, name=local_name(op.regions[0].args[0].hint) or "i")
         iv.add_incoming(lo, pre)
         cmp_up = B.icmp_signed("<", iv, hi) if it.is_signed else B.icmp_unsigned("<", iv, hi)
         step_owner = op.operands[2].owner

@@ -97,6 +97,8 @@ class NvptxTarget(Target):
                       AddressSpace.CONST: 1}
     alloca_space = 0
     binary_kind = "cubin"
+    #: the CUDA device runtime's functions, which PTX code declares by these names
+    reserved_symbols = frozenset({"vprintf", "malloc", "free", "__assertfail"})
 
     def __init__(self, arch: str = "sm_90", printf: str = "vprintf", float8: str = "hardware",
                  approx_ftz: bool = False):
