@@ -23,7 +23,7 @@ import os
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from .backends import canonical_target, default_arch
 from .backends.target import CompileOptions, Target
@@ -256,6 +256,51 @@ def emit(source: Source | Any, stage: str, target: str | Target = "nvptx", arch:
     if stage == "llvm":
         return str(ref)
     return tgt.emit(ref, stage)
+
+
+def emit_cached(source: Source, stage: str, target: str, arch: str | None = None,
+                kernel: str | None = None, params: dict[str, Any] | None = None,
+                options: CompileOptions | None = None, resolve: Callable[..., Target] | None = None,
+                cache: KernelCache | None = None) -> str | bytes:
+    """:func:`emit` through the cache (``kc compile``'s outputs): a warm call reads the output
+    without importing the frontend, LLVM or a GPU runtime.
+
+    ``target``: a target name or alias; ``arch``: as for :func:`resolve_target` (None: the GPU's own,
+    else the target's default). ``resolve(target, arch)`` makes the Target on a miss (default
+    :func:`resolve_target`; it may raise ValueError for an unknown arch). The key covers the
+    compiler's own files, the source text, path and folder, the target, the arch, the host processor
+    (cpu), the stage, the kernel, ``params`` and ``options``; the entry lists every file the program
+    imported (stdlib included) with its sha256, and a hit re-hashes them. Raises what :func:`emit`
+    raises; a failed compile stores nothing."""
+    cache = cache if cache is not None else CACHE
+    options = options or CompileOptions()
+    params = dict(params or {})
+    name = canonical_target(target)
+    key = make_key("emit", compiler_fingerprint(), source.sha, source.path, source.base_dir, name,
+                   arch or default_arch(name), host_cpu_id() if name == "cpu" else "", stage, kernel,
+                   {k: encode_value(v) for k, v in params.items()}, asdict(options))
+    hit = cache.get_record(key, "emit")
+    if hit is not None:
+        head, payload = hit
+        if _files_unchanged(head.get("imports")):
+            return payload.decode() if head.get("text") else payload
+    tgt = (resolve or resolve_target)(name, arch)
+    program = load(source, keep_going=True)
+    out = emit(program, stage, tgt, kernel=kernel, params=params, options=options)
+    imports = [[p, hashlib.sha256(t.encode()).hexdigest()] for p, t in program_imports(program)]
+    text = isinstance(out, str)
+    cache.put_record(key, "emit", {"imports": imports, "text": text}, out.encode() if text else out)
+    return out
+
+
+def _files_unchanged(files: Any) -> bool:
+    """Whether each ``[path, sha256]`` of ``files`` names a file that still has that sha256."""
+    if not isinstance(files, list):
+        return False
+    try:
+        return all(hashlib.sha256(Path(p).read_bytes()).hexdigest() == sha for p, sha in files)
+    except (OSError, TypeError, ValueError):
+        return False
 
 
 def compile_source_to(source: str, path: str = "<string>", stage: str = "asm",
@@ -510,6 +555,6 @@ def _encode_default(v: Any) -> Any:
         return repr(v)
 
 
-__all__ = ["Source", "STAGES", "compile_kernel", "artifact_of_ir", "emit", "emit_file",
+__all__ = ["Source", "STAGES", "compile_kernel", "artifact_of_ir", "emit", "emit_cached", "emit_file",
            "compile_source_to", "load", "lower_to_ir", "ProgramHandle", "parse_param_value",
            "resolve_target", "select_kernels", "encode_value", "decode_value", "host_cpu_id"]
