@@ -54,7 +54,7 @@ def _time(cmd: list[str], env: dict[str, str], runs: int, before=None) -> list[f
         if before is not None:
             before()
         t0 = time.perf_counter()
-        r = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        r = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=env["KC_CACHE_DIR"])
         out.append(time.perf_counter() - t0)
         if r.returncode != 0:
             sys.exit(f"{' '.join(cmd)} failed:\n{r.stderr.decode()}")
@@ -73,7 +73,8 @@ def _importtime(cmd: list[str], env: dict[str, str], runs: int = 5, top: int = 1
     cumulative µs), each the minimum over ``runs`` runs (the least disturbed by other work)."""
     best: dict[str, tuple[int, int]] = {}
     for _ in range(runs):
-        r = subprocess.run([cmd[0], "-X", "importtime", *cmd[1:]], env=env, capture_output=True, text=True)
+        r = subprocess.run([cmd[0], "-X", "importtime", *cmd[1:]], env=env, capture_output=True, text=True,
+                           cwd=env["KC_CACHE_DIR"])
         for line in r.stderr.splitlines():
             m = re.match(r"import time:\s+(\d+) \|\s+(\d+) \| (\s*)(\S+)", line)
             if m:
@@ -104,8 +105,12 @@ def main() -> None:
         warm, out = tmp / "warm", tmp / "vadd.out"
         compile_cmd = [py, "-m", "kcompiler.cli", "compile", str(repo / "examples" / "vadd.kc"), "--target",
                        args.target, "--arch", args.arch, "--emit", "asm", "-o", str(out)]
+        warm.mkdir()
+        # Each child runs in its cache folder: ``python -m`` puts the current folder first on sys.path,
+        # so it must not hold another kcompiler.
         _time(compile_cmd, _env(repo, warm), 1)  # primes the warm folder (and lark's tables)
         tables = [p for p in warm.iterdir() if p.is_file()]
+        (tmp / "cold").mkdir()
 
         def fresh_cold() -> None:
             shutil.rmtree(tmp / "cold", ignore_errors=True)
@@ -140,7 +145,7 @@ def main() -> None:
                  "run_name='__main__')\nexcept SystemExit:\n    pass\nprint(sorted({{m.split('.')[0] for m in "
                  "sys.modules}} & {heavy!r}), file=sys.stderr)").format(argv=["kc", *compile_cmd[4:]],
                                                                        heavy=set(heavy))
-        r = subprocess.run([py, "-c", probe], env=env_w, capture_output=True, text=True)
+        r = subprocess.run([py, "-c", probe], env=env_w, capture_output=True, text=True, cwd=warm)
         print(f"\nheavy packages a warm kc compile imports: {r.stderr.strip().splitlines()[-1]}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
