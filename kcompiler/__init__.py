@@ -11,22 +11,39 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+import importlib
 import os
-from dataclasses import fields
 from typing import Any
 
-from .backends.target import TARGET_ALIASES, CompileOptions, Target
 from .diagnostics import CompileError
 from .runtime.device import Artifact, Device, LaunchError
-# Imported now, not at the first compile(), so that a warm start (a cached kernel) pays no imports.
-from .pipeline import ProgramHandle, Source
-from .runtime.module import Kernel, Launch, Module
+
+#: Public names imported at first use (module ``__getattr__``): ``import kcompiler`` loads neither
+#: llvmlite, numpy, lark, torch, cuda-python nor hip-python, so that the CLI starts fast.
+_LAZY = {"Module": ".runtime.module", "Kernel": ".runtime.module", "Launch": ".runtime.module",
+         "ProgramHandle": ".pipeline", "Source": ".pipeline", "Target": ".backends.target",
+         "CompileOptions": ".backends.target", "TARGET_ALIASES": ".backends.target"}
+#: Subpackages and modules reachable as attributes (``kcompiler.pipeline``) without an import.
+_SUBMODULES = frozenset({"backends", "cli", "diagnostics", "frontend", "ir", "matmul_sm90", "numerics",
+                         "ops", "pipeline", "printf", "runtime"})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+        globals()[name] = value
+        return value
+    if name in _SUBMODULES:
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module 'kcompiler' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY) | _SUBMODULES)
+
 
 #: Canonical target names; aliases (``cuda`` → nvptx, ``hip`` → amdgcn) are accepted everywhere.
 TARGETS = ("nvptx", "amdgcn", "cpu")
-
-_OPTION_NAMES = tuple(f.name for f in fields(CompileOptions))
-
 
 def resolve_target_name(target: str) -> str:
     """The canonical target for a name, alias or ``auto`` (CUDA when the driver finds a GPU, else
@@ -45,17 +62,22 @@ def resolve_target_name(target: str) -> str:
     return canonical_target(target)
 
 
-def _options(options: dict[str, Any]) -> CompileOptions:
-    unknown = sorted(set(options) - set(_OPTION_NAMES))
+def _options(options: dict[str, Any]) -> Any:
+    from dataclasses import fields
+
+    from .backends.target import CompileOptions
+
+    names = tuple(f.name for f in fields(CompileOptions))
+    unknown = sorted(set(options) - set(names))
     if unknown:
         raise TypeError(f"unknown compile option{'s' * (len(unknown) > 1)} {', '.join(unknown)}; the "
-                        f"options are {', '.join(_OPTION_NAMES)}")
+                        f"options are {', '.join(names)}")
     return CompileOptions(**options)
 
 
 def compile(source: str, target: str = "auto", arch: str | None = None,  # noqa: A001
             params: dict[str, Any] | None = None, *, path: str = "<string>",
-            target_options: dict[str, Any] | None = None, **options: Any) -> Module:
+            target_options: dict[str, Any] | None = None, **options: Any) -> "Module":
     """Compile kernel-language ``source`` (text) for ``target`` and return a :class:`Module`.
 
     ``target``: 'auto' (CUDA, else HIP, else the CPU), 'nvptx' / 'cuda', 'amdgcn' / 'hip' (compiles
@@ -73,20 +95,28 @@ def compile(source: str, target: str = "auto", arch: str | None = None,  # noqa:
     was checked before and is in the cache); each kernel specialisation compiles at its first launch
     (or :meth:`Kernel.specialize`) and is cached on disk."""
     base = os.getcwd() if path.startswith("<") else os.path.dirname(os.path.abspath(path))
+    from .pipeline import Source  # deferred: see _module
+
     src = Source(source, path, base)
     return _module(src, target, arch, params, target_options, options)
 
 
 def compile_file(path: str | os.PathLike, target: str = "auto", arch: str | None = None,
                  params: dict[str, Any] | None = None, *, target_options: dict[str, Any] | None = None,
-                 **options: Any) -> Module:
+                 **options: Any) -> "Module":
     """:func:`compile` the file at ``path`` (its own imports are searched beside it).
     Raises OSError when it cannot be read."""
+    from .pipeline import Source  # deferred: see _module
+
     return _module(Source.from_file(path), target, arch, params, target_options, options)
 
 
 def _module(src: Any, target: str, arch: str | None, params: Any, target_options: Any,
-            options: dict[str, Any]) -> Module:
+            options: dict[str, Any]) -> Any:
+    # Deferred to the first compile: the pipeline and the runtime load llvmlite and numpy.
+    from .pipeline import ProgramHandle
+    from .runtime.module import Module
+
     opts = _options(options)
     name = resolve_target_name(target)
     program = ProgramHandle(src, name, arch, opts, target_opts=target_options)

@@ -189,7 +189,7 @@ def _write(out: str, data: str | bytes) -> None:
 def _compile(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from .backends import canonical_target
     from .backends.target import CompileOptions
-    from .pipeline import emit
+    from .pipeline import emit_cached
 
     target = canonical_target(args.target)
     params = dict(args.params)
@@ -200,11 +200,10 @@ def _compile(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     except (OSError, UnicodeDecodeError) as e:
         return _fail(f"cannot read {args.file}: {getattr(e, 'strerror', None) or e}")
     try:
-        tgt = _target(target, args.arch, parser)
-        if tgt is None:
-            return 1
         stage = args.emit or _STAGE_OF_SUFFIX.get(Path(args.output or "").suffix, "asm")
-        out = emit(source, stage, tgt, kernel=args.kernel, params=params, options=options)
+        # A cached output is written without importing the frontend or LLVM; a miss compiles.
+        out = emit_cached(source, stage, target, args.arch, kernel=args.kernel, params=params,
+                          options=options, resolve=lambda t, a: _target(t, a, parser))
     except CompileError as e:
         print(e.render(), file=sys.stderr)
         return 1

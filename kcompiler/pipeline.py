@@ -23,7 +23,7 @@ import os
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from .backends import canonical_target, default_arch
 from .backends.target import CompileOptions, Target
@@ -258,6 +258,51 @@ def emit(source: Source | Any, stage: str, target: str | Target = "nvptx", arch:
     return tgt.emit(ref, stage)
 
 
+def emit_cached(source: Source, stage: str, target: str, arch: str | None = None,
+                kernel: str | None = None, params: dict[str, Any] | None = None,
+                options: CompileOptions | None = None, resolve: Callable[..., Target] | None = None,
+                cache: KernelCache | None = None) -> str | bytes:
+    """:func:`emit` through the cache (``kc compile``'s outputs): a warm call reads the output
+    without importing the frontend, LLVM or a GPU runtime.
+
+    ``target``: a target name or alias; ``arch``: as for :func:`resolve_target` (None: the GPU's own,
+    else the target's default). ``resolve(target, arch)`` makes the Target on a miss (default
+    :func:`resolve_target`; it may raise ValueError for an unknown arch). The key covers the
+    compiler's own files, the source text, path and folder, the target, the arch, the host processor
+    (cpu), the stage, the kernel, ``params`` and ``options``; the entry lists every file the program
+    imported (stdlib included) with its sha256, and a hit re-hashes them. Raises what :func:`emit`
+    raises; a failed compile stores nothing."""
+    cache = cache if cache is not None else CACHE
+    options = options or CompileOptions()
+    params = dict(params or {})
+    name = canonical_target(target)
+    key = make_key("emit", compiler_fingerprint(), source.sha, source.path, source.base_dir, name,
+                   arch or default_arch(name), host_cpu_id() if name == "cpu" else "", stage, kernel,
+                   {k: encode_value(v) for k, v in params.items()}, asdict(options))
+    hit = cache.get_record(key, "emit")
+    if hit is not None:
+        head, payload = hit
+        if _files_unchanged(head.get("imports")):
+            return payload.decode() if head.get("text") else payload
+    tgt = (resolve or resolve_target)(name, arch)
+    program = load(source, keep_going=True)
+    out = emit(program, stage, tgt, kernel=kernel, params=params, options=options)
+    imports = [[p, hashlib.sha256(t.encode()).hexdigest()] for p, t in program_imports(program)]
+    text = isinstance(out, str)
+    cache.put_record(key, "emit", {"imports": imports, "text": text}, out.encode() if text else out)
+    return out
+
+
+def _files_unchanged(files: Any) -> bool:
+    """Whether each ``[path, sha256]`` of ``files`` names a file that still has that sha256."""
+    if not isinstance(files, list):
+        return False
+    try:
+        return all(hashlib.sha256(Path(p).read_bytes()).hexdigest() == sha for p, sha in files)
+    except (OSError, TypeError, ValueError):
+        return False
+
+
 def compile_source_to(source: str, path: str = "<string>", stage: str = "asm",
                       target: str | Target = "nvptx", arch: str | None = None, **kwargs: Any) -> str | bytes:
     """:func:`emit` for source text (``path`` is what messages print; imports resolve beside it)."""
@@ -316,21 +361,33 @@ class ProgramHandle:
         self._manifest_key = make_key("manifest", compiler_fingerprint(), source.sha, source.path,
                                       source.base_dir, self.target_name, self.arch, self.target_opts)
         m = self.cache.get_json(self._manifest_key)
+        if m is not None:
+            problem = manifest_problem(m)
+            if problem is not None:
+                self.cache.damaged(self._manifest_key, "json", problem)
+                m = None
         if m is None or not self._imports_unchanged(m):
             m = self._build_manifest()
         self.manifest: dict = m
         self._infer_memo: dict = dict(m.get("infer", {}))
 
     # the manifest
-    @staticmethod
-    def _imports_unchanged(m: dict) -> bool:
+    def _imports_unchanged(self, m: dict) -> bool:
+        """Whether every file the manifest's program imported still has the text it had (and the
+        source key is the one these texts give)."""
+        h = hashlib.sha256(self.source.text.encode())
         try:
             for path, sha in m["imports"]:
-                if hashlib.sha256(Path(path).read_bytes()).hexdigest() != sha:
+                data = Path(path).read_bytes()
+                if hashlib.sha256(data).hexdigest() != sha:
                     return False
-            return "kernels" in m and "source_key" in m
+                h.update(b"\0" + path.encode() + b"\0" + data)
         except (OSError, KeyError, TypeError, ValueError):
             return False
+        if h.hexdigest() != m["source_key"]:
+            self.cache.damaged(self._manifest_key, "json", "source_key does not match the sources")
+            return False
+        return True
 
     def _build_manifest(self) -> dict:
         from .frontend import check
@@ -371,6 +428,22 @@ class ProgramHandle:
     @property
     def kernel_names(self) -> list[str]:
         return list(self.manifest["kernels"])
+
+    def has_kernel(self, name: str) -> bool:
+        """Whether the program defines kernel ``name``. A name a cached manifest lacks is looked up
+        again in a manifest built from the source (once), so that a manifest written wrong cannot
+        hide a kernel forever: a different one is reported as damaged and replaced."""
+        if name in self.manifest["kernels"]:
+            return True
+        if self._program is None:  # the manifest came from the cache: check it against the source
+            cached = self.manifest
+            built = self._build_manifest()
+            if set(built["kernels"]) != set(cached["kernels"]):
+                self.cache.damaged(self._manifest_key, "json", "its kernels are not the source's")
+                self.cache.put_json(self._manifest_key, built)
+            self.manifest = built
+            self._infer_memo = {}
+        return name in self.manifest["kernels"]
 
     def comptime_names(self, kernel: str) -> list[str]:
         return [c[0] for c in self.manifest["kernels"][kernel]["comptime"]]
@@ -423,10 +496,59 @@ class ProgramHandle:
         """The compiled specialisation, from the cache or compiled now (and then cached)."""
         key = self.artifact_key(kernel, values)
         a = self.cache.get_artifact(key)
+        if a is not None and (a.target != self.target_name or a.meta.get("kernel") != kernel):
+            self.cache.damaged(key, "art", f"holds {a.meta.get('kernel')!r} for {a.target}, not "
+                                           f"{kernel!r} for {self.target_name}")
+            a = None
         if a is None:
             a = compile_kernel(self.program, kernel, values, self.target, self.options)
             self.cache.put_artifact(key, a)
         return a
+
+
+def _is_value(v: Any) -> bool:
+    """An encoded compile-time value (see :func:`encode_value`)."""
+    if isinstance(v, dict):
+        return set(v) == {"type"} and isinstance(v["type"], str)
+    return isinstance(v, (bool, int, float, str))
+
+
+def manifest_problem(m: Any) -> str | None:
+    """What is wrong with the shape of a cached program manifest, or None when it has the shape
+    :meth:`ProgramHandle._build_manifest` writes (a checksum catches damage; this catches a
+    manifest written by a different or broken writer)."""
+    if not isinstance(m, dict):
+        return "manifest is not an object"
+    if not isinstance(m.get("source_key"), str):
+        return "no source_key"
+    imports = m.get("imports")
+    if not isinstance(imports, list) or not all(
+            isinstance(i, list) and len(i) == 2 and all(isinstance(x, str) for x in i) for i in imports):
+        return "imports is not a list of [path, sha256]"
+    kernels = m.get("kernels")
+    if not isinstance(kernels, dict):
+        return "kernels is not an object"
+    for name, k in kernels.items():
+        if not isinstance(k, dict):
+            return f"kernel {name!r} is not an object"
+        ct, params = k.get("comptime"), k.get("params")
+        if not isinstance(ct, list) or not all(
+                isinstance(c, list) and len(c) == 3 and isinstance(c[0], str) for c in ct):
+            return f"kernel {name!r}: comptime is not a list of [name, kind, default]"
+        if not isinstance(params, list) or not all(isinstance(p, str) for p in params):
+            return f"kernel {name!r}: params is not a list of names"
+    infer = m.get("infer")
+    if not isinstance(infer, dict) or not all(
+            isinstance(v, dict) and all(_is_value(x) for x in v.values()) for v in infer.values()):
+        return "infer is not an object of compile-time values"
+    for v in infer.values():
+        for x in v.values():
+            if isinstance(x, dict):
+                try:
+                    type_from_str(x["type"])
+                except ValueError:
+                    return f"infer holds {x['type']!r}, not a type"
+    return None
 
 
 def _encode_default(v: Any) -> Any:
@@ -438,6 +560,6 @@ def _encode_default(v: Any) -> Any:
         return repr(v)
 
 
-__all__ = ["Source", "STAGES", "compile_kernel", "artifact_of_ir", "emit", "emit_file",
+__all__ = ["Source", "STAGES", "compile_kernel", "artifact_of_ir", "emit", "emit_cached", "emit_file",
            "compile_source_to", "load", "lower_to_ir", "ProgramHandle", "parse_param_value",
            "resolve_target", "select_kernels", "encode_value", "decode_value", "host_cpu_id"]

@@ -5,6 +5,9 @@
 """
 from __future__ import annotations
 
+import ctypes
+import importlib.util
+import sys
 from typing import Any
 
 from .target import TARGET_ALIASES, CompileOptions, Target
@@ -28,15 +31,32 @@ def canonical_target(name: str) -> str:
         raise ValueError(f"unknown target {name!r}; expected one of: {known}") from None
 
 
+def _cuda_driver_loadable() -> bool:
+    """Whether the CUDA driver library can be loaded (always assumed off Linux). Without it there is
+    no GPU to ask, and the answer costs a failed dlopen instead of importing cuda-python and numpy
+    (a warm ``kc compile`` must start fast)."""
+    if not sys.platform.startswith("linux"):
+        return True
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return False
+    return True
+
+
 def default_arch(target: str) -> str:
     """The arch used when none is given: the present GPU's (if any), else the target's default."""
     target = canonical_target(target)
     if target == "nvptx":
+        if not _cuda_driver_loadable():
+            return DEFAULT_NVPTX_ARCH
         from ..runtime.cuda import detected_arch  # lazy: imports cuda-python only when asked
 
         return detected_arch() or DEFAULT_NVPTX_ARCH
     if target == "cpu":
         return "native"
+    if importlib.util.find_spec("hip") is None:  # no hip-python: no AMD GPU to ask
+        return DEFAULT_AMDGCN_ARCH
     try:
         from ..runtime.hip import detected_arch as hip_arch  # lazy: hip-python only when asked
     except ImportError:

@@ -16,8 +16,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from llvmlite import ir as ll
-
 from ..ir.core import NORMAL_RANGE_MATH
 from ..ir.types import AddressSpace, Type
 
@@ -36,7 +34,18 @@ def local_name(hint: str | None) -> str:
 
 
 if TYPE_CHECKING:  # pragma: no cover
+    from llvmlite import ir as ll
+
     from .llvm.lower import LoweringContext
+
+
+def _ll() -> Any:
+    """``llvmlite.ir``, imported at first use: importing this module (``import kcompiler``, a warm
+    ``kc compile``) must not load llvmlite."""
+    from llvmlite import ir
+
+    return ir
+
 
 #: Target names as users write them, mapped to the canonical name.
 TARGET_ALIASES = {"nvptx": "nvptx", "cuda": "nvptx", "amdgcn": "amdgcn", "hip": "amdgcn", "cpu": "cpu"}
@@ -183,6 +192,7 @@ class Target:
         """The i64 address of the launch's hostcall buffer (docs/amd-hostcall.md), 0 when none was
         given. On AMD the HIP runtime passes it as a hidden kernel argument; elsewhere kcompiler's
         runtime sets the module global ``kc_hostcall_buffer``."""
+        ll = _ll()
         gv = ctx.module.globals.get("kc_hostcall_buffer")
         if gv is None:
             gv = ll.GlobalVariable(ctx.module, ll.IntType(64), "kc_hostcall_buffer",
@@ -199,6 +209,7 @@ class Target:
     def shared_array(self, ctx: "LoweringContext", symbol: str, lltype: ll.Type) -> ll.Value:
         """A pointer (in the shared address space) to a static shared array ``symbol`` of ``lltype``,
         one per block. Called once per ``shared`` op."""
+        ll = _ll()
         gv = ll.GlobalVariable(ctx.module, lltype, ctx.unique_symbol(symbol),
                                addrspace=self.address_spaces[AddressSpace.SHARED])
         gv.linkage = "internal"
@@ -211,6 +222,7 @@ class Target:
         whose size the launch gives. The default is what NVPTX and AMDGPU both read as dynamic
         shared memory / LDS: an external zero-sized array in the shared address space, placed after
         the static shared memory."""
+        ll = _ll()
         gv = ctx.module.globals.get("kc_dynamic_shared")
         if gv is None:
             gv = ll.GlobalVariable(ctx.module, ll.ArrayType(ll.IntType(8), 0), "kc_dynamic_shared",
@@ -325,6 +337,7 @@ class Target:
         is LLVM's intrinsic, which the CPU computes as accurately as libm. GPU targets override the
         approximations (exp2, log2, sin, cos, rsqrt, rcp, tanh) with their instructions. The
         normal-range forms (rcp_normal, rsqrt_normal) are their functions here."""
+        ll = _ll()
         fn = NORMAL_RANGE_MATH.get(fn, fn)
         name = {"abs": "fabs", "round": "roundeven"}.get(fn, fn)
         one = ll.Constant(args[0].type, 1.0)
@@ -338,6 +351,7 @@ class Target:
     def per_lane(ctx: "LoweringContext", x: ll.Value, scalar_fn) -> ll.Value:
         """``scalar_fn`` applied to each lane of vector ``x`` (or to scalar ``x``): for instructions
         that exist on scalars only."""
+        ll = _ll()
         if not isinstance(x.type, ll.VectorType):
             return scalar_fn(x)
         out: ll.Value = ll.Constant(x.type, ll.Undefined)
