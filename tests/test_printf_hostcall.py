@@ -300,3 +300,38 @@ def test_code_objects_ask_only_for_the_inputs_they_use(arch):
     assert quiet.kernarg_segment_size == 8 and not quiet.hidden_args
     assert quiet.descriptor.kernel_code_properties == cos[2].kernel("quiet").descriptor.kernel_code_properties
     assert quiet.descriptor.enable_workgroup_id == (True, False, False)
+
+
+_GUARD_CHILD = """
+import ctypes, sys
+import numpy as np
+sys.path.insert(0, {repo!r})
+import kcompiler as kc
+import kcompiler.runtime.cpu as cpu
+from kcompiler.runtime.hostcall import BUFFER_INDEX_MASK, BUFFER_FREE_STACK
+mod = kc.compile(open({src!r}).read(), target="cpu", path="k.kc")
+buf = cpu.hostcall_buffer()
+mask = ctypes.c_uint64.from_address(buf.host_address(BUFFER_INDEX_MASK))
+free = ctypes.c_uint64.from_address(buf.host_address(BUFFER_FREE_STACK)).value
+saved = mask.value
+mask.value = 0x7F00_1234_5640          # what the phase protocol has there: a 64-aligned signal address
+mod.every[4, 64](np.int32(256))
+sys.stdout.flush()
+print("free stack untouched:", ctypes.c_uint64.from_address(buf.host_address(BUFFER_FREE_STACK)).value == free)
+mask.value = saved
+mod.every[1, 2](np.int32(2))
+sys.stdout.flush()
+"""
+
+
+def test_cpu_printf_touches_no_buffer_of_the_other_protocol(tmp_path):
+    """A buffer whose byte 40 is even is not the stack protocol's (index_mask is 2^k - 1) but, e.g.,
+    the phase/occupancy protocol's doorbell: the device code leaves it alone (no packet popped, no
+    line, no hang), and prints again once the word is a mask."""
+    (tmp_path / "k.kc").write_text(EVERY_THREAD)
+    script = _GUARD_CHILD.format(repo=str(REPO), src=str(tmp_path / "k.kc"))
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=600,
+                       env={**os.environ, "KC_CACHE": "0"})
+    assert r.returncode == 0, r.stderr.decode(errors="replace")[-3000:]
+    assert r.stdout.decode().splitlines() == ["free stack untouched: True", "line 0 of block 0 lane 0",
+                                              "line 1 of block 0 lane 1"]
