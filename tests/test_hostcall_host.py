@@ -392,6 +392,47 @@ def test_decode_printf():
     assert service([0] + _fmt_words(b"%c%c") + [0xC3, 0xA9]) == 2 and out[-1] == "é"
 
 
+def test_decode_printf_string_advance_of_rocm6_clr():
+    """``string_advance="printed"`` reads as ROCm 6.x's clr does (rocclr/device/devhcprintf.cpp,
+    consumeCstring, tag rocm-6.2.2: ⌈(characters printed + 1) / 8⌉ words past a %s): a width or
+    precision on a %s sent to the host misplaces the next argument, the two examples of issue 20.
+    A plain %s (all kcompiler's device code sends for a device string) reads the same either way."""
+    def message(fmt: bytes, s: bytes, value: int) -> list[int]:
+        return [0] + _fmt_words(fmt) + _fmt_words(s) + [value]
+
+    def text(words: list[int], mode: str) -> bytes:
+        _, fmt, args = decode_printf(words, mode)
+        return format_c_bytes(fmt, args)
+
+    wide = message(b"[%-8s|%d]\n", b"ab", 77)  # "ab" is one word; 8 characters printed: 2 words
+    assert text(wide, "length") == b"[ab      |77]\n"
+    assert text(wide, "printed") == b"[ab      |"  # the 77 is skipped and the words run out
+    cut = message(b"[%.2s|%d]\n", b"abcdefghijklmnopq", 1)  # 3 words; 2 characters printed: 1 word
+    assert text(cut, "length") == b"[ab|1]\n"
+    garbage = int.from_bytes(b"ijklmnop", "little") & 0xFFFF_FFFF
+    assert text(cut, "printed") == b"[ab|%d]\n" % (garbage - (1 << 32) if garbage >> 31 else garbage)
+    star = [0] + _fmt_words(b"%*s|%d") + [10] + _fmt_words(b"abc") + [5]
+    assert text(star, "length") == b"       abc|5" and text(star, "printed") == b"       abc|"
+    for words in (message(b"<%s|%d>", b"abcdefghijklmnopq", -3), message(b"%s%s", b"", 0)):
+        assert decode_printf(words, "printed") == decode_printf(words, "length")
+    with pytest.raises(ValueError):
+        decode_printf(wide, "strlen")
+
+
+def test_string_advance_switch(monkeypatch):
+    monkeypatch.delenv("KC_HOSTCALL_STRING_ADVANCE", raising=False)
+    assert PrintfService().string_advance == "length"
+    monkeypatch.setenv("KC_HOSTCALL_STRING_ADVANCE", "printed")
+    assert PrintfService().string_advance == "printed"
+    assert HostcallListener(string_advance="length").printf.string_advance == "length"
+    out: list = []
+    service = PrintfService(stdout=out.append)
+    assert service([0] + _fmt_words(b"[%-8s|%d]") + _fmt_words(b"a") + [7]) == 10 and out == ["[a       |"]
+    monkeypatch.setenv("KC_HOSTCALL_STRING_ADVANCE", "chars")
+    with pytest.raises(ValueError, match="KC_HOSTCALL_STRING_ADVANCE"):
+        PrintfService()
+
+
 # --- errors and shutdown -----------------------------------------------------------------------------
 
 def test_unknown_service_and_bad_message_do_not_hang_the_device(make_buffer, capsys):

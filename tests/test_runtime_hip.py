@@ -244,6 +244,9 @@ class FakeHip:
         return 0, SimpleNamespace(name=b"Fake MI300X\0\0", gcnArchName=self.target_id.encode() + b"\0",
                                   warpSize=64, sharedMemPerBlock=65536, maxThreadsPerBlock=1024)
 
+    def hipRuntimeGetVersion(self):
+        return 0, 60241134  # a HIP 6.2 runtime (6.2.41134): one that serves the stack protocol
+
     def hipGetErrorName(self, err):
         return 0, self.NAMES.get(int(err), "hipErrorUnknown").encode()
 
@@ -303,6 +306,7 @@ def fake_hip(fresh_probe, monkeypatch):
     fake = FakeHip()
     monkeypatch.setattr(hip_rt, "_hip", fake)
     monkeypatch.setattr(hip_rt, "_probe", (1, None))
+    monkeypatch.setattr(hip_rt, "_runtime_version", None)
     return fake
 
 

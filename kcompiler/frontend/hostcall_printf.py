@@ -12,6 +12,13 @@ the format's first bytes is the same message in one hostcall less.)
 
 The format is known at compile time, so its words are constants here: no string needs to live in
 device memory.
+
+A ``%s`` of a device string with a width or precision (``%8s``, ``%-8s``, ``%.3s``, ``%*.*s``) is
+formatted on the device (std.hostcall's ``printf_string_field``: cut, padded, ``-`` and ``*``
+honoured) and sent for a plain ``%s``: the HIP runtime of ROCm 6.x (clr
+rocclr/device/devhcprintf.cpp, ``consumeCstring``, tag rocm-6.2.2) steps past a string by the
+characters its conversion printed rather than by the string's length, so a field left to the host
+would shift every later argument; the padded text under a plain ``%s`` reads the same on both.
 """
 from __future__ import annotations
 
@@ -38,12 +45,51 @@ def format_words(fmt: str) -> list[int]:
     return [int.from_bytes(data[i:i + 8], "little") for i in range(0, len(data), 8)]
 
 
+def field_format(fmt: str, args: list[Any], strings: list[bool]) -> tuple[str, list[tuple[str, Any]]]:
+    """The format the host is sent, and the message's arguments, for ``printf(fmt, *args)``.
+
+    Returns (format text, items): each item is ("word", value), ("string", value) or
+    ("field", (value, width, precision, left)) for a ``%s`` with a width or precision, whose
+    conversion is rewritten to a plain ``%s`` (the device formats the field). ``width`` and
+    ``precision`` are an int or an IR value (a ``*`` argument, which is then not sent), or None."""
+    from ..printf import Conversion, escape_text, expected_args, parse_format
+
+    text: list[str] = []
+    items: list[tuple[str, Any]] = []
+    at = 0
+    for piece in parse_format(fmt):
+        if not isinstance(piece, Conversion):
+            text.append(escape_text(piece))
+            continue
+        n = len(expected_args(piece))
+        vals, is_str = args[at:at + n], strings[at + n - 1]
+        at += n
+        if piece.conv == "s" and (piece.width is not None or piece.precision is not None):
+            k = 0
+            width = precision = None
+            if piece.width == "*":
+                width, k = vals[0], 1
+            elif piece.width is not None:
+                width = piece.width
+            if piece.precision == "*":
+                precision, k = vals[k], k + 1
+            elif piece.precision is not None:
+                precision = piece.precision
+            text.append("%s")
+            items.append(("field", (vals[k], width, precision, "-" in piece.flags)))
+            continue
+        text.append(fmt[piece.start:piece.end])
+        items.extend(("string" if is_str and j == n - 1 else "word", v) for j, v in enumerate(vals))
+    return "".join(text), items
+
+
 def lower_hostcall_printf(fl: "FnLowering", span: "SourceSpan", fmt: str, args: list[Any],
                           strings: list[bool]) -> None:
     """Emit the printf service's calls for ``printf(fmt, *args)`` in ``fl`` (a FnLowering).
 
     ``args``: IR values after C's default promotions (i32/u32/i64/u64, f64, pointers);
     ``strings[k]``: whether argument k is a ``%s`` string (a ``ptr<u8>`` or ``ptr<i8>``)."""
+    from ..ir.types import I32
     from .program import HOSTCALL_ALIAS
 
     b = fl.b
@@ -53,30 +99,45 @@ def lower_hostcall_printf(fl: "FnLowering", span: "SourceSpan", fmt: str, args: 
         fn = fl.L.instance(mod, mod.fns[name], {}, span)
         return b.call(fn.name, operands, fn.ret)
 
+    def device_string(s: Any) -> Any:
+        if s.type.space not in (AddressSpace.GLOBAL, AddressSpace.CONST):
+            fl.fail(f"printf through hostcall reads %s strings from global or const memory, not "
+                    f"{s.type}", span, hint="copy the string to global memory")
+        if s.type.pointee != U8:  # ptr<i8> → ptr<u8>
+            s = b.ptrcast(s, U8)
+        if s.type.space != AddressSpace.GLOBAL:  # a literal for %*s: its address, as a global one
+            s = b.bitcast(b.bitcast(s, U64), PointerType(U8))
+        return s
+
+    def field_int(v: Any) -> Any:
+        if v is None:
+            return b.const(-1, I32)  # no precision (no width is width 0, below)
+        if isinstance(v, int):
+            return b.const(v, I32)
+        return v if v.type == I32 else b.cast(v, I32)  # a u32 `*` argument
+
     # The message, in order: runs of words, and strings to be sent from device memory. Word 0 is
     # the control word (0: stdout); the first hostcall (BEGIN) carries it with the first words of
     # the format, where hipcc's code sends it alone: the protocol appends a BEGIN packet's data too.
-    items: list[tuple[str, Any]] = [("word", b.const(w, U64)) for w in [CONTROL_STDOUT, *format_words(fmt)]]
-    for v, is_string in zip(args, strings):
-        if is_string:
-            items.append(("string", v))
-        else:
-            items.append(("word", as_word(fl, v, span)))
+    host_fmt, arg_items = field_format(fmt, args, strings)
+    items: list[tuple[str, Any]] = [("word", b.const(w, U64))
+                                    for w in [CONTROL_STDOUT, *format_words(host_fmt)]]
+    for kind, v in arg_items:
+        items.append(("word", as_word(fl, v, span)) if kind == "word" else (kind, v))
 
     desc = b.const(DESC_BEGIN, U64)
     k = 0
     while k < len(items):
-        if items[k][0] == "string":
+        kind, v = items[k]
+        if kind in ("string", "field"):
             last = b.const(k == len(items) - 1, BOOL)
-            s = items[k][1]
-            if s.type.space not in (AddressSpace.GLOBAL, AddressSpace.CONST):
-                fl.fail(f"printf through hostcall reads %s strings from global or const memory, not "
-                        f"{s.type}", span, hint="copy the string to global memory")
-            if s.type.pointee != U8:  # ptr<i8> → ptr<u8>
-                s = b.ptrcast(s, U8)
-            if s.type.space != AddressSpace.GLOBAL:  # a literal for %*s: its address, as a global one
-                s = b.bitcast(b.bitcast(s, U64), PointerType(U8))
-            desc = call("printf_string", [desc, s, last])
+            if kind == "string":
+                desc = call("printf_string", [desc, device_string(v), last])
+            else:
+                s, width, precision, left = v
+                desc = call("printf_string_field", [desc, device_string(s),
+                                                    field_int(0 if width is None else width),
+                                                    field_int(precision), b.const(left, BOOL), last])
             k += 1
             continue
         run = []

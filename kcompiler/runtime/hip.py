@@ -381,6 +381,9 @@ class HipDevice(Device):
         naming the HIP error and the kernel (or, before launching, a block or LDS size the kernel
         cannot have)."""
         k = handle.kernel
+        if any(a.value_kind == "hidden_hostcall_buffer" for a in k.args):
+            from .hip_hostcall import check_printing_kernel
+            check_printing_kernel(handle.name, runtime_version())
         threads = block[0] * block[1] * block[2]
         limit = min(k.max_flat_workgroup_size, self.max_threads or k.max_flat_workgroup_size)
         if threads > limit:
@@ -409,6 +412,17 @@ class HipDevice(Device):
         _call(f"synchronising {self.name}", "hipDeviceSynchronize")
 
 
+_runtime_version: int | None = None
+
+
+def runtime_version() -> int:
+    """``hipRuntimeGetVersion`` (HIP_VERSION: major * 10^7 + minor * 10^5 + patch), asked once."""
+    global _runtime_version
+    if _runtime_version is None:
+        _runtime_version = int(_call("asking the HIP runtime's version", "hipRuntimeGetVersion"))
+    return _runtime_version
+
+
 def _properties(ordinal: int) -> Any:
     """``hipDeviceProp_t`` of device ``ordinal`` (recent hip-python returns it; older versions fill one
     passed in)."""
@@ -421,4 +435,4 @@ def _properties(ordinal: int) -> Any:
 
 __all__ = ["HipDevice", "HipKernelHandle", "HipUnavailable", "KernargLayout", "kernarg_layout",
            "pack_kernargs", "device_count", "is_available", "unavailable_reason", "detected_arch",
-           "arch_of"]
+           "arch_of", "runtime_version"]

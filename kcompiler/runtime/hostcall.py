@@ -47,7 +47,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from .cformat import CArg, format_c_bytes, parse_format
+from .cformat import CArg, format_c_bytes, format_spec, parse_format
 
 # --- layout ------------------------------------------------------------------------------------------
 # buffer_t (ROCm device-libs ockl/src/hostcall_impl.cl, buffer_t; clr rocclr/device/devhostcall.hpp,
@@ -460,12 +460,36 @@ def _stream_sink(name: str) -> Sink:
     return write
 
 
-def decode_printf(words: Sequence[int]) -> tuple[int, bytes, list[CArg]]:
+#: How the printf service steps past a ``%s`` argument's words (see :func:`decode_printf`).
+#: "printed": ⌈(characters the conversion printed + 1) / 8⌉ words, as the HIP runtime of ROCm 6.x
+#: does (ROCm/clr rocclr/device/devhcprintf.cpp, ``consumeCstring``, tag rocm-6.2.2 and commit
+#: 2192e20ed); "length": ⌈(strlen + 1) / 8⌉, the string's own words, as the newer copy does
+#: (ROCm/rocm-systems projects/clr/rocclr/device/devhcprintf.cpp, commit caa9843b3).
+STRING_ADVANCES = ("length", "printed")
+
+
+def string_advance_from_env() -> str:
+    """``KC_HOSTCALL_STRING_ADVANCE`` ("length", the default, or "printed"): which runtime's ``%s``
+    stepping kcompiler's printf service imitates. Raises ValueError for another value."""
+    mode = os.environ.get("KC_HOSTCALL_STRING_ADVANCE", "").strip() or "length"
+    if mode not in STRING_ADVANCES:
+        raise ValueError(f"KC_HOSTCALL_STRING_ADVANCE must be one of {', '.join(STRING_ADVANCES)}, "
+                         f"not {mode!r}")
+    return mode
+
+
+def decode_printf(words: Sequence[int], string_advance: str = "length") -> tuple[int, bytes, list[CArg]]:
     """A printf message's (control word, format, arguments), read as clr's ``handlePrintf`` and
     ``format`` do (rocclr/device/devhcprintf.cpp): word 0 the control word (bit 0: stderr), then the
     format's bytes with its NUL padded to 8, then per conversion its ``*`` words and its value —
-    one word, or for ``%s`` the string's bytes and NUL padded to 8 (advancing by the string's length,
-    as the current clr does). Arguments stop where the words run out."""
+    one word, or for ``%s`` the string's bytes and NUL padded to 8. After a ``%s`` the next argument
+    is read ⌈(strlen + 1) / 8⌉ words on (``string_advance="length"``, the newer clr) or ⌈(characters
+    the conversion printed + 1) / 8⌉ words on (``"printed"``, ROCm 6.x's clr: a width or precision
+    on the host then misplaces every later argument; kcompiler's device code formats such fields
+    itself and sends a plain ``%s``, so it reads the same under both). Arguments stop where the
+    words run out (where clr, stepping past the end, would read beyond the message)."""
+    if string_advance not in STRING_ADVANCES:
+        raise ValueError(f"string_advance must be one of {STRING_ADVANCES}, not {string_advance!r}")
     if not words:
         return 0, b"", []
     control = int(words[0])
@@ -483,12 +507,14 @@ def decode_printf(words: Sequence[int]) -> tuple[int, bytes, list[CArg]]:
             continue
         if at + item.stars >= n:
             break
-        args.extend(word(at + k) for k in range(item.stars))
+        stars = [word(at + k) for k in range(item.stars)]
+        args.extend(stars)
         at += item.stars
         if item.conversion == b"s":
             s = data[8 * at:].split(b"\0", 1)[0]
             args.append(s)
-            at += (len(s) + 1 + 7) // 8
+            shown = len(s) if string_advance == "length" else len(format_spec(item, [*stars, s]))
+            at += (shown + 1 + 7) // 8
         else:
             args.append(word(at))
             at += 1
@@ -500,14 +526,20 @@ class PrintfService:
     with :func:`kcompiler.runtime.cformat.format_c_bytes` and writes the text to ``stdout`` (control
     bit 0 clear) or ``stderr`` (set); returns the byte count (the device printf's result), or -1 for
     a control word with other bits set (clr ``handlePrintf``). Each printf's output reaches its sink
-    in one call. Sinks default to ``sys.stdout`` / ``sys.stderr`` (flushed after each write)."""
+    in one call. Sinks default to ``sys.stdout`` / ``sys.stderr`` (flushed after each write).
+    ``string_advance`` ("length" or "printed", see :func:`decode_printf`) defaults to
+    ``KC_HOSTCALL_STRING_ADVANCE`` (:func:`string_advance_from_env`), else "length"."""
 
-    def __init__(self, stdout: Sink | None = None, stderr: Sink | None = None):
+    def __init__(self, stdout: Sink | None = None, stderr: Sink | None = None,
+                 string_advance: str | None = None):
         self.stdout = stdout or _stream_sink("stdout")
         self.stderr = stderr or _stream_sink("stderr")
+        self.string_advance = string_advance or string_advance_from_env()
+        if self.string_advance not in STRING_ADVANCES:
+            raise ValueError(f"string_advance must be one of {STRING_ADVANCES}, not {string_advance!r}")
 
     def __call__(self, words: list) -> int:
-        control, fmt, args = decode_printf(words)
+        control, fmt, args = decode_printf(words, self.string_advance)
         if control & ~1:
             return -1
         out = format_c_bytes(fmt, args)
@@ -528,14 +560,15 @@ class HostcallListener:
     host, returns packets to the free stack. The thread polls (the ready stack, cheaply, with a
     backoff from ``min_sleep`` to ``max_sleep`` seconds) where clr blocks on the doorbell signal.
 
-    Services: printf (2) through the message assembler, plus ``services`` (id -> slot handler). An
+    Services: printf (2) through the message assembler (``string_advance``: see
+    :class:`PrintfService`), plus ``services`` (id -> slot handler). An
     unknown service, a handler that raises, or a message error is recorded in :attr:`errors` (and
     reported on stderr once); the packet is released all the same, so no wave waits forever."""
 
     def __init__(self, buffers: Iterable[HostcallBuffer] = (), *, stdout: Sink | None = None,
                  stderr: Sink | None = None, services: dict[int, SlotHandler] | None = None,
-                 min_sleep: float = 20e-6, max_sleep: float = 1e-3):
-        self.printf = PrintfService(stdout, stderr)
+                 min_sleep: float = 20e-6, max_sleep: float = 1e-3, string_advance: str | None = None):
+        self.printf = PrintfService(stdout, stderr, string_advance)
         self.messages = MessageAssembler({SERVICE_PRINTF: self.printf})
         self.services: dict[int, SlotHandler] = {
             SERVICE_PRINTF: lambda slot: self.messages.handle(SERVICE_PRINTF, slot)}

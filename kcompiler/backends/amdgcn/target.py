@@ -19,6 +19,7 @@ from ...ir.core import NORMAL_RANGE_MATH
 from ...ir.types import AddressSpace
 from ..llvm.lower import LoweringContext, UnsupportedOnTarget
 from ..target import Target
+from .attributes import mark_unused_inputs, note_hostcall
 
 _I1, _I16, _I32, _I64 = ll.IntType(1), ll.IntType(16), ll.IntType(32), ll.IntType(64)
 
@@ -228,7 +229,9 @@ class AmdgcnTarget(Target):
     # --- hostcall -----------------------------------------------------------------------------------
     def hostcall_buffer(self, ctx: LoweringContext) -> ll.Value:
         # The HIP runtime allocates the buffer for a kernel whose metadata lists the hidden argument
-        # hidden_hostcall_buffer, and LLVM lists it exactly when the kernel reads this word.
+        # hidden_hostcall_buffer, and LLVM lists it exactly when the kernel reads this word (and
+        # lacks amdgpu-no-hostcall-ptr: attributes.py states it on the kernels that never do).
+        note_hostcall(ctx.module, ctx.fn)
         return self._implicit_arg(ctx, _HIDDEN_HOSTCALL_BUFFER, _I64)
 
     def hostcall_interrupt(self, ctx: LoweringContext, event_id: ll.Value) -> None:
@@ -265,6 +268,10 @@ class AmdgcnTarget(Target):
         # Pin the code object version (AMDGPUUsage, "Code Object Metadata"): a module flag.
         module.add_named_metadata("llvm.module.flags", [ll.Constant(_I32, 1), "amdhsa_code_object_version",
                                                         ll.Constant(_I32, CODE_OBJECT_VERSION)])
+        # The inputs each kernel does not use, at every optimisation level (LLVM's attributor, which
+        # infers them, runs only when optimising): a kernel that never prints asks for no hostcall
+        # buffer at -O 0 either.
+        mark_unused_inputs(module)
 
     def target_machine(self, opt_level: int = 3):
         import llvmlite.binding as llvm
