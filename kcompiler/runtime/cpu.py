@@ -26,6 +26,9 @@ Errors (out-of-bounds or misaligned accesses under ``check_bounds``, divergent b
     kernel 'vadd': out-of-bounds store to 'out'[1000] (size 1000) at examples/vadd.kc:5:9,
     thread (8,0,0) block (3,0,0)
 
+Ctrl-C stops a launch on the main thread between blocks and at every barrier, warp operation or
+``nanosleep`` of its threads, and raises KeyboardInterrupt (``runtime/interrupt.py``).
+
 Environment: ``KC_CPU_THREADS`` caps the worker threads (default: the host's CPU count).
 """
 from __future__ import annotations
@@ -46,7 +49,7 @@ from ..backends.cpu import abi
 from ..backends.cpu.target import (INFO_SYMBOL, MAX_BLOCK_DIM, MAX_GRID_DIM, MAX_SHARED_BYTES,
                                    MAX_THREADS_PER_BLOCK, CpuTarget)
 from ..ir.types import PointerType, ScalarType, TensorMapType, VectorType, sizeof
-from . import arrays
+from . import arrays, interrupt
 from .arrays import ArgMismatch
 from .device import Artifact, Device, LaunchError
 
@@ -332,14 +335,23 @@ class CpuDevice(Device):
         threads = blocks * block[0] * block[1] * block[2]
         nworkers = min(self.workers, blocks, max(1, threads // SERIAL_THREADS))
         ptr = ctypes.addressof(st)
-        if nworkers == 1:
-            run(ptr)
-        else:
-            pool = self._executor()
-            futures = [pool.submit(run, ptr) for _ in range(nworkers - 1)]
-            run(ptr)
-            for f in futures:
-                f.result()
+        interrupted: list[bool] = []
+
+        def stop() -> None:  # Ctrl-C (runtime/interrupt.py): the scheduler sees the flag and returns
+            interrupted.append(True)
+            st.stop = 1
+
+        futures: list[Any] = []
+        with interrupt.interruptible(stop, f"kernel '{handle.name}'"):
+            try:
+                if nworkers > 1:
+                    pool = self._executor()
+                    futures = [pool.submit(run, ptr) for _ in range(nworkers - 1)]
+                run(ptr)
+            finally:
+                _join(futures, stop)
+        if interrupted:
+            raise KeyboardInterrupt
         if st.err_kind != abi.ERR_NONE:
             raise LaunchError(_error_message(handle, st, table, grid, block))
 
@@ -423,6 +435,22 @@ class CpuDevice(Device):
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="kc-cpu")
             return self._pool
+
+
+def _join(futures: list[Any], stop: Callable[[], None]) -> None:
+    """Wait for every worker of a launch, also through Ctrl-C (which stops the launch): its arrays
+    must outlive the workers. Re-raises the KeyboardInterrupt after."""
+    interrupted = False
+    for f in futures:
+        while True:
+            try:
+                f.result()
+                break
+            except KeyboardInterrupt:
+                interrupted = True
+                stop()
+    if interrupted:
+        raise KeyboardInterrupt
 
 
 def _runtime_memory(handle: CpuKernelHandle) -> list[PointerArg]:
