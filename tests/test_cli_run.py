@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -100,3 +101,15 @@ def test_out_folder_is_made(tmp_path):
     r = vadd("--out", tmp_path / "new" / "deeper", n=10)
     assert r.returncode == 0, r.stderr
     assert sorted(p.name for p in (tmp_path / "new" / "deeper").iterdir()) == ["a.npy", "b.npy", "out.npy"]
+
+
+@pytest.mark.gpu
+def test_run_on_nvidia_checks_nothing_and_says_so(tmp_path):
+    """Bounds checking is the cpu target's: on an NVIDIA GPU kc run runs unchecked by default, and
+    an explicit --check-bounds says that it checks nothing there."""
+    r = kc("run", VADD, "--kernel", "vadd", "--grid", "1", "--block", "16", "--target", "cuda",
+           "a=ones:f32[16]", "b=ones:f32[16]", "out=zeros:f32[16]", "n=16", "--check-bounds",
+           "--out", tmp_path / "out")
+    assert r.returncode == 0, r.stderr
+    assert "--check-bounds checks accesses on the cpu target only; nvptx runs unchecked" in r.stderr
+    assert (np.load(tmp_path / "out" / "out.npy") == 2).all()
