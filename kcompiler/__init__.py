@@ -86,9 +86,16 @@ def compile(source: str, target: str = "auto", arch: str | None = None,  # noqa:
     ``params``: default compile-time values, ``{"BLOCK": 128}`` or ``{"kernel": {"BLOCK": 128}}``.
     ``path``: the name messages print; imports of the user's own modules are searched beside it (in
     the current directory for the default '<string>'). ``options``: :class:`CompileOptions` fields
-    (``opt_level``, ``check_bounds``, ``fast_math``). ``target_options``: what only one target
+    (``opt_level`` 0-3, ``check_bounds``, ``fast_math``; ValueError for a bad value).
+    ``check_bounds=True`` (cpu target): every access to memory the kernel was given is checked, and
+    an out-of-bounds or misaligned one raises LaunchError naming the array, index, kernel and
+    file:line:col. Unchecked (the default, as on a GPU), nothing is: on the cpu target an overrun
+    reads and writes this Python process's own memory and can corrupt other arrays or the Python
+    heap (a later "double free or corruption" abort) or end the process with a segfault.
+    ``target_options``: what only one target
     takes: cpu ``{"warp_size": 64}``; nvptx ``{"printf": "hostcall"}`` (printf through the hostcall
-    protocol AMD kernels use, served by kcompiler's listener, instead of vprintf); nvptx and amdgcn
+    protocol AMD kernels use, served by kcompiler's listener, instead of vprintf; cpu and amdgcn
+    always print that way and accept only that value); nvptx and amdgcn
     ``{"float8": "software"}`` (the reference small-float conversions even where the chip converts).
 
     The source is parsed and checked now (CompileError on a bad program, unless an identical source
@@ -120,6 +127,8 @@ def _module(src: Any, target: str, arch: str | None, params: Any, target_options
     opts = _options(options)
     name = resolve_target_name(target)
     program = ProgramHandle(src, name, arch, opts, target_opts=target_options)
+    if target_options:
+        program.target  # built now, so that a bad target option raises here, not at a launch
     return Module(program, params=params)
 
 

@@ -4,6 +4,7 @@
                     [--emit ast|ir|llvm|asm|obj] [-o OUT] [-P NAME=VALUE]... [--kernel NAME]
                     [-O 0-3] [--fast-math] [--check-bounds]
     kc check FILE [--target ...] [--arch ...]
+    kc run FILE --kernel NAME --grid G --block B [--target ...] [--no-check-bounds] NAME=VALUE...
     kc devices
 
 Exit status: 0 success, 1 the program was rejected (the located messages on stderr) or an output
@@ -98,11 +99,17 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--shared", type=int, default=0, help="bytes of dynamic shared memory")
     r.add_argument("--printf", choices=("vprintf", "hostcall"), default=None,
                    help="nvptx: how printf reaches the host (default vprintf; hostcall runs the "
-                        "protocol AMD kernels use)")
+                        "protocol AMD kernels use; amdgcn and cpu always use hostcall)")
+    r.add_argument("--check-bounds", action=argparse.BooleanOptionalAction, default=None,
+                   help="check every memory access of the kernel (cpu target): an out-of-bounds or "
+                        "misaligned one stops it with the array, index, kernel and file:line:col "
+                        "(exit 1). On by default for the cpu target, as kc run is a debugging "
+                        "command; --no-check-bounds runs unchecked and faster, where an overrun "
+                        "can corrupt the process or end it with a segfault")
     r.add_argument("-P", "--param", dest="params", action="append", type=_param, default=[],
                    metavar="NAME=VALUE", help="compile-time parameter; repeatable")
     r.add_argument("--out", "-o", default="kc-out", help="folder for the arrays after the run "
-                   "(default kc-out; '-' saves nothing)")
+                   "(default kc-out; '-' saves nothing; checked before the launch)")
     r.add_argument("args", nargs="*", metavar="ARG", help="NAME=VALUE for each kernel parameter")
 
     sub.add_parser("devices", help="list the devices kernels can run on here (CUDA and AMD GPUs, the "
@@ -123,16 +130,19 @@ def _dims_arg(text: str) -> tuple[int, ...]:
 
 
 def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from . import compile_file
+    from . import compile_file, resolve_target_name
     from .runtime.device import LaunchError
-    from .runtime.runargs import ArgError, parse_run_args, save_arrays
+    from .runtime.runargs import ArgError, check_output_folder, parse_run_args, save_arrays
 
+    target = resolve_target_name(args.target)
+    check_bounds = args.check_bounds if args.check_bounds is not None else target == "cpu"
+    if args.check_bounds and target != "cpu":
+        print(f"kc: note: --check-bounds checks accesses on the cpu target only; {target} runs "
+              f"unchecked", file=sys.stderr)
     try:
-        if args.printf and args.target not in ("nvptx", "cuda", "auto"):
-            parser.error("--printf chooses between vprintf and hostcall on nvptx; amdgcn and cpu "
-                         "always print through hostcall")
         opts = {"printf": args.printf} if args.printf else None
-        module = compile_file(args.file, target=args.target, arch=args.arch, target_options=opts)
+        module = compile_file(args.file, target=target, arch=args.arch, target_options=opts,
+                              check_bounds=check_bounds)
         kernel = getattr(module, args.kernel)
     except (OSError, UnicodeDecodeError) as e:
         return _fail(f"cannot read {args.file}: {getattr(e, 'strerror', None) or e}")
@@ -141,10 +151,12 @@ def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         return 1
     except AttributeError as e:
         return _fail(str(e))
-    except ValueError as e:
+    except ValueError as e:  # an arch or a --printf the target does not take
         parser.error(str(e))
     try:
         values = parse_run_args(kernel.params, args.args)
+        if args.out != "-":
+            check_output_folder(args.out)
     except ArgError as e:
         parser.error(str(e))
     try:
@@ -156,8 +168,11 @@ def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         return _fail(str(e))
     sys.stdout.flush()
     if args.out != "-":
-        for line in save_arrays(args.out, kernel.params, values):
-            print(line, file=sys.stderr)
+        try:
+            for line in save_arrays(args.out, kernel.params, values):
+                print(line, file=sys.stderr)
+        except OSError as e:
+            return _fail(f"cannot save the arrays in {args.out}: {e.strerror or e}")
     return 0
 
 

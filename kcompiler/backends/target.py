@@ -56,7 +56,9 @@ class CompileOptions:
     """Options that change generated code (and so are part of the cache key).
 
     ``opt_level``: LLVM pipeline level 0-3. ``check_bounds``: on targets that support it (cpu), check
-    every access to memory passed from the host. ``fast_math``: allow reassociation and approximate
+    every access to memory passed from the host (unchecked, a CPU kernel's overrun writes the host
+    process's own memory: heap corruption or a segfault). Raises ValueError for a value of another
+    type or range. ``fast_math``: allow reassociation and approximate
     division/sqrt in f32 (LLVM's ``fast`` flags), and std.math's functions become their fast versions
     (``comptime target.has("fast_math")``; docs/math.md).
     """
@@ -64,6 +66,15 @@ class CompileOptions:
     opt_level: int = 3
     check_bounds: bool = False
     fast_math: bool = False
+
+    def __post_init__(self) -> None:
+        # Checked where the options are given: a bad value would otherwise fail at the first launch,
+        # inside LLVM.
+        if type(self.opt_level) is not int or not 0 <= self.opt_level <= 3:
+            raise ValueError(f"opt_level must be an integer from 0 to 3, not {self.opt_level!r}")
+        for name in ("check_bounds", "fast_math"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be True or False, not {getattr(self, name)!r}")
 
 
 class Target:
@@ -107,6 +118,13 @@ class Target:
         """The LLVM symbol of the program's function whose IR symbol is ``name``: ``name`` itself on
         the GPUs, where the runtime loads kernels by it; the CPU target prefixes every one."""
         return name
+
+    def hostcall_printf_option(self, printf: str) -> None:
+        """Check the ``printf`` target option of a target that always prints through hostcall (cpu,
+        amdgcn): ``"hostcall"`` is accepted and changes nothing. Raises ValueError for another value."""
+        if printf != "hostcall":
+            raise ValueError(f"{self.name} target: printf always goes through the hostcall protocol "
+                             f"here; the printf option may only be 'hostcall', not {printf!r}")
 
     def has(self, feature: str) -> bool:
         """Whether the target has ``feature`` (e.g. 'wgmma', 'fp8_convert', 'sm_90')."""

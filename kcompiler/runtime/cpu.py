@@ -12,7 +12,8 @@ arrays are copied first. PyTorch CPU tensors are passed by their memory (through
 tensors, ``__cuda_array_interface__`` objects) are refused with a TypeError. Under ``check_bounds``
 each array is copied into its own 256-byte aligned buffer (as cudaMalloc's are) with 4 KiB guard zones
 on both sides (so that a small overrun lands outside every argument and is reported) and copied back
-after the launch.
+after the launch; the memory the runtime itself hands the kernel (the hostcall buffer printf writes
+to) is legal as well (``_runtime_memory``), every other address is reported.
 
 Alignment: a GPU faults on a misaligned access (a ``vec<f32, 4>`` load from an address that is not a
 multiple of 16). The CPU target compiles vector accesses with the element's alignment only, so a host
@@ -24,6 +25,9 @@ Errors (out-of-bounds or misaligned accesses under ``check_bounds``, divergent b
 
     kernel 'vadd': out-of-bounds store to 'out'[1000] (size 1000) at examples/vadd.kc:5:9,
     thread (8,0,0) block (3,0,0)
+
+Ctrl-C stops a launch on the main thread between blocks and at every barrier, warp operation or
+``nanosleep`` of its threads, and raises KeyboardInterrupt (``runtime/interrupt.py``).
 
 Environment: ``KC_CPU_THREADS`` caps the worker threads (default: the host's CPU count).
 """
@@ -45,7 +49,7 @@ from ..backends.cpu import abi
 from ..backends.cpu.target import (INFO_SYMBOL, MAX_BLOCK_DIM, MAX_GRID_DIM, MAX_SHARED_BYTES,
                                    MAX_THREADS_PER_BLOCK, CpuTarget)
 from ..ir.types import PointerType, ScalarType, TensorMapType, VectorType, sizeof
-from . import arrays
+from . import arrays, interrupt
 from .arrays import ArgMismatch
 from .device import Artifact, Device, LaunchError
 
@@ -308,13 +312,14 @@ class CpuDevice(Device):
         """Check the launch's limits, fill its LaunchState and run the scheduler on the workers."""
         grid, block = _dims(handle.name, "grid", grid), _dims(handle.name, "block", block)
         _check_limits(handle, grid, block, shared)
-        if handle.hostcall_slot:  # printf: the process's hostcall buffer, served by its listener
-            ctypes.c_uint64.from_address(handle.hostcall_slot).value = hostcall_buffer().device_address
+        runtime_memory = _runtime_memory(handle)
         st = abi.LaunchState()
         st.start = handle.start
         st.args = ctypes.addressof(buf)
         entries = None
         if handle.check_bounds:
+            # Legal memory: the arrays passed to the kernel and what the runtime itself hands it.
+            table = table + runtime_memory
             entries = (abi.BoundsEntry * max(len(table), 1))()
             for i, a in enumerate(table):
                 entries[i].begin, entries[i].end = a.address, a.address + a.nbytes
@@ -330,14 +335,23 @@ class CpuDevice(Device):
         threads = blocks * block[0] * block[1] * block[2]
         nworkers = min(self.workers, blocks, max(1, threads // SERIAL_THREADS))
         ptr = ctypes.addressof(st)
-        if nworkers == 1:
-            run(ptr)
-        else:
-            pool = self._executor()
-            futures = [pool.submit(run, ptr) for _ in range(nworkers - 1)]
-            run(ptr)
-            for f in futures:
-                f.result()
+        interrupted: list[bool] = []
+
+        def stop() -> None:  # Ctrl-C (runtime/interrupt.py): the scheduler sees the flag and returns
+            interrupted.append(True)
+            st.stop = 1
+
+        futures: list[Any] = []
+        with interrupt.interruptible(stop, f"kernel '{handle.name}'"):
+            try:
+                if nworkers > 1:
+                    pool = self._executor()
+                    futures = [pool.submit(run, ptr) for _ in range(nworkers - 1)]
+                run(ptr)
+            finally:
+                _join(futures, stop)
+        if interrupted:
+            raise KeyboardInterrupt
         if st.err_kind != abi.ERR_NONE:
             raise LaunchError(_error_message(handle, st, table, grid, block))
 
@@ -421,6 +435,35 @@ class CpuDevice(Device):
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="kc-cpu")
             return self._pool
+
+
+def _join(futures: list[Any], stop: Callable[[], None]) -> None:
+    """Wait for every worker of a launch, also through Ctrl-C (which stops the launch): its arrays
+    must outlive the workers. Re-raises the KeyboardInterrupt after."""
+    interrupted = False
+    for f in futures:
+        while True:
+            try:
+                f.result()
+                break
+            except KeyboardInterrupt:
+                interrupted = True
+                stop()
+    if interrupted:
+        raise KeyboardInterrupt
+
+
+def _runtime_memory(handle: CpuKernelHandle) -> list[PointerArg]:
+    """The memory the runtime itself hands ``handle``'s kernel for a launch, not passed as an
+    argument (now: the hostcall buffer of a kernel that prints, whose address this writes into the
+    module's ``kc_hostcall_buffer``). The kernel may access all of it: under ``check_bounds`` each
+    range joins the launch's bounds table beside the argument arrays, and a message about an
+    access near one names it (``'<hostcall buffer>'[i]``)."""
+    if not handle.hostcall_slot:
+        return []
+    buf = hostcall_buffer()  # printf: the process's hostcall buffer, served by its listener
+    ctypes.c_uint64.from_address(handle.hostcall_slot).value = buf.device_address
+    return [PointerArg(buf.device_address, buf.size, 8, "<hostcall buffer>")]
 
 
 _HOST: CpuTarget | None = None

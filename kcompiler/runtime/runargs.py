@@ -7,8 +7,10 @@
 """
 from __future__ import annotations
 
+import math
 import os
 import re
+from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 import numpy as np
@@ -47,17 +49,13 @@ def parse_value(name: str, text: str) -> Any:
     if m:
         kind, dt, dims = m.group(1), _dtype(m.group(2)), m.group(3)
         shape = tuple(int(d) for d in dims.split(",") if d.strip())
-        n = int(np.prod(shape))
-        if kind == "zeros":
-            a = np.zeros(shape, dt)
-        elif kind == "ones":
-            a = np.ones(shape, dt)
-        elif kind == "arange":
-            a = np.arange(n).astype(dt).reshape(shape)
-        else:
-            rng = np.random.default_rng()
-            a = (rng.random(n) if np.dtype(dt).kind == "f" else rng.integers(0, 100, n)).astype(dt).reshape(shape)
-        return a
+        n = math.prod(shape)
+        try:
+            return _new_array(kind, dt, shape, n)
+        except (MemoryError, ValueError, OverflowError):  # numpy: "array is too big" is a ValueError
+            nbytes = n * np.dtype(dt).itemsize
+            raise ArgError(f"{name}={text}: cannot allocate {n:,} elements of {m.group(2)} "
+                           f"({nbytes:,} bytes): not enough memory") from None
     if ":" in text or "[" in text:
         raise ArgError(f"{name}={text}: expected zeros|ones|arange|rand:DTYPE[N], @file.npy or a number")
     try:
@@ -68,6 +66,17 @@ def parse_value(name: str, text: str) -> Any:
         return float(text)
     except ValueError:
         raise ArgError(f"{name}={text}: not a number, an array (zeros:f32[N]) or a file (@x.npy)") from None
+
+
+def _new_array(kind: str, dt: Any, shape: tuple[int, ...], n: int) -> np.ndarray:
+    if kind == "zeros":
+        return np.zeros(shape, dt)
+    if kind == "ones":
+        return np.ones(shape, dt)
+    if kind == "arange":
+        return np.arange(n).astype(dt).reshape(shape)
+    rng = np.random.default_rng()
+    return (rng.random(n) if np.dtype(dt).kind == "f" else rng.integers(0, 100, n)).astype(dt).reshape(shape)
 
 
 def parse_run_args(params: Sequence[str], texts: Sequence[str]) -> list[Any]:
@@ -88,6 +97,19 @@ def parse_run_args(params: Sequence[str], texts: Sequence[str]) -> list[Any]:
         raise ArgError(f"missing argument{'s' * (len(missing) > 1)}: {', '.join(missing)} "
                        f"(parameters: {', '.join(params)})")
     return [given[p] for p in params]
+
+
+def check_output_folder(folder: str) -> None:
+    """Raise ArgError unless :func:`save_arrays` could write into ``folder`` (made if missing): its
+    nearest existing ancestor is a folder this process may write in. Checked before a launch, so
+    that a run's results are not lost to a bad ``--out``."""
+    path = Path(folder)
+    while not path.exists() and path.parent != path:  # exists() is False under a regular file too
+        path = path.parent
+    if path.exists() and not path.is_dir():
+        raise ArgError(f"--out {folder}: {path} is a file, not a folder")
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ArgError(f"--out {folder}: cannot write in {path}")
 
 
 def save_arrays(folder: str, params: Sequence[str], values: Sequence[Any]) -> Iterator[str]:

@@ -57,7 +57,8 @@ _HIDDEN_HOSTCALL_BUFFER = 80  # u64 hidden_hostcall_buffer
 class AmdgcnTarget(Target):
     """AMD GPUs: CDNA (gfx90a, gfx942, gfx950; wave64) and RDNA (gfx1100, gfx1201; wave32).
 
-    Raises ValueError for an architecture outside :data:`ARCHS`."""
+    ``printf``: only ``"hostcall"`` (how AMD kernels always print). Raises ValueError for an
+    architecture outside :data:`ARCHS` or another printf."""
 
     name = "amdgcn"
     triple = "amdgcn-amd-amdhsa"
@@ -67,7 +68,8 @@ class AmdgcnTarget(Target):
     binary_kind = "hsaco"
     printf_method = "hostcall"  # served by the HIP runtime's own listener
 
-    def __init__(self, arch: str = "gfx942", float8: str = "hardware"):
+    def __init__(self, arch: str = "gfx942", float8: str = "hardware", printf: str = "hostcall"):
+        self.hostcall_printf_option(printf)  # AMD kernels always print through hostcall
         if arch not in ARCHS:
             raise ValueError(f"unknown AMD architecture '{arch}': expected one of {', '.join(ARCHS)}")
         self.arch = arch

@@ -3,7 +3,9 @@
 Every GPU thread of a block is a coroutine (see ``target.py``): it runs until it reaches a barrier, a
 warp operation or its end, records why it stopped in its ThreadContext (``abi.py``) and suspends.
 ``kc_run_blocks(LaunchState*)`` is what each host worker thread calls; it takes blocks from the
-launch's atomic counter until none are left (or an error stopped the launch) and, per block:
+launch's atomic counter until none are left (or an error or Ctrl-C, through ``runtime/interrupt.py``,
+set the launch's ``stop`` flag, which is checked before each block and after each thread's start and
+resumption) and, per block:
 
 1. starts every thread (the kernel's thunk runs the coroutine to its first suspension);
 2. repeats until every thread has finished:

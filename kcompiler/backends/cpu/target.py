@@ -114,7 +114,8 @@ class CpuTarget(Target):
     this CPU, products with a single use. ``"nvptx"``: also every contractable add or subtract
     that a contractable product of its basic block feeds, whatever the product's other uses, as
     NVIDIA's code generation does (``contract.py`` has the rules and what they leave out). Raises
-    ValueError for another value.
+    ValueError for another value. ``printf``: only ``"hostcall"``, how this target always prints
+    (accepted so that options written for nvptx's hostcall mode work here too).
 
     The ``"nvptx"`` contraction rewrites the optimised LLVM IR (:meth:`rewrite_optimized`), not
     kcompiler's IR: NVPTX fuses in instruction selection, after LLVM's optimisation, so the
@@ -131,7 +132,8 @@ class CpuTarget(Target):
 
     def __init__(self, arch: str | None = None, warp_size: int | None = None, emulate_mma: bool = False,
                  emulate_mfma: bool | str = False, emulate_wgmma: bool = False, approx_error: float = 0.0,
-                 contract: str = "host"):
+                 contract: str = "host", printf: str = "hostcall"):
+        self.hostcall_printf_option(printf)
         from ..llvm import initialize
         initialize()
         llvm.initialize_native_target()
