@@ -1839,11 +1839,12 @@ def lower(program: Program, target: Any, kernels: dict[str, dict[str, Any]] | No
         sys.setrecursionlimit(old)
 
 
-def check(program: Program, target: Any) -> None:
+def check(program: Program, target: Any, max_errors: int = 50) -> None:
     """``kc check``: type-check every kernel whose compile-time parameters all have defaults, and every
     device function that has no compile-time parameters (called or not). Raises one CompileError with
     every error: those the loader kept (``program.errors``, from ``load_program(keep_going=True)``)
-    and the type errors of every declaration the loader found no error in, in source order."""
+    and the type errors (at most ``max_errors``) of every declaration the loader found no error in,
+    in source order."""
     import sys
 
     def clean(d: Any) -> bool:  # no loader error inside this declaration
@@ -1855,6 +1856,7 @@ def check(program: Program, target: Any) -> None:
     items = list(program.errors)
     try:
         L = ModuleLowering(program, target)
+        L.diag.limit = max_errors
         # A clean declaration may call one with errors: that one is declared but not lowered.
         L.skip_bodies = {id(d) for m in program.modules.values() for d in m.ast.decls if not clean(d)}
         for name, decl in program.kernels.items():
