@@ -7,14 +7,13 @@ the vendor matrix builtins with the types they are documented for (and a wrong o
 take no typed value (barrier, fence, ...) are listed in :data:`UNTYPED` so that a new builtin fails
 ``test_builtin_matrix`` until it is placed here.
 
-Run as a script, it compiles every case in worker subprocesses (one case at a time, restarting after
-a death) and prints the cases that kill the process: ``python -m tests.builtin_matrix [target:arch]``.
+Run as a script, it compiles the cases in forked children (bisecting a group that dies) and prints
+the cases that kill the process: ``python -m tests.builtin_matrix [target:arch ...]``.
 """
 from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from dataclasses import dataclass
 
@@ -30,6 +29,10 @@ VEC_LENS = (2, 3, 4, 8)
 SCALAR_NAMES = tuple(SCALARS)
 TYPES = SCALAR_NAMES + tuple(f"vec<{t}, {n}>" for t in SCALAR_NAMES for n in VEC_LENS)
 
+#: What vectors are converted to (scalars: to every scalar type) and bitcast to (where sizes match).
+_VEC_CONVERT = ("f32", "f16", "bf16", "f64", "i32", "u8", "i64", "f8e4m3", "f8e5m2fnuz", "e8m0", "f6e2m3", "f4e2m1")
+_BITCAST = SCALAR_NAMES + tuple(f"vec<{e}, {n}>" for e in ("u8", "u16", "f16", "bf16", "u32", "f32", "f8e4m3")
+                                for n in (2, 3, 4, 8))
 UNARY_MATH = tuple(f for f in MATH_FUNCTIONS if f not in ("fma", "copysign"))
 BINARY_FNS = ("copysign", "min", "max")
 SHUFFLES = ("shuffle", "shuffle_xor", "shuffle_down", "shuffle_up")
@@ -103,12 +106,12 @@ def cases() -> list[Case]:
         add("load", t, f"o[0] = load[{t}](q + 1);", f", q: ptr<{_elem(t)}>, o: ptr<{t}>")
         add("store", t, "store(q + 1, p[0]);", f", q: ptr<{_elem(t)}>")
         add("dynamic_shared", t, f"let s = dynamic_shared[{t}](); p[0] = s[thread_id.x];")
-        for u in SCALAR_NAMES:
+        for u in SCALAR_NAMES if _lanes(t) == 1 else _VEC_CONVERT:
             ut = _like(t, u)
             add("convert", t, f"o[0] = convert[{ut}](p[1]);", f", o: ptr<{ut}>")
             if SCALARS[u].is_minifloat:
                 add("convert", t, f"o[0] = convert[{ut}](p[1], saturate = true);", f", o: ptr<{ut}>")
-        for u in TYPES:
+        for u in _BITCAST:
             if u != t and _size(u) == _size(t) and (u.startswith("vec<") or t.startswith("vec<")
                                                     or SCALARS[u].bits == SCALARS[t].bits):
                 add("bitcast", t, f"o[0] = bitcast[{u}](p[1]);", f", o: ptr<{u}>")
@@ -189,21 +192,32 @@ def _kernel_of(diag, idxs: list[int]) -> int | None:
     return idxs[s.line - 1]
 
 
-def run_matrix(target: str, arch: str | None, idxs: list[int] | None = None, on_accepted=None) -> Outcome:
+def load_matrix(idxs: list[int] | None = None):
+    """The frontend's Program of the cases ``idxs`` (default all), kernel k<n> the n-th of them."""
+    from kcompiler.pipeline import Source, load
+
+    cs = cases()
+    idxs = list(range(len(cs))) if idxs is None else list(idxs)
+    return load(Source(source([cs[i] for i in idxs]), "<matrix>"), keep_going=True)
+
+
+def run_matrix(target: str, arch: str | None, idxs: list[int] | None = None, on_accepted=None,
+               program=None) -> Outcome:
     """Check the cases ``idxs`` (default all) as one source for ``target``/``arch``, then compile the
     accepted ones to assembly in one module; a module that fails is bisected to the cases that fail
     (a CompileError from the backend: 'backend' rejections; anything else: ``failed``).
     ``on_accepted(list)`` is called with the accepted indices before compiling (the subprocess
-    sweep prints them). An LLVM abort kills the process: that is what the test wants to see."""
+    sweep prints them). ``program``: :func:`load_matrix`'s of the same ``idxs``, to load it once for
+    every target. An LLVM abort kills the process: that is what the test wants to see."""
     from kcompiler import CompileError
     from kcompiler.backends.llvm import compile_ir
     from kcompiler.frontend import check
-    from kcompiler.pipeline import Source, load, lower_to_ir, resolve_target
+    from kcompiler.pipeline import lower_to_ir, resolve_target
 
     cs = cases()
     idxs = list(range(len(cs))) if idxs is None else list(idxs)
     tgt = resolve_target(target, arch)
-    prog = load(Source(source([cs[i] for i in idxs]), "<matrix>"), keep_going=True)
+    prog = program if program is not None else load_matrix(idxs)
     rejected: dict[int, tuple[str, str]] = {}
     failed: dict[int, str] = {}
     try:
@@ -252,49 +266,96 @@ def run_matrix(target: str, arch: str | None, idxs: list[int] | None = None, on_
     return Outcome(rejected, failed, sorted(compiled), "\n".join(asm))
 
 
-# --- the subprocess sweep: finds the cases that kill the process ------------------------------------
+# --- the forked sweep: finds the cases that kill the process -----------------------------------------
 
-def _worker(target: str, arch: str | None, idxs: list[int]) -> None:
-    """run_matrix in a subprocess: prints 'A [accepted]' before compiling and 'O {outcome}' after."""
-    o = run_matrix(target, arch, idxs, on_accepted=lambda a: print("A " + json.dumps(a), flush=True))
-    print("O " + json.dumps({"rejected": o.rejected, "failed": o.failed, "compiled": o.compiled}), flush=True)
+def _in_child(fn) -> tuple[int, str]:
+    """Run ``fn() -> str`` in a forked child; (exit status, what it returned or its stderr tail)."""
+    import tempfile
+
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        pid = os.fork()
+        if pid == 0:  # the child: report through the file, never return into the caller
+            os.dup2(err.fileno(), 2)
+            try:
+                out.write(fn().encode())
+                out.flush()
+                os._exit(0)
+            except BaseException as e:  # noqa: BLE001
+                out.write(f"{type(e).__name__}: {e}"[:500].encode())
+                out.flush()
+                os._exit(3)
+        _, status = os.waitpid(pid, 0)
+        out.seek(0), err.seek(0)
+        text = out.read().decode(errors="replace")
+        if os.WIFSIGNALED(status) or not text:
+            tail = [ln for ln in err.read().decode(errors="replace").splitlines()
+                    if "ERROR" in ln or "error" in ln][:1]
+            return -(os.WTERMSIG(status) if os.WIFSIGNALED(status) else 1), (tail[0] if tail else "")[:300]
+        return os.WEXITSTATUS(status), text
 
 
-def sweep(target: str, arch: str | None, idxs: list[int]) -> tuple[dict, dict, dict]:
-    """(rejected, failed, deaths) of ``idxs`` on target/arch, each case compiled in a subprocess
-    with others; a death is bisected down to its cases ({index: 'rc: stderr line'})."""
-    p = subprocess.run([sys.executable, "-c", f"from tests.builtin_matrix import _worker; "
-                        f"_worker({target!r}, {arch!r}, {idxs!r})"], capture_output=True, text=True)
-    acc, out = None, None
-    for line in p.stdout.splitlines():
-        if line.startswith("A "):
-            acc = json.loads(line[2:])
-        elif line.startswith("O "):
-            out = json.loads(line[2:])
-    if out is not None:
-        return ({int(k): v for k, v in out["rejected"].items()}, {int(k): v for k, v in out["failed"].items()}, {})
-    if acc is None:
-        raise RuntimeError(p.stderr[-3000:])
-    rej = {i: ("check", "") for i in idxs if i not in acc}
-    if len(acc) == 1:
-        tail = [ln for ln in p.stderr.splitlines() if "ERROR" in ln or "error" in ln][:1]
-        return rej, {}, {acc[0]: f"rc {p.returncode}: {tail[0] if tail else p.stderr[-300:]}"}
+def sweep(target: str, arch: str | None, program=None) -> tuple[dict, dict, dict]:
+    """(rejected, failed, deaths) of every case on target/arch: checked here, compiled in forked
+    children, a group that dies bisected down to its cases ({index: 'signal: stderr line'})."""
+    from kcompiler import CompileError
+    from kcompiler.backends.llvm import compile_ir
+    from kcompiler.frontend import check
+    from kcompiler.pipeline import lower_to_ir, resolve_target
+
+    cs = cases()
+    prog = program if program is not None else load_matrix()
+    tgt = resolve_target(target, arch)
+    rejected: dict = {}
+    try:
+        check(prog, tgt, max_errors=4 * len(cs))
+    except CompileError as e:
+        for d in e.diagnostics:
+            k = _kernel_of(d, list(range(len(cs))))
+            rejected.setdefault(k, ("check", d.message))
     failed: dict = {}
     deaths: dict = {}
-    h = len(acc) // 2
-    for part in (acc[:h], acc[h:]):
-        r, f, d = sweep(target, arch, part)
-        rej.update(r), failed.update(f), deaths.update(d)
-    return rej, failed, deaths
+
+    def compile_group(group: list[int]) -> str:
+        try:
+            module = lower_to_ir(prog, tgt, {f"k{i}": {} for i in group})
+            tgt.emit(compile_ir(module, tgt), "asm")
+            return "ok"
+        except CompileError as e:
+            k = _kernel_of(e.diagnostics[0], list(range(len(cs))))
+            return f"backend {k} " + json.dumps(e.diagnostics[0].message)
+
+    def go(group: list[int]) -> None:
+        if not group:
+            return
+        rc, text = _in_child(lambda: compile_group(group))
+        if rc == 0 and text == "ok":
+            return
+        if rc == 0 and text.startswith("backend "):
+            _, k, msg = text.split(" ", 2)
+            if k != "None" and int(k) in group:
+                rejected[int(k)] = ("backend", json.loads(msg))
+                return go([i for i in group if i != int(k)])
+        if len(group) == 1:
+            (deaths if rc < 0 else failed)[group[0]] = f"{rc}: {text}"
+            return
+        h = len(group) // 2
+        go(group[:h])
+        go(group[h:])
+
+    accepted = [i for i in range(len(cs)) if i not in rejected]
+    for n in range(0, len(accepted), 400):
+        go(accepted[n:n + 400])
+    return rejected, failed, deaths
 
 
 if __name__ == "__main__":
     want = sys.argv[1:] or [f"{t}:{a or ''}" for t, a in TARGETS]
     cs = cases()
     print(len(cs), "cases", flush=True)
+    prog = load_matrix()
     for spec in want:
         t, _, a = spec.partition(":")
-        rej, failed, deaths = sweep(t, a or None, list(range(len(cs))))
+        rej, failed, deaths = sweep(t, a or None, prog)
         print(f"== {spec}: {len(cs) - len(rej) - len(failed) - len(deaths)} compiled, {len(rej)} rejected "
               f"({sum(v[0] == 'backend' for v in rej.values())} by the backend), {len(failed)} ICE, "
               f"{len(deaths)} deaths", flush=True)
