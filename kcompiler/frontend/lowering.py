@@ -1839,11 +1839,11 @@ def lower(program: Program, target: Any, kernels: dict[str, dict[str, Any]] | No
         sys.setrecursionlimit(old)
 
 
-def check(program: Program, target: Any) -> None:
+def check(program: Program, target: Any, max_errors: int = 50) -> None:
     """``kc check``: type-check every kernel whose compile-time parameters all have defaults, and every
     device function that has no compile-time parameters (called or not). Raises one CompileError with
     every error: those the loader kept (``program.errors``, from ``load_program(keep_going=True)``)
-    and the type errors of every declaration, in source order. An undefined name, type or module fn
+    and the type errors (at most ``max_errors``) of every declaration, in source order. An undefined name, type or module fn
     the loader reported (``program.recoverable``) gives its expression the error type: the statement
     is abandoned and the names it defines are poisoned, so nothing that follows from it is reported
     again, and the declaration's other, independent type errors still are. A declaration with any
@@ -1860,6 +1860,7 @@ def check(program: Program, target: Any) -> None:
     try:
         L = ModuleLowering(program, target)
         L.silenced = program.recoverable
+        L.diag.limit = max_errors
         # A clean declaration may call one with errors: that one is declared but not lowered.
         L.skip_bodies = {id(d) for m in program.modules.values() for d in m.ast.decls if not clean(d)}
         for name, decl in program.kernels.items():

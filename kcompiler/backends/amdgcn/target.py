@@ -252,6 +252,9 @@ class AmdgcnTarget(Target):
             raise UnsupportedOnTarget(f"{fn} on f64 is not a hardware instruction on amdgcn: use "
                                       f"std.math's f64 version")
         b = ctx.b
+        if fn in ("rsqrt", "rcp", "rsqrt_normal", "rcp_normal", "tanh") and str(scalar) == "bfloat":
+            # no bf16 v_rsq/v_rcp (LLVM 22: "Cannot select: bf16 = AMDGPUISD::RSQ"): in f32, rounded once
+            return self.widened(ctx, fn, args)
         if fn in ("rsqrt", "rcp", "rsqrt_normal", "rcp_normal") and not isinstance(scalar, ll.DoubleType):
             # v_rsq_f32 / v_rcp_f32 (1 ulp, AMD Instinct MI300 ISA, "VOP1"), scalar intrinsics; the
             # normal-range forms are the same instructions (one each already: no subnormal fix-up)

@@ -338,6 +338,8 @@ class Lowering:
         if t.is_float:
             if name in ("min", "max"):
                 return ctx.call_intrinsic("llvm.minnum" if name == "min" else "llvm.maxnum", [a, b_])
+            if name == "rem" and t.name == "bf16":  # LLVM 22 has no bf16 frem ("no libcall"): in f32, exact
+                return B.fptrunc(self._float_flags(B.frem(_bf16_to_f32(B, a), _bf16_to_f32(B, b_))), a.type)
             f = {"add": B.fadd, "sub": B.fsub, "mul": B.fmul, "div": B.fdiv, "rem": B.frem}[name]
             return self._float_flags(f(a, b_))
         signed = t.is_signed
@@ -850,3 +852,12 @@ def lower_module(ir_module: Module, target: Target, options: CompileOptions | No
     Raises CompileError (with the op's span) where the target cannot do an operation.
     """
     return Lowering(ir_module, target, options or CompileOptions()).run()
+
+
+def _bf16_to_f32(B: ll.IRBuilder, x: ll.Value) -> ll.Value:
+    """bf16 (scalar or vector) to f32 through its bits (x << 16), which InstCombine does not fold
+    back into a bf16 operation as it folds fpext."""
+    n = x.type.count if isinstance(x.type, ll.VectorType) else None
+    i16, i32, f32 = ((ll.VectorType(t, n) if n else t) for t in (ll.IntType(16), ll.IntType(32), ll.FloatType()))
+    bits = B.shl(B.zext(B.bitcast(x, i16), i32), ll.Constant(i32, 16))
+    return B.bitcast(bits, f32)
