@@ -87,7 +87,7 @@ def test_cli_param_builds_the_dependent_specialisation(tmp_path):
     assert "k__A_5__B_10(" in r.stdout and "B_6" not in r.stdout
     r = kc_cli("compile", f, "--target", "cpu", "--kernel", "acc", "-P", "T=i16", "--emit", "llvm", "-o", "-")
     assert r.returncode == 0, r.stderr
-    assert "@acc__T_i16__ACC_i16(" in r.stdout
+    assert "acc__T_i16__ACC_i16(" in r.stdout
     r = kc_cli("compile", f, "--target", "cpu", "--kernel", "narrow", "-P", "A=5", "-o", tmp_path / "n.o")
     assert r.returncode == 1
     assert f"{f}:10:35: error: default 500 of 'B' does not fit in u8 (with A = 5)" in r.stderr

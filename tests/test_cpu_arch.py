@@ -41,7 +41,7 @@ def test_cli_rejects_cpu_arch(tmp_path, arch, message):
     r = kc_cli("compile", VADD, "--target", "cpu", "--arch", arch, "-o", out)
     assert r.returncode == 2, r.stderr
     _no_llvm_noise(r.stderr)
-    assert re.search(r"kc: error: " + message, r.stderr), r.stderr
+    assert re.search(r"kc compile: error: " + message, r.stderr), r.stderr
     assert not out.exists()
 
 
