@@ -288,6 +288,14 @@ def test_buffered_metadata_equals_clangs(arch, tmp_path):
 
 # --- where the output goes (item 3) -----------------------------------------------------------------
 
+def _buffered_stdio_env() -> dict:
+    """The environment of a child whose C stdio buffers a piped stdout, as it does by default:
+    without PYTHONUNBUFFERED, which also makes CPython turn C stdio's buffering off."""
+    env = {**os.environ, "KC_CACHE": "0"}
+    env.pop("PYTHONUNBUFFERED", None)
+    return env
+
+
 _EXIT_CHILD = """
 import ctypes, ctypes.util, os, sys
 sys.path.insert(0, {repo!r})
@@ -310,7 +318,7 @@ def test_output_survives_os_exit_into_a_pipe(mode):
     the launch of a printing kernel flushes C stdio (before that, "from C stdio" was lost)."""
     r = subprocess.run([sys.executable, "-c", _EXIT_CHILD.format(repo=str(REPO), mode=mode)],
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=600,
-                       env={**os.environ, "KC_CACHE": "0"})
+                       env=_buffered_stdio_env())
     assert r.returncode == 0, r.stderr.decode()[-2000:]
     lines = r.stdout.decode().splitlines()
     assert sorted(lines) == ["from C stdio", "kernel 0", "kernel 1", "kernel 2"], lines

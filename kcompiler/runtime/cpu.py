@@ -332,9 +332,11 @@ class CpuDevice(Device):
 
     def _execute(self, handle: CpuKernelHandle, grid: Any, block: Any, shared: int, buf: Any,
                  table: list[PointerArg]) -> None:
-        """Run the launch (:meth:`_run_blocks`); for a kernel that prints, print what it printed:
-        a printf="buffered" kernel's records after the launch (one such launch at a time), then
-        C stdio flushed (runtime/stdio.py)."""
+        """Run the launch (:meth:`_run_blocks`); for a kernel that prints, C stdio is flushed before
+        and after (runtime/stdio.py), and a printf="buffered" kernel's records are printed after
+        the launch (one such launch at a time)."""
+        if handle.hostcall_slot or handle.printf_slot:
+            flush_c_stdio()  # what C stdio holds comes before the kernel's lines
         if not handle.printf_slot:
             try:
                 self._run_blocks(handle, grid, block, shared, buf, table)

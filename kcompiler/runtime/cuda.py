@@ -427,6 +427,7 @@ class CudaDevice(Device):
         try:
             _check(_drv.cuCtxSynchronize(), f"synchronising {self.name}")
             if self._printf is not None:
+                flush_c_stdio()  # vprintf's lines of earlier kernels first
                 self._drain_printf()
         finally:
             flush_c_stdio()
