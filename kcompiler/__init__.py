@@ -5,7 +5,8 @@
     mod.vadd[(n + 255) // 256, 256](a, b, out, n)
 
 Public API: :func:`compile`, :func:`compile_file`, :func:`devices`, :data:`TARGETS`, :class:`Target`,
-:class:`CompileOptions`, :class:`CompileError`, :class:`LaunchError`, :class:`Module`, :class:`Kernel`.
+:class:`CompileOptions`, :class:`CompileError`, :class:`LaunchError`, :class:`Module`, :class:`Kernel`,
+:func:`capture_printf` (kernels' printf output into ``sys.stdout`` or a string, on every target).
 """
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ from .runtime.device import Artifact, Device, LaunchError
 #: llvmlite, numpy, lark, torch, cuda-python nor hip-python, so that the CLI starts fast.
 _LAZY = {"Module": ".runtime.module", "Kernel": ".runtime.module", "Launch": ".runtime.module",
          "ProgramHandle": ".pipeline", "Source": ".pipeline", "Target": ".backends.target",
-         "CompileOptions": ".backends.target", "TARGET_ALIASES": ".backends.target"}
+         "CompileOptions": ".backends.target", "TARGET_ALIASES": ".backends.target",
+         "capture_printf": ".runtime.stdio"}
 #: Subpackages and modules reachable as attributes (``kcompiler.pipeline``) without an import.
 _SUBMODULES = frozenset({"backends", "cli", "diagnostics", "frontend", "ir", "matmul_sm90", "numerics",
                          "ops", "pipeline", "printf", "runtime"})
@@ -158,4 +160,4 @@ def devices() -> list[Device]:
 
 __all__ = ["compile", "compile_file", "devices", "TARGETS", "TARGET_ALIASES", "Target",
            "CompileOptions", "CompileError", "LaunchError", "Artifact", "Device", "Module", "Kernel",
-           "resolve_target_name", "__version__"]
+           "resolve_target_name", "capture_printf", "__version__"]

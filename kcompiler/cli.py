@@ -97,9 +97,11 @@ def _parser() -> argparse.ArgumentParser:
                    help="where to run (default auto: a GPU if present, else cpu)")
     r.add_argument("--arch", "-a", default=None, help="chip (as for compile)")
     r.add_argument("--shared", type=int, default=0, help="bytes of dynamic shared memory")
-    r.add_argument("--printf", choices=("vprintf", "hostcall"), default=None,
-                   help="nvptx: how printf reaches the host (default vprintf; hostcall runs the "
-                        "protocol AMD kernels use; amdgcn and cpu always use hostcall)")
+    r.add_argument("--printf", choices=("vprintf", "hostcall", "buffered"), default=None,
+                   help="how printf reaches the host: vprintf (nvptx's default), hostcall (the "
+                        "protocol AMD kernels use; amdgcn's and cpu's default) or buffered (records "
+                        "in a buffer printed after the kernel, HIP's -mprintf-kind=buffered: no PCIe "
+                        "atomics needed; KC_PRINTF_BUFFER sets its size)")
     r.add_argument("--check-bounds", action=argparse.BooleanOptionalAction, default=None,
                    help="check every memory access of the kernel (cpu target): an out-of-bounds or "
                         "misaligned one stops it with the array, index, kernel and file:line:col "
@@ -160,7 +162,11 @@ def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     except ArgError as e:
         parser.error(str(e))
     try:
-        kernel[args.grid, args.block](*values, shared=args.shared, **dict(args.params))
+        # The kernel's printf lines through sys.stdout, all of them before what kc prints next,
+        # whichever runtime wrote them (C stdio for CUDA and HIP: runtime/stdio.py).
+        with _printf_capture():
+            kernel[args.grid, args.block](*values, shared=args.shared, **dict(args.params))
+            module.device.synchronize()
     except CompileError as e:
         print(e.render(), file=sys.stderr)
         return 1
@@ -174,6 +180,24 @@ def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         except OSError as e:
             return _fail(f"cannot save the arrays in {args.out}: {e.strerror or e}")
     return 0
+
+
+def _printf_capture() -> Any:
+    """kc.capture_printf (echoing), or, without wurlitzer, a context that only flushes C stdio."""
+    import contextlib
+
+    from .runtime.stdio import capture_printf, flush_c_stdio
+    try:
+        import wurlitzer  # noqa: F401
+    except ImportError:
+        @contextlib.contextmanager
+        def flushing() -> Any:
+            try:
+                yield
+            finally:
+                flush_c_stdio()
+        return flushing()
+    return capture_printf(echo=True)
 
 
 def _fail(msg: str) -> int:

@@ -120,11 +120,15 @@ class Target:
         return name
 
     def hostcall_printf_option(self, printf: str) -> None:
-        """Check the ``printf`` target option of a target that always prints through hostcall (cpu,
-        amdgcn): ``"hostcall"`` is accepted and changes nothing. Raises ValueError for another value."""
-        if printf != "hostcall":
-            raise ValueError(f"{self.name} target: printf always goes through the hostcall protocol "
-                             f"here; the printf option may only be 'hostcall', not {printf!r}")
+        """Check and apply the ``printf`` target option of a target without vprintf (cpu, amdgcn):
+        ``"hostcall"`` (the default: std.hostcall's printf service) or ``"buffered"`` (records in a
+        buffer printed after the kernel: std.printf_buffer, docs/amd-hostcall.md §12). Raises
+        ValueError for another value."""
+        if printf not in ("hostcall", "buffered"):
+            raise ValueError(f"{self.name} target: printf goes through the hostcall protocol or a "
+                             f"printf buffer here; the printf option may be 'hostcall' or "
+                             f"'buffered', not {printf!r}")
+        self.printf_method = printf
 
     def has(self, feature: str) -> bool:
         """Whether the target has ``feature`` (e.g. 'wgmma', 'fp8_convert', 'sm_90')."""
@@ -218,6 +222,49 @@ class Target:
             gv.initializer = ll.Constant(ll.IntType(64), 0)
             gv.align = 8
         return ctx.b.load(gv, typ=ll.IntType(64), align=8)
+
+    # --- the printf buffer (printf="buffered": std.printf_buffer, docs/amd-hostcall.md §12) -------------
+    def printf_buffer(self, ctx: "LoweringContext", fmt: str) -> ll.Value:
+        """The i64 address of the launch's printf buffer (0 when none was given), for a record of
+        format ``fmt``, which is registered under its hash (:meth:`emit_printf_formats` writes the
+        module's formats at the end). Here: the module global ``kc_printf_buffer``, which kcompiler's
+        runtime sets (CPU target, NVIDIA)."""
+        ll = _ll()
+        self.register_printf_format(ctx, fmt)
+        gv = ctx.module.globals.get("kc_printf_buffer")
+        if gv is None:
+            gv = ll.GlobalVariable(ctx.module, ll.IntType(64), "kc_printf_buffer",
+                                   addrspace=self.address_spaces[AddressSpace.GLOBAL])
+            gv.initializer = ll.Constant(ll.IntType(64), 0)
+            gv.align = 8
+        return ctx.b.load(gv, typ=ll.IntType(64), align=8)
+
+    def register_printf_format(self, ctx: "LoweringContext", fmt: str) -> None:
+        """Note buffered-printf format ``fmt`` under its hash for :meth:`emit_printf_formats`. Raises
+        UnsupportedOnTarget where two formats of the module share a hash (2^-64 for a pair)."""
+        from ..frontend.buffered_printf import format_hash
+
+        formats = ctx.lowering.printf_formats
+        h = format_hash(fmt)
+        if formats.setdefault(h, fmt) != fmt:
+            from .llvm.lower import UnsupportedOnTarget
+            raise UnsupportedOnTarget(f"printf formats {formats[h]!r} and {fmt!r} have the same "
+                                      f"64-bit hash {h:#x}; reword one")
+
+    def emit_printf_formats(self, module: ll.Module, formats: dict[int, str]) -> None:
+        """Record the module's buffered-printf formats (hash -> format) where the runtime finds them:
+        here the constant global ``kc_printf_formats`` (kcompiler.runtime.printf_buffer
+        ``format_table`` writes and ``read_format_table`` reads its layout)."""
+        from ..runtime.printf_buffer import format_table
+
+        ll = _ll()
+        data = format_table(formats)
+        ty = ll.ArrayType(ll.IntType(8), len(data))
+        gv = ll.GlobalVariable(module, ty, "kc_printf_formats",
+                               addrspace=self.address_spaces[AddressSpace.GLOBAL])
+        gv.initializer = ll.Constant(ty, bytearray(data))
+        gv.global_constant = True
+        gv.align = 8
 
     def hostcall_interrupt(self, ctx: "LoweringContext", event_id: ll.Value) -> None:
         """Wake the host's hostcall listener after a doorbell update (AMD: an s_sendmsg interrupt with

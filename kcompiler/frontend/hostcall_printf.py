@@ -89,7 +89,6 @@ def lower_hostcall_printf(fl: "FnLowering", span: "SourceSpan", fmt: str, args: 
 
     ``args``: IR values after C's default promotions (i32/u32/i64/u64, f64, pointers);
     ``strings[k]``: whether argument k is a ``%s`` string (a ``ptr<u8>`` or ``ptr<i8>``)."""
-    from ..ir.types import I32
     from .program import HOSTCALL_ALIAS
 
     b = fl.b
@@ -100,21 +99,10 @@ def lower_hostcall_printf(fl: "FnLowering", span: "SourceSpan", fmt: str, args: 
         return b.call(fn.name, operands, fn.ret)
 
     def device_string(s: Any) -> Any:
-        if s.type.space not in (AddressSpace.GLOBAL, AddressSpace.CONST):
-            fl.fail(f"printf through hostcall reads %s strings from global or const memory, not "
-                    f"{s.type}", span, hint="copy the string to global memory")
-        if s.type.pointee != U8:  # ptr<i8> → ptr<u8>
-            s = b.ptrcast(s, U8)
-        if s.type.space != AddressSpace.GLOBAL:  # a literal for %*s: its address, as a global one
-            s = b.bitcast(b.bitcast(s, U64), PointerType(U8))
-        return s
+        return global_string(fl, s, span)
 
     def field_int(v: Any) -> Any:
-        if v is None:
-            return b.const(-1, I32)  # no precision (no width is width 0, below)
-        if isinstance(v, int):
-            return b.const(v, I32)
-        return v if v.type == I32 else b.cast(v, I32)  # a u32 `*` argument
+        return field_i32(fl, v)
 
     # The message, in order: runs of words, and strings to be sent from device memory. Word 0 is
     # the control word (0: stdout); the first hostcall (BEGIN) carries it with the first words of
@@ -147,6 +135,33 @@ def lower_hostcall_printf(fl: "FnLowering", span: "SourceSpan", fmt: str, args: 
         last = b.const(k == len(items), BOOL)
         padded = run + [b.const(0, U64)] * (WORDS_PER_CALL - len(run))
         desc = call("printf_words", [desc, b.const(len(run), U32), *padded, last])
+
+
+def global_string(fl: "FnLowering", s: Any, span: "SourceSpan") -> Any:
+    """A ``%s`` argument as a ``ptr<u8>`` in the global address space (a const one, a string literal
+    given to ``%*s``, by its address). Fails, located, for a string in another address space."""
+    b = fl.b
+    if s.type.space not in (AddressSpace.GLOBAL, AddressSpace.CONST):
+        fl.fail(f"printf through {fl.target.printf_method} reads %s strings from global or const "
+                f"memory, not {s.type}", span, hint="copy the string to global memory")
+    if s.type.pointee != U8:  # ptr<i8> → ptr<u8>
+        s = b.ptrcast(s, U8)
+    if s.type.space != AddressSpace.GLOBAL:  # a literal for %*s: its address, as a global one
+        s = b.bitcast(b.bitcast(s, U64), PointerType(U8))
+    return s
+
+
+def field_i32(fl: "FnLowering", v: Any) -> Any:
+    """A %s field's width or precision (from :func:`field_format`) as an i32 value: -1 for no
+    precision (None), a constant, or the ``*`` argument."""
+    from ..ir.types import I32
+
+    b = fl.b
+    if v is None:
+        return b.const(-1, I32)  # no precision (no width is width 0: callers pass 0)
+    if isinstance(v, int):
+        return b.const(v, I32)
+    return v if v.type == I32 else b.cast(v, I32)  # a u32 `*` argument
 
 
 def as_word(fl: "FnLowering", v: Any, span: "SourceSpan") -> Any:

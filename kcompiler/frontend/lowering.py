@@ -1580,7 +1580,7 @@ class FnLowering:
             text.append(lit.value[piece.start:piece.end])
             values.extend(vals)
         fmt = "".join(text)
-        if getattr(self.target, "printf_method", "vprintf") == "hostcall":
+        if getattr(self.target, "printf_method", "vprintf") in ("hostcall", "buffered"):
             return self.hostcall_printf(e, fmt, values)
         self.b.op("printf", values, format=fmt)
         return VOIDV
@@ -1635,14 +1635,17 @@ class FnLowering:
         return self.b.cast(v, t)
 
     def hostcall_printf(self, call: A.Call, fmt: str, values: list[Value]) -> Any:
-        """printf on a target whose ``printf_method`` is "hostcall": ``fmt`` is the checked format
-        with the string literals folded in, ``values`` the promoted arguments (scalars of i32, u32,
-        i64, u64 or f64, and pointers): they become calls of std.hostcall's printf service."""
+        """printf on a target whose ``printf_method`` is "hostcall" or "buffered": ``fmt`` is the
+        checked format with the string literals folded in, ``values`` the promoted arguments (scalars
+        of i32, u32, i64, u64 or f64, and pointers): they become calls of std.hostcall's printf
+        service, or of std.printf_buffer (frontend/buffered_printf.py)."""
         from ..printf import conversions, expected_args
+        from .buffered_printf import lower_buffered_printf
         from .hostcall_printf import lower_hostcall_printf
 
         strings = [k == "str" for c in conversions(fmt) for k in expected_args(c)]
-        lower_hostcall_printf(self, call.span, fmt, values, strings)
+        lower = lower_buffered_printf if self.target.printf_method == "buffered" else lower_hostcall_printf
+        lower(self, call.span, fmt, values, strings)
         return VOIDV
 
     def b_dynamic_shared(self, f, e, kw):

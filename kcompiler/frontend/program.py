@@ -431,13 +431,17 @@ def load_program(source: str, path: str = "<string>", keep_going: bool = False) 
 #: The module printf is built on where there is no vprintf (AMD, the CPU, NVIDIA in hostcall mode),
 #: loaded for every file that calls printf and bound to a name no program can spell.
 HOSTCALL_ALIAS = "<hostcall>"
+#: The module of printf="buffered" (records in a buffer, printed after the kernel), likewise.
+PRINTF_BUFFER_ALIAS = "<printf_buffer>"
 
 
 def _implicit_imports(mod: SourceModule) -> list[A.Import]:
-    """``import std.hostcall`` for a module that calls printf (whichever target it is lowered for)."""
+    """``import std.hostcall`` and ``std.printf_buffer`` for a module that calls printf (whichever
+    target it is lowered for; only the functions a printf lowering calls are instantiated)."""
     for n in A.walk(mod.ast):
         if isinstance(n, A.Call) and isinstance(n.func, A.Name) and n.func.id == "printf":
-            return [A.Import(["std", "hostcall"], HOSTCALL_ALIAS, span=n.span)]
+            return [A.Import(["std", "hostcall"], HOSTCALL_ALIAS, span=n.span),
+                    A.Import(["std", "printf_buffer"], PRINTF_BUFFER_ALIAS, span=n.span)]
     return []
 
 

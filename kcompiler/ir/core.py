@@ -198,6 +198,10 @@ OPS: dict[str, OpInfo] = {
                             "reconverge here, memory ordered among them"),
     "nanosleep": OpInfo(1, result="none", pure=False, doc="nanosleep(ns: u32): a hint to back off a spin loop"),
     "hostcall_buffer": OpInfo(0, pure=False, doc="the address (u64) of the launch's hostcall buffer, 0 if none"),
+    "printf_buffer": OpInfo(0, ("format",), pure=False,
+                            doc="the address (u64) of the launch's printf buffer (printf=\"buffered\"), 0 if "
+                                "none; attr format: the format of the record about to be written, "
+                                "which the backend registers under its hash"),
     "hostcall_interrupt": OpInfo(1, result="none", pure=False,
                                  doc="hostcall_interrupt(event_id: u32): wake the host's listener (AMD "
                                      "s_sendmsg; nothing where the host polls)"),

@@ -42,8 +42,8 @@ def _attrs(op: Op) -> str:
         return f" {a.pop('op')}" + _rest(a)
     if op.name == "call":
         return f" @{a.pop('callee')}" + _rest(a)
-    if op.name in ("printf", "string"):
-        return f" {quote(a.pop('format' if op.name == 'printf' else 'value'))}" + _rest(a)
+    if op.name in ("printf", "printf_buffer", "string"):
+        return f" {quote(a.pop('value' if op.name == 'string' else 'format'))}" + _rest(a)
     if op.name == "const":
         return f" {a.pop('value')!r}" + _rest(a)
     return _rest(a)

@@ -356,6 +356,11 @@ def _t_u64_result(op: Op, fn: Function, m: Module) -> None:
     _req(_res(op) == U64, f"{op.name} gives u64, not {_res(op)}")
 
 
+def _t_printf_buffer(op: Op, fn: Function, m: Module) -> None:
+    _req(isinstance(op.attrs["format"], str), f"printf_buffer format {op.attrs['format']!r} is not a str")
+    _t_u64_result(op, fn, m)
+
+
 def _t_same_as_operand(op: Op, fn: Function, m: Module) -> None:
     _req(_res(op) == op.operands[0].type, f"result {_res(op)} differs from the operand {op.operands[0].type}")
 
@@ -494,7 +499,8 @@ _TYPE_RULES: dict[str, Callable[[Op, Function, Module], None]] = {
     "atomic_cas": _t_atomic, "shuffle": _t_shuffle, "ballot": _t_ballot, "active_mask": _t_ballot,
     "read_first_lane": _t_same_as_operand, "call": _t_call, "return": _t_return,
     "atomic_load": _t_atomic_load, "atomic_store": _t_atomic_store, "nanosleep": _t_u32_operand,
-    "hostcall_interrupt": _t_u32_operand, "hostcall_buffer": _t_u64_result, "warp_sync": _t_warp_sync,
+    "hostcall_interrupt": _t_u32_operand, "hostcall_buffer": _t_u64_result,
+    "printf_buffer": _t_printf_buffer, "warp_sync": _t_warp_sync,
     "if": _t_bool_operand, "condition": _t_bool_operand, "for": _t_for,
     "mma": _t_mma, "mfma": _t_mfma, "ldmatrix": _t_ldmatrix, "cp_async": _t_cp_async, "cp_async_wait": _t_cp_async_wait,
 }

@@ -39,7 +39,7 @@ import os
 import struct
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import llvmlite.binding as llvm
@@ -52,6 +52,7 @@ from ..ir.types import PointerType, ScalarType, TensorMapType, VectorType, sizeo
 from . import arrays, interrupt
 from .arrays import ArgMismatch
 from .device import Artifact, Device, LaunchError
+from .stdio import flush_c_stdio
 
 #: Bytes of unused memory on each side of an array copied under ``check_bounds``.
 GUARD_BYTES = 4096
@@ -91,10 +92,29 @@ class CpuKernelHandle:
     locations: list[str]
     #: Address of the module's ``kc_hostcall_buffer`` word (0: the kernel makes no hostcalls).
     hostcall_slot: int = 0
+    #: Address of the module's ``kc_printf_buffer`` word (0: no printf="buffered" printf), and the
+    #: module's formats by hash (its ``kc_printf_formats`` table).
+    printf_slot: int = 0
+    printf_formats: dict = field(default_factory=dict)
 
 
 _hostcall_lock = threading.Lock()
 _hostcall: Any = None
+
+
+_printf_lock = threading.Lock()  # one launch of a printf="buffered" kernel at a time uses the buffer
+_printf: Any = None
+
+
+def printf_buffer() -> Any:
+    """The process's printf buffer for CPU kernels compiled with printf="buffered", in host memory
+    (``KC_PRINTF_BUFFER`` bytes, default 4 MiB: runtime/printf_buffer.py). Created on first use."""
+    global _printf
+    with _hostcall_lock:
+        if _printf is None:
+            from .printf_buffer import PrintfBuffer, buffer_bytes_from_env
+            _printf = PrintfBuffer.in_host_memory(buffer_bytes_from_env())
+        return _printf
 
 
 def hostcall_buffer() -> Any:
@@ -230,6 +250,8 @@ class CpuDevice(Device):
             engine.finalize_object()
             addr = engine.get_global_value_address(INFO_SYMBOL)
             hostcall_slot = engine.get_global_value_address("kc_hostcall_buffer")
+            printf_slot = engine.get_global_value_address("kc_printf_buffer")
+            formats_at = engine.get_global_value_address("kc_printf_formats")
         if not addr:
             raise LaunchError(f"kernel '{artifact.symbol}': the binary has no {INFO_SYMBOL} (not built by "
                               f"the cpu target?)")
@@ -242,7 +264,8 @@ class CpuDevice(Device):
         name = artifact.meta.get("kernel", artifact.symbol)
         return CpuKernelHandle(engine, name, start, int(info["warp_size"]), int(k["static_shared"]),
                                bool(k["check_bounds"]), [tuple(p) for p in k["params"]],
-                               int(k["arg_bytes"]), list(info["locations"]), hostcall_slot)
+                               int(k["arg_bytes"]), list(info["locations"]), hostcall_slot,
+                               printf_slot, _formats_at(formats_at))
 
     # --- arguments ---
     def marshal(self, artifact: Artifact, args: Sequence[Any]) -> tuple[list[Any], list[Any]]:
@@ -309,6 +332,29 @@ class CpuDevice(Device):
 
     def _execute(self, handle: CpuKernelHandle, grid: Any, block: Any, shared: int, buf: Any,
                  table: list[PointerArg]) -> None:
+        """Run the launch (:meth:`_run_blocks`); for a kernel that prints, C stdio is flushed before
+        and after (runtime/stdio.py), and a printf="buffered" kernel's records are printed after
+        the launch (one such launch at a time)."""
+        if handle.hostcall_slot or handle.printf_slot:
+            flush_c_stdio()  # what C stdio holds comes before the kernel's lines
+        if not handle.printf_slot:
+            try:
+                self._run_blocks(handle, grid, block, shared, buf, table)
+            finally:
+                if handle.hostcall_slot:
+                    flush_c_stdio()
+            return
+        with _printf_lock:
+            pb = printf_buffer()
+            ctypes.c_uint64.from_address(handle.printf_slot).value = pb.device_address
+            try:
+                self._run_blocks(handle, grid, block, shared, buf, table)
+            finally:
+                pb.drain(handle.printf_formats)
+                flush_c_stdio()
+
+    def _run_blocks(self, handle: CpuKernelHandle, grid: Any, block: Any, shared: int, buf: Any,
+                    table: list[PointerArg]) -> None:
         """Check the launch's limits, fill its LaunchState and run the scheduler on the workers."""
         grid, block = _dims(handle.name, "grid", grid), _dims(handle.name, "block", block)
         _check_limits(handle, grid, block, shared)
@@ -456,14 +502,26 @@ def _join(futures: list[Any], stop: Callable[[], None]) -> None:
 def _runtime_memory(handle: CpuKernelHandle) -> list[PointerArg]:
     """The memory the runtime itself hands ``handle``'s kernel for a launch, not passed as an
     argument (now: the hostcall buffer of a kernel that prints, whose address this writes into the
-    module's ``kc_hostcall_buffer``). The kernel may access all of it: under ``check_bounds`` each
+    module's ``kc_hostcall_buffer``, and the printf buffer of a printf="buffered" kernel). The kernel may access all of it: under ``check_bounds`` each
     range joins the launch's bounds table beside the argument arrays, and a message about an
     access near one names it (``'<hostcall buffer>'[i]``)."""
+    out = []
+    if handle.printf_slot:  # printf="buffered": the buffer _execute has set
+        pb = printf_buffer()
+        out.append(PointerArg(pb.device_address, pb.size, 4, "<printf buffer>"))
     if not handle.hostcall_slot:
-        return []
+        return out
     buf = hostcall_buffer()  # printf: the process's hostcall buffer, served by its listener
     ctypes.c_uint64.from_address(handle.hostcall_slot).value = buf.device_address
-    return [PointerArg(buf.device_address, buf.size, 8, "<hostcall buffer>")]
+    return out + [PointerArg(buf.device_address, buf.size, 8, "<hostcall buffer>")]
+
+
+def _formats_at(address: int) -> dict:
+    """The printf formats of a module's ``kc_printf_formats`` table at ``address`` (0: none)."""
+    if not address:
+        return {}
+    from .printf_buffer import read_format_table
+    return read_format_table(lambda off, n: ctypes.string_at(address + off, n))
 
 
 _HOST: CpuTarget | None = None

@@ -37,6 +37,7 @@ from ..ir.types import PointerType, ScalarType, TensorMapType, Type
 from . import arrays
 from .arrays import ArgMismatch
 from .device import Artifact, Device, LaunchError
+from .stdio import flush_c_stdio
 from .marshal import STRUCT_CODES as _STRUCT, HostCopy, bf16_bits as _bf16_bits, device_pointer, \
     marshal_args, stream_handle
 
@@ -178,6 +179,9 @@ class CudaKernelHandle:
     static_shared: int
     dynamic_limit: int
     lock: threading.Lock = field(default_factory=threading.Lock)
+    #: printf="buffered": the kernel writes printf records to the device's printf buffer, printed
+    #: when a launch of it is synchronised (each such launch is).
+    printf_buffered: bool = False
 
 
 class _DeviceBuffer(HostCopy):
@@ -200,6 +204,7 @@ class _DeviceBuffer(HostCopy):
 
     def _sync(self) -> None:
         _check(_drv.cuCtxSynchronize(), "cuCtxSynchronize")
+        flush_c_stdio()  # what vprintf printed before this copy-back's synchronisation
 
 
 class CudaDevice(Device):
@@ -218,6 +223,9 @@ class CudaDevice(Device):
         self.ordinal = ordinal
         self._hostcall_lock = threading.Lock()
         self._hostcall: Any = None  # (HostcallBuffer, HostcallListener) once a kernel prints by hostcall
+        self._printf_lock = threading.Lock()
+        self._printf: Any = None  # the PrintfBuffer once a printf="buffered" kernel is loaded
+        self._printf_formats: dict[int, bytes] = {}
         self.device = _check(_drv.cuDeviceGet(ordinal), "cuDeviceGet")
         A = _drv.CUdevice_attribute
         major = _check(_drv.cuDeviceGetAttribute(A.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
@@ -262,8 +270,51 @@ class CudaDevice(Device):
         if err == _drv.CUresult.CUDA_SUCCESS:  # printf="hostcall": point the module at the buffer
             address = self.hostcall_buffer().device_address
             _check(_drv.cuMemcpyHtoD(slot, address.to_bytes(8, "little"), 8), what)
+        err, slot, _ = _drv.cuModuleGetGlobal(module, b"kc_printf_buffer")
+        buffered = err == _drv.CUresult.CUDA_SUCCESS
+        if buffered:  # printf="buffered": point the module at the printf buffer, learn its formats
+            address = self.printf_buffer().device_address
+            _check(_drv.cuMemcpyHtoD(slot, address.to_bytes(8, "little"), 8), what)
+            err, table, _ = _drv.cuModuleGetGlobal(module, b"kc_printf_formats")
+            if err == _drv.CUresult.CUDA_SUCCESS:
+                from .printf_buffer import read_format_table
+                formats = read_format_table(lambda off, n: self._read_device(int(table) + off, n))
+                with self._printf_lock:
+                    self._printf_formats.update(formats)
         return CudaKernelHandle(module, fn, int(fn), artifact.meta.get("kernel", artifact.symbol),
-                                int(static), max(DEFAULT_SHARED_LIMIT - int(static), 0))
+                                int(static), max(DEFAULT_SHARED_LIMIT - int(static), 0),
+                                printf_buffered=buffered)
+
+    def _read_device(self, address: int, n: int) -> bytes:
+        out = ctypes.create_string_buffer(max(n, 1))
+        if n:
+            _check(_drv.cuMemcpyDtoH(ctypes.addressof(out), address, n), "cuMemcpyDtoH (printf buffer)")
+        return out.raw[:n]
+
+    def _write_device(self, address: int, data: bytes) -> None:
+        _check(_drv.cuMemcpyHtoD(address, data, len(data)), "cuMemcpyHtoD (printf buffer)")
+
+    def printf_buffer(self) -> Any:
+        """This device's printf buffer for kernels compiled with ``printf="buffered"``
+        (runtime/printf_buffer.py), ``KC_PRINTF_BUFFER`` bytes of device memory (default 4 MiB, the
+        HIP runtime's size); created on first use. Its records are printed by :meth:`synchronize`."""
+        with self._printf_lock:
+            if self._printf is None:
+                from .printf_buffer import PrintfBuffer, buffer_bytes_from_env
+
+                size = buffer_bytes_from_env()
+                self.make_current()
+                ptr = int(_check(_drv.cuMemAlloc(size), "cuMemAlloc (printf buffer)"))
+                self._printf = PrintfBuffer(ptr, size, lambda off, n: self._read_device(ptr + off, n),
+                                            lambda off, data: self._write_device(ptr + off, data))
+            return self._printf
+
+    def _drain_printf(self) -> None:
+        """Print the printf buffer's records (the device must be idle: after cuCtxSynchronize)."""
+        with self._printf_lock:
+            pb, formats = self._printf, dict(self._printf_formats)
+        if pb is not None:
+            pb.drain(formats)
 
     def hostcall_buffer(self) -> Any:
         """This device's hostcall buffer for kernels compiled with ``printf="hostcall"`` (the device
@@ -366,10 +417,20 @@ class CudaDevice(Device):
         if rc:
             _launch_failed(rc, self, handle, grid, block, shared,
                            lambda: _launch_fn()(handle.address, *grid, *block, shared, s, pp, None))
+        if handle.printf_buffered:  # its lines now, as the HIP runtime prints after the kernel
+            self.synchronize()
 
     def synchronize(self) -> None:
+        """Wait for the device; then print the printf buffer's records (printf="buffered") and
+        flush C stdio, where CUDA's vprintf has written its lines (runtime/stdio.py)."""
         self.make_current()
-        _check(_drv.cuCtxSynchronize(), f"synchronising {self.name}")
+        try:
+            _check(_drv.cuCtxSynchronize(), f"synchronising {self.name}")
+            if self._printf is not None:
+                flush_c_stdio()  # vprintf's lines of earlier kernels first
+                self._drain_printf()
+        finally:
+            flush_c_stdio()
 
     # --- the fast path ---
     def make_launcher(self, handle: CudaKernelHandle, artifact: Artifact,
@@ -377,7 +438,10 @@ class CudaDevice(Device):
         """A launcher specialised to the Python types of ``args`` (already checked), or None when
         an argument needs the general path (numpy arrays, numpy scalars...). The launcher is called
         as ``f(grid3, block3, args, shared, stream)`` and raises ArgMismatch before launching when
-        its arguments are not of those types."""
+        its arguments are not of those types. A printf="buffered" kernel has none (its launches
+        synchronise and print)."""
+        if handle.printf_buffered:
+            return None
         return _generate_launcher(self, handle, artifact, args)
 
 

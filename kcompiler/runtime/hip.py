@@ -34,6 +34,7 @@ from typing import Any, Sequence
 from ..ir.types import PointerType, ScalarType
 from .codeobject import ET_DYN, CodeObject, CodeObjectError, KernelInfo, read_code_object
 from .device import Artifact, Device, LaunchError
+from .stdio import flush_c_stdio
 from .marshal import STRUCT_CODES, HostCopy, device_pointer, marshal_args, stream_handle
 
 
@@ -296,6 +297,7 @@ class _HipBuffer(HostCopy):
 
     def _sync(self) -> None:
         _call("hipDeviceSynchronize", "hipDeviceSynchronize")
+        flush_c_stdio()  # the HIP runtime's printf output before this copy-back
 
 
 class HipDevice(Device):
@@ -408,8 +410,13 @@ class HipDevice(Device):
               handle.function, *grid, *block, shared, s, None, ctypes.addressof(config))
 
     def synchronize(self) -> None:
+        """Wait for the device, then flush C stdio, where the HIP runtime prints kernels' printf
+        (hostcall and buffered: clr devhcprintf.cpp, ``vfprintf(stdout, ...)``; runtime/stdio.py)."""
         self.make_current()
-        _call(f"synchronising {self.name}", "hipDeviceSynchronize")
+        try:
+            _call(f"synchronising {self.name}", "hipDeviceSynchronize")
+        finally:
+            flush_c_stdio()
 
 
 _runtime_version: int | None = None

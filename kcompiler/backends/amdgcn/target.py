@@ -52,13 +52,18 @@ CODE_OBJECT_VERSION = 500
 _HIDDEN_BLOCK_COUNT = 0
 _HIDDEN_GROUP_SIZE = 12
 _HIDDEN_HOSTCALL_BUFFER = 80  # u64 hidden_hostcall_buffer
+# u64 hidden_printf_buffer (printf="buffered"): SIDefines PRINTF_BUFFER_OFFSET; ockl's
+# __printf_alloc reads u64 index 9 of the implicit arguments for code object v5.
+_HIDDEN_PRINTF_BUFFER = 72
 
 
 class AmdgcnTarget(Target):
     """AMD GPUs: CDNA (gfx90a, gfx942, gfx950; wave64) and RDNA (gfx1100, gfx1201; wave32).
 
-    ``printf``: only ``"hostcall"`` (how AMD kernels always print). Raises ValueError for an
-    architecture outside :data:`ARCHS` or another printf."""
+    ``printf``: ``"hostcall"`` (the default: the HIP runtime's hostcall listener, which needs PCIe
+    atomics) or ``"buffered"`` (HIP's buffered printf, clang's ``-mprintf-kind=buffered``: records
+    in the runtime's printf buffer, printed after the kernel; docs/amd-hostcall.md §12). Raises
+    ValueError for an architecture outside :data:`ARCHS` or another printf."""
 
     name = "amdgcn"
     triple = "amdgcn-amd-amdhsa"
@@ -69,7 +74,7 @@ class AmdgcnTarget(Target):
     printf_method = "hostcall"  # served by the HIP runtime's own listener
 
     def __init__(self, arch: str = "gfx942", float8: str = "hardware", printf: str = "hostcall"):
-        self.hostcall_printf_option(printf)  # AMD kernels always print through hostcall
+        self.hostcall_printf_option(printf)
         if arch not in ARCHS:
             raise ValueError(f"unknown AMD architecture '{arch}': expected one of {', '.join(ARCHS)}")
         self.arch = arch
@@ -235,6 +240,21 @@ class AmdgcnTarget(Target):
         # lacks amdgpu-no-hostcall-ptr: attributes.py states it on the kernels that never do).
         note_hostcall(ctx.module, ctx.fn)
         return self._implicit_arg(ctx, _HIDDEN_HOSTCALL_BUFFER, _I64)
+
+    def printf_buffer(self, ctx: LoweringContext, fmt: str) -> ll.Value:
+        # The HIP runtime passes its printf buffer in hidden_printf_buffer, which LLVM lists for the
+        # kernels of a module with llvm.printf.fmts (emit_printf_formats) that read the implicit
+        # arguments; the format goes into amdhsa.printf.
+        self.register_printf_format(ctx, fmt)
+        return self._implicit_arg(ctx, _HIDDEN_PRINTF_BUFFER, _I64)
+
+    def emit_printf_formats(self, module: ll.Module, formats: dict[int, str]) -> None:
+        """Each format as an ``llvm.printf.fmts`` entry ``"0:0:<hash in hex>,<format>"``, as clang's
+        buffered printf lowering writes it (LLVM AMDGPUEmitPrintf.cpp); the AMDGPU backend copies
+        them into the code object's ``amdhsa.printf`` metadata, where the HIP runtime looks the
+        records' hashes up (clr devhcprintf.cpp ``populateFormatStringHashMap``)."""
+        for h, fmt in formats.items():
+            module.add_named_metadata("llvm.printf.fmts", [f"0:0:{h:x},{fmt}"])
 
     def hostcall_interrupt(self, ctx: LoweringContext, event_id: ll.Value) -> None:
         # s_sendmsg MSG_INTERRUPT (1) with the signal's event id in M0 (uniform: read from lane 0).

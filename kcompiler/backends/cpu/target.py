@@ -114,8 +114,8 @@ class CpuTarget(Target):
     this CPU, products with a single use. ``"nvptx"``: also every contractable add or subtract
     that a contractable product of its basic block feeds, whatever the product's other uses, as
     NVIDIA's code generation does (``contract.py`` has the rules and what they leave out). Raises
-    ValueError for another value. ``printf``: only ``"hostcall"``, how this target always prints
-    (accepted so that options written for nvptx's hostcall mode work here too).
+    ValueError for another value. ``printf``: ``"hostcall"`` (the default) or ``"buffered"``
+    (records in a printf buffer, printed after the launch: docs/amd-hostcall.md §12).
 
     The ``"nvptx"`` contraction rewrites the optimised LLVM IR (:meth:`rewrite_optimized`), not
     kcompiler's IR: NVPTX fuses in instruction selection, after LLVM's optimisation, so the

@@ -170,6 +170,8 @@ class Lowering:
         self.functions: dict[str, ll.Function] = {}
         self._symbols: set[str] = set()
         self._strings: dict[tuple[str, int], ll.GlobalVariable] = {}
+        #: printf="buffered": every record's format by its hash (Target.printf_buffer fills it).
+        self.printf_formats: dict[int, str] = {}
 
     # --- types ----------------------------------------------------------------------------------
     def lltype(self, t: Type) -> ll.Type:
@@ -232,6 +234,8 @@ class Lowering:
             self.declare_function(f)
         for f in self.ir_module.functions:
             self.lower_function(f)
+        if self.printf_formats:  # printf="buffered": where the runtime finds the formats
+            self.target.emit_printf_formats(self.module, self.printf_formats)
         self.target.finalize_module(self.module)
         return self.module
 
@@ -688,6 +692,9 @@ class Lowering:
 
     def op_hostcall_buffer(self, ctx: LoweringContext, op: Op) -> ll.Value:
         return self.target.hostcall_buffer(ctx)
+
+    def op_printf_buffer(self, ctx: LoweringContext, op: Op) -> ll.Value:
+        return self.target.printf_buffer(ctx, op.attrs["format"])
 
     def op_hostcall_interrupt(self, ctx: LoweringContext, op: Op) -> None:
         self.target.hostcall_interrupt(ctx, self.v(ctx, op.operands[0]))

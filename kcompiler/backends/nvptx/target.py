@@ -104,11 +104,13 @@ class NvptxTarget(Target):
                  approx_ftz: bool = False):
         if arch not in ARCHS:
             raise ValueError(f"unknown NVIDIA architecture '{arch}': expected one of {', '.join(ARCHS)}")
-        if printf not in ("vprintf", "hostcall"):
-            raise ValueError(f"printf must be 'vprintf' or 'hostcall', not {printf!r}")
+        if printf not in ("vprintf", "hostcall", "buffered"):
+            raise ValueError(f"printf must be 'vprintf', 'hostcall' or 'buffered', not {printf!r}")
         self.arch = arch
         # "hostcall" runs the device code AMD kernels use (std.hostcall), served by kcompiler's own
         # listener over host memory: the protocol is checked on NVIDIA hardware that way.
+        # "buffered" runs std.printf_buffer (HIP's buffered printf): records in device memory,
+        # printed after the kernel, as many as the buffer holds (vprintf's FIFO is 1 MB by default).
         self.printf_method = printf
         if float8 not in ("hardware", "software"):
             raise ValueError(f"float8 must be 'hardware' or 'software', not {float8!r}")
