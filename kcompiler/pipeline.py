@@ -322,9 +322,12 @@ _host_cpu: str | None = None
 
 
 def _host_id(target: str) -> str:
-    """:func:`host_cpu_id` for a target whose binaries are this host's machine code (the record's
-    ``host_code``: cpu), else '' (a GPU binary does not depend on the host)."""
-    return host_cpu_id() if find_backend(target).host_code else ""
+    """What cache keys add for ``target``'s backend record: :func:`host_cpu_id` where its binaries are
+    this host's machine code (``host_code``: cpu; a GPU binary does not depend on the host), and its
+    ``cache_tag`` (a plug-in's version: :func:`compiler_fingerprint` covers only kcompiler's files)."""
+    backend = find_backend(target)
+    host = host_cpu_id() if backend.host_code else ""
+    return f"{host}:{backend.cache_tag}" if backend.cache_tag else host
 
 
 def host_cpu_id() -> str:

@@ -65,6 +65,8 @@ class Backend:
         asm_kind: what ``--emit asm`` prints ('PTX', 'AMDGCN assembly').
         asm_suffixes: file suffixes that ask ``kc compile -o`` for assembly.
         host_code: the binary is code for this machine's own processor, so cache keys name it.
+        cache_tag: part of every cache key of the target's binaries: a plug-in sets it to its version
+            (the compiler's fingerprint covers only kcompiler's own files); '' for the built-in ones.
         arch_help: how ``kc compile --help`` describes ``--arch`` (default: the archs and default).
 
     Raises ValueError for an empty name, an arch list without the default arch, or a binary
@@ -84,6 +86,7 @@ class Backend:
     asm_kind: str = "assembly"
     asm_suffixes: tuple[str, ...] = (".s",)
     host_code: bool = False
+    cache_tag: str = ""
     arch_help: str = ""
 
     def __post_init__(self) -> None:
