@@ -23,14 +23,21 @@ from .runtime.device import Artifact, Device, LaunchError
 #: llvmlite, numpy, lark, torch, cuda-python nor hip-python, so that the CLI starts fast.
 _LAZY = {"Module": ".runtime.module", "Kernel": ".runtime.module", "Launch": ".runtime.module",
          "ProgramHandle": ".pipeline", "Source": ".pipeline", "Target": ".backends.target",
-         "CompileOptions": ".backends.target", "TARGET_ALIASES": ".backends.target",
-         "capture_printf": ".runtime.stdio"}
+         "CompileOptions": ".backends.target", "capture_printf": ".runtime.stdio"}
 #: Subpackages and modules reachable as attributes (``kcompiler.pipeline``) without an import.
 _SUBMODULES = frozenset({"backends", "cli", "diagnostics", "frontend", "ir", "matmul_sm90", "numerics",
                          "ops", "pipeline", "printf", "runtime"})
 
 
 def __getattr__(name: str) -> Any:
+    if name == "TARGETS":  # computed from the backend registry: a plug-in may register later
+        from .backends.registry import target_names
+
+        return target_names()
+    if name == "TARGET_ALIASES":
+        from .backends.registry import target_aliases
+
+        return target_aliases()
     if name in _LAZY:
         value = getattr(importlib.import_module(_LAZY[name], __name__), name)
         globals()[name] = value
@@ -41,24 +48,24 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY) | _SUBMODULES)
+    return sorted(set(globals()) | set(_LAZY) | _SUBMODULES | {"TARGETS", "TARGET_ALIASES"})
 
 
-#: Canonical target names; aliases (``cuda`` → nvptx, ``hip`` → amdgcn) are accepted everywhere.
-TARGETS = ("nvptx", "amdgcn", "cpu")
+# TARGETS (the canonical target names, in the backend registry's order) and TARGET_ALIASES (every
+# name accepted, ``cuda`` → nvptx, ``hip`` → amdgcn, mapped to its target) come from __getattr__.
 
 def resolve_target_name(target: str) -> str:
-    """The canonical target for a name, alias or ``auto`` (CUDA when the driver finds a GPU, else
-    HIP when the HIP runtime finds an AMD GPU, else the CPU emulator). Raises ValueError for an
+    """The canonical target for a name, alias or ``auto`` (the first backend of the registry whose
+    runtime finds a device here: CUDA, else HIP, else the CPU emulator). Raises ValueError for an
     unknown name."""
     if target == "auto":
-        from .runtime import cuda
+        from .backends.registry import backends
 
-        if cuda.is_available():
-            return "nvptx"
-        from .runtime import hip
-
-        return "amdgcn" if hip.is_available() else "cpu"
+        for backend in backends():
+            device = backend.device_class()
+            if device is not None and device.count() > 0:
+                return backend.name
+        raise ValueError("target 'auto': no backend finds a device here")
     from .backends import canonical_target
 
     return canonical_target(target)
@@ -135,26 +142,18 @@ def _module(src: Any, target: str, arch: str | None, params: Any, target_options
 
 
 def devices() -> list[Device]:
-    """Devices kernels can run on here: each CUDA GPU, each AMD GPU (HIP), then the CPU emulator."""
+    """Devices kernels can run on here, backend by backend in the registry's order: each CUDA GPU,
+    each AMD GPU (HIP), the CPU emulator, then a plug-in's."""
+    from .backends.registry import backends
+
     out: list[Device] = []
-    from .runtime import cuda, hip
-
-    for i in range(cuda.device_count()):
-        try:
-            out.append(cuda.CudaDevice.get(i))
-        except LaunchError:
-            pass
-    for i in range(hip.device_count()):
-        try:
-            out.append(hip.HipDevice.get(i))
-        except LaunchError:
-            pass
-    try:
-        from .runtime.cpu import CpuDevice
-
-        out.append(CpuDevice.get())
-    except ImportError:  # pragma: no cover - the CPU runtime is part of the package
-        pass
+    for backend in backends():
+        cls = backend.device_class()
+        for i in range(cls.count() if cls is not None else 0):
+            try:
+                out.append(cls.get(i))
+            except LaunchError:
+                pass
     return out
 
 

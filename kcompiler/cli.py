@@ -6,31 +6,78 @@
     kc check FILE [--target ...] [--arch ...]
     kc run FILE --kernel NAME --grid G --block B [--target ...] [--no-check-bounds] NAME=VALUE...
     kc devices
+    kc targets
 
 Exit status: 0 success, 1 the program was rejected (the located messages on stderr) or an output
 could not be written, 2 bad usage. Outputs are written atomically: a failed compile leaves no file.
-Without ``--emit``, ``-o``'s suffix picks the stage (``.cubin``/``.hsaco``/``.o`` a binary, ``.ll`` LLVM
-IR, anything else assembly). Text stages go to stdout unless ``-o`` is given; ``--emit obj`` writes
-``FILE.cubin`` (nvptx), ``FILE.hsaco`` (amdgcn) or ``FILE.o`` (cpu) beside the source unless ``-o`` is
-given.
+Without ``--emit``, ``-o``'s suffix picks the stage (a target's binary suffix, ``.cubin``/``.hsaco``/``.o``,
+a binary; ``.ll`` LLVM IR; anything else assembly). Text stages go to stdout unless ``-o`` is given;
+``--emit obj`` writes ``FILE.cubin`` (nvptx), ``FILE.hsaco`` (amdgcn) or ``FILE.o`` (cpu) beside the
+source unless ``-o`` is given. The targets, their archs and suffixes come from the backend registry
+(``kcompiler/backends/registry.py``; ``kc targets`` lists them).
 """
 from __future__ import annotations
 
 import argparse
+import copy
 import os
 import sys
 from pathlib import Path
 from typing import Any, Sequence
 
 from . import __version__
+from .backends.registry import BUILTIN_BACKENDS, Backend, backends, find_backend, target_aliases
 from .diagnostics import CompileError
 
-_TARGETS = ("nvptx", "amdgcn", "cpu", "cuda", "hip")
 _STAGES = ("ast", "ir", "llvm", "asm", "obj")
-_BINARY_SUFFIX = {"nvptx": ".cubin", "amdgcn": ".hsaco", "cpu": ".o"}
-#: The stage an output file's suffix asks for when --emit is not given.
-_STAGE_OF_SUFFIX = {".cubin": "obj", ".hsaco": "obj", ".co": "obj", ".o": "obj", ".ll": "llvm",
-                    ".ptx": "asm", ".s": "asm", ".kcir": "ir"}
+#: The stage an output file's suffix asks for when --emit is not given, besides the targets' own
+#: binary and assembly suffixes (Backend.binary_suffixes, asm_suffixes).
+_STAGE_OF_SUFFIX = {".ll": "llvm", ".kcir": "ir"}
+
+
+def _target_name(text: str) -> str:
+    """``--target``'s value: a target or alias of the backend registry, as its canonical name."""
+    try:
+        return find_backend(text).name
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _run_target_name(text: str) -> str:
+    return "auto" if text == "auto" else _target_name(text)
+
+
+class _HelpFormatter(argparse.HelpFormatter):
+    """Help texts given as functions are computed when help is shown: those that list the targets
+    read the whole registry (plug-ins' entry points included), which a compile need not pay for."""
+
+    def _format_action(self, action: argparse.Action) -> str:
+        if callable(action.help):
+            action = copy.copy(action)
+            action.help = action.help()
+        return super()._format_action(action)
+
+
+def _arch_help() -> str:
+    return "chip: " + "; ".join(b.describe_archs() for b in backends())
+
+
+def _emit_help() -> str:
+    kinds = ", ".join(f"{b.asm_kind} for {b.name}" for b in backends())
+    suffixes = "/".join(s for b in backends() for s in b.binary_suffixes)
+    return f"stage to output (default: what -o's suffix names, {suffixes} → obj, .ll → llvm; else asm: {kinds})"
+
+
+def _stage_of_suffix(suffix: str, backend: Backend) -> str:
+    """The stage ``-o``'s ``suffix`` asks for (``backend``'s own suffixes first, then any target's)."""
+    if suffix in _STAGE_OF_SUFFIX:
+        return _STAGE_OF_SUFFIX[suffix]
+    for b in (backend, *backends()) if suffix else ():
+        if suffix in b.binary_suffixes:
+            return "obj"
+        if suffix in b.asm_suffixes:
+            return "asm"
+    return "asm"
 
 
 def _param(text: str) -> tuple[str, Any]:
@@ -46,26 +93,23 @@ def _param(text: str) -> tuple[str, Any]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="kc", description="kcompiler: a GPU kernel compiler.")
+    p = argparse.ArgumentParser(prog="kc", description="kcompiler: a GPU kernel compiler.",
+                                formatter_class=_HelpFormatter)
     p.add_argument("--version", action="version", version=f"kc {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
     def target_args(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("file", metavar="FILE", help="a .kc source file")
-        sp.add_argument("--target", "-t", default="nvptx", choices=_TARGETS,
-                        help="what to compile for (default nvptx; cuda = nvptx, hip = amdgcn)")
-        sp.add_argument("--arch", "-a", default=None,
-                        help="chip: sm_80, sm_86, sm_89, sm_90, sm_90a (default: the GPU present, "
-                             "else sm_90); amdgcn: gfx90a, gfx942, gfx950, gfx1100, gfx1201 (default: "
-                             "the GPU present, else gfx942); cpu: an LLVM CPU name, native or host-w64")
+        sp.add_argument("--target", "-t", default=BUILTIN_BACKENDS[0], type=_target_name, metavar="TARGET",
+                        help=lambda: f"what to compile for: {', '.join(sorted(target_aliases()))} "
+                                     f"(default {BUILTIN_BACKENDS[0]}; kc targets lists them)")
+        sp.add_argument("--arch", "-a", default=None, help=_arch_help)
 
     c = sub.add_parser("compile", help="compile a file and print or write one stage",
                        description="Compile FILE and print or write one stage of the pipeline.")
     target_args(c)
-    c.add_argument("--emit", "-e", default=None, choices=_STAGES,
-                   help="stage to output (default: what -o's suffix names, .cubin/.hsaco/.o → obj, "
-                        ".ll → llvm; else asm: PTX for nvptx, AMDGCN assembly for amdgcn)")
+    c.add_argument("--emit", "-e", default=None, choices=_STAGES, help=_emit_help)
     c.add_argument("-o", "--output", default=None,
                    help="output file ('-' for stdout; default: stdout for text, FILE.cubin/.o for obj)")
     c.add_argument("-P", "--param", dest="params", action="append", type=_param, default=[],
@@ -93,7 +137,7 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--kernel", "-k", required=True, help="the kernel to launch")
     r.add_argument("--grid", "-g", required=True, type=_dims_arg, help="blocks: N or X,Y[,Z]")
     r.add_argument("--block", "-b", required=True, type=_dims_arg, help="threads per block: N or X,Y[,Z]")
-    r.add_argument("--target", "-t", default="auto", choices=_TARGETS + ("auto",),
+    r.add_argument("--target", "-t", default="auto", type=_run_target_name, metavar="TARGET",
                    help="where to run (default auto: a GPU if present, else cpu)")
     r.add_argument("--arch", "-a", default=None, help="chip (as for compile)")
     r.add_argument("--shared", type=int, default=0, help="bytes of dynamic shared memory")
@@ -116,8 +160,10 @@ def _parser() -> argparse.ArgumentParser:
 
     sub.add_parser("devices", help="list the devices kernels can run on here (CUDA and AMD GPUs, the "
                                    "CPU emulator)")
+    sub.add_parser("targets", help="list the targets: names, aliases, archs, binaries")
     for sp in sub.choices.values():  # a command's usage errors print that command's usage
         sp.set_defaults(command_parser=sp)
+        sp.formatter_class = _HelpFormatter
     return p
 
 
@@ -226,11 +272,11 @@ def _write(out: str, data: str | bytes) -> None:
 
 
 def _compile(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from .backends import canonical_target
     from .backends.target import CompileOptions
     from .pipeline import emit_cached
 
-    target = canonical_target(args.target)
+    backend = find_backend(args.target)
+    target = backend.name
     params = dict(args.params)
     options = CompileOptions(opt_level=args.opt_level, check_bounds=args.check_bounds,
                              fast_math=args.fast_math)
@@ -239,7 +285,7 @@ def _compile(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     except (OSError, UnicodeDecodeError) as e:
         return _fail(f"cannot read {args.file}: {getattr(e, 'strerror', None) or e}")
     try:
-        stage = args.emit or _STAGE_OF_SUFFIX.get(Path(args.output or "").suffix, "asm")
+        stage = args.emit or _stage_of_suffix(Path(args.output or "").suffix, backend)
         # A cached output is written without importing the frontend or LLVM; a miss compiles.
         out = emit_cached(source, stage, target, args.arch, kernel=args.kernel, params=params,
                           options=options, resolve=lambda t, a: _target(t, a, parser))
@@ -258,7 +304,7 @@ def _compile(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if args.output is not None:
         dest = args.output
     elif isinstance(out, bytes):
-        dest = str(Path(args.file).with_suffix(_BINARY_SUFFIX.get(target, ".o")))
+        dest = str(Path(args.file).with_suffix(backend.binary_suffixes[0]))
     else:
         dest = "-"
     try:
@@ -278,7 +324,6 @@ def _target(target: str, arch: str | None, parser: argparse.ArgumentParser) -> A
 
 
 def _check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from .backends import canonical_target
     from .frontend import check
     from .pipeline import load
 
@@ -287,7 +332,7 @@ def _check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     except (OSError, UnicodeDecodeError) as e:
         return _fail(f"cannot read {args.file}: {getattr(e, 'strerror', None) or e}")
     try:
-        tgt = _target(canonical_target(args.target), args.arch, parser)
+        tgt = _target(args.target, args.arch, parser)
         if tgt is None:
             return 1
         check(load(source, keep_going=True), tgt)
@@ -302,6 +347,15 @@ def _devices() -> int:
 
     for d in devices():
         print(f"{d.target:6} {d.arch:10} {getattr(d, 'name', type(d).__name__)}")
+    return 0
+
+
+def _targets() -> int:
+    for b in backends():
+        archs = ", ".join(b.archs) if b.archs else b.arch_help or "any"
+        aliases = f" (also {', '.join(b.aliases)})" if b.aliases else ""
+        print(f"{b.name}{aliases}: {b.vendor}; --emit asm: {b.asm_kind}, obj: {b.binary_kind} "
+              f"({'/'.join(b.binary_suffixes)}); arch: {archs}; default {b.default_arch}")
     return 0
 
 
@@ -322,6 +376,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _check(args, command_parser)
         if args.command == "run":
             return _run(args, command_parser)
+        if args.command == "targets":
+            return _targets()
         return _devices()
     except KeyboardInterrupt:
         return 130

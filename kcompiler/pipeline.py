@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from .backends import canonical_target, default_arch
+from .backends import canonical_target, default_arch, find_backend
 from .backends.target import CompileOptions, Target
 from .diagnostics import CompileError
 from .ir.types import Type
@@ -277,7 +277,7 @@ def emit_cached(source: Source, stage: str, target: str, arch: str | None = None
     params = dict(params or {})
     name = canonical_target(target)
     key = make_key("emit", compiler_fingerprint(), source.sha, source.path, source.base_dir, name,
-                   arch or default_arch(name), host_cpu_id() if name == "cpu" else "", stage, kernel,
+                   arch or default_arch(name), _host_id(name), stage, kernel,
                    {k: encode_value(v) for k, v in params.items()}, asdict(options))
     hit = cache.get_record(key, "emit")
     if hit is not None:
@@ -319,6 +319,15 @@ def emit_file(path: str | os.PathLike, stage: str = "asm", target: str | Target 
 # --- the cached path the runtime uses ------------------------------------------------------------
 
 _host_cpu: str | None = None
+
+
+def _host_id(target: str) -> str:
+    """What cache keys add for ``target``'s backend record: :func:`host_cpu_id` where its binaries are
+    this host's machine code (``host_code``: cpu; a GPU binary does not depend on the host), and its
+    ``cache_tag`` (a plug-in's version: :func:`compiler_fingerprint` covers only kcompiler's files)."""
+    backend = find_backend(target)
+    host = host_cpu_id() if backend.host_code else ""
+    return f"{host}:{backend.cache_tag}" if backend.cache_tag else host
 
 
 def host_cpu_id() -> str:
@@ -486,7 +495,7 @@ class ProgramHandle:
         return dict(values)
 
     def artifact_key(self, kernel: str, values: dict[str, Any]) -> str:
-        host = host_cpu_id() if self.target_name == "cpu" else ""
+        host = _host_id(self.target_name)
         return make_key("artifact", compiler_fingerprint(), self.manifest["source_key"], kernel,
                         {k: encode_value(v) for k, v in values.items()}, self.target_name, self.arch, host,
                         self.target_opts,

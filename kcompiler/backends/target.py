@@ -4,7 +4,8 @@ A :class:`Target` is the whole of what differs between NVIDIA, AMD and the host 
 data layout, the numbers of the address spaces, the warp size, the special registers, barriers, warp
 operations, shared memory, atomics' scopes, the kernel calling convention, and the final emission.
 ``backends/llvm/lower.py`` lowers kcompiler's IR once and calls these hooks wherever the targets
-differ; it never names a vendor. Adding a target is one folder with one subclass.
+differ; it never names a vendor. Adding a target is one folder with one subclass and one
+:class:`~kcompiler.backends.registry.Backend` record (docs/ARCHITECTURE.md, "How to add a target").
 
 Hooks receive a :class:`LoweringContext` (defined in ``backends/llvm/lower.py``): ``ctx.b`` is the
 llvmlite ``ir.IRBuilder`` at the current position, ``ctx.module`` the llvmlite ``ir.Module``,
@@ -47,10 +48,6 @@ def _ll() -> Any:
     return ir
 
 
-#: Target names as users write them, mapped to the canonical name.
-TARGET_ALIASES = {"nvptx": "nvptx", "cuda": "nvptx", "amdgcn": "amdgcn", "hip": "amdgcn", "cpu": "cpu"}
-
-
 @dataclass(frozen=True)
 class CompileOptions:
     """Options that change generated code (and so are part of the cache key).
@@ -81,7 +78,7 @@ class Target:
     """Base class of the targets. Subclasses set the class attributes and override the hooks.
 
     Attributes:
-        name: canonical target name ('nvptx', 'amdgcn' or 'cpu').
+        name: canonical target name ('nvptx', 'amdgcn', 'cpu'): its Backend record's.
         arch: the chip ('sm_90a', 'gfx942', or the host CPU's name).
         triple, data_layout: LLVM's.
         warp_size: lanes per warp (wavefront), known at compile time.

@@ -203,9 +203,12 @@ class CpuDevice(Device):
     _lock = threading.Lock()
 
     @classmethod
-    def get(cls) -> "CpuDevice":
+    def get(cls, ordinal: int = 0) -> "CpuDevice":
+        """The process's one CPU device (``ordinal`` must be 0: the host is one device)."""
+        if ordinal != 0:
+            raise LaunchError(f"no CPU device {ordinal}: the host is device 0")
         with cls._lock:
-            if cls._instance is None:
+            if cls.__dict__.get("_instance") is None:  # a subclass (a plug-in's) gets its own
                 cls._instance = cls()
             return cls._instance
 
@@ -228,7 +231,7 @@ class CpuDevice(Device):
     def load(self, artifact: Artifact) -> CpuKernelHandle:
         """Link the kernel's object (or JIT-compile its LLVM IR). Raises LaunchError for a binary of
         another target or one that does not hold the kernel."""
-        if artifact.target != "cpu":
+        if artifact.target != self.target:
             raise LaunchError(f"kernel '{artifact.symbol}': the CPU device cannot load code compiled for "
                               f"target {artifact.target} ({artifact.binary_kind})")
         target = _host_target()

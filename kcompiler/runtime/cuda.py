@@ -214,6 +214,11 @@ class CudaDevice(Device):
 
     target = "nvptx"
 
+    @classmethod
+    def count(cls) -> int:
+        """CUDA devices the driver sees (:func:`device_count`)."""
+        return device_count()
+
     def __init__(self, ordinal: int = 0):
         if _drv is None:
             raise LaunchError("cuda-python is not installed (pip install cuda-python)")

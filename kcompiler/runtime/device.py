@@ -61,6 +61,12 @@ class Device:
     arch: str = ""
 
     @classmethod
+    def count(cls) -> int:
+        """How many devices of this class are here (what ``kc devices`` and the target ``auto``
+        ask): 1 by default, a device that is always present (the host). Never raises."""
+        return 1
+
+    @classmethod
     def get(cls: type[_D], ordinal: int = 0) -> _D:
         """The process's one device object of this class for GPU ``ordinal`` (created on first use;
         the constructor's errors propagate)."""

@@ -311,6 +311,11 @@ class HipDevice(Device):
 
     target = "amdgcn"
 
+    @classmethod
+    def count(cls) -> int:
+        """AMD GPUs the HIP runtime sees (:func:`device_count`); never raises."""
+        return device_count()
+
     def __init__(self, ordinal: int = 0):
         n, why = _probe_runtime()
         if why:

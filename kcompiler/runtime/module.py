@@ -21,6 +21,7 @@ import threading
 import weakref
 from typing import Any, Callable
 
+from ..backends.registry import find_backend
 from ..diagnostics import CompileError
 from . import arrays
 from .arrays import ArgMismatch
@@ -360,21 +361,16 @@ class Module:
 
 
 def device_for(target: str) -> Device:
-    """The default device of a canonical target: CUDA device 0 (nvptx), HIP device 0 (amdgcn), or
-    the CPU emulator. Raises LaunchError when there is none (HipUnavailable without HIP)."""
-    if target == "nvptx":
-        from .cuda import CudaDevice
-
-        return CudaDevice.get(0)
-    if target == "amdgcn":
-        from .hip import HipDevice
-
-        return HipDevice.get(0)
-    if target == "cpu":
-        from .cpu import CpuDevice
-
-        return CpuDevice.get()
-    raise LaunchError(f"no runtime for target {target!r} yet")
+    """The default device of a canonical target, device 0 of its backend's runtime: CUDA device 0
+    (nvptx), HIP device 0 (amdgcn), the CPU emulator. Raises LaunchError when there is none
+    (HipUnavailable without HIP) or the target has no runtime."""
+    try:
+        cls = find_backend(target).device_class()
+    except ValueError:
+        cls = None
+    if cls is None:
+        raise LaunchError(f"no runtime for target {target!r} yet")
+    return cls.get(0)
 
 
 __all__ = ["Module", "Kernel", "Launch", "device_for", "CompileError"]

@@ -19,22 +19,10 @@ from ...ir.core import NORMAL_RANGE_MATH
 from ...ir.types import AddressSpace
 from ..llvm.lower import LoweringContext, UnsupportedOnTarget
 from ..target import Target
+from .archs import ARCHS
 from .attributes import mark_unused_inputs, note_hostcall
 
 _I1, _I16, _I32, _I64 = ll.IntType(1), ll.IntType(16), ll.IntType(32), ll.IntType(64)
-
-_CDNA = frozenset({"amdgcn", "cdna", "mfma", "wave64", "fp64_atomics", "bf16"})
-_RDNA = frozenset({"amdgcn", "rdna", "wmma", "wave32", "bf16"})
-
-#: The architectures kcompiler targets: their wavefront size and what ``target.has(...)`` answers.
-ARCHS: dict[str, tuple[int, frozenset[str]]] = {
-    "gfx90a": (64, _CDNA | {"gfx90a"}),                                   # MI200
-    "gfx942": (64, _CDNA | {"gfx942", "fp8_convert", "fp8_fnuz", "mfma_fp8", "mfma_fp8_fnuz"}),   # MI300
-    "gfx950": (64, _CDNA | {"gfx950", "fp8_convert", "fp8_ocp", "mfma_fp8", "mfma_fp8_ocp", "mfma_gfx950",
-                            "mx_scale"}),  # MI350
-    "gfx1100": (32, _RDNA | {"gfx1100"}),                                 # RDNA3 (RX 7900)
-    "gfx1201": (32, _RDNA | {"gfx1201", "fp8_convert", "fp8_ocp", "wmma_fp8"}),  # RDNA4 (RX 9070)
-}
 
 def _float8_mode(mode: str) -> bool:
     """Whether the ``float8`` target option asks for software conversions."""

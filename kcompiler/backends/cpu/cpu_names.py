@@ -18,8 +18,6 @@ import re
 import subprocess
 import sys
 
-import llvmlite.binding as llvm
-
 __all__ = ["check_cpu_name", "cpu_names"]
 
 _MARK = "@@kc-cpu-probe@@"
@@ -68,10 +66,18 @@ def _probe(triple: str, cpu: str) -> tuple[tuple[str, ...], str | None]:
     return names, None
 
 
+def _process_triple() -> str:
+    # llvmlite imported here: this module is imported with the package (backends/cpu/__init__.py),
+    # which must not load llvmlite
+    import llvmlite.binding as llvm
+
+    return llvm.get_process_triple()
+
+
 def cpu_names(triple: str | None = None) -> list[str]:
     """Every CPU name LLVM knows for ``triple`` (default: this process's), sorted; on an x86-64 host
     this includes 32-bit CPUs, which :func:`check_cpu_name` rejects."""
-    return sorted(_probe(triple or llvm.get_process_triple(), "")[0])
+    return sorted(_probe(triple or _process_triple(), "")[0])
 
 
 def check_cpu_name(cpu: str, triple: str | None = None) -> None:
@@ -79,7 +85,7 @@ def check_cpu_name(cpu: str, triple: str | None = None) -> None:
     ``cpu`` (an LLVM name such as 'x86-64-v3' or 'znver4'): for a name LLVM does not know (with the
     closest known names), or for a CPU that cannot run the triple's code (a 32-bit x86 CPU on an
     x86-64 host). The message names the CPU target's spellings, as the GPU targets' do."""
-    triple = triple or llvm.get_process_triple()
+    triple = triple or _process_triple()
     names, why = _probe(triple, cpu)
     if why is None:
         return

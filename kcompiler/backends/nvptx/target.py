@@ -13,6 +13,7 @@ from ...ir.types import AddressSpace, TensorMapType, Type
 from ..llvm.lower import LoweringContext, UnsupportedOnTarget
 from ..target import Target
 from . import mma, tma, wgmma
+from .archs import ARCHS
 
 _I1, _I32, _I64 = ll.IntType(1), ll.IntType(32), ll.IntType(64)
 
@@ -20,19 +21,6 @@ _I1, _I32, _I64 = ll.IntType(1), ll.IntType(32), ll.IntType(64)
 #: 12.1 drivers and later load it).
 PTX_FEATURES = "+ptx81"
 
-#: The architectures kcompiler targets, with what each adds for ``comptime target.has(...)``.
-ARCHS: dict[str, frozenset[str]] = {
-    "sm_80": frozenset({"sm_80", "cp_async", "mma_bf16", "bf16"}),
-    "sm_86": frozenset({"sm_80", "sm_86", "cp_async", "mma_bf16", "bf16"}),
-    "sm_89": frozenset({"sm_80", "sm_86", "sm_89", "cp_async", "mma_bf16", "bf16", "fp8_convert", "mma_fp8"}),
-    "sm_90": frozenset({"sm_80", "sm_86", "sm_89", "sm_90", "cp_async", "mma_bf16", "bf16", "fp8_convert",
-                        "mma_fp8", "tma", "mbarrier", "cluster"}),
-    "sm_90a": frozenset({"sm_80", "sm_86", "sm_89", "sm_90", "sm_90a", "cp_async", "mma_bf16", "bf16",
-                         "fp8_convert", "mma_fp8", "tma", "mbarrier", "cluster", "wgmma", "setmaxnreg"}),
-}
-
-# Every arch here is sm_80 or later: tensor-core mma.sync (bf16/f16), ldmatrix and cp.async (mma.py).
-ARCHS = {arch: features | {"mma", "ldmatrix"} for arch, features in ARCHS.items()}
 
 _SREG = {"thread_id": "tid", "block_id": "ctaid", "block_dim": "ntid", "grid_dim": "nctaid"}
 _SHFL = {"idx": "idx", "xor": "bfly", "down": "down", "up": "up"}
@@ -115,7 +103,7 @@ class NvptxTarget(Target):
         if float8 not in ("hardware", "software"):
             raise ValueError(f"float8 must be 'hardware' or 'software', not {float8!r}")
         # float8="software": the reference conversions even on sm_89+ (to compare the two on a GPU)
-        self.features = (ARCHS[arch] | {"nvptx"}) - ({"fp8_convert"} if float8 == "software" else set())
+        self.features = ARCHS[arch] - ({"fp8_convert"} if float8 == "software" else set())
         # approx_ftz: the approximate builtins flush subnormal inputs and results to zero (PTX .ftz),
         # one MUFU instruction without ptxas's subnormal fix-up around it: nvcc's --use_fast_math
         # (FlashAttention's softmax exponentials are these)
