@@ -47,11 +47,15 @@ def _param(text: str) -> tuple[str, Any]:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kc", description="kcompiler: a GPU kernel compiler.")
     p.add_argument("--version", action="version", version=f"kc {__version__}")
+    verbose = dict(action="store_true", help="show what takes long on stderr (each kernel compiled, autotuning's "
+                   "candidates, with times), as KC_VERBOSE=1 does")
+    p.add_argument("-v", "--verbose", **verbose)
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
     def target_args(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("file", metavar="FILE", help="a .kc source file")
+        sp.add_argument("-v", "--verbose", default=argparse.SUPPRESS, **verbose)
         sp.add_argument("--target", "-t", default="nvptx", choices=_TARGETS,
                         help="what to compile for (default nvptx; cuda = nvptx, hip = amdgcn)")
         sp.add_argument("--arch", "-a", default=None,
@@ -274,6 +278,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command != "run" or any(x.startswith("-") for x in extra):
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         args.args += extra
+    from . import progress
+
+    progress.forced = True if args.verbose else None
     try:
         if args.command == "compile":
             return _compile(args, parser)
@@ -289,6 +296,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         return _fail(f"internal compiler error: {type(e).__name__}: {e}\n"
                      f"(set KC_DEBUG=1 for the traceback; please report it)")
+    finally:
+        progress.forced = None
 
 
 if __name__ == "__main__":  # pragma: no cover

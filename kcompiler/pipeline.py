@@ -250,12 +250,13 @@ def emit(source: Source | Any, stage: str, target: str | Target = "nvptx", arch:
         from .ir.printer import print_module
 
         return print_module(module)
+    from . import progress
     from .backends.llvm import compile_ir
 
-    ref = compile_ir(module, tgt, options)
-    if stage == "llvm":
-        return str(ref)
-    return tgt.emit(ref, stage)
+    with progress.step(f"compiling {', '.join(progress.spelled(k, v) for k, v in kernels.items())} for "
+                       f"{tgt.name} {tgt.arch}"):
+        ref = compile_ir(module, tgt, options)
+        return str(ref) if stage == "llvm" else tgt.emit(ref, stage)
 
 
 def compile_source_to(source: str, path: str = "<string>", stage: str = "asm",
@@ -317,7 +318,10 @@ class ProgramHandle:
                                       source.base_dir, self.target_name, self.arch, self.target_opts)
         m = self.cache.get_json(self._manifest_key)
         if m is None or not self._imports_unchanged(m):
-            m = self._build_manifest()
+            from . import progress
+
+            with progress.step(f"parsing and checking {source.path}"):
+                m = self._build_manifest()
         self.manifest: dict = m
         self._infer_memo: dict = dict(m.get("infer", {}))
 
@@ -419,7 +423,10 @@ class ProgramHandle:
         key = self.artifact_key(kernel, values)
         a = self.cache.get_artifact(key)
         if a is None:
-            a = compile_kernel(self.program, kernel, values, self.target, self.options)
+            from . import progress
+
+            with progress.step(f"compiling {progress.spelled(kernel, values)} for {self.target_name} {self.arch}"):
+                a = compile_kernel(self.program, kernel, values, self.target, self.options)
             self.cache.put_artifact(key, a)
         return a
 
