@@ -11,7 +11,8 @@ kernel cache.
 - ``@pytest.mark.slow``: an exhaustive sweep. By default (``python -m pytest -q``, what CI runs) only a
   deterministic sample of each slow sweep runs: ``slow(sample=N)`` keeps N of a parametrised test's
   cases (default :data:`SLOW_SAMPLE`), the same N every run (the smallest hashes of their ids), the
-  rest reported as deselected; a test that sweeps inside takes the ``full_sweep`` fixture (False) and
+  rest reported as deselected (cases marked ``gpu`` all run: a GPU runs a sweep in moments, and
+  ``pytest -m gpu`` must cover it whole); a test that sweeps inside takes the ``full_sweep`` fixture (False) and
   runs its own sample. ``pytest -m slow`` runs every case of every slow sweep (and nothing else);
   ``KC_FULL_SWEEPS=1`` runs every case with the rest of the suite.
 """
@@ -77,13 +78,14 @@ def full_sweep(request) -> bool:
 
 
 def _sample_slow(config, items) -> None:
-    """Deselects all but a deterministic sample of each parametrised slow test's cases."""
+    """Deselects all but a deterministic sample of each parametrised slow test's cases (those not
+    marked gpu)."""
     if _full_sweeps(config):
         return
     groups: dict[str, list] = {}
     for item in items:
         mark = item.get_closest_marker("slow")
-        if mark is not None and "[" in item.nodeid:
+        if mark is not None and "[" in item.nodeid and item.get_closest_marker("gpu") is None:
             groups.setdefault(item.nodeid.split("[", 1)[0], []).append(item)
     drop = set()
     for cases in groups.values():

@@ -8,12 +8,14 @@ from . import conftest
 
 
 class _Item:
-    def __init__(self, nodeid: str, sample: int | None = None, slow: bool = True) -> None:
+    def __init__(self, nodeid: str, sample: int | None = None, slow: bool = True, gpu: bool = False) -> None:
         self.nodeid = nodeid
         self._mark = pytest.mark.slow(sample=sample).mark if sample else pytest.mark.slow.mark
-        self._slow = slow
+        self._slow, self._gpu = slow, gpu
 
     def get_closest_marker(self, name: str):
+        if name == "gpu":
+            return pytest.mark.gpu.mark if self._gpu else None
         return self._mark if name == "slow" and self._slow else None
 
 
@@ -34,7 +36,8 @@ def _items():
     small = [_Item(f"tests/test_x.py::test_small[{i}]", sample=2) for i in range(5)]
     other = [_Item(f"tests/test_x.py::test_fast[{i}]", slow=False) for i in range(6)]
     single = [_Item("tests/test_x.py::test_one_slow")]
-    return sweep + small + other + single
+    gpu = [_Item(f"tests/test_x.py::test_sweep[cuda-{i}]", gpu=True) for i in range(7)]
+    return sweep + small + other + single + gpu
 
 
 def _kept(config, monkeypatch, full=None):
@@ -50,11 +53,12 @@ def _kept(config, monkeypatch, full=None):
 def test_default_runs_a_deterministic_sample(monkeypatch):
     config = _Config()
     kept = _kept(config, monkeypatch)
-    sweep = [n for n in kept if "test_sweep[" in n]
+    sweep = [n for n in kept if "test_sweep[" in n and "cuda" not in n]
     assert len(sweep) == conftest.SLOW_SAMPLE
     assert len([n for n in kept if "test_small[" in n]) == 2
     assert len([n for n in kept if "test_fast[" in n]) == 6  # not slow: all of it
     assert "tests/test_x.py::test_one_slow" in kept          # samples itself (full_sweep fixture)
+    assert len([n for n in kept if "[cuda-" in n]) == 7       # a GPU runs the whole sweep
     assert len(config.deselected) == 20 - conftest.SLOW_SAMPLE + 3
     assert _kept(_Config(), monkeypatch) == kept             # the same sample every run
     assert sweep != [f"tests/test_x.py::test_sweep[{i}]" for i in range(conftest.SLOW_SAMPLE)]  # spread out
