@@ -96,11 +96,15 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kc", description="kcompiler: a GPU kernel compiler.",
                                 formatter_class=_HelpFormatter)
     p.add_argument("--version", action="version", version=f"kc {__version__}")
+    verbose = dict(action="store_true", help="show what takes long on stderr (each kernel compiled, autotuning's "
+                   "candidates, with times), as KC_VERBOSE=1 does")
+    p.add_argument("-v", "--verbose", **verbose)
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
     def target_args(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("file", metavar="FILE", help="a .kc source file")
+        sp.add_argument("-v", "--verbose", default=argparse.SUPPRESS, **verbose)
         sp.add_argument("--target", "-t", default=BUILTIN_BACKENDS[0], type=_target_name, metavar="TARGET",
                         help=lambda: f"what to compile for: {', '.join(sorted(target_aliases()))} "
                                      f"(default {BUILTIN_BACKENDS[0]}; kc targets lists them)")
@@ -369,6 +373,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command != "run" or any(x.startswith("-") for x in extra):
             command_parser.error(f"unrecognized arguments: {' '.join(extra)}")
         args.args += extra
+    from . import progress
+
+    progress.forced = True if args.verbose else None
     try:
         if args.command == "compile":
             return _compile(args, command_parser)
@@ -386,6 +393,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         return _fail(f"internal compiler error: {type(e).__name__}: {e}\n"
                      f"(set KC_DEBUG=1 for the traceback; please report it)")
+    finally:
+        progress.forced = None
 
 
 if __name__ == "__main__":  # pragma: no cover

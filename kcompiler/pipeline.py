@@ -250,12 +250,13 @@ def emit(source: Source | Any, stage: str, target: str | Target = "nvptx", arch:
         from .ir.printer import print_module
 
         return print_module(module)
+    from . import progress
     from .backends.llvm import compile_ir
 
-    ref = compile_ir(module, tgt, options)
-    if stage == "llvm":
-        return str(ref)
-    return tgt.emit(ref, stage)
+    with progress.step(f"compiling {', '.join(progress.spelled(k, v) for k, v in kernels.items())} for "
+                       f"{tgt.name} {tgt.arch}"):
+        ref = compile_ir(module, tgt, options)
+        return str(ref) if stage == "llvm" else tgt.emit(ref, stage)
 
 
 def emit_cached(source: Source, stage: str, target: str, arch: str | None = None,
@@ -376,7 +377,10 @@ class ProgramHandle:
                 self.cache.damaged(self._manifest_key, "json", problem)
                 m = None
         if m is None or not self._imports_unchanged(m):
-            m = self._build_manifest()
+            from . import progress
+
+            with progress.step(f"parsing and checking {source.path}"):
+                m = self._build_manifest()
         self.manifest: dict = m
         self._infer_memo: dict = dict(m.get("infer", {}))
 
@@ -510,7 +514,10 @@ class ProgramHandle:
                                            f"{kernel!r} for {self.target_name}")
             a = None
         if a is None:
-            a = compile_kernel(self.program, kernel, values, self.target, self.options)
+            from . import progress
+
+            with progress.step(f"compiling {progress.spelled(kernel, values)} for {self.target_name} {self.arch}"):
+                a = compile_kernel(self.program, kernel, values, self.target, self.options)
             self.cache.put_artifact(key, a)
         return a
 

@@ -8,9 +8,17 @@ kernel cache.
   it is skipped with the reason.
 - Every test session compiles into its own temporary cache folder (``KC_CACHE_DIR``), so results never
   depend on what an earlier run left in ``~/.cache/kcompiler``.
+- ``@pytest.mark.slow``: an exhaustive sweep. By default (``python -m pytest -q``, what CI runs) only a
+  deterministic sample of each slow sweep runs: ``slow(sample=N)`` keeps N of a parametrised test's
+  cases (default :data:`SLOW_SAMPLE`), the same N every run (the smallest hashes of their ids), the
+  rest reported as deselected (cases marked ``gpu`` all run: a GPU runs a sweep in moments, and
+  ``pytest -m gpu`` must cover it whole); a test that sweeps inside takes the ``full_sweep`` fixture (False) and
+  runs its own sample. ``pytest -m slow`` runs every case of every slow sweep (and nothing else);
+  ``KC_FULL_SWEEPS=1`` runs every case with the rest of the suite.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import tempfile
@@ -53,7 +61,44 @@ def target(request) -> str:
     return request.param
 
 
+#: Cases of a parametrised slow sweep that run by default (``slow(sample=N)`` says otherwise).
+SLOW_SAMPLE = 4
+
+
+def _full_sweeps(config) -> bool:
+    """Whether the slow sweeps run whole: ``-m`` names them, or ``KC_FULL_SWEEPS=1``."""
+    return "slow" in (config.getoption("markexpr", "") or "") or os.environ.get("KC_FULL_SWEEPS") == "1"
+
+
+@pytest.fixture
+def full_sweep(request) -> bool:
+    """For a slow test that sweeps inside: True when the sweep should run whole (``-m slow``),
+    False when a sample of it should."""
+    return _full_sweeps(request.config)
+
+
+def _sample_slow(config, items) -> None:
+    """Deselects all but a deterministic sample of each parametrised slow test's cases (those not
+    marked gpu)."""
+    if _full_sweeps(config):
+        return
+    groups: dict[str, list] = {}
+    for item in items:
+        mark = item.get_closest_marker("slow")
+        if mark is not None and "[" in item.nodeid and item.get_closest_marker("gpu") is None:
+            groups.setdefault(item.nodeid.split("[", 1)[0], []).append(item)
+    drop = set()
+    for cases in groups.values():
+        n = cases[0].get_closest_marker("slow").kwargs.get("sample", SLOW_SAMPLE)
+        ranked = sorted(cases, key=lambda it: hashlib.sha256(it.nodeid.encode()).hexdigest())
+        drop.update(id(it) for it in ranked[n:])
+    if drop:
+        config.hook.pytest_deselected(items=[it for it in items if id(it) in drop])
+        items[:] = [it for it in items if id(it) not in drop]
+
+
 def pytest_collection_modifyitems(config, items):
+    _sample_slow(config, items)
     skip_cuda = pytest.mark.skip(reason="needs a CUDA GPU: the CUDA driver found none here")
     skip_amd = pytest.mark.skip(reason=f"needs an AMD GPU: {HIP_MISSING}")
     for item in items:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 import subprocess
+import sys
 
 import ml_dtypes
 import numpy as np
@@ -189,7 +190,7 @@ def test_unknown_fn_from_the_host():
 def test_cli_takes_a_fn_name(tmp_path):
     f = tmp_path / "k.kc"
     f.write_text(LANG)
-    r = subprocess.run(["python", "-m", "kcompiler.cli", "compile", str(f), "--emit", "ir", "-P", "EPI=neg"],
+    r = subprocess.run([sys.executable, "-m", "kcompiler.cli", "compile", str(f), "--emit", "ir", "-P", "EPI=neg"],
                        capture_output=True, text=True, cwd=str(stdlib_dir().parent))
     assert r.returncode == 0, r.stderr
     assert "k__EPI_neg" in r.stdout

@@ -88,6 +88,7 @@ def test_f16_and_bf16_through_f32(target, dtype):
             assert same > 0.999 and dist <= 1, (same, dist)
 
 
+@pytest.mark.slow(sample=10)  # a sweep over every function: 10 on the CPU by default, all with -m slow
 @pytest.mark.parametrize("name", list(FUNCTIONS))
 def test_every_function_within_its_documented_bound(target, name):
     """Each std.math function through kcompiler.ops.math on a fresh 2^20-input sample per argument
@@ -139,6 +140,7 @@ def test_within_bounds_with_the_gpus_approximate_rcp_and_rsqrt(d):
         assert err <= f.bound, (name, d, err, worst)
 
 
+@pytest.mark.slow(sample=6)
 @pytest.mark.parametrize("name", mathfns.FAST)
 def test_fast_versions_run_and_are_close(target, name):
     """math.fast_<name> on the domain's uniform sample: within 2^-10 relative of float64 (on the

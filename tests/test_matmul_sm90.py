@@ -480,6 +480,7 @@ def test_emulated_epilogues():
     _check64(out, 2 * p64 + np.arange(M)[:, None], K, 2 * absprod + M)
 
 
+@pytest.mark.slow(sample=2)
 @pytest.mark.parametrize("t, config, fmt", [("bf16", "64x128", "e4m3"), ("bf16", "128x256", "e5m2"),
                                             ("f8e4m3", "128x128", "e4m3")])
 def test_emulated_mx_block_epilogue(t, config, fmt):

@@ -255,6 +255,7 @@ MATMUL_CONFIGS = [
 ]
 
 
+@pytest.mark.slow(sample=6)
 @pytest.mark.parametrize("shape", [(1, 1, 1), (17, 33, 65), (70, 40, 136)], ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("cfg", range(len(MATMUL_CONFIGS)))
 def test_matmul_mfma_path(matmul_module, cfg, shape):

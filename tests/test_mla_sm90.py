@@ -73,6 +73,7 @@ EMU_CASES = [(128, 64, 16, 20, [37, 0, 70, 129], dict(BN=64, STAGES=2), 1),
              (256, 64, 64, 70, [1, 200, 64], dict(BN=32, STAGES=3, OVERLAP=True), 2)]
 
 
+@pytest.mark.slow(sample=3)
 @pytest.mark.parametrize("case", EMU_CASES, ids=lambda c: f"D{c[0]}+{c[1]}-page{c[2]}-H{c[3]}-BN{c[5]['BN']}x"
                                                       f"{c[5]['STAGES']}{'-overlap' if c[5].get('OVERLAP') else ''}"
                                                       f"-split{c[6]}")

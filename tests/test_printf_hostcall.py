@@ -181,13 +181,17 @@ def check_every_line(out: str, n: int, warp: int, block: int) -> None:
     assert (seen == 1).all()
 
 
-@pytest.mark.parametrize("warp, n", [(32, 1 << 18), (64, 1 << 18)])
-def test_cpu_every_thread_prints_once(tmp_path, warp, n):
+@pytest.mark.slow
+@pytest.mark.parametrize("warp", [32, 64])
+def test_cpu_every_thread_prints_once(tmp_path, monkeypatch, warp, full_sweep):
     """2^18 threads less 37 (a partial last block), wave32 and wave64: every line exactly once. That is
     4 (wave64) to 8 (wave32) times as many calling warps as the buffer has packets (DEFAULT_PACKETS),
-    so packets are reused many times over; the GPU test below takes 2^20."""
+    so packets are reused many times over; the GPU test below takes 2^20. By default a sample of the
+    same ratio: 2^15 threads and a buffer of 128 packets (KC_HOSTCALL_PACKETS); -m slow: all of it."""
     from kcompiler.runtime.hostcall import DEFAULT_PACKETS
-    assert n // warp >= 4 * DEFAULT_PACKETS
+    packets, n = (DEFAULT_PACKETS, 1 << 18) if full_sweep else (128, 1 << 15)
+    monkeypatch.setenv("KC_HOSTCALL_PACKETS", str(packets))
+    assert n // warp >= 4 * packets
     n -= 37
     out = run(tmp_path, EVERY_THREAD, "every", {"n": np.int32(n)}, "cpu", grid=(n + 255) // 256,
               block=256, arch="host-w64" if warp == 64 else None)

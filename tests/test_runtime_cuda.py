@@ -137,9 +137,13 @@ def test_torch_stream(mod):
     a, b = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
     out = torch.zeros(n, device="cuda")
     s = torch.cuda.Stream()
+    # a, b and out were written on the default stream; a launch on s orders only against s (as
+    # CUDA's do), so s waits for the default stream first and the read of out waits for s.
+    s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
         mod.vadd[n // 256, 256](a, b, out, n, stream=s)
         mod.vadd[n // 256, 256](a, b, out, n, stream=s.cuda_stream)
+    torch.cuda.current_stream().wait_stream(s)
     s.synchronize()
     assert torch.equal(out, a + b)
 

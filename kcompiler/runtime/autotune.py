@@ -58,7 +58,7 @@ def cached_choice(problem: dict[str, Any], candidates: Sequence[dict[str, Any]],
 
 def autotune(problem: dict[str, Any], candidates: Sequence[dict[str, Any]],
              time_fn: Callable[[dict[str, Any]], float], *, default: dict[str, Any] | None = None,
-             enabled: bool | None = None, cache: KernelCache | None = None) -> dict[str, Any]:
+             enabled: bool | None = None, cache: KernelCache | None = None, unit: str = "") -> dict[str, Any]:
     """The candidate to use for ``problem``: the cached choice; else, when tuning is ``enabled``
     (default: :func:`tuning_enabled`), the one ``time_fn`` measures fastest, recorded in ``cache``
     (default: the process's :data:`~kcompiler.runtime.cache.CACHE`); else ``default`` (default: the
@@ -66,7 +66,7 @@ def autotune(problem: dict[str, Any], candidates: Sequence[dict[str, Any]],
 
     ``problem``: a JSON-able description of the problem class (what the choice depends on).
     ``candidates``: JSON-able dicts (tile sizes, ...). ``time_fn(candidate)``: its run time in any
-    unit (smaller is better); it raises :class:`CandidateRejected` for a candidate that cannot run.
+    unit (smaller is better; ``unit`` names it in the progress lines, kcompiler.progress); it raises :class:`CandidateRejected` for a candidate that cannot run.
     Any other exception (or an interrupt) propagates and nothing is recorded. Raises
     :class:`TuningFailed` when every candidate is rejected, ValueError for an empty list."""
     cands = [dict(c) for c in candidates]
@@ -79,23 +79,34 @@ def autotune(problem: dict[str, Any], candidates: Sequence[dict[str, Any]],
         return hit
     if not (tuning_enabled() if enabled is None else enabled):
         return fallback
+    from .. import progress
+
     times: list[float | None] = []
-    for c in cands:
-        try:
-            t = float(time_fn(dict(c)))
-        except CandidateRejected:
-            times.append(None)
-            continue
-        if not math.isfinite(t) or t < 0:
-            raise ValueError(f"autotune: time_fn returned {t} for {c}")
-        times.append(t)
-    ok = [(t, k) for k, t in enumerate(times) if t is not None]
-    if not ok:
-        raise TuningFailed(f"autotune: every candidate was rejected for {problem}")
-    best = cands[min(ok)[1]]
+    with progress.step(f"autotuning {_brief(problem)}: timing {len(cands)} candidates"):
+        for i, c in enumerate(cands, 1):
+            try:
+                t = float(time_fn(dict(c)))
+            except CandidateRejected as e:
+                progress.note(f"candidate {i}/{len(cands)} {_brief(c)}: rejected ({str(e).splitlines()[0][:120]})")
+                times.append(None)
+                continue
+            if not math.isfinite(t) or t < 0:
+                raise ValueError(f"autotune: time_fn returned {t} for {c}")
+            progress.note(f"candidate {i}/{len(cands)} {_brief(c)}: {t:.4g}{' ' * bool(unit)}{unit}")
+            times.append(t)
+        ok = [(t, k) for k, t in enumerate(times) if t is not None]
+        if not ok:
+            raise TuningFailed(f"autotune: every candidate was rejected for {problem}")
+        best = cands[min(ok)[1]]
+        progress.note(f"chose {_brief(best)}")
     cache.put_json(tuning_key(problem, cands), {"problem": problem, "candidates": cands, "times": times,
                                                 "choice": best})
     return dict(best)
+
+
+def _brief(d: dict[str, Any]) -> str:
+    """A problem or a candidate on one line: ``BM=128 BN=64``."""
+    return " ".join(f"{k}={v}" for k, v in d.items())
 
 
 __all__ = ["CandidateRejected", "TuningFailed", "autotune", "cached_choice", "tuning_enabled", "tuning_key"]
