@@ -76,8 +76,11 @@ def test_fuzz_short(worker, seed, other, rng, subset):
 
 
 @pytest.mark.slow
-def test_fuzz_long():
-    """python -m kcompiler.tools.fuzz -n 3000 as a test: no failure of any kind."""
+def test_fuzz_long(full_sweep):
+    """python -m kcompiler.tools.fuzz -n 3000 as a test: no failure of any kind. Only with -m slow
+    (test_fuzz_short is its sample in the default run)."""
+    if not full_sweep:
+        pytest.skip("the long fuzz runs with -m slow; test_fuzz_short is its default sample")
     s = fuzz.run(3000, seed=7, jobs=2, timeout=60)
     assert not s.first, s.table()
 
