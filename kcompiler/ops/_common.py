@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import compile_file
 from ..frontend.program import stdlib_dir
 from ..ir.types import SCALARS
 from ..runtime import arrays
@@ -18,7 +19,6 @@ from ..runtime.device import Device
 def stdlib_module(name: str, target: str) -> Any:
     """std.``name`` (stdlib/NAME.kc) compiled for ``target``, once a process (the disk cache keeps its
     kernels across processes). Raises RuntimeError when the standard library is not installed."""
-    from .. import compile_file  # kcompiler/__init__.py: the top-level API, which imports this package lazily
     d = stdlib_dir()
     if d is None:
         raise RuntimeError("kcompiler's standard library (stdlib/) is not installed")
@@ -29,7 +29,6 @@ def stdlib_module(name: str, target: str) -> Any:
 def stdlib_module_ftz(name: str, target: str) -> Any:
     """std.``name`` compiled with the target option ``approx_ftz`` (PTX's ``.ftz`` approximations:
     ex2.approx.ftz, one instruction without the subnormal fix-up, as nvcc's --use_fast_math)."""
-    from .. import compile_file  # as in stdlib_module
     return compile_file(stdlib_dir() / f"{name}.kc", target=target, target_options={"approx_ftz": True})
 
 
@@ -61,8 +60,9 @@ def target_for(x: Any, target: str) -> str:
 
 def device_of(mod: Any, x: Any) -> Device:
     """The device that runs ``mod``'s kernels on array ``x``: the GPU that holds a torch CUDA tensor
-    (of the module's device class, by ordinal), else the module's own device. Its
-    ``multiprocessor_count``, ``shared_memory_per_multiprocessor`` ... size the ops' launches."""
+    (of the module's device class, by ordinal), else the module's own device. Its limits
+    (``multiprocessor_count``, ``shared_memory_per_multiprocessor``, ``threads_per_multiprocessor``,
+    ``shared_memory_per_block``) size the ops' launches."""
     dev = mod.device
     if arrays.is_torch_tensor(x) and x.is_cuda and (x.device.index or 0) != getattr(dev, "ordinal", 0):
         return type(dev).get(x.device.index or 0)

@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import compile as compile_source
 from ..numerics.mathfns import FAST, FUNCTIONS
 from ..runtime import arrays
 from ._common import empty_like, flat, target_for
@@ -87,7 +88,6 @@ def math_launch(n: int, vectors: int = 1) -> tuple[int, int]:
 def _math_module(target: str, target_options: tuple = ()) -> Any:
     """The module of :data:`MATH_KERNEL` for ``target``; compiled once per process (each fn's
     specialisation at its first launch, cached on disk). ``target_options``: (name, value) pairs."""
-    from .. import compile as compile_source  # kcompiler/__init__.py, which imports this package lazily
     return compile_source(MATH_KERNEL, target=target, path="<kcompiler.ops.math>",
                           target_options=dict(target_options) or None)
 

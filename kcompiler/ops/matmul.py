@@ -10,6 +10,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .. import compile as compile_source
 from ..diagnostics import CompileError
 from ..frontend.program import stdlib_dir
 from ..ir.types import SCALARS
@@ -173,7 +174,6 @@ kernel matmul_block_epilogue[T: type, BM: i32, BN: i32, BK: i32, WM: i32, WN: i3
 
 @functools.lru_cache(maxsize=64)
 def _epilogue_module(source: str, target: str) -> Any:
-    from .. import compile as compile_source  # kcompiler/__init__.py, which imports this package lazily
     return compile_source(source.rstrip("\n") + "\n" + _EPILOGUE_KERNEL, target=target,
                           path="<kcompiler.ops.matmul epilogue>")
 

@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .. import compile as compile_source, compile_file
 from ..frontend.program import stdlib_dir
 from ..ir.types import SCALARS
 from ..runtime import arrays
@@ -302,7 +303,6 @@ kernel matmul_sm90_block_epilogue[T: type, OUT: type, BK: i32, BN: i32, CONSUMER
 def epilogue_module(source: str, target: str = "cuda", arch: str | None = None) -> Any:
     """A module of a user's epilogue ``source`` with kernel matmul_sm90_epilogue (std.matmul_sm90's
     body calling the source's fn), for CUDA (``target``/``arch`` as kcompiler.compile takes them)."""
-    from .. import compile as compile_source  # kcompiler/__init__.py, which imports this package lazily
     return compile_source(source.rstrip("\n") + "\n" + _EPILOGUE_KERNEL, target=target, arch=arch,
                           path="<kcompiler.ops.matmul epilogue (Hopper path)>")
 
@@ -381,7 +381,6 @@ _OUTS = ("bf16", "f16", "f32")
 def _cpu_module() -> Any:
     """std.matmul_sm90 for the CPU target with wgmma, TMA and mbarriers emulated (compiled once a
     process; the disk cache keeps it across processes)."""
-    from .. import compile_file  # kcompiler/__init__.py, which imports this package lazily
     d = stdlib_dir()
     if d is None:
         raise RuntimeError("kcompiler's standard library (stdlib/) is not installed")
