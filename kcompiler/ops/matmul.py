@@ -105,7 +105,7 @@ def matmul_tuned_tiles(problem: dict[str, Any], run: Any, default: dict[str, int
             best = min(best, (time.perf_counter() - t0) / reps)
         return best
 
-    return autotune(problem, MATMUL_TUNE_CANDIDATES, time_one, default=default, enabled=tune)
+    return autotune(problem, MATMUL_TUNE_CANDIDATES, time_one, default=default, enabled=tune, unit="s")
 
 
 @dataclasses.dataclass(eq=False)
