@@ -18,9 +18,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ..diagnostics import CompileError, Diagnostic, Diagnostics, SourceSpan
+from ..diagnostics import CompileError, Diagnostics, SourceSpan
 from ..ir import Builder, Function, Module, Region, Value
 from ..ir.core import OPS
+from ..limits import check_region_depth, deep_recursion
 from ..ir.types import (BOOL, F32, I32, TENSOR_MAP, U32, U64, VOID, AddressSpace, ArrayType, PointerType,
                         ScalarType, SCALARS, Type, VectorType, elem_of, sizeof)
 from . import ast as A
@@ -1817,11 +1818,7 @@ def lower(program: Program, target: Any, kernels: dict[str, dict[str, Any]] | No
     (symbol: its name, or a mangled name such as ``scale__T_f16__VEC_4`` for a specialisation) and
     every device function it calls, specialised too. Raises CompileError with every error found, and
     KeyError for a kernel name the program does not define."""
-    import sys
-
-    old = sys.getrecursionlimit()
-    sys.setrecursionlimit(max(old, 20000))
-    try:
+    with deep_recursion():
         L = ModuleLowering(program, target)
         if kernels is None:
             kernels = {n: {} for n in program.kernels
@@ -1833,10 +1830,6 @@ def lower(program: Program, target: Any, kernels: dict[str, dict[str, Any]] | No
             L.kernel(name, dict(values or {}))
             L.drain()
         return L.finish()
-    except RecursionError:
-        raise CompileError("nesting too deep to compile", program.main.ast.span) from None
-    finally:
-        sys.setrecursionlimit(old)
 
 
 def check(program: Program, target: Any) -> None:
@@ -1844,35 +1837,28 @@ def check(program: Program, target: Any) -> None:
     device function that has no compile-time parameters (called or not). Raises one CompileError with
     every error: those the loader kept (``program.errors``, from ``load_program(keep_going=True)``)
     and the type errors of every declaration the loader found no error in, in source order."""
-    import sys
-
     def clean(d: Any) -> bool:  # no loader error inside this declaration
         whole = d.span.merge(d.body.span)
         return not any(_inside(e.span, whole) for e in program.errors)
 
-    old = sys.getrecursionlimit()
-    sys.setrecursionlimit(max(old, 20000))
     items = list(program.errors)
-    try:
-        L = ModuleLowering(program, target)
-        # A clean declaration may call one with errors: that one is declared but not lowered.
-        L.skip_bodies = {id(d) for m in program.modules.values() for d in m.ast.decls if not clean(d)}
-        for name, decl in program.kernels.items():
-            if clean(decl) and all(c.default is not None for c in program.signature(name).comptime):
-                L.kernel(name, {})
-                L.drain()
-        for mod in program.modules.values():
-            for d in mod.ast.decls:
-                if not d.is_kernel and not d.cparams and clean(d):
-                    L.instance(mod, d, {}, None)
+    with deep_recursion():
+        try:
+            L = ModuleLowering(program, target)
+            # A clean declaration may call one with errors: that one is declared but not lowered.
+            L.skip_bodies = {id(d) for m in program.modules.values() for d in m.ast.decls if not clean(d)}
+            for name, decl in program.kernels.items():
+                if clean(decl) and all(c.default is not None for c in program.signature(name).comptime):
+                    L.kernel(name, {})
                     L.drain()
-        L.finish()
-    except CompileError as e:
-        items += e.diagnostics
-    except RecursionError:
-        items.append(Diagnostic("error", "nesting too deep to compile", program.main.ast.span))
-    finally:
-        sys.setrecursionlimit(old)
+            for mod in program.modules.values():
+                for d in mod.ast.decls:
+                    if not d.is_kernel and not d.cparams and clean(d):
+                        L.instance(mod, d, {}, None)
+                        L.drain()
+            check_region_depth(L.finish())  # loops and blocks nested too deep (limits.py)
+        except CompileError as e:
+            items += e.diagnostics
     if items:
         raise CompileError(sorted(items, key=_position))
 

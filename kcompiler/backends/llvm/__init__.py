@@ -4,6 +4,7 @@ from __future__ import annotations
 import llvmlite.binding as llvm
 
 from ...ir.core import Module
+from ...limits import deep_recursion
 from ..target import CompileOptions, Target
 from .lower import LoweringContext, UnsupportedOnTarget, lower_module
 
@@ -27,6 +28,7 @@ def optimize(ref: "llvm.ModuleRef", target: Target, opt_level: int) -> None:
     pb.getModulePassManager().run(ref, pb)
 
 
+@deep_recursion()
 def compile_ir(ir_module: Module, target: Target, options: CompileOptions | None = None) -> "llvm.ModuleRef":
     """Lower ``ir_module`` for ``target``, verify it with LLVM's verifier, optimise it, and give
     the target its last rewrite (:meth:`Target.rewrite_optimized`).

@@ -1,0 +1,88 @@
+"""The limits kcompiler puts on a program's size and shape, in one place (docs/LANGUAGE.md, "Limits").
+
+Each limit is checked where it can be located in the source, and the check comes before any stage
+that would otherwise fail on it without a location (Python's recursion limit, a compile time that grows
+without bound, LLVM's own late checks, which end the process):
+
+- :data:`MAX_DEPTH`: how deep expressions and statements may nest, checked by the parser (each
+  ``else if`` counts as one level more than the arm before it: it nests in that arm's ``else``).
+- :data:`MAX_REGION_DEPTH`: how deep ``if`` / ``for`` / ``while`` may nest in a function after device
+  functions are inlined into their callers (inlining adds the callee's nesting to the caller's), checked
+  by :func:`check_region_depth` on the IR.
+- :data:`MAX_LOOP_DEPTH`: how deep loops may nest in a function after inlining, checked there too.
+- The recursion of the compiler's own tree walks is bounded by those two; :func:`deep_recursion` raises
+  Python's recursion limit to what that bound needs, for the whole pipeline (frontend, passes, verifier,
+  LLVM lowering) rather than for one stage.
+"""
+from __future__ import annotations
+
+import sys
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+from .diagnostics import CompileError
+
+#: Deepest nesting of expressions and statements accepted by the parser (a sum of 1000 terms is 1000
+#: deep; ``while c { while c { .. } }`` is 2 levels per loop: the loop and its block).
+MAX_DEPTH = 1000
+
+#: Deepest nesting of ``if`` / ``for`` / ``while`` regions in one function of the IR, after inlining.
+MAX_REGION_DEPTH = 1000
+
+#: Deepest nest of loops (``for``, ``while``; not ``comptime`` for loops, which are unrolled) in one
+#: function of the IR, after inlining. LLVM's loop passes take time that grows about as the cube of
+#: the depth: 64 nested loops compile in about 3 s, 128 in about 20 s (nvptx, O3; 2-core machine).
+MAX_LOOP_DEPTH = 64
+
+#: Python frames the deepest walk of any stage takes per level of nesting, with room to spare: the
+#: deepest measured is the frontend lowering of nested statements (about 6 frames a level).
+_FRAMES_PER_LEVEL = 12
+
+#: The recursion limit :func:`deep_recursion` sets: every stage's walk of a program at the limits above,
+#: plus the frames of the caller and of the pipeline itself.
+RECURSION_LIMIT = _FRAMES_PER_LEVEL * max(MAX_DEPTH, MAX_REGION_DEPTH) + 2000
+
+
+@contextmanager
+def deep_recursion() -> Iterator[None]:
+    """Run the body with Python's recursion limit at least :data:`RECURSION_LIMIT` (restored after).
+
+    Python 3.11+ runs a Python-to-Python call without a C frame, so the limit can be this high without
+    risking the C stack; the limits above keep every walk well inside it. Nested uses are cheap."""
+    old = sys.getrecursionlimit()
+    if old < RECURSION_LIMIT:
+        sys.setrecursionlimit(RECURSION_LIMIT)
+    try:
+        yield
+    finally:
+        if old < RECURSION_LIMIT:
+            sys.setrecursionlimit(old)
+
+
+def check_region_depth(module: Any) -> None:
+    """Raise CompileError, located at the op that goes too deep, if a function of the IR ``module`` (an
+    :class:`~kcompiler.ir.core.Module`) nests regions more than :data:`MAX_REGION_DEPTH` deep or loops
+    (``for``, ``while``) more than :data:`MAX_LOOP_DEPTH` deep.
+
+    Iterative (an explicit stack), so that it can run before any recursive walk of the module."""
+    for fn in module.functions:
+        where = fn.attrs.get("source_name", fn.name)
+        stack = [(fn.body, 0, 0)]
+        while stack:
+            region, depth, loops = stack.pop()
+            for op in region.ops:
+                if not op.regions:
+                    continue
+                loop = op.name in ("for", "while")
+                if depth + 1 > MAX_REGION_DEPTH:
+                    raise CompileError(
+                        f"nesting too deep: this '{op.name}' is nested more than {MAX_REGION_DEPTH} levels "
+                        f"deep in {where} (limit {MAX_REGION_DEPTH}; inlined device functions add their "
+                        "nesting to their caller's)", op.span or fn.span)
+                if loop and loops + 1 > MAX_LOOP_DEPTH:
+                    raise CompileError(
+                        f"loops nested too deep: this '{op.name}' is loop {loops + 1} of a nest in {where} "
+                        f"(limit {MAX_LOOP_DEPTH}: LLVM's loop optimisations take time that grows steeply with "
+                        "the depth; inlined device functions add their loops to their caller's)",
+                        op.span or fn.span)
+                stack.extend((r, depth + 1, loops + loop) for r in op.regions)
