@@ -10,6 +10,11 @@ without bound, LLVM's own late checks, which end the process):
   functions are inlined into their callers (inlining adds the callee's nesting to the caller's), checked
   by :func:`check_region_depth` on the IR.
 - :data:`MAX_LOOP_DEPTH`: how deep loops may nest in a function after inlining, checked there too.
+- :data:`MAX_FUNCTION_OPS`: how many IR ops the frontend may build for one function, checked by
+  :func:`unrolled_size_error` after each iteration of a ``comptime`` for loop. (Separately, the
+  frontend unrolls at most 65,536 ``comptime`` iterations per compile, and the IR unroll pass keeps a
+  function under its own bound: kcompiler/ir/passes/unroll.py.)
+- :data:`MAX_INLINED_OPS`: how many IR ops a function may hold after inlining, checked there.
 - The recursion of the compiler's own tree walks is bounded by those two; :func:`deep_recursion` raises
   Python's recursion limit to what that bound needs, for the whole pipeline (frontend, passes, verifier,
   LLVM lowering) rather than for one stage.
@@ -33,6 +38,18 @@ MAX_REGION_DEPTH = 1000
 #: function of the IR, after inlining. LLVM's loop passes take time that grows about as the cube of
 #: the depth: 64 nested loops compile in about 3 s, 128 in about 20 s (nvptx, O3; 2-core machine).
 MAX_LOOP_DEPTH = 64
+
+#: Most IR ops the frontend may build for one function (kernel or device function instance): checked as
+#: each ``comptime`` for loop unrolls, since a big unrolled body is what reaches it. LLVM's code
+#: generation takes time that grows faster than linearly with a function's size (a block of 16,384 ops
+#: of stores: 12 s, 32,768: 52 s, 65,536: 200 s; nvptx on a loaded 2-core machine); the largest function
+#: of the repository's own kernels (attention's prefill_mma at BM=BN=128) has about 12,500.
+MAX_FUNCTION_OPS = 20_000
+
+#: Most IR ops one function may hold once device functions are inlined into it (checked right after
+#: inlining, before the passes and LLVM that grow faster than the size): a comptime loop of 1,000 calls
+#: of math.exp and math.sin inlines to 1.75 million ops, which took over 300 s and 3 GB.
+MAX_INLINED_OPS = 100_000
 
 #: Python frames the deepest walk of any stage takes per level of nesting, with room to spare: the
 #: deepest measured is the frontend lowering of nested statements (about 6 frames a level).
@@ -59,17 +76,68 @@ def deep_recursion() -> Iterator[None]:
             sys.setrecursionlimit(old)
 
 
-def check_region_depth(module: Any) -> None:
+def unrolled_size_error(ops: int, iteration: int) -> str | None:
+    """The error message when the function being lowered holds more than :data:`MAX_FUNCTION_OPS` IR
+    ops (``ops``) after unrolling iteration ``iteration`` of a ``comptime`` for loop, else None (the
+    frontend reports it at the loop's range)."""
+    if ops <= MAX_FUNCTION_OPS:
+        return None
+    return (f"function too large: unrolling this comptime for loop (at iteration {iteration}) makes the "
+            f"function more than {MAX_FUNCTION_OPS:,} IR ops, the limit (compile time grows faster than "
+            "the function's size)")
+
+
+def check_inlined_size(module: Any) -> None:
+    """Raise CompileError, located at the kernel or function, if inlining the device functions of the
+    IR ``module`` would make a function of more than :data:`MAX_INLINED_OPS` ops. Run before inlining:
+    the size is predicted (a function's ops plus, for each call, the callee's predicted size; a call
+    back into a function being counted, recursion, which is not inlined, counts one op), so that a
+    program past the limit is rejected before the copies are made."""
+    by_name = {f.name: f for f in module.functions}
+    sizes: dict[str, int] = {}
+
+    def size(name: str, active: set[str]) -> int:
+        if name in sizes:
+            return sizes[name]
+        active.add(name)
+        n = 0
+        for op in by_name[name].body.walk():
+            callee = op.attrs.get("callee") if op.name == "call" else None
+            n += size(callee, active) if callee in by_name and callee not in active else 1
+            if n > MAX_INLINED_OPS:
+                break
+        active.discard(name)
+        sizes[name] = n
+        return n
+
+    for fn in module.functions:
+        if size(fn.name, set()) > MAX_INLINED_OPS:
+            raise CompileError(
+                f"function too large: {fn.attrs.get('source_name', fn.name)} would be more than "
+                f"{MAX_INLINED_OPS:,} IR ops once the device functions it calls are inlined, the limit "
+                "(compile time grows faster than the size); call them in a runtime loop "
+                "(for i in range(...)) rather than a comptime one", fn.span)
+
+
+def check_region_depth(module: Any, inlined: bool = False) -> None:
     """Raise CompileError, located at the op that goes too deep, if a function of the IR ``module`` (an
     :class:`~kcompiler.ir.core.Module`) nests regions more than :data:`MAX_REGION_DEPTH` deep or loops
-    (``for``, ``while``) more than :data:`MAX_LOOP_DEPTH` deep.
+    (``for``, ``while``) more than :data:`MAX_LOOP_DEPTH` deep, or, with ``inlined`` (the module's device
+    functions are inlined), holds more than :data:`MAX_INLINED_OPS` ops.
 
     Iterative (an explicit stack), so that it can run before any recursive walk of the module."""
     for fn in module.functions:
         where = fn.attrs.get("source_name", fn.name)
         stack = [(fn.body, 0, 0)]
+        size = 0
         while stack:
             region, depth, loops = stack.pop()
+            size += len(region.ops)
+            if inlined and size > MAX_INLINED_OPS:
+                raise CompileError(
+                    f"function too large: {where} is more than {MAX_INLINED_OPS:,} IR ops once the device "
+                    "functions it calls are inlined, the limit (compile time grows faster than the size); "
+                    "call them in a runtime loop (for i in range(...)) rather than a comptime one", fn.span)
             for op in region.ops:
                 if not op.regions:
                     continue

@@ -29,7 +29,7 @@ from .backends import canonical_target, default_arch
 from .backends.target import CompileOptions, Target
 from .diagnostics import CompileError
 from .ir.types import Type
-from .limits import check_region_depth, deep_recursion
+from .limits import check_inlined_size, check_region_depth, deep_recursion
 from .runtime.cache import CACHE, KernelCache, compiler_fingerprint, make_key, type_from_str
 from .runtime.device import Artifact, KernelParam
 
@@ -135,6 +135,7 @@ def lower_to_ir(program: Any, target: Target, kernels: dict[str, dict[str, Any]]
     module = lower(program, target, kernels=kernels)
     check_region_depth(module)
     verify(module)
+    check_inlined_size(module)  # before inlining makes the copies
     run_default(module, target)
     check_region_depth(module)
     verify(module)

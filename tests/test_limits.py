@@ -142,3 +142,35 @@ def test_walk_is_preorder_and_linear():
     got = list(body.walk())
     assert got == list(reference(body))
     assert len(got) > 200 and {"for", "while", "if"} <= {op.name for op in got}
+
+
+def test_comptime_unroll_past_the_size_limit_is_a_quick_located_error(tmp_path):
+    """for i in comptime range(0, 65536) (the iteration budget) took over 300 s and 1.3 GB; 16384, 51 s.
+    Now the function-size limit stops it at the range, in seconds."""
+    import time
+
+    from kcompiler.limits import MAX_FUNCTION_OPS
+    p = tmp_path / "u.kc"
+    for n in (65536, 16384):
+        p.write_text(f"kernel k(x: ptr<f32>) {{ for i in comptime range(0, {n}) {{ x[i] = f32(i); }} }}\n")
+        t = time.monotonic()
+        r = _kc("compile", p)
+        assert time.monotonic() - t < 20
+        _located_error(r, p, f"function too large: unrolling this comptime for loop")
+        assert f"{p}:1:43: error" in r.stderr and f"{MAX_FUNCTION_OPS:,} IR ops" in r.stderr
+    p.write_text("kernel k(x: ptr<f32>) { for i in comptime range(0, 4096) { x[i] = f32(i); } }\n")
+    r = _kc("compile", "-e", "ir", p)
+    assert r.returncode == 0 and r.stdout.count("store") == 4096, r.stderr[-2000:]
+
+
+def test_inlining_past_the_size_limit_is_a_quick_located_error(tmp_path):
+    """1,000 inlined math.exp and math.sin calls made 1.75 million IR ops: over 300 s and 3 GB."""
+    import time
+    p = tmp_path / "e.kc"
+    p.write_text("import std.math\nkernel k(x: ptr<f32>) { for i in comptime range(0, 1000) "
+                 "{ x[i] = math.exp(x[i]) * math.sin(x[i]); } }\n")
+    t = time.monotonic()
+    r = _kc("compile", p)
+    assert time.monotonic() - t < 20
+    _located_error(r, p, "function too large: k would be more than")
+    assert f"{p}:2:8: error" in r.stderr

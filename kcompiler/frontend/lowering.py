@@ -21,7 +21,7 @@ from typing import Any
 from ..diagnostics import CompileError, Diagnostics, SourceSpan
 from ..ir import Builder, Function, Module, Region, Value
 from ..ir.core import OPS
-from ..limits import check_region_depth, deep_recursion
+from ..limits import check_region_depth, deep_recursion, unrolled_size_error
 from ..ir.types import (BOOL, F32, I32, TENSOR_MAP, U32, U64, VOID, AddressSpace, ArrayType, PointerType,
                         ScalarType, SCALARS, Type, VectorType, elem_of, sizeof)
 from . import ast as A
@@ -667,6 +667,8 @@ class FnLowering:
             self.scopes.append({s.var: CV(k, t)})
             self.block(s.body.stmts)
             self.scopes.pop()
+            if (too_large := unrolled_size_error(self.b.emitted, k)) is not None:
+                self.fail(too_large, it.span, hint="use a runtime loop (for i in range(...)) or unroll less")
 
     def s_Break(self, s: A.Break) -> None:
         self.b.op("break")
