@@ -87,6 +87,27 @@ def unrolled_size_error(ops: int, iteration: int) -> str | None:
             "the function's size)")
 
 
+#: Static shared memory (LDS) one AMDGCN workgroup may allocate, by arch: LLVM's AMDGPU backend stops
+#: the process ("local memory (N) exceeds limit (M)") past it. 64 KiB on gfx9 (gfx90a, gfx942), gfx11
+#: and gfx12; 160 KiB on gfx950. Source: LLVM's AMDGPU subtarget features
+#: (FeatureAddressableLocalMemorySize65536 / ...163840) and its tests lds-limit-diagnostics*.ll
+#: ("gfx950 supports upto 160 KB configurable LDS memory"; gfx942: limit 65536).
+AMDGCN_LDS_BYTES = {"gfx90a": 65536, "gfx942": 65536, "gfx950": 163840, "gfx1100": 65536, "gfx1201": 65536}
+
+
+def shared_memory_error(target: Any, declared: int, kernel: str) -> str | None:
+    """The error message when a kernel's static ``shared`` arrays (``declared`` bytes, their sizes
+    summed without padding, so never more than LLVM counts) exceed what ``target`` allows one block /
+    workgroup, else None. Only AMDGCN is checked here: there LLVM ends the process."""
+    if getattr(target, "name", None) != "amdgcn":
+        return None
+    limit = AMDGCN_LDS_BYTES.get(getattr(target, "arch", ""), 65536)
+    if declared <= limit:
+        return None
+    return (f"shared memory of {declared:,} bytes in {kernel} exceeds the {limit:,}-byte LDS (shared memory) "
+            f"of a workgroup on {target.arch}")
+
+
 def check_inlined_size(module: Any) -> None:
     """Raise CompileError, located at the kernel or function, if inlining the device functions of the
     IR ``module`` would make a function of more than :data:`MAX_INLINED_OPS` ops. Run before inlining:

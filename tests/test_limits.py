@@ -174,3 +174,23 @@ def test_inlining_past_the_size_limit_is_a_quick_located_error(tmp_path):
     assert time.monotonic() - t < 20
     _located_error(r, p, "function too large: k would be more than")
     assert f"{p}:2:8: error" in r.stderr
+
+
+def test_amdgcn_lds_over_the_limit_is_a_located_error_not_an_llvm_exit(tmp_path):
+    """shared s: [f32; 16385] on gfx942 passed kc check, then LLVM ended the process ("local memory
+    (65540) exceeds limit (65536)"); sgemm[TILE=1023] the same. 16384 floats fit; gfx950 has 160 KiB."""
+    def prog(n):
+        return (f"kernel k(x: ptr<f32>) {{\n    shared s: [f32; {n}];\n    s[thread_id.x] = x[0];\n"
+                "    x[1] = s[0];\n}\n")
+    p = tmp_path / "lds.kc"
+    p.write_text(prog(16385))
+    for cmd in ("check", "compile"):
+        r = _kc(cmd, "-t", "amdgcn", "-a", "gfx942", p)
+        _located_error(r, p, "shared memory of 65,540 bytes in k exceeds the 65,536-byte LDS")
+        assert f"{p}:2:5: error" in r.stderr
+    assert _kc("compile", "-t", "amdgcn", "-a", "gfx950", p, "-o", tmp_path / "a.s").returncode == 0
+    p.write_text(prog(16384))
+    assert _kc("compile", "-t", "amdgcn", "-a", "gfx942", p, "-o", tmp_path / "b.s").returncode == 0
+    sgemm = ROOT / "examples" / "sgemm.kc"
+    r = _kc("compile", "-t", "amdgcn", "-a", "gfx942", sgemm, "-P", "TILE=1023", "-o", tmp_path / "c.s")
+    _located_error(r, sgemm, "shared memory of 4,186,116 bytes in sgemm__TILE_1023 exceeds")
