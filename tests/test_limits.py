@@ -194,3 +194,23 @@ def test_amdgcn_lds_over_the_limit_is_a_located_error_not_an_llvm_exit(tmp_path)
     sgemm = ROOT / "examples" / "sgemm.kc"
     r = _kc("compile", "-t", "amdgcn", "-a", "gfx942", sgemm, "-P", "TILE=1023", "-o", tmp_path / "c.s")
     _located_error(r, sgemm, "shared memory of 4,186,116 bytes in sgemm__TILE_1023 exceeds")
+
+
+def test_llvm_rejecting_kcompilers_output_is_an_internal_compiler_error(monkeypatch):
+    """A RuntimeError from llvmlite (LLVM rejecting the IR kcompiler made) comes back as an
+    InternalCompilerError naming the stage and the kernel and asking for a report."""
+    import llvmlite.binding as llvm
+
+    from kcompiler.backends import llvm as kl
+    from kcompiler.pipeline import lower_to_ir
+    target = resolve_target("nvptx", "sm_90")
+    module = lower_to_ir(load_program("kernel sax(x: ptr<f32>) { x[0] = 1.0; }\n", "s.kc"), target, {"sax": {}})
+
+    def bad(text):
+        raise RuntimeError("LLVM IR parsing error\n<string>:3:1: error: redefinition of argument")
+    monkeypatch.setattr(llvm, "parse_assembly", bad)
+    with pytest.raises(kl.InternalCompilerError) as e:
+        kl.compile_ir(module, target)
+    msg = str(e.value)
+    assert msg.startswith("internal compiler error: parsing the LLVM IR kcompiler made failed for sax")
+    assert "redefinition of argument" in msg and "please report it" in msg
