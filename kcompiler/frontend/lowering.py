@@ -18,9 +18,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ..diagnostics import CompileError, Diagnostic, Diagnostics, SourceSpan
+from ..diagnostics import CompileError, Diagnostics, SourceSpan
 from ..ir import Builder, Function, Module, Region, Value
 from ..ir.core import OPS
+from ..limits import check_region_depth, deep_recursion, shared_memory_error, unrolled_size_error
 from ..ir.types import (BOOL, F32, I32, TENSOR_MAP, U32, U64, VOID, AddressSpace, ArrayType, PointerType,
                         ScalarType, SCALARS, Type, VectorType, elem_of, sizeof)
 from . import ast as A
@@ -503,6 +504,9 @@ class FnLowering:
         p = self.b.shared(sym, t)
         size = (sizeof(t) + 15) // 16 * 16
         self.fn.attrs["shared_bytes"] = self.fn.attrs.get("shared_bytes", 0) + size
+        declared = self.fn.attrs["shared_declared"] = self.fn.attrs.get("shared_declared", 0) + sizeof(t)
+        if (too_much := shared_memory_error(self.target, declared, self.fn.name)) is not None:
+            self.fail(too_much, s.span, hint="use fewer or smaller shared arrays, or a smaller tile")
         self.bind(s.name, Place(p, t, f"'{s.name}'"))
 
     def s_Assign(self, s: A.Assign) -> None:
@@ -675,6 +679,8 @@ class FnLowering:
             self.scopes.append({s.var: CV(k, t)})
             self.block(s.body.stmts)
             self.scopes.pop()
+            if (too_large := unrolled_size_error(self.b.emitted, k)) is not None:
+                self.fail(too_large, it.span, hint="use a runtime loop (for i in range(...)) or unroll less")
 
     def s_Break(self, s: A.Break) -> None:
         self.b.op("break")
@@ -1818,13 +1824,9 @@ def lower(program: Program, target: Any, kernels: dict[str, dict[str, Any]] | No
     (symbol: its name, or a mangled name such as ``scale__T_f16__VEC_4`` for a specialisation) and
     every device function it calls, specialised too. Raises CompileError with every error found, and
     KeyError for a kernel name the program does not define."""
-    import sys
-
     if program.errors:  # kept by load_program(keep_going=True): such a program is checked, never lowered
         raise CompileError(program.errors)
-    old = sys.getrecursionlimit()
-    sys.setrecursionlimit(max(old, 20000))
-    try:
+    with deep_recursion():
         L = ModuleLowering(program, target)
         if kernels is None:
             kernels = {n: {} for n in program.kernels
@@ -1836,10 +1838,6 @@ def lower(program: Program, target: Any, kernels: dict[str, dict[str, Any]] | No
             L.kernel(name, dict(values or {}))
             L.drain()
         return L.finish()
-    except RecursionError:
-        raise CompileError("nesting too deep to compile", program.main.ast.span) from None
-    finally:
-        sys.setrecursionlimit(old)
 
 
 def check(program: Program, target: Any, max_errors: int = 50) -> None:
@@ -1851,37 +1849,30 @@ def check(program: Program, target: Any, max_errors: int = 50) -> None:
     is abandoned and the names it defines are poisoned, so nothing that follows from it is reported
     again, and the declaration's other, independent type errors still are. A declaration with any
     other loader error (scopes, arity, recursion, ...) is declared but its body is not type-checked."""
-    import sys
-
     def clean(d: Any) -> bool:  # no loader error inside this declaration but undefined names
         whole = d.span.merge(d.body.span)
         return not any(_inside(e.span, whole) for e in program.errors if e.span not in program.recoverable)
 
-    old = sys.getrecursionlimit()
-    sys.setrecursionlimit(max(old, 20000))
     items = list(program.errors)
-    try:
-        L = ModuleLowering(program, target)
-        L.silenced = program.recoverable
-        L.diag.limit = max_errors
-        # A clean declaration may call one with errors: that one is declared but not lowered.
-        L.skip_bodies = {id(d) for m in program.modules.values() for d in m.ast.decls if not clean(d)}
-        for name, decl in program.kernels.items():
-            if clean(decl) and all(c.default is not None for c in program.signature(name).comptime):
-                L.kernel(name, {})
-                L.drain()
-        for mod in program.modules.values():
-            for d in mod.ast.decls:
-                if not d.is_kernel and not d.cparams and clean(d):
-                    L.instance(mod, d, {}, None)
+    with deep_recursion():
+        try:
+            L = ModuleLowering(program, target)
+            L.silenced = program.recoverable
+            L.diag.limit = max_errors
+            # A clean declaration may call one with errors: that one is declared but not lowered.
+            L.skip_bodies = {id(d) for m in program.modules.values() for d in m.ast.decls if not clean(d)}
+            for name, decl in program.kernels.items():
+                if clean(decl) and all(c.default is not None for c in program.signature(name).comptime):
+                    L.kernel(name, {})
                     L.drain()
-        L.finish()
-    except CompileError as e:
-        items += e.diagnostics
-    except RecursionError:
-        items.append(Diagnostic("error", "nesting too deep to compile", program.main.ast.span))
-    finally:
-        sys.setrecursionlimit(old)
+            for mod in program.modules.values():
+                for d in mod.ast.decls:
+                    if not d.is_kernel and not d.cparams and clean(d):
+                        L.instance(mod, d, {}, None)
+                        L.drain()
+            check_region_depth(L.finish())  # loops and blocks nested too deep (limits.py)
+        except CompileError as e:
+            items += e.diagnostics
     if items:
         raise CompileError(sorted(items, key=_position))
 
