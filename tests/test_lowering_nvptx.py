@@ -205,15 +205,15 @@ def warp_matrix_kernel(elem) -> Function:
     smem = b.dyn_shared(elem)
     lane8 = b.mul(b.special("lane_id"), b.const(8, I32))
     dst, src = b.elemptr(smem, lane8), b.elemptr(a, lane8)
-    b.op("cp_async", [dst, src, b.const(16, U32)], bytes=16)
-    b.op("cp_async", [b.elemptr(dst, b.const(256, I32)), src, n], bytes=16)
-    b.op("cp_async", [b.elemptr(dst, b.const(512, I32)), src, b.const(8, U32)], bytes=8)
-    b.op("cp_async_commit")
-    b.op("cp_async_wait", n=1)
+    b.intrinsic("nvptx.cp_async", [dst, src, b.const(16, U32)], bytes=16)
+    b.intrinsic("nvptx.cp_async", [b.elemptr(dst, b.const(256, I32)), src, n], bytes=16)
+    b.intrinsic("nvptx.cp_async", [b.elemptr(dst, b.const(512, I32)), src, b.const(8, U32)], bytes=8)
+    b.intrinsic("nvptx.cp_async.commit_group")
+    b.intrinsic("nvptx.cp_async.wait_group", n=1)
     b.barrier()
-    fa = b.value("ldmatrix", [dst], VectorType(elem, 8), num=4, trans=False)
-    fb = b.value("ldmatrix", [b.elemptr(dst, b.const(256, I32))], VectorType(elem, 4), num=2, trans=True)
-    b.store(d, b.value("mma", [fa, fb, b.load(d)], VectorType(F32, 4), shape="m16n8k16"))
+    fa = b.intrinsic("nvptx.ldmatrix", [dst], VectorType(elem, 8), num=4, trans=False)
+    fb = b.intrinsic("nvptx.ldmatrix", [b.elemptr(dst, b.const(256, I32))], VectorType(elem, 4), num=2, trans=True)
+    b.store(d, b.intrinsic("nvptx.mma.sync", [fa, fb, b.load(d)], VectorType(F32, 4), shape="m16n8k16"))
     verify(Module("m", [fn]))
     return fn
 
@@ -242,7 +242,7 @@ def test_fp8_mma_is_ptx_8_4_on_sm_89(tmp_path):
     fn, b = kernel("f8", [("a", PointerType(VectorType(F8E4M3, 16))), ("b", PointerType(VectorType(F8E5M2, 8))),
                           ("d", PointerType(VectorType(F32, 4)))])
     a, bp, d = fn.params
-    b.store(d, b.value("mma", [b.load(a), b.load(bp), b.load(d)], VectorType(F32, 4), shape="m16n8k32"))
+    b.store(d, b.intrinsic("nvptx.mma.sync", [b.load(a), b.load(bp), b.load(d)], VectorType(F32, 4), shape="m16n8k32"))
     for arch in ("sm_89", "sm_90a"):
         ptx = ptx_of(fn, arch)
         filecheck(ptx, """

@@ -394,7 +394,7 @@ def test_ir_verifier_checks_the_mfma_op():
     def build(a_t, b_t, c_t, shape):
         params = [Value(VectorType(*a_t), "a"), Value(VectorType(*b_t), "b"), Value(VectorType(*c_t), "c")]
         f = Function("f", params, VOID, "device")
-        Builder(f.body).value("mfma", params, VectorType(*c_t), shape=shape)
+        Builder(f.body).intrinsic("amdgcn.mfma", params, VectorType(*c_t), shape=shape)
         return Module("m", [f])
 
     verify(build((BF16, 4), (BF16, 4), (F32, 16), "32x32x8"))

@@ -322,33 +322,34 @@ def test_ir_ops_verify_and_print():
     fn = Function("k", [Value(sh, "s"), Value(PointerType(BF16), "g")], VOID, "kernel")
     s, g = fn.params
     b = Builder(fn.body)
-    b.op("cp_async", [s, g, b.const(16, U32)], bytes=16)
-    b.op("cp_async_commit")
-    b.op("cp_async_wait", n=0)
-    fa = b.value("ldmatrix", [s], VectorType(BF16, 8), num=4, trans=False)
-    fb = b.value("ldmatrix", [s], VectorType(BF16, 4), num=2, trans=True)
-    b.value("mma", [fa, fb, b.const(0.0, VectorType(F32, 4))], VectorType(F32, 4), shape="m16n8k16")
+    b.intrinsic("nvptx.cp_async", [s, g, b.const(16, U32)], bytes=16)
+    b.intrinsic("nvptx.cp_async.commit_group")
+    b.intrinsic("nvptx.cp_async.wait_group", n=0)
+    fa = b.intrinsic("nvptx.ldmatrix", [s], VectorType(BF16, 8), num=4, trans=False)
+    fb = b.intrinsic("nvptx.ldmatrix", [s], VectorType(BF16, 4), num=2, trans=True)
+    b.intrinsic("nvptx.mma.sync", [fa, fb, b.const(0.0, VectorType(F32, 4))], VectorType(F32, 4), shape="m16n8k16")
     m = Module("m", [fn])
     verify(m)
     text = print_module(m)
-    for piece in ("cp_async {bytes=16}", "cp_async_commit", "cp_async_wait {n=0}", "ldmatrix {num=4, trans=False}",
-                  "ldmatrix {num=2, trans=True}", "mma {shape=m16n8k16}"):
+    for piece in ("intrinsic nvptx.cp_async {bytes=16}", "intrinsic nvptx.cp_async.commit_group\n",
+                  "intrinsic nvptx.cp_async.wait_group {n=0}", "intrinsic nvptx.ldmatrix {num=4, trans=False}",
+                  "intrinsic nvptx.ldmatrix {num=2, trans=True}", "intrinsic nvptx.mma.sync {shape=m16n8k16}"):
         assert piece in text, text
 
 
 @pytest.mark.parametrize("build,message", [
-    (lambda b, s, g: b.value("mma", [b.const(0, VectorType(F16, 8)), b.const(0, VectorType(BF16, 4)),
+    (lambda b, s, g: b.intrinsic("nvptx.mma.sync", [b.const(0, VectorType(F16, 8)), b.const(0, VectorType(BF16, 4)),
                                      b.const(0.0, VectorType(F32, 4))], VectorType(F32, 4), shape="m16n8k16"),
      "B fragment of type vec<bf16, 4> (needs vec<f16, 4>)"),
-    (lambda b, s, g: b.value("mma", [b.const(0, VectorType(F16, 8)), b.const(0, VectorType(F16, 4)),
+    (lambda b, s, g: b.intrinsic("nvptx.mma.sync", [b.const(0, VectorType(F16, 8)), b.const(0, VectorType(F16, 4)),
                                      b.const(0.0, VectorType(F32, 4))], VectorType(F32, 4), shape="m8n8k4"),
      "shape='m8n8k4' is not one of"),
-    (lambda b, s, g: b.value("ldmatrix", [g], VectorType(BF16, 8), num=4, trans=False), "needs a shared pointer"),
-    (lambda b, s, g: b.value("ldmatrix", [s], VectorType(BF16, 4), num=4, trans=False),
+    (lambda b, s, g: b.intrinsic("nvptx.ldmatrix", [g], VectorType(BF16, 8), num=4, trans=False), "needs a shared pointer"),
+    (lambda b, s, g: b.intrinsic("nvptx.ldmatrix", [s], VectorType(BF16, 4), num=4, trans=False),
      "gives vec<bf16, 8>, not vec<bf16, 4>"),
-    (lambda b, s, g: b.op("cp_async", [s, g, b.const(16, U32)], bytes=32), "cp_async of 32 bytes"),
-    (lambda b, s, g: b.op("cp_async", [g, s, b.const(16, U32)], bytes=16), "needs a shared pointer"),
-    (lambda b, s, g: b.op("cp_async_wait", n=-1), "cp_async_wait n=-1"),
+    (lambda b, s, g: b.intrinsic("nvptx.cp_async", [s, g, b.const(16, U32)], bytes=32), "cp_async of 32 bytes"),
+    (lambda b, s, g: b.intrinsic("nvptx.cp_async", [g, s, b.const(16, U32)], bytes=16), "needs a shared pointer"),
+    (lambda b, s, g: b.intrinsic("nvptx.cp_async.wait_group", n=-1), "cp_async_wait n=-1"),
 ])
 def test_ir_ops_verifier_rejects(build, message):
     fn = Function("k", [Value(PointerType(BF16, AddressSpace.SHARED), "s"), Value(PointerType(BF16), "g")],

@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
+from ..ir.intrinsics import add_provider as add_intrinsic_provider
+
 #: The package's own backends, by folder under ``kcompiler/backends``; the first is ``kc compile``'s
 #: default target.
 BUILTIN_BACKENDS = ("nvptx", "amdgcn", "cpu")
@@ -68,6 +70,9 @@ class Backend:
         cache_tag: part of every cache key of the target's binaries: a plug-in sets it to its version
             (the compiler's fingerprint covers only kcompiler's own files); '' for the built-in ones.
         arch_help: how ``kc compile --help`` describes ``--arch`` (default: the archs and default).
+        intrinsics: import path of the module that registers the backend's target intrinsics
+            (``kcompiler.ir.intrinsics.register_intrinsics``; intrinsics named ``"<name>.*"``), imported
+            at the first lookup of such a name; None for a backend without any.
 
     Raises ValueError for an empty name, an arch list without the default arch, or a binary
     kind without a suffix.
@@ -88,6 +93,7 @@ class Backend:
     host_code: bool = False
     cache_tag: str = ""
     arch_help: str = ""
+    intrinsics: str | None = None
 
     def __post_init__(self) -> None:
         if not self.name or self.name != self.name.lower():
@@ -231,3 +237,16 @@ def target_aliases() -> dict[str, str]:
 
 __all__ = ["Backend", "BUILTIN_BACKENDS", "ENTRY_POINT_GROUP", "backends", "find_backend", "load_object",
            "register_backend", "target_aliases", "target_names", "unregister_backend"]
+
+
+def _provide_intrinsics(name: str) -> None:
+    """Load the intrinsic table of the backend that ``name``'s prefix names (nothing if none has one)."""
+    try:
+        rec = find_backend(name.split(".", 1)[0])
+    except ValueError:
+        return
+    if rec.intrinsics:
+        load_object(rec.intrinsics)
+
+
+add_intrinsic_provider(_provide_intrinsics)

@@ -34,7 +34,8 @@ def local_name(hint: str | None) -> str:
     return (hint or "")[:LOCAL_NAME_MAX]
 
 
-if TYPE_CHECKING:  # pragma: no cover
+if TYPE_CHECKING:
+    from ..ir.intrinsics import Intrinsic  # pragma: no cover
     from llvmlite import ir as ll
 
     from .llvm.lower import LoweringContext
@@ -340,58 +341,30 @@ class Target:
         (None: the type's natural alignment). GPU targets keep it: vector loads need it there."""
         return align
 
-    # --- warp-level matrix operations and asynchronous copies (NVIDIA sm_80+) -------------------
-    # The IR ops mma, ldmatrix, cp_async, cp_async_commit, cp_async_wait. The frontend refuses them
-    # (a located error) where ``has("mma")`` / ``"ldmatrix"`` / ``"cp_async"`` is false; these
-    # defaults are the backstop for IR built directly.
-    def mma(self, ctx: "LoweringContext", shape: str, a_type: str, b_type: str, a: list[ll.Value],
-            b: list[ll.Value], c: list[ll.Value]) -> list[ll.Value]:
-        """D = A * B + C for one warp: ``shape`` 'm16n8k16' (``a_type``/``b_type`` 'f16' or 'bf16') or
-        'm16n8k32' ('f8e4m3' / 'f8e5m2'); this lane's fragments as i32 words (``a`` four, ``b`` two)
-        and ``c`` four floats; returns this lane's four floats of D. Layouts: backends/nvptx/mma.py."""
-        from .llvm.lower import UnsupportedOnTarget
-        raise UnsupportedOnTarget(f"mma_sync is not available on this target ({self.name} {self.arch})")
+    # --- target intrinsics (kcompiler.ir.intrinsics) -----------------------------------------------
+    # The IR's one op for a vendor's instructions. The frontend refuses a builtin (a located error)
+    # where ``has(feature)`` is false; these checks are the backstop for IR built directly.
+    def lowers_intrinsic(self, intrinsic: "Intrinsic") -> bool:
+        """Whether this target can lower ``intrinsic``: by default those its own backend registers
+        (the name's prefix is the target's name) when it has the intrinsic's feature."""
+        return intrinsic.backend == self.name and self.has(intrinsic.feature)
 
-    def mfma(self, ctx: "LoweringContext", shape: str, a_type: str, b_type: str, a: ll.Value, b: ll.Value,
-             c: ll.Value) -> ll.Value:
-        """AMD's MFMA, D = A * B + C for one wavefront of 64 lanes: ``shape`` one of the IR's MFMA_SHAPES
-        ('32x32x8', ...), ``a_type``/``b_type`` the element type names ('bf16', 'f16', FP8 names);
-        ``a``, ``b`` this lane's fragments (LLVM vectors of M * K / 64 elements), ``c`` its accumulators
-        (a vector of M * N / 64 floats); returns D's, of c's type. Layouts: backends/amdgcn/mfma.py."""
-        from .llvm.lower import UnsupportedOnTarget
-        raise UnsupportedOnTarget(f"mfma is not available on this target ({self.name} {self.arch})")
+    def intrinsic_lowering(self, intrinsic: "Intrinsic") -> str:
+        """Import path of the function that lowers ``intrinsic`` here (its backend's LLVM lowering)."""
+        return intrinsic.lower
 
-    def ldmatrix(self, ctx: "LoweringContext", ptr: ll.Value, num: int, trans: bool) -> list[ll.Value]:
-        """``num`` (1, 2, 4) 8x8 matrices of 16-bit elements loaded by one warp from shared memory,
-        ``ptr`` this lane's row address; this lane's i32 word of each (backends/nvptx/mma.py)."""
+    def lower_intrinsic(self, ctx: "LoweringContext", op: Any, intrinsic: "Intrinsic",
+                        args: list[ll.Value]) -> ll.Value | None:
+        """Lower intrinsic op ``op`` (its registry entry ``intrinsic``; ``args`` the operands' LLVM
+        values) with :meth:`intrinsic_lowering`; returns the result's value or None. Raises
+        UnsupportedOnTarget naming the builtin, the intrinsic and the target where
+        :meth:`lowers_intrinsic` is false (the lowering reports it at the op's location)."""
         from .llvm.lower import UnsupportedOnTarget
-        raise UnsupportedOnTarget(f"ldmatrix is not available on this target ({self.name} {self.arch})")
-
-    def cp_async(self, ctx: "LoweringContext", dst: ll.Value, src: ll.Value, nbytes: int,
-                 src_bytes: ll.Value | None, op: Any) -> None:
-        """Start copying ``nbytes`` (4, 8, 16) from global ``src`` to shared ``dst``: ``src_bytes`` (i32,
-        None: all) of them read, the rest zero-filled. ``op`` is the IR op (its span locates checks)."""
-        from .llvm.lower import UnsupportedOnTarget
-        raise UnsupportedOnTarget(f"cp_async is not available on this target ({self.name} {self.arch})")
-
-    def async_op(self, ctx: "LoweringContext", op: Any, args: list[ll.Value]) -> ll.Value | None:
-        """Lower one of the IR's asynchronous tensor-core and copy-engine ops (``core.ASYNC_OPS``:
-        wgmma and its fences, matrix descriptors, TMA copies, mbarriers, setmaxnreg,
-        fence_proxy_async) with its operands' values ``args``; returns the result's value, or None.
-        The frontend refuses them (a located error) where ``has("wgmma")`` / ``"tma"`` /
-        ``"mbarrier"`` / ``"setmaxnreg"`` is false; this default raises UnsupportedOnTarget."""
-        from .llvm.lower import UnsupportedOnTarget
-        raise UnsupportedOnTarget(f"{op.name} is not available on this target ({self.name} {self.arch})")
-
-    def cp_async_commit(self, ctx: "LoweringContext") -> None:
-        """Close this thread's current group of cp_async copies."""
-        from .llvm.lower import UnsupportedOnTarget
-        raise UnsupportedOnTarget(f"cp_async_commit is not available on this target ({self.name} {self.arch})")
-
-    def cp_async_wait(self, ctx: "LoweringContext", n: int) -> None:
-        """Wait until at most ``n`` of this thread's committed cp_async groups are pending."""
-        from .llvm.lower import UnsupportedOnTarget
-        raise UnsupportedOnTarget(f"cp_async_wait is not available on this target ({self.name} {self.arch})")
+        from .registry import load_object
+        if not self.lowers_intrinsic(intrinsic):
+            raise UnsupportedOnTarget(f"{intrinsic.builtin} is not available on this target ({self.name} "
+                                      f"{self.arch}): it does not lower intrinsic {intrinsic.name}")
+        return load_object(self.intrinsic_lowering(intrinsic))(self, ctx, op, args)
 
     # --- math -------------------------------------------------------------------------------------
     def math(self, ctx: "LoweringContext", fn: str, args: list[ll.Value]) -> ll.Value:

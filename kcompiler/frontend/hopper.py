@@ -3,8 +3,9 @@
 (``tma_load``), mbarriers (``mbarrier_init``, ``mbarrier_arrive``, ``mbarrier_arrive_expect_tx``,
 ``mbarrier_try_wait``, ``mbarrier_wait``), ``fence_proxy_async``, ``setmaxnreg_inc`` /
 ``setmaxnreg_dec`` and ``launch_bounds``. Each call is type-checked (a located error for a wrong
-operand type, address space or size, and for a target without the feature) and lowered to the IR op
-of the same name (kcompiler/ir/core.py, ASYNC_OPS). The instructions and layouts are stated, with their
+operand type, address space or size, and for a target without the feature) and lowered to the NVIDIA
+target intrinsic that the backend registers (``nvptx.wgmma.mma_async``, ``nvptx.tma.load``...:
+backends/nvptx/intrinsics.py), through the IR's generic ``intrinsic`` op. The instructions and layouts are stated, with their
 PTX ISA sections, in backends/nvptx/wgmma.py and backends/nvptx/tma.py.
 
 Surface::
@@ -145,14 +146,14 @@ def _wgmma(fl: Any, f: Any, e: Any, kw: dict) -> Any:
             fl.fail(f"accumulate must be a bool, found {v.type}", k.value.span)
         else:
             scale = v
-    return fl.b.value("wgmma", [descs[0], descs[1], acc, scale], at, n=2 * at.count, a_type=ta, b_type=tb,
-                      trans_b=trans_b)
+    return fl.b.intrinsic("nvptx.wgmma.mma_async", [descs[0], descs[1], acc, scale], at, n=2 * at.count,
+                          a_type=ta, b_type=tb, trans_b=trans_b)
 
 
-def _no_operands(op: str) -> Any:
-    """The handler of a builtin that takes nothing and emits IR op ``op`` (a fence or a commit)."""
+def _no_operands(intrinsic: str) -> Any:
+    """The handler of a builtin that takes nothing and emits ``intrinsic`` (a fence or a commit)."""
     def lower(fl: Any, f: Any, e: Any, kw: dict) -> Any:
-        fl.b.op(op)
+        fl.b.intrinsic(intrinsic)
         return _void()
     return lower
 
@@ -161,7 +162,7 @@ def _wgmma_wait(fl: Any, f: Any, e: Any, kw: dict) -> Any:
     (n,) = _bracket_ints(fl, f, 1, "a group count")
     if not 0 <= n <= 7:
         fl.fail(f"wgmma_wait's group count must be 0 to 7, not {n}", f.targs[0].span)
-    fl.b.op("wgmma_wait", n=n)
+    fl.b.intrinsic("nvptx.wgmma.wait_group", n=n)
     return _void()
 
 
@@ -177,7 +178,7 @@ def _wgmma_desc(fl: Any, f: Any, e: Any, kw: dict) -> Any:
         if name != "swizzle" and not (0 <= vals[name] < 1 << 18 and vals[name] % 16 == 0):
             fl.fail(f"wgmma_desc's {name} is a byte offset, a multiple of 16 below 2^18, not {vals[name]}",
                     k.value.span)
-    return fl.b.value("wgmma_desc", [p], U64, **vals)
+    return fl.b.intrinsic("nvptx.wgmma.desc", [p], U64, **vals)
 
 
 # --- TMA and mbarriers -----------------------------------------------------------------------------------
@@ -191,33 +192,33 @@ def _tma_load(fl: Any, f: Any, e: Any, kw: dict) -> Any:
                 f"{m.type}", e.args[1].span)
     bar = _shared_ptr(fl, e.args[2], "tma_load", "barrier", U64)
     coords = [_int_operand(fl, a, I32, "a TMA coordinate") for a in e.args[3:]]
-    fl.b.op("tma_load", [dst, m, bar, *coords])
+    fl.b.intrinsic("nvptx.tma.load", [dst, m, bar, *coords])
     return _void()
 
 
 def _mbarrier_init(fl: Any, f: Any, e: Any, kw: dict) -> Any:
-    fl.b.op("mbarrier_init", [_mbar(fl, e, "mbarrier_init"), _int_operand(fl, e.args[1], U32, "the arrival count")])
+    fl.b.intrinsic("nvptx.mbarrier.init", [_mbar(fl, e, "mbarrier_init"), _int_operand(fl, e.args[1], U32, "the arrival count")])
     return _void()
 
 
 def _mbarrier_arrive(fl: Any, f: Any, e: Any, kw: dict) -> Any:
-    fl.b.op("mbarrier_arrive", [_mbar(fl, e, "mbarrier_arrive")])
+    fl.b.intrinsic("nvptx.mbarrier.arrive", [_mbar(fl, e, "mbarrier_arrive")])
     return _void()
 
 
 def _mbarrier_arrive_expect_tx(fl: Any, f: Any, e: Any, kw: dict) -> Any:
-    fl.b.op("mbarrier_arrive_expect_tx", [_mbar(fl, e, "mbarrier_arrive_expect_tx"),
-                                          _int_operand(fl, e.args[1], U32, "the transaction byte count")])
+    fl.b.intrinsic("nvptx.mbarrier.arrive_expect_tx", [_mbar(fl, e, "mbarrier_arrive_expect_tx"),
+                                                       _int_operand(fl, e.args[1], U32, "the transaction byte count")])
     return _void()
 
 
 def _mbarrier_try_wait(fl: Any, f: Any, e: Any, kw: dict) -> Any:
-    return fl.b.value("mbarrier_try_wait", [_mbar(fl, e, "mbarrier_try_wait"),
-                                            _int_operand(fl, e.args[1], U32, "the phase parity")], BOOL)
+    return fl.b.intrinsic("nvptx.mbarrier.try_wait", [_mbar(fl, e, "mbarrier_try_wait"),
+                                                      _int_operand(fl, e.args[1], U32, "the phase parity")], BOOL)
 
 
 def _mbarrier_wait(fl: Any, f: Any, e: Any, kw: dict) -> Any:
-    fl.b.op("mbarrier_wait", [_mbar(fl, e, "mbarrier_wait"), _int_operand(fl, e.args[1], U32, "the phase parity")])
+    fl.b.intrinsic("nvptx.mbarrier.wait", [_mbar(fl, e, "mbarrier_wait"), _int_operand(fl, e.args[1], U32, "the phase parity")])
     return _void()
 
 
@@ -225,7 +226,7 @@ def _setmaxnreg(fl: Any, f: Any, e: Any, kw: dict) -> Any:
     (n,) = _bracket_ints(fl, f, 1, "a register count")
     if not (24 <= n <= 256 and n % 8 == 0):
         fl.fail(f"{f.fn.name}'s register count must be a multiple of 8 from 24 to 256, not {n}", f.targs[0].span)
-    fl.b.op("setmaxnreg", n=n, increase=f.fn.name.endswith("inc"))
+    fl.b.intrinsic("nvptx.setmaxnreg", n=n, increase=f.fn.name.endswith("inc"))
     return _void()
 
 
@@ -245,11 +246,11 @@ def _launch_bounds(fl: Any, f: Any, e: Any, kw: dict) -> Any:
     return _void()
 
 
-_LOWER = {"wgmma": _wgmma, "wgmma_fence": _no_operands("wgmma_fence"),
-          "wgmma_commit": _no_operands("wgmma_commit"), "wgmma_wait": _wgmma_wait, "wgmma_desc": _wgmma_desc,
+_LOWER = {"wgmma": _wgmma, "wgmma_fence": _no_operands("nvptx.wgmma.fence"),
+          "wgmma_commit": _no_operands("nvptx.wgmma.commit_group"), "wgmma_wait": _wgmma_wait, "wgmma_desc": _wgmma_desc,
           "tma_load": _tma_load, "mbarrier_init": _mbarrier_init, "mbarrier_arrive": _mbarrier_arrive,
           "mbarrier_arrive_expect_tx": _mbarrier_arrive_expect_tx, "mbarrier_try_wait": _mbarrier_try_wait,
-          "mbarrier_wait": _mbarrier_wait, "fence_proxy_async": _no_operands("fence_proxy_async"),
+          "mbarrier_wait": _mbarrier_wait, "fence_proxy_async": _no_operands("nvptx.fence.proxy_async"),
           "setmaxnreg_inc": _setmaxnreg, "setmaxnreg_dec": _setmaxnreg, "launch_bounds": _launch_bounds}
 
 __all__ = ["FEATURES", "lower_builtin"]

@@ -1,17 +1,18 @@
 """The ``mfma`` builtin in the frontend: AMD CDNA's matrix fused multiply-add for one wavefront,
 type-checked (located errors for fragment types that form no instruction, for FP8 of the wrong
-flavour and for a target without the instruction) and lowered to the IR op ``mfma``
-(kcompiler/ir/core.py).
+flavour and for a target without the instruction) and lowered to the AMD target intrinsic
+``amdgcn.mfma`` (backends/amdgcn/intrinsics.py) through the IR's ``intrinsic`` op.
 
 ``mfma(a, b, c)``: D = A (M x K) * B (K x N) + C, each lane of the 64 holding ``a`` and ``b`` (M * K / 64
-elements each) and ``c`` (M * N / 64 f32). The shape follows from the types (the IR's MFMA_FORMS); the
+elements each) and ``c`` (M * N / 64 f32). The shape follows from the types (the intrinsic's table of
+forms, read through the registry); the
 operand layouts are AMD's (backends/amdgcn/mfma.py states them, with the ISA sections).
 """
 from __future__ import annotations
 
 from typing import Any
 
-from ..ir.core import MFMA_FORMS
+from ..ir.intrinsics import get as intrinsic
 from ..ir.types import BF16, F16, F32, VectorType
 
 #: The builtins this file lowers, and the ``target.has`` feature each needs at least.
@@ -43,7 +44,7 @@ def _kind(t: Any) -> str | None:
 
 def lower_builtin(fl: Any, f: Any, e: Any, kw: dict) -> Any:
     """Lower ``mfma(a, b, c)`` (call ``e`` of BuiltinRef ``f``) in FnLowering ``fl``: checks the types
-    against the IR's MFMA_FORMS and the target, and emits the IR op ``mfma``. Every mistake is a located
+    against the intrinsic's forms and the target, and emits ``amdgcn.mfma``. Every mistake is a located
     CompileError."""
     a, b, c = (fl._value(x) for x in e.args)
     ka, kb = _kind(a.type), _kind(b.type)
@@ -58,7 +59,7 @@ def lower_builtin(fl: Any, f: Any, e: Any, kw: dict) -> Any:
         fl.fail(f"mfma's A and B must be of one 16-bit type, found {a.type} and {b.type}", e.args[1].span)
     n = a.type.count
     cn = c.type.count if isinstance(c.type, VectorType) and c.type.elem == F32 else 0
-    form = MFMA_FORMS.get((ka, n, cn))
+    form = intrinsic("amdgcn.mfma").tables["forms"].get((ka, n, cn))
     if form is None:
         if cn not in (4, 16):
             fl.fail(f"mfma's accumulator must be vec<f32, 16> (32x32 tiles) or vec<f32, 4> (16x16), found "
@@ -79,7 +80,7 @@ def lower_builtin(fl: Any, f: Any, e: Any, kw: dict) -> Any:
                     fl.fail(f"this target's MFMA reads FP8 as {' and '.join(names)}, not {v.type.elem}",
                             arg.span, hint=f"convert the data to {names[0] if 'e4' in v.type.elem.name else names[1]}"
                                            f" (gfx942 reads the FNUZ formats, gfx950 the OCP ones)")
-    return fl.b.value("mfma", [a, b, c], VectorType(F32, cn), shape=shape)
+    return fl.b.intrinsic("amdgcn.mfma", [a, b, c], VectorType(F32, cn), shape=shape)
 
 
 __all__ = ["F8_BY_FLAVOUR", "FEATURES", "lower_builtin"]

@@ -1,7 +1,8 @@
 """The warp-level matrix builtins in the frontend: ``mma_sync``, ``ldmatrix``, ``cp_async``,
 ``cp_async_commit`` and ``cp_async_wait`` type-checked (located errors for wrong fragment types,
-address spaces and sizes, and for a target without the feature) and lowered to the IR ops ``mma``,
-``ldmatrix``, ``cp_async``, ``cp_async_commit`` and ``cp_async_wait`` (kcompiler/ir/core.py).
+address spaces and sizes, and for a target without the feature) and lowered to the NVIDIA target
+intrinsics ``nvptx.mma.sync``, ``nvptx.ldmatrix``, ``nvptx.cp_async``, ``nvptx.cp_async.commit_group``
+and ``nvptx.cp_async.wait_group`` (backends/nvptx/intrinsics.py) through the IR's ``intrinsic`` op.
 
 The fragment layouts the types stand for are NVIDIA's (PTX ISA 8.x, "Warp-level matrix fragments");
 backends/nvptx/mma.py writes them down.
@@ -67,7 +68,7 @@ def _mma_sync(fl: Any, f: Any, e: Any, kw: dict) -> Any:
         fl.fail(f"mma_sync's accumulator must be vec<f32, 4>, found {c.type}", e.args[2].span,
                 hint="a lane holds 4 f32 elements of C and D")
     _require(fl, "mma_sync", feature, e.span)
-    return fl.b.value("mma", [a, b, c], VectorType(F32, 4), shape=shape)
+    return fl.b.intrinsic("nvptx.mma.sync", [a, b, c], VectorType(F32, 4), shape=shape)
 
 
 def _shared_pointer(fl: Any, arg: Any, what: str) -> Any:
@@ -95,7 +96,7 @@ def _ldmatrix(fl: Any, f: Any, e: Any, kw: dict) -> Any:
     if trans and el.bits != 16:
         fl.fail(f"ldmatrix transposes 16-bit elements, not {el}", kw["trans"].span)
     _require(fl, "ldmatrix", "ldmatrix", e.span)
-    return fl.b.value("ldmatrix", [p], t, num=num, trans=trans)
+    return fl.b.intrinsic("nvptx.ldmatrix", [p], t, num=num, trans=trans)
 
 
 def _cp_async(fl: Any, f: Any, e: Any, kw: dict) -> Any:
@@ -137,7 +138,7 @@ def _cp_async(fl: Any, f: Any, e: Any, kw: dict) -> Any:
     else:
         size = fl.b.const(nbytes, U32)
     _require(fl, "cp_async", "cp_async", e.span)
-    fl.b.op("cp_async", [dst, src, size], bytes=nbytes)
+    fl.b.intrinsic("nvptx.cp_async", [dst, src, size], bytes=nbytes)
     return VOIDV
 
 
@@ -145,7 +146,7 @@ def _cp_async_commit(fl: Any, f: Any, e: Any, kw: dict) -> Any:
     from .lowering import VOIDV
 
     _require(fl, "cp_async_commit", "cp_async", e.span)
-    fl.b.op("cp_async_commit")
+    fl.b.intrinsic("nvptx.cp_async.commit_group")
     return VOIDV
 
 
@@ -160,7 +161,7 @@ def _cp_async_wait(fl: Any, f: Any, e: Any, kw: dict) -> Any:
     if n < 0:
         fl.fail(f"cp_async_wait's group count must be 0 or more, not {n}", args[0].span)
     _require(fl, "cp_async_wait", "cp_async", e.span)
-    fl.b.op("cp_async_wait", n=n)
+    fl.b.intrinsic("nvptx.cp_async.wait_group", n=n)
     return VOIDV
 
 

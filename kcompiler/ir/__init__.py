@@ -9,17 +9,18 @@ from typing import Any
 
 _LAZY = {"OPS": ".core", "Function": ".core", "Module": ".core", "Op": ".core", "OpInfo": ".core",
          "Region": ".core", "Value": ".core", "Builder": ".builder", "print_function": ".printer",
-         "print_module": ".printer", "types": ".types"}
+         "print_module": ".printer", "types": ".types", "Intrinsic": ".intrinsics",
+         "intrinsics": ".intrinsics"}
 
 
 def __getattr__(name: str) -> Any:
     if name not in _LAZY:
         raise AttributeError(f"module 'kcompiler.ir' has no attribute {name!r}")
     module = importlib.import_module(_LAZY[name], __name__)
-    value = module if name == "types" else getattr(module, name)
+    value = module if name in ("types", "intrinsics") else getattr(module, name)
     globals()[name] = value
     return value
 
 
 __all__ = ["OPS", "Function", "Module", "Op", "OpInfo", "Region", "Value", "Builder", "print_function",
-           "print_module", "types"]
+           "print_module", "types", "Intrinsic", "intrinsics"]

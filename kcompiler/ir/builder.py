@@ -160,6 +160,13 @@ class Builder:
     def ballot(self, pred: Value) -> Value:
         return self.value("ballot", [pred], U64)
 
+    def intrinsic(self, name: str, operands: list[Value] | None = None, type: Type | None = None,
+                  **attrs: Any) -> Value | None:
+        """Append the target-intrinsic op naming registry entry ``name`` (``"<backend>.<instruction>"``,
+        ir/intrinsics.py) with ``operands``, result ``type`` (None or void: no result) and ``attrs``;
+        returns the result. The verifier checks it against the entry's type rule."""
+        return self.op("intrinsic", operands, type, intrinsic=name, **attrs).result
+
     # --- control flow -------------------------------------------------------------------------
     def call(self, callee: str, args: list[Value], ret: Type) -> Value | None:
         return self.op("call", args, ret if ret != VOID else None, callee=callee).result

@@ -229,85 +229,11 @@ OPS: dict[str, OpInfo] = {
                       "(step < 0); iv += step. attr unroll=True asks for full unrolling"),
     "while": OpInfo(0, regions=2, result="none", pure=False, doc="while {cond ... condition(c)} {body}"),
     "condition": OpInfo(1, result="none", terminator=True, pure=False, doc="ends a while's cond region"),
-    # Asynchronous tensor-core and copy-engine operations of NVIDIA sm_90 / sm_90a (ASYNC_OPS; PTX and
-    # layouts in backends/nvptx/wgmma.py and tma.py); lowered by Target.async_op.
-    "wgmma": OpInfo(4, ("n", "a_type", "b_type", "trans_b"), pure=False,
-                    doc="wgmma(a_desc: u64, b_desc: u64, acc: vec<f32, n / 2>, scale_d: bool) -> vec<f32, n / 2>: "
-                        "D (64 x n) = A * B + (scale_d ? acc : 0) by one warpgroup; A and B in shared memory "
-                        "through descriptors, of attr a_type / b_type (bf16, f16: k16; f8e4m3, f8e5m2: k32)"),
-    "wgmma_fence": OpInfo(0, result="none", pure=False, doc="wgmma.fence: order accumulator accesses before wgmma"),
-    "wgmma_commit": OpInfo(0, result="none", pure=False, doc="close the warpgroup's pending wgmmas into a group"),
-    "wgmma_wait": OpInfo(0, ("n",), result="none", pure=False,
-                         doc="wait until at most attr n of the warpgroup's wgmma groups are pending"),
-    "wgmma_desc": OpInfo(1, ("swizzle", "lbo", "sbo"),
-                         doc="wgmma_desc(p: ptr<T, shared>) -> u64: the matrix descriptor of the tile at p "
-                             "(attrs: swizzle bytes 0/32/64/128, leading and stride byte offsets)"),
-    "tma_load": OpInfo(None, result="none", pure=False,
-                       doc="tma_load(dst: ptr<T, shared>, map: tensor_map, bar: ptr<u64, shared>, c0: i32, ...): "
-                           "copy the map's box at coordinates (c0 innermost, ...) into dst, completing on bar"),
-    "mbarrier_init": OpInfo(2, result="none", pure=False, doc="mbarrier_init(bar: ptr<u64, shared>, count: u32)"),
-    "mbarrier_arrive": OpInfo(1, result="none", pure=False, doc="mbarrier_arrive(bar: ptr<u64, shared>)"),
-    "mbarrier_arrive_expect_tx": OpInfo(2, result="none", pure=False,
-                                        doc="mbarrier_arrive_expect_tx(bar: ptr<u64, shared>, bytes: u32)"),
-    "mbarrier_try_wait": OpInfo(2, pure=False,
-                                doc="mbarrier_try_wait(bar: ptr<u64, shared>, parity: u32) -> bool: whether the "
-                                    "phase of that parity has completed"),
-    "mbarrier_wait": OpInfo(2, result="none", pure=False,
-                            doc="mbarrier_wait(bar: ptr<u64, shared>, parity: u32): until that phase completes"),
-    "setmaxnreg": OpInfo(0, ("n", "increase"), result="none", pure=False,
-                         doc="the warpgroup's register budget a thread becomes attr n (increase: bool)"),
-    "fence_proxy_async": OpInfo(0, result="none", pure=False,
-                                doc="order generic-proxy shared-memory accesses before async-proxy ones"),
-    # Warp-level matrix operations and asynchronous copies (NVIDIA sm_80+; backends/nvptx/mma.py has
-    # the PTX and the fragment layouts, backends/cpu/warp_matrix.py an emulation).
-    "mma": OpInfo(3, ("shape",), pure=False,
-                  doc="mma(a, b, c) -> d = a * b + c by one warp; attr shape in MMA_SHAPES; per lane: "
-                      "m16n8k16 a vec<T, 8>, b vec<T, 4> (T f16 or bf16), m16n8k32 a vec<F8, 16>, b "
-                      "vec<F8', 8> (f8e4m3 or f8e5m2); c and the result vec<f32, 4>"),
-    "ldmatrix": OpInfo(1, ("num", "trans"), pure=False,
-                       doc="ldmatrix(p: ptr<T, shared>) -> vec<T, N>: num (1, 2, 4) 8x8 matrices of 16-bit "
-                           "elements loaded by one warp, each lane giving a row address; trans: bool"),
-    "cp_async": OpInfo(3, ("bytes",), result="none", pure=False,
-                       doc="cp_async(dst: ptr<T, shared>, src: ptr<T>, src_bytes: u32): copy attr bytes (4, "
-                           "8, 16) asynchronously, src_bytes of them read from src, the rest zero-filled"),
-    "cp_async_commit": OpInfo(0, result="none", pure=False,
-                              doc="close this thread's group of cp_async copies"),
-    "cp_async_wait": OpInfo(0, ("n",), result="none", pure=False,
-                            doc="wait until at most attr n of this thread's cp_async groups are pending"),
-    # AMD CDNA matrix fused multiply-add, one wavefront of 64 lanes (backends/amdgcn/mfma.py has the
-    # instructions and the operand layouts, backends/cpu/mfma.py an emulation).
-    "mfma": OpInfo(3, ("shape",), pure=False,
-                   doc="mfma(a, b, c) -> d = a * b + c by one wavefront; attr shape in MFMA_SHAPES (MxNxK); "
-                       "per lane: a and b vec<T, M * K / 64> (T f16 or bf16, one type; or FP8, "
-                       "f8e4m3[fnuz] / f8e5m2[fnuz]), c and the result vec<f32, M * N / 64>"),
+    "intrinsic": OpInfo(None, ("intrinsic",), result="maybe", pure=False,
+                        doc="a target instruction: attr intrinsic names an entry of the intrinsic registry "
+                            "(ir/intrinsics.py; \"<backend>.<instruction>\", e.g. nvptx.mma.sync), whose type "
+                            "rule checks the operands, the other attributes and the result"),
 }
-
-#: The ops lowered by ``Target.async_op`` (NVIDIA sm_90 / sm_90a).
-ASYNC_OPS = frozenset({"wgmma", "wgmma_fence", "wgmma_commit", "wgmma_wait", "wgmma_desc", "tma_load",
-                       "mbarrier_init", "mbarrier_arrive", "mbarrier_arrive_expect_tx", "mbarrier_try_wait",
-                       "mbarrier_wait", "setmaxnreg", "fence_proxy_async"})
-
-#: Shapes of the ``mma`` op (PTX ``mma.sync.aligned.<shape>.row.col.f32.<a>.<b>.f32``).
-MMA_SHAPES = ("m16n8k16", "m16n8k32")
-
-#: The forms of the ``mfma`` op (AMD's ``v_mfma_f32_<shape>_<type>``): (operands '16-bit' (bf16/f16) or
-#: 'fp8', elements of A and of B a lane holds, f32 of C a lane holds) -> (shape M x N x K, the target
-#: feature it needs: ``mfma`` gfx90a+, ``mfma_fp8`` gfx942+, ``mfma_gfx950`` gfx950's new forms).
-MFMA_FORMS: dict[tuple[str, int, int], tuple[str, str]] = {
-    ("16-bit", 4, 16): ("32x32x8", "mfma"), ("16-bit", 4, 4): ("16x16x16", "mfma"),
-    ("16-bit", 8, 16): ("32x32x16", "mfma_gfx950"), ("16-bit", 8, 4): ("16x16x32", "mfma_gfx950"),
-    ("fp8", 8, 16): ("32x32x16", "mfma_fp8"), ("fp8", 8, 4): ("16x16x32", "mfma_fp8"),
-    ("fp8", 32, 16): ("32x32x64", "mfma_gfx950"), ("fp8", 32, 4): ("16x16x128", "mfma_gfx950"),
-}
-#: Shapes (M x N x K) of the ``mfma`` op.
-MFMA_SHAPES = tuple(dict.fromkeys(shape for shape, _ in MFMA_FORMS.values()))
-
-
-def mfma_feature(shape: str, a_type: str) -> str:
-    """The target feature the ``mfma`` of ``shape`` on elements named ``a_type`` needs (MFMA_FORMS)."""
-    M, _, K = (int(x) for x in shape.split("x"))
-    kind = "16-bit" if a_type in ("bf16", "f16") else "fp8"
-    return next(f for (k, n, _), (s, f) in MFMA_FORMS.items() if k == kind and s == shape and n == M * K // 64)
 
 
 # --- cloning and rewriting (used by the passes) ----------------------------------------------------

@@ -40,6 +40,8 @@ def _attrs(op: Op) -> str:
         return f" {a.pop('fn')}" + _rest(a)
     if op.name == "atomic":
         return f" {a.pop('op')}" + _rest(a)
+    if op.name == "intrinsic":
+        return f" {a.pop('intrinsic')}" + _rest(a)
     if op.name == "call":
         return f" @{a.pop('callee')}" + _rest(a)
     if op.name in ("printf", "printf_buffer", "string"):

@@ -26,10 +26,11 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from .core import OPS, BINARY, CMP_PREDICATES, MATH_FUNCTIONS, SPECIAL_REGISTERS, ATOMIC_OPS, \
-    MEMORY_ORDERS, SCOPES, SHUFFLE_MODES, MMA_SHAPES, MFMA_SHAPES, Function, Module, Op, Region, Value
+    MEMORY_ORDERS, SCOPES, SHUFFLE_MODES, Function, Module, Op, Region, Value
 from .types import ArrayType, BOOL, PointerType, ScalarType, Type, U32, U64, VOID, VectorType, VoidType, \
     AddressSpace, elem_of
-from .types import BF16, F16, F32, F64, F8E4M3, F8E5M2, I32, I64, U8
+from .types import F64, I32, I64, U8
+from .intrinsics import IntrinsicTypeError, lookup as lookup_intrinsic
 
 
 class IRVerifyError(Exception):
@@ -39,11 +40,10 @@ class IRVerifyError(Exception):
 #: Attributes whose value must be one of a fixed set (checked wherever the attribute is present).
 ATTR_CHOICES: dict[str, tuple[str, ...]] = {
     "pred": CMP_PREDICATES, "fn": MATH_FUNCTIONS, "reg": SPECIAL_REGISTERS, "order": MEMORY_ORDERS,
-    "scope": SCOPES, "mode": SHUFFLE_MODES, "dim": ("x", "y", "z"), "shape": MMA_SHAPES,
+    "scope": SCOPES, "mode": SHUFFLE_MODES, "dim": ("x", "y", "z"),
 }
 #: ... except where one op's attribute of that name means something else.
-ATTR_CHOICES_BY_OP: dict[tuple[str, str], tuple[str, ...]] = {("atomic", "op"): ATOMIC_OPS,
-                                                             ("mfma", "shape"): MFMA_SHAPES}
+ATTR_CHOICES_BY_OP: dict[tuple[str, str], tuple[str, ...]] = {("atomic", "op"): ATOMIC_OPS}
 
 #: Op kinds allowed only in kernels (a static shared array belongs to a kernel's block).
 KERNEL_ONLY = frozenset({"shared"})
@@ -425,66 +425,22 @@ def _t_string(op: Op, fn: Function, m: Module) -> None:
     _req(_res(op) == want, f"a string constant is a {want}, not {_res(op)}")
 
 
-def _t_mma(op: Op, fn: Function, m: Module) -> None:
-    a, b, c = (v.type for v in op.operands)
-    acc = VectorType(F32, 4)
-    _req(c == acc, f"mma accumulator of type {c} (needs {acc})")
-    _req(_res(op) == acc, f"mma gives {acc}, not {_res(op)}")
-    if op.attrs["shape"] == "m16n8k16":
-        _req(isinstance(a, VectorType) and a.elem in (F16, BF16) and a.count == 8,
-             f"m16n8k16 A fragment of type {a} (needs vec<f16, 8> or vec<bf16, 8>)")
-        _req(b == VectorType(a.elem, 4), f"m16n8k16 B fragment of type {b} (needs vec<{a.elem}, 4>)")  # type: ignore[union-attr]
-    else:
-        f8 = (F8E4M3, F8E5M2)
-        _req(isinstance(a, VectorType) and a.elem in f8 and a.count == 16,
-             f"m16n8k32 A fragment of type {a} (needs vec<f8e4m3, 16> or vec<f8e5m2, 16>)")
-        _req(isinstance(b, VectorType) and b.elem in f8 and b.count == 8,
-             f"m16n8k32 B fragment of type {b} (needs vec<f8e4m3, 8> or vec<f8e5m2, 8>)")
-
-
-def _t_mfma(op: Op, fn: Function, m: Module) -> None:
-    a, b, c = (v.type for v in op.operands)
-    M, N, K = (int(x) for x in op.attrs["shape"].split("x"))
-    acc = VectorType(F32, M * N // 64)
-    _req(c == acc and _res(op) == acc, f"mfma {op.attrs['shape']} accumulator {c} and result {_res(op)} "
-                                       f"(need {acc})")
-    n = M * K // 64
-    for what, t in (("A", a), ("B", b)):
-        _req(isinstance(t, VectorType) and t.count == n and (t.elem in (F16, BF16) or t.elem.name in _MFMA_F8),
-             f"mfma {op.attrs['shape']} {what} fragment of type {t} (needs vec<T, {n}>, T f16, bf16 or FP8)")
-    _req(a.elem == b.elem or (a.elem.name in _MFMA_F8 and b.elem.name in _MFMA_F8),  # type: ignore[union-attr]
-         f"mfma of {a} x {b}: 16-bit A and B have one type")
-
-
-_MFMA_F8 = ("f8e4m3", "f8e5m2", "f8e4m3fnuz", "f8e5m2fnuz")
-
-
-def _t_ldmatrix(op: Op, fn: Function, m: Module) -> None:
-    p = _pointer(op.operands[0])
-    num, trans = op.attrs["num"], op.attrs["trans"]
-    _req(p.space == AddressSpace.SHARED, f"ldmatrix from {p} (needs a shared pointer)")
-    e = p.pointee
-    _req(isinstance(e, ScalarType) and not e.is_bool and _bits(e) in (8, 16),
-         f"ldmatrix of {e} (needs elements of 8 or 16 bits)")
-    _req(num in (1, 2, 4), f"ldmatrix num={num!r} (1, 2 or 4 matrices)")
-    _req(isinstance(trans, bool), f"ldmatrix trans={trans!r} (needs a bool)")
-    _req(not trans or _bits(e) == 16, f"ldmatrix trans of {e}: transposes 16-bit elements only")
-    want = VectorType(e, num * 32 // _bits(e))  # type: ignore[arg-type]
-    _req(_res(op) == want, f"ldmatrix of {num} matrices of {e} gives {want}, not {_res(op)}")
-
-
-def _t_cp_async(op: Op, fn: Function, m: Module) -> None:
-    d, s = _pointer(op.operands[0], "destination"), _pointer(op.operands[1], "source")
-    _req(d.space == AddressSpace.SHARED, f"cp_async into {d} (needs a shared pointer)")
-    _req(s.space in (AddressSpace.GLOBAL, AddressSpace.CONST), f"cp_async from {s} (needs a global pointer)")
-    _req(d.pointee == s.pointee, f"cp_async from {s} into {d}: element types differ")
-    _req(op.operands[2].type == U32, f"cp_async source size of type {op.operands[2].type} (needs u32)")
-    _req(op.attrs["bytes"] in (4, 8, 16), f"cp_async of {op.attrs['bytes']!r} bytes (4, 8 or 16)")
-
-
-def _t_cp_async_wait(op: Op, fn: Function, m: Module) -> None:
-    n = op.attrs["n"]
-    _req(isinstance(n, int) and not isinstance(n, bool) and n >= 0, f"cp_async_wait n={n!r} (needs an int >= 0)")
+def _t_intrinsic(op: Op, fn: Function, m: Module) -> None:
+    """The generic target-intrinsic op: its registry entry's arity, attributes, result and type rule."""
+    name = op.attrs["intrinsic"]
+    intr = lookup_intrinsic(name) if isinstance(name, str) else None
+    _req(intr is not None, f"unknown intrinsic {name!r} (no backend registers it)")
+    assert intr is not None
+    _req(intr.operands is None or len(op.operands) == intr.operands,
+         f"{name} takes {intr.operands} operands, not {len(op.operands)}")
+    for a in intr.attrs:
+        _req(a in op.attrs, f"{name} needs attribute '{a}'")
+    _req((op.result is not None) == intr.result, f"{name} {'gives a result' if intr.result else 'has no result'}")
+    if intr.type_rule is not None:
+        try:
+            intr.type_rule(op)
+        except IntrinsicTypeError as e:
+            raise _Fail(str(e)) from None
 
 
 _PRINTF_SCALARS = (I32, U32, I64, U64, F64)
@@ -502,70 +458,8 @@ _TYPE_RULES: dict[str, Callable[[Op, Function, Module], None]] = {
     "hostcall_interrupt": _t_u32_operand, "hostcall_buffer": _t_u64_result,
     "printf_buffer": _t_printf_buffer, "warp_sync": _t_warp_sync,
     "if": _t_bool_operand, "condition": _t_bool_operand, "for": _t_for,
-    "mma": _t_mma, "mfma": _t_mfma, "ldmatrix": _t_ldmatrix, "cp_async": _t_cp_async, "cp_async_wait": _t_cp_async_wait,
+    "intrinsic": _t_intrinsic,
 }
-
-def _mbar(op: Op) -> None:
-    p = _pointer(op.operands[0], "mbarrier")
-    _req(p.space == AddressSpace.SHARED and p.pointee == U64, f"{op.name} on {p} (needs a ptr<u64, shared>)")
-    for v in op.operands[1:]:
-        _req(v.type == U32, f"{op.name} operand of type {v.type} (needs u32)")
-    if op.name == "mbarrier_try_wait":
-        _req(_res(op) == BOOL, f"mbarrier_try_wait gives bool, not {_res(op)}")
-
-
-def _t_wgmma(op: Op, fn: Function, m: Module) -> None:
-    da, db, acc, scale = op.operands
-    n = op.attrs["n"]
-    a_regs = isinstance(da.type, VectorType) and da.type.count == 8 and op.attrs["a_type"] in ("bf16", "f16") \
-        and getattr(da.type.elem, "name", None) == op.attrs["a_type"]
-    _req((da.type == U64 or a_regs) and db.type == U64,
-         f"wgmma operands of types {da.type}, {db.type} (need u64 descriptors; A also vec<bf16|f16, 8>)")
-    _req(isinstance(n, int) and 8 <= n <= 256 and n % 8 == 0, f"wgmma n={n!r} (a multiple of 8 from 8 to 256)")
-    want = VectorType(F32, n // 2)
-    _req(acc.type == want and _res(op) == want, f"wgmma m64n{n} accumulator {acc.type} and result {_res(op)} "
-                                                f"(need {want})")
-    _req(scale.type == BOOL, f"wgmma scale_d of type {scale.type} (needs bool)")
-    a, b = op.attrs["a_type"], op.attrs["b_type"]
-    _req((a == b and a in ("bf16", "f16")) or {a, b} <= {"f8e4m3", "f8e5m2"},
-         f"wgmma of {a} x {b} (both f16, both bf16, or FP8)")
-    _req(not op.attrs["trans_b"] or a in ("bf16", "f16"), "wgmma trans_b applies to 16-bit types")
-
-
-def _t_wgmma_desc(op: Op, fn: Function, m: Module) -> None:
-    p = _pointer(op.operands[0])
-    _req(p.space == AddressSpace.SHARED, f"wgmma_desc of {p} (needs a shared pointer)")
-    _req(op.attrs["swizzle"] in (0, 32, 64, 128), f"wgmma_desc swizzle={op.attrs['swizzle']!r} (0, 32, 64, 128)")
-    for k in ("lbo", "sbo"):
-        v = op.attrs[k]
-        _req(isinstance(v, int) and 0 <= v < 1 << 18 and v % 16 == 0, f"wgmma_desc {k}={v!r} (a multiple of 16 "
-                                                                     f"below 2^18)")
-    _req(_res(op) == U64, f"wgmma_desc gives u64, not {_res(op)}")
-
-
-def _t_tma_load(op: Op, fn: Function, m: Module) -> None:
-    _req(3 < len(op.operands) <= 8, f"tma_load with {len(op.operands) - 3} coordinates (1 to 5)")
-    d = _pointer(op.operands[0], "destination")
-    _req(d.space == AddressSpace.SHARED, f"tma_load into {d} (needs a shared pointer)")
-    _req(str(op.operands[1].type) == "tensor_map", f"tma_load map of type {op.operands[1].type} (needs tensor_map)")
-    b = _pointer(op.operands[2], "mbarrier")
-    _req(b.space == AddressSpace.SHARED and b.pointee == U64, f"tma_load completing on {b} (needs ptr<u64, shared>)")
-    for c in op.operands[3:]:
-        _req(c.type == I32, f"tma_load coordinate of type {c.type} (needs i32)")
-
-
-def _t_count(op: Op, fn: Function, m: Module) -> None:
-    n = op.attrs["n"]
-    _req(isinstance(n, int) and not isinstance(n, bool) and n >= 0, f"{op.name} n={n!r} (needs an int >= 0)")
-    if op.name == "setmaxnreg":
-        _req(24 <= n <= 256 and n % 8 == 0, f"setmaxnreg {n} (a multiple of 8 from 24 to 256)")
-
-
-_TYPE_RULES.update({"wgmma": _t_wgmma, "wgmma_desc": _t_wgmma_desc, "tma_load": _t_tma_load,
-                    "wgmma_wait": _t_count, "setmaxnreg": _t_count,
-                    **{k: (lambda op, fn, m: _mbar(op)) for k in ("mbarrier_init", "mbarrier_arrive",
-                                                                   "mbarrier_arrive_expect_tx",
-                                                                   "mbarrier_try_wait", "mbarrier_wait")}})
 
 #: Number of arguments each op kind's regions take (absent: none).
 REGION_ARGS: dict[str, tuple[int, ...]] = {"for": (1,)}

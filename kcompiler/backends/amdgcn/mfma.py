@@ -95,3 +95,19 @@ def mfma(ctx: LoweringContext, shape: str, a_type: str, b_type: str, a: ll.Value
     call = bld.call(fn, args)
     call.attributes.add("convergent")  # the wavefront's lanes exchange operands
     return call
+
+
+def operands(op) -> tuple[str, str, str]:
+    """``amdgcn.mfma``'s shape and its A and B element type names (shared with the CPU emulation)."""
+    return (op.attrs["shape"], *(x.type.elem.name for x in op.operands[:2]))
+
+
+def lower_mfma(target, ctx: LoweringContext, op, args: list[ll.Value]) -> ll.Value:
+    """The registry's lowering of ``amdgcn.mfma`` (intrinsics.py). The frontend checked the form
+    against the features (``mfma``, ``mfma_fp8``, ``mfma_gfx950``); this is the backstop for IR built
+    directly, which would otherwise abort LLVM ("Cannot select")."""
+    from .intrinsics import mfma_feature
+    shape, a_type, b_type = operands(op)
+    if not target.has(mfma_feature(shape, a_type)):
+        raise UnsupportedOnTarget(f"mfma {shape} of {a_type} is not available on {target.arch}")
+    return mfma(ctx, shape, a_type, b_type, *args)

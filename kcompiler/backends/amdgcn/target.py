@@ -205,18 +205,6 @@ class AmdgcnTarget(Target):
         return [minifloat.fix_decoded(b, c, b.call(cvt, [b.zext(c, _I32), ll.Constant(_I32, 0)]), fmt)
                 for c in codes]
 
-    # --- matrix cores -----------------------------------------------------------------------------
-    def mfma(self, ctx: LoweringContext, shape: str, a_type: str, b_type: str, a: ll.Value, b: ll.Value,
-             c: ll.Value) -> ll.Value:
-        """``v_mfma_f32_<shape>_*`` (mfma.py). The frontend checked the form against the features
-        (``mfma``, ``mfma_fp8``, ``mfma_gfx950``); this is the backstop for IR built directly, which
-        would otherwise abort LLVM ("Cannot select")."""
-        from ...ir.core import mfma_feature
-        from . import mfma
-        if not self.has(mfma_feature(shape, a_type)):
-            raise UnsupportedOnTarget(f"mfma {shape} of {a_type} is not available on {self.arch}")
-        return mfma.mfma(ctx, shape, a_type, b_type, a, b, c)
-
     def nanosleep(self, ctx: LoweringContext, ns: ll.Value) -> None:
         # s_sleep takes an immediate (units of 64 clocks); 1 is what ockl's hostcall wait loop uses.
         self._intrinsic(ctx, "s.sleep", ll.VoidType(), (ll.Constant(_I32, 1),))

@@ -285,9 +285,19 @@ def _linear_tid(target: "CpuTarget", ctx: "LoweringContext") -> ll.Value:
     return b.add(tx, b.mul(nx, b.add(ty, b.mul(ny, tz))))
 
 
-def async_op(target: "CpuTarget", ctx: "LoweringContext", op: Any, args: list[ll.Value]) -> ll.Value | None:
-    """Lower one of the IR's ASYNC_OPS on the CPU target (module docstring)."""
-    b, m, name, at = ctx.b, ctx.module, op.name, op.attrs
+#: The Hopper intrinsics' names (backends/nvptx/intrinsics.py) by the builtins' names this file uses.
+_NAMES = {"wgmma.mma_async": "wgmma", "wgmma.fence": "wgmma_fence", "wgmma.commit_group": "wgmma_commit",
+          "wgmma.wait_group": "wgmma_wait", "wgmma.desc": "wgmma_desc", "tma.load": "tma_load",
+          "mbarrier.init": "mbarrier_init", "mbarrier.arrive": "mbarrier_arrive",
+          "mbarrier.arrive_expect_tx": "mbarrier_arrive_expect_tx", "mbarrier.try_wait": "mbarrier_try_wait",
+          "mbarrier.wait": "mbarrier_wait", "setmaxnreg": "setmaxnreg", "fence.proxy_async": "fence_proxy_async"}
+
+
+def emulate(target: "CpuTarget", ctx: "LoweringContext", op: Any, args: list[ll.Value]) -> ll.Value | None:
+    """The registry's CPU emulation of a Hopper intrinsic (``nvptx.wgmma.*``, ``nvptx.tma.load``,
+    ``nvptx.mbarrier.*``...; module docstring)."""
+    full = op.attrs["intrinsic"]
+    b, m, name, at = ctx.b, ctx.module, _NAMES.get(full.removeprefix("nvptx."), full), op.attrs
     if name in ("wgmma_fence", "wgmma_commit", "setmaxnreg", "fence_proxy_async"):
         return None
     if name == "wgmma_wait":
@@ -343,4 +353,4 @@ def async_op(target: "CpuTarget", ctx: "LoweringContext", op: Any, args: list[ll
     return None
 
 
-__all__ = ["FEATURES", "async_op"]
+__all__ = ["FEATURES", "emulate"]

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from llvmlite import ir as ll
 
-from .warp_matrix import _buffer, _exchange, _function, _posted
+from .warp_exchange import buffer, exchange, function, posted
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..llvm.lower import LoweringContext
@@ -69,14 +69,14 @@ def mfma(target: "CpuTarget", ctx: "LoweringContext", shape: str, a_type: str, b
     """One wavefront's ``v_mfma_f32_<shape>``: this lane's D (module docstring)."""
     b = ctx.b
     E = a.type.count
-    ops = _buffer(ctx, "mfma_operands", F32, 2 * _MAX_E)  # A's E values, then B's
+    ops = buffer(ctx, "mfma_operands", F32, 2 * _MAX_E)  # A's E values, then B's
     for k, x in enumerate(_to_f32(target, ctx, a, a_type) + _to_f32(target, ctx, bv, b_type)):
         b.store(x, b.gep(ops, [_c(k if k < E else _MAX_E + k - E)], source_etype=F32))
-    io = _buffer(ctx, "mfma_accumulators", F32, _MAX_C)
+    io = buffer(ctx, "mfma_accumulators", F32, _MAX_C)
     R = c.type.count
     for r in range(R):
         b.store(b.extract_element(c, _c(r)), b.gep(io, [_c(r)], source_etype=F32))
-    _exchange(target, ctx, "mfma", b.ptrtoint(ops, I64), _mfma_function(ctx.module, shape), [io])
+    exchange(target, ctx, "mfma", b.ptrtoint(ops, I64), _mfma_function(ctx.module, shape), [io])
     d: ll.Value = ll.Constant(c.type, ll.Undefined)
     for r in range(R):
         d = b.insert_element(d, b.load(b.gep(io, [_c(r)], source_etype=F32), typ=F32), _c(r))
@@ -90,7 +90,7 @@ def _mfma_function(m: ll.Module, shape: str) -> ll.Function:
     lanes i_r + M (k // E) (A's value k % E) and j + N (k // E) (B's, after the _MAX_E of A's)."""
     M, N, K = (int(x) for x in shape.split("x"))
     E, R, G = M * K // 64, M * N // 64, 64 // N
-    fn, new = _function(m, f"__kc_mfma_{shape}", [PTR, I32, PTR])
+    fn, new = function(m, f"__kc_mfma_{shape}", [PTR, I32, PTR])
     if not new:
         return fn
     fn.attributes.add("noinline")  # one copy, out of the kernel's coroutine
@@ -116,7 +116,7 @@ def _mfma_function(m: ll.Module, shape: str) -> ll.Function:
     q, e = b.udiv(k, _c(E)), b.urem(k, _c(E))
 
     def operand(src_lane: ll.Value, index: ll.Value) -> ll.Value:
-        buf = b.inttoptr(_posted(b, tctx, lane, src_lane), PTR)
+        buf = b.inttoptr(posted(b, tctx, lane, src_lane), PTR)
         return b.load(b.gep(buf, [index], source_etype=F32), typ=F32)
 
     bk = operand(b.add(j, b.mul(q, _c(N))), b.add(e, _c(_MAX_E)))
@@ -134,3 +134,16 @@ def _mfma_function(m: ll.Module, shape: str) -> ll.Function:
         b.store(acc, b.gep(io, [_c(r)], source_etype=F32))
     b.ret_void()
     return fn
+
+
+def emulate_mfma(target: "CpuTarget", ctx: "LoweringContext", op, args: list[ll.Value]) -> ll.Value:
+    """The registry's CPU emulation of ``amdgcn.mfma`` (backends/amdgcn/intrinsics.py), as the
+    emulated chip does: a form that chip lacks is refused as on the chip."""
+    from ..amdgcn.intrinsics import mfma_feature
+    from ..amdgcn.mfma import operands
+    from ..llvm.lower import UnsupportedOnTarget
+    shape, a_type, b_type = operands(op)
+    if not target.has(mfma_feature(shape, a_type)):
+        raise UnsupportedOnTarget(f"mfma {shape} of {a_type} is not available on {target.arch} "
+                                  f"(emulating {target.emulate_mfma})")
+    return mfma(target, ctx, shape, a_type, b_type, *args)

@@ -332,44 +332,14 @@ class CpuTarget(Target):
         # A warp operation is where the lanes of a warp meet: every active lane gets there first.
         self._warp_op(ctx, "warp_sync", WARP_ACTIVE_MASK, ll.Constant(I64, 0))
 
-    # --- warp-level matrix operations: emulated when emulate_mma (warp_matrix.py) -------------------
-    def mma(self, ctx: "LoweringContext", shape: str, a_type: str, b_type: str, a: list[ll.Value],
-            b: list[ll.Value], c: list[ll.Value]) -> list[ll.Value]:
-        if not self.emulate_mma:
-            return super().mma(ctx, shape, a_type, b_type, a, b, c)
-        return warp_matrix.mma(self, ctx, shape, a_type, b_type, a, b, c)
+    # --- target intrinsics: NVIDIA's and AMD's, emulated when asked (warp_matrix.py, mfma.py, hopper.py)
+    def lowers_intrinsic(self, intrinsic: Any) -> bool:
+        # An emulation the options turned on gives the target its feature (emulate_mma: "mma",
+        # "ldmatrix", "cp_async"; emulate_mfma: "mfma*"; emulate_wgmma: hopper.FEATURES).
+        return intrinsic.emulate is not None and self.has(intrinsic.feature)
 
-    def mfma(self, ctx: "LoweringContext", shape: str, a_type: str, b_type: str, a: ll.Value, b: ll.Value,
-             c: ll.Value) -> ll.Value:
-        if not self.emulate_mfma:
-            return super().mfma(ctx, shape, a_type, b_type, a, b, c)
-        return mfma.mfma(self, ctx, shape, a_type, b_type, a, b, c)
-
-    def ldmatrix(self, ctx: "LoweringContext", ptr: ll.Value, num: int, trans: bool) -> list[ll.Value]:
-        if not self.emulate_mma:
-            return super().ldmatrix(ctx, ptr, num, trans)
-        return warp_matrix.ldmatrix(self, ctx, ptr, num, trans)
-
-    def cp_async(self, ctx: "LoweringContext", dst: ll.Value, src: ll.Value, nbytes: int,
-                 src_bytes: ll.Value | None, op: Any) -> None:
-        if not self.emulate_mma:
-            return super().cp_async(ctx, dst, src, nbytes, src_bytes, op)
-        warp_matrix.cp_async(self, ctx, dst, src, nbytes, src_bytes, op)
-
-    def cp_async_commit(self, ctx: "LoweringContext") -> None:
-        if not self.emulate_mma:
-            return super().cp_async_commit(ctx)
-        warp_matrix.cp_async_commit(ctx)
-
-    def cp_async_wait(self, ctx: "LoweringContext", n: int) -> None:
-        if not self.emulate_mma:
-            return super().cp_async_wait(ctx, n)
-        warp_matrix.cp_async_wait(ctx, n)
-
-    def async_op(self, ctx: "LoweringContext", op: Any, args: list[ll.Value]) -> ll.Value | None:
-        if not self.emulate_wgmma:
-            return super().async_op(ctx, op, args)
-        return hopper.async_op(self, ctx, op, args)
+    def intrinsic_lowering(self, intrinsic: Any) -> str:
+        return intrinsic.emulate
 
     # --- memory -----------------------------------------------------------------------------------
     def shared_array(self, ctx: "LoweringContext", symbol: str, lltype: ll.Type) -> ll.Value:

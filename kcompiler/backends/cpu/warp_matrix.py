@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from llvmlite import ir as ll
 
-from .abi import THREAD_TYPE, WARP_ACTIVE_MASK, WARP_SHUFFLE, load_thread
+from .warp_exchange import buffer, exchange, function, posted
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..llvm.lower import LoweringContext
@@ -50,41 +50,8 @@ def _c(v: int, t: ll.Type = I32) -> ll.Constant:
     return ll.Constant(t, v)
 
 
-def _exchange(target: "CpuTarget", ctx: "LoweringContext", what: str, value: ll.Value,
-              helper: ll.Function, args: list[ll.Value]) -> None:
-    """Every lane of the warp posts the i64 ``value`` and meets the others (one warp operation); then
-    ``helper(thread_context, lane, *args)`` runs, reading the other lanes' posted values (their
-    ThreadContexts lie in one array, by linear thread id, and ``wval`` keeps the posted value until
-    the lane's next warp operation); then the lanes meet again, posting the same value, so that none
-    posts another before every lane has read. Two suspensions, where a shuffle per word would take 8
-    to 16."""
-    co = target._coroutine(ctx, what)
-    if co is None:  # a device function that was not inlined: the CPU target rejects it if called
-        return
-    lane = target.special(ctx, "lane_id", "x")
-    target._warp_op(ctx, what, WARP_SHUFFLE, value, lane)
-    ctx.b.call(helper, [co.ctx, lane] + args)
-    # the same value again: lanes resumed before this one have posted here already, and the others
-    # still read it
-    target._warp_op(ctx, what, WARP_ACTIVE_MASK, value)
-
-
-def _posted(b: ll.IRBuilder, tctx: ll.Value, lane: ll.Value, src: ll.Value) -> ll.Value:
-    """The i64 that lane ``src`` of this thread's warp posted, from this thread's context ``tctx``."""
-    return load_thread(b, b.gep(tctx, [b.sext(b.sub(src, lane), I64)], source_etype=THREAD_TYPE), "wval")
-
-
 def _word(b: ll.IRBuilder, address: ll.Value, offset: int, t: ll.Type = I32) -> ll.Value:
     return b.load(b.inttoptr(b.add(address, _c(offset, I64)), PTR), typ=t)
-
-
-def _buffer(ctx: "LoweringContext", name: str, t: ll.Type, n: int) -> ll.Value:
-    """A per-thread array of ``n`` ``t`` in the kernel's frame, one per name, shared by the ops (each
-    op's exchange ends before the next op starts)."""
-    key = "cpu.warp_matrix." + name
-    if key not in ctx.state:
-        ctx.state[key] = ctx.lowering.opaque(ctx.alloca(ll.ArrayType(t, n), name="kc." + name))
-    return ctx.state[key]
 
 
 def _slot(b: ll.IRBuilder, buf: ll.Value, k: int) -> ll.Value:
@@ -113,13 +80,13 @@ def mma(target: "CpuTarget", ctx: "LoweringContext", shape: str, a_type: str, b_
     """Each lane posts the address of its fragments (the words a0..a3, b0, b1), and ``__kc_mma_<a>_<b>``
     computes its D from the other lanes' and its own C (see :func:`_mma_function`)."""
     b = ctx.b
-    buf = _buffer(ctx, "fragments", I32, 6)
+    buf = buffer(ctx, "fragments", I32, 6)
     for k, w in enumerate(a + bw):
         b.store(w, _slot(b, buf, k))
-    io = _buffer(ctx, "accumulators", F32, 4)
+    io = buffer(ctx, "accumulators", F32, 4)
     for k, x in enumerate(c):
         b.store(x, b.gep(io, [_c(k)], source_etype=F32))
-    _exchange(target, ctx, "mma_sync", b.ptrtoint(buf, I64), _mma_function(target, ctx, a_type, b_type), [io])
+    exchange(target, ctx, "mma_sync", b.ptrtoint(buf, I64), _mma_function(target, ctx, a_type, b_type), [io])
     return [b.load(b.gep(io, [_c(k)], source_etype=F32), typ=F32) for k in range(4)]
 
 
@@ -130,7 +97,7 @@ def _mma_function(target: "CpuTarget", ctx: "LoweringContext", a_type: str, b_ty
     pE + E - 1) is a0 (row g) / a1 (row g + 8) of lane 4g + p for p < 4, a2 / a3 of lane 4g + p - 4
     for p >= 4; word p of column n of B is b0 of lane 4n + p for p < 4, b1 of lane 4n + p - 4."""
     m = ctx.module
-    fn, new = _function(m, f"__kc_mma_{a_type}_{b_type}", [PTR, I32, PTR])
+    fn, new = function(m, f"__kc_mma_{a_type}_{b_type}", [PTR, I32, PTR])
     if not new:
         return fn
     fn.attributes.add("noinline")  # one copy, out of the kernel's coroutine
@@ -143,13 +110,13 @@ def _mma_function(target: "CpuTarget", ctx: "LoweringContext", a_type: str, b_ty
         for r, offsets in ((0, (0, 8)), (1, (4, 12))):  # row g: a0, a2; row g + 8: a1, a3
             for off in offsets:
                 for q in range(4):
-                    rows[r].append(_word(b, _posted(b, tctx, lane, b.add(b.shl(g, _c(2)), _c(q))), off))
+                    rows[r].append(_word(b, posted(b, tctx, lane, b.add(b.shl(g, _c(2)), _c(q))), off))
         cols: list[list[ll.Value]] = [[], []]
         for j in range(2):
             n = b.add(b.shl(t, _c(1)), _c(j))
             for off in (16, 20):  # b0, b1
                 for q in range(4):
-                    cols[j].append(_word(b, _posted(b, tctx, lane, b.add(b.shl(n, _c(2)), _c(q))), off))
+                    cols[j].append(_word(b, posted(b, tctx, lane, b.add(b.shl(n, _c(2)), _c(q))), off))
         av = [_decode(target, ctx, r, a_type) for r in rows]
         bv = [_decode(target, ctx, col, b_type) for col in cols]
         for k, (r, j) in enumerate(((0, 0), (0, 1), (1, 0), (1, 1))):  # c0..c3: (row g | g + 8, col 2t + j)
@@ -167,8 +134,8 @@ def _mma_function(target: "CpuTarget", ctx: "LoweringContext", a_type: str, b_ty
 def ldmatrix(target: "CpuTarget", ctx: "LoweringContext", ptr: ll.Value, num: int, trans: bool) -> list[ll.Value]:
     """Each lane posts its row address; ``__kc_ldmatrix_x<num>[_trans]`` loads its words."""
     b = ctx.b
-    buf = _buffer(ctx, "fragments", I32, 6)
-    _exchange(target, ctx, "ldmatrix", b.ptrtoint(ptr, I64), _ldmatrix_function(ctx.module, num, trans), [buf])
+    buf = buffer(ctx, "fragments", I32, 6)
+    exchange(target, ctx, "ldmatrix", b.ptrtoint(ptr, I64), _ldmatrix_function(ctx.module, num, trans), [buf])
     return [b.load(_slot(b, buf, j), typ=I32) for j in range(num)]
 
 
@@ -176,7 +143,7 @@ def _ldmatrix_function(m: ll.Module, num: int, trans: bool) -> ll.Function:
     """``void __kc_ldmatrix_x<num>[_trans](ptr thread_context, i32 lane, ptr out)``: out[j] = lane
     (g, t)'s word of matrix j, whose row r lane 8j + r gave: row g, elements 2t and 2t + 1; with
     trans, element g of rows 2t and 2t + 1."""
-    fn, new = _function(m, f"__kc_ldmatrix_x{num}{'_trans' if trans else ''}", [PTR, I32, PTR])
+    fn, new = function(m, f"__kc_ldmatrix_x{num}{'_trans' if trans else ''}", [PTR, I32, PTR])
     if not new:
         return fn
     tctx, lane, out = fn.args
@@ -184,12 +151,12 @@ def _ldmatrix_function(m: ll.Module, num: int, trans: bool) -> ll.Function:
     g, t = b.lshr(lane, _c(2)), b.and_(lane, _c(3))
     for j in range(num):
         if not trans:
-            row = _posted(b, tctx, lane, b.add(g, _c(8 * j)))
+            row = posted(b, tctx, lane, b.add(g, _c(8 * j)))
             w = b.load(b.inttoptr(b.add(row, b.zext(b.shl(t, _c(2)), I64)), PTR), typ=I32)
         else:
             halves = []
             for i in range(2):
-                row = _posted(b, tctx, lane, b.add(b.shl(t, _c(1)), _c(8 * j + i)))
+                row = posted(b, tctx, lane, b.add(b.shl(t, _c(1)), _c(8 * j + i)))
                 p = b.inttoptr(b.add(row, b.zext(b.shl(g, _c(1)), I64)), PTR)
                 halves.append(b.zext(b.load(p, typ=I16), I32))
             w = b.or_(halves[0], b.shl(halves[1], _c(16)))
@@ -202,7 +169,8 @@ def _ldmatrix_function(m: ll.Module, num: int, trans: bool) -> ll.Function:
 
 def begin_function(ctx: "LoweringContext") -> None:
     """Give a kernel that uses cp_async its queue (in the thread's frame), emptied at its start."""
-    if not any(op.name.startswith("cp_async") for op in ctx.ir_fn.body.walk()):
+    if not any(op.name == "intrinsic" and op.attrs["intrinsic"].startswith("nvptx.cp_async")
+               for op in ctx.ir_fn.body.walk()):
         return
     q = ctx.lowering.opaque(ctx.alloca(_STATE, name="kc.cp_async"))
     for f in (_HEAD, _TAIL, _COMMITTED):
@@ -255,19 +223,10 @@ def cp_async_wait(ctx: "LoweringContext", n: int) -> None:
     b.call(_drain_function(ctx.module), [q, b.sub(b.load(_field(b, q, _COMMITTED), typ=I32), _c(n))])
 
 
-def _function(m: ll.Module, name: str, args: list[ll.Type]) -> tuple[ll.Function, bool]:
-    g = m.globals.get(name)
-    if g is not None:
-        return g, False
-    fn = ll.Function(m, ll.FunctionType(ll.VoidType(), args), name)
-    fn.linkage = "internal"
-    return fn, True
-
-
 def _copy_function(m: ll.Module) -> ll.Function:
     """``void __kc_cp_async_copy(ptr dst, ptr src, i32 reads, i32 bytes)``: dst[i] = i < reads ?
     src[i] : 0 for i < bytes."""
-    fn, new = _function(m, "__kc_cp_async_copy", [PTR, PTR, I32, I32])
+    fn, new = function(m, "__kc_cp_async_copy", [PTR, PTR, I32, I32])
     if not new:
         return fn
     dst, src, reads, nbytes = fn.args
@@ -316,7 +275,7 @@ def _make_oldest(b: ll.IRBuilder, m: ll.Module, q: ll.Value, head: ll.Value) -> 
 def _push_function(m: ll.Module) -> ll.Function:
     """``void __kc_cp_async_push(ptr q, ptr dst, ptr src, i32 reads, i32 bytes)``: queue a copy in the
     current (uncommitted) group, the destination filled with 0xFF until it is made."""
-    fn, new = _function(m, "__kc_cp_async_push", [PTR, PTR, PTR, I32, I32])
+    fn, new = function(m, "__kc_cp_async_push", [PTR, PTR, PTR, I32, I32])
     if not new:
         return fn
     q, dst, src, reads, nbytes = fn.args
@@ -343,7 +302,7 @@ def _push_function(m: ll.Module) -> ll.Function:
 def _drain_function(m: ll.Module) -> ll.Function:
     """``void __kc_cp_async_drain(ptr q, i32 groups)``: make every pending copy of groups < ``groups``
     (oldest first)."""
-    fn, new = _function(m, "__kc_cp_async_drain", [PTR, I32])
+    fn, new = function(m, "__kc_cp_async_drain", [PTR, I32])
     if not new:
         return fn
     q, groups = fn.args
@@ -363,3 +322,33 @@ def _drain_function(m: ll.Module) -> ll.Function:
     b.position_at_end(done)
     b.ret_void()
     return fn
+
+
+# --- the registry's emulations (backends/nvptx/intrinsics.py): (target, ctx, op, args) -------------
+
+def emulate_mma(target: "CpuTarget", ctx: "LoweringContext", op, args: list[ll.Value]) -> ll.Value:
+    """``nvptx.mma.sync`` on the CPU target."""
+    from ..nvptx.mma import mma_operands, mma_result
+    return mma_result(ctx, args, mma(target, ctx, *mma_operands(ctx, op, args)))
+
+
+def emulate_ldmatrix(target: "CpuTarget", ctx: "LoweringContext", op, args: list[ll.Value]) -> ll.Value:
+    """``nvptx.ldmatrix`` on the CPU target."""
+    from ..nvptx.mma import ldmatrix_result
+    return ldmatrix_result(ctx, op, ldmatrix(target, ctx, args[0], op.attrs["num"], bool(op.attrs["trans"])))
+
+
+def emulate_cp_async(target: "CpuTarget", ctx: "LoweringContext", op, args: list[ll.Value]) -> None:
+    """``nvptx.cp_async`` on the CPU target."""
+    from ..nvptx.mma import cp_async_src_bytes
+    cp_async(target, ctx, args[0], args[1], op.attrs["bytes"], cp_async_src_bytes(op, args), op)
+
+
+def emulate_cp_async_commit(target: "CpuTarget", ctx: "LoweringContext", op, args: list[ll.Value]) -> None:
+    """``nvptx.cp_async.commit_group`` on the CPU target."""
+    cp_async_commit(ctx)
+
+
+def emulate_cp_async_wait(target: "CpuTarget", ctx: "LoweringContext", op, args: list[ll.Value]) -> None:
+    """``nvptx.cp_async.wait_group`` on the CPU target."""
+    cp_async_wait(ctx, op.attrs["n"])

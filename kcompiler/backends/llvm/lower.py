@@ -13,7 +13,7 @@ from typing import Any
 from llvmlite import ir as ll
 
 from ...diagnostics import CompileError, SourceSpan
-from ...ir import core
+from ...ir import core, intrinsics
 from ...ir.core import Function, Module, Op, Region, Value
 from ...ir.types import (AddressSpace, ArrayType, PointerType, ScalarType, TensorMapType, Type, VectorType, VoidType,
                          elem_of)
@@ -302,8 +302,6 @@ class Lowering:
     def lower_op(self, ctx: LoweringContext, op: Op) -> ll.Value | None:
         handler = getattr(self, "op_" + op.name, None)
         if handler is None:
-            if op.name in core.ASYNC_OPS:  # wgmma, TMA, mbarrier...: all the target's (Target.async_op)
-                return self.target.async_op(ctx, op, [self.v(ctx, x) for x in op.operands])
             if op.name in core.BINARY:
                 return self.binary(ctx, op)
             raise NotImplementedError(f"lowering of op '{op.name}'")
@@ -711,48 +709,10 @@ class Lowering:
         words = [self.target.read_first_lane(ctx, w) for w in self._as_words(ctx, x, op.operands[0].type)]
         return self._from_words(ctx, words, op.result.type)
 
-    # --- warp-level matrix operations (Target.mma, ldmatrix, cp_async) -----------------------------
-    @staticmethod
-    def _words(ctx: LoweringContext, x: ll.Value, n: int) -> list[ll.Value]:
-        """A vector of 4 * n bytes as its n i32 words (the PTX fragment registers), low lanes first."""
-        v = ctx.b.bitcast(x, ll.VectorType(_I32, n))
-        return [ctx.b.extract_element(v, ll.Constant(_I32, k)) for k in range(n)]
-
-    def op_mma(self, ctx: LoweringContext, op: Op) -> ll.Value:
-        a, b, c = (self.v(ctx, x) for x in op.operands)
-        at, bt = (elem_of(x.type).name for x in op.operands[:2])
-        cs = [ctx.b.extract_element(c, ll.Constant(_I32, k)) for k in range(4)]
-        d = self.target.mma(ctx, op.attrs["shape"], at, bt, self._words(ctx, a, 4), self._words(ctx, b, 2), cs)
-        out: ll.Value = ll.Constant(c.type, ll.Undefined)
-        for k, x in enumerate(d):
-            out = ctx.b.insert_element(out, x, ll.Constant(_I32, k))
-        return out
-
-    def op_mfma(self, ctx: LoweringContext, op: Op) -> ll.Value:
-        a, b, c = (self.v(ctx, x) for x in op.operands)
-        at, bt = (elem_of(x.type).name for x in op.operands[:2])
-        return self.target.mfma(ctx, op.attrs["shape"], at, bt, a, b, c)
-
-    def op_ldmatrix(self, ctx: LoweringContext, op: Op) -> ll.Value:
-        num = op.attrs["num"]
-        words = self.target.ldmatrix(ctx, self.v(ctx, op.operands[0]), num, bool(op.attrs["trans"]))
-        vec: ll.Value = ll.Constant(ll.VectorType(_I32, num), ll.Undefined)
-        for k, w in enumerate(words):
-            vec = ctx.b.insert_element(vec, w, ll.Constant(_I32, k))
-        return ctx.b.bitcast(vec, self.lltype(op.result.type))
-
-    def op_cp_async(self, ctx: LoweringContext, op: Op) -> None:
-        dst, src, size = (self.v(ctx, x) for x in op.operands)
-        nbytes = op.attrs["bytes"]
-        owner = op.operands[2].owner
-        whole = owner is not None and owner.name == "const" and owner.attrs["value"] == nbytes
-        self.target.cp_async(ctx, dst, src, nbytes, None if whole else size, op)
-
-    def op_cp_async_commit(self, ctx: LoweringContext, op: Op) -> None:
-        self.target.cp_async_commit(ctx)
-
-    def op_cp_async_wait(self, ctx: LoweringContext, op: Op) -> None:
-        self.target.cp_async_wait(ctx, op.attrs["n"])
+    # --- target intrinsics (kcompiler.ir.intrinsics; Target.lower_intrinsic) ------------------------
+    def op_intrinsic(self, ctx: LoweringContext, op: Op) -> ll.Value | None:
+        intrinsic = intrinsics.get(op.attrs["intrinsic"])  # the verifier has found it
+        return self.target.lower_intrinsic(ctx, op, intrinsic, [self.v(ctx, x) for x in op.operands])
 
     # --- control flow ---------------------------------------------------------------------------
     def op_call(self, ctx: LoweringContext, op: Op) -> ll.Value | None:

@@ -129,3 +129,73 @@ def cp_async_wait(ctx: LoweringContext, n: int) -> None:
     """``cp.async.wait_group n`` (``cp.async.wait_all`` is wait_group 0 plus a commit)."""
     ctx.b.asm(ll.FunctionType(ll.VoidType(), []), f"cp.async.wait_group {n};", "~{memory}", [],
               side_effect=True)
+
+
+# --- the registry's lowerings (intrinsics.py): (target, ctx, op, args) -------------------------------
+# The operand and result conversions are shared with the CPU target's emulation (cpu/warp_matrix.py).
+
+def _words(ctx: LoweringContext, x: ll.Value, n: int) -> list[ll.Value]:
+    """A vector of 4 * n bytes as its n i32 words (the PTX fragment registers), low lanes first."""
+    v = ctx.b.bitcast(x, ll.VectorType(_I32, n))
+    return [ctx.b.extract_element(v, ll.Constant(_I32, k)) for k in range(n)]
+
+
+def _vector(ctx: LoweringContext, t: ll.Type, xs: list[ll.Value]) -> ll.Value:
+    out: ll.Value = ll.Constant(t, ll.Undefined)
+    for k, x in enumerate(xs):
+        out = ctx.b.insert_element(out, x, ll.Constant(_I32, k))
+    return out
+
+
+def mma_operands(ctx: LoweringContext, op, args: list[ll.Value]) -> tuple:
+    """``nvptx.mma.sync``'s operands as :func:`mma` takes them: (shape, A's and B's element type
+    names, A's 4 and B's 2 i32 words, C's 4 floats)."""
+    at, bt = (x.type.elem.name for x in op.operands[:2])
+    c = args[2]
+    cs = [ctx.b.extract_element(c, ll.Constant(_I32, k)) for k in range(4)]
+    return op.attrs["shape"], at, bt, _words(ctx, args[0], 4), _words(ctx, args[1], 2), cs
+
+
+def mma_result(ctx: LoweringContext, args: list[ll.Value], d: list[ll.Value]) -> ll.Value:
+    """D's four floats as the vec<f32, 4> of the op's result."""
+    return _vector(ctx, args[2].type, d)
+
+
+def ldmatrix_result(ctx: LoweringContext, op, words: list[ll.Value]) -> ll.Value:
+    """ldmatrix's i32 words as the op's result vector."""
+    vec = _vector(ctx, ll.VectorType(_I32, len(words)), words)
+    return ctx.b.bitcast(vec, ctx.lowering.lltype(op.result.type))
+
+
+def cp_async_src_bytes(op, args: list[ll.Value]) -> ll.Value | None:
+    """cp_async's bytes read from the source, None where it is the constant copy size (no zero fill)."""
+    owner = op.operands[2].owner
+    whole = owner is not None and owner.name == "const" and owner.attrs["value"] == op.attrs["bytes"]
+    return None if whole else args[2]
+
+
+def lower_mma(target, ctx: LoweringContext, op, args: list[ll.Value]) -> ll.Value:
+    """``nvptx.mma.sync``: FP8 shapes need sm_89 (``mma_fp8``)."""
+    if op.attrs["shape"] == "m16n8k32" and not target.has("mma_fp8"):
+        raise UnsupportedOnTarget(f"FP8 mma needs sm_89 or later, not {target.arch}")
+    return mma_result(ctx, args, mma(ctx, *mma_operands(ctx, op, args)))
+
+
+def lower_ldmatrix(target, ctx: LoweringContext, op, args: list[ll.Value]) -> ll.Value:
+    """``nvptx.ldmatrix``."""
+    return ldmatrix_result(ctx, op, ldmatrix(ctx, args[0], op.attrs["num"], bool(op.attrs["trans"])))
+
+
+def lower_cp_async(target, ctx: LoweringContext, op, args: list[ll.Value]) -> None:
+    """``nvptx.cp_async``."""
+    cp_async(ctx, args[0], args[1], op.attrs["bytes"], cp_async_src_bytes(op, args))
+
+
+def lower_cp_async_commit(target, ctx: LoweringContext, op, args: list[ll.Value]) -> None:
+    """``nvptx.cp_async.commit_group``."""
+    cp_async_commit(ctx)
+
+
+def lower_cp_async_wait(target, ctx: LoweringContext, op, args: list[ll.Value]) -> None:
+    """``nvptx.cp_async.wait_group``."""
+    cp_async_wait(ctx, op.attrs["n"])

@@ -12,7 +12,7 @@ from ...ir.core import NORMAL_RANGE_MATH
 from ...ir.types import AddressSpace, TensorMapType, Type
 from ..llvm.lower import LoweringContext, UnsupportedOnTarget
 from ..target import Target
-from . import mma, tma, wgmma
+from . import mma
 from .archs import ARCHS
 
 _I1, _I32, _I64 = ll.IntType(1), ll.IntType(32), ll.IntType(64)
@@ -296,63 +296,6 @@ class NvptxTarget(Target):
                          source_etype=struct)
             b.store(a, slot, align=size)
         b.call(vprintf, [fmt_ptr, buf])
-
-    # --- warp-level matrix operations and cp.async (mma.py) ----------------------------------------
-    def mma(self, ctx: LoweringContext, shape: str, a_type: str, b_type: str, a: list[ll.Value],
-            b: list[ll.Value], c: list[ll.Value]) -> list[ll.Value]:
-        if shape == "m16n8k32" and not self.has("mma_fp8"):
-            raise UnsupportedOnTarget(f"FP8 mma needs sm_89 or later, not {self.arch}")
-        return mma.mma(ctx, shape, a_type, b_type, a, b, c)
-
-    def ldmatrix(self, ctx: LoweringContext, ptr: ll.Value, num: int, trans: bool) -> list[ll.Value]:
-        return mma.ldmatrix(ctx, ptr, num, trans)
-
-    def cp_async(self, ctx: LoweringContext, dst: ll.Value, src: ll.Value, nbytes: int,
-                 src_bytes: ll.Value | None, op) -> None:
-        mma.cp_async(ctx, dst, src, nbytes, src_bytes)
-
-    def cp_async_commit(self, ctx: LoweringContext) -> None:
-        mma.cp_async_commit(ctx)
-
-    def cp_async_wait(self, ctx: LoweringContext, n: int) -> None:
-        mma.cp_async_wait(ctx, n)
-
-    # --- wgmma, TMA, mbarrier, setmaxnreg (wgmma.py, tma.py) --------------------------------------
-    def async_op(self, ctx: LoweringContext, op, args: list[ll.Value]) -> ll.Value | None:
-        name, at = op.name, op.attrs
-        b = ctx.b
-        need = "wgmma" if name.startswith("wgmma") else "setmaxnreg" if name == "setmaxnreg" else "tma"
-        if not self.has(need):  # the frontend refuses these first, with the call's location
-            raise UnsupportedOnTarget(f"{name} needs {'sm_90' if need == 'tma' else 'sm_90a'}, not {self.arch}")
-        if name == "wgmma":
-            acc = [b.extract_element(args[2], ll.Constant(_I32, k)) for k in range(at["n"] // 2)]
-            d = wgmma.wgmma(ctx, at["n"], at["a_type"], at["b_type"], args[0], args[1], acc, args[3],
-                            bool(at["trans_b"]))
-            out: ll.Value = ll.Constant(args[2].type, ll.Undefined)
-            for k, x in enumerate(d):
-                out = b.insert_element(out, x, ll.Constant(_I32, k))
-            return out
-        if name == "wgmma_desc":
-            return wgmma.wgmma_desc(ctx, args[0], at["swizzle"], at["lbo"], at["sbo"])
-        if name == "tma_load":
-            # TMA writes whole swizzle periods: the kernel's dynamic shared memory starts 1024-aligned
-            gv = self.dynamic_shared(ctx)
-            gv.align = max(gv.align or 0, tma.SHARED_ALIGN)
-            tma.tma_load(ctx, args[0], args[1], args[2], args[3:])
-            return None
-        if name == "mbarrier_try_wait":
-            return b.icmp_unsigned("!=", tma.mbarrier_try_wait(ctx, *args), ll.Constant(_I32, 0))
-        simple = {"wgmma_fence": lambda: wgmma.wgmma_fence(ctx),
-                  "wgmma_commit": lambda: wgmma.wgmma_commit(ctx),
-                  "wgmma_wait": lambda: wgmma.wgmma_wait(ctx, at["n"]),
-                  "setmaxnreg": lambda: wgmma.setmaxnreg(ctx, at["n"], bool(at["increase"])),
-                  "mbarrier_init": lambda: tma.mbarrier_init(ctx, *args),
-                  "mbarrier_arrive": lambda: tma.mbarrier_arrive(ctx, *args),
-                  "mbarrier_arrive_expect_tx": lambda: tma.mbarrier_arrive_expect_tx(ctx, *args),
-                  "mbarrier_wait": lambda: tma.mbarrier_wait(ctx, *args),
-                  "fence_proxy_async": lambda: tma.fence_proxy_async(ctx)}
-        simple[name]()
-        return None
 
     # --- math -------------------------------------------------------------------------------------
     def math(self, ctx: LoweringContext, fn: str, args: list[ll.Value]) -> ll.Value:

@@ -1,0 +1,193 @@
+"""NVIDIA's target intrinsics (``nvptx.*``) as registry entries (kcompiler.ir.intrinsics): each
+instruction's type rule, its LLVM lowering (mma.py; hopper.py for wgmma, TMA, mbarriers) and the
+CPU target's emulation (backends/cpu/warp_matrix.py, backends/cpu/hopper.py). Imports no llvmlite:
+the lowerings are named by import path.
+
+=================================  ============  ===============  =========================================
+intrinsic                          builtin       feature          operands -> result; attributes
+=================================  ============  ===============  =========================================
+nvptx.mma.sync                     mma_sync      mma              a, b, c -> vec<f32, 4>; shape
+nvptx.ldmatrix                     ldmatrix      ldmatrix         p: ptr<T, shared> -> vec<T, N>; num, trans
+nvptx.cp_async                     cp_async      cp_async         dst, src, src_bytes: u32; bytes
+nvptx.cp_async.commit_group        cp_async_...  cp_async         (none)
+nvptx.cp_async.wait_group          cp_async_...  cp_async         (none); n
+nvptx.wgmma.mma_async              wgmma         wgmma            a, b, acc, scale_d -> acc; n, a_type, ...
+nvptx.wgmma.fence / commit_group   wgmma_...     wgmma            (none)
+nvptx.wgmma.wait_group             wgmma_wait    wgmma            (none); n
+nvptx.wgmma.desc                   wgmma_desc    wgmma            p: ptr<T, shared> -> u64; swizzle, lbo, sbo
+nvptx.tma.load                     tma_load      tma              dst, map, bar, c0, ... (1 to 5 coordinates)
+nvptx.mbarrier.*                   mbarrier_*    mbarrier         bar: ptr<u64, shared>, [u32]
+nvptx.setmaxnreg                   setmaxnreg_*  setmaxnreg       (none); n, increase
+nvptx.fence.proxy_async            fence_pro...  tma              (none)
+=================================  ============  ===============  =========================================
+"""
+from __future__ import annotations
+
+from ...ir.core import Op
+from ...ir.intrinsics import Intrinsic, bits, count_attr, pointer, register_intrinsics, require, result_type
+from ...ir.types import BF16, BOOL, F16, F32, F8E4M3, F8E5M2, I32, U32, U64, AddressSpace, ScalarType, VectorType
+
+#: Shapes of ``nvptx.mma.sync`` (PTX ``mma.sync.aligned.<shape>.row.col.f32.<a>.<b>.f32``).
+MMA_SHAPES = ("m16n8k16", "m16n8k32")
+
+_HERE = __package__
+_CPU = "kcompiler.backends.cpu"
+
+
+def _t_mma(op: Op) -> None:
+    a, b, c = (v.type for v in op.operands)
+    acc = VectorType(F32, 4)
+    shape = op.attrs["shape"]
+    require(shape in MMA_SHAPES, f"mma shape={shape!r} is not one of {', '.join(MMA_SHAPES)}")
+    require(c == acc, f"mma accumulator of type {c} (needs {acc})")
+    require(result_type(op) == acc, f"mma gives {acc}, not {result_type(op)}")
+    if shape == "m16n8k16":
+        require(isinstance(a, VectorType) and a.elem in (F16, BF16) and a.count == 8,
+                f"m16n8k16 A fragment of type {a} (needs vec<f16, 8> or vec<bf16, 8>)")
+        require(b == VectorType(a.elem, 4), f"m16n8k16 B fragment of type {b} (needs vec<{a.elem}, 4>)")  # type: ignore[union-attr]
+    else:
+        f8 = (F8E4M3, F8E5M2)
+        require(isinstance(a, VectorType) and a.elem in f8 and a.count == 16,
+                f"m16n8k32 A fragment of type {a} (needs vec<f8e4m3, 16> or vec<f8e5m2, 16>)")
+        require(isinstance(b, VectorType) and b.elem in f8 and b.count == 8,
+                f"m16n8k32 B fragment of type {b} (needs vec<f8e4m3, 8> or vec<f8e5m2, 8>)")
+
+
+def _t_ldmatrix(op: Op) -> None:
+    p = pointer(op.operands[0])
+    num, trans = op.attrs["num"], op.attrs["trans"]
+    require(p.space == AddressSpace.SHARED, f"ldmatrix from {p} (needs a shared pointer)")
+    e = p.pointee
+    require(isinstance(e, ScalarType) and not e.is_bool and bits(e) in (8, 16),
+            f"ldmatrix of {e} (needs elements of 8 or 16 bits)")
+    require(num in (1, 2, 4), f"ldmatrix num={num!r} (1, 2 or 4 matrices)")
+    require(isinstance(trans, bool), f"ldmatrix trans={trans!r} (needs a bool)")
+    require(not trans or bits(e) == 16, f"ldmatrix trans of {e}: transposes 16-bit elements only")
+    want = VectorType(e, num * 32 // bits(e))  # type: ignore[arg-type]
+    require(result_type(op) == want, f"ldmatrix of {num} matrices of {e} gives {want}, not {result_type(op)}")
+
+
+def _t_cp_async(op: Op) -> None:
+    d, s = pointer(op.operands[0], "destination"), pointer(op.operands[1], "source")
+    require(d.space == AddressSpace.SHARED, f"cp_async into {d} (needs a shared pointer)")
+    require(s.space in (AddressSpace.GLOBAL, AddressSpace.CONST), f"cp_async from {s} (needs a global pointer)")
+    require(d.pointee == s.pointee, f"cp_async from {s} into {d}: element types differ")
+    require(op.operands[2].type == U32, f"cp_async source size of type {op.operands[2].type} (needs u32)")
+    require(op.attrs["bytes"] in (4, 8, 16), f"cp_async of {op.attrs['bytes']!r} bytes (4, 8 or 16)")
+
+
+def _t_mbar(op: Op) -> None:
+    name = op.attrs["intrinsic"]
+    p = pointer(op.operands[0], "mbarrier")
+    require(p.space == AddressSpace.SHARED and p.pointee == U64, f"{name} on {p} (needs a ptr<u64, shared>)")
+    for v in op.operands[1:]:
+        require(v.type == U32, f"{name} operand of type {v.type} (needs u32)")
+    if name == "nvptx.mbarrier.try_wait":
+        require(result_type(op) == BOOL, f"mbarrier_try_wait gives bool, not {result_type(op)}")
+
+
+def _t_wgmma(op: Op) -> None:
+    da, db, acc, scale = op.operands
+    n = op.attrs["n"]
+    a_regs = isinstance(da.type, VectorType) and da.type.count == 8 and op.attrs["a_type"] in ("bf16", "f16") \
+        and getattr(da.type.elem, "name", None) == op.attrs["a_type"]
+    require((da.type == U64 or a_regs) and db.type == U64,
+            f"wgmma operands of types {da.type}, {db.type} (need u64 descriptors; A also vec<bf16|f16, 8>)")
+    require(isinstance(n, int) and 8 <= n <= 256 and n % 8 == 0, f"wgmma n={n!r} (a multiple of 8 from 8 to 256)")
+    want = VectorType(F32, n // 2)
+    require(acc.type == want and result_type(op) == want,
+            f"wgmma m64n{n} accumulator {acc.type} and result {result_type(op)} (need {want})")
+    require(scale.type == BOOL, f"wgmma scale_d of type {scale.type} (needs bool)")
+    a, b = op.attrs["a_type"], op.attrs["b_type"]
+    require((a == b and a in ("bf16", "f16")) or {a, b} <= {"f8e4m3", "f8e5m2"},
+            f"wgmma of {a} x {b} (both f16, both bf16, or FP8)")
+    require(not op.attrs["trans_b"] or a in ("bf16", "f16"), "wgmma trans_b applies to 16-bit types")
+
+
+def _t_wgmma_desc(op: Op) -> None:
+    p = pointer(op.operands[0])
+    require(p.space == AddressSpace.SHARED, f"wgmma_desc of {p} (needs a shared pointer)")
+    require(op.attrs["swizzle"] in (0, 32, 64, 128), f"wgmma_desc swizzle={op.attrs['swizzle']!r} (0, 32, 64, 128)")
+    for k in ("lbo", "sbo"):
+        v = op.attrs[k]
+        require(isinstance(v, int) and 0 <= v < 1 << 18 and v % 16 == 0,
+                f"wgmma_desc {k}={v!r} (a multiple of 16 below 2^18)")
+    require(result_type(op) == U64, f"wgmma_desc gives u64, not {result_type(op)}")
+
+
+def _t_tma_load(op: Op) -> None:
+    require(3 < len(op.operands) <= 8, f"tma_load with {len(op.operands) - 3} coordinates (1 to 5)")
+    d = pointer(op.operands[0], "destination")
+    require(d.space == AddressSpace.SHARED, f"tma_load into {d} (needs a shared pointer)")
+    require(str(op.operands[1].type) == "tensor_map", f"tma_load map of type {op.operands[1].type} (needs tensor_map)")
+    b = pointer(op.operands[2], "mbarrier")
+    require(b.space == AddressSpace.SHARED and b.pointee == U64, f"tma_load completing on {b} (needs ptr<u64, shared>)")
+    for c in op.operands[3:]:
+        require(c.type == I32, f"tma_load coordinate of type {c.type} (needs i32)")
+
+
+def _t_setmaxnreg(op: Op) -> None:
+    n = count_attr(op)
+    require(24 <= n <= 256 and n % 8 == 0, f"setmaxnreg {n} (a multiple of 8 from 24 to 256)")
+
+
+def _hopper(name: str, builtin: str, feature: str, operands: int | None, **kw) -> Intrinsic:
+    return Intrinsic(name=f"nvptx.{name}", builtin=builtin, feature=feature, operands=operands,
+                     lower=f"{_HERE}.hopper:lower", emulate=f"{_CPU}.hopper:emulate", **kw)
+
+
+def _warp(name: str, builtin: str, feature: str, operands: int, function: str, **kw) -> Intrinsic:
+    return Intrinsic(name=f"nvptx.{name}", builtin=builtin, feature=feature, operands=operands,
+                     lower=f"{_HERE}.mma:lower_{function}", emulate=f"{_CPU}.warp_matrix:emulate_{function}", **kw)
+
+
+#: Every NVIDIA intrinsic, registered when this module is imported.
+INTRINSICS = (
+    _warp("mma.sync", "mma_sync", "mma", 3, "mma", attrs=("shape",), result=True, type_rule=_t_mma,
+          tables={"shapes": MMA_SHAPES},
+          doc="d = a * b + c by one warp; per lane: m16n8k16 a vec<T, 8>, b vec<T, 4> (T f16 or bf16), "
+              "m16n8k32 a vec<F8, 16>, b vec<F8', 8>; c and d vec<f32, 4> (layouts: mma.py)"),
+    _warp("ldmatrix", "ldmatrix", "ldmatrix", 1, "ldmatrix", attrs=("num", "trans"), result=True,
+          type_rule=_t_ldmatrix,
+          doc="p: ptr<T, shared> -> vec<T, N>: num (1, 2, 4) 8x8 matrices of 16-bit elements loaded by one "
+              "warp, each lane giving a row address; trans: bool"),
+    _warp("cp_async", "cp_async", "cp_async", 3, "cp_async", attrs=("bytes",), type_rule=_t_cp_async,
+          doc="dst: ptr<T, shared>, src: ptr<T>, src_bytes: u32: copy attr bytes (4, 8, 16) "
+              "asynchronously, src_bytes of them read from src, the rest zero-filled"),
+    _warp("cp_async.commit_group", "cp_async_commit", "cp_async", 0, "cp_async_commit",
+          doc="close this thread's group of cp_async copies"),
+    _warp("cp_async.wait_group", "cp_async_wait", "cp_async", 0, "cp_async_wait", attrs=("n",),
+          type_rule=count_attr, doc="wait until at most attr n of this thread's cp_async groups are pending"),
+    _hopper("wgmma.mma_async", "wgmma", "wgmma", 4, attrs=("n", "a_type", "b_type", "trans_b"), result=True,
+            type_rule=_t_wgmma,
+            doc="a_desc: u64 (or a vec<bf16|f16, 8> fragment), b_desc: u64, acc: vec<f32, n / 2>, scale_d: "
+                "bool -> vec<f32, n / 2>: D (64 x n) = A * B + (scale_d ? acc : 0) by one warpgroup"),
+    _hopper("wgmma.fence", "wgmma_fence", "wgmma", 0, doc="order accumulator accesses before wgmma"),
+    _hopper("wgmma.commit_group", "wgmma_commit", "wgmma", 0,
+            doc="close the warpgroup's pending wgmmas into a group"),
+    _hopper("wgmma.wait_group", "wgmma_wait", "wgmma", 0, attrs=("n",), type_rule=count_attr,
+            doc="wait until at most attr n of the warpgroup's wgmma groups are pending"),
+    _hopper("wgmma.desc", "wgmma_desc", "wgmma", 1, attrs=("swizzle", "lbo", "sbo"), result=True,
+            type_rule=_t_wgmma_desc,
+            doc="p: ptr<T, shared> -> u64: the matrix descriptor of the tile at p (swizzle bytes 0/32/64/128, "
+                "leading and stride byte offsets)"),
+    _hopper("tma.load", "tma_load", "tma", None, type_rule=_t_tma_load,
+            doc="dst: ptr<T, shared>, map: tensor_map, bar: ptr<u64, shared>, c0: i32, ...: copy the map's box "
+                "at coordinates (c0 innermost, ...) into dst, completing on bar"),
+    _hopper("mbarrier.init", "mbarrier_init", "mbarrier", 2, type_rule=_t_mbar, doc="bar, count: u32"),
+    _hopper("mbarrier.arrive", "mbarrier_arrive", "mbarrier", 1, type_rule=_t_mbar, doc="bar"),
+    _hopper("mbarrier.arrive_expect_tx", "mbarrier_arrive_expect_tx", "mbarrier", 2, type_rule=_t_mbar,
+            doc="bar, bytes: u32"),
+    _hopper("mbarrier.try_wait", "mbarrier_try_wait", "mbarrier", 2, result=True, type_rule=_t_mbar,
+            doc="bar, parity: u32 -> bool: whether the phase of that parity has completed"),
+    _hopper("mbarrier.wait", "mbarrier_wait", "mbarrier", 2, type_rule=_t_mbar,
+            doc="bar, parity: u32: until that phase completes"),
+    _hopper("setmaxnreg", "setmaxnreg", "setmaxnreg", 0, attrs=("n", "increase"), type_rule=_t_setmaxnreg,
+            doc="the warpgroup's register budget a thread becomes attr n (increase: bool)"),
+    _hopper("fence.proxy_async", "fence_proxy_async", "tma", 0,
+            doc="order generic-proxy shared-memory accesses before async-proxy ones"),
+)
+
+register_intrinsics(*INTRINSICS)
+
+__all__ = ["INTRINSICS", "MMA_SHAPES"]
