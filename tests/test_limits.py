@@ -193,7 +193,7 @@ def test_amdgcn_lds_over_the_limit_is_a_located_error_not_an_llvm_exit(tmp_path)
     assert _kc("compile", "-t", "amdgcn", "-a", "gfx942", p, "-o", tmp_path / "b.s").returncode == 0
     sgemm = ROOT / "examples" / "sgemm.kc"
     r = _kc("compile", "-t", "amdgcn", "-a", "gfx942", sgemm, "-P", "TILE=1023", "-o", tmp_path / "c.s")
-    _located_error(r, sgemm, "shared memory of 4,186,116 bytes in sgemm__TILE_1023 exceeds")
+    _located_error(r, sgemm, "shared memory of 4,186,116 bytes in sgemm[TILE=1023] exceeds")
 
 
 def test_llvm_rejecting_kcompilers_output_is_an_internal_compiler_error(monkeypatch):

@@ -7,7 +7,7 @@ from typing import Iterator
 import llvmlite.binding as llvm
 
 from ...ir.core import Module
-from ...limits import deep_recursion
+from ...limits import deep_recursion, kernel_display
 from ..target import CompileOptions, Target
 from .lower import LoweringContext, UnsupportedOnTarget, lower_module
 
@@ -58,18 +58,44 @@ class InternalCompilerError(RuntimeError):
     cannot be caught here: kcompiler checks those limits first, kcompiler/limits.py.)"""
 
 
+#: RuntimeErrors of the emission stage that say what this machine lacks (no ptxas, no nvJitLink, no
+#: ld.lld), not what kcompiler did wrong: the CLI reports them as they are.
+_MISSING_TOOLS = ("CubinUnavailable", "LinkerUnavailable")
+
+#: What each ``emit`` kind runs, as :func:`emission` names the stage.
+_EMISSION = {"asm": "the target's code generator (assembly)",
+             "obj": "the target's code generator and assembler/linker (binary: ptxas, nvJitLink, ld.lld)"}
+
+
 @contextmanager
-def _stage(ir_module: Module, target: Target, stage: str) -> Iterator[None]:
+def emission(ir_module: Module | None, target: Target, kind: str) -> Iterator[None]:
+    """Around ``target.emit(ref, kind)``: a RuntimeError from LLVM's code generator or the target's
+    assembler or linker (ptxas, ld.lld) comes back as an :class:`InternalCompilerError` naming the
+    kernels of ``ir_module`` and the stage; the errors of a missing tool (:data:`_MISSING_TOOLS`) pass
+    as they are. What user programs can cause there is checked before (kcompiler/limits.py)."""
+    try:
+        yield
+    except RuntimeError as e:
+        if type(e).__name__ in _MISSING_TOOLS:
+            raise
+        with _stage(ir_module, target, _EMISSION.get(kind, f"emitting {kind}")):
+            raise
+
+
+@contextmanager
+def _stage(ir_module: Module | None, target: Target, stage: str) -> Iterator[None]:
     try:
         yield
     except RuntimeError as e:
         if isinstance(e, InternalCompilerError):
             raise
-        kernels = ", ".join(f.attrs.get("source_name", f.name) for f in ir_module.kernels) or "no kernel"
+        kernels = (", ".join(kernel_display(f) for f in ir_module.kernels) if ir_module is not None
+                   else "") or "no kernel"
         raise InternalCompilerError(
             f"internal compiler error: {stage} failed for {kernels} ({target.name} {target.arch}): {e}\n"
             "This is a kcompiler bug, not an error in your program; please report it with the .kc file "
             "and the command.") from e
 
 
-__all__ = ["InternalCompilerError", "LoweringContext", "UnsupportedOnTarget", "compile_ir", "initialize", "lower_module", "optimize"]
+__all__ = ["InternalCompilerError", "LoweringContext", "UnsupportedOnTarget", "compile_ir", "emission", "initialize",
+           "lower_module", "optimize"]
