@@ -15,6 +15,11 @@ without bound, LLVM's own late checks, which end the process):
   frontend unrolls at most 65,536 ``comptime`` iterations per compile, and the IR unroll pass keeps a
   function under its own bound: kcompiler/ir/passes/unroll.py.)
 - :data:`MAX_INLINED_OPS`: how many IR ops a function may hold after inlining, checked there.
+- :class:`ResourceLimits`: what one kernel may use of the machine (static shared memory, local memory
+  per thread, the parameter block), per arch, from each backend's arch table
+  (``backends/<name>/archs.py``, with the sources of the numbers) through ``Target.resource_limits``:
+  checked at the ``shared`` declaration (:func:`shared_memory_error`) and, after inlining, at the
+  local array that passes the limit or at the kernel (:func:`check_resources`).
 - The recursion of the compiler's own tree walks is bounded by those two; :func:`deep_recursion` raises
   Python's recursion limit to what that bound needs, for the whole pipeline (frontend, passes, verifier,
   LLVM lowering) rather than for one stage.

@@ -321,3 +321,22 @@ def test_emission_failures_are_internal_compiler_errors_naming_kernel_and_stage(
     monkeypatch.setattr(cubin, "assemble", missing)
     with pytest.raises(cubin.CubinUnavailable):
         compile_source_to(src, "s.kc", "obj", "nvptx", "sm_90", params={"N": 3})
+
+
+def test_ptxas_shared_memory_refusal_is_a_located_error_not_an_internal_error(monkeypatch):
+    """Arrays whose sizes fit 48 KiB but whose alignment padding does not reach ptxas: its refusal
+    ("uses too much shared data") comes back as a located error at the kernel, not a kcompiler bug."""
+    from kcompiler.backends.nvptx import cubin
+    from kcompiler.diagnostics import CompileError
+    from kcompiler.pipeline import compile_source_to
+
+    def refuse(ptx, arch):
+        raise RuntimeError("ptxas rejected the PTX kcompiler generated (a kcompiler bug):\nptxas error   : "
+                           "Entry function 'k__T_2' uses too much shared data (0xc00c bytes, 0xc000 max)")
+    monkeypatch.setattr(cubin, "assemble", refuse)
+    with pytest.raises(CompileError) as e:
+        compile_source_to("kernel k[T: i32](x: ptr<f32>) {\n    x[0] = f32(T);\n}\n", "s.kc", "obj", "nvptx",
+                          "sm_90", params={"T": 2})
+    msg = e.value.render()
+    assert "s.kc:1:8: error: shared memory of 49,164 bytes in k[T=2], with the padding" in msg, msg
+    assert "dynamic_shared[T]()" in msg

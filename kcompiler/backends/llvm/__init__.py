@@ -1,11 +1,13 @@
 """The LLVM stage shared by every target: IR → LLVM IR (lower.py) → optimised LLVM module."""
 from __future__ import annotations
 
+import re
 from contextlib import contextmanager
 from typing import Iterator
 
 import llvmlite.binding as llvm
 
+from ...diagnostics import CompileError
 from ...ir.core import Module
 from ...limits import deep_recursion, kernel_display
 from ..target import CompileOptions, Target
@@ -78,8 +80,32 @@ def emission(ir_module: Module | None, target: Target, kind: str) -> Iterator[No
     except RuntimeError as e:
         if type(e).__name__ in _MISSING_TOOLS:
             raise
+        _user_caused(ir_module, target, str(e))
         with _stage(ir_module, target, _EMISSION.get(kind, f"emitting {kind}")):
             raise
+
+
+#: ptxas's report of a block's static shared memory past its limit (with the padding it puts between
+#: arrays, which kcompiler's check before it, summing the arrays' sizes, does not count).
+_PTXAS_SHARED = re.compile(r"Entry function '([^']+)' uses too much shared data \((0x[0-9a-fA-F]+) bytes, "
+                           r"(0x[0-9a-fA-F]+) max\)")
+
+
+def _user_caused(ir_module: Module | None, target: Target, message: str) -> None:
+    """Raise CompileError, located at the kernel, where an emission error ``message`` is the user's
+    program past a limit kcompiler's own check could not see exactly (ptxas's static shared memory,
+    padding included); otherwise return."""
+    m = _PTXAS_SHARED.search(message)
+    if m is None or ir_module is None:
+        return
+    fn = next((f for f in ir_module.kernels if f.name == m.group(1)), None)
+    if fn is None:
+        return
+    used, limit = int(m.group(2), 16), int(m.group(3), 16)
+    raise CompileError(f"shared memory of {used:,} bytes in {kernel_display(fn)}, with the padding that aligns "
+                       f"each array, exceeds the {limit:,}-byte static shared memory of a block on {target.arch}; "
+                       "more needs dynamic shared memory: dynamic_shared[T]() in the kernel and shared= bytes "
+                       "at launch", fn.span)
 
 
 @contextmanager
