@@ -132,6 +132,13 @@ class Target:
         """Whether the target has ``feature`` (e.g. 'wgmma', 'fp8_convert', 'sm_90')."""
         return feature in self.features
 
+    def resource_limits(self) -> Any:
+        """The :class:`kcompiler.limits.ResourceLimits` of this arch (static shared memory, local
+        memory per thread, the kernel parameter block), which kcompiler checks before the target's
+        tools would fail on them. The default checks none."""
+        from ..limits import ResourceLimits
+        return ResourceLimits()
+
     def describe(self) -> dict[str, Any]:
         """Facts for the cache key and for ``--emit`` headers."""
         return {"target": self.name, "arch": self.arch, "warp_size": self.warp_size}

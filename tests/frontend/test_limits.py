@@ -193,7 +193,7 @@ def test_amdgcn_lds_over_the_limit_is_a_located_error_not_an_llvm_exit(tmp_path)
     assert _kc("compile", "-t", "amdgcn", "-a", "gfx942", p, "-o", tmp_path / "b.s").returncode == 0
     sgemm = ROOT / "examples" / "sgemm.kc"
     r = _kc("compile", "-t", "amdgcn", "-a", "gfx942", sgemm, "-P", "TILE=1023", "-o", tmp_path / "c.s")
-    _located_error(r, sgemm, "shared memory of 4,186,116 bytes in sgemm__TILE_1023 exceeds")
+    _located_error(r, sgemm, "shared memory of 4,186,116 bytes in sgemm[TILE=1023] exceeds")
 
 
 def test_llvm_rejecting_kcompilers_output_is_an_internal_compiler_error(monkeypatch):
@@ -214,3 +214,129 @@ def test_llvm_rejecting_kcompilers_output_is_an_internal_compiler_error(monkeypa
     msg = str(e.value)
     assert msg.startswith("internal compiler error: parsing the LLVM IR kcompiler made failed for sax")
     assert "redefinition of argument" in msg and "please report it" in msg
+
+
+# --- resource limits per target (kcompiler/limits.py ResourceLimits; the numbers: backends/*/archs.py) ---
+
+def _shared_prog(n: int) -> str:
+    return (f"kernel k(x: ptr<f32>) {{\n    shared s: [f32; {n}];\n    s[thread_id.x] = x[0];\n"
+            "    barrier();\n    x[1] = s[5];\n}\n")
+
+
+def _local_prog(n: int, tile: bool = False) -> str:
+    head = "kernel k[TILE: i32](x: ptr<f32>, n: i32)" if tile else "kernel k(x: ptr<f32>, n: i32)"
+    size = "TILE" if tile else str(n)
+    return (f"{head} {{\n    var a: [f32; {size}];\n    a[thread_id.x] = x[0];\n    x[1] = a[n];\n}}\n")
+
+
+def test_nvptx_static_shared_memory_past_48_kib_is_a_located_error_naming_dynamic_shared(tmp_path):
+    """12,289 floats of static shared memory went to ptxas, which refused them ("uses too much shared
+    data (0xc004 bytes, 0xc000 max)"), reported as a kcompiler bug without a location. 12,288 fit."""
+    p = tmp_path / "sh.kc"
+    p.write_text(_shared_prog(12289))
+    for cmd in ("check", "compile"):
+        r = _kc(cmd, "-t", "nvptx", "-a", "sm_90", p)
+        _located_error(r, p, "shared memory of 49,156 bytes in k exceeds the 49,152-byte static shared "
+                             "memory of a block on sm_90; more needs dynamic shared memory")
+        assert f"{p}:2:5: error" in r.stderr and "dynamic_shared[T]()" in r.stderr and "shared=" in r.stderr
+    p.write_text(_shared_prog(12288))
+    r = _kc("compile", "-t", "nvptx", "-a", "sm_90", p, "-o", tmp_path / "a.cubin")
+    assert r.returncode == 0, r.stderr[-2000:]  # ptxas assembled it
+    assert (tmp_path / "a.cubin").read_bytes()[:4] == b"\x7fELF"
+
+
+@pytest.mark.parametrize("target,arch,limit,reserve", [
+    ("nvptx", "sm_90", 512 * 1024, 0), ("amdgcn", "gfx942", 131056, 16), ("amdgcn", "gfx950", 131056, 16),
+    ("amdgcn", "gfx1100", 262136, 16)])
+def test_local_arrays_past_the_private_memory_are_a_located_error(tmp_path, target, arch, limit, reserve):
+    """A local array past the private segment ended the process in LLVM on AMDGCN ("stack frame size
+    (800004) exceeds limit (131056)"); on NVIDIA ptxas took 8 MB of stack frame and the launch would
+    fail. At the edge it compiles (cubin through ptxas; AMDGCN assembly through LLVM); 4 bytes more is a
+    located error at the declaration naming the kernel with its compile-time values."""
+    fit = (limit - reserve) // 4
+    p = tmp_path / "loc.kc"
+    p.write_text(_local_prog(0, tile=True))
+    out = tmp_path / ("a.cubin" if target == "nvptx" else "a.s")
+    r = _kc("compile", "-t", target, "-a", arch, p, "-P", f"TILE={fit}", "-o", out)
+    assert r.returncode == 0, r.stderr[-2000:]
+    r = _kc("compile", "-t", target, "-a", arch, p, "-P", f"TILE={fit + 1}", "-o", out)
+    _located_error(r, p, f"local array of {(fit + 1) * 4:,} bytes in k[TILE={fit + 1}] exceeds the {limit:,}-byte")
+    assert f"{p}:2:5: error" in r.stderr and arch in r.stderr
+
+
+def test_local_arrays_of_inlined_device_functions_count_in_the_kernel(tmp_path):
+    """Two calls of a device function with a 70,000-byte array: each fits gfx942's private segment,
+    inlined twice into the kernel they do not (LLVM ended the process)."""
+    p = tmp_path / "inl.kc"
+    p.write_text("fn g(x: ptr<f32>, n: i32) -> f32 {\n    var a: [f32; 17500];\n    a[thread_id.x] = x[0];\n"
+                 "    return a[n];\n}\nkernel k(x: ptr<f32>, n: i32) {\n    x[1] = g(x, n) + g(x, n + 1);\n}\n")
+    r = _kc("compile", "-t", "amdgcn", "-a", "gfx942", p, "-o", tmp_path / "a.s")
+    _located_error(r, p, "2 local arrays of, together, 140,000 bytes in k exceed the 131,056-byte private")
+    assert f"{p}:2:5: error" in r.stderr
+
+
+def test_nvptx_kernel_parameters_past_32764_bytes_are_a_located_error(tmp_path):
+    """4,096 pointers (32,768 bytes) went to ptxas ("uses too much parameter space (0x8000 bytes, 0x7ffc
+    max)"), reported as a kcompiler bug; 4,095 assemble."""
+    def prog(n):
+        return "kernel k(" + ", ".join(f"p{i}: ptr<f32>" for i in range(n)) + ") {\n    p0[0] = 1.0;\n}\n"
+    p = tmp_path / "par.kc"
+    p.write_text(prog(4096))
+    r = _kc("compile", "-t", "nvptx", "-a", "sm_90", p, "-o", tmp_path / "a.cubin")
+    _located_error(r, p, "the parameters of k take 32,768 bytes, more than the 32,764 bytes")
+    assert f"{p}:1:8: error" in r.stderr
+    p.write_text(prog(4095))
+    r = _kc("compile", "-t", "nvptx", "-a", "sm_90", p, "-o", tmp_path / "a.cubin")
+    assert r.returncode == 0, r.stderr[-2000:]
+
+
+def test_param_block_layout():
+    from kcompiler.ir.types import F32, I32, TENSOR_MAP, AddressSpace, PointerType
+    from kcompiler.limits import param_block_size
+    ptr = PointerType(F32, AddressSpace.GLOBAL)
+    assert param_block_size([I32, ptr, I32]) == 4 + 4 + 8 + 4   # the pointer aligned to 8
+    assert param_block_size([I32, TENSOR_MAP]) == 64 + 128  # a tensor map aligned to 64
+
+
+def test_emission_failures_are_internal_compiler_errors_naming_kernel_and_stage(monkeypatch):
+    """What ptxas or LLVM's code generator rejects (not a user's program: those limits are checked
+    first) is an InternalCompilerError naming the kernel with its values and the stage; a missing
+    ptxas still passes as CubinUnavailable."""
+    from kcompiler.backends.llvm import InternalCompilerError
+    from kcompiler.backends.nvptx import cubin
+    from kcompiler.pipeline import compile_source_to
+    src = "kernel sax[N: i32](x: ptr<f32>) { x[0] = f32(N); }\n"
+
+    def bad(ptx, arch):
+        raise RuntimeError("ptxas rejected the PTX kcompiler generated (a kcompiler bug):\nptxas error : boom")
+    monkeypatch.setattr(cubin, "assemble", bad)
+    with pytest.raises(InternalCompilerError) as e:
+        compile_source_to(src, "s.kc", "obj", "nvptx", "sm_90", params={"N": 3})
+    msg = str(e.value)
+    assert msg.startswith("internal compiler error: the target's code generator and assembler/linker")
+    assert "sax[N=3] (nvptx sm_90)" in msg and "boom" in msg and "please report it" in msg
+
+    def missing(ptx, arch):
+        raise cubin.CubinUnavailable("ptxas not found on PATH")
+    monkeypatch.setattr(cubin, "assemble", missing)
+    with pytest.raises(cubin.CubinUnavailable):
+        compile_source_to(src, "s.kc", "obj", "nvptx", "sm_90", params={"N": 3})
+
+
+def test_ptxas_shared_memory_refusal_is_a_located_error_not_an_internal_error(monkeypatch):
+    """Arrays whose sizes fit 48 KiB but whose alignment padding does not reach ptxas: its refusal
+    ("uses too much shared data") comes back as a located error at the kernel, not a kcompiler bug."""
+    from kcompiler.backends.nvptx import cubin
+    from kcompiler.diagnostics import CompileError
+    from kcompiler.pipeline import compile_source_to
+
+    def refuse(ptx, arch):
+        raise RuntimeError("ptxas rejected the PTX kcompiler generated (a kcompiler bug):\nptxas error   : "
+                           "Entry function 'k__T_2' uses too much shared data (0xc00c bytes, 0xc000 max)")
+    monkeypatch.setattr(cubin, "assemble", refuse)
+    with pytest.raises(CompileError) as e:
+        compile_source_to("kernel k[T: i32](x: ptr<f32>) {\n    x[0] = f32(T);\n}\n", "s.kc", "obj", "nvptx",
+                          "sm_90", params={"T": 2})
+    msg = e.value.render()
+    assert "s.kc:1:8: error: shared memory of 49,164 bytes in k[T=2], with the padding" in msg, msg
+    assert "dynamic_shared[T]()" in msg

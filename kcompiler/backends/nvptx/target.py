@@ -6,6 +6,8 @@ registers, ``bar.sync``, ``shfl.sync``, ``vote.sync``, and the memory consistenc
 """
 from __future__ import annotations
 
+from typing import Any
+
 from llvmlite import ir as ll
 
 from ...ir.core import NORMAL_RANGE_MATH
@@ -13,7 +15,7 @@ from ...ir.types import AddressSpace, TensorMapType, Type
 from ..llvm.lower import LoweringContext, UnsupportedOnTarget
 from ..target import Target
 from . import mma
-from .archs import ARCHS
+from .archs import ARCHS, RESOURCE_LIMITS
 
 _I1, _I32, _I64 = ll.IntType(1), ll.IntType(32), ll.IntType(64)
 
@@ -330,6 +332,18 @@ class NvptxTarget(Target):
         initialize()
         return llvm.Target.from_triple(self.triple).create_target_machine(
             cpu=self.arch, features=PTX_FEATURES, opt=opt_level, codemodel="default")
+
+    def resource_limits(self) -> Any:
+        """48 KiB of static shared memory, 512 KiB of local memory a thread, 32,764 bytes of
+        parameters (archs.py ``RESOURCE_LIMITS``, with sources)."""
+        from ...limits import ResourceLimits
+        lim = RESOURCE_LIMITS[self.arch]
+        return ResourceLimits(
+            static_shared=lim["static_shared"], shared_what="static shared memory of a block",
+            shared_way_out=(f"more needs dynamic shared memory (up to {lim['dynamic_shared']:,} bytes on "
+                            f"{self.arch}): dynamic_shared[T]() in the kernel and shared= bytes at launch"),
+            private=lim["local"], private_what="local memory of a thread",
+            params=lim["params"])
 
     def emit(self, llvm_module, kind: str) -> bytes | str:
         ptx = mma.raise_ptx_version(self.target_machine().emit_assembly(llvm_module))
