@@ -27,6 +27,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 from triton.testing import do_bench  # noqa: E402
 
 from kcompiler import ops  # noqa: E402
+from kcompiler.ops import _common  # noqa: E402
 
 #: (BM, BN, WARPS, STAGES) candidates of the prefill at D = 128 (std.attention, FlashAttention-2)
 PREFILL_TILES = [(128, 128, 8, 2), (128, 64, 4, 2), (128, 64, 8, 2), (64, 64, 4, 2)]
@@ -112,14 +113,14 @@ def prefill(results: dict, quick: bool) -> None:
         t, tiles, err = best
         # the same compiled without approx_ftz (ex2.approx.f32, ptxas's subnormal fix-up around MUFU.EX2)
         t_plain = err_plain = float("nan")
-        default = ops._attention_module
-        ops._attention_module = lambda tgt: ops._module("attention", tgt)
+        default = _common.attention_module
+        _common.attention_module = lambda tgt: _common.stdlib_module("attention", tgt)
         try:
             if not quick:
                 err_plain = rel(ops.attention(q, k, v, causal=causal, layout="bhsd", tiles=tiles, path="fa2"), want)
                 t_plain = bench(lambda: ops.attention(q, k, v, causal=causal, layout="bhsd", tiles=tiles, path="fa2"))
         finally:
-            ops._attention_module = default
+            _common.attention_module = default
         if not quick:
             print(f"  prefill {'causal' if causal else 'full'} {tiles} without ex2 .ftz: {tf(t_plain):.0f} TFLOP/s, "
                   f"error {err_plain:.1e}")

@@ -9,7 +9,7 @@ Variants:
 
   loop 256       the kernel ops.math had before 2026-11-23: a grid-stride loop over 4-element
                  vectors, here on a grid of one vector a thread (n / 1024 blocks of 256)
-  tilesK B       ops.math's kernel now (kcompiler.ops.math_kernel_source): block b
+  tilesK B       ops.math's kernel now (kcompiler.ops.MATH_KERNEL): block b
                  covers K tiles of 4 B elements one after another, one vector a thread each, no
                  loop; B threads a block, the grid covering n. ops.math runs K = 1, B = 256, and
                  K = 2, B = 512 for functions with MathFunction.vectors = 2 (gelu)
@@ -28,7 +28,7 @@ from triton.testing import do_bench  # noqa: E402
 
 import kcompiler as kc  # noqa: E402
 from kcompiler.numerics.mathfns import FUNCTIONS  # noqa: E402
-from kcompiler.ops import math_kernel_source  # noqa: E402
+from kcompiler.ops import MATH_KERNEL  # noqa: E402
 
 TORCH = {**{k: f"torch.{k}" for k in ("exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt",
                                        "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh",
@@ -88,8 +88,8 @@ def main():
         xi = x.abs() + 0.5 if name in ("log", "log2", "log10", "sqrt", "rsqrt") else (
             x * 0.45 if name in ("asin", "acos") else x)
         cur = kc.compile(LOOP.replace("FN", fn), target="cuda", path=f"<{name} loop>")
-        tiles = {k: kc.compile(math_kernel_source(fn, 1, k), target="cuda", path=f"<{name} tiles{k}>")
-                 for k in (1, 2)}
+        tiles = {k: kc.compile(MATH_KERNEL, target="cuda", path=f"<{name} tiles{k}>",
+                               params={"apply": {"FN": fn, "VV": k}}) for k in (1, 2)}
         runs = launches(cur, tiles, n)
         if name in TORCH:
             f = eval(TORCH[name])

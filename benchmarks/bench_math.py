@@ -59,15 +59,18 @@ def launch(fn: str, n: int) -> tuple[int, int]:
 
 
 def module(fn: str):
-    """The sweep kernel and kcompiler.ops.math's kernel (``apply``, launched with :func:`launch`)
-    for std.math's ``fn`` (two-argument functions: apply only)."""
+    """The sweep kernel and kcompiler.ops.math's kernel (``apply``, or ``apply2`` for the two-argument
+    functions, which have no sweep; launched with :func:`launch`) for std.math's ``fn``."""
     if fn not in module.cache:
-        from kcompiler.ops import math_kernel_source, math_vectors
+        from kcompiler.ops import MATH_KERNEL, math_kernel, math_vectors
         binary = fn.endswith(("pow", "atan2"))
-        src = math_kernel_source(f"math.{fn}", 2 if binary else 1, math_vectors(fn))
+        src = MATH_KERNEL
         if not binary:
             src += SWEEP.replace("import std.math", "").replace("FN", fn)
-        module.cache[fn] = kc.compile(src, target="cuda", path=f"<bench_math {fn}>")
+        # ops.math's kernel for this fn: its FN and VV bound by default, 'apply' taking 1 or 2 inputs
+        kernel = math_kernel(2 if binary else 1)
+        module.cache[fn] = kc.compile(src, target="cuda", path=f"<bench_math {fn}>",
+                                      params={kernel: {"FN": f"math.{fn}", "VV": math_vectors(fn)}})
     return module.cache[fn]
 
 
@@ -133,7 +136,7 @@ def sweep_f32(name: str, fast: bool) -> Stats:
                 b = torch.randn(CHUNK, device="cuda", generator=g) * 20
                 if name == "atan2":
                     b = torch.rand(CHUNK, device="cuda", generator=g) * (hi - lo) + lo
-            mod.apply[launch(name, CHUNK)](a, b, y, CHUNK, T="f32")
+            mod.apply2[launch(name, CHUNK)](a, b, y, CHUNK, T="f32")
             st.add([a, b], y, f.ref(TNS, a.double(), b.double()))
     return st
 

@@ -17,14 +17,14 @@ tiles, 3 stages, 8 warps for bf16; 128 x 256 x 128, 3 stages, 8 warps for FP8. O
 tl.dot to wgmma with TMA-free pipelined loads.
 
 ``--sass`` disassembles the Hopper kernel's cubin (cuobjdump) and counts its HGMMA / QGMMA
-instructions. ``--configs`` times each tile configuration of the Hopper path (kcompiler.matmul_sm90.CONFIGS)
+instructions. ``--configs`` times each tile configuration of the Hopper path (kcompiler.ops.matmul_sm90.CONFIGS)
 on a few sizes, to check its choice. ``--mx`` times the MXFP8 cast fused into the product
 (``ops.matmul(..., epilogue="to_mxfp8_e4m3")``: codes and E8M0 scales from the kernel's store) against
 the product alone (bf16 result) and the product followed by ops.mx_quantize, after checking the fused
 codes and scales bit for bit against ops.mx_quantize of the same kernel's f32 result. ``--graphs`` times
 the small-M products twice, as the main table does (launch by launch: the host's work per call counts
 where it exceeds the kernel's) and replayed from a CUDA graph (triton.testing.do_bench_cudagraph: the
-device's time alone), ours through kcompiler.matmul_sm90.run with its default choices.
+device's time alone), ours through kcompiler.ops.matmul_sm90.run with its default choices.
 """
 from __future__ import annotations
 
@@ -158,9 +158,10 @@ def time_configs() -> None:
     """Each Hopper configuration on the smaller sizes (bf16 and FP8 e4m3, B K-major, bf16 results),
     TFLOP/s, and split-K factors (the kernel's own fix-up of the shares included); '*' marks what
     matmul_sm90.run chooses by default (choose, choose_split)."""
-    from kcompiler import matmul_sm90
+    from kcompiler.ops import matmul_sm90
+    from kcompiler.ops._common import stdlib_module
 
-    mod = ops._module("matmul_sm90", "cuda")
+    mod = stdlib_module("matmul_sm90", "cuda")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     for dt, m, n, k in (("bf16", 1024, 4096, 4096), ("bf16", 128, 4096, 4096), ("bf16", 16, 4096, 4096),
                         ("bf16", 16, 14336, 4096), ("bf16", 16, 4096, 14336), ("f8e4m3", 16, 4096, 4096),
@@ -188,9 +189,10 @@ def time_graphs() -> list:
     """Small-M products, launch by launch and from a CUDA graph (device time alone), ours and cuBLAS."""
     from triton.testing import do_bench_cudagraph
 
-    from kcompiler import matmul_sm90
+    from kcompiler.ops import matmul_sm90
+    from kcompiler.ops._common import stdlib_module
 
-    mod = ops._module("matmul_sm90", "cuda")
+    mod = stdlib_module("matmul_sm90", "cuda")
     rows = []
     for dt, m, n, k in (("bf16", 16, 4096, 4096), ("bf16", 16, 4096, 14336), ("bf16", 128, 4096, 4096),
                         ("bf16", 16, 14336, 4096), ("f8e4m3", 16, 4096, 4096), ("f8e4m3", 128, 4096, 4096),
@@ -231,7 +233,8 @@ def time_graphs() -> list:
 
 def time_mx() -> list:
     """The MXFP8 cast fused into the product (bf16, B K-major), checked bit for bit, then timed."""
-    from kcompiler import matmul_sm90
+    from kcompiler.ops import matmul_sm90
+    from kcompiler.ops._common import stdlib_module
 
     rows = []
     for m, n, k in ((4096, 4096, 4096), (8192, 8192, 8192), (8192, 14336, 4096), (128, 4096, 4096)):
@@ -240,7 +243,7 @@ def time_mx() -> list:
         for fmt in ("e4m3", "e5m2"):
             codes, scales = ops.matmul(a, w.T, epilogue=f"to_mxfp8_{fmt}")
             f32 = torch.empty(m, n, device="cuda")  # the same kernel's f32 result (unsplit, as the MX one)
-            matmul_sm90.run(ops._module("matmul_sm90", "cuda"), a, w, f32, split_k=1)
+            matmul_sm90.run(stdlib_module("matmul_sm90", "cuda"), a, w, f32, split_k=1)
             rc, rs = ops.mx_quantize(f32, f"f8{fmt}")
             torch.cuda.synchronize()
             same = bool((codes.view(torch.uint8) == rc.view(torch.uint8)).all()) and \

@@ -53,7 +53,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import kcompiler as kc  # noqa: E402
-from kcompiler.ops import math_kernel_source  # noqa: E402
+from kcompiler.ops import MATH_KERNEL  # noqa: E402
 
 LIB = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "stdlib", "libm_trig.kc")
 
@@ -199,10 +199,15 @@ VARIANTS = {
 FNS = {"sin": "sinf", "cos": "cosf", "tan": "tanf"}
 
 
+def params(fn: str) -> dict:
+    """ops.math's kernel ``apply`` bound to the variant's ``fn`` (sinf, ...), one vector a thread."""
+    return {"apply": {"FN": FNS[fn], "VV": 1}}
+
+
 def source(variant: str, fn: str) -> str:
     with open(LIB) as fh:
         text = VARIANTS[variant](fh.read())
-    kernel = math_kernel_source(FNS[fn], 1).replace("import std.math\n", "")
+    kernel = MATH_KERNEL.replace("import std.math\n", "")  # FN given at compile: params(fn)
     if variant.endswith("@lb8"):
         kernel = kernel.replace("n: i64) {\n", "n: i64) {\n    launch_bounds(256, 8);\n", 1)
     return text + "\n" + kernel
@@ -221,7 +226,7 @@ def main():
         for fn in names:
             ys = {}
             for v in VARIANTS:
-                mod = kc.compile(source(v, fn), target="cpu", path=f"<trig {v} {fn}>")
+                mod = kc.compile(source(v, fn), target="cpu", path=f"<trig {v} {fn}>", params=params(fn))
                 y = np.empty_like(x)
                 mod.apply[(x.size + 1023) // 1024, 256](x, y, x.size, T="f32")
                 ys[v] = y
@@ -238,7 +243,7 @@ def main():
         row = {"torch": n / t / 1e6}
         ref = None
         for v in VARIANTS:
-            mod = kc.compile(source(v, fn), target="cuda", path=f"<trig {v} {fn}>")
+            mod = kc.compile(source(v, fn), target="cuda", path=f"<trig {v} {fn}>", params=params(fn))
             t = do_bench(lambda: mod.apply[n // 1024, 256](x, y, n, T="f32"))
             row[v] = n / t / 1e6
             if args.check:

@@ -25,8 +25,10 @@ _LAZY = {"Module": ".runtime.module", "Kernel": ".runtime.module", "Launch": ".r
          "ProgramHandle": ".pipeline", "Source": ".pipeline", "Target": ".backends.target",
          "CompileOptions": ".backends.target", "capture_printf": ".runtime.stdio"}
 #: Subpackages and modules reachable as attributes (``kcompiler.pipeline``) without an import.
-_SUBMODULES = frozenset({"backends", "cli", "diagnostics", "frontend", "ir", "matmul_sm90", "numerics",
-                         "ops", "pipeline", "printf", "runtime"})
+#: ``kcompiler.ops`` is one of them: ``import kcompiler as kc; kc.ops.matmul(a, b)`` imports the ops
+#: package (and numpy) at that first use, as ``torch.nn`` is reached from ``torch``.
+_SUBMODULES = frozenset({"backends", "cli", "diagnostics", "frontend", "ir", "numerics", "ops", "pipeline",
+                         "printf", "runtime"})
 
 
 def __getattr__(name: str) -> Any:

@@ -22,6 +22,7 @@ import pytest
 
 import kcompiler as kc
 from kcompiler import ops
+from kcompiler.ops import _common
 from kcompiler.frontend.program import stdlib_dir
 from .ptxas_util import needs_ptxas, ptxas
 
@@ -112,7 +113,7 @@ TC_TILES = [dict(BM=32, BN=32, WARPS=2, STAGES=2), dict(BM=64, BN=16, WARPS=2, S
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_prefill_tensor_cores_emulated(monkeypatch, emulated, shape, causal):
     """The mma.sync path on the CPU target's emulation: one and two m16 tiles a warp, 2 and 3 stages."""
-    monkeypatch.setattr(ops, "_module", lambda name, target: emulated)
+    monkeypatch.setattr(_common, "stdlib_module", lambda name, target: emulated)
     B, Sq, Sk, H, HK, D = shape
     dtype = "bf16" if causal else "f16"
     q, k, v = qkv(B, Sq, Sk, H, HK, D, dtype)
@@ -125,7 +126,7 @@ def test_prefill_tensor_cores_emulated(monkeypatch, emulated, shape, causal):
 def test_prefill_varlen_and_bhsd_emulated(monkeypatch, emulated):
     """Packed sequences of lengths 13, 0, 40 against 30, 5, 21 keys (causal: a row can see no key); and
     the (B, H, S, D) layout."""
-    monkeypatch.setattr(ops, "_module", lambda name, target: emulated)
+    monkeypatch.setattr(_common, "stdlib_module", lambda name, target: emulated)
     H, HK, D = 4, 2, 64
     lq, lk = [13, 0, 40], [30, 5, 21]
     cu_q = np.concatenate([[0], np.cumsum(lq)]).astype(np.int32)
@@ -252,7 +253,7 @@ def test_paged_decode_tensor_cores_emulated(monkeypatch, emulated, ring):
     2 splits, sequences shorter than a chunk and empty; keys 32 a step or tile in pages of 32 (one
     table read a tile). (One specialisation each: compiling it takes most of the time.)"""
     page, G, splits = 32, 3, 2
-    monkeypatch.setattr(ops, "_module", lambda name, target: emulated)
+    monkeypatch.setattr(_common, "stdlib_module", lambda name, target: emulated)
     HK, D = 2, 64
     lens = [90, 0, 1, 45]
     bf = DTYPES["bf16"]
@@ -270,7 +271,7 @@ def test_paged_decode_simt_cp_async_emulated(monkeypatch, emulated, fp8):
     """The SIMT path with its cp.async ring (the CPU target's emulation of cp.async, bounds-checked):
     GQA 2:1, odd lengths, an empty sequence, 3 splits; FP8 with per-head scales and codes over the
     whole range (subnormals, +-448)."""
-    monkeypatch.setattr(ops, "_module", lambda name, target: emulated)
+    monkeypatch.setattr(_common, "stdlib_module", lambda name, target: emulated)
     HK, G, D, page = 2, 2, 128, 16
     lens = [45, 0, 130, 3]
     k_cache, v_cache, table, dense = paged_cache(lens, page, HK, D, np.float32)
@@ -467,7 +468,7 @@ def test_prefill_without_approx_ftz_gpu(monkeypatch):
     the bounds."""
     import torch
 
-    monkeypatch.setattr(ops, "_attention_module", lambda tgt: ops._module("attention", tgt))
+    monkeypatch.setattr(_common, "attention_module", lambda tgt: _common.stdlib_module("attention", tgt))
     B, Sq, Sk, H, HK, D = 2, 513, 700, 4, 2, 128
     q = torch.randn(B, Sq, H, D, device="cuda", dtype=torch.bfloat16)
     k = torch.randn(B, Sk, HK, D, device="cuda", dtype=torch.bfloat16)
@@ -555,7 +556,7 @@ def test_mla_decode_tensor_cores_emulated(monkeypatch, emulated):
     """MLA on tensor cores (heads as the rows of an m16 tile, S's dimensions split over 4 warps and added
     through shared memory, O's columns split) on the CPU target's emulation: 20 heads (blocks of 10),
     odd lengths, an empty sequence, 2 splits."""
-    monkeypatch.setattr(ops, "_module", lambda name, target: emulated)
+    monkeypatch.setattr(_common, "stdlib_module", lambda name, target: emulated)
     B, H, D, DR, page = 4, 20, 128, 64, 16
     lens = [37, 0, 70, 129]
     bf = DTYPES["bf16"]
@@ -680,7 +681,7 @@ def test_prefill_mfma_emulated(monkeypatch, causal):
     CPU target's emulation of gfx942's matrix cores: odd lengths, GQA, causal rows without keys."""
     mod = kc.compile_file(stdlib_dir() / "attention.kc", target="cpu", target_options={"emulate_mfma": "gfx942"},
                           check_bounds=True)
-    monkeypatch.setattr(ops, "_module", lambda name, target: mod)
+    monkeypatch.setattr(_common, "stdlib_module", lambda name, target: mod)
     B, Sq, Sk, H, HK, D = 1, 45, 37, 2, 1, 64
     dtype = "bf16" if causal else "f16"
     q, k, v = qkv(B, Sq, Sk, H, HK, D, dtype)

@@ -13,6 +13,8 @@ odd lengths, causal, GQA, D 64 and 128, with the output poisoned first.
 """
 from __future__ import annotations
 
+import importlib
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -22,6 +24,9 @@ from kcompiler.pipeline import compile_source_to
 from kcompiler.runtime.tensormap import tensor_map
 
 from .ptxas_util import needs_ptxas, ptxas
+
+#: The module kcompiler.ops.attention (the package's attribute of that name is the function).
+ops_attention = importlib.import_module("kcompiler.ops.attention")
 
 RNG = np.random.default_rng()
 
@@ -119,7 +124,7 @@ def test_prefill_sm90_emulated(monkeypatch, emulated, shape):
 
     from .test_attention import check, qkv, reference
     B, Sq, Sk, H, HK, D, causal, layout = shape
-    monkeypatch.setattr(ops, "_attention_sm90_module", lambda target: emulated)
+    monkeypatch.setattr(ops_attention, "_attention_sm90_module", lambda target: emulated)
     q, k, v = qkv(B, Sq, Sk, H, HK, D, "bf16")
     args = [x.transpose(0, 2, 1, 3).copy() for x in (q, k, v)] if layout == "bhsd" else [q, k, v]
     out, lse = ops.attention(*args, causal=causal, layout=layout, return_lse=True, path="sm90", target="cpu")
@@ -138,7 +143,7 @@ def test_prefill_sm90_tiles_emulated(monkeypatch, emulated, tiles):
     from kcompiler import ops
 
     from .test_attention import check, qkv, reference
-    monkeypatch.setattr(ops, "_attention_sm90_module", lambda target: emulated)
+    monkeypatch.setattr(ops_attention, "_attention_sm90_module", lambda target: emulated)
     q, k, v = qkv(1, 77, 290, 2, 1, 64, "bf16")
     out, lse = ops.attention(q, k, v, causal=True, return_lse=True, path="sm90", tiles=tiles, target="cpu")
     ref, ref_lse = reference(q, k, v, True, 64 ** -0.5)
@@ -151,7 +156,7 @@ def test_prefill_sm90_varlen_emulated(monkeypatch, emulated):
     from kcompiler import ops
 
     from .test_attention import check, reference
-    monkeypatch.setattr(ops, "_attention_sm90_module", lambda target: emulated)
+    monkeypatch.setattr(ops_attention, "_attention_sm90_module", lambda target: emulated)
     lq, lk = [5, 0, 140, 33], [9, 3, 131, 60]
     cu_q = np.concatenate([[0], np.cumsum(lq)]).astype(np.int32)
     cu_k = np.concatenate([[0], np.cumsum(lk)]).astype(np.int32)

@@ -668,7 +668,8 @@ def _timer(times: dict[int, float], calls: list):
 
 
 def _records(d) -> list:
-    return [json.loads(p.read_text()) for p in d.rglob("*.json")]
+    """The autotune records under ``d``: each JSON cache entry's checksummed value."""
+    return [json.loads(p.read_text())["value"] for p in d.rglob("*.json")]
 
 
 def test_autotune_times_once_and_caches_on_disk(tmp_path):
@@ -755,7 +756,7 @@ def test_damaged_record_is_a_miss(tmp_path):
     fresh = KernelCache(tmp_path, disk=True)
     assert at.autotune(PROBLEM, CANDS, _timer({64064: 1.0, 128128: 2.0, 128064: 3.0}, calls), cache=fresh,
                        enabled=True) == dict(BM=64, BN=64)
-    assert len(calls) == 3 and json.loads(path.read_text())["choice"] == dict(BM=64, BN=64)
+    assert len(calls) == 3 and _records(tmp_path)[0]["choice"] == dict(BM=64, BN=64)
 
 
 def test_ops_matmul_does_not_tune_on_the_cpu(monkeypatch):

@@ -243,7 +243,7 @@ def test_matmul_sm90_epilogue_assembles(tmp_path):
 def test_config_choice():
     """The largest tile (of those that have run on an H100) that still gives most multiprocessors a
     tile, else the smallest; one consumer warpgroup for M <= 64."""
-    from kcompiler import matmul_sm90 as m
+    from kcompiler.ops import matmul_sm90 as m
     assert m.choose(8192, 8192, 8192) == m.CONFIGS["128x256"]
     assert m.choose(1024, 4096, 4096) == m.CONFIGS["128x256"]  # 128 tiles of 132
     assert m.choose(128, 4096, 4096) == m.CONFIGS["64x64"]  # 128 tiles of 132
@@ -285,13 +285,13 @@ class _CheckedLaunches:
 
 @pytest.mark.parametrize("epilogue", [None, "source"])
 def test_host_launch_matches_kernel(monkeypatch, epilogue):
-    """kcompiler.matmul_sm90.run passes what the kernel's signature asks (tensor maps, pointers, the
+    """kcompiler.ops.matmul_sm90.run passes what the kernel's signature asks (tensor maps, pointers, the
     epilogue's inputs), within the shared memory a block may have; checked without a GPU."""
     import kcompiler as kc
     import ml_dtypes
     import numpy as np
 
-    from kcompiler import matmul_sm90
+    from kcompiler.ops import matmul_sm90
     from kcompiler.runtime.tensormap import TensorMap
 
     monkeypatch.setattr(matmul_sm90, "cached_tensor_map",
@@ -327,7 +327,7 @@ def _emulated(source_epilogue: str | None = None):
     """std.matmul_sm90 for the CPU target with the Hopper instructions emulated (compiled once)."""
     import kcompiler as kc
 
-    from kcompiler import matmul_sm90
+    from kcompiler.ops import matmul_sm90
     key = source_epilogue or ""
     if key not in _EMU:
         opts = {"emulate_wgmma": True}
@@ -365,7 +365,7 @@ def test_emulated_matmul_sm90(shape, t, config, b_kmajor, out_t):
     import ml_dtypes
     import numpy as np
 
-    from kcompiler import matmul_sm90
+    from kcompiler.ops import matmul_sm90
     M, N, K = shape
     dt = {"bf16": ml_dtypes.bfloat16, "f16": np.float16}
     rng = np.random.default_rng()
@@ -385,7 +385,7 @@ def test_emulated_split_k(split_k, out_t):
     import ml_dtypes
     import numpy as np
 
-    from kcompiler import matmul_sm90
+    from kcompiler.ops import matmul_sm90
     M, N, K = 40, 136, 200
     rng = np.random.default_rng()
     a = rng.standard_normal((M, K)).astype(ml_dtypes.bfloat16)
@@ -416,7 +416,7 @@ def test_emulated_split_k_fixup_with_epilogue_and_scales(fmt, per_row):
     same workspace, which the kernel leaves as it found it (counts zero), with the same bits both times."""
     import numpy as np
 
-    from kcompiler import matmul_sm90
+    from kcompiler.ops import matmul_sm90
     M, N, K = 45, 136, 1040
     rng = np.random.default_rng()
     a, b, sa, sb = _fp8_operands(rng, fmt, M, N, K, per_row)
@@ -444,7 +444,7 @@ def test_emulated_fp8_scales(fmt, per_row):
     """FP8 (k32 wgmma, 128-byte rows of 128 elements) with per-tensor or per-row/column scales."""
     import numpy as np
 
-    from kcompiler import matmul_sm90
+    from kcompiler.ops import matmul_sm90
     M, N, K = 77, 136, 272
     rng = np.random.default_rng()
     a, b, sa, sb = _fp8_operands(rng, fmt, M, N, K, per_row)
@@ -461,7 +461,7 @@ def test_emulated_epilogues():
     import ml_dtypes
     import numpy as np
 
-    from kcompiler import matmul_sm90
+    from kcompiler.ops import matmul_sm90
     M, N, K = 70, 136, 72
     rng = np.random.default_rng()
     a = rng.standard_normal((M, K)).astype(ml_dtypes.bfloat16)
@@ -490,7 +490,7 @@ def test_emulated_mx_block_epilogue(t, config, fmt):
     import ml_dtypes
     import numpy as np
 
-    from kcompiler import matmul_sm90
+    from kcompiler.ops import matmul_sm90
     from kcompiler.numerics import mx
     M, N, K = 77, 160, 272
     rng = np.random.default_rng()
@@ -618,7 +618,9 @@ def _sm90(torch):
 def test_ops_matmul_hopper(shape, dtype, out_dtype, b_kmajor):
     import torch
 
-    from kcompiler import matmul_sm90, ops
+    from kcompiler import ops
+    from kcompiler.ops import matmul_sm90
+    from kcompiler.ops._common import stdlib_module
     _sm90(torch)
     M, N, K = shape
     dt, ot = getattr(torch, dtype), getattr(torch, out_dtype)
@@ -627,7 +629,7 @@ def test_ops_matmul_hopper(shape, dtype, out_dtype, b_kmajor):
     out = torch.full((M, N), float("nan"), device="cuda", dtype=ot)
     # the Hopper path: row-major B N-major (wgmma's transposed B) where TMA can describe its rows, else copied
     # K-major (odd N: rows of N * 2 bytes not a multiple of 16)
-    got = matmul_sm90.operand_b(a, b.T if b_kmajor else b, out, b_kmajor)
+    got = matmul_sm90.operand_b(stdlib_module("matmul_sm90", "cuda"), a, b.T if b_kmajor else b, out, b_kmajor)
     assert got is not None and got[1] == (b_kmajor or (N * 2) % 16 != 0)
     c = ops.matmul(a, b, out=out)
     torch.cuda.synchronize()
@@ -640,7 +642,8 @@ def test_ops_matmul_hopper(shape, dtype, out_dtype, b_kmajor):
 def test_every_config(config, b_kmajor):
     import torch
 
-    from kcompiler import matmul_sm90, ops
+    from kcompiler.ops import matmul_sm90
+    from kcompiler.ops._common import stdlib_module
     _sm90(torch)
     M, N, K = 333, 1000, 520
     a = torch.randn(M, K, device="cuda").to(torch.bfloat16)
@@ -649,7 +652,7 @@ def test_every_config(config, b_kmajor):
         b = b.T.contiguous()
     out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
     name, _, split = config.partition("/")
-    matmul_sm90.run(ops._module("matmul_sm90", "cuda"), a, b, out, b_kmajor=b_kmajor,
+    matmul_sm90.run(stdlib_module("matmul_sm90", "cuda"), a, b, out, b_kmajor=b_kmajor,
                     config=matmul_sm90.CONFIGS[name], split_k=int(split or 1))
     torch.cuda.synchronize()
     _reference_check(out, a, b.T if b_kmajor else b)
@@ -713,7 +716,8 @@ def test_small_m_split_k(shape, out_dtype):
     epilogue, against torch in float64."""
     import torch
 
-    from kcompiler import matmul_sm90, ops
+    from kcompiler import ops
+    from kcompiler.ops import matmul_sm90
     _sm90(torch)
     M, N, K = shape
     assert matmul_sm90.choose_split(M, N, K, matmul_sm90.choose(M, N, K), 64) > 1
@@ -741,7 +745,9 @@ def test_mx_epilogue_hopper(shape, b_kmajor, fmt):
     ops.mx_quantize's of the same kernel's f32 result, also composed after a bias + GELU."""
     import torch
 
-    from kcompiler import matmul_sm90, ops
+    from kcompiler import ops
+    from kcompiler.ops import matmul_sm90
+    from kcompiler.ops._common import stdlib_module
     _sm90(torch)
     M, N, K = shape
     a = torch.randn(M, K, device="cuda").to(torch.bfloat16)
@@ -753,8 +759,8 @@ def test_mx_epilogue_hopper(shape, b_kmajor, fmt):
         codes, scales = ops.matmul(a, b, epilogue=ep)
         # the same kernel's f32 result, unsplit (the block epilogue never splits K)
         f32 = torch.empty(M, N, device="cuda")
-        b90, kmajor = matmul_sm90.operand_b(a, b.T if b_kmajor else b, f32, b_kmajor)
-        matmul_sm90.run(ops._module("matmul_sm90", "cuda"), a, b90, f32, b_kmajor=kmajor, split_k=1,
+        b90, kmajor = matmul_sm90.operand_b(stdlib_module("matmul_sm90", "cuda"), a, b.T if b_kmajor else b, f32, b_kmajor)
+        matmul_sm90.run(stdlib_module("matmul_sm90", "cuda"), a, b90, f32, b_kmajor=kmajor, split_k=1,
                         epilogue=None if per is None else (per, bias, f32.view(-1), 1.0))
         want_c, want_s = ops.mx_quantize(f32, f"f8{fmt}")
         torch.cuda.synchronize()
@@ -770,7 +776,8 @@ def test_repeated_calls_take_the_kept_launch():
     (or a new one), and a different operand (another address, a row-major B that is copied) gets its own."""
     import torch
 
-    from kcompiler import matmul_sm90, ops
+    from kcompiler import ops
+    from kcompiler.ops import matmul_sm90
     _sm90(torch)
     M, N, K = 16, 4096, 4096
     a = torch.randn(M, K, device="cuda").to(torch.bfloat16)

@@ -19,6 +19,7 @@ import pytest
 
 import kcompiler as kc
 from kcompiler import ops
+from kcompiler.ops import mla as ops_mla
 from kcompiler.frontend.program import stdlib_dir
 
 from .ptxas_util import needs_ptxas, ptxas
@@ -80,7 +81,7 @@ EMU_CASES = [(128, 64, 16, 20, [37, 0, 70, 129], dict(BN=64, STAGES=2), 1),
 def test_mla_sm90_emulated(monkeypatch, emulated, case):
     """The whole Hopper kernel on the CPU target's emulation against float64 (module docstring)."""
     D, DR, page, H, lens, tiles, splits = case
-    monkeypatch.setattr(ops, "_mla_sm90_module", lambda target: emulated)
+    monkeypatch.setattr(ops_mla, "_mla_sm90_module", lambda target: emulated)
     q_nope, q_pe, ckv, kpe, table = mla_inputs(lens, H, D, DR, page)
     scale = (128 + 64) ** -0.5
     out, lse = ops.mla_decode(q_nope, q_pe, ckv, kpe, table, np.array(lens, np.int32), scale=scale,
@@ -93,7 +94,7 @@ def test_mla_sm90_emulated(monkeypatch, emulated, case):
 def test_mla_sm90_deepseek_shape_emulated(monkeypatch, emulated):
     """DeepSeek's latent 512 + rope 64 (each consumer's P V a wgmma of 256 columns), f16, pages of 64,
     a length ending inside the last page, two splits."""
-    monkeypatch.setattr(ops, "_mla_sm90_module", lambda target: emulated)
+    monkeypatch.setattr(ops_mla, "_mla_sm90_module", lambda target: emulated)
     lens = [75, 3]
     q_nope, q_pe, ckv, kpe, table = mla_inputs(lens, 16, 512, 64, 64, "f16")
     scale = (128 + 64) ** -0.5
@@ -103,10 +104,11 @@ def test_mla_sm90_deepseek_shape_emulated(monkeypatch, emulated):
     check(out, lse, ref, ref_lse, finite_rows(ckv, table, lens, 64), "f16")
 
 
-def test_mla_path_choice():
+def test_mla_path_choice(monkeypatch, emulated):
     """path is 'auto', 'sm90' or 'generic'; 'sm90' where the Hopper kernel cannot run is a RuntimeError
     that says why (the CPU target without the emulation; D not a multiple of 128; a page of 24 with
-    tiles of 64; tiles beyond shared memory), 'auto' then runs std.attention's kernel."""
+    tiles of 64; on the emulation, tiles beyond the shared memory a block may have on its device),
+    'auto' then runs std.attention's kernel."""
     lens = [20]
     q_nope, q_pe, ckv, kpe, table = mla_inputs(lens, 4, 128, 64, 16, poison=False)
     sl = np.array(lens, np.int32)
@@ -123,8 +125,10 @@ def test_mla_path_choice():
     with pytest.raises(RuntimeError, match="pages of a multiple of 8"):
         ops.mla_decode(a, b, c, d, t, sl, scale=0.1, path="sm90", target="cpu")
     big = mla_inputs(lens, 4, 512, 64, 64, poison=False)
-    with pytest.raises(RuntimeError, match="shared memory"):
-        ops.mla_decode(*big, sl, scale=0.1, path="sm90", sm90_tiles=dict(BN=64, STAGES=3), target="cpu")
+    with monkeypatch.context() as m:
+        m.setattr(ops_mla, "_mla_sm90_module", lambda target: emulated)
+        with pytest.raises(RuntimeError, match="bytes of shared memory, more than the 232448 a block may have"):
+            ops.mla_decode(*big, sl, scale=0.1, path="sm90", sm90_tiles=dict(BN=64, STAGES=3), target="cpu")
     out = ops.mla_decode(q_nope, q_pe, ckv, kpe, table, sl, scale=0.1, target="cpu")  # auto: std.attention
     ref, _ = mla_reference(q_nope, q_pe, ckv, kpe, table, lens, 16, 0.1)
     assert np.abs(out.astype(np.float64) - ref).max() < 0.05
@@ -134,10 +138,10 @@ def test_mla_auto_takes_the_hopper_kernel_from_64_heads(monkeypatch, emulated):
     """path 'auto' runs std.mla_sm90 where H >= ops.MLA_SM90_MIN_HEADS (64) and std.attention's kernel
     below (fewer heads pad wgmma's 64 rows: slower on the H100), or where a generic option is given;
     both results against float64."""
-    monkeypatch.setattr(ops, "_mla_sm90_module", lambda target: emulated)
+    monkeypatch.setattr(ops_mla, "_mla_sm90_module", lambda target: emulated)
     ran = []
-    sm90 = ops._mla_decode_sm90
-    monkeypatch.setattr(ops, "_mla_decode_sm90", lambda *a: ran.append(a[0].shape[1]) or sm90(*a))
+    sm90 = ops_mla._mla_decode_sm90
+    monkeypatch.setattr(ops_mla, "_mla_decode_sm90", lambda *a: ran.append(a[0].shape[1]) or sm90(*a))
     lens = [37, 5]
     sl = np.array(lens, np.int32)
     for H, options, hopper in ((64, {}, True), (16, {}, False), (64, dict(heads_per_block=16), False)):

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import functools
 import os
 import struct
 import sys
@@ -345,16 +346,38 @@ class CudaDevice(Device):
                 atexit.register(self._finish_hostcall)
             return self._hostcall[0]
 
+    def _attribute(self, name: str) -> int:
+        """The driver's ``CU_DEVICE_ATTRIBUTE_<name>`` of this device."""
+        return int(_check(_drv.cuDeviceGetAttribute(getattr(_drv.CUdevice_attribute, f"CU_DEVICE_ATTRIBUTE_{name}"),
+                                                    self.device), "cuDeviceGetAttribute"))
+
+    @functools.cached_property
+    def multiprocessor_count(self) -> int:  # type: ignore[override]
+        """Streaming multiprocessors (the driver's MULTIPROCESSOR_COUNT; 132 on an H100 SXM)."""
+        return self._attribute("MULTIPROCESSOR_COUNT")
+
+    @functools.cached_property
+    def shared_memory_per_multiprocessor(self) -> int:  # type: ignore[override]
+        """Bytes of shared memory a multiprocessor has (MAX_SHARED_MEMORY_PER_MULTIPROCESSOR; 233,472
+        on sm_90)."""
+        return self._attribute("MAX_SHARED_MEMORY_PER_MULTIPROCESSOR")
+
+    @functools.cached_property
+    def threads_per_multiprocessor(self) -> int:  # type: ignore[override]
+        """Threads a multiprocessor holds (MAX_THREADS_PER_MULTIPROCESSOR; 2048 on sm_90)."""
+        return self._attribute("MAX_THREADS_PER_MULTIPROCESSOR")
+
+    @property
+    def shared_memory_per_block(self) -> int:  # type: ignore[override]
+        """The most shared memory a block may opt in to (MAX_SHARED_MEMORY_PER_BLOCK_OPTIN; 232,448 on
+        sm_90)."""
+        return self.max_shared_optin
+
     def resident_warps(self) -> int:
         """How many warps the device can hold at once (SMs x threads per SM / 32; 8448 on an H100
         SXM): a hostcall buffer needs one packet per warp that may call, as the HIP runtime gives
         one per wavefront the GPU can hold."""
-        A = _drv.CUdevice_attribute
-        sms = _check(_drv.cuDeviceGetAttribute(A.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, self.device),
-                     "cuDeviceGetAttribute")
-        threads = _check(_drv.cuDeviceGetAttribute(A.CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR,
-                                                   self.device), "cuDeviceGetAttribute")
-        return int(sms) * int(threads) // 32
+        return self.multiprocessor_count * self.threads_per_multiprocessor // 32
 
     def _finish_hostcall(self) -> None:
         try:

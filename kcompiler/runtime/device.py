@@ -60,6 +60,19 @@ class Device:
     #: The chip, as the compiler's ``arch`` (e.g. 'sm_90a'), chosen for this device.
     arch: str = ""
 
+    # Limits that size launches (kcompiler.ops: split-KV counts, persistent grids, tile checks). A GPU
+    # device reads them from its driver; the defaults here, which the CPU target keeps, are an H100
+    # SXM's (CUDA's device attributes there), so that the CPU target, standing in for a GPU in tests,
+    # makes the choices that GPU would.
+    #: Streaming multiprocessors (NVIDIA) or compute units (AMD).
+    multiprocessor_count: int = 132
+    #: Bytes of shared memory (LDS) one multiprocessor has for its resident blocks (sm_90: 228 KiB).
+    shared_memory_per_multiprocessor: int = 228 * 1024
+    #: Threads one multiprocessor holds at once.
+    threads_per_multiprocessor: int = 2048
+    #: The most shared memory (static and dynamic) one block may use, opted in (sm_90: 227 KiB).
+    shared_memory_per_block: int = 227 * 1024
+
     @classmethod
     def count(cls) -> int:
         """How many devices of this class are here (what ``kc devices`` and the target ``auto``

@@ -332,6 +332,13 @@ class HipDevice(Device):
         self.warp_size = int(props.warpSize)
         self.max_shared = int(props.sharedMemPerBlock)
         self.max_threads = int(props.maxThreadsPerBlock)
+        # the limits that size launches (Device's); a property hip-python lacks keeps Device's default
+        for attr, prop in (("multiprocessor_count", "multiProcessorCount"),
+                           ("shared_memory_per_multiprocessor", "maxSharedMemoryPerMultiProcessor"),
+                           ("threads_per_multiprocessor", "maxThreadsPerMultiProcessor")):
+            if getattr(props, prop, None):
+                setattr(self, attr, int(getattr(props, prop)))
+        self.shared_memory_per_block = self.max_shared
 
     def __repr__(self) -> str:
         return f"HipDevice({getattr(self, 'ordinal', '?')}: {getattr(self, 'name', '?')}, " \

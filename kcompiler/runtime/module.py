@@ -301,6 +301,12 @@ class Module:
     def arch(self) -> str:
         return self._program.arch
 
+    def target_has(self, feature: str) -> bool:
+        """Whether this module's target has ``feature`` ('mma', 'wgmma', 'mfma', 'nvptx', 'cpu', ...):
+        what ``comptime target.has(...)`` answers in its kernels, so that the host picks the path the
+        kernel's own compile-time test takes (the CPU target with ``emulate_mma`` has 'mma' too)."""
+        return self._program.target.has(feature)
+
     def kernel(self, name: str) -> Kernel:
         k = self._kernels.get(name)
         if k is None:

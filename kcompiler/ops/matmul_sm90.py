@@ -1,6 +1,7 @@
 """The host side of std.matmul's Hopper path (stdlib/matmul_sm90.kc): when it applies, its tile
 configurations, the TMA tensor maps of A and B, and the persistent launch. kcompiler.ops.matmul and
-kcompiler.ops.scaled_matmul call :func:`run` where :func:`reason_not` finds nothing against it.
+kcompiler.ops.scaled_matmul call :func:`run` where :func:`reason_not` finds nothing against it; numpy
+FP8 arrays run the same kernel on the CPU target's emulation (:func:`scaled_matmul_cpu`).
 """
 from __future__ import annotations
 
@@ -8,8 +9,15 @@ import functools
 from collections import OrderedDict
 from typing import Any, Callable
 
-from .runtime import arrays
-from .runtime.tensormap import cached_tensor_map
+import numpy as np
+
+from .. import compile as compile_source, compile_file
+from ..frontend.program import stdlib_dir
+from ..ir.types import SCALARS
+from ..runtime import arrays
+from ..runtime.device import Device
+from ..runtime.tensormap import cached_tensor_map
+from . import _common
 
 #: Tile configurations (the kernel's compile-time parameters besides T, OUT, BK), largest first:
 #: BM = 64 * CONSUMERS rows by BN columns; STAGES fill about 192 KiB of shared memory. :func:`choose`
@@ -36,7 +44,7 @@ def shared_bytes(cfg: dict, t: str) -> int:
     return cfg["STAGES"] * (bm + cfg["BN"]) * 128 + 16 * cfg["STAGES"]
 
 
-def choose(M: int, N: int, K: int, sms: int = 132) -> dict:
+def choose(M: int, N: int, K: int, sms: int = Device.multiprocessor_count) -> dict:
     """The configuration :func:`run` uses for an M x K by K x N product on ``sms`` multiprocessors:
     the largest tile of :data:`CHOICES` that gives every multiprocessor a tile at least (more than
     80% of them, where tiles run out), else the smallest (small products are bound by reading B:
@@ -52,7 +60,7 @@ def choose(M: int, N: int, K: int, sms: int = 132) -> dict:
     return dict(CONFIGS[CHOICES[-1]])
 
 
-def choose_split(M: int, N: int, K: int, cfg: dict, bk: int, sms: int = 132) -> int:
+def choose_split(M: int, N: int, K: int, cfg: dict, bk: int, sms: int = Device.multiprocessor_count) -> int:
     """The split-K factor :func:`run` uses by default: where the configuration's tiles fill at most half
     of the ``sms`` multiprocessors (small M), each tile's K loop is cut into as many shares as fill
     them, at most 4, each of at least 32 k-steps of ``bk``; else 1. Measured on the H100 (bench_matmul
@@ -65,26 +73,15 @@ def choose_split(M: int, N: int, K: int, cfg: dict, bk: int, sms: int = 132) -> 
     return max(1, min(4, sms // tiles, -(-K // bk) // 32))
 
 
-@functools.lru_cache(maxsize=None)
-def _arch(ordinal: int) -> str | None:
-    from .runtime.cuda import detected_arch
-    return detected_arch(ordinal)
-
-
-@functools.lru_cache(maxsize=None)
-def _sm_count(ordinal: int) -> int:
-    import torch
-    return torch.cuda.get_device_properties(ordinal).multi_processor_count
-
-
-def reason_not(a: Any, b: Any, out: Any, b_kmajor: bool = True) -> str | None:
-    """Why the Hopper path cannot compute ``out = a @ B``, or None when it can. a: M x K row-major;
-    b: B stored N x K row-major (``b_kmajor``) or K x N row-major (N-major, 16-bit types only). It
-    needs contiguous torch CUDA tensors on an sm_90 device, a dtype of :data:`BK`, and rows of a
-    multiple of 16 bytes starting 16-byte aligned (TMA's rules)."""
+def reason_not(mod: Any, a: Any, b: Any, out: Any, b_kmajor: bool = True) -> str | None:
+    """Why the Hopper path cannot compute ``out = a @ B`` with ``mod`` (std.matmul_sm90 compiled for
+    the tensors' GPU), or None when it can. a: M x K row-major; b: B stored N x K row-major
+    (``b_kmajor``) or K x N row-major (N-major, 16-bit types only). It needs contiguous torch CUDA
+    tensors, a target with wgmma (sm_90a), a dtype of :data:`BK`, and rows of a multiple of 16 bytes
+    starting 16-byte aligned (TMA's rules)."""
     if not all(arrays.is_torch_tensor(x) and x.is_cuda for x in (a, b, out)):
         return "the Hopper path takes torch CUDA tensors"
-    if _arch(_ordinal(a)) != "sm_90a":
+    if not mod.target_has("wgmma"):
         return "the Hopper path needs an sm_90 GPU"
     t = arrays.array_scalar_type(a)
     if t is None or t.name not in BK or arrays.array_scalar_type(b) != t:
@@ -103,18 +100,18 @@ def reason_not(a: Any, b: Any, out: Any, b_kmajor: bool = True) -> str | None:
 _ROWS = "TMA needs rows of a multiple of 16 bytes, 16-byte aligned"
 
 
-def operand_b(a: Any, b: Any, out: Any, b_kmajor: bool) -> tuple[Any, bool] | None:
-    """B as the Hopper path takes it for ``out = a @ B`` (b as :func:`reason_not` takes it): ``(b,
-    b_kmajor)`` where :func:`reason_not` finds nothing against it; for a row-major B whose rows TMA
-    cannot describe (N not a multiple of 16 bytes) a K-major copy, ``(B^T contiguous, True)``, where
-    that one's rows can be; else None (the path does not apply)."""
-    why = reason_not(a, b, out, b_kmajor)
+def operand_b(mod: Any, a: Any, b: Any, out: Any, b_kmajor: bool) -> tuple[Any, bool] | None:
+    """B as the Hopper path takes it for ``out = a @ B`` (``mod`` and b as :func:`reason_not` takes
+    them): ``(b, b_kmajor)`` where :func:`reason_not` finds nothing against it; for a row-major B
+    whose rows TMA cannot describe (N not a multiple of 16 bytes) a K-major copy, ``(B^T contiguous,
+    True)``, where that one's rows can be; else None (the path does not apply)."""
+    why = reason_not(mod, a, b, out, b_kmajor)
     if why is None:
         return b, b_kmajor
     if b_kmajor or why != _ROWS or (int(a.shape[1]) * a.element_size()) % 16 or a.data_ptr() % 16:
         return None
     bt = b.t().contiguous()
-    return (bt, True) if reason_not(a, bt, out, True) is None else None
+    return (bt, True) if reason_not(mod, a, bt, out, True) is None else None
 
 
 def run(mod: Any, a: Any, b: Any, out: Any, **options: Any) -> Any:
@@ -154,7 +151,7 @@ def prepare(mod: Any, a: Any, b: Any, out: Any, *, b_kmajor: bool = True, scale_
     N = int(b.shape[0] if b_kmajor else b.shape[1])
     t = arrays.array_scalar_type(a).name
     o = arrays.array_scalar_type(out).name
-    sms = sms or (_sm_count(_ordinal(a)) if arrays.is_torch_tensor(a) else 8)
+    sms = sms or (_common.device_of(mod, a).multiprocessor_count if arrays.is_torch_tensor(a) else 8)
     cfg = dict(config) if config is not None else choose(M, N, K, sms)
     bk = BK[t]
     bm = 64 * cfg["CONSUMERS"]
@@ -227,7 +224,7 @@ def remember(key: tuple | None, go: Callable[[Any], Any], shape: tuple, dtype: A
 
     def plan(c: Any) -> Any:
         if c is None:
-            import torch
+            import torch  # deferred: torch is optional
             c = torch.empty(shape, dtype=dtype, device=device)
         return go(c)
     PLANS[key] = plan
@@ -243,9 +240,8 @@ def _split_workspace(like: Any, slots: int, per_slot: int) -> tuple[Any, Any]:
     ``slots`` u32 counts, zero (the kernel leaves them zero). Kept per device and grown as needed; a
     numpy pair for numpy ``like`` (the CPU target's emulation), fresh each time."""
     if not arrays.is_torch_tensor(like):
-        import numpy as np
         return np.zeros(slots * per_slot, np.float32), np.zeros(slots, np.uint32)
-    import torch
+    import torch  # deferred: torch is optional
     key = str(like.device)
     ws, counts = _WORKSPACES.get(key, (None, None))
     if ws is None or ws.numel() < slots * per_slot or counts.numel() < slots:
@@ -259,9 +255,8 @@ def _split_workspace(like: Any, slots: int, per_slot: int) -> tuple[Any, Any]:
 def _dummy_f32(device: Any) -> Any:
     """A one-element f32 array on ``device`` (a torch device; None: a numpy array)."""
     if device is None:
-        import numpy as np
         return np.zeros(1, np.float32)
-    import torch
+    import torch  # deferred: torch is optional
     return torch.zeros(1, dtype=torch.float32, device=device)
 
 
@@ -269,14 +264,9 @@ def _dummy_f32(device: Any) -> Any:
 def _dummy_u32(device: Any) -> Any:
     """A one-element u32 array on ``device`` (a torch device; None: a numpy array)."""
     if device is None:
-        import numpy as np
         return np.zeros(1, np.uint32)
-    import torch
+    import torch  # deferred: torch is optional
     return torch.zeros(1, dtype=torch.uint32, device=device)
-
-
-def _ordinal(x: Any) -> int:
-    return (x.device.index or 0) if arrays.is_torch_tensor(x) else 0
 
 
 #: The kernel a user's epilogue source is compiled with (appended to it, so that its lines keep their
@@ -313,7 +303,6 @@ kernel matmul_sm90_block_epilogue[T: type, OUT: type, BK: i32, BN: i32, CONSUMER
 def epilogue_module(source: str, target: str = "cuda", arch: str | None = None) -> Any:
     """A module of a user's epilogue ``source`` with kernel matmul_sm90_epilogue (std.matmul_sm90's
     body calling the source's fn), for CUDA (``target``/``arch`` as kcompiler.compile takes them)."""
-    from . import compile as compile_source
     return compile_source(source.rstrip("\n") + "\n" + _EPILOGUE_KERNEL, target=target, arch=arch,
                           path="<kcompiler.ops.matmul epilogue (Hopper path)>")
 
@@ -326,11 +315,9 @@ def scaled_matmul(a: Any, b: Any, scale_a: Any, scale_b: Any, *, out_dtype: Any 
     w.T``). Scales are f32 tensors: one element each (per tensor), or ``scale_a`` of M elements ((M,
     1) or (M,)) and ``scale_b`` of N ((1, N) or (N,)) (per row of A, per column of B). Runs on the
     Hopper path only (an sm_90 GPU). Raises TypeError / ValueError for arguments that do not fit,
-    RuntimeError where the Hopper path cannot run. numpy FP8 arrays: kcompiler.scaled_matmul_cpu (the
+    RuntimeError where the Hopper path cannot run. numpy FP8 arrays: :func:`scaled_matmul_cpu` (the
     same kernel on the CPU target's emulation; kcompiler.ops.scaled_matmul sends them there)."""
-    import torch
-
-    from . import ops
+    import torch  # deferred: torch is optional
 
     key = plan_key("scaled_matmul", (a, b, scale_a, scale_b), out, out_dtype) \
         if isinstance(scale_a, torch.Tensor) and isinstance(scale_b, torch.Tensor) else None
@@ -356,7 +343,7 @@ def scaled_matmul(a: Any, b: Any, scale_a: Any, scale_b: Any, *, out_dtype: Any 
     if name not in ("bf16", "f16", "f32"):
         raise TypeError(f"scaled_matmul: out_dtype must be bf16, f16 or f32, not {out_dtype!r}")
     if out is None:
-        out = torch.empty((M, N), dtype=getattr(torch, ops._TORCH[name]), device=a.device)
+        out = torch.empty((M, N), dtype=getattr(torch, _common.TORCH_DTYPES[name]), device=a.device)
     elif tuple(out.shape) != (M, N) or not out.is_contiguous():
         raise ValueError(f"scaled_matmul: out must be a contiguous ({M}, {N}) tensor")
     sa = torch.as_tensor(scale_a, dtype=torch.float32, device=a.device).reshape(-1).contiguous()
@@ -370,15 +357,119 @@ def scaled_matmul(a: Any, b: Any, scale_a: Any, scale_b: Any, *, out_dtype: Any 
                          f"{sa.numel()} and {sb.numel()}")
     if M == 0 or N == 0 or K == 0:
         return out.zero_()
-    why = reason_not(a, b_nk, out, True)
+    mod = _common.stdlib_module("matmul_sm90", "cuda")
+    why = reason_not(mod, a, b_nk, out, True)
     if why is not None:
         raise RuntimeError(f"scaled_matmul: {why}")
-    go = prepare(ops._module("matmul_sm90", "cuda"), a, b_nk, out, scale_a=sa, scale_b=sb, scale=mode)
+    go = prepare(mod, a, b_nk, out, scale_a=sa, scale_b=sb, scale=mode)
     # a plan only where the scales are the caller's tensors, not copies: they are read at each launch
     if key is not None and sa.data_ptr() == scale_a.data_ptr() and sb.data_ptr() == scale_b.data_ptr():
         remember(key, go, (M, N), out.dtype, out.device)
     return go(out)
 
 
+# --- numpy FP8 arrays: the same kernel on the CPU target's emulation ------------------------------------
+# std.matmul_sm90 (TMA, wgmma, mbarriers) run on the CPU target's emulation of those instructions
+# (``target_options={"emulate_wgmma": True}``, backends/cpu/hopper.py), with torch._scaled_mm's
+# contract; no torch needed.
+
+_FP8 = ("f8e4m3", "f8e5m2")
+_OUTS = ("bf16", "f16", "f32")
+
+
+@functools.lru_cache(maxsize=None)
+def _cpu_module() -> Any:
+    """std.matmul_sm90 for the CPU target with wgmma, TMA and mbarriers emulated (compiled once a
+    process; the disk cache keeps it across processes)."""
+    d = stdlib_dir()
+    if d is None:
+        raise RuntimeError("kcompiler's standard library (stdlib/) is not installed")
+    return compile_file(d / "matmul_sm90.kc", target="cpu", target_options={"emulate_wgmma": True})
+
+
+def _scale(s: Any, name: str) -> np.ndarray:
+    try:
+        v = np.asarray(s, dtype=np.float32)
+    except (TypeError, ValueError):
+        raise TypeError(f"scaled_matmul: {name} must be f32 numbers (a numpy array or a float), not "
+                        f"{arrays.describe(s)}") from None
+    return np.ascontiguousarray(v.reshape(-1))
+
+
+def _padded(x: np.ndarray, rows: int, cols: int) -> np.ndarray:
+    """``x`` as a C-contiguous, 16-byte aligned (rows, cols) array, zero past its own columns (TMA
+    reads rows of a multiple of 16 bytes from a 16-byte aligned address)."""
+    if x.shape == (rows, cols) and x.flags.c_contiguous and x.ctypes.data % 16 == 0:
+        return x
+    buf = np.zeros(rows * cols + 16, np.uint8)  # FP8: one byte an element
+    off = -buf.ctypes.data % 16
+    y = buf[off:off + rows * cols].view(x.dtype).reshape(rows, cols)
+    y[:, :x.shape[1]] = x
+    return y
+
+
+def scaled_matmul_cpu(a: Any, b: Any, scale_a: Any, scale_b: Any, *, out_dtype: Any = None,
+                      out: Any = None) -> np.ndarray:
+    """``(a @ b) * scale_a * scale_b`` for numpy FP8 ``a`` (M, K) and ``b`` (K, N) of one type
+    (ml_dtypes float8_e4m3fn or float8_e5m2), on the CPU target.
+
+    f32 accumulation; the scales multiply the f32 product, which is then rounded once into
+    ``out_dtype`` (bf16, the default, as ml_dtypes.bfloat16; f16; f32; a numpy / ml_dtypes dtype or
+    the type's name) or written into ``out``, a C-contiguous (M, N) numpy array of one of those
+    (returned). Scales (f32; floats are converted): one element each (per tensor), or ``scale_a`` of
+    M elements ((M, 1) or (M,)) and ``scale_b`` of N ((1, N) or (N,)) (per row of A, per column of B),
+    as torch._scaled_mm takes them. ``b`` may have any layout (torch wants it K-major, ``w.T``; here
+    it is copied to the layout the kernel reads, and K is padded with zeros to a multiple of 16).
+
+    Raises TypeError for arrays that are not numpy FP8 of one type, or another out dtype, ValueError
+    for shapes or scales that do not fit."""
+    if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)):
+        raise TypeError(f"scaled_matmul: a and b must both be numpy arrays (or both torch CUDA tensors), "
+                        f"not {arrays.describe(a)} and {arrays.describe(b)}")
+    ta, tb = arrays.array_scalar_type(a), arrays.array_scalar_type(b)
+    if ta is None or tb is None or ta.name not in _FP8 or tb.name not in _FP8:
+        raise TypeError(f"scaled_matmul: a and b must be FP8 (ml_dtypes float8_e4m3fn, float8_e5m2), not "
+                        f"{arrays.describe(a)} and {arrays.describe(b)}")
+    if ta != tb:
+        raise TypeError(f"scaled_matmul: a and b of one FP8 type, not {ta} and {tb} (mixed e4m3 x e5m2 is "
+                        "not wired up yet)")
+    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
+        raise ValueError(f"scaled_matmul: a (M, K) and b (K, N), not {a.shape} and {b.shape}")
+    (M, K), N = a.shape, b.shape[1]
+    if out is None:
+        dst = arrays.scalar_of_dtype(out_dtype) if out_dtype is not None and not isinstance(out_dtype, str) \
+            else None
+        name = "bf16" if out_dtype is None else (out_dtype if isinstance(out_dtype, str) else
+                                                 (dst.name if dst is not None else None))
+        if name not in _OUTS:
+            raise TypeError(f"scaled_matmul: out_dtype must be bf16, f16 or f32, not {out_dtype!r}")
+        out = np.empty((M, N), arrays.numpy_dtype(SCALARS[name]))
+    else:
+        t = arrays.array_scalar_type(out) if isinstance(out, np.ndarray) else None
+        if t is None or t.name not in _OUTS:
+            raise TypeError(f"scaled_matmul: out must be a numpy array of bf16, f16 or f32, not "
+                            f"{arrays.describe(out)}")
+        if out.shape != (M, N) or not out.flags.c_contiguous:
+            raise ValueError(f"scaled_matmul: out must be a C-contiguous ({M}, {N}) array, not {out.shape}")
+    sa, sb = _scale(scale_a, "scale_a"), _scale(scale_b, "scale_b")
+    if sa.size == 1 and sb.size == 1:
+        mode = 1
+    elif sa.size == M and sb.size == N:
+        mode = 2
+    else:
+        raise ValueError(f"scaled_matmul: scales of one element each, or of M = {M} and N = {N} elements, "
+                         f"not {sa.size} and {sb.size}")
+    if M == 0 or N == 0:
+        return out
+    if K == 0:
+        out[...] = 0
+        return out
+    kp = -(-K // 16) * 16
+    a2 = _padded(a, M, kp)
+    b_nk = _padded(b.T, N, kp)
+    return run(_cpu_module(), a2, b_nk, out, scale_a=sa, scale_b=sb, scale=mode)
+
+
 __all__ = ["BK", "CHOICES", "CONFIGS", "PLANS", "choose", "choose_split", "epilogue_module", "operand_b",
-           "plan_key", "prepare", "reason_not", "remember", "run", "scaled_matmul", "shared_bytes"]
+           "plan_key", "prepare", "reason_not", "remember", "run", "scaled_matmul", "scaled_matmul_cpu",
+           "shared_bytes"]

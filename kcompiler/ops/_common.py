@@ -1,0 +1,194 @@
+"""What the ops modules share: the standard library's modules (compiled once a process), the target an
+array asks for, the device that runs a module's kernels on an array, and array helpers (new arrays of
+an input's kind, flat aligned views, index arrays)."""
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+
+from .. import compile_file
+from ..frontend.program import stdlib_dir
+from ..ir.types import SCALARS
+from ..runtime import arrays
+from ..runtime.device import Device
+
+
+@functools.lru_cache(maxsize=None)
+def stdlib_module(name: str, target: str) -> Any:
+    """std.``name`` (stdlib/NAME.kc) compiled for ``target``, once a process (the disk cache keeps its
+    kernels across processes). Raises RuntimeError when the standard library is not installed."""
+    d = stdlib_dir()
+    if d is None:
+        raise RuntimeError("kcompiler's standard library (stdlib/) is not installed")
+    return compile_file(d / f"{name}.kc", target=target)
+
+
+@functools.lru_cache(maxsize=None)
+def stdlib_module_ftz(name: str, target: str) -> Any:
+    """std.``name`` compiled with the target option ``approx_ftz`` (PTX's ``.ftz`` approximations:
+    ex2.approx.ftz, one instruction without the subnormal fix-up, as nvcc's --use_fast_math)."""
+    return compile_file(stdlib_dir() / f"{name}.kc", target=target, target_options={"approx_ftz": True})
+
+
+def attention_module(target: str) -> Any:
+    """std.attention for ``target``; where the target has PTX's ``.ftz`` approximations (feature 'nvptx')
+    compiled with ``approx_ftz`` (:func:`stdlib_module_ftz`; a probability below 2^-126 becomes 0):
+    2-3 % faster prefill on the H100 (benchmarks/RESULTS.md), the same results within the tests'
+    bounds."""
+    return ftz_module("attention", target)
+
+
+def ftz_module(name: str, target: str) -> Any:
+    """std.``name`` for ``target``, with approx_ftz where the target has it (:func:`attention_module`)."""
+    mod = stdlib_module(name, target)
+    return stdlib_module_ftz(name, target) if mod.target_has("nvptx") else mod
+
+
+def target_for(x: Any, target: str) -> str:
+    """The target a kernel on array ``x`` runs on: ``target`` unless 'auto'; a CUDA array (torch, or
+    the CUDA array interface) asks for 'cuda', anything else for 'auto' (kcompiler.compile's)."""
+    if target != "auto":
+        return target
+    if arrays.is_torch_tensor(x) and x.is_cuda:
+        return "cuda"
+    if hasattr(x, "__cuda_array_interface__") and not isinstance(x, np.ndarray):
+        return "cuda"
+    return "auto"
+
+
+def device_of(mod: Any, x: Any) -> Device:
+    """The device that runs ``mod``'s kernels on array ``x``: the GPU that holds a torch CUDA tensor
+    (of the module's device class, by ordinal), else the module's own device. Its limits
+    (``multiprocessor_count``, ``shared_memory_per_multiprocessor``, ``threads_per_multiprocessor``,
+    ``shared_memory_per_block``) size the ops' launches."""
+    dev = mod.device
+    if arrays.is_torch_tensor(x) and x.is_cuda and (x.device.index or 0) != getattr(dev, "ordinal", 0):
+        return type(dev).get(x.device.index or 0)
+    return dev
+
+
+def stream_of(x: Any) -> Any:
+    """torch's current stream on the device of CUDA tensor ``x`` (so that the kernels queue behind the
+    caller's work and can be captured in a CUDA graph), else None (the default stream)."""
+    if arrays.is_torch_tensor(x) and x.is_cuda:
+        import torch  # deferred: torch is optional
+        return torch.cuda.current_stream(x.device)
+    return None
+
+
+#: torch dtypes of the language's types. FP6 and FP4 have none: torch's float4_e2m1fn_x2 holds two
+#: codes a byte, kcompiler one, so results of those types are numpy arrays only.
+TORCH_DTYPES = {"i8": "int8", "u8": "uint8", "f8e4m3": "float8_e4m3fn", "f8e5m2": "float8_e5m2",
+                "f8e4m3fnuz": "float8_e4m3fnuz", "f8e5m2fnuz": "float8_e5m2fnuz", "e8m0": "float8_e8m0fnu",
+                "f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "float64"}
+
+
+def torch_dtype(name: str) -> Any:
+    """The torch dtype of the language's type ``name``; TypeError where torch has none."""
+    import torch  # deferred: torch is optional
+    if name not in TORCH_DTYPES or not hasattr(torch, TORCH_DTYPES[name]):
+        raise TypeError(f"no torch dtype holds {name} one value a byte: pass numpy arrays for {name} results")
+    return getattr(torch, TORCH_DTYPES[name])
+
+
+def scalar_of(dtype: Any) -> Any:
+    """The language's scalar type of ``dtype`` (a type name, or a numpy / ml_dtypes / torch dtype), or
+    None."""
+    return SCALARS.get(dtype) if isinstance(dtype, str) else arrays.scalar_of_dtype(dtype)
+
+
+def empty_like(x: Any, shape: tuple, name: str) -> Any:
+    """A new array of ``shape`` and type ``name`` of ``x``'s kind (numpy, or torch on x's device)."""
+    if arrays.is_torch_tensor(x):
+        import torch  # deferred: torch is optional
+        return torch.empty(shape, dtype=torch_dtype(name), device=x.device)
+    return np.empty(shape, arrays.numpy_dtype(SCALARS[name]))
+
+
+def data_ptr(a: Any) -> int:
+    """The device address of a torch or CUDA-array-interface array; 0 for a host array (copied to
+    fresh, aligned device memory at launch, or used in place by the CPU target, which needs no
+    alignment)."""
+    if arrays.is_torch_tensor(a):
+        return a.data_ptr() if a.is_cuda else 0
+    if hasattr(a, "__cuda_array_interface__") and not isinstance(a, np.ndarray):
+        return a.__cuda_array_interface__["data"][0]
+    return 0
+
+
+def flat(a: Any, align: int = 32) -> Any:
+    """``a`` as a contiguous 1-D array whose device data is ``align``-byte aligned (the stdlib's
+    kernels access 8 elements at once): a misaligned torch view is copied. Host (numpy) arrays are
+    copied to fresh, aligned device memory at launch, and the CPU target needs no alignment."""
+    if not arrays.is_torch_tensor(a):
+        return a.reshape(-1)
+    f = a.contiguous().view(-1)
+    return f if not f.is_cuda or f.data_ptr() % align == 0 else f.clone()
+
+
+def contiguous(x: Any) -> Any:
+    """``x``, or a contiguous copy of it of its kind."""
+    if arrays.is_contiguous(x):
+        return x
+    return x.contiguous() if arrays.is_torch_tensor(x) else np.ascontiguousarray(x)
+
+
+def host_ints(x: Any) -> np.ndarray:
+    """``x`` (numpy or torch) as a host numpy array."""
+    return x.cpu().numpy() if arrays.is_torch_tensor(x) else np.asarray(x)
+
+
+def query_type(q: Any, fn: str, name: str = "q") -> Any:
+    """The scalar type of an attention's query array ``q`` (f16, bf16 or f32); TypeError otherwise."""
+    src = arrays.array_scalar_type(q) if arrays.is_array(q) else None
+    if src is None or src.name not in ("f16", "bf16", "f32"):
+        raise TypeError(f"{fn}: {name} must be an array of f16, bf16 or f32, not {arrays.describe(q)}")
+    return src
+
+
+def check_same(name: str, x: Any, src: Any, fn: str) -> None:
+    """TypeError unless ``x`` is an array of scalar type ``src`` (q's)."""
+    if not arrays.is_array(x) or arrays.array_scalar_type(x) != src:
+        raise TypeError(f"{fn}: {name} must be an array of {src} like q, not {arrays.describe(x)}")
+
+
+def index_array(x: Any, like: Any, name: str, fn: str, n: int | None = None) -> Any:
+    """``x`` as a contiguous 1-D int32 array of ``like``'s kind (numpy, or torch on its device), of
+    length ``n`` if given; TypeError / ValueError otherwise."""
+    if arrays.is_torch_tensor(like):
+        import torch  # deferred: torch is optional
+        t = torch.as_tensor(x, device=like.device)
+        if t.dtype != torch.int32:
+            raise TypeError(f"{fn}: {name} must hold int32, not {t.dtype}")
+        x = t.contiguous()
+    else:
+        if arrays.is_torch_tensor(x):
+            x = x.cpu().numpy()
+        x = np.ascontiguousarray(x)
+        if x.dtype != np.int32:
+            raise TypeError(f"{fn}: {name} must hold int32, not {x.dtype}")
+    if len(x.shape) != 1 or (n is not None and x.shape[0] != n):
+        raise ValueError(f"{fn}: {name} must be 1-D{f' of length {n}' if n is not None else ''}, "
+                         f"not of shape {tuple(x.shape)}")
+    return x
+
+
+def hopper_reason_not(name: str, mod: Any, target: str, xs: tuple) -> str | None:
+    """What keeps std.``name`` (a Hopper kernel fed by TMA tensor maps; ``mod()`` compiles it) from
+    running on arrays ``xs`` for ``target``, or None: 'auto' runs it on torch CUDA tensors only, the
+    target must have wgmma (an sm_90 GPU, or the CPU target's emulation), and the arrays must be what
+    its tensor maps can describe there (device arrays on a GPU, numpy ones on the CPU target)."""
+    if target == "auto" and not (arrays.is_torch_tensor(xs[0]) and xs[0].is_cuda):
+        return "the Hopper path runs on torch CUDA tensors"
+    try:
+        m = mod()
+    except Exception as e:  # noqa: BLE001 - no CUDA here, no stdlib...: the path does not apply
+        return f"std.{name} is not available ({e})"
+    if not m.target_has("wgmma"):
+        return "the Hopper path needs an sm_90 GPU (wgmma, TMA)"
+    on_host = m.target_has("cpu")  # the CPU target's emulation reads numpy arrays in place
+    if any(arrays.is_device_array(x) == on_host or (on_host and not isinstance(x, np.ndarray)) for x in xs):
+        return "the tensor maps need device arrays on a GPU (numpy ones on the CPU target)"
+    return None

@@ -1,0 +1,289 @@
+"""kcompiler.ops.attention: prefill attention by std.attention (FlashAttention-2 on mma.sync, MFMA or SIMT)
+or, on Hopper, std.attention_sm90 (FlashAttention-3's design)."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from ..runtime import arrays
+from ..runtime.tensormap import cached_tensor_map
+from . import _common
+from ._common import (check_same, contiguous, data_ptr, empty_like, flat, hopper_reason_not, host_ints, index_array,
+                      query_type, target_for)
+
+
+#: Prefill tiles of std.attention on tensor cores, by head dimension: BM query rows a block (BM / WARPS
+#: rows a warp), BN keys a step, STAGES K/V buffers; the fastest of benchmarks/bench_attention.py's
+#: candidates on the H100 (B 4, H 32, S 4096, bf16, causal and not; benchmarks/RESULTS.md). Registers
+#: (ptxas, sm_90a): 238 (D 64), 252 (D 128), 254 (D 256), none spilled.
+ATTENTION_TILES = {64: dict(BM=128, BN=64, WARPS=4, STAGES=2), 128: dict(BM=128, BN=128, WARPS=8, STAGES=2),
+                   256: dict(BM=128, BN=64, WARPS=8, STAGES=2)}
+#: Prefill tiles of the SIMT path (a thread per query row).
+ATTENTION_SIMT_TILES = dict(BM=64, BN=32, WARPS=2, STAGES=2)
+#: Prefill tiles of the MFMA path (AMD CDNA; a wavefront per 16 query rows), by head dimension: within
+#: gfx942's 64 KiB of LDS. Not tuned (no AMD GPU here).
+ATTENTION_MFMA_TILES = {128: dict(BM=64, BN=64, WARPS=4, STAGES=1), 256: dict(BM=32, BN=32, WARPS=2, STAGES=1)}
+
+
+def attention_shared_bytes(tiles: dict[str, int], head_dim: int, itemsize: int, tensor_cores: bool,
+                           mfma: bool = False) -> int:
+    """Dynamic shared memory of std.attention's prefill in bytes (the formulas stated in
+    stdlib/attention.kc): Q's tile and STAGES tiles of K and V, rows padded to D + 8 elements, on
+    tensor cores; on MFMA Q's and K's tiles (rows of D + 4) and V's transposed (rows of BN + 4); one
+    tile of K and of V in SIMT."""
+    if tensor_cores:
+        return (tiles["BM"] + 2 * tiles["STAGES"] * tiles["BN"]) * (head_dim + 8) * itemsize
+    if mfma:
+        return ((tiles["BM"] + tiles["BN"]) * (head_dim + 4) + head_dim * (tiles["BN"] + 4)) * itemsize
+    return 2 * tiles["BN"] * head_dim * itemsize
+
+
+def attention(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None = None,
+              cu_seqlens_q: Any = None, cu_seqlens_k: Any = None, max_seqlen_q: int | None = None,
+              layout: str = "bshd", return_lse: bool = False, tiles: dict[str, int] | None = None,
+              path: str = "auto", target: str = "auto") -> Any:
+    """Softmax attention, flash-attention style (stdlib/attention.kc; no S x S matrix is formed):
+    ``softmax(scale * q k^T [+ causal mask]) v`` per batch entry and query head, f32 accumulation,
+    the result in q's dtype; with ``return_lse``, also the log-sum-exp of each row (f32, natural log,
+    -inf for a row that sees no key, whose output is 0).
+
+    Shapes (D the head dimension, a multiple of 16 up to 256 on tensor cores; Hq a multiple of Hkv,
+    grouped-query attention where they differ):
+
+    - ``layout='bshd'`` (FlashAttention's): q (B, Sq, Hq, D), k and v (B, Sk, Hkv, D), the result like
+      q, LSE (B, Hq, Sq); ``layout='bhsd'`` (torch SDPA's): q (B, Hq, Sq, D), k and v (B, Hkv, Sk, D).
+    - variable lengths (``cu_seqlens_q`` and ``cu_seqlens_k``, int32 of length B + 1: the sequences
+      packed along the first axis, FlashAttention's varlen): q (total_q, Hq, D), k and v (total_k, Hkv,
+      D), LSE (Hq, total_q); ``max_seqlen_q`` is read off cu_seqlens_q when not given.
+
+    q, k and v: f16 or bf16 (tensor cores on NVIDIA sm_80+), or f32 (the SIMT path), one dtype; numpy
+    in, numpy out; torch in, torch out. ``causal`` masks FlashAttention's way, bottom-right aligned:
+    query i of a sequence of Sq queries and Sk keys sees keys j <= i + Sk - Sq (torch's is_causal when
+    Sq == Sk). ``scale`` defaults to 1 / sqrt(D).
+
+    ``path``: 'auto' takes the Hopper kernel (stdlib/attention_sm90.kc: TMA, wgmma, warp-specialised,
+    FlashAttention-3's design) where :func:`attention_sm90_reason_not` finds nothing against it (an
+    sm_90 GPU, torch CUDA tensors, f16/bf16, D 64 or 128), else std.attention (FlashAttention-2 on
+    mma.sync on NVIDIA; MFMA on AMD; SIMT elsewhere); 'sm90' insists on the Hopper kernel (RuntimeError
+    where it cannot run), 'fa2' on std.attention. ``tiles``: the kernel's tiles instead of the
+    defaults: BM, BN, WARPS, STAGES for std.attention (:data:`ATTENTION_TILES`; given with path
+    'auto', they choose std.attention), BN, STAGES, OVERLAP, PINGPONG for the Hopper kernel
+    (:data:`ATTENTION_SM90_TILES`). Raises TypeError for other dtypes, ValueError for shapes that do
+    not match."""
+    fn = "attention"
+    src = query_type(q, fn)
+    check_same("k", k, src, fn)
+    check_same("v", v, src, fn)
+    varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
+    if varlen and (cu_seqlens_q is None or cu_seqlens_k is None):
+        raise ValueError(f"{fn}: variable lengths need both cu_seqlens_q and cu_seqlens_k")
+    if layout not in ("bshd", "bhsd"):
+        raise ValueError(f"{fn}: layout must be 'bshd' or 'bhsd', not {layout!r}")
+    if path not in ("auto", "sm90", "fa2"):
+        raise ValueError(f"{fn}: path must be 'auto', 'sm90' or 'fa2', not {path!r}")
+    q, k, v = contiguous(q), contiguous(k), contiguous(v)
+    p = _prefill_shapes(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, layout, fn)
+    out = empty_like(q, tuple(q.shape), src.name)
+    lse = empty_like(q, p.lse_shape, "f32")
+    if p.B == 0 or p.Sq == 0 or p.H == 0 or p.D == 0 or int(np.prod(tuple(q.shape))) == 0:
+        if arrays.is_torch_tensor(lse):
+            lse.fill_(float("-inf"))
+        else:
+            lse.fill(-np.inf)
+        return (out, lse) if return_lse else out
+    scale = p.D ** -0.5 if scale is None else scale
+    if path == "sm90" or (path == "auto" and (tiles is None or "WARPS" not in tiles)):
+        tgt = target_for(q, target)
+        why = attention_sm90_reason_not(q, k, v, out, p.D, p.Sk, p.ends is not None, tgt)
+        if why is None:
+            _attention_sm90(q, k, v, out, lse, p, layout, causal, scale, tiles, tgt)
+            return (out, lse) if return_lse else out
+        if path == "sm90":
+            raise RuntimeError(f"{fn}: the Hopper path cannot run here: {why}")
+    _attention_fa2(q, k, v, out, lse, p, causal, scale, tiles, target_for(q, target), fn)
+    return (out, lse) if return_lse else out
+
+
+@dataclasses.dataclass
+class _Prefill:
+    """The shapes of an :func:`attention` call: batch entries, query and KV heads, query and key
+    lengths (Sk 0 with varlen), head dimension; the kernel's cu_seqlens arrays, element strides of q,
+    k and out (``q_sb``... by batch entry, sequence position, head) and of the LSE; varlen's rows of q
+    and of k used (``ends``; None without)."""
+
+    B: int
+    H: int
+    HK: int
+    Sq: int
+    Sk: int
+    D: int
+    cq: Any
+    ck: Any
+    strides: dict[str, int]
+    lse_shape: tuple
+    l_sb: int
+    l_sh: int
+    ends: tuple[int, int] | None
+
+
+def _prefill_shapes(q: Any, k: Any, v: Any, cu_q: Any, cu_k: Any, max_seqlen_q: int | None, layout: str,
+                    fn: str) -> _Prefill:
+    """:func:`attention`'s shapes of q, k and v (contiguous), checked: ValueError where they do not
+    match."""
+    varlen = cu_q is not None
+    rank = 3 if varlen else 4
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if len(x.shape) != rank:
+            raise ValueError(f"{fn}: {name} must be {rank}-D ({'(total, H, D) with cu_seqlens' if varlen else layout}),"
+                             f" not of shape {tuple(x.shape)}")
+    if tuple(k.shape) != tuple(v.shape):
+        raise ValueError(f"{fn}: k and v must have one shape, not {tuple(k.shape)} and {tuple(v.shape)}")
+    D = q.shape[-1]
+    ends = None
+    if varlen:
+        (tq, H, _), (tk, HK, Dk) = tuple(q.shape), tuple(k.shape)
+        cq = index_array(cu_q, q, "cu_seqlens_q", fn)
+        B = cq.shape[0] - 1
+        ck = index_array(cu_k, q, "cu_seqlens_k", fn, B + 1)
+        hq_, hk_ = host_ints(cq), host_ints(ck)
+        if B < 1 or hq_[0] != 0 or hk_[0] != 0 or (np.diff(hq_) < 0).any() or (np.diff(hk_) < 0).any() \
+                or hq_[-1] > tq or hk_[-1] > tk:
+            raise ValueError(f"{fn}: cu_seqlens must start at 0, not decrease, and end within q's {tq} and "
+                             f"k's {tk} rows")
+        Sq = int(max_seqlen_q) if max_seqlen_q is not None else int(np.diff(hq_).max())
+        Sk = 0
+        strides = dict(q_sb=0, q_ss=H * D, q_sh=D, k_sb=0, k_ss=HK * D, k_sh=D, o_sb=0, o_ss=H * D, o_sh=D)
+        lse_shape, l_sb, l_sh = (H, tq), 0, tq
+        ends = (int(hq_[-1]), int(hk_[-1]))
+    else:
+        if layout == "bshd":
+            (B, Sq, H, _), (Bk, Sk, HK, Dk) = tuple(q.shape), tuple(k.shape)
+            strides = dict(q_sb=Sq * H * D, q_ss=H * D, q_sh=D, k_sb=Sk * HK * D, k_ss=HK * D, k_sh=D,
+                           o_sb=Sq * H * D, o_ss=H * D, o_sh=D)
+        else:
+            (B, H, Sq, _), (Bk, HK, Sk, Dk) = tuple(q.shape), tuple(k.shape)
+            strides = dict(q_sb=H * Sq * D, q_ss=D, q_sh=Sq * D, k_sb=HK * Sk * D, k_ss=D, k_sh=Sk * D,
+                           o_sb=H * Sq * D, o_ss=D, o_sh=Sq * D)
+        if Bk != B:
+            raise ValueError(f"{fn}: q has {B} batch entries but k has {Bk}")
+        cq = ck = index_array(np.zeros(1, np.int32), q, "cu_seqlens", fn)
+        lse_shape, l_sb, l_sh = (B, H, Sq), H * Sq, Sq
+    if Dk != D:
+        raise ValueError(f"{fn}: q's head dimension is {D} but k's is {Dk}")
+    if HK == 0 or H % HK:
+        raise ValueError(f"{fn}: q's {H} heads must be a multiple of k's {HK} (grouped-query attention)")
+    return _Prefill(int(B), int(H), int(HK), int(Sq), int(Sk), int(D), cq, ck, strides, lse_shape, l_sb, l_sh, ends)
+
+
+def _attention_fa2(q: Any, k: Any, v: Any, out: Any, lse: Any, p: _Prefill, causal: bool, scale: float,
+                   tiles: dict[str, int] | None, target: str, fn: str) -> None:
+    """The launch of std.attention's prefill (:func:`attention` checked the arguments)."""
+    src = arrays.array_scalar_type(q)
+    D = p.D
+    mod = _common.attention_module(target)
+    # the module's target decides the path, as the kernel's comptime test does (the CPU target with
+    # emulate_mma takes the tensor-core path too)
+    tensor_cores = mod.target_has("mma") and src.name in ("f16", "bf16")
+    mfma = not tensor_cores and mod.target_has("mfma") and src.name in ("f16", "bf16")
+    if (tensor_cores or mfma) and (D % 16 or D > 256):
+        raise ValueError(f"{fn}: the head dimension must be a multiple of 16 up to 256, not {D}")
+    if tiles is not None:
+        t = dict(tiles)
+    elif tensor_cores:
+        t = dict(ATTENTION_TILES.get(D, ATTENTION_TILES[256 if D > 128 else 128 if D > 64 else 64]))
+    elif mfma:
+        t = dict(ATTENTION_MFMA_TILES[256 if D > 128 else 128])
+    else:
+        t = dict(ATTENTION_SIMT_TILES)
+    threads = t["WARPS"] * 32 if tensor_cores else t["WARPS"] * 64 if mfma else t["BM"]
+    fq, fk, fv, fo = flat(q, 16), flat(k, 16), flat(v, 16), flat(out, 1)
+    aligned = D % 8 == 0 and all(data_ptr(x) % 16 == 0 for x in (fq, fk, fv, fo))
+    s = p.strides
+    grid = (-(-p.Sq // t["BM"]), p.H, p.B)
+    mod.attention_prefill[grid, threads](
+        fq, fk, fv, fo, flat(lse, 1), p.cq, p.ck, p.Sq, p.Sk, p.H // p.HK,
+        s["q_sb"], s["q_ss"], s["q_sh"], s["k_sb"], s["k_ss"], s["k_sh"], s["k_sb"], s["k_ss"], s["k_sh"],
+        s["o_sb"], s["o_ss"], s["o_sh"], p.l_sb, p.l_sh, np.float32(scale),
+        T=src.name, D=D, CAUSAL=bool(causal), VARLEN=p.ends is not None, ALIGNED=aligned,
+        shared=attention_shared_bytes(t, D, src.size, tensor_cores, mfma), **t)
+
+
+#: Tiles of std.attention_sm90 (the Hopper prefill: 128 query rows a block, two consumer warpgroups of
+#: 64), by (head dimension, causal): BN keys a step, STAGES K/V buffers, OVERLAP (FlashAttention-3's
+#: intra-warpgroup overlap of the softmax with P V), PINGPONG (its inter-warpgroup turns). The fastest
+#: of benchmarks/bench_attention.py's candidates on the H100 (B 4, H 32, S 4096, bf16; two runs,
+#: benchmarks/RESULTS.md): at D 128 BN 128 in 2 stages, sequential: 425-436 TFLOP/s (causal 356-368);
+#: OVERLAP 380 (310-322), OVERLAP + PINGPONG 372 (315), 3 stages 415 (351). At D 64 OVERLAP + PINGPONG
+#: 301 (causal 215), sequential 283 (causal 246). Registers (ptxas, sm_90a): no spill but in the
+#: causal D 128 OVERLAP forms (at most 16 bytes).
+ATTENTION_SM90_TILES = {(128, False): dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=False),
+                        (128, True): dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=False),
+                        (64, False): dict(BN=128, STAGES=2, OVERLAP=True, PINGPONG=True),
+                        (64, True): dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=False)}
+
+
+def attention_sm90_shared_bytes(tiles: dict[str, Any], head_dim: int, itemsize: int = 2) -> int:
+    """Dynamic shared memory of std.attention_sm90 in bytes (the formula stated in
+    stdlib/attention_sm90.kc): Q's 128 rows and STAGES tiles of BN rows of K and of V, D elements each,
+    then 3 + 4 * STAGES mbarriers."""
+    return (128 + 2 * tiles["STAGES"] * tiles["BN"]) * head_dim * itemsize + 8 * (3 + 4 * tiles["STAGES"])
+
+
+def _attention_sm90_module(target: str) -> Any:
+    """std.attention_sm90 for ``target`` (with approx_ftz where the target has it, as
+    :func:`kcompiler.ops._common.attention_module`)."""
+    return _common.ftz_module("attention_sm90", target)
+
+
+def attention_sm90_reason_not(q: Any, k: Any, v: Any, out: Any, head_dim: int, seqlen_k: int, varlen: bool,
+                              target: str = "auto") -> str | None:
+    """Why :func:`attention`'s Hopper path cannot compute this attention, or None when it can: it
+    needs a target with wgmma (an sm_90 GPU; the CPU target's emulation for tests), f16 or bf16, D 64
+    or 128, arrays the tensor maps can describe (device arrays on a GPU, numpy on the CPU target; 16-byte
+    aligned rows) and keys (Sk > 0)."""
+    t = arrays.array_scalar_type(q)
+    if t is None or t.name not in ("f16", "bf16"):
+        return "the Hopper path computes f16 and bf16"
+    if head_dim not in (64, 128):
+        return f"the Hopper path takes D = 64 or 128, not {head_dim} (D = 256 would need more registers)"
+    if not varlen and seqlen_k == 0:
+        return "no keys: a tensor map describes no empty tensor"
+    why = hopper_reason_not("attention_sm90", lambda: _attention_sm90_module(target), target, (q, k, v, out))
+    if why is None and (any(data_ptr(flat(x, 1)) % 16 for x in (q, k, v)) or data_ptr(flat(out, 1)) % 4):
+        return "TMA needs 16-byte aligned tensors"
+    return why
+
+
+def _bhsd_view(x: Any, layout: str, end: int | None) -> Any:
+    """``x`` as a (B, H, S, D) view for a tensor map: bshd transposed; varlen (total, H, D) as one batch
+    entry of its first ``end`` rows (at least one: a map has no empty axis)."""
+    if end is not None:
+        x = x[:max(end, 1)]
+        return x.permute(1, 0, 2)[None] if arrays.is_torch_tensor(x) else x.transpose(1, 0, 2)[None]
+    if layout == "bhsd":
+        return x
+    return x.permute(0, 2, 1, 3) if arrays.is_torch_tensor(x) else x.transpose(0, 2, 1, 3)
+
+
+def _attention_sm90(q: Any, k: Any, v: Any, out: Any, lse: Any, p: _Prefill, layout: str, causal: bool,
+                    scale: float, tiles: dict | None, target: str) -> None:
+    """The launch of std.attention_sm90 (:func:`attention` checked the arguments)."""
+    t = dict(ATTENTION_SM90_TILES[(p.D, bool(causal))])
+    if tiles is not None:
+        t.update(tiles)
+    ends = p.ends
+    maps = [cached_tensor_map(_bhsd_view(x, layout, None if ends is None else ends[i > 0]), (1, 1, box, 64))
+            for i, (x, box) in enumerate(((q, 128), (k, t["BN"]), (v, t["BN"])))]
+    mod = _attention_sm90_module(target)
+    s = p.strides
+    grid = (-(-p.Sq // 128), p.H, p.B)
+    mod.attention_prefill_sm90[grid, 384](
+        *maps, flat(out, 1), flat(lse, 1), p.cq, p.ck, p.Sq, p.Sk, p.H // p.HK, s["o_sb"], s["o_ss"], s["o_sh"],
+        p.l_sb, p.l_sh, np.float32(scale), T=arrays.array_scalar_type(q).name, D=p.D, CAUSAL=bool(causal),
+        VARLEN=ends is not None, shared=attention_sm90_shared_bytes(t, p.D), **t)
+
+
+__all__ = ["ATTENTION_MFMA_TILES", "ATTENTION_SIMT_TILES", "ATTENTION_SM90_TILES", "ATTENTION_TILES", "attention",
+           "attention_shared_bytes", "attention_sm90_reason_not", "attention_sm90_shared_bytes"]

@@ -1,0 +1,259 @@
+"""Multi-head latent attention decode (DeepSeek-V2/V3, absorbed form) by std.attention's mla_decode or, on
+Hopper, std.mla_sm90 (FlashMLA's design)."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..runtime import arrays
+from ..runtime.tensormap import cached_tensor_map
+from . import _common
+from ._common import (check_same, contiguous, data_ptr, device_of, empty_like, flat, hopper_reason_not, query_type,
+                      stream_of, target_for)
+
+
+from .decode import decode_lanes, decode_shared_bytes, decode_splits, merge_states, paged_lengths
+
+#: The fewest query heads for which ops.mla_decode's path 'auto' takes the Hopper kernel
+#: (stdlib/mla_sm90.kc: 64 heads a block as wgmma's M, fewer are padded). H100, B 32, 8192 keys, latent
+#: 512 + 64, bf16 (benchmarks/RESULTS.md, 2026-11-23): 128 heads 0.353 ms against the mma.sync kernel's
+#: 0.612 (x1.73); 16 heads 0.227 against 0.191 (x0.84). 64 heads, one full tile, is the threshold.
+MLA_SM90_MIN_HEADS = 64
+
+
+def mla_decode(q_nope: Any, q_pe: Any, ckv_cache: Any, kpe_cache: Any, block_table: Any, seq_lens: Any, *,
+               scale: float, num_splits: int | None = None, max_seq_len: int | None = None,
+               return_lse: bool = False, heads_per_block: int | None = None, warps: int | None = None,
+               unroll: int = 2, stages: int = 3, tensor_cores: bool | None = None, path: str = "auto",
+               sm90_tiles: dict[str, int] | None = None, target: str = "auto") -> Any:
+    """Multi-head latent attention decode (DeepSeek-V2/V3, absorbed form) over a paged latent cache
+    (stdlib/attention.kc, ``mla_decode``): ``o[b, h] = sum_j softmax_j(scale * (q_nope[b, h] . c_j +
+    q_pe[b, h] . k_pe_j)) c_j`` over the first ``seq_lens[b]`` tokens of sequence b.
+
+    - q_nope: (B, H, D) (D = 512 in DeepSeek's models: the latent rank), q_pe: (B, H, DR) (64: the rope
+      dimensions); f16 or bf16 (f32 on the CPU target too), one dtype. The result: (B, H, D) of that
+      dtype (multiply by W_UV outside); with ``return_lse`` also the log-sum-exp (B, H), f32.
+    - ckv_cache: (pages, page_size, D), kpe_cache: (pages, page_size, DR) (FlashInfer's MLA layout), of
+      q's dtype; block_table (B, max_pages) int32; seq_lens (B,) int32.
+    - ``scale``: the softmax scale (DeepSeek: 1 / sqrt(128 + 64) before the YaRN factor), required.
+    - ``num_splits``, ``max_seq_len``: as :func:`paged_decode`; ``heads_per_block``: query heads a block
+      (H must be a multiple; default 16 or the largest divisor of H below on tensor cores, 2 in SIMT);
+      ``warps``, ``stages``: the kernel's (default 4 where D + DR and D are multiples of 64, and 3);
+      ``unroll``: the SIMT kernel's U (see paged_decode).
+    - ``tensor_cores``: stdlib/attention.kc's mla_decode_tc (the heads of a block as the rows of an m16
+      tile, S's D + DR dimensions split over the warps, O's columns too; mma.sync, cp.async; f16/bf16,
+      NVIDIA sm_80+, 16-byte aligned arrays). Default: where it can run; else the SIMT loop, which
+      spends 2 (D + DR) + 2 D f32 operations a key and head on the FMA units (compute-bound at many
+      heads: benchmarks/RESULTS.md).
+
+    - ``path``: 'sm90' takes the Hopper kernel (stdlib/mla_sm90.kc: TMA through the block table, wgmma,
+      a producer warpgroup and two consumers, 64 heads a block; FlashMLA's design; RuntimeError where
+      :func:`mla_sm90_reason_not` finds something against it); 'generic' std.attention's
+      ``mla_decode`` (mma.sync or SIMT as ``tensor_cores`` says). 'auto' takes the Hopper kernel
+      where it can run, H is at least :data:`MLA_SM90_MIN_HEADS` (64: below, the mma.sync kernel's
+      16-row tiles were faster on the H100) and none of ``heads_per_block``, ``warps``,
+      ``tensor_cores`` is given; else 'generic'. ``sm90_tiles``: the Hopper kernel's BN (keys a
+      step), STAGES and OVERLAP instead of :data:`MLA_SM90_TILES`.
+
+    Every block reads its sequence's latent rows once per group of heads (the groups after the first
+    mostly from L2). Raises TypeError / ValueError for dtypes and shapes that do not match."""
+    fn = "mla_decode"
+    if path not in ("auto", "sm90", "generic"):
+        raise ValueError(f"{fn}: path must be 'auto', 'sm90' or 'generic', not {path!r}")
+    if sm90_tiles is not None and set(sm90_tiles) - set(MLA_SM90_TILES):
+        raise ValueError(f"{fn}: sm90_tiles takes {', '.join(MLA_SM90_TILES)}, not {sorted(set(sm90_tiles))}")
+    src = query_type(q_nope, fn, "q_nope")
+    for name, x in (("q_pe", q_pe), ("ckv_cache", ckv_cache), ("kpe_cache", kpe_cache)):
+        check_same(name, x, src, fn)
+    if len(q_nope.shape) != 3 or len(q_pe.shape) != 3 or len(ckv_cache.shape) != 3 or len(kpe_cache.shape) != 3:
+        raise ValueError(f"{fn}: q_nope (B, H, D), q_pe (B, H, DR), ckv_cache (pages, page, D) and kpe_cache "
+                         f"(pages, page, DR) expected, not {tuple(q_nope.shape)}, {tuple(q_pe.shape)}, "
+                         f"{tuple(ckv_cache.shape)}, {tuple(kpe_cache.shape)}")
+    (B, H, D), (B2, H2, DR) = tuple(q_nope.shape), tuple(q_pe.shape)
+    pages, page, D2 = tuple(ckv_cache.shape)
+    if (B2, H2) != (B, H) or D2 != D or tuple(kpe_cache.shape) != (pages, page, DR):
+        raise ValueError(f"{fn}: shapes do not match: q_nope {tuple(q_nope.shape)}, q_pe {tuple(q_pe.shape)}, "
+                         f"ckv_cache {tuple(ckv_cache.shape)}, kpe_cache {tuple(kpe_cache.shape)}")
+    if D % 16 or DR % 16 or DR == 0:
+        raise ValueError(f"{fn}: D ({D}) and DR ({DR}) must be multiples of 16")
+    bt, sl, max_pages, max_seq_len = paged_lengths(block_table, seq_lens, max_seq_len, q_nope, page, fn)
+    q_nope, q_pe, ckv_cache, kpe_cache = (contiguous(x) for x in (q_nope, q_pe, ckv_cache, kpe_cache))
+    generic_options = heads_per_block is not None or warps is not None or tensor_cores is not None
+    if path == "sm90" or (path == "auto" and H >= MLA_SM90_MIN_HEADS and not generic_options):
+        tgt = target_for(q_nope, target)
+        tiles = {**MLA_SM90_TILES, **(sm90_tiles or {})}
+        why = mla_sm90_reason_not(q_nope, q_pe, ckv_cache, kpe_cache, tiles, tgt)
+        if why is None:
+            return _mla_decode_sm90(q_nope, q_pe, ckv_cache, kpe_cache, bt, sl, max_pages, max_seq_len, scale,
+                                    num_splits, return_lse, tiles, tgt)
+        if path == "sm90":
+            raise RuntimeError(f"{fn}: the Hopper path cannot run here: {why}")
+    mod = _common.attention_module(target_for(q_nope, target))
+    can_tc = (mod.target_has("mma") and src.name in ("f16", "bf16")
+              and all(data_ptr(x) % 16 == 0 for x in (q_nope, q_pe, ckv_cache, kpe_cache)))
+    if tensor_cores and not can_tc:
+        raise ValueError(f"{fn}: the tensor-core path needs NVIDIA sm_80+, f16/bf16 arrays, 16-byte aligned")
+    tc = can_tc if tensor_cores is None else bool(tensor_cores)
+    G, warps, stages, shared, regs, kw = _generic_tiles(tc, H, D, DR, src.size, heads_per_block, warps, unroll, stages)
+    if num_splits is None:
+        num_splits = decode_splits(B * H // G, max_seq_len, device_of(mod, q_nope), warps * 32, shared, regs)
+    num_splits, out, lse, part, part_lse = _mla_outputs(q_nope, B, H, D, src.name, num_splits)
+    if B == 0 or H == 0:
+        return (out, lse) if return_lse else out
+    mod.mla_decode[(num_splits, H // G, B), warps * 32](
+        flat(q_nope, 64), flat(q_pe, 16), flat(ckv_cache, 64), flat(kpe_cache, 16), bt, sl, flat(part, 1),
+        flat(part_lse, 1), H // G, max_pages, num_splits, np.float32(scale), T=src.name,
+        OUT=arrays.array_scalar_type(part).name, D=D, DR=DR, G=G, PAGE=page, WARPS=warps, STAGES=stages,
+        SPLIT=num_splits > 1, shared=shared, stream=stream_of(q_nope), **kw)
+    if num_splits > 1:
+        merge_states(part, part_lse, out=out, lse_out=lse, target=target)
+    return (out, lse) if return_lse else out
+
+
+def _generic_tiles(tc: bool, H: int, D: int, DR: int, itemsize: int, heads_per_block: int | None,
+                   warps: int | None, unroll: int, stages: int) -> tuple[int, int, int, int, int, dict]:
+    """(G, warps, stages, shared bytes, registers a thread, the other compile-time values) of
+    std.attention's mla_decode on tensor cores (``tc``) or in SIMT, from :func:`mla_decode`'s
+    options (ValueError for ones that do not fit)."""
+    fn = "mla_decode"
+    G = int(heads_per_block) if heads_per_block is not None else \
+        (max(g for g in range(1, 17) if H % g == 0) if tc and H else 2)
+    if G < 1 or (H and H % G) or (tc and G > 16):
+        raise ValueError(f"{fn}: H ({H}) must be a multiple of heads_per_block ({G}), at most 16 on tensor cores")
+    unroll, stages = int(unroll), int(stages)
+    if tc:
+        warps = int(warps) if warps is not None else next((w for w in (4, 2, 1) if (D + DR) % (16 * w) == 0
+                                                          and D % (16 * w) == 0))
+        if warps < 1 or (D + DR) % (16 * warps) or D % (16 * warps) or stages < 1:
+            raise ValueError(f"{fn}: on tensor cores D + DR and D must be multiples of 16 * warps ({warps}), "
+                             f"stages at least 1")
+        bn = 16
+        shared = (16 + stages * bn) * (D + DR + 8) * itemsize + warps * bn * 16 * 4
+        return G, warps, stages, shared, 224, dict(TC=True, BN=bn)
+    warps = int(warps) if warps is not None else 4
+    if min(warps, unroll, stages) < 1:
+        raise ValueError(f"{fn}: warps, unroll and stages must be at least 1, not {warps}, {unroll}, {stages}")
+    lanes = decode_lanes(D, itemsize, DR, G)
+    shared = decode_shared_bytes(D, itemsize, G, 1, warps, unroll, stages, lanes, DR)
+    return G, warps, stages, shared, 48 + 8 * G * (D // lanes) // 4, dict(U=unroll, L=lanes)
+
+
+def _mla_outputs(like: Any, B: int, H: int, D: int, dtype: str, num_splits: int) -> tuple:
+    """(num_splits, out, lse, part, part_lse) of :func:`mla_decode`: the result (B, H, D) of ``dtype``
+    and its LSE (B, H) f32, arrays of ``like``'s kind, and what the kernel writes: those for one split,
+    else f32 partial states (B, num_splits, H, D) and their LSEs for merge_states. ValueError for
+    num_splits < 1."""
+    num_splits = int(num_splits)
+    if num_splits < 1:
+        raise ValueError(f"mla_decode: num_splits must be at least 1, not {num_splits}")
+    out = empty_like(like, (B, H, D), dtype)
+    lse = empty_like(like, (B, H), "f32")
+    if num_splits == 1:
+        return num_splits, out, lse, out, lse
+    return (num_splits, out, lse, empty_like(like, (B, num_splits, H, D), "f32"),
+            empty_like(like, (B, num_splits, H), "f32"))
+
+
+#: Tiles of std.mla_sm90 (the Hopper MLA decode): BN keys a step (a tile serves as K and V), STAGES
+#: tiles in the ring, OVERLAP (the softmax warpgroup issues S_j = Q K_j^T with P_{j-1} V_{j-1} and runs
+#: tile j's softmax under the latter; needs 2 stages). FlashMLA's tiles (64 keys, 2 stages); at D 512 +
+#: DR 64 they fill shared memory (:func:`mla_sm90_shared_bytes`: 229,672 bytes of sm_90's 232,448).
+#: Not yet timed on a GPU.
+MLA_SM90_TILES = dict(BN=64, STAGES=2, OVERLAP=False)
+
+
+def mla_sm90_shared_bytes(D: int, DR: int, tiles: dict[str, int], itemsize: int = 2) -> int:
+    """Dynamic shared memory of std.mla_sm90 in bytes (the formula stated in stdlib/mla_sm90.kc): Q's
+    64 rows and STAGES tiles of BN rows, D + DR elements each, P (64 x BN, in slabs of 64 columns), 64
+    f32 rescale factors, 5 + 2 STAGES mbarriers."""
+    bn, st = tiles["BN"], tiles["STAGES"]
+    return ((64 + st * bn) * (D + DR) + 64 * 64 * -(-bn // 64)) * itemsize + 256 + 8 * (5 + 2 * st)
+
+
+def mla_sm90_splits(units: int, max_len: int, sms: int, bn: int, min_chunk: int = 256,
+                    max_splits: int = 64) -> int:
+    """The chunks (split-KV) std.mla_sm90 cuts each sequence into: ``units`` blocks a split (B x head
+    blocks), one block a multiprocessor (its shared memory), ``sms`` of them. Going up from 1, a count
+    is taken where it cuts the tiles of BN keys the busiest multiprocessor computes (waves x tiles a
+    chunk, for sequences of ``max_len``) by 10 % or more, since each split adds merge_states work over
+    f32 partial states (B 32, H 128, 2 splits: 17 MB written and read again); chunks of at least
+    ``min_chunk`` keys. E.g. B 32, 8192 keys, 132 SMs: H 128, 2 (128 blocks, one wave, 64 tiles each;
+    4 splits also give 64, in two waves); H 16: 4."""
+    tiles = max(-(-int(max_len) // bn), 1)
+    best, cost = 1, tiles * -(-units // sms)
+    for s in range(2, max(1, min(max_splits, -(-int(max_len) // min_chunk))) + 1):
+        c = -(-units * s // sms) * -(-tiles // s)
+        if c < 0.9 * cost:
+            best, cost = s, c
+    return best
+
+
+def _mla_sm90_module(target: str) -> Any:
+    """std.mla_sm90 for ``target`` (with approx_ftz where the target has it, as
+    :func:`kcompiler.ops._common.attention_module`)."""
+    return _common.ftz_module("mla_sm90", target)
+
+
+def mla_sm90_reason_not(q_nope: Any, q_pe: Any, ckv_cache: Any, kpe_cache: Any, tiles: dict[str, int],
+                        target: str = "auto") -> str | None:
+    """Why :func:`mla_decode`'s Hopper path cannot run on these arrays, or None when it can: it needs a
+    target with wgmma (an sm_90 GPU; the CPU target's emulation for tests), f16 or bf16, D a multiple
+    of 128 up to 512 and DR of 64 (slabs of 64 columns; half of D a consumer's wgmma of at most 256
+    columns), a page size that is a multiple of 8 dividing BN or divided by it, up to 256 (TMA boxes of
+    whole pages or whole tiles), arrays the tensor maps can describe (device arrays on a GPU, numpy on
+    the CPU target; 16-byte aligned), and the tiles within the shared memory a block may have on the
+    device (its ``shared_memory_per_block``)."""
+    t = arrays.array_scalar_type(q_nope)
+    D, DR, page = int(q_nope.shape[-1]), int(q_pe.shape[-1]), int(ckv_cache.shape[1])
+    bn, st = int(tiles["BN"]), int(tiles["STAGES"])
+    if t is None or t.name not in ("f16", "bf16"):
+        return "the Hopper path computes f16 and bf16"
+    if D % 128 or D > 512 or DR % 64 or DR == 0:
+        return f"the Hopper path takes D a multiple of 128 up to 512 and DR of 64, not {D} and {DR}"
+    if bn % 16 or not 16 <= bn <= 256 or st < 1 or (tiles.get("OVERLAP") and st < 2):
+        return f"sm90_tiles: BN a multiple of 16 from 16 to 256 and STAGES at least 1 (2 with OVERLAP), not {tiles}"
+    if page % 8 or page > 256 or (page % bn and bn % page):
+        return f"the Hopper path takes pages of a multiple of 8 up to 256 that divide BN ({bn}) or that it " \
+               f"divides, not {page}"
+    xs = (q_nope, q_pe, ckv_cache, kpe_cache)
+    why = hopper_reason_not("mla_sm90", lambda: _mla_sm90_module(target), target, xs)
+    if why is None and any(data_ptr(x) % 16 for x in xs):
+        return "TMA needs 16-byte aligned tensors"
+    limit = device_of(_mla_sm90_module(target), q_nope).shared_memory_per_block if why is None else 0
+    if why is None and mla_sm90_shared_bytes(D, DR, tiles, t.size) > limit:
+        return f"BN {bn} in {st} stages needs {mla_sm90_shared_bytes(D, DR, tiles, t.size)} bytes of shared " \
+               f"memory, more than the {limit} a block may have on this device"
+    return why
+
+
+def _mla_decode_sm90(q_nope: Any, q_pe: Any, ckv: Any, kpe: Any, bt: Any, sl: Any, max_pages: int,
+                     max_seq_len: int, scale: float, num_splits: int | None, return_lse: bool, tiles: dict,
+                     target: str) -> Any:
+    """The launch of std.mla_sm90 (:func:`mla_decode` checked the arguments, ``bt`` the flat block
+    table, ``sl`` the lengths, both int32 of q's kind), with merge_states after a split."""
+    (B, H, D), DR, page = tuple(q_nope.shape), int(q_pe.shape[-1]), int(ckv.shape[1])
+    src = arrays.array_scalar_type(q_nope)
+    bn, st = int(tiles["BN"]), int(tiles["STAGES"])
+    shared = mla_sm90_shared_bytes(D, DR, tiles, src.size)
+    blocks = -(-H // 64)
+    mod = _mla_sm90_module(target)
+    if num_splits is None:
+        num_splits = mla_sm90_splits(B * blocks, max_seq_len, device_of(mod, q_nope).multiprocessor_count, bn)
+    num_splits, out, lse, part, part_lse = _mla_outputs(q_nope, B, H, D, src.name, num_splits)
+    if B == 0 or H == 0:
+        return (out, lse) if return_lse else out
+    rows = min(page, bn)
+    maps = [cached_tensor_map(q_nope, (1, 64, 64)), cached_tensor_map(q_pe, (1, 64, 64)),
+            cached_tensor_map(ckv, (1, rows, 64)), cached_tensor_map(kpe, (1, rows, 64))]
+    mod.mla_decode_sm90[(blocks, num_splits, B), 384](
+        *maps, bt, sl, flat(part, 1), flat(part_lse, 1), H, max_pages, num_splits, np.float32(scale),
+        T=src.name, OUT=arrays.array_scalar_type(part).name, D=D, DR=DR, PAGE=page, BN=bn, STAGES=st,
+        OVERLAP=bool(tiles.get("OVERLAP", False)), shared=shared, stream=stream_of(q_nope))
+    if num_splits > 1:
+        merge_states(part, part_lse, out=out, lse_out=lse, target=target)
+    return (out, lse) if return_lse else out
+
+
+__all__ = ["MLA_SM90_MIN_HEADS", "MLA_SM90_TILES", "mla_decode", "mla_sm90_reason_not", "mla_sm90_shared_bytes",
+           "mla_sm90_splits"]
