@@ -441,6 +441,8 @@ class FnLowering(StatementLowering, ExpressionLowering):
         self.fail(f"compile-time parameter '{c.name}' of '{decl.name}' is an integer", a.span)
 
     def builtin(self, f: BuiltinRef, e: A.Call) -> Any:
+        """Call ``e`` of builtin ``f``: its arity, keyword and bracket arguments checked against
+        builtins.py's declaration, then lowered by the handler registered for it (builtin_registry.py)."""
         fn = f.fn
         n = len(e.args)
         if not fn.min_args <= n <= fn.max_args:

@@ -54,7 +54,7 @@ class StatementLowering:
     def stmt_block(self, s: A.Block) -> None:
         self.block(s.stmts)
 
-    def stmt_expr_stmt(self, s: A.ExprStmt) -> None:
+    def stmt_expression(self, s: A.ExprStmt) -> None:
         v = self.ev(s.expr)
         if isinstance(v, LanePlace):
             self.rvalue(v, s.expr.span)
@@ -320,7 +320,7 @@ def _defined_names(s: A.Stmt) -> list[str]:
 #: The visitor's dispatch table: statement node type → its method.
 _STATEMENTS: dict[type, Callable[[Any, Any], None]] = {
     A.Block: StatementLowering.stmt_block,
-    A.ExprStmt: StatementLowering.stmt_expr_stmt,
+    A.ExprStmt: StatementLowering.stmt_expression,
     A.Let: StatementLowering.stmt_let,
     A.Var: StatementLowering.stmt_var,
     A.Shared: StatementLowering.stmt_shared,
