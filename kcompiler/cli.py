@@ -391,6 +391,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as e:  # noqa: BLE001 - a compiler bug: a short message, the traceback on demand
         if os.environ.get("KC_DEBUG"):
             raise
+        if type(e).__name__ == "InternalCompilerError":  # already says so (backends/llvm)
+            return _fail(f"{e}\n(set KC_DEBUG=1 for the traceback)")
         return _fail(f"internal compiler error: {type(e).__name__}: {e}\n"
                      f"(set KC_DEBUG=1 for the traceback; please report it)")
     finally:

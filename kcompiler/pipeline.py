@@ -29,6 +29,7 @@ from .backends import canonical_target, default_arch, find_backend
 from .backends.target import CompileOptions, Target
 from .diagnostics import CompileError
 from .ir.types import Type
+from .limits import check_inlined_size, check_region_depth, deep_recursion
 from .runtime.cache import CACHE, KernelCache, compiler_fingerprint, make_key, type_from_str
 from .runtime.device import Artifact, KernelParam
 
@@ -122,15 +123,21 @@ def resolve_target(target: str | Target, arch: str | None = None, **target_opts:
     return get_target(target, arch, **target_opts)
 
 
+@deep_recursion()
 def lower_to_ir(program: Any, target: Target, kernels: dict[str, dict[str, Any]]) -> Any:
-    """Lower the given kernel specialisations, run the default passes, verify. Returns ir.Module."""
+    """Lower the given kernel specialisations, run the default passes, verify. Returns ir.Module.
+
+    Raises CompileError, also where inlining nests regions deeper than kcompiler/limits.py allows."""
     from .frontend import lower
     from .ir.passes import run_default
     from .ir.verifier import verify
 
     module = lower(program, target, kernels=kernels)
+    check_region_depth(module)
     verify(module)
+    check_inlined_size(module)  # before inlining makes the copies
     run_default(module, target)
+    check_region_depth(module)
     verify(module)
     return module
 
@@ -170,6 +177,7 @@ def _frontend_target(target: Target, options: CompileOptions | None) -> Target:
     return t
 
 
+@deep_recursion()
 def artifact_of_ir(module: Any, kernel_name: str, target: Target, options: CompileOptions | None = None,
                    comptime: dict[str, Any] | None = None) -> Artifact:
     """Compile a (lowered, verified) IR module holding kernel ``kernel_name`` (its
@@ -221,6 +229,7 @@ def select_kernels(program: Any, kernel: str | None, params: dict[str, Any]) -> 
     return out
 
 
+@deep_recursion()
 def emit(source: Source | Any, stage: str, target: str | Target = "nvptx", arch: str | None = None,
          kernel: str | None = None, params: dict[str, Any] | None = None,
          options: CompileOptions | None = None) -> str | bytes:

@@ -14,6 +14,7 @@ from ..diagnostics import SourceSpan
 from ..ir import Region, Value
 from ..ir.core import OPS
 from ..ir.types import BOOL, I32, TENSOR_MAP, VOID, ArrayType, ScalarType, VectorType, sizeof
+from ..limits import shared_memory_error, unrolled_size_error
 from . import ast as A
 from .semantic import CV, SemanticError, convert_cv, default_type, promote
 from .values import POISON, LanePlace, Place, Poison, type_desc
@@ -119,6 +120,9 @@ class StatementLowering:
         p = self.b.shared(sym, t)
         size = (sizeof(t) + 15) // 16 * 16
         self.fn.attrs["shared_bytes"] = self.fn.attrs.get("shared_bytes", 0) + size
+        declared = self.fn.attrs["shared_declared"] = self.fn.attrs.get("shared_declared", 0) + sizeof(t)
+        if (too_much := shared_memory_error(self.target, declared, self.fn.name)) is not None:
+            self.fail(too_much, s.span, hint="use fewer or smaller shared arrays, or a smaller tile")
         self.bind(s.name, Place(p, t, f"'{s.name}'"))
 
     def stmt_assign(self, s: A.Assign) -> None:
@@ -291,6 +295,8 @@ class StatementLowering:
             self.scopes.append({s.var: CV(k, t)})
             self.block(s.body.stmts)
             self.scopes.pop()
+            if (too_large := unrolled_size_error(self.b.emitted, k)) is not None:
+                self.fail(too_large, it.span, hint="use a runtime loop (for i in range(...)) or unroll less")
 
     def stmt_break(self, s: A.Break) -> None:
         self.b.op("break")

@@ -19,11 +19,11 @@ poisoned so that their uses report nothing more.
 from __future__ import annotations
 
 import re
-import sys
 from typing import Any
 
-from ..diagnostics import CompileError, Diagnostic, Diagnostics, SourceSpan
+from ..diagnostics import CompileError, Diagnostics, SourceSpan
 from ..ir import Function, Module
+from ..limits import check_region_depth, deep_recursion
 from . import ast as A
 from .comptime_defaults import MissingParam, bind_defaults
 from .fn_lowering import FnLowering
@@ -156,9 +156,7 @@ def lower(program: Program, target: Any, kernels: dict[str, dict[str, Any]] | No
     KeyError for a kernel name the program does not define."""
     if program.errors:  # kept by load_program(keep_going=True): such a program is checked, never lowered
         raise CompileError(program.errors)
-    old = sys.getrecursionlimit()
-    sys.setrecursionlimit(max(old, 20000))
-    try:
+    with deep_recursion():
         L = ModuleLowering(program, target)
         if kernels is None:
             kernels = {n: {} for n in program.kernels
@@ -170,10 +168,6 @@ def lower(program: Program, target: Any, kernels: dict[str, dict[str, Any]] | No
             L.kernel(name, dict(values or {}))
             L.drain()
         return L.finish()
-    except RecursionError:
-        raise CompileError("nesting too deep to compile", program.main.ast.span) from None
-    finally:
-        sys.setrecursionlimit(old)
 
 
 def check(program: Program, target: Any, max_errors: int = 50) -> None:
@@ -189,31 +183,26 @@ def check(program: Program, target: Any, max_errors: int = 50) -> None:
         whole = d.span.merge(d.body.span)
         return not any(_inside(e.span, whole) for e in program.errors if e.span not in program.recoverable)
 
-    old = sys.getrecursionlimit()
-    sys.setrecursionlimit(max(old, 20000))
     items = list(program.errors)
-    try:
-        L = ModuleLowering(program, target)
-        L.silenced = program.recoverable
-        L.diag.limit = max_errors
-        # A clean declaration may call one with errors: that one is declared but not lowered.
-        L.skip_bodies = {id(d) for m in program.modules.values() for d in m.ast.decls if not clean(d)}
-        for name, decl in program.kernels.items():
-            if clean(decl) and all(c.default is not None for c in program.signature(name).comptime):
-                L.kernel(name, {})
-                L.drain()
-        for mod in program.modules.values():
-            for d in mod.ast.decls:
-                if not d.is_kernel and not d.cparams and clean(d):
-                    L.instance(mod, d, {}, None)
+    with deep_recursion():
+        try:
+            L = ModuleLowering(program, target)
+            L.silenced = program.recoverable
+            L.diag.limit = max_errors
+            # A clean declaration may call one with errors: that one is declared but not lowered.
+            L.skip_bodies = {id(d) for m in program.modules.values() for d in m.ast.decls if not clean(d)}
+            for name, decl in program.kernels.items():
+                if clean(decl) and all(c.default is not None for c in program.signature(name).comptime):
+                    L.kernel(name, {})
                     L.drain()
-        L.finish()
-    except CompileError as e:
-        items += e.diagnostics
-    except RecursionError:
-        items.append(Diagnostic("error", "nesting too deep to compile", program.main.ast.span))
-    finally:
-        sys.setrecursionlimit(old)
+            for mod in program.modules.values():
+                for d in mod.ast.decls:
+                    if not d.is_kernel and not d.cparams and clean(d):
+                        L.instance(mod, d, {}, None)
+                        L.drain()
+            check_region_depth(L.finish())  # loops and blocks nested too deep (limits.py)
+        except CompileError as e:
+            items += e.diagnostics
     if items:
         raise CompileError(sorted(items, key=_position))
 

@@ -16,10 +16,8 @@ from lark import Lark, Token
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
 from ..diagnostics import Diagnostics, SourceFile, SourceSpan
+from ..limits import MAX_DEPTH  # deepest nesting accepted (kcompiler/limits.py)
 from . import ast as A
-
-#: Deepest nesting of expressions and statements accepted (a sum of 1000 terms is 1000 deep).
-MAX_DEPTH = 1000
 
 KEYWORDS = frozenset({"kernel", "fn", "import", "as", "let", "var", "shared", "if", "else", "for", "in",
                       "while", "break", "continue", "return", "comptime", "true", "false", "ptr", "vec"})
@@ -207,7 +205,15 @@ class _Builder:
                 arms.append(x)
             elif isinstance(x, A.Block):
                 orelse = x
-        return self.node(A.If, arms, orelse, comptime, span=self.span(kw, c[i]))
+        n = self.node(A.If, arms, orelse, comptime, span=self.span(kw, c[i]))
+        # Arm k lowers into the else of arm k-1, k levels deeper than the first: count it so.
+        for k, x in enumerate(arms[1:] + ([orelse] if orelse is not None else []), start=1):
+            k = min(k, len(arms) - 1)
+            if x.depth + k + 1 > n.depth:
+                n.depth = x.depth + k + 1
+                if n.depth > MAX_DEPTH:
+                    raise NestingTooDeep(x.span)
+        return n
 
     def if_stmt(self, c):
         return self._if(c, False)

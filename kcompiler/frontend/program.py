@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..diagnostics import CompileError, Diagnostics, SourceFile, SourceSpan
+from ..limits import deep_recursion
 from ..ir.types import (AddressSpace, ArrayType, PointerType, ScalarType, SCALARS, Type, VectorType)
 from . import ast as A
 from .checker import Checker, comptime_kind, texpr_str
@@ -416,16 +417,8 @@ def load_program(source: str, path: str = "<string>", keep_going: bool = False) 
     of the name, scope and declaration checks are kept in ``Program.errors`` instead, so that
     :func:`~kcompiler.frontend.check` can add the type errors of the other declarations (syntax and
     import errors still raise: without a tree there is nothing to check)."""
-    import sys
-
-    old = sys.getrecursionlimit()
-    sys.setrecursionlimit(max(old, 20000))
-    try:
+    with deep_recursion():
         return _load(source, path, keep_going)
-    except RecursionError:
-        raise CompileError("nesting too deep", SourceSpan(SourceFile(path, source), 1, 1, 1, 2)) from None
-    finally:
-        sys.setrecursionlimit(old)
 
 
 #: The module printf is built on where there is no vprintf (AMD, the CPU, NVIDIA in hostcall mode),

@@ -23,6 +23,8 @@ class Builder:
     def __init__(self, region: Region, span: SourceSpan | None = None):
         self.region = region
         self.span = span
+        #: ops appended through :meth:`op` so far (the frontend bounds it: kcompiler/limits.py)
+        self.emitted = 0
 
     @contextmanager
     def at(self, region: Region) -> Iterator[Region]:
@@ -46,6 +48,7 @@ class Builder:
         """Append a generic op and return it."""
         o = Op(name, operands, type, attrs, regions, self.span, hint)
         self.region.ops.append(o)
+        self.emitted += 1
         return o
 
     def value(self, name: str, operands: list[Value], type: Type, hint: str = "", **attrs: Any) -> Value:

@@ -47,11 +47,19 @@ class Region:
         self.args: list[Value] = args if args is not None else []
 
     def walk(self) -> Iterator["Op"]:
-        """Every op in this region and, recursively, in regions nested inside it (pre-order)."""
-        for op in self.ops:
+        """Every op in this region and, recursively, in regions nested inside it (pre-order).
+
+        Iterative (an explicit stack of op iterators), so that the cost is linear in the number of ops
+        however deep the regions nest: a recursive generator pays the depth on every op it yields."""
+        stack: list[Iterator[Op]] = [iter(self.ops)]
+        while stack:
+            op = next(stack[-1], None)
+            if op is None:
+                stack.pop()
+                continue
             yield op
-            for r in op.regions:
-                yield from r.walk()
+            for r in reversed(op.regions):
+                stack.append(iter(r.ops))
 
     def __len__(self) -> int:
         return len(self.ops)

@@ -578,6 +578,7 @@ class _Verifier:
         self.m = module
         self.fn: Function | None = None
         self.defined: set[int] = set()
+        self.visible: set[int] = set()
         self.region_defs: list[set[int]] = []  # values defined at the top of each open region
         self.function_defs: set[int] = set()
 
@@ -607,6 +608,7 @@ class _Verifier:
         if fn.is_kernel and not isinstance(fn.ret, VoidType):
             self.fail(None, f"kernel returns {fn.ret} (kernels return void)")
         self.defined = set()
+        self.visible = set()  # the ids in ``scopes``, all levels together (one lookup per use)
         self.region_defs = []
         self.function_defs = {a.id for a in fn.params}
         for op in fn.body.walk():
@@ -622,6 +624,7 @@ class _Verifier:
         if v.id in self.defined:
             self.fail(op, f"value {_name(v)} is defined twice")
         self.defined.add(v.id)
+        self.visible.add(v.id)
         scope.add(v.id)
 
     def region(self, r: Region, scopes: list[set[int]], loop_body: bool, cond_region: bool) -> None:
@@ -636,6 +639,7 @@ class _Verifier:
             self._region_ops(r, scopes, loop_body, cond_region, scope)
         finally:
             self.region_defs.pop()
+            self.visible -= scope
 
     def _region_ops(self, r: Region, scopes: list[set[int]], loop_body: bool, cond_region: bool,
                     scope: set[int]) -> None:
@@ -665,7 +669,7 @@ class _Verifier:
         for k, v in enumerate(op.operands):
             if not isinstance(v, Value):
                 self.fail(op, f"operand {k} is {v!r}, not a Value")
-            if not any(v.id in s for s in scopes):
+            if v.id not in self.visible:
                 if any(v.id in r for r in self.region_defs):
                     why = "used before its definition"
                 elif v.id in self.function_defs:
