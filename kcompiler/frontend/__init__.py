@@ -1,6 +1,7 @@
 """The kernel-language frontend: source → AST (parser.py, grammar.lark) → checked Program (checker.py,
-program.py) → IR module per target and specialisation (lowering.py, with the type rules of
-semantic.py).
+program.py) → IR module per target and specialisation (lowering.py; one function by fn_lowering.py,
+a visitor of statements and expressions with the type rules of semantic.py; builtins through
+builtin_registry.py).
 
     program = load_program(text, "saxpy.kc")          # CompileError on bad input, every error at once
     sig = program.signature("saxpy")                   # compile-time params, inference from arg types

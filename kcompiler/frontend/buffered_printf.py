@@ -27,7 +27,7 @@ from .hostcall_printf import as_word, field_format, field_i32, global_string
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..diagnostics import SourceSpan
-    from .lowering import FnLowering
+    from .fn_lowering import FnLowering
 
 #: Bytes of a record before its arguments: the u32 control word and the u64 format hash.
 RECORD_HEADER = 12

@@ -1,5 +1,6 @@
 """The names every kernel-language file sees without an import: machine builtins, math, memory
-access and the scalar types. The checker uses the arities here; the lowering gives them meaning."""
+access and the scalar types. The checker uses the arities here; the lowering gives them meaning
+through the handler each has in builtin_registry.py's table."""
 from __future__ import annotations
 
 from dataclasses import dataclass

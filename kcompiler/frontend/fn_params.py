@@ -27,9 +27,10 @@ from . import ast as A
 from .checker import dotted_name, texpr_str
 from .comptime_defaults import MissingParam, bind_defaults
 from .program import ComptimeParam, SourceModule, StaticEvalError, _unify, comptime_params
+from .values import VOIDV, FnRef, Poison
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .lowering import FnLowering
+    from .fn_lowering import FnLowering
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,7 @@ def _resolve_name(fl: "FnLowering", name: str, param: str, span: SourceSpan | No
 def bind(fl: "FnLowering", c: ComptimeParam, v: Any) -> BoundFn:
     """Bind compile-time fn parameter ``c`` of the specialisation ``fl`` declares to ``v`` (a FnValue,
     or a name spelled in ``fl``'s module: the declared default or the host's value); with a declared
-    signature, instantiate the fn for it and check that it fits. Raises _Poison after a located error."""
+    signature, instantiate the fn for it and check that it fits. Raises Poison after a located error."""
     cp = next(x for x in fl.decl.cparams if x.name == c.name)
     ft = cp.type
     assert isinstance(ft, A.FnTypeExpr)
@@ -147,8 +148,7 @@ def bind(fl: "FnLowering", c: ComptimeParam, v: Any) -> BoundFn:
         fl.fail(e.message, e.span)
     fn = fl.L.instance(mod, decl, values, where, fl)
     if fn is None:
-        from .lowering import _Poison
-        raise _Poison()
+        raise Poison()
     if [p.type for p in fn.params] != sig or fn.ret != ret:
         mismatch()
     bound.function, bound.sig, bound.ret = fn, sig, ret
@@ -158,7 +158,6 @@ def bind(fl: "FnLowering", c: ComptimeParam, v: Any) -> BoundFn:
 def call(fl: "FnLowering", f: BoundFn, e: A.Call) -> Any:
     """``EPI(args)``: a direct call of the fn bound to the parameter (checked against its declared
     signature, or, for a bare ``fn`` parameter, like any call of that fn)."""
-    from .lowering import VOIDV, FnRef
 
     if f.function is None:
         return fl.call_fn(FnRef(f.module, f.decl), e)
@@ -177,7 +176,6 @@ def call(fl: "FnLowering", f: BoundFn, e: A.Call) -> Any:
 def comptime_arg(fl: "FnLowering", c: ComptimeParam, a: Any, decl: A.FnDecl) -> FnValue:
     """The value of a fn passed in brackets to compile-time fn parameter ``c`` of ``decl``:
     ``gemm[EPI = relu]``, ``[EPI = epilogue.bias]``, or ``[EPI = EPI]`` (passing one's own on)."""
-    from .lowering import FnRef
 
     what = f"compile-time parameter '{c.name}' of '{decl.name}' is a fn: pass a fn's name (relu, module.relu)"
     if not isinstance(a, A.Node) or isinstance(a, (A.PtrTypeExpr, A.VecTypeExpr, A.ArrayTypeExpr)):

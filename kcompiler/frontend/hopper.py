@@ -23,7 +23,9 @@ from __future__ import annotations
 from typing import Any
 
 from ..ir.types import BOOL, I32, SCALARS, U32, U64, AddressSpace, ScalarType, TensorMapType, VectorType
+from .builtin_registry import builtin
 from .semantic import CV
+from .values import VOIDV
 
 #: The builtins this file lowers, and the ``target.has`` feature each needs (None: every target).
 FEATURES = {"wgmma": "wgmma", "wgmma_fence": "wgmma", "wgmma_commit": "wgmma", "wgmma_wait": "wgmma",
@@ -40,6 +42,7 @@ _WHAT = {"wgmma": "warpgroup MMA (wgmma, NVIDIA sm_90a)", "tma": "the TMA copy e
 _WGMMA_K = {"bf16": 16, "f16": 16, "f8e4m3": 32, "f8e5m2": 32}
 
 
+@builtin(*FEATURES)
 def lower_builtin(fl: Any, f: Any, e: Any, kw: dict) -> Any:
     """Lower call ``e`` of Hopper builtin ``f`` (a BuiltinRef) in FnLowering ``fl``."""
     name = f.fn.name
@@ -58,7 +61,6 @@ def _require(fl: Any, builtin: str, feature: str, span: Any) -> None:
 
 
 def _void():
-    from .lowering import VOIDV
     return VOIDV
 
 

@@ -28,7 +28,7 @@ from ..ir.types import BOOL, F64, I64, U8, U32, U64, AddressSpace, PointerType, 
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..diagnostics import SourceSpan
-    from .lowering import FnLowering
+    from .fn_lowering import FnLowering
 
 #: Arguments of one hostcall of the printf service (word 0 is the descriptor).
 WORDS_PER_CALL = 7

@@ -14,6 +14,7 @@ from typing import Any
 
 from ..ir.intrinsics import get as intrinsic
 from ..ir.types import BF16, F16, F32, VectorType
+from .builtin_registry import builtin
 
 #: The builtins this file lowers, and the ``target.has`` feature each needs at least.
 FEATURES = {"mfma": "mfma"}
@@ -42,6 +43,7 @@ def _kind(t: Any) -> str | None:
     return None
 
 
+@builtin(*FEATURES)
 def lower_builtin(fl: Any, f: Any, e: Any, kw: dict) -> Any:
     """Lower ``mfma(a, b, c)`` (call ``e`` of BuiltinRef ``f``) in FnLowering ``fl``: checks the types
     against the intrinsic's forms and the target, and emits ``amdgcn.mfma``. Every mistake is a located

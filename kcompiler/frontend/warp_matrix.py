@@ -12,7 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 from ..ir.types import BF16, F16, F32, F8E4M3, F8E5M2, U32, AddressSpace, ScalarType, VectorType, sizeof
+from .builtin_registry import builtin
 from .semantic import CV
+from .values import VOIDV
 
 #: The builtins this file lowers, and the ``target.has`` feature each needs.
 FEATURES = {"mma_sync": "mma", "ldmatrix": "ldmatrix", "cp_async": "cp_async", "cp_async_commit": "cp_async",
@@ -22,6 +24,7 @@ _F16S = (F16, BF16)
 _F8S = (F8E4M3, F8E5M2)
 
 
+@builtin(*FEATURES)
 def lower_builtin(fl: Any, f: Any, e: Any, kw: dict) -> Any:
     """Lower call ``e`` of warp-matrix builtin ``f`` (a BuiltinRef) in FnLowering ``fl``."""
     name = f.fn.name
@@ -101,7 +104,6 @@ def _ldmatrix(fl: Any, f: Any, e: Any, kw: dict) -> Any:
 
 def _cp_async(fl: Any, f: Any, e: Any, kw: dict) -> Any:
     """``cp_async(dst, src, bytes[, src_bytes])``."""
-    from .lowering import VOIDV
 
     dst = fl._pointer(e.args[0], "cp_async")
     if dst.type.space != AddressSpace.SHARED:
@@ -143,7 +145,6 @@ def _cp_async(fl: Any, f: Any, e: Any, kw: dict) -> Any:
 
 
 def _cp_async_commit(fl: Any, f: Any, e: Any, kw: dict) -> Any:
-    from .lowering import VOIDV
 
     _require(fl, "cp_async_commit", "cp_async", e.span)
     fl.b.intrinsic("nvptx.cp_async.commit_group")
@@ -151,7 +152,6 @@ def _cp_async_commit(fl: Any, f: Any, e: Any, kw: dict) -> Any:
 
 
 def _cp_async_wait(fl: Any, f: Any, e: Any, kw: dict) -> Any:
-    from .lowering import VOIDV
     from . import ast as A
 
     args = f.targs or []

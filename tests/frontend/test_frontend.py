@@ -577,3 +577,51 @@ def test_printf_lowers_to_the_printf_op_with_promoted_arguments():
     assert op.result is None and not OPS["printf"].pure
     t = print_module(m)
     assert 'printf "k: %f %d %u %ld %s %p\\n" %' in t
+
+
+# --- the builtin registry and the lowering's modules --------------------------------------------------
+
+def test_every_declared_builtin_has_exactly_one_registered_handler():
+    """builtins.py declares each builtin; builtin_registry.REGISTRY holds the handler that lowers it
+    (fn_lowering.py imports every handler module): the two name sets are the same."""
+    from kcompiler.frontend import builtins as B
+    from kcompiler.frontend import fn_lowering  # noqa: F401 (registers the handlers)
+    from kcompiler.frontend.builtin_registry import REGISTRY
+
+    assert set(REGISTRY.handlers) == set(B.FUNCTIONS)
+    assert REGISTRY.handler("mfma").__module__ == "kcompiler.frontend.mfma"
+    assert REGISTRY.handler("wgmma").__module__ == "kcompiler.frontend.hopper"
+    assert REGISTRY.handler("atomic_cas").__module__ == "kcompiler.frontend.builtins_atomic"
+
+
+def test_registering_an_undeclared_or_taken_builtin_name_is_refused():
+    from kcompiler.frontend.builtin_registry import BuiltinRegistry
+
+    reg = BuiltinRegistry()
+    reg.register("barrier")(lambda fl, ref, call, kw: None)
+    with pytest.raises(ValueError, match="'barrier' is registered twice"):
+        reg.register("barrier")(lambda fl, ref, call, kw: None)
+    with pytest.raises(ValueError, match="'no_such_builtin' is not declared"):
+        reg.register("no_such_builtin")(lambda fl, ref, call, kw: None)
+
+
+def test_the_lowering_helpers_do_not_import_lowering_py():
+    """values.py, the builtin handlers, the vendor builtins and fn_params.py get the lowering object as
+    an argument: importing them (in a fresh interpreter) loads neither lowering.py nor fn_lowering.py."""
+    import subprocess
+    import sys
+
+    mods = ["values", "builtin_registry", "builtins_math", "builtins_convert", "builtins_memory",
+            "builtins_atomic", "builtins_sync", "builtins_warp", "builtins_hostcall", "builtins_printf",
+            "builtins_comptime", "hopper", "mfma", "warp_matrix", "fn_params", "lower_stmts", "lower_exprs"]
+    code = ("import sys\n" + "".join(f"import kcompiler.frontend.{m}\n" for m in mods) +
+            "print(sorted(m for m in sys.modules if m in ('kcompiler.frontend.lowering', "
+            "'kcompiler.frontend.fn_lowering')))")
+    # kcompiler/frontend/__init__.py imports lowering for its API: load the submodules without it
+    code = ("import importlib.util, sys, types, pathlib\n"
+            "import kcompiler\n"
+            "pkg = types.ModuleType('kcompiler.frontend')\n"
+            "pkg.__path__ = [str(pathlib.Path(kcompiler.__file__).parent / 'frontend')]\n"
+            "sys.modules['kcompiler.frontend'] = pkg\n" + code)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

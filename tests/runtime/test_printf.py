@@ -334,21 +334,21 @@ def test_printf_in_a_generic_fn_is_checked_per_specialisation():
 
 def test_hostcall_targets_go_through_the_dispatch_point(monkeypatch):
     """A target whose printf_method is "hostcall" gets no printf op: the lowering calls
-    FnLowering.hostcall_printf(call, format, promoted values)."""
-    from kcompiler.frontend.lowering import FnLowering
+    builtins_printf.hostcall_printf(fl, call, format, promoted values)."""
+    from kcompiler.frontend import builtins_printf
 
     src = 'kernel k(x: f32, n: u8) {\n    printf("%s=%f %d\\n", "x", x, n);\n}\n'
     target = FakeTarget("amdgcn", "gfx942", 64)
     target.printf_method = "hostcall"
     seen = []
 
-    def fake(self, call, fmt, values):
+    def fake(fl, call, fmt, values):
         seen.append((call.span.line, fmt, [str(v.type) for v in values]))
-        from kcompiler.frontend.lowering import VOIDV
+        from kcompiler.frontend.values import VOIDV
         return VOIDV
 
     with monkeypatch.context() as mp:
-        mp.setattr(FnLowering, "hostcall_printf", fake)
+        mp.setattr(builtins_printf, "hostcall_printf", fake)
         m = lower(load_program(src, "t.kc"), target)
     assert seen == [(2, "x=%f %d\n", ["f64", "i32"])]
     assert not [o for f in m.functions for o in f.body.walk() if o.name == "printf"]

@@ -1,0 +1,39 @@
+"""The synchronisation builtins of a block and a thread: ``barrier()``, ``fence(scope)`` and
+``nanosleep(ns)``.
+"""
+from __future__ import annotations
+
+from ..ir.types import U32
+from . import builtins as B
+from .builtin_registry import builtin
+from .semantic import CV
+from .values import VOIDV
+
+
+@builtin("barrier")
+def _barrier(fl, f, e, kw):
+    fl.b.barrier()
+    return VOIDV
+
+
+@builtin("fence")
+def _fence(fl, f, e, kw):
+    if e.args:
+        if "scope" in kw:
+            fl.fail("scope is given twice", e.span)
+        v = fl.comptime_value(e.args[0], "scope")
+        if not (isinstance(v, CV) and v.kind == "str" and v.value in B.FENCE_SCOPES):
+            fl.fail(f"scope must be one of: {', '.join(repr(a) for a in B.FENCE_SCOPES)}", e.args[0].span)
+        scope = v.value
+    else:
+        scope = fl._str_kw(kw, "scope", B.FENCE_SCOPES, "device")
+    fl.b.op("fence", scope=scope)
+    return VOIDV
+
+
+@builtin("nanosleep")
+def _nanosleep(fl, f, e, kw):
+    ns = fl.coerce(fl.rvalue(fl.ev(e.args[0]), e.args[0].span), U32, e.args[0].span,
+                   "pass {src} as nanosleep's u32 nanoseconds")
+    fl.b.op("nanosleep", [ns])
+    return VOIDV
