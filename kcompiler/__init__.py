@@ -10,7 +10,7 @@ Public API: :func:`compile`, :func:`compile_file`, :func:`devices`, :data:`TARGE
 """
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from ._version import __version__
 
 import importlib
 import os

@@ -30,7 +30,8 @@ from .backends.target import CompileOptions, Target
 from .diagnostics import CompileError
 from .ir.types import Type
 from .limits import check_inlined_size, check_region_depth, deep_recursion
-from .runtime.cache import CACHE, KernelCache, compiler_fingerprint, make_key, type_from_str
+from .ir.types import type_from_str
+from .runtime.cache import CACHE, KernelCache, compiler_fingerprint, make_key
 from .runtime.device import Artifact, KernelParam
 
 #: The stages ``emit`` can stop after, in order.

@@ -52,7 +52,7 @@ def field_format(fmt: str, args: list[Any], strings: list[bool]) -> tuple[str, l
     ("field", (value, width, precision, left)) for a ``%s`` with a width or precision, whose
     conversion is rewritten to a plain ``%s`` (the device formats the field). ``width`` and
     ``precision`` are an int or an IR value (a ``*`` argument, which is then not sent), or None."""
-    from ..printf import Conversion, escape_text, expected_args, parse_format
+    from ..ir.printf import Conversion, escape_text, expected_args, parse_format
 
     text: list[str] = []
     items: list[tuple[str, Any]] = []

@@ -10,7 +10,7 @@ from typing import Any
 
 from ..diagnostics import CompileError, Diagnostics, SourceFile, SourceSpan
 from ..limits import deep_recursion
-from ..ir.types import (AddressSpace, ArrayType, PointerType, ScalarType, SCALARS, Type, VectorType)
+from ..ir.types import (AddressSpace, ArrayType, PointerType, ScalarType, SCALARS, Type, VectorType, type_from_str)
 from . import ast as A
 from .checker import Checker, comptime_kind, texpr_str
 from .parser import parse
@@ -164,7 +164,6 @@ def _check_given(kernel: str, c: ComptimeParam, v: Any) -> Any:
                         f"('relu', 'epilogue.bias'); got {_given(v)}")
     if c.kind == "type":
         if isinstance(v, str):
-            from ..runtime.cache import type_from_str
             try:
                 return type_from_str(v)
             except ValueError:

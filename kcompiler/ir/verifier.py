@@ -401,7 +401,7 @@ def _t_for(op: Op, fn: Function, m: Module) -> None:
 
 
 def _t_printf(op: Op, fn: Function, m: Module) -> None:
-    from ..printf import FormatError, count_args, expected_args, fits_kind, parse_format
+    from .printf import FormatError, count_args, expected_args, fits_kind, parse_format
 
     fmt = op.attrs["format"]
     _req(isinstance(fmt, str), f"printf format {fmt!r} is not a string")

@@ -45,7 +45,8 @@ from __future__ import annotations
 
 from llvmlite import ir as ll
 
-from ..llvm.lower import LoweringContext, UnsupportedOnTarget
+from ..errors import UnsupportedOnTarget
+from ..llvm.lower import LoweringContext
 
 _I16, _I32, _I64 = ll.IntType(16), ll.IntType(32), ll.IntType(64)
 

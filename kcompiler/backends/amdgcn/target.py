@@ -17,7 +17,8 @@ from llvmlite import ir as ll
 
 from ...ir.core import NORMAL_RANGE_MATH
 from ...ir.types import AddressSpace
-from ..llvm.lower import LoweringContext, UnsupportedOnTarget
+from ..errors import UnsupportedOnTarget
+from ..llvm.lower import LoweringContext
 from ..target import Target
 from .archs import ARCHS
 from .attributes import mark_unused_inputs, note_hostcall

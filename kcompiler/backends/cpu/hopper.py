@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 from llvmlite import ir as ll
 
-from ..llvm.lower import UnsupportedOnTarget
+from ..errors import UnsupportedOnTarget
 from .scheduler import counted_loop
 
 if TYPE_CHECKING:  # pragma: no cover

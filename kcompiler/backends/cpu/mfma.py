@@ -141,7 +141,7 @@ def emulate_mfma(target: "CpuTarget", ctx: "LoweringContext", op, args: list[ll.
     emulated chip does: a form that chip lacks is refused as on the chip."""
     from ..amdgcn.intrinsics import mfma_feature
     from ..amdgcn.mfma import operands
-    from ..llvm.lower import UnsupportedOnTarget
+    from ..errors import UnsupportedOnTarget
     shape, a_type, b_type = operands(op)
     if not target.has(mfma_feature(shape, a_type)):
         raise UnsupportedOnTarget(f"mfma {shape} of {a_type} is not available on {target.arch} "

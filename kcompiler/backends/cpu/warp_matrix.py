@@ -185,7 +185,7 @@ def _field(b: ll.IRBuilder, q: ll.Value, f: int) -> ll.Value:
 def _queue(ctx: "LoweringContext") -> ll.Value:
     q = ctx.state.get("cpu.cp_async")
     if q is None:  # a device function that was not inlined: the CPU target rejects it when called
-        from ..llvm.lower import UnsupportedOnTarget
+        from ..errors import UnsupportedOnTarget
         raise UnsupportedOnTarget("cp_async on the cpu target must be in a kernel (or inlined into one)")
     return q
 

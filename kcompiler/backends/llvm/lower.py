@@ -17,12 +17,8 @@ from ...ir import core, intrinsics
 from ...ir.core import Function, Module, Op, Region, Value
 from ...ir.types import (AddressSpace, ArrayType, PointerType, ScalarType, TensorMapType, Type, VectorType, VoidType,
                          elem_of)
+from ..errors import UnsupportedOnTarget
 from ..target import LLVM_ORDERS, CompileOptions, Target, local_name, set_syncscope
-
-
-class UnsupportedOnTarget(Exception):
-    """Raised by a target hook for an operation the target cannot do; the lowering reports it as a
-    CompileError at the op's source span."""
 
 
 class BFloatType(ll.types._BaseFloatType):

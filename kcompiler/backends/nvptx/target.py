@@ -10,7 +10,8 @@ from llvmlite import ir as ll
 
 from ...ir.core import NORMAL_RANGE_MATH
 from ...ir.types import AddressSpace, TensorMapType, Type
-from ..llvm.lower import LoweringContext, UnsupportedOnTarget
+from ..errors import UnsupportedOnTarget
+from ..llvm.lower import LoweringContext
 from ..target import Target
 from . import mma
 from .archs import ARCHS
@@ -28,7 +29,7 @@ _SHFL = {"idx": "idx", "xor": "bfly", "down": "down", "up": "up"}
 
 def _vprintf_format(fmt: str, args: list[ll.Value], b: ll.IRBuilder) -> tuple[str, list[ll.Value]]:
     """``fmt`` and ``args`` rewritten into what vprintf reads (see NvptxTarget.printf)."""
-    from ...printf import Conversion, escape_text, expected_args, parse_format
+    from ...ir.printf import Conversion, escape_text, expected_args, parse_format
 
     out: list[str] = []
     args = list(args)
