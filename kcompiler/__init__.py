@@ -87,14 +87,15 @@ def _options(options: dict[str, Any]) -> Any:
 
 
 def compile(source: str, target: str = "auto", arch: str | None = None,  # noqa: A001
-            params: dict[str, Any] | None = None, *, path: str = "<string>",
+            comptime: dict[str, Any] | None = None, *, path: str = "<string>",
             target_options: dict[str, Any] | None = None, **options: Any) -> "Module":
     """Compile kernel-language ``source`` (text) for ``target`` and return a :class:`Module`.
 
     ``target``: 'auto' (CUDA, else HIP, else the CPU), 'nvptx' / 'cuda', 'amdgcn' / 'hip' (compiles
     without an AMD GPU; launching needs HIP, else HipUnavailable), 'cpu'.
     ``arch``: e.g. 'sm_90a' or 'gfx942' (default: the GPU's own, else sm_90 / gfx942).
-    ``params``: default compile-time values, ``{"BLOCK": 128}`` or ``{"kernel": {"BLOCK": 128}}``.
+    ``comptime``: default compile-time values, ``{"BLOCK": 128}`` or ``{"kernel": {"BLOCK": 128}}``
+    (``params=`` is the older name of this keyword, still accepted).
     ``path``: the name messages print; imports of the user's own modules are searched beside it (in
     the current directory for the default '<string>'). ``options``: :class:`CompileOptions` fields
     (``opt_level`` 0-3, ``check_bounds``, ``fast_math``; ValueError for a bad value).
@@ -116,31 +117,35 @@ def compile(source: str, target: str = "auto", arch: str | None = None,  # noqa:
     from .pipeline import Source  # deferred: see _module
 
     src = Source(source, path, base)
-    return _module(src, target, arch, params, target_options, options)
+    return _module(src, target, arch, comptime, target_options, options)
 
 
 def compile_file(path: str | os.PathLike, target: str = "auto", arch: str | None = None,
-                 params: dict[str, Any] | None = None, *, target_options: dict[str, Any] | None = None,
+                 comptime: dict[str, Any] | None = None, *, target_options: dict[str, Any] | None = None,
                  **options: Any) -> "Module":
     """:func:`compile` the file at ``path`` (its own imports are searched beside it).
     Raises OSError when it cannot be read."""
     from .pipeline import Source  # deferred: see _module
 
-    return _module(Source.from_file(path), target, arch, params, target_options, options)
+    return _module(Source.from_file(path), target, arch, comptime, target_options, options)
 
 
-def _module(src: Any, target: str, arch: str | None, params: Any, target_options: Any,
+def _module(src: Any, target: str, arch: str | None, comptime: Any, target_options: Any,
             options: dict[str, Any]) -> Any:
     # Deferred to the first compile: the pipeline and the runtime load llvmlite and numpy.
     from .pipeline import ProgramHandle
     from .runtime.module import Module
 
+    if "params" in options:  # the keyword's older name
+        if comptime is not None:
+            raise TypeError("give compile-time values as comptime= or params=, not both")
+        comptime = options.pop("params")
     opts = _options(options)
     name = resolve_target_name(target)
     program = ProgramHandle(src, name, arch, opts, target_opts=target_options)
     if target_options:
         program.target  # built now, so that a bad target option raises here, not at a launch
-    return Module(program, params=params)
+    return Module(program, comptime=comptime)
 
 
 def devices() -> list[Device]:

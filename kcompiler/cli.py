@@ -206,7 +206,7 @@ def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     except ValueError as e:  # an arch or a --printf the target does not take
         parser.error(str(e))
     try:
-        values = parse_run_args(kernel.params, args.args)
+        values = parse_run_args(kernel.param_names, args.args)
         if args.out != "-":
             check_output_folder(args.out)
     except ArgError as e:
@@ -225,7 +225,7 @@ def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     sys.stdout.flush()
     if args.out != "-":
         try:
-            for line in save_arrays(args.out, kernel.params, values):
+            for line in save_arrays(args.out, kernel.param_names, values):
                 print(line, file=sys.stderr)
         except OSError as e:
             return _fail(f"cannot save the arrays in {args.out}: {e.strerror or e}")

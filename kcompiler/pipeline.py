@@ -475,7 +475,7 @@ class ProgramHandle:
         return list(self.manifest["kernels"][kernel]["params"])
 
     # specialisation
-    def specialise(self, kernel: str, arg_types: list[Type | None], given: dict[str, Any]) -> dict:
+    def infer_comptime(self, kernel: str, arg_types: list[Type | None], given: dict[str, Any]) -> dict:
         """The compile-time values of ``kernel`` for arguments of ``arg_types`` and the values
         ``given`` by keyword (inferred by the frontend's signature, memoised in the manifest).
         Raises CompileError / TypeError when they cannot be inferred."""
