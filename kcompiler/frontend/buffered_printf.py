@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from ..ir.printf import format_hash  # noqa: F401 - this module's callers and tests name it here
 from ..ir.types import BOOL, U32, U64
 from .hostcall_printf import as_word, field_format, field_i32, global_string
+from .program import PRINTF_BUFFER_ALIAS
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..diagnostics import SourceSpan
@@ -40,7 +41,6 @@ def lower_buffered_printf(fl: "FnLowering", span: "SourceSpan", fmt: str, args: 
 
     ``args``: IR values after C's default promotions (i32/u32/i64/u64, f64, pointers);
     ``strings[k]``: whether argument k is a ``%s`` string (a ``ptr<u8>`` or ``ptr<i8>``)."""
-    from .program import PRINTF_BUFFER_ALIAS
 
     b = fl.b
     mod = fl.mod.imports[PRINTF_BUFFER_ALIAS]

@@ -15,6 +15,7 @@ from . import ast as A
 from .checker import Checker, comptime_kind, texpr_str
 from .parser import parse
 from .semantic import CV, SemanticError, convert_cv, fold_binary, fold_unary
+from .semantic import fits
 
 
 def stdlib_dir() -> Path | None:
@@ -180,7 +181,6 @@ def _check_given(kernel: str, c: ComptimeParam, v: Any) -> Any:
     if isinstance(v, bool) or not isinstance(v, int):
         raise TypeError(f"kernel '{kernel}': compile-time parameter {c.name} is an integer ({c.type}); "
                         f"got {_given(v)}")
-    from .semantic import fits
     if c.type is not None and not fits(v, c.type):
         raise TypeError(f"kernel '{kernel}': {c.name}={v} does not fit in {c.type}")
     return v

@@ -31,6 +31,7 @@ from typing import Any, Callable
 from ..ir.printf import format_table, read_format_table  # noqa: F401 - the runtime's readers use them
 
 import numpy as np
+from .hostcall import PrintfService
 
 #: Bytes before the first record: u32 offset, u32 size.
 HEADER = 8
@@ -171,7 +172,6 @@ class PrintfBuffer:
         """Print every record (through ``service``, default a :class:`~kcompiler.runtime.hostcall.
         PrintfService`: sys.stdout / sys.stderr) and report lost ones on ``stderr`` (default
         sys.stderr); empty the buffer. Returns (records printed, records lost)."""
-        from .hostcall import PrintfService
 
         data, lost = self.take()
         if not data and not lost:

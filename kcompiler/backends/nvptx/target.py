@@ -15,6 +15,7 @@ from ..llvm.lower import LoweringContext
 from ..target import Target
 from . import mma
 from .archs import ARCHS
+from ...ir.printf import Conversion, escape_text, expected_args, parse_format
 
 _I1, _I32, _I64 = ll.IntType(1), ll.IntType(32), ll.IntType(64)
 
@@ -29,7 +30,6 @@ _SHFL = {"idx": "idx", "xor": "bfly", "down": "down", "up": "up"}
 
 def _vprintf_format(fmt: str, args: list[ll.Value], b: ll.IRBuilder) -> tuple[str, list[ll.Value]]:
     """``fmt`` and ``args`` rewritten into what vprintf reads (see NvptxTarget.printf)."""
-    from ...ir.printf import Conversion, escape_text, expected_args, parse_format
 
     out: list[str] = []
     args = list(args)
