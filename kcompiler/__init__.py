@@ -33,11 +33,11 @@ _SUBMODULES = frozenset({"backends", "cli", "diagnostics", "frontend", "ir", "nu
 
 def __getattr__(name: str) -> Any:
     if name == "TARGETS":  # computed from the backend registry: a plug-in may register later
-        from .backends.registry import target_names
+        from .backends.registry import target_names  # lazy: `import kcompiler` stays light
 
         return target_names()
     if name == "TARGET_ALIASES":
-        from .backends.registry import target_aliases
+        from .backends.registry import target_aliases  # lazy: `import kcompiler` stays light
 
         return target_aliases()
     if name in _LAZY:
@@ -61,14 +61,14 @@ def resolve_target_name(target: str) -> str:
     runtime finds a device here: CUDA, else HIP, else the CPU emulator). Raises ValueError for an
     unknown name."""
     if target == "auto":
-        from .backends.registry import backends
+        from .backends.registry import backends  # lazy: `import kcompiler` stays light
 
         for backend in backends():
             device = backend.device_class()
             if device is not None and device.count() > 0:
                 return backend.name
         raise ValueError("target 'auto': no backend finds a device here")
-    from .backends import canonical_target
+    from .backends import canonical_target  # lazy: `import kcompiler` stays light
 
     return canonical_target(target)
 
@@ -76,7 +76,7 @@ def resolve_target_name(target: str) -> str:
 def _options(options: dict[str, Any]) -> Any:
     from dataclasses import fields
 
-    from .backends.target import CompileOptions
+    from .backends.target import CompileOptions  # lazy: `import kcompiler` stays light
 
     names = tuple(f.name for f in fields(CompileOptions))
     unknown = sorted(set(options) - set(names))
@@ -133,8 +133,8 @@ def compile_file(path: str | os.PathLike, target: str = "auto", arch: str | None
 def _module(src: Any, target: str, arch: str | None, comptime: Any, target_options: Any,
             options: dict[str, Any]) -> Any:
     # Deferred to the first compile: the pipeline and the runtime load llvmlite and numpy.
-    from .pipeline import ProgramHandle
-    from .runtime.module import Module
+    from .pipeline import ProgramHandle  # lazy: `import kcompiler` stays light
+    from .runtime.module import Module  # lazy: `import kcompiler` stays light
 
     if "params" in options:  # the keyword's older name
         if comptime is not None:
@@ -151,7 +151,7 @@ def _module(src: Any, target: str, arch: str | None, comptime: Any, target_optio
 def devices() -> list[Device]:
     """Devices kernels can run on here, backend by backend in the registry's order: each CUDA GPU,
     each AMD GPU (HIP), the CPU emulator, then a plug-in's."""
-    from .backends.registry import backends
+    from .backends.registry import backends  # lazy: `import kcompiler` stays light
 
     out: list[Device] = []
     for backend in backends():

@@ -33,6 +33,10 @@ from .limits import check_inlined_size, check_region_depth, deep_recursion
 from .ir.types import type_from_str
 from .runtime.cache import CACHE, KernelCache, compiler_fingerprint, make_key
 from .runtime.device import Artifact, KernelParam
+from .backends import get_target
+from .ir.printer import print_module
+from . import progress
+from .ir.verifier import verify
 
 #: The stages ``emit`` can stop after, in order.
 STAGES = ("ast", "ir", "llvm", "asm", "obj")
@@ -63,7 +67,7 @@ class Source:
 def load(source: Source, keep_going: bool = False) -> Any:
     """Parse ``source`` into the frontend's Program. Raises CompileError (with ``keep_going``, only for
     syntax and import errors: the others wait in ``Program.errors`` for the type checker's)."""
-    from .frontend import load_program
+    from .frontend import load_program  # lazy: lark, which a warm compile from the cache never loads
 
     return load_program(source.text, source.path, keep_going)
 
@@ -119,7 +123,6 @@ def resolve_target(target: str | Target, arch: str | None = None, **target_opts:
     """A Target object from a name or alias (``cuda`` → nvptx) and arch, or ``target`` itself."""
     if isinstance(target, Target):
         return target
-    from .backends import get_target
 
     return get_target(target, arch, **target_opts)
 
@@ -129,9 +132,8 @@ def lower_to_ir(program: Any, target: Target, kernels: dict[str, dict[str, Any]]
     """Lower the given kernel specialisations, run the default passes, verify. Returns ir.Module.
 
     Raises CompileError, also where inlining nests regions deeper than kcompiler/limits.py allows."""
-    from .frontend import lower
-    from .ir.passes import run_default
-    from .ir.verifier import verify
+    from .frontend import lower  # lazy: lark and numpy, which a warm compile from the cache never loads
+    from .ir.passes import run_default  # lazy: numpy (constant folding), as above
 
     module = lower(program, target, kernels=kernels)
     check_region_depth(module)
@@ -183,7 +185,7 @@ def artifact_of_ir(module: Any, kernel_name: str, target: Target, options: Compi
                    comptime: dict[str, Any] | None = None) -> Artifact:
     """Compile a (lowered, verified) IR module holding kernel ``kernel_name`` (its
     ``attrs['source_name']`` or its symbol) into an Artifact: LLVM → ``target`` emission."""
-    from .backends.llvm import compile_ir
+    from .backends.llvm import compile_ir  # lazy: llvmlite, as the frontend above
 
     options = options or CompileOptions()
     fn = _find_kernel(module, kernel_name)
@@ -244,24 +246,22 @@ def emit(source: Source | Any, stage: str, target: str | Target = "nvptx", arch:
         raise ValueError(f"unknown stage {stage!r}; expected one of: {', '.join(STAGES)}")
     program = load(source, keep_going=True) if isinstance(source, Source) else source
     if stage == "ast":
-        from .frontend import dump_ast
+        from .frontend import dump_ast  # lazy: lark, which a warm compile from the cache never loads
 
         if program.errors:
             raise CompileError(program.errors)
         return dump_ast(program)
     tgt = resolve_target(target, arch)
     options = options or CompileOptions()
-    from .frontend import check
+    from .frontend import check  # lazy: lark, which a warm compile from the cache never loads
 
     check(program, tgt)
     kernels = select_kernels(program, kernel, dict(params or {}))
     module = lower_to_ir(program, _frontend_target(tgt, options), kernels)
     if stage == "ir":
-        from .ir.printer import print_module
 
         return print_module(module)
-    from . import progress
-    from .backends.llvm import compile_ir
+    from .backends.llvm import compile_ir  # lazy: llvmlite, as the frontend above
 
     with progress.step(f"compiling {', '.join(progress.spelled(k, v) for k, v in kernels.items())} for "
                        f"{tgt.name} {tgt.arch}"):
@@ -387,7 +387,6 @@ class ProgramHandle:
                 self.cache.damaged(self._manifest_key, "json", problem)
                 m = None
         if m is None or not self._imports_unchanged(m):
-            from . import progress
 
             with progress.step(f"parsing and checking {source.path}"):
                 m = self._build_manifest()
@@ -413,7 +412,7 @@ class ProgramHandle:
         return True
 
     def _build_manifest(self) -> dict:
-        from .frontend import check
+        from .frontend import check  # lazy: lark, which a warm compile from the cache never loads
 
         program = self.program
         check(program, self.target)
@@ -524,7 +523,6 @@ class ProgramHandle:
                                            f"{kernel!r} for {self.target_name}")
             a = None
         if a is None:
-            from . import progress
 
             with progress.step(f"compiling {progress.spelled(kernel, values)} for {self.target_name} {self.arch}"):
                 a = compile_kernel(self.program, kernel, values, self.target, self.options)

@@ -116,6 +116,7 @@ class KernelSignature:
                     raise TypeError(f"kernel '{self.name}': compile-time parameter {cname} is {prev[0]} "
                                     f"from argument '{prev[1]}' but {value} from argument '{pname}'")
                 found[cname] = (value, pname)
+        # a cycle: comptime_defaults imports this module
         from .comptime_defaults import MissingParam, bind_defaults
         out: dict[str, Any] = {}
         for c in self.comptime:
@@ -357,7 +358,7 @@ def comptime_params(decl: A.FnDecl) -> list[ComptimeParam]:
     """The compile-time parameters of ``decl``, each ``default`` evaluated with the earlier parameters
     at their defaults (errors were reported by the loader; a default that cannot be evaluated so, or
     uses a parameter without a default, is left None: ``has_default`` still says it has one)."""
-    from .comptime_defaults import check_default, env_value
+    from .comptime_defaults import check_default, env_value  # a cycle: comptime_defaults imports this module
     out = []
     env: dict[str, Any] = {}
     for cp in decl.cparams:
@@ -380,7 +381,7 @@ def _check_defaults(decl: A.FnDecl, diag: Diagnostics) -> None:
     """Report each default of ``decl``'s compile-time parameters that cannot be evaluated with the
     earlier parameters at their defaults (one that uses a parameter without a default is checked per
     specialisation)."""
-    from .comptime_defaults import check_default, env_value
+    from .comptime_defaults import check_default, env_value  # a cycle: comptime_defaults imports this module
     env: dict[str, Any] = {}
     for cp in decl.cparams:
         kind = comptime_kind(cp.type)

@@ -22,6 +22,9 @@ from ..llvm.lower import LoweringContext
 from ..target import Target
 from .archs import ARCHS
 from .attributes import mark_unused_inputs, note_hostcall
+from ..llvm import minifloat
+from ..llvm import initialize
+from . import link  # as a module: link.link_code_object is looked up at each call
 
 _I1, _I16, _I32, _I64 = ll.IntType(1), ll.IntType(16), ll.IntType(32), ll.IntType(64)
 
@@ -185,7 +188,6 @@ class AmdgcnTarget(Target):
         hw = self._fp8_hw(fmt)
         if hw is None:
             return super().minifloat_encode(ctx, xs, fmt, saturate)
-        from ..llvm import minifloat
         b = ctx.b
         f32, i8, i1 = ll.FloatType(), ll.IntType(8), ll.IntType(1)
         cvt = ctx.declare(f"llvm.amdgcn.cvt.pk.{hw}.f32", _I32, [f32, f32, _I32, i1])
@@ -200,7 +202,6 @@ class AmdgcnTarget(Target):
         hw = self._fp8_hw(fmt)
         if hw is None:
             return super().minifloat_decode(ctx, codes, fmt)
-        from ..llvm import minifloat
         b = ctx.b
         cvt = ctx.declare(f"llvm.amdgcn.cvt.f32.{hw}", ll.FloatType(), [_I32, _I32])
         return [minifloat.fix_decoded(b, c, b.call(cvt, [b.zext(c, _I32), ll.Constant(_I32, 0)]), fmt)
@@ -278,7 +279,6 @@ class AmdgcnTarget(Target):
     def target_machine(self, opt_level: int = 3):
         import llvmlite.binding as llvm
 
-        from ..llvm import initialize
 
         initialize()
         return llvm.Target.from_triple(self.triple).create_target_machine(
@@ -289,7 +289,6 @@ class AmdgcnTarget(Target):
         if kind == "asm":
             return tm.emit_assembly(llvm_module)
         if kind == "obj":
-            from .link import link_code_object
 
-            return link_code_object(tm.emit_object(llvm_module))
+            return link.link_code_object(tm.emit_object(llvm_module))
         raise ValueError(f"amdgcn emits 'asm' (AMDGCN assembly) or 'obj' (a code object), not '{kind}'")

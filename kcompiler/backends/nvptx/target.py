@@ -16,6 +16,9 @@ from ..target import Target
 from . import mma
 from .archs import ARCHS
 from ...ir.printf import Conversion, escape_text, expected_args, parse_format
+from ..llvm import minifloat
+from ..llvm import initialize
+from . import cubin  # as a module: cubin.assemble is looked up at each call (tests replace it)
 
 _I1, _I32, _I64 = ll.IntType(1), ll.IntType(32), ll.IntType(64)
 
@@ -167,7 +170,6 @@ class NvptxTarget(Target):
         hw = self._fp8_hw(fmt)
         if hw is None:
             return super().minifloat_encode(ctx, xs, fmt, saturate)
-        from ..llvm import minifloat
         b = ctx.b
         f32, i8, i16 = ll.FloatType(), ll.IntType(8), ll.IntType(16)
         cvt = ctx.declare(f"llvm.nvvm.ff.to.{hw}x2.rn", i16, [f32, f32])
@@ -182,7 +184,6 @@ class NvptxTarget(Target):
         hw = self._fp8_hw(fmt)
         if hw is None:
             return super().minifloat_decode(ctx, codes, fmt)
-        from ..llvm import minifloat
         b = ctx.b
         i16, f32 = ll.IntType(16), ll.FloatType()
         h2 = ll.VectorType(ll.HalfType(), 2)
@@ -326,7 +327,6 @@ class NvptxTarget(Target):
     # --- emission ---------------------------------------------------------------------------------
     def target_machine(self, opt_level: int = 3):
         import llvmlite.binding as llvm
-        from ..llvm import initialize
 
         initialize()
         return llvm.Target.from_triple(self.triple).create_target_machine(
@@ -337,6 +337,5 @@ class NvptxTarget(Target):
         if kind == "asm":
             return ptx
         if kind == "obj":
-            from .cubin import assemble
-            return assemble(ptx, self.arch)
+            return cubin.assemble(ptx, self.arch)
         raise ValueError(f"nvptx emits 'asm' (PTX) or 'obj' (cubin), not '{kind}'")
