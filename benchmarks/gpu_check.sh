@@ -23,7 +23,7 @@ for p in "${phases[@]}"; do
   case $p in
     tests) # The test files dealt round-robin to $SHARDS pytest processes at once: compiling is CPU
            # work (16 cores there), and one process took over 330 s for the whole GPU suite.
-           n=${SHARDS:-4}; files=(tests/test_*.py); pids=()
+           n=${SHARDS:-4}; shopt -s globstar; files=(tests/**/test_*.py); pids=()
            for ((i = 0; i < n; i++)); do
              shard=(); for ((j = i; j < ${#files[@]}; j += n)); do shard+=("${files[j]}"); done
              timeout 330 python3 -m pytest -q -rf --tb=short -m gpu "${shard[@]}" -p no:cacheprovider \

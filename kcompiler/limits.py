@@ -15,6 +15,11 @@ without bound, LLVM's own late checks, which end the process):
   frontend unrolls at most 65,536 ``comptime`` iterations per compile, and the IR unroll pass keeps a
   function under its own bound: kcompiler/ir/passes/unroll.py.)
 - :data:`MAX_INLINED_OPS`: how many IR ops a function may hold after inlining, checked there.
+- :class:`ResourceLimits`: what one kernel may use of the machine (static shared memory, local memory
+  per thread, the parameter block), per arch, from each backend's arch table
+  (``backends/<name>/archs.py``, with the sources of the numbers) through ``Target.resource_limits``:
+  checked at the ``shared`` declaration (:func:`shared_memory_error`) and, after inlining, at the
+  local array that passes the limit or at the kernel (:func:`check_resources`).
 - The recursion of the compiler's own tree walks is bounded by those two; :func:`deep_recursion` raises
   Python's recursion limit to what that bound needs, for the whole pipeline (frontend, passes, verifier,
   LLVM lowering) rather than for one stage.
@@ -23,9 +28,11 @@ from __future__ import annotations
 
 import sys
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, Iterator
 
 from .diagnostics import CompileError
+from .ir.types import alignof, sizeof
 
 #: Deepest nesting of expressions and statements accepted by the parser (a sum of 1000 terms is 1000
 #: deep; ``while c { while c { .. } }`` is 2 levels per loop: the loop and its block).
@@ -87,25 +94,112 @@ def unrolled_size_error(ops: int, iteration: int) -> str | None:
             "the function's size)")
 
 
-#: Static shared memory (LDS) one AMDGCN workgroup may allocate, by arch: LLVM's AMDGPU backend stops
-#: the process ("local memory (N) exceeds limit (M)") past it. 64 KiB on gfx9 (gfx90a, gfx942), gfx11
-#: and gfx12; 160 KiB on gfx950. Source: LLVM's AMDGPU subtarget features
-#: (FeatureAddressableLocalMemorySize65536 / ...163840) and its tests lds-limit-diagnostics*.ll
-#: ("gfx950 supports upto 160 KB configurable LDS memory"; gfx942: limit 65536).
-AMDGCN_LDS_BYTES = {"gfx90a": 65536, "gfx942": 65536, "gfx950": 163840, "gfx1100": 65536, "gfx1201": 65536}
+@dataclass(frozen=True)
+class ResourceLimits:
+    """What one kernel of a target's arch may use, in bytes, where the target's own tools (LLVM,
+    ptxas, the driver) would otherwise fail late, without a location, or end the process. The numbers
+    live with each backend's arch table (``backends/<name>/archs.py``), which gives its Target's
+    :meth:`~kcompiler.backends.target.Target.resource_limits`; this module checks them. None: no limit
+    checked.
+
+    Attributes:
+        static_shared: static ``shared`` arrays of one block / workgroup.
+        shared_what: how messages name that memory ("static shared memory of a block").
+        shared_way_out: the message's advice past the limit.
+        private: local (private) memory of one thread / work-item.
+        private_reserve: bytes of ``private`` the code generator keeps for its own stack slots: local
+            arrays may use ``private - private_reserve``.
+        private_what: how messages name that memory ("private segment of a work-item").
+        params: the kernel parameter block (the parameters laid out at their natural alignment).
+    """
+
+    static_shared: int | None = None
+    shared_what: str = "shared memory of a block"
+    shared_way_out: str = ""
+    private: int | None = None
+    private_reserve: int = 0
+    private_what: str = "local memory of a thread"
+    params: int | None = None
+
+
+def _limits(target: Any) -> ResourceLimits:
+    get = getattr(target, "resource_limits", None)
+    return get() if get is not None else ResourceLimits()
+
+
+def kernel_display(fn: Any) -> str:
+    """The name of IR function ``fn`` as the user wrote it, with its compile-time values:
+    ``sgemm[TILE=1023]`` (not its symbol, ``sgemm__TILE_1023``)."""
+    name = fn.attrs.get("source_name", fn.name)
+    values = fn.attrs.get("params") or {}
+    return f"{name}[{', '.join(f'{k}={v}' for k, v in values.items())}]" if values else name
 
 
 def shared_memory_error(target: Any, declared: int, kernel: str) -> str | None:
     """The error message when a kernel's static ``shared`` arrays (``declared`` bytes, their sizes
-    summed without padding, so never more than LLVM counts) exceed what ``target`` allows one block /
-    workgroup, else None. Only AMDGCN is checked here: there LLVM ends the process."""
-    if getattr(target, "name", None) != "amdgcn":
+    summed without padding, so never more than LLVM or ptxas count) exceed what ``target`` allows one
+    block / workgroup (:attr:`ResourceLimits.static_shared`), else None. ``kernel``: its name as
+    :func:`kernel_display` spells it."""
+    lim = _limits(target)
+    if lim.static_shared is None or declared <= lim.static_shared:
         return None
-    limit = AMDGCN_LDS_BYTES.get(getattr(target, "arch", ""), 65536)
-    if declared <= limit:
+    return (f"shared memory of {declared:,} bytes in {kernel} exceeds the {lim.static_shared:,}-byte "
+            f"{lim.shared_what} on {target.arch}" + (f"; {lim.shared_way_out}" if lim.shared_way_out else ""))
+
+
+def local_memory_error(target: Any, declared: int, kernel: str, arrays: int = 1) -> str | None:
+    """The error message when ``arrays`` local arrays, ``declared`` bytes in all, in one thread of
+    ``kernel`` exceed the local (private) memory ``target`` gives it, less what its code generator
+    keeps for itself (:attr:`ResourceLimits.private`, :attr:`ResourceLimits.private_reserve`), else None."""
+    lim = _limits(target)
+    if lim.private is None or declared <= lim.private - lim.private_reserve:
         return None
-    return (f"shared memory of {declared:,} bytes in {kernel} exceeds the {limit:,}-byte LDS (shared memory) "
-            f"of a workgroup on {target.arch}")
+    keeps = (f", less {lim.private_reserve} bytes the code generator keeps for its own stack slots"
+             if lim.private_reserve else "")
+    what = "local array of" if arrays == 1 else f"{arrays} local arrays of, together,"
+    return (f"{what} {declared:,} bytes in {kernel} exceed{'s' if arrays == 1 else ''} the "
+            f"{lim.private:,}-byte {lim.private_what} on {target.arch}"
+            f"{keeps}; keep big arrays in global memory (a ptr parameter) or in shared memory")
+
+
+def param_block_size(types: list[Any]) -> int:
+    """Bytes of a kernel parameter block holding values of the IR ``types`` in order, each at its
+    natural alignment (as PTX's .param space and AMD's kernarg segment lay them out)."""
+    off = 0
+    for t in types:
+        a = alignof(t)
+        off = (off + a - 1) // a * a + sizeof(t)
+    return off
+
+
+def check_resources(module: Any, target: Any) -> None:
+    """Raise CompileError if a kernel of the IR ``module`` (its device functions inlined) passes one of
+    ``target``'s :class:`ResourceLimits`: its parameter block (located at the kernel) or its local
+    arrays, summed in program order (located at the declaration that passes the limit). Run after
+    inlining, so that a device function's arrays count in each kernel they are inlined into."""
+    lim = _limits(target)
+    for fn in module.kernels:
+        name = kernel_display(fn)
+        if lim.params is not None:
+            size = param_block_size([p.type for p in fn.params])
+            if size > lim.params:
+                raise CompileError(
+                    f"the parameters of {name} take {size:,} bytes, more than the {lim.params:,} bytes a "
+                    f"kernel's parameters may take on {target.name} {target.arch}; pass big data through "
+                    "memory (a ptr parameter)", fn.span)
+        if lim.private is None:
+            continue
+        declared = arrays = 0
+        for op in fn.body.walk():
+            if op.name != "alloca" or op.result is None:
+                continue
+            t = op.result.type.pointee
+            if type(t).__name__ != "ArrayType":
+                continue  # scalars and vectors live in registers
+            declared += t.size
+            arrays += 1
+            if (too_much := local_memory_error(target, declared, name, arrays)) is not None:
+                raise CompileError(too_much, op.span or fn.span)
 
 
 def check_inlined_size(module: Any) -> None:

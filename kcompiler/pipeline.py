@@ -29,7 +29,7 @@ from .backends import canonical_target, default_arch, find_backend
 from .backends.target import CompileOptions, Target
 from .diagnostics import CompileError
 from .ir.types import Type
-from .limits import check_inlined_size, check_region_depth, deep_recursion
+from .limits import check_inlined_size, check_region_depth, check_resources, deep_recursion
 from .ir.types import type_from_str
 from .runtime.cache import CACHE, KernelCache, compiler_fingerprint, make_key
 from .runtime.device import Artifact, KernelParam
@@ -131,7 +131,8 @@ def resolve_target(target: str | Target, arch: str | None = None, **target_opts:
 def lower_to_ir(program: Any, target: Target, kernels: dict[str, dict[str, Any]]) -> Any:
     """Lower the given kernel specialisations, run the default passes, verify. Returns ir.Module.
 
-    Raises CompileError, also where inlining nests regions deeper than kcompiler/limits.py allows."""
+    Raises CompileError, also where inlining nests regions deeper than kcompiler/limits.py allows or a
+    kernel passes its target's resource limits (local arrays, parameters: limits.check_resources)."""
     from .frontend import lower  # lazy: lark and numpy, which a warm compile from the cache never loads
     from .ir.passes import run_default  # lazy: numpy (constant folding), as above
 
@@ -141,21 +142,27 @@ def lower_to_ir(program: Any, target: Target, kernels: dict[str, dict[str, Any]]
     check_inlined_size(module)  # before inlining makes the copies
     run_default(module, target)
     check_region_depth(module)
+    check_resources(module, target)  # local arrays, parameters: after inlining, before LLVM
     verify(module)
     return module
 
 
-def _emit_binary(target: Target, ref: Any) -> tuple[bytes, str]:
-    """The loadable binary of an optimised LLVM module and its kind ('cubin', 'ptx', 'obj'...)."""
+def _emit_binary(target: Target, ref: Any, module: Any = None) -> tuple[bytes, str]:
+    """The loadable binary of an optimised LLVM module and its kind ('cubin', 'ptx', 'obj'...).
+    What the target's tools reject (LLVM's code generator, ptxas, ld.lld) comes back as an
+    InternalCompilerError naming the kernels of ``module`` (the IR module) and the stage."""
+    from .backends.llvm import emission  # lazy: llvmlite, as above
     try:
-        out = target.emit(ref, "obj")
+        with emission(module, target, "obj"):
+            out = target.emit(ref, "obj")
         kind = target.binary_kind
     except Exception as e:
         # No assembler here (no nvJitLink, no ptxas): the CUDA driver assembles PTX itself when the
         # module is loaded, so the text is a loadable binary too.
         if type(e).__name__ != "CubinUnavailable":
             raise
-        out, kind = target.emit(ref, "asm"), "ptx"
+        with emission(module, target, "asm"):
+            out, kind = target.emit(ref, "asm"), "ptx"
     return (out.encode() if isinstance(out, str) else bytes(out)), kind
 
 
@@ -190,7 +197,7 @@ def artifact_of_ir(module: Any, kernel_name: str, target: Target, options: Compi
     options = options or CompileOptions()
     fn = _find_kernel(module, kernel_name)
     ref = compile_ir(module, target, options)
-    binary, kind = _emit_binary(target, ref)
+    binary, kind = _emit_binary(target, ref, module)
     names = fn.attrs.get("param_names") or [v.hint for v in fn.params]
     kparams = [KernelParam(str(n) if n else f"arg{i}", v.type)
                for i, (n, v) in enumerate(zip(names, fn.params))]
@@ -259,14 +266,16 @@ def emit(source: Source | Any, stage: str, target: str | Target = "nvptx", arch:
     kernels = select_kernels(program, kernel, dict(params or {}))
     module = lower_to_ir(program, _frontend_target(tgt, options), kernels)
     if stage == "ir":
-
         return print_module(module)
-    from .backends.llvm import compile_ir  # lazy: llvmlite, as the frontend above
+    from .backends.llvm import compile_ir, emission  # lazy: llvmlite, as the frontend above
 
     with progress.step(f"compiling {', '.join(progress.spelled(k, v) for k, v in kernels.items())} for "
                        f"{tgt.name} {tgt.arch}"):
         ref = compile_ir(module, tgt, options)
-        return str(ref) if stage == "llvm" else tgt.emit(ref, stage)
+        if stage == "llvm":
+            return str(ref)
+        with emission(module, tgt, stage):
+            return tgt.emit(ref, stage)
 
 
 def emit_cached(source: Source, stage: str, target: str, arch: str | None = None,

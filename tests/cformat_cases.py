@@ -1,5 +1,5 @@
 """printf test vectors taken from two independent printf implementations' conformance suites, used
-by tests/test_cformat.py with the C library's snprintf as the oracle (their expected strings are not
+by tests/runtime/test_cformat.py with the C library's snprintf as the oracle (their expected strings are not
 used: each is checked against snprintf instead).
 
 Where they came from (format string and arguments of each call; C casts applied to the value, C

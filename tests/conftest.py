@@ -10,7 +10,7 @@ kernel cache.
   depend on what an earlier run left in ``~/.cache/kcompiler``.
 - ``@pytest.mark.slow``: an exhaustive sweep. By default (``python -m pytest -q``, what CI runs) only a
   deterministic sample of each slow sweep runs: ``slow(sample=N)`` keeps N of a parametrised test's
-  cases (default :data:`SLOW_SAMPLE`), the same N every run (the smallest hashes of their ids), the
+  cases (default :data:`SLOW_SAMPLE`), the same N every run (the smallest hashes of their ids, the file's folders left out), the
   rest reported as deselected (cases marked ``gpu`` all run: a GPU runs a sweep in moments, and
   ``pytest -m gpu`` must cover it whole); a test that sweeps inside takes the ``full_sweep`` fixture (False) and
   runs its own sample. ``pytest -m slow`` runs every case of every slow sweep (and nothing else);
@@ -77,6 +77,14 @@ def full_sweep(request) -> bool:
     return _full_sweeps(request.config)
 
 
+def _sample_key(nodeid: str) -> str:
+    """What a case's place in the sample is drawn from: its node id without the test file's folders
+    (``test_math.py::test_f[cpu-exp]``), so that moving a file between tests/'s folders keeps its
+    sample."""
+    file, sep, rest = nodeid.partition("::")
+    return file.rsplit("/", 1)[-1] + sep + rest
+
+
 def _sample_slow(config, items) -> None:
     """Deselects all but a deterministic sample of each parametrised slow test's cases (those not
     marked gpu)."""
@@ -90,7 +98,7 @@ def _sample_slow(config, items) -> None:
     drop = set()
     for cases in groups.values():
         n = cases[0].get_closest_marker("slow").kwargs.get("sample", SLOW_SAMPLE)
-        ranked = sorted(cases, key=lambda it: hashlib.sha256(it.nodeid.encode()).hexdigest())
+        ranked = sorted(cases, key=lambda it: hashlib.sha256(_sample_key(it.nodeid).encode()).hexdigest())
         drop.update(id(it) for it in ranked[n:])
     if drop:
         config.hook.pytest_deselected(items=[it for it in items if id(it) in drop])

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").exists())  # the checkout
 
 importlinter_cli = pytest.importorskip("importlinter.cli", reason="import-linter (the test extra) is not installed")
 

@@ -22,6 +22,7 @@ from ..ir.printf import format_hash, format_table
 from ..ir.types import AddressSpace, Type
 from .errors import UnsupportedOnTarget
 from .registry import load_object
+from ..limits import ResourceLimits
 
 
 #: The longest name an LLVM local (argument, alloca, phi) is given from a source name. LLVM cuts local
@@ -134,6 +135,12 @@ class Target:
     def has(self, feature: str) -> bool:
         """Whether the target has ``feature`` (e.g. 'wgmma', 'fp8_convert', 'sm_90')."""
         return feature in self.features
+
+    def resource_limits(self) -> Any:
+        """The :class:`kcompiler.limits.ResourceLimits` of this arch (static shared memory, local
+        memory per thread, the kernel parameter block), which kcompiler checks before the target's
+        tools would fail on them. The default checks none."""
+        return ResourceLimits()
 
     def describe(self) -> dict[str, Any]:
         """Facts for the cache key and for ``--emit`` headers."""

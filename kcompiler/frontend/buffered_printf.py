@@ -7,7 +7,7 @@ runtime does (kcompiler/runtime/printf_buffer.py).
 
 The record is the one LLVM's AMDGPUEmitPrintf.cpp writes (``callBufferedPrintfStart``,
 ``callBufferedPrintfArgPush``; the same bytes clang 19 emits, checked in
-tests/test_printf_buffered.py): a u32 control word (size << 2 | 2: stdout, constant format), the u64
+tests/runtime/test_printf_buffered.py): a u32 control word (size << 2 | 2: stdout, constant format), the u64
 hash of the format (:func:`format_hash`), then each argument as 8 bytes, each ``%s`` string inline
 with its NUL, zero padded to a multiple of 8. The format itself is not in the record: the backend
 registers it under its hash (the IR op ``printf_buffer`` carries it) — in the code object's

@@ -21,7 +21,7 @@ from typing import Any
 from ..diagnostics import CompileError, Diagnostics, SourceSpan
 from ..ir import Builder, Function, Module, Region, Value
 from ..ir.core import OPS
-from ..limits import check_region_depth, deep_recursion, shared_memory_error, unrolled_size_error
+from ..limits import check_region_depth, deep_recursion, kernel_display, shared_memory_error, unrolled_size_error
 from ..ir.types import (BOOL, F32, I32, TENSOR_MAP, U32, U64, VOID, AddressSpace, ArrayType, PointerType,
                         ScalarType, SCALARS, Type, VectorType, elem_of, sizeof)
 from . import ast as A
@@ -505,7 +505,7 @@ class FnLowering:
         size = (sizeof(t) + 15) // 16 * 16
         self.fn.attrs["shared_bytes"] = self.fn.attrs.get("shared_bytes", 0) + size
         declared = self.fn.attrs["shared_declared"] = self.fn.attrs.get("shared_declared", 0) + sizeof(t)
-        if (too_much := shared_memory_error(self.target, declared, self.fn.name)) is not None:
+        if (too_much := shared_memory_error(self.target, declared, kernel_display(self.fn))) is not None:
             self.fail(too_much, s.span, hint="use fewer or smaller shared arrays, or a smaller tile")
         self.bind(s.name, Place(p, t, f"'{s.name}'"))
 

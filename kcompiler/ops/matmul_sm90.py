@@ -28,7 +28,7 @@ CONFIGS = {"128x256": dict(BN=256, CONSUMERS=2, STAGES=4, GROUP_M=8),
            "64x64": dict(BN=64, CONSUMERS=1, STAGES=8, GROUP_M=4)}
 
 #: The configurations :func:`choose` uses. Every one of :data:`CONFIGS` has run correctly on an H100
-#: (tests/test_matmul_sm90.py, test_every_config, K-major and N-major B, 2026-11-23); 64x64 was the
+#: (tests/ops/test_matmul_sm90.py, test_every_config, K-major and N-major B, 2026-11-23); 64x64 was the
 #: fastest there for M = 16 and 128 with N = K = 4096 (bf16 and FP8; benchmarks/bench_matmul.py
 #: --configs, benchmarks/RESULTS.md), 128x128 never the fastest.
 CHOICES = ("128x256", "64x128", "64x64")

@@ -6,7 +6,7 @@ modifier reinterprets: ``%hhd`` reads the low 8 bits as signed, ``%u`` the low 3
 ``%lx`` all 64; doubles as their IEEE bits, or a Python float), strings as bytes (or str, encoded as
 UTF-8). Python's ``%`` operator is not C's: it has no ``%a``/``%p``/``%n``/length modifiers, spells
 NaN without its sign, and pads differently; this module implements C17 7.21.6.1 itself and is tested
-against the C library's ``snprintf`` (tests/test_cformat.py).
+against the C library's ``snprintf`` (tests/runtime/test_cformat.py).
 
 Supported: conversions ``d i u o x X c s f F e E g G a A p n %``; flags ``- + space # 0``; width and
 precision as digits or ``*`` (an int argument: a negative width sets ``-``, a negative precision

@@ -14,7 +14,7 @@ the deaths by their first error line; ``--minimize`` reduces each distinct failu
 token delta-debugger) and ``--save DIR`` writes the reduced inputs there.
 
 The corpus (:func:`corpus`): ``examples/``, ``stdlib/``, ``tests/programs/`` (``.kc`` files) and the
-kernel-source string literals of ``tests/*.py`` of a checkout (``--root``, default the one this
+kernel-source string literals of ``tests/**/*.py`` of a checkout (``--root``, default the one this
 module lives in). Mutations (:func:`mutate`): delete, duplicate or swap tokens and lines; numbers to
 0, -1, 1023, huge; types between i32, f16, bf16, vectors and others; identifiers to others of the
 file, to long or reserved-looking names; wrapping lines in deep nesting; lines from other files.
@@ -70,13 +70,13 @@ def _py_strings(path: Path) -> Iterable[str]:
 
 def corpus(root: Path | None = None) -> list[tuple[str, str]]:
     """(name, text) of every seed: the .kc files of examples/, stdlib/, tests/programs/ and the
-    kernel sources written as string literals in tests/*.py, in a fixed order."""
+    kernel sources written as string literals in tests/**/*.py, in a fixed order."""
     root = root or default_root()
     out: list[tuple[str, str]] = []
     for d in ("examples", "stdlib", "tests/programs"):
         for p in sorted((root / d).rglob("*.kc")):
             out.append((str(p.relative_to(root)), p.read_text(encoding="utf-8")))
-    for p in sorted((root / "tests").glob("*.py")):
+    for p in sorted((root / "tests").rglob("*.py")):
         for k, s in enumerate(_py_strings(p)):
             out.append((f"{p.relative_to(root)}#{k}", s))
     return out

@@ -2,7 +2,7 @@
 
 ``toy`` (alias ``toyish``) is the host CPU under another name, with its own arch list ``toy1``,
 ``toy2`` and their features: its Target is the CPU target's class renamed (target.py) and its
-Device the CPU emulator renamed. Nothing in the package names it. tests/test_backend_registry.py
+Device the CPU emulator renamed. Nothing in the package names it. tests/backends/test_backend_registry.py
 registers it with ``register_backend(BACKEND)``, or through the ``kcompiler.backends`` entry-point
 group in a child process, and compiles, lists and launches for it.
 

@@ -15,3 +15,26 @@ ARCHS: dict[str, tuple[int, frozenset[str]]] = {
     "gfx1100": (32, _RDNA | {"gfx1100"}),                                 # RDNA3 (RX 7900)
     "gfx1201": (32, _RDNA | {"gfx1201", "fp8_convert", "fp8_ocp", "wmma_fp8"}),  # RDNA4 (RX 9070)
 }
+
+#: What one kernel may use on each arch, in bytes (kcompiler.limits.ResourceLimits checks them first:
+#: past them LLVM's AMDGPU backend reports an error that ends the process):
+#: - ``lds``: static ``shared`` arrays (LDS) of a workgroup: 64 KiB on gfx9 (gfx90a, gfx942), gfx11
+#:   and gfx12; 160 KiB on gfx950. Source: LLVM's AMDGPU subtarget features
+#:   (FeatureAddressableLocalMemorySize65536 / ...163840) and its tests lds-limit-diagnostics*.ll
+#:   ("local memory (65540) exceeds limit (65536)").
+#: - ``private``: the private segment (scratch) of one work-item: the largest per-wave scratch the
+#:   COMPUTE_TMPRING_SIZE.WAVESIZE field can describe, divided by the wavefront size (LLVM
+#:   GCNSubtarget::getMaxWaveScratchSize; AMDGPUUsage, "Private Segment Buffer"): gfx9, a 13-bit field
+#:   of 256-dword units, 1024 * 8191 / 64 = 131,056; gfx11, 15 bits of 64 dwords, 256 * 32767 / 32 =
+#:   262,136; gfx12, 18 bits of 64 dwords, 256 * 262143 / 32 = 2,097,144. LLVM's test
+#:   stack-size-overflow.ll: "stack frame size (131061) exceeds limit (131056)".
+#: - ``private_reserve``: what LLVM's frame adds to a kernel's arrays (measured: 4 bytes for a kernel
+#:   of one array; 16 kept); register spills can add more, and past the limit LLVM still ends the
+#:   process (docs/LANGUAGE.md, "Limits").
+RESOURCE_LIMITS: dict[str, dict[str, int]] = {
+    "gfx90a": {"lds": 65536, "private": 131056, "private_reserve": 16},
+    "gfx942": {"lds": 65536, "private": 131056, "private_reserve": 16},
+    "gfx950": {"lds": 163840, "private": 131056, "private_reserve": 16},
+    "gfx1100": {"lds": 65536, "private": 262136, "private_reserve": 16},
+    "gfx1201": {"lds": 65536, "private": 2097144, "private_reserve": 16},
+}

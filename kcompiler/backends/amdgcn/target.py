@@ -13,6 +13,8 @@ nothing but the HIP runtime that loads it.
 """
 from __future__ import annotations
 
+from typing import Any
+
 from llvmlite import ir as ll
 
 from ...ir.core import NORMAL_RANGE_MATH
@@ -20,11 +22,12 @@ from ...ir.types import AddressSpace
 from ..errors import UnsupportedOnTarget
 from ..llvm.lower import LoweringContext
 from ..target import Target
-from .archs import ARCHS
+from .archs import ARCHS, RESOURCE_LIMITS
 from .attributes import mark_unused_inputs, note_hostcall
 from ..llvm import minifloat
 from ..llvm import initialize
 from . import link  # as a module: link.link_code_object is looked up at each call
+from ...limits import ResourceLimits
 
 _I1, _I16, _I32, _I64 = ll.IntType(1), ll.IntType(16), ll.IntType(32), ll.IntType(64)
 
@@ -283,6 +286,15 @@ class AmdgcnTarget(Target):
         initialize()
         return llvm.Target.from_triple(self.triple).create_target_machine(
             cpu=self.arch, features="", opt=opt_level, reloc="pic", codemodel="default")
+
+    def resource_limits(self) -> Any:
+        """The LDS of a workgroup and the private segment of a work-item (archs.py
+        ``RESOURCE_LIMITS``, with sources); the kernarg segment is not checked."""
+        lim = RESOURCE_LIMITS[self.arch]
+        return ResourceLimits(
+            static_shared=lim["lds"], shared_what="LDS (shared memory) of a workgroup",
+            private=lim["private"], private_reserve=lim["private_reserve"],
+            private_what="private segment of a work-item")
 
     def emit(self, llvm_module, kind: str) -> bytes | str:
         tm = self.target_machine()

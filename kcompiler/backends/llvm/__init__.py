@@ -1,13 +1,15 @@
 """The LLVM stage shared by every target: IR → LLVM IR (lower.py) → optimised LLVM module."""
 from __future__ import annotations
 
+import re
 from contextlib import contextmanager
 from typing import Iterator
 
 import llvmlite.binding as llvm
 
+from ...diagnostics import CompileError
 from ...ir.core import Module
-from ...limits import deep_recursion
+from ...limits import deep_recursion, kernel_display
 from ..target import CompileOptions, Target
 from .lower import LoweringContext, UnsupportedOnTarget, lower_module
 
@@ -58,18 +60,68 @@ class InternalCompilerError(RuntimeError):
     cannot be caught here: kcompiler checks those limits first, kcompiler/limits.py.)"""
 
 
+#: RuntimeErrors of the emission stage that say what this machine lacks (no ptxas, no nvJitLink, no
+#: ld.lld), not what kcompiler did wrong: the CLI reports them as they are.
+_MISSING_TOOLS = ("CubinUnavailable", "LinkerUnavailable")
+
+#: What each ``emit`` kind runs, as :func:`emission` names the stage.
+_EMISSION = {"asm": "the target's code generator (assembly)",
+             "obj": "the target's code generator and assembler/linker (binary: ptxas, nvJitLink, ld.lld)"}
+
+
 @contextmanager
-def _stage(ir_module: Module, target: Target, stage: str) -> Iterator[None]:
+def emission(ir_module: Module | None, target: Target, kind: str) -> Iterator[None]:
+    """Around ``target.emit(ref, kind)``: a RuntimeError from LLVM's code generator or the target's
+    assembler or linker (ptxas, ld.lld) comes back as an :class:`InternalCompilerError` naming the
+    kernels of ``ir_module`` and the stage; the errors of a missing tool (:data:`_MISSING_TOOLS`) pass
+    as they are. What user programs can cause there is checked before (kcompiler/limits.py)."""
+    try:
+        yield
+    except RuntimeError as e:
+        if type(e).__name__ in _MISSING_TOOLS:
+            raise
+        _user_caused(ir_module, target, str(e))
+        with _stage(ir_module, target, _EMISSION.get(kind, f"emitting {kind}")):
+            raise
+
+
+#: ptxas's report of a block's static shared memory past its limit (with the padding it puts between
+#: arrays, which kcompiler's check before it, summing the arrays' sizes, does not count).
+_PTXAS_SHARED = re.compile(r"Entry function '([^']+)' uses too much shared data \((0x[0-9a-fA-F]+) bytes, "
+                           r"(0x[0-9a-fA-F]+) max\)")
+
+
+def _user_caused(ir_module: Module | None, target: Target, message: str) -> None:
+    """Raise CompileError, located at the kernel, where an emission error ``message`` is the user's
+    program past a limit kcompiler's own check could not see exactly (ptxas's static shared memory,
+    padding included); otherwise return."""
+    m = _PTXAS_SHARED.search(message)
+    if m is None or ir_module is None:
+        return
+    fn = next((f for f in ir_module.kernels if f.name == m.group(1)), None)
+    if fn is None:
+        return
+    used, limit = int(m.group(2), 16), int(m.group(3), 16)
+    raise CompileError(f"shared memory of {used:,} bytes in {kernel_display(fn)}, with the padding that aligns "
+                       f"each array, exceeds the {limit:,}-byte static shared memory of a block on {target.arch}; "
+                       "more needs dynamic shared memory: dynamic_shared[T]() in the kernel and shared= bytes "
+                       "at launch", fn.span)
+
+
+@contextmanager
+def _stage(ir_module: Module | None, target: Target, stage: str) -> Iterator[None]:
     try:
         yield
     except RuntimeError as e:
         if isinstance(e, InternalCompilerError):
             raise
-        kernels = ", ".join(f.attrs.get("source_name", f.name) for f in ir_module.kernels) or "no kernel"
+        kernels = (", ".join(kernel_display(f) for f in ir_module.kernels) if ir_module is not None
+                   else "") or "no kernel"
         raise InternalCompilerError(
             f"internal compiler error: {stage} failed for {kernels} ({target.name} {target.arch}): {e}\n"
             "This is a kcompiler bug, not an error in your program; please report it with the .kc file "
             "and the command.") from e
 
 
-__all__ = ["InternalCompilerError", "LoweringContext", "UnsupportedOnTarget", "compile_ir", "initialize", "lower_module", "optimize"]
+__all__ = ["InternalCompilerError", "LoweringContext", "UnsupportedOnTarget", "compile_ir", "emission", "initialize",
+           "lower_module", "optimize"]

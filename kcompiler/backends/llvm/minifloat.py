@@ -3,7 +3,7 @@
 This is the reference path: the CPU target uses it, and GPU targets use it where the chip has no
 convert instruction. Hardware paths (``Target.minifloat_encode`` / ``minifloat_decode`` overrides) must give
 the same bits. The formats and the rules are in :mod:`kcompiler.numerics.formats`; results equal
-ml_dtypes' casts bit for bit (tests/test_float8.py checks every f16 and bf16 input and 2^24 f32).
+ml_dtypes' casts bit for bit (tests/backends/test_float8.py checks every f16 and bf16 input and 2^24 f32).
 
 Encoding f32 → format, round to nearest even: the f32 significand (with its implicit bit) is shifted
 right so that its last kept bit is the format's last mantissa bit (further right for the format's

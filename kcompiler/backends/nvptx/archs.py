@@ -16,3 +16,21 @@ ARCHS: dict[str, frozenset[str]] = {
 
 # Every arch here is sm_80 or later: tensor-core mma.sync (bf16/f16), ldmatrix and cp.async (mma.py).
 ARCHS = {arch: features | {"nvptx", "mma", "ldmatrix"} for arch, features in ARCHS.items()}
+
+#: What one kernel may use on each arch, in bytes (kcompiler.limits.ResourceLimits checks them before
+#: ptxas or the driver fails without a location):
+#: - ``static_shared``: static ``shared`` arrays of a block: 48 KiB (0xc000) on every arch here; more
+#:   needs dynamic shared memory and the opt-in attribute (CUDA C++ Programming Guide, "Shared Memory"
+#:   and "Technical Specifications per Compute Capability"; ptxas: "uses too much shared data (0xc004
+#:   bytes, 0xc000 max)"). ``dynamic_shared``: what a launch may opt in to (227 KiB on sm_80 and sm_90,
+#:   99 KiB on sm_86 and sm_89; same tables), named in the message.
+#: - ``local``: local memory of a thread: 512 KiB (same tables). ptxas accepts more (8,000,000 bytes
+#:   of stack frame assemble); the launch would fail.
+#: - ``params``: the kernel parameter block: 32,764 bytes with CUDA 12.1+ on Volta and later ("CUDA
+#:   12.1 Supports Large Kernel Parameters", NVIDIA technical blog; ptxas: "uses too much parameter
+#:   space (0x8000 bytes, 0x7ffc max)").
+RESOURCE_LIMITS: dict[str, dict[str, int]] = {
+    arch: {"static_shared": 0xC000, "dynamic_shared": (99 if arch in ("sm_86", "sm_89") else 227) * 1024,
+           "local": 512 * 1024, "params": 32764}
+    for arch in ARCHS
+}

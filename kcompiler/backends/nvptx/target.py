@@ -6,6 +6,8 @@ registers, ``bar.sync``, ``shfl.sync``, ``vote.sync``, and the memory consistenc
 """
 from __future__ import annotations
 
+from typing import Any
+
 from llvmlite import ir as ll
 
 from ...ir.core import NORMAL_RANGE_MATH
@@ -14,11 +16,12 @@ from ..errors import UnsupportedOnTarget
 from ..llvm.lower import LoweringContext
 from ..target import Target
 from . import mma
-from .archs import ARCHS
+from .archs import ARCHS, RESOURCE_LIMITS
 from ...ir.printf import Conversion, escape_text, expected_args, parse_format
 from ..llvm import minifloat
 from ..llvm import initialize
 from . import cubin  # as a module: cubin.assemble is looked up at each call (tests replace it)
+from ...limits import ResourceLimits
 
 _I1, _I32, _I64 = ll.IntType(1), ll.IntType(32), ll.IntType(64)
 
@@ -331,6 +334,17 @@ class NvptxTarget(Target):
         initialize()
         return llvm.Target.from_triple(self.triple).create_target_machine(
             cpu=self.arch, features=PTX_FEATURES, opt=opt_level, codemodel="default")
+
+    def resource_limits(self) -> Any:
+        """48 KiB of static shared memory, 512 KiB of local memory a thread, 32,764 bytes of
+        parameters (archs.py ``RESOURCE_LIMITS``, with sources)."""
+        lim = RESOURCE_LIMITS[self.arch]
+        return ResourceLimits(
+            static_shared=lim["static_shared"], shared_what="static shared memory of a block",
+            shared_way_out=(f"more needs dynamic shared memory (up to {lim['dynamic_shared']:,} bytes on "
+                            f"{self.arch}): dynamic_shared[T]() in the kernel and shared= bytes at launch"),
+            private=lim["local"], private_what="local memory of a thread",
+            params=lim["params"])
 
     def emit(self, llvm_module, kind: str) -> bytes | str:
         ptx = mma.raise_ptx_version(self.target_machine().emit_assembly(llvm_module))

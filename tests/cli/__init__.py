@@ -1,0 +1,1 @@
+"""The kc command: compile, run, its cache, usage errors and progress output."""

@@ -1,0 +1,122 @@
+"""Every builtin on every scalar and vector type, on every target and arch (issue 19): each case
+compiles or is rejected with a located error; none aborts the process (this test compiles in its own
+process, so an LLVM abort fails it loudly). The cases are tests/builtin_matrix.py's; NVIDIA's PTX is
+assembled by ptxas. To find the cases that abort without dying: ``python -m tests.builtin_matrix``."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kcompiler.frontend.builtins import FUNCTIONS
+
+from .. import builtin_matrix as M
+from ..ptxas_util import ptxas
+
+
+@pytest.fixture(scope="module")
+def matrix():
+    return M.cases(), M.load_matrix()
+
+
+@pytest.fixture(scope="module")
+def outcomes():
+    return {}
+
+
+def test_every_builtin_is_in_the_matrix():
+    missing = set(FUNCTIONS) - M.covered_builtins() - M.UNTYPED
+    assert not missing, f"add these builtins to tests/builtin_matrix.py (or to UNTYPED): {sorted(missing)}"
+
+
+@pytest.mark.parametrize("target,arch", M.TARGETS, ids=[f"{t}-{a or 'host'}" for t, a in M.TARGETS])
+def test_builtin_matrix(matrix, outcomes, target, arch):
+    cs, program = matrix
+    o = M.run_matrix(target, arch, program=program)
+    outcomes[(target, arch)] = o
+    assert not o.failed, "\n".join(f"{cs[i].builtin} {cs[i].type}: {e}" for i, e in o.failed.items())
+    assert len(o.compiled) + len(o.rejected) == len(cs)
+    # a rejection by the backend (a located CompileError too) names the target
+    late = {i: m for i, (stage, m) in o.rejected.items() if stage == "backend" and target not in m}
+    assert not late, "\n".join(f"{cs[i].builtin} {cs[i].type}: {m}" for i, m in list(late.items())[:20])
+    # the matrix means something: float math compiles everywhere, integer math nowhere
+    names = {(cs[i].builtin, cs[i].type) for i in o.compiled}
+    assert {("sqrt", "f32"), ("rsqrt", "bf16"), ("rcp", "vec<bf16, 4>"), ("fma", "vec<f16, 3>"),
+            ("atomic_add", "f32"), ("shuffle", "vec<f16, 8>"), ("convert", "f32")} <= names
+    assert ("sqrt", "i32") not in names and ("atomic_add", "vec<f32, 4>") not in names
+    if target == "nvptx":
+        ptxas(o.asm, arch)
+
+
+def test_target_dependent_rejections_name_the_target(outcomes):
+    """A case one target takes and another rejects is rejected with a message that names the
+    builtin (or the operation) and the target or its arch."""
+    if len(outcomes) < len(M.TARGETS):
+        pytest.skip("needs every target's outcome (run the whole file)")
+    cs = M.cases()
+    taken = set().union(*(set(o.compiled) for o in outcomes.values()))
+    bad = []
+    for (target, arch), o in outcomes.items():
+        for i, (_, msg) in o.rejected.items():
+            if i in taken and target not in msg and (arch or "cpu") not in msg:
+                bad.append(f"{target} {arch}: {cs[i].builtin} {cs[i].type}: {msg}")
+    assert not bad, "\n".join(bad[:30])
+
+
+@pytest.mark.parametrize("fn,ref", [("rsqrt", lambda x: 1 / np.sqrt(x)), ("rcp", lambda x: 1 / x),
+                                    ("rcp_normal", lambda x: 1 / x), ("rsqrt_normal", lambda x: 1 / np.sqrt(x)),
+                                    ("tanh", np.tanh)])
+def test_bf16_math_on_the_cpu(fn, ref):
+    """The CPU target computes the bf16 forms the matrix compiles (in f32, rounded once)."""
+    import ml_dtypes
+
+    import kcompiler as kc
+
+    mod = kc.compile(f"kernel k(x: ptr<bf16>, y: ptr<bf16>, n: i32) {{ let i = thread_id.x; "
+                     f"if i < n {{ store(x + 4 * i, {fn}(load[vec<bf16, 4>](x + 4 * i))); y[i] = {fn}(y[i]); }} }}",
+                     target="cpu")
+    xs = np.linspace(0.25, 7.5, 64).astype(ml_dtypes.bfloat16)
+    x, y = xs.copy(), xs.copy()
+    mod.k[1, 64](x, y, 16)
+    want = ref(xs.astype(np.float64)).astype(ml_dtypes.bfloat16).astype(np.float64)
+    np.testing.assert_allclose(x.astype(np.float64), want, rtol=2 ** -7)
+    np.testing.assert_allclose(y[:16].astype(np.float64), want[:16], rtol=2 ** -7)
+    np.testing.assert_array_equal(y[16:], xs[16:])
+
+
+@pytest.mark.parametrize("target,arch", [("amdgcn", "gfx1100"), ("amdgcn", "gfx942"), ("nvptx", "sm_80"), ("cpu", None)])
+def test_bf16_remainder_compiles(target, arch):
+    """bf16 % bf16 (LLVM: "no libcall available for frem", a process exit) is an f32 frem, exact."""
+    from kcompiler.pipeline import compile_source_to
+
+    asm = compile_source_to("kernel k(p: ptr<vec<bf16, 3>>, q: ptr<bf16>) { p[0] = p[1] % p[2]; q[0] = q[1] % q[2]; }",
+                            target=target, arch=arch)
+    if target == "nvptx":
+        ptxas(asm, arch)
+
+
+def test_bf16_remainder_on_the_cpu():
+    import ml_dtypes
+
+    import kcompiler as kc
+
+    mod = kc.compile("kernel k(x: ptr<bf16>, y: ptr<bf16>, n: i32) { let i = thread_id.x; "
+                     "if i < n { store(x + 4 * i, load[vec<bf16, 4>](x + 4 * i) % load[vec<bf16, 4>](y + 4 * i)); } }",
+                     target="cpu")
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal(64) * 100).astype(ml_dtypes.bfloat16)
+    y = (rng.standard_normal(64) * 3 + 0.1).astype(ml_dtypes.bfloat16)
+    want = np.fmod(x.astype(np.float64), y.astype(np.float64))
+    out = x.copy()
+    mod.k[1, 16](out, y, 16)
+    np.testing.assert_array_equal(out.astype(np.float64), want)
+
+
+def test_amd_widens_bf16_reciprocals_to_f32():
+    """AMD has no bf16 v_rsq/v_rcp: rsqrt and rcp of bf16 are v_rsq_f32/v_rcp_f32 between conversions."""
+    from kcompiler.pipeline import compile_source_to
+
+    for arch in ("gfx90a", "gfx942", "gfx950", "gfx1100", "gfx1201"):
+        llvm = compile_source_to("kernel k(p: ptr<vec<bf16, 3>>) { p[0] = rsqrt(p[1]); p[2] = rcp(p[3]); }",
+                                 stage="llvm", target="amdgcn", arch=arch)
+        assert "llvm.amdgcn.rsq.f32" in llvm and "llvm.amdgcn.rcp.f32" in llvm, arch
+        assert "fptrunc" in llvm and "rsq.bf16" not in llvm, arch

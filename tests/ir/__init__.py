@@ -1,0 +1,1 @@
+"""IR tests: the verifier, the passes, constant folding, the target-intrinsic registry."""

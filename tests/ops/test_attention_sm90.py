@@ -1,0 +1,283 @@
+"""The Hopper prefill of std.attention (stdlib/attention_sm90.kc) and the builtins it added: wgmma with
+A from registers, TMA copies of more than two dimensions.
+
+On every machine (CI): wgmma with a register A fragment against numpy in float64 on the CPU target's
+emulation (``emulate_wgmma``), its PTX (``{a0, a1, a2, a3}`` operands, no imm-trans-a) assembled by
+ptxas for sm_90a; the whole kernel (producer warpgroup, TMA into an mbarrier ring, two consumer
+warpgroups, online softmax, P from registers) through ops.attention on the emulation, against
+test_attention.py's float64 reference and bounds on fresh random inputs of odd shapes (causal, GQA,
+Sq != Sk, both layouts); the kernel's PTX assembling for sm_90a without spills or serialised wgmma.
+
+On an H100 (marked gpu): ops.attention's Hopper path against torch's SDPA in float64, on many shapes,
+odd lengths, causal, GQA, D 64 and 128, with the output poisoned first.
+"""
+from __future__ import annotations
+
+import importlib
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import kcompiler as kc
+from kcompiler.pipeline import compile_source_to
+from kcompiler.runtime.tensormap import tensor_map
+
+from ..ptxas_util import needs_ptxas, ptxas
+
+#: The module kcompiler.ops.attention (the package's attribute of that name is the function).
+ops_attention = importlib.import_module("kcompiler.ops.attention")
+
+RNG = np.random.default_rng()
+
+# D (64 x 128) = A (64 x 64, in registers) B (64 x 128, N-major by two 4-D TMA boxes of 64 columns)
+REG_A = """
+kernel k(ta: ptr<bf16>, tb: tensor_map, out: ptr<f32>) {
+    launch_bounds(128, 1);
+    let smem = dynamic_shared[bf16]();
+    let bar = bitcast[ptr<u64, shared>](smem + 64 * 128);
+    if thread_id.x == 0 { mbarrier_init(bar, 1); fence_proxy_async(); }
+    barrier();
+    if thread_id.x == 0 {
+        mbarrier_arrive_expect_tx(bar, 64 * 128 * 2);
+        tma_load(smem, tb, bar, 0, 0, 0, 0);
+        tma_load(smem + 64 * 64, tb, bar, 64, 0, 0, 0);
+    }
+    mbarrier_wait(bar, 0);
+    let t = thread_id.x;
+    let w = t / 32;
+    let g = t % 32 / 4;
+    let q = t % 4;
+    var acc = vec<f32, 64>(0.0);
+    wgmma_fence();
+    for kk in comptime range(0, 4) {
+        var a = vec<bf16, 8>(bf16(0.0));
+        let r = 16 * w + g;
+        let c = 16 * kk + 2 * q;
+        a[0] = ta[r * 64 + c];
+        a[1] = ta[r * 64 + c + 1];
+        a[2] = ta[(r + 8) * 64 + c];
+        a[3] = ta[(r + 8) * 64 + c + 1];
+        a[4] = ta[r * 64 + c + 8];
+        a[5] = ta[r * 64 + c + 9];
+        a[6] = ta[(r + 8) * 64 + c + 8];
+        a[7] = ta[(r + 8) * 64 + c + 9];
+        let db = wgmma_desc(smem, swizzle = 128, lbo = 64 * 128, sbo = 1024);
+        acc = wgmma[bf16](a, db + u64(128 * kk), acc, trans_b = true);
+    }
+    wgmma_commit();
+    wgmma_wait[0]();
+    for j in comptime range(0, 16) {
+        for r in comptime range(0, 4) {
+            out[(16 * w + g + 8 * (r / 2)) * 128 + 8 * j + 2 * q + r % 2] = acc[4 * j + r];
+        }
+    }
+}
+"""
+
+
+def test_wgmma_register_a_emulated():
+    """wgmma with A from registers (the fragments gathered over each quad) and an N-major B that 4-D
+    TMA boxes wrote, against numpy in float64 (f32 accumulation of exact products)."""
+    a = RNG.standard_normal((64, 64)).astype(ml_dtypes.bfloat16)
+    b = RNG.standard_normal((64, 128)).astype(ml_dtypes.bfloat16)
+    mod = kc.compile(REG_A, target="cpu", target_options={"emulate_wgmma": True})
+    out = np.full((64, 128), np.nan, np.float32)
+    mod.k[1, 128](a, tensor_map(b.reshape(1, 1, 64, 128), (1, 1, 64, 64)), out, shared=64 * 128 * 2 + 16)
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    assert np.abs(out - a64 @ b64).max() <= 4 * 64 * 2.0 ** -24 * (np.abs(a64) @ np.abs(b64)).max()
+
+
+@needs_ptxas
+def test_wgmma_register_a_ptx(tmp_path):
+    """The register form's PTX: four .b32 A operands, then the B descriptor, scale-d and three
+    immediates (no imm-trans-a); ptxas assembles it for sm_90a."""
+    ptx = compile_source_to(REG_A, "k.kc", "asm", "nvptx", "sm_90a")
+    line = next(x for x in ptx.splitlines() if "wgmma.mma_async" in x)
+    assert "m64n128k16.f32.bf16.bf16" in line
+    assert line.rstrip().endswith("p, 1, 1, 1;") and line.count("{") == 2, line
+    ptxas(ptx, "sm_90a")
+
+
+# --- the Hopper prefill through ops.attention ------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def emulated():
+    """std.attention_sm90 on the CPU target with the Hopper instructions emulated."""
+    from kcompiler.frontend.program import stdlib_dir
+    return kc.compile_file(stdlib_dir() / "attention_sm90.kc", target="cpu", target_options={"emulate_wgmma": True})
+
+
+# (B, Sq, Sk, H, HK, D, causal, layout): odd lengths, Sq != Sk both ways (the causal diagonal off the
+# corner, rows that see no key), more than one tile of keys and of queries, GQA 2:1, both layouts
+EMU_SHAPES = [(2, 37, 53, 2, 1, 64, False, "bshd"), (1, 150, 131, 2, 2, 64, True, "bhsd"),
+              (1, 45, 70, 2, 1, 128, True, "bshd"), (1, 19, 300, 1, 1, 128, False, "bhsd")]
+
+
+@pytest.mark.parametrize("shape", EMU_SHAPES,
+                         ids=lambda s: "x".join(map(str, s[:6])) + f"-{'causal' if s[6] else 'full'}-{s[7]}")
+def test_prefill_sm90_emulated(monkeypatch, emulated, shape):
+    """The whole Hopper kernel (producer warpgroup, 4-D TMA into the K and V rings with zero fill past
+    the sequence, both consumers, masking, online softmax, P from registers, O and LSE stores) on the
+    CPU target's emulation, against test_attention.py's float64 reference and bounds."""
+    from kcompiler import ops
+
+    from .test_attention import check, qkv, reference
+    B, Sq, Sk, H, HK, D, causal, layout = shape
+    monkeypatch.setattr(ops_attention, "_attention_sm90_module", lambda target: emulated)
+    q, k, v = qkv(B, Sq, Sk, H, HK, D, "bf16")
+    args = [x.transpose(0, 2, 1, 3).copy() for x in (q, k, v)] if layout == "bhsd" else [q, k, v]
+    out, lse = ops.attention(*args, causal=causal, layout=layout, return_lse=True, path="sm90", target="cpu")
+    if layout == "bhsd":
+        out = out.transpose(0, 2, 1, 3)
+    ref, ref_lse = reference(q, k, v, causal, D ** -0.5)
+    check(out, lse, ref, ref_lse, v, "bf16")
+
+
+@pytest.mark.parametrize("tiles", [dict(OVERLAP=True), dict(OVERLAP=True, PINGPONG=True),
+                                   dict(BN=64, STAGES=3, OVERLAP=True, PINGPONG=True), dict(BN=64, STAGES=1)],
+                         ids=["overlap", "pingpong", "bn64-3stages-pingpong", "bn64-1stage"])
+def test_prefill_sm90_tiles_emulated(monkeypatch, emulated, tiles):
+    """Other tiles, the intra-warpgroup overlap and the ping-pong of the consumers: the stage ring's
+    parities over several laps (more tiles than stages), the turns' parities, causal with Sq != Sk."""
+    from kcompiler import ops
+
+    from .test_attention import check, qkv, reference
+    monkeypatch.setattr(ops_attention, "_attention_sm90_module", lambda target: emulated)
+    q, k, v = qkv(1, 77, 290, 2, 1, 64, "bf16")
+    out, lse = ops.attention(q, k, v, causal=True, return_lse=True, path="sm90", tiles=tiles, target="cpu")
+    ref, ref_lse = reference(q, k, v, True, 64 ** -0.5)
+    check(out, lse, ref, ref_lse, v, "bf16")
+
+
+def test_prefill_sm90_varlen_emulated(monkeypatch, emulated):
+    """Variable lengths: packed sequences (one empty, one longer than a tile), causal, GQA; the rows a
+    box reads past a sequence belong to the next one and must be masked or left unstored."""
+    from kcompiler import ops
+
+    from .test_attention import check, reference
+    monkeypatch.setattr(ops_attention, "_attention_sm90_module", lambda target: emulated)
+    lq, lk = [5, 0, 140, 33], [9, 3, 131, 60]
+    cu_q = np.concatenate([[0], np.cumsum(lq)]).astype(np.int32)
+    cu_k = np.concatenate([[0], np.cumsum(lk)]).astype(np.int32)
+    q = RNG.standard_normal((cu_q[-1] + 3, 4, 64)).astype(ml_dtypes.bfloat16)  # 3 rows past the last sequence
+    k = RNG.standard_normal((cu_k[-1] + 5, 2, 64)).astype(ml_dtypes.bfloat16)
+    v = RNG.standard_normal((cu_k[-1] + 5, 2, 64)).astype(ml_dtypes.bfloat16)
+    k[cu_k[-1]:] = np.nan  # never read: the tensor maps end at the last sequence
+    v[cu_k[-1]:] = np.nan
+    out, lse = ops.attention(q, k, v, causal=True, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, return_lse=True,
+                             path="sm90", target="cpu")
+    n = cu_q[-1]
+    ref, ref_lse = reference(q[:n], k, v, True, 64 ** -0.5, cu_q, cu_k)
+    check(out[:n], lse[:, :n], ref, ref_lse, v[:cu_k[-1]], "bf16")
+
+
+@needs_ptxas
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("overlap,pingpong", [(False, False), (True, False), (True, True)],
+                         ids=["sequential", "overlap", "pingpong"])
+def test_prefill_sm90_ptx(D, overlap, pingpong):
+    """sm_90a PTX of the kernel (built as ops builds it: approx_ftz) assembles with ptxas; wgmma with A
+    from registers and TMA 4-D copies are there; ptxas serialises no wgmma (warning C7514: it would
+    where it cannot prove a wgmma waited for) and spills at most 16 bytes (the causal D = 128 overlapped
+    forms, at the 240-register limit of a consumer; the others none)."""
+    from kcompiler.backends.nvptx.target import NvptxTarget
+    from kcompiler.frontend.program import stdlib_dir
+    from kcompiler.pipeline import emit_file
+    for causal in (False, True):
+        ptx = emit_file(stdlib_dir() / "attention_sm90.kc", "asm", NvptxTarget("sm_90a", approx_ftz=True),
+                        kernel="attention_prefill_sm90", params=dict(T="bf16", D=D, CAUSAL=causal, OVERLAP=overlap,
+                                                                      PINGPONG=pingpong))
+        assert "cp.async.bulk.tensor.4d" in ptx and "setmaxnreg.inc.sync.aligned.u32 240" in ptx
+        assert any("wgmma.mma_async" in x and "}, {" in x for x in ptx.splitlines())  # A from registers
+        log = ptxas(ptx, "sm_90a", verbose=True)
+        assert "C7514" not in log and "serialized" not in log, log
+        spill = int(log.split(" bytes spill stores")[0].rsplit(None, 1)[-1])
+        assert spill <= (16 if causal and overlap and D == 128 else 0), log
+
+
+# --- on the GPU: against torch's SDPA in float64 ---------------------------------------------------------
+
+GPU_SHAPES = [("bf16", (3, 301, 517, 8, 2), "bshd"), ("f16", (2, 1000, 1000, 4, 4), "bhsd"),
+              ("bf16", (1, 700, 129, 4, 1), "bshd"), ("bf16", (2, 1, 4097, 2, 2), "bhsd"),
+              ("f16", (1, 2049, 2047, 2, 1), "bshd")]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_prefill_sm90_gpu(D, causal):
+    """The Hopper path on the H100 on odd shapes (Sq != Sk both ways, one query, GQA 4:1), bf16 and
+    f16, both layouts, against SDPA in float64 (test_attention.py's bounds); outputs poisoned first."""
+    import torch
+
+    from .test_attention import attention_in_layout, check, sdpa64
+    for dt, (B, Sq, Sk, H, HK), layout in GPU_SHAPES:
+        dtype = {"bf16": torch.bfloat16, "f16": torch.float16}[dt]
+        q = torch.randn(B, Sq, H, D, device="cuda", dtype=dtype)
+        k = torch.randn(B, Sk, HK, D, device="cuda", dtype=dtype)
+        v = torch.randn(B, Sk, HK, D, device="cuda", dtype=dtype)
+        torch.empty(64 << 20, device="cuda", dtype=torch.uint8).fill_(0xFF)  # NaN where ops allocates next
+        out, lse = attention_in_layout(q, k, v, causal, layout, "sm90")
+        ref, ref_lse = sdpa64(q, k, v, causal, D ** -0.5)
+        check(out.cpu().float().numpy(), lse.cpu().numpy(), ref.cpu().numpy(), ref_lse.cpu().numpy(),
+              v.cpu().float().numpy(), dt)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tiles", [dict(OVERLAP=True), dict(OVERLAP=True, PINGPONG=True), dict(BN=64, STAGES=3),
+                                   dict(BN=192, STAGES=2, OVERLAP=True, PINGPONG=True)],
+                         ids=["overlap", "pingpong", "bn64-3stages", "bn192-pingpong"])
+def test_prefill_sm90_tiles_gpu(tiles):
+    """The other tile choices the benchmark times, on the GPU (D 128 and 64, causal)."""
+    import torch
+
+    from kcompiler import ops
+
+    from .test_attention import check, sdpa64
+    for D in (64,) if tiles.get("BN") == 192 else (64, 128):
+        q = torch.randn(2, 1111, 4, D, device="cuda", dtype=torch.bfloat16)
+        k, v = (torch.randn(2, 1234, 2, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        out, lse = ops.attention(q, k, v, causal=True, return_lse=True, path="sm90", tiles=tiles)
+        ref, ref_lse = sdpa64(q, k, v, True, D ** -0.5)
+        check(out.cpu().float().numpy(), lse.cpu().numpy(), ref.cpu().numpy(), ref_lse.cpu().numpy(),
+              v.cpu().float().numpy(), "bf16")
+
+
+@pytest.mark.gpu
+def test_prefill_sm90_varlen_gpu():
+    """Variable lengths on the GPU (packed, causal, GQA 2:1, an empty sequence, NaN past the last)."""
+    import torch
+
+    from kcompiler import ops
+
+    from .test_attention import check, reference
+    lq, lk = [300, 0, 1000, 77], [300, 5, 1200, 64]
+    cu_q = torch.tensor(np.concatenate([[0], np.cumsum(lq)]), dtype=torch.int32, device="cuda")
+    cu_k = torch.tensor(np.concatenate([[0], np.cumsum(lk)]), dtype=torch.int32, device="cuda")
+    nq, nk = sum(lq), sum(lk)
+    q = torch.randn(nq, 4, 128, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(nk + 7, 2, 128, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn(nk + 7, 2, 128, device="cuda", dtype=torch.bfloat16)
+    k[nk:], v[nk:] = float("nan"), float("nan")
+    out, lse = ops.attention(q, k, v, causal=True, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, return_lse=True,
+                             path="sm90")
+    qn, kn, vn = (x.float().cpu().numpy() for x in (q, k[:nk], v[:nk]))
+    ref, ref_lse = reference(qn, kn, vn, True, 128 ** -0.5, cu_q.cpu().numpy(), cu_k.cpu().numpy())
+    check(out.float().cpu().numpy(), lse.cpu().numpy(), ref, ref_lse, vn, "bf16")
+
+
+def test_path_choice_errors():
+    """path is 'auto', 'sm90' or 'fa2'; 'sm90' where the Hopper kernel cannot run is a RuntimeError that
+    says why (here: the CPU target without the emulation, D 256), not a silent fallback."""
+    from kcompiler import ops
+    q = RNG.standard_normal((1, 8, 2, 64)).astype(ml_dtypes.bfloat16)
+    with pytest.raises(ValueError, match="path must be"):
+        ops.attention(q, q, q, path="fa3", target="cpu")
+    with pytest.raises(RuntimeError, match="sm_90"):
+        ops.attention(q, q, q, path="sm90", target="cpu")
+    q256 = RNG.standard_normal((1, 8, 2, 256)).astype(ml_dtypes.bfloat16)
+    with pytest.raises(RuntimeError, match="D = 64 or 128"):
+        ops.attention(q256, q256, q256, path="sm90", target="cpu")
+    out = ops.attention(q, q, q, path="fa2", target="cpu")  # the explicit FA2 path still runs here
+    assert out.shape == q.shape

@@ -1,0 +1,843 @@
+"""The Hopper builtins (wgmma, wgmma_desc, TMA, mbarrier, setmaxnreg, fence_proxy_async,
+launch_bounds, the tensor_map parameter) and std.matmul's Hopper path (stdlib/matmul_sm90.kc).
+
+On every machine (CI): the PTX each builtin lowers to, checked with FileCheck and assembled by ptxas
+for sm_90a; the located errors for misuse and for targets without the feature (sm_80, sm_90 without
+the "a", the CPU target); std.matmul_sm90 for bf16, f16 and FP8 assembling with no spills and no
+serialised wgmma (ptxas -v), and the parameter layout a launch packs.
+
+On an H100 (marked gpu): ops.matmul and ops.scaled_matmul against torch in float64 on fresh random
+inputs of many shapes, odd M, N and K among them (M, N, K not multiples of the tile; K a multiple of 8
+for 16-bit types, 16 for FP8: TMA's 16-byte stride rule), with the output poisoned first; the
+tolerance is test_matmul.py's (f32 accumulation of K exact products, then one rounding), a factor 4
+looser for FP8, whose tensor-core accumulation is narrower.
+"""
+from __future__ import annotations
+
+
+import pytest
+
+from kcompiler.diagnostics import CompileError
+from kcompiler.frontend.program import stdlib_dir
+from kcompiler.pipeline import compile_source_to, emit_file
+
+from ..filecheck_util import filecheck
+from ..ptxas_util import needs_ptxas, ptxas
+
+
+BUILTINS = """
+kernel k(ta: tensor_map, out: ptr<f32>, n: i32) {
+    launch_bounds(384, 1);
+    let smem = dynamic_shared[bf16]();
+    let bar = bitcast[ptr<u64, shared>](smem + 16384);
+    if thread_id.x == 0 {
+        mbarrier_init(bar, 1);
+        fence_proxy_async();
+    }
+    barrier();
+    if thread_id.x == 0 {
+        mbarrier_arrive_expect_tx(bar, 16384);
+        tma_load(smem, ta, bar, 64, block_id.x * 128);
+    }
+    mbarrier_wait(bar, 0);
+    let done = mbarrier_try_wait(bar, 0);
+    if thread_id.x < 128 {
+        setmaxnreg_inc[232]();
+        var acc = vec<f32, 64>(0.0);
+        let d = wgmma_desc(smem, swizzle = 128, sbo = 1024);
+        wgmma_fence();
+        acc = wgmma[bf16](d, d + u64(2), acc, accumulate = n > 0);
+        acc = wgmma[bf16](d, d, acc, trans_b = true);
+        wgmma_commit();
+        wgmma_wait[0]();
+        if done { out[thread_id.x] = acc[0] + acc[63]; }
+        mbarrier_arrive(bar);
+    } else {
+        setmaxnreg_dec[40]();
+    }
+}
+"""
+
+
+def test_builtins_ptx():
+    """Each builtin's PTX (backends/nvptx/wgmma.py, tma.py), the tensor map a 64-aligned 128-byte grid
+    constant read through cvta.param, launch bounds as .maxntid / .minnctapersm."""
+    ptx = compile_source_to(BUILTINS, "k.kc", "asm", "nvptx", "sm_90a")
+    filecheck(ptx, """
+        CHECK: .extern .shared .align 1024 .b8 kc_dynamic_shared[];
+        CHECK: .param .align 64 .b8 k_param_0[128]
+        CHECK: .maxntid 384
+        CHECK-NEXT: .minnctapersm 1
+        CHECK: mov.b64 [[MAP:%rd[0-9]+]], k_param_0;
+        CHECK: mbarrier.init.shared::cta.b64 [{{%r[0-9]+}}], {{%r[0-9]+}};
+        CHECK: fence.proxy.async.shared::cta;
+        CHECK: bar.sync 0;
+        CHECK: cvta.param.u64 [[GMAP:%rd[0-9]+]], [[MAP]];
+        CHECK: mbarrier.arrive.expect_tx.shared::cta.b64 _, [{{%r[0-9]+}}], {{%r[0-9]+}};
+        CHECK: cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [{{%r[0-9]+}}], [[[GMAP]], {{{%r[0-9]+}}, {{%r[0-9]+}}}], [{{%r[0-9]+}}];
+        CHECK: mbarrier.try_wait.parity.shared::cta.b64 p, [{{%r[0-9]+}}], {{%r[0-9]+}};
+        CHECK-NEXT: @!p bra kc_mbar_wait;
+        CHECK: mbarrier.try_wait.parity.shared::cta.b64
+        CHECK: setmaxnreg.inc.sync.aligned.u32 232;
+        CHECK: wgmma.fence.sync.aligned;
+        CHECK: setp.ne.b32 p, {{%r[0-9]+}}, 0;
+        CHECK-NEXT: wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {{{(%r[0-9]+, ){63}%r[0-9]+}}}, {{%rd[0-9]+}}, {{%rd[0-9]+}}, p, 1, 1, 0, 0;
+        CHECK: wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {{.*}}, p, 1, 1, 0, 1;
+        CHECK: wgmma.commit_group.sync.aligned;
+        CHECK: wgmma.wait_group.sync.aligned 0;
+        CHECK: mbarrier.arrive.shared::cta.b64 _, [{{%r[0-9]+}}];
+        CHECK: setmaxnreg.dec.sync.aligned.u32 40;
+    """)
+
+
+@needs_ptxas
+def test_builtins_assemble(tmp_path):
+    ptxas(compile_source_to(BUILTINS, "k.kc", "asm", "nvptx", "sm_90a"))
+
+
+def test_descriptor_bits():
+    """wgmma_desc: (addr & 0x3FFFF) >> 4 | (lbo >> 4) << 16 | (sbo >> 4) << 32 | mode << 62 (PTX ISA
+    "Matrix Descriptor Format"); 128-byte swizzle is mode 1, 64-byte 2, 32-byte 3."""
+    src = """
+    kernel k(out: ptr<u64>) {
+        let s = dynamic_shared[f16]();
+        out[0] = wgmma_desc(s, swizzle = 64, lbo = 256, sbo = 512);
+    }
+    """
+    ll = compile_source_to(src, "k.kc", "llvm", "nvptx", "sm_90a")
+    const = (256 >> 4) << 16 | (512 >> 4) << 32 | 2 << 62
+    # LLVM folds (addr & 0x3FFFF) >> 4 into (addr >> 4) & 0x3FFF
+    assert "lshr" in ll and ("16383" in ll or "262143" in ll), ll
+    assert "or " in ll and (str(const) in ll or str(const - (1 << 64)) in ll), ll
+
+
+FP8_WGMMA = """
+kernel k(out: ptr<f32>, n: i32) {
+    let s = dynamic_shared[f8e4m3]();
+    var acc = vec<f32, 128>(0.0);
+    wgmma_fence();
+    acc = wgmma[f8e4m3, f8e5m2](wgmma_desc(s), wgmma_desc(s + 8192), acc);
+    wgmma_commit();
+    wgmma_wait[0]();
+    out[thread_id.x] = acc[5];
+}
+"""
+
+
+def test_fp8_wgmma(tmp_path):
+    ptx = compile_source_to(FP8_WGMMA, "k.kc", "asm", "nvptx", "sm_90a")
+    filecheck(ptx, "CHECK: wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e5m2 {{.*}}, p, 1, 1;")
+    ptxas(ptx)
+
+
+ERRORS = [
+    # (source snippet in a kernel body, arch, message part, caret text)
+    ("var acc = vec<f32, 3>(0.0); acc = wgmma[bf16](u64(0), u64(0), acc);", "sm_90a",
+     "wgmma's accumulator must be vec<f32, N / 2>", "acc"),
+    ("var acc = vec<f32, 8>(0.0); acc = wgmma[f32](u64(0), u64(0), acc);", "sm_90a",
+     "wgmma multiplies bf16, f16, f8e4m3 or f8e5m2", "f32"),
+    ("var acc = vec<f32, 8>(0.0); acc = wgmma[bf16, f16](u64(0), u64(0), acc);", "sm_90a",
+     "A and B are both f16, both bf16", "wgmma"),
+    ("var acc = vec<f32, 8>(0.0); acc = wgmma[bf16](1, u64(0), acc);", "sm_90a",
+     "matrix descriptor (u64, from wgmma_desc)", "1"),
+    ("var acc = vec<f32, 8>(0.0); acc = wgmma[f8e4m3](u64(0), u64(0), acc, trans_b = true);", "sm_90a",
+     "trans_b applies to f16 and bf16", "trans_b"),
+    ("var acc = vec<f32, 8>(0.0); acc = wgmma[bf16](u64(0), u64(0), acc);", "sm_90",
+     "wgmma is not available on this target (nvptx sm_90)", "wgmma[bf16](u64(0), u64(0), acc)"),
+    ("let d = wgmma_desc(p);", "sm_90a", "wgmma_desc's tile must be a ptr<f32, shared>", "p"),
+    ("let d = wgmma_desc(dynamic_shared[f16](), swizzle = 48);", "sm_90a", "swizzle is 0, 32, 64 or 128", "48"),
+    ("tma_load(dynamic_shared[f16](), p, bitcast[ptr<u64, shared>](dynamic_shared[f16]()), 0);", "sm_90a",
+     "tma_load's second argument is a tensor_map", "p"),
+    ("tma_load(dynamic_shared[f16](), m, bitcast[ptr<u32, shared>](dynamic_shared[f16]()), 0);", "sm_90a",
+     "tma_load's barrier must be a ptr<u64, shared>", "bitcast"),
+    ("mbarrier_init(bitcast[ptr<u64, shared>](dynamic_shared[f16]()), 1);", "sm_80",
+     "mbarrier_init is not available on this target (nvptx sm_80)", "mbarrier_init"),
+    ("mbarrier_wait(bitcast[ptr<u64, shared>](dynamic_shared[f16]()), 1.5);", "sm_90a",
+     "the phase parity must be an integer", "1.5"),
+    ("setmaxnreg_inc[230]();", "sm_90a", "a multiple of 8 from 24 to 256, not 230", "230"),
+    ("setmaxnreg_dec[40]();", "sm_90", "setmaxnreg_dec is not available on this target (nvptx sm_90)",
+     "setmaxnreg_dec"),
+    ("wgmma_wait[9]();", "sm_90a", "group count must be 0 to 7", "9"),
+    ("launch_bounds(2048);", "sm_90a", "thread count must be 1 to 1024", "2048"),
+    ("var y: tensor_map;", "sm_90a", "would be a tensor_map without a value", "var y"),
+    ("shared s: [tensor_map; 2];", "sm_90a", "there are no arrays of tensor_map", "[tensor_map; 2]"),
+    ("let x = m + 1;", "sm_90a", "cannot apply '+' to tensor_map", "m + 1"),
+]
+
+
+@pytest.mark.parametrize("body, arch, message, caret", ERRORS, ids=[str(i) for i in range(len(ERRORS))])
+def test_located_errors(body, arch, message, caret):
+    src = f"kernel k(p: ptr<f32>, m: tensor_map) {{\n    {body}\n}}\n"
+    with pytest.raises(CompileError) as ei:
+        compile_source_to(src, "bad.kc", "asm", "nvptx", arch)
+    text = str(ei.value)
+    assert message in text, text
+    assert "bad.kc:2:" in text and "^" in text, text
+    line = text.splitlines()
+    caret_line = next(i for i, l in enumerate(line) if set(l.strip()) <= {"^", "|", " "} and "^" in l)
+    col = line[caret_line].index("^")
+    assert line[caret_line - 1][col:].startswith(caret), text
+
+
+def test_no_pointer_to_tensor_map():
+    with pytest.raises(CompileError, match="tensor_map lives in no memory a program addresses") as ei:
+        compile_source_to("kernel k(p: ptr<tensor_map>) {\n    p[0] = p[1];\n}\n", "bad.kc", "asm", "nvptx", "sm_90a")
+    assert "bad.kc:1:13" in str(ei.value)
+
+
+def test_launch_bounds_only_in_kernels():
+    src = "fn f() { launch_bounds(128); }\nkernel k(p: ptr<f32>) { f(); }\n"
+    with pytest.raises(CompileError, match="launch_bounds belongs in a kernel's body"):
+        compile_source_to(src, "bad.kc", "asm", "nvptx", "sm_90a")
+
+
+def test_cpu_target_refuses_with_location():
+    """Without emulate_wgmma the CPU target has no TMA or wgmma: a located error (the Hopper path is not
+    chosen there)."""
+    with pytest.raises(CompileError) as ei:
+        compile_source_to(BUILTINS, "k.kc", "obj", "cpu")
+    assert "is not available on this target (cpu" in str(ei.value) and "k.kc:" in str(ei.value)
+    with pytest.raises(CompileError, match="std.matmul_sm90 is the Hopper path"):
+        emit_file(stdlib_dir() / "matmul_sm90.kc", "llvm", "cpu", kernel="matmul_sm90", params=dict(T="bf16"))
+
+
+SM90_KERNELS = [
+    dict(T="bf16", OUT="bf16", BK=64, BN=256, CONSUMERS=2, STAGES=4),
+    dict(T="bf16", OUT="f32", BK=64, BN=128, CONSUMERS=1, STAGES=8, SPLIT_K=4),
+    dict(T="bf16", OUT="bf16", BK=64, BN=128, CONSUMERS=2, STAGES=6, SPLIT_K=3),
+    dict(T="f8e4m3", OUT="bf16", BK=128, BN=128, CONSUMERS=1, STAGES=8, SCALE=2, SPLIT_K=2),
+    dict(T="bf16", OUT="bf16", BK=64, BN=256, CONSUMERS=2, STAGES=4, B_KMAJOR=False),
+    dict(T="bf16", OUT="bf16", BK=64, BN=128, CONSUMERS=1, STAGES=8, GROUP_M=1),
+    dict(T="f8e4m3", OUT="bf16", BK=128, BN=256, CONSUMERS=2, STAGES=4, SCALE=1),
+    dict(T="f8e5m2", OUT="f16", BK=128, BN=256, CONSUMERS=2, STAGES=4, SCALE=2),
+]
+
+
+@needs_ptxas
+@pytest.mark.parametrize("params", SM90_KERNELS, ids=lambda p: f"{p['T']}-{p['OUT']}-{p['BN']}x{p['CONSUMERS']}-"
+                                                             f"{'kn' if p.get('B_KMAJOR') is False else 'nk'}")
+def test_matmul_sm90_assembles(params, tmp_path):
+    """std.matmul_sm90 assembles for sm_90a with no spills and no serialised wgmma (ptxas warns
+    C7510-C7520 when it has to fence wgmma for register reasons), with setmaxnreg honoured; an
+    N-major B is read transposed (imm-trans-b 1)."""
+    ptx = emit_file(stdlib_dir() / "matmul_sm90.kc", "asm", "nvptx", "sm_90a", kernel="matmul_sm90", params=params)
+    k = 16 if params["T"] in ("bf16", "f16") else 32
+    assert f"wgmma.mma_async.sync.aligned.m64n{params['BN']}k{k}.f32" in ptx
+    if k == 16:
+        assert (", p, 1, 1, 0, 1;" in ptx) == (params.get("B_KMAJOR") is False)
+    assert "cp.async.bulk.tensor.2d" in ptx and "mbarrier.try_wait.parity" in ptx
+    log = ptxas(ptx, verbose=True)
+    assert " 0 bytes spill stores" in log, log
+    assert "C75" not in log, log  # serialised wgmma, ignored setmaxnreg, injected warpgroup.arrive...
+
+
+@needs_ptxas
+def test_matmul_sm90_epilogue_assembles(tmp_path):
+    """The epilogue kernel with a stock epilogue that reads x (a bias) and applies ReLU."""
+    ptx = emit_file(stdlib_dir() / "matmul_sm90.kc", "asm", "nvptx", "sm_90a", kernel="matmul_sm90_epilogue",
+                    params=dict(T="bf16", OUT="bf16", X="bf16", EPI="epilogue.bias_relu"))
+    log = ptxas(ptx, verbose=True)
+    assert " 0 bytes spill stores" in log and "C75" not in log, log
+
+
+def test_config_choice():
+    """The largest tile (of those that have run on an H100) that still gives most multiprocessors a
+    tile, else the smallest; one consumer warpgroup for M <= 64."""
+    from kcompiler.ops import matmul_sm90 as m
+    assert m.choose(8192, 8192, 8192) == m.CONFIGS["128x256"]
+    assert m.choose(1024, 4096, 4096) == m.CONFIGS["128x256"]  # 128 tiles of 132
+    assert m.choose(128, 4096, 4096) == m.CONFIGS["64x64"]  # 128 tiles of 132
+    assert m.choose(16, 14336, 4096) == m.CONFIGS["64x128"]
+    assert m.choose(1, 8, 8) == m.CONFIGS["64x64"]
+    assert m.choose(16, 14336, 4096, sms=100) == m.CONFIGS["64x128"]
+    assert set(m.CHOICES) <= set(m.CONFIGS)
+    # split-K where the tiles fill at most half of the multiprocessors, at least 32 k-steps a share
+    c, c64 = m.CONFIGS["64x128"], m.CONFIGS["64x64"]
+    assert m.choose_split(16, 4096, 4096, c64, 64) == 2 and m.choose_split(16, 4096, 14336, c64, 64) == 2
+    assert m.choose_split(16, 4096, 14336, c, 64) == 4 and m.choose_split(128, 4096, 4096, c64, 64) == 1
+    assert m.choose_split(16, 14336, 4096, c, 64) == 1 and m.choose_split(16, 4096, 4096, c64, 128) == 1
+    assert m.choose_split(1, 8, 8, c64, 64) == 1 and m.choose_split(16, 256, 8192, c64, 64) == 4
+    for cfg in m.CONFIGS.values():
+        assert m.shared_bytes(cfg, "bf16") <= 227 * 1024
+
+
+class _CheckedLaunches:
+    """Stands in for a CUDA module: each launch compiles the specialisation for sm_90a (no GPU) and
+    checks the arguments against its parameters (kcompiler.runtime.arrays.check_args), as a launch
+    would, then records it."""
+
+    def __init__(self, module):
+        self.module, self.launches = module, []
+
+    def __getattr__(self, name):
+        kernel = getattr(self.module, name)
+
+        class _Grid:
+            def __getitem__(_, cfg):
+                def launch(*args, shared=0, stream=None, **params):
+                    from kcompiler.runtime import arrays
+                    art = kernel.specialize(*args, **params)
+                    arrays.check_args(name, art.params, args)
+                    self.launches.append((name, cfg, shared, params, art))
+                return launch
+        return _Grid()
+
+
+@pytest.mark.parametrize("epilogue", [None, "source"])
+def test_host_launch_matches_kernel(monkeypatch, epilogue):
+    """kcompiler.ops.matmul_sm90.run passes what the kernel's signature asks (tensor maps, pointers, the
+    epilogue's inputs), within the shared memory a block may have; checked without a GPU."""
+    import kcompiler as kc
+    import ml_dtypes
+    import numpy as np
+
+    from kcompiler.ops import matmul_sm90
+    from kcompiler.runtime.tensormap import TensorMap
+
+    monkeypatch.setattr(matmul_sm90, "cached_tensor_map",
+                        lambda x, box: TensorMap(bytes(128), 0, "bf16", x.shape, box, 128, None))
+    M, N, K = 300, 520, 264
+    a = np.zeros((M, K), ml_dtypes.bfloat16)
+    b = np.zeros((N, K), ml_dtypes.bfloat16)
+    out = np.zeros((M, N), np.float32)
+    src = "fn twice(acc: f32, row: i32, col: i32, ld: i32, x: ptr<f32>, y: ptr<f32>, s: f32) -> f32 {\n" \
+          "    return s * acc;\n}\n"
+    if epilogue == "source":
+        mod = _CheckedLaunches(matmul_sm90.epilogue_module(src, "nvptx", "sm_90a"))
+        epi = ("twice", out.reshape(-1), out.reshape(-1), 2.0)
+    else:
+        mod = _CheckedLaunches(kc.compile_file(stdlib_dir() / "matmul_sm90.kc", target="nvptx", arch="sm_90a"))
+        epi = None if epilogue is None else ("epilogue.bias", np.zeros(N, ml_dtypes.bfloat16), out.reshape(-1), 1.0)
+    matmul_sm90.run(mod, a, b, out, epilogue=epi, sms=132)
+    (name, (grid, block), shared, params, art), = mod.launches
+    assert name == ("matmul_sm90" if epilogue is None else "matmul_sm90_epilogue")
+    cfg = matmul_sm90.choose(M, N, K)
+    assert {k: params[k] for k in cfg} == cfg and block == 128 * (cfg["CONSUMERS"] + 1)
+    assert grid == min(132, -(-M // (64 * cfg["CONSUMERS"])) * -(-N // cfg["BN"]))
+    assert shared == matmul_sm90.shared_bytes(params, "bf16") <= 227 * 1024
+    assert [str(p.type) for p in art.params][:3] == ["tensor_map", "tensor_map", "ptr<f32>"]
+
+
+# --- on the CPU target's emulation of wgmma, TMA and mbarriers (backends/cpu/hopper.py) ------------------
+
+_EMU: dict = {}
+
+
+def _emulated(source_epilogue: str | None = None):
+    """std.matmul_sm90 for the CPU target with the Hopper instructions emulated (compiled once)."""
+    import kcompiler as kc
+
+    from kcompiler.ops import matmul_sm90
+    key = source_epilogue or ""
+    if key not in _EMU:
+        opts = {"emulate_wgmma": True}
+        _EMU[key] = kc.compile_file(stdlib_dir() / "matmul_sm90.kc", target="cpu", target_options=opts) \
+            if source_epilogue is None else \
+            kc.compile(source_epilogue.rstrip("\n") + "\n" + matmul_sm90._EPILOGUE_KERNEL, target="cpu",
+                       target_options=opts, path="<epilogue>")
+    return _EMU[key]
+
+
+def _check64(c, ref, K, absprod, fp8=False):
+    import numpy as np
+    u_out = {np.dtype(np.float32): 2.0 ** -24}.get(c.dtype, 2.0 ** -8)
+    tol = (16 if fp8 else 4) * K * 2.0 ** -24 * absprod + u_out * np.abs(ref) + 1e-30
+    err = np.abs(c.astype(np.float64) - ref)
+    assert np.isfinite(c.astype(np.float64)).all(), "an element left unwritten (NaN poison) or not finite"
+    assert (err <= tol).all(), f"max error {err.max():.3g}, at {np.unravel_index(np.argmax(err - tol), err.shape)}"
+
+
+EMU_CASES = [  # (M, N, K), T, config, B K-major, OUT
+    ((70, 130, 72), "bf16", "64x128", True, "f32"),
+    ((130, 264, 200), "bf16", "128x256", True, "bf16"),
+    ((130, 264, 200), "f16", "128x128", False, "f32"),
+    ((70, 136, 72), "bf16", "64x128", False, "f32"),
+    ((33, 131, 136), "bf16", "64x64", True, "f32"),  # N odd: the unaligned store
+]
+
+
+@pytest.mark.parametrize("shape, t, config, b_kmajor, out_t", EMU_CASES,
+                         ids=[f"{'x'.join(map(str, c[0]))}-{c[1]}-{c[2]}-{'nk' if c[3] else 'kn'}" for c in EMU_CASES])
+def test_emulated_matmul_sm90(shape, t, config, b_kmajor, out_t):
+    """The whole Hopper kernel (producer / consumer warpgroups, mbarrier parities over the persistent
+    tiles of 3 blocks, TMA zero fill past the edges, swizzled wgmma operands, K-major and N-major B)
+    on the CPU target's emulation, against numpy in float64, on fresh random inputs of odd sizes."""
+    import ml_dtypes
+    import numpy as np
+
+    from kcompiler.ops import matmul_sm90
+    M, N, K = shape
+    dt = {"bf16": ml_dtypes.bfloat16, "f16": np.float16}
+    rng = np.random.default_rng()
+    a = rng.standard_normal((M, K)).astype(dt[t])
+    b = rng.standard_normal((N, K)).astype(dt[t])
+    out = np.full((M, N), np.nan, {"f32": np.float32, "bf16": ml_dtypes.bfloat16}[out_t])
+    matmul_sm90.run(_emulated(), a, b if b_kmajor else np.ascontiguousarray(b.T), out, b_kmajor=b_kmajor,
+                    config=matmul_sm90.CONFIGS[config], sms=3)
+    a64, b64 = a.astype(np.float64), b.astype(np.float64).T
+    _check64(out, a64 @ b64, K, np.abs(a64) @ np.abs(b64))
+
+
+@pytest.mark.parametrize("split_k, out_t", [(3, "bf16"), (5, "f32")])
+def test_emulated_split_k(split_k, out_t):
+    """Split-K: each tile's K loop in shares (one of them empty with 5 shares of 4 k-steps), the partial
+    products summed by the thread that completes each slot's count (the fix-up), bf16 or f32 C."""
+    import ml_dtypes
+    import numpy as np
+
+    from kcompiler.ops import matmul_sm90
+    M, N, K = 40, 136, 200
+    rng = np.random.default_rng()
+    a = rng.standard_normal((M, K)).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((N, K)).astype(ml_dtypes.bfloat16)
+    out = np.full((M, N), np.nan, {"f32": np.float32, "bf16": ml_dtypes.bfloat16}[out_t])
+    matmul_sm90.run(_emulated(), a, b, out, config=matmul_sm90.CONFIGS["64x128"], sms=3, split_k=split_k)
+    a64, b64 = a.astype(np.float64), b.astype(np.float64).T
+    _check64(out, a64 @ b64, K, np.abs(a64) @ np.abs(b64))
+
+
+def _fp8_operands(rng, fmt: str, M: int, N: int, K: int, per_row: bool):
+    """Random FP8 ``fmt`` (an ml_dtypes name) a (M, K) and b (N, K), and f32 scales in [0.5, 1.5):
+    one each, or per row of A and per column of C with ``per_row``."""
+    import ml_dtypes
+    import numpy as np
+    dt = getattr(ml_dtypes, fmt)
+    a = (2 * rng.standard_normal((M, K))).astype(dt)
+    b = (2 * rng.standard_normal((N, K))).astype(dt)
+    sa = (rng.random(M if per_row else 1) + 0.5).astype(np.float32)
+    sb = (rng.random(N if per_row else 1) + 0.5).astype(np.float32)
+    return a, b, sa, sb
+
+
+@pytest.mark.parametrize("fmt, per_row", [("float8_e4m3fn", False), ("float8_e5m2", True)])
+def test_emulated_split_k_fixup_with_epilogue_and_scales(fmt, per_row):
+    """Split-K with FP8 scales and an epilogue (applied once, to the sum, by the fix-up): the same bits as
+    the unsplit kernel would not hold (another order of additions), so against float64; twice on the
+    same workspace, which the kernel leaves as it found it (counts zero), with the same bits both times."""
+    import numpy as np
+
+    from kcompiler.ops import matmul_sm90
+    M, N, K = 45, 136, 1040
+    rng = np.random.default_rng()
+    a, b, sa, sb = _fp8_operands(rng, fmt, M, N, K, per_row)
+    bias = rng.standard_normal(N).astype(np.float32)
+    ws, counts = matmul_sm90._split_workspace(a, 3 * 128, 3 * 64)
+    outs = []
+    for _ in range(2):
+        out = np.full((M, N), np.nan, np.float32)
+        import unittest.mock
+        with unittest.mock.patch.object(matmul_sm90, "_split_workspace", lambda *_: (ws, counts)):
+            matmul_sm90.run(_emulated(), a, b, out, scale_a=sa, scale_b=sb, scale=2 if per_row else 1,
+                            config=matmul_sm90.CONFIGS["64x128"], sms=4, split_k=3,
+                            epilogue=("epilogue.bias_relu", bias, out.reshape(-1), 1.0))
+        assert not counts.any()
+        outs.append(out)
+    np.testing.assert_array_equal(outs[0], outs[1])
+    a64, b64 = a.astype(np.float64), b.astype(np.float64).T
+    scale = (sa[:, None] * sb[None, :]).astype(np.float64) if per_row else float(sa[0]) * float(sb[0])
+    ref = np.maximum((a64 @ b64) * scale + bias, 0)
+    _check64(outs[0], ref, K, (np.abs(a64) @ np.abs(b64)) * scale + np.abs(bias), fp8=True)
+
+
+@pytest.mark.parametrize("fmt, per_row", [("float8_e4m3fn", False), ("float8_e4m3fn", True), ("float8_e5m2", True)])
+def test_emulated_fp8_scales(fmt, per_row):
+    """FP8 (k32 wgmma, 128-byte rows of 128 elements) with per-tensor or per-row/column scales."""
+    import numpy as np
+
+    from kcompiler.ops import matmul_sm90
+    M, N, K = 77, 136, 272
+    rng = np.random.default_rng()
+    a, b, sa, sb = _fp8_operands(rng, fmt, M, N, K, per_row)
+    out = np.full((M, N), np.nan, np.float32)
+    matmul_sm90.run(_emulated(), a, b, out, scale_a=sa, scale_b=sb, scale=2 if per_row else 1,
+                    config=matmul_sm90.CONFIGS["128x256"], sms=2)
+    a64, b64 = a.astype(np.float64), b.astype(np.float64).T
+    scale = (sa[:, None] * sb[None, :]).astype(np.float64) if per_row else float(sa[0]) * float(sb[0])
+    _check64(out, (a64 @ b64) * scale, K, (np.abs(a64) @ np.abs(b64)) * scale, fp8=True)
+
+
+def test_emulated_epilogues():
+    """A stock epilogue reading a bias and a user's epilogue from source, in the Hopper kernel's store."""
+    import ml_dtypes
+    import numpy as np
+
+    from kcompiler.ops import matmul_sm90
+    M, N, K = 70, 136, 72
+    rng = np.random.default_rng()
+    a = rng.standard_normal((M, K)).astype(ml_dtypes.bfloat16)
+    w = rng.standard_normal((N, K)).astype(ml_dtypes.bfloat16)
+    bias = rng.standard_normal(N).astype(np.float32)
+    out = np.full((M, N), np.nan, np.float32)
+    matmul_sm90.run(_emulated(), a, w, out, epilogue=("epilogue.bias_relu", bias, out.reshape(-1), 1.0), sms=2)
+    p64 = a.astype(np.float64) @ w.astype(np.float64).T
+    absprod = np.abs(a.astype(np.float64)) @ np.abs(w.astype(np.float64)).T
+    _check64(out, np.maximum(p64 + bias, 0), K, absprod + np.abs(bias))
+    src = "fn twice_plus_row(acc: f32, row: i32, col: i32, ld: i32, x: ptr<f32>, y: ptr<f32>, s: f32) -> f32 {\n" \
+          "    return s * acc + f32(row);\n}\n"
+    out[:] = np.nan
+    matmul_sm90.run(_emulated(src), a, w, out, epilogue=("twice_plus_row", out.reshape(-1), out.reshape(-1), 2.0),
+                    sms=2)
+    _check64(out, 2 * p64 + np.arange(M)[:, None], K, 2 * absprod + M)
+
+
+@pytest.mark.slow(sample=2)
+@pytest.mark.parametrize("t, config, fmt", [("bf16", "64x128", "e4m3"), ("bf16", "128x256", "e5m2"),
+                                            ("f8e4m3", "128x128", "e4m3")])
+def test_emulated_mx_block_epilogue(t, config, fmt):
+    """The MXFP8 block epilogue in the Hopper kernel's store (wgmma's fragments: a quad of lanes a row's
+    32 columns), composed after a per-element bias: codes and E8M0 scales bit for bit those of
+    kcompiler.numerics.mx.quantize of the same kernel's f32 result (per-tensor FP8 scales applied first)."""
+    import ml_dtypes
+    import numpy as np
+
+    from kcompiler.ops import matmul_sm90
+    from kcompiler.numerics import mx
+    M, N, K = 77, 160, 272
+    rng = np.random.default_rng()
+    dt = {"bf16": ml_dtypes.bfloat16, "f8e4m3": ml_dtypes.float8_e4m3fn}[t]
+    a = rng.standard_normal((M, K)).astype(dt)
+    b = rng.standard_normal((N, K)).astype(dt)
+    a[5, 3] = np.nan  # row 5: every block NaN
+    bias = rng.standard_normal(N).astype(np.float32)
+    sa, sb = np.float32([0.75]), np.float32([1.5])
+    scale = 1 if t == "f8e4m3" else 0
+    ref = np.full((M, N), np.nan, np.float32)
+    cfg = matmul_sm90.CONFIGS[config]
+    matmul_sm90.run(_emulated(), a, b, ref, scale_a=sa, scale_b=sb, scale=scale, config=cfg, sms=3,
+                    epilogue=("epilogue.bias", bias, ref.reshape(-1), 1.0))
+    codes = np.zeros((M, N), getattr(ml_dtypes, {"e4m3": "float8_e4m3fn", "e5m2": "float8_e5m2"}[fmt]))
+    scales = np.zeros((M, N // 32), ml_dtypes.float8_e8m0fnu)
+    matmul_sm90.run(_emulated(), a, b, codes, scale_a=sa, scale_b=sb, scale=scale, config=cfg, sms=3,
+                    epilogue=("epilogue.bias", bias, ref.reshape(-1), 1.0), block=(f"epilogue.to_mxfp8_{fmt}", scales))
+    want_c, want_s = mx.quantize(ref, f"f8{fmt}")
+    assert (scales.view(np.uint8)[5] == 0xFF).all()
+    if t == "bf16" and fmt == "e4m3":  # the block epilogue in the module of a user's epilogue source too
+        src = "fn add_bias(acc: f32, row: i32, col: i32, ld: i32, x: ptr<f32>, y: ptr<f32>, s: f32) -> f32 {\n" \
+              "    return acc + x[col];\n}\n"
+        c2, s2 = np.zeros_like(codes), np.zeros_like(scales)
+        matmul_sm90.run(_emulated(src), a, b, c2, config=cfg, sms=3, block=("kc_std_epilogue.to_mxfp8_e4m3", s2),
+                        epilogue=("add_bias", bias, ref.reshape(-1), 1.0))
+        np.testing.assert_array_equal(s2.view(np.uint8), want_s.view(np.uint8))
+        np.testing.assert_array_equal(c2.view(np.uint8), want_c.view(np.uint8))
+    np.testing.assert_array_equal(scales.view(np.uint8), want_s.view(np.uint8))
+    np.testing.assert_array_equal(codes.view(np.uint8), want_c.view(np.uint8))
+
+
+def test_emulated_mbarrier_phases():
+    """mbarrier semantics of the emulation: a fresh barrier's parity-1 phase counts as complete; a phase
+    completes with its last arrival and its last transaction byte, in either order."""
+    import numpy as np
+
+    import kcompiler as kc
+    src = """
+    kernel k(out: ptr<u32>) {
+        let bar = bitcast[ptr<u64, shared>](dynamic_shared[u64]());
+        mbarrier_init(bar, 2);
+        out[0] = u32(mbarrier_try_wait(bar, 1));          // 1: the phase before the first
+        out[1] = u32(mbarrier_try_wait(bar, 0));          // 0
+        mbarrier_arrive_expect_tx(bar, 64);
+        mbarrier_arrive(bar);
+        out[2] = u32(mbarrier_try_wait(bar, 0));          // 0: 64 bytes pending
+    }
+    """
+    mod = kc.compile(src, target="cpu", target_options={"emulate_wgmma": True})
+    out = np.zeros(3, np.uint32)
+    mod.k[1, 1](out, shared=16)
+    assert out.tolist() == [1, 0, 0]
+
+
+def test_tma_strides():
+    """An axis of one element gets a packed stride (torch reports any for it)."""
+    from kcompiler.runtime.tensormap import tma_strides
+    assert tma_strides((1, 8), (2, 2), 2) == (16, 2)     # a (1, 8) bf16 view of a column
+    assert tma_strides((4, 8), (16, 2), 2) == (16, 2)
+    assert tma_strides((4, 1), (2, 2), 2) == (2, 2)      # rows of 2 bytes: tensor_map refuses them
+    assert tma_strides((3, 1, 8), (64, 7, 2), 2) == (64, 16, 2)
+
+
+def test_tensor_map_parameter_layout():
+    """A launch packs a tensor map's 128 bytes at a 64-byte aligned offset, scalars in 8-byte slots."""
+    from kcompiler.ir.types import TENSOR_MAP, I32, PointerType, F32
+    from kcompiler.runtime.cuda import _param_offsets, _param_struct
+    from kcompiler.runtime.device import KernelParam
+
+    class Art:
+        symbol = "k"
+        params = [KernelParam("n", I32), KernelParam("ta", TENSOR_MAP), KernelParam("c", PointerType(F32)),
+                  KernelParam("tb", TENSOR_MAP)]
+
+    assert _param_offsets(Art()) == [0, 64, 192, 256]
+    assert _param_struct(Art()).size == 384
+    assert _param_offsets(Art(), 56) == [56, 64, 192, 256]
+    assert _param_struct(Art(), 56).size == 384 - 56
+
+
+def test_tensor_map_type_roundtrips():
+    from kcompiler.ir.types import TENSOR_MAP, alignof, sizeof
+    from kcompiler.runtime.cache import type_from_str
+
+    assert type_from_str("tensor_map") == TENSOR_MAP and sizeof(TENSOR_MAP) == 128 and alignof(TENSOR_MAP) == 64
+
+
+# --- on the H100 -------------------------------------------------------------------------------------
+
+SHAPES = [(128, 256, 64), (1, 1, 8), (17, 33, 72), (200, 300, 136), (257, 513, 1000), (64, 4096, 4096),
+          (16, 4096, 8192), (1000, 777, 1024), (2048, 2048, 2048), (129, 255, 4104)]
+
+
+def _reference_check(c, a, b, fp8: bool = False, scale=None):
+    import torch
+    ref = a.double() @ b.double()
+    if scale is not None:
+        ref = ref * scale
+    K = a.shape[1]
+    absprod = a.double().abs() @ b.double().abs()
+    if scale is not None:
+        absprod = absprod * scale.abs()
+    u_out = {torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11, torch.float32: 2.0 ** -24}[c.dtype]
+    tol = (16 if fp8 else 4) * K * 2.0 ** -24 * absprod + u_out * ref.abs() + 1e-30
+    err = (c.double() - ref).abs()
+    assert torch.isfinite(c).all(), "non-finite results (an element left unwritten?)"
+    bad = err > tol
+    if bad.any():
+        i = int(torch.argmax((err - tol).flatten()))
+        r, col = divmod(i, c.shape[1])
+        raise AssertionError(f"C[{r}, {col}] = {float(c[r, col])}, want {float(ref[r, col])} "
+                             f"({int(bad.sum())} elements off)")
+
+
+def _sm90(torch):
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("needs an sm_90 GPU (H100/H200)")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("dtype, out_dtype, b_kmajor", [("bfloat16", "bfloat16", True), ("float16", "float32", True),
+                                                        ("bfloat16", "float32", False)])
+def test_ops_matmul_hopper(shape, dtype, out_dtype, b_kmajor):
+    import torch
+
+    from kcompiler import ops
+    from kcompiler.ops import matmul_sm90
+    from kcompiler.ops._common import stdlib_module
+    _sm90(torch)
+    M, N, K = shape
+    dt, ot = getattr(torch, dtype), getattr(torch, out_dtype)
+    a = torch.randn(M, K, device="cuda").to(dt)
+    b = torch.randn(N, K, device="cuda").to(dt).T if b_kmajor else torch.randn(K, N, device="cuda").to(dt)
+    out = torch.full((M, N), float("nan"), device="cuda", dtype=ot)
+    # the Hopper path: row-major B N-major (wgmma's transposed B) where TMA can describe its rows, else copied
+    # K-major (odd N: rows of N * 2 bytes not a multiple of 16)
+    got = matmul_sm90.operand_b(stdlib_module("matmul_sm90", "cuda"), a, b.T if b_kmajor else b, out, b_kmajor)
+    assert got is not None and got[1] == (b_kmajor or (N * 2) % 16 != 0)
+    c = ops.matmul(a, b, out=out)
+    torch.cuda.synchronize()
+    _reference_check(c, a, b)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("config", ["128x256", "128x128", "64x128", "64x64", "64x128/4"])
+@pytest.mark.parametrize("b_kmajor", [True, False])
+def test_every_config(config, b_kmajor):
+    import torch
+
+    from kcompiler.ops import matmul_sm90
+    from kcompiler.ops._common import stdlib_module
+    _sm90(torch)
+    M, N, K = 333, 1000, 520
+    a = torch.randn(M, K, device="cuda").to(torch.bfloat16)
+    b = torch.randn(N, K, device="cuda").to(torch.bfloat16)
+    if not b_kmajor:
+        b = b.T.contiguous()
+    out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+    name, _, split = config.partition("/")
+    matmul_sm90.run(stdlib_module("matmul_sm90", "cuda"), a, b, out, b_kmajor=b_kmajor,
+                    config=matmul_sm90.CONFIGS[name], split_k=int(split or 1))
+    torch.cuda.synchronize()
+    _reference_check(out, a, b.T if b_kmajor else b)
+
+
+@pytest.mark.gpu
+def test_hopper_epilogues():
+    """A stock epilogue reading a bias (x) and a user's epilogue source, on the Hopper path, against
+    torch in float64 applied to the float64 product."""
+    import torch
+
+    from kcompiler import ops
+    _sm90(torch)
+    M, N, K = 300, 520, 264
+    a = torch.randn(M, K, device="cuda").to(torch.bfloat16)
+    w = torch.randn(N, K, device="cuda").to(torch.bfloat16)
+    bias = torch.randn(N, device="cuda").to(torch.bfloat16)
+    c = ops.matmul(a, w.T, epilogue=ops.Epilogue("bias_relu", x=bias), out_dtype=torch.float32)
+    ref = torch.relu(a.double() @ w.double().T + bias.double())
+    assert ((c.double() - ref).abs() <= 1e-3 * (1 + ref.abs())).all()
+    src = "fn twice_plus_row(acc: f32, row: i32, col: i32, ld: i32, x: ptr<f32>, y: ptr<f32>, s: f32) -> f32 {\n" \
+          "    return s * acc + f32(row);\n}\n"
+    c = ops.matmul(a, w.T, epilogue=ops.Epilogue("twice_plus_row", s=2.0, source=src), out_dtype=torch.float32)
+    ref = 2 * (a.double() @ w.double().T) + torch.arange(M, device="cuda", dtype=torch.float64)[:, None]
+    assert ((c.double() - ref).abs() <= 1e-3 * (1 + ref.abs())).all()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(128, 256, 128), (17, 33, 80), (300, 520, 1040), (1024, 4096, 4096),
+                                   (16, 4096, 14336)], ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("fmt, per_row", [("float8_e4m3fn", False), ("float8_e4m3fn", True),
+                                          ("float8_e5m2", False)])
+def test_scaled_matmul(shape, fmt, per_row):
+    import torch
+
+    from kcompiler import ops
+    _sm90(torch)
+    M, N, K = shape
+    dt = getattr(torch, fmt)
+    a = (torch.randn(M, K, device="cuda") * 2).to(dt)
+    b = (torch.randn(N, K, device="cuda") * 2).to(dt).T  # K-major, as torch._scaled_mm wants it too
+    if per_row:
+        sa = torch.rand(M, 1, device="cuda") + 0.5
+        sb = torch.rand(1, N, device="cuda") + 0.5
+    else:
+        sa = torch.rand((), device="cuda") + 0.5
+        sb = torch.rand((), device="cuda") + 0.5
+    out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+    c = ops.scaled_matmul(a, b, sa, sb, out=out)
+    torch.cuda.synchronize()
+    _reference_check(c, a.float(), b.float(), fp8=True, scale=(sa.double() * sb.double()))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(16, 4096, 4096), (16, 4096, 14336), (40, 1000, 4104), (16, 256, 8192)],
+                         ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("out_dtype", ["bfloat16", "float32"])
+def test_small_m_split_k(shape, out_dtype):
+    """Small M: ops.matmul's default split-K on the Hopper path (matmul_sm90.choose_split: the K loop of
+    each tile in shares whose f32 partial products the kernel sums itself), with and without an
+    epilogue, against torch in float64."""
+    import torch
+
+    from kcompiler import ops
+    from kcompiler.ops import matmul_sm90
+    _sm90(torch)
+    M, N, K = shape
+    assert matmul_sm90.choose_split(M, N, K, matmul_sm90.choose(M, N, K), 64) > 1
+    a = torch.randn(M, K, device="cuda").to(torch.bfloat16)
+    b = torch.randn(N, K, device="cuda").to(torch.bfloat16).T
+    out = torch.full((M, N), float("nan"), device="cuda", dtype=getattr(torch, out_dtype))
+    c = ops.matmul(a, b, out=out)
+    torch.cuda.synchronize()
+    _reference_check(c, a, b)
+    if out_dtype == "float32":  # the epilogue applied once, to the sum of the shares
+        bias = torch.randn(N, device="cuda")
+        out.fill_(float("nan"))
+        c = ops.matmul(a, b, out=out, epilogue=ops.Epilogue("bias", x=bias))
+        torch.cuda.synchronize()
+        _reference_check(c - bias, a, b)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape, b_kmajor", [((300, 512, 264), True), ((64, 4096, 4096), True),
+                                             ((129, 320, 1040), False), ((1000, 1024, 520), True)],
+                         ids=lambda s: str(s))
+@pytest.mark.parametrize("fmt", ["e4m3", "e5m2"])
+def test_mx_epilogue_hopper(shape, b_kmajor, fmt):
+    """ops.matmul(..., epilogue='to_mxfp8_*') on the Hopper path: the codes and E8M0 scales bit for bit
+    ops.mx_quantize's of the same kernel's f32 result, also composed after a bias + GELU."""
+    import torch
+
+    from kcompiler import ops
+    from kcompiler.ops import matmul_sm90
+    from kcompiler.ops._common import stdlib_module
+    _sm90(torch)
+    M, N, K = shape
+    a = torch.randn(M, K, device="cuda").to(torch.bfloat16)
+    b = torch.randn(N, K, device="cuda").to(torch.bfloat16).T if b_kmajor else \
+        torch.randn(K, N, device="cuda").to(torch.bfloat16)
+    bias = torch.randn(N, device="cuda")
+    for ep, per in ((f"to_mxfp8_{fmt}", None), (ops.Epilogue("bias_gelu", x=bias, block=f"to_mxfp8_{fmt}"),
+                                               "epilogue.bias_gelu")):
+        codes, scales = ops.matmul(a, b, epilogue=ep)
+        # the same kernel's f32 result, unsplit (the block epilogue never splits K)
+        f32 = torch.empty(M, N, device="cuda")
+        b90, kmajor = matmul_sm90.operand_b(stdlib_module("matmul_sm90", "cuda"), a, b.T if b_kmajor else b, f32, b_kmajor)
+        matmul_sm90.run(stdlib_module("matmul_sm90", "cuda"), a, b90, f32, b_kmajor=kmajor, split_k=1,
+                        epilogue=None if per is None else (per, bias, f32.view(-1), 1.0))
+        want_c, want_s = ops.mx_quantize(f32, f"f8{fmt}")
+        torch.cuda.synchronize()
+        assert codes.dtype == want_c.dtype and scales.dtype == want_s.dtype
+        assert torch.equal(scales.view(torch.uint8), want_s.view(torch.uint8))
+        assert torch.equal(codes.view(torch.uint8), want_c.view(torch.uint8))
+
+
+@pytest.mark.gpu
+def test_repeated_calls_take_the_kept_launch():
+    """ops.matmul and scaled_matmul keep their launch (matmul_sm90.PLANS) for the same operands: later
+    calls read the operands' new contents and the scales' new values, write the out they are given
+    (or a new one), and a different operand (another address, a row-major B that is copied) gets its own."""
+    import torch
+
+    from kcompiler import ops
+    from kcompiler.ops import matmul_sm90
+    _sm90(torch)
+    M, N, K = 16, 4096, 4096
+    a = torch.randn(M, K, device="cuda").to(torch.bfloat16)
+    w = torch.randn(N, K, device="cuda").to(torch.bfloat16)
+    matmul_sm90.PLANS.clear()
+    c1 = ops.matmul(a, w.T)
+    assert len(matmul_sm90.PLANS) == 1
+    a.copy_(torch.randn(M, K, device="cuda"))
+    c2 = ops.matmul(a, w.T)
+    out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+    c3 = ops.matmul(a, w.T, out)
+    torch.cuda.synchronize()
+    assert c2.data_ptr() != c1.data_ptr() and c3 is out and len(matmul_sm90.PLANS) == 2
+    _reference_check(c2, a, w.T)
+    _reference_check(c3, a, w.T)
+    b_odd = torch.randn(K, 4100, device="cuda").to(torch.bfloat16)  # rows of 8200 bytes: copied K-major
+    _reference_check(ops.matmul(a, b_odd), a, b_odd)
+    assert len(matmul_sm90.PLANS) == 2
+    a8 = torch.randn(M, K, device="cuda").to(torch.float8_e4m3fn)
+    w8 = torch.randn(N, K, device="cuda").to(torch.float8_e4m3fn)
+    sa, sb = torch.tensor(0.5, device="cuda"), torch.tensor(2.0, device="cuda")
+    ops.scaled_matmul(a8, w8.T, sa, sb)
+    sa.fill_(0.25)
+    c = ops.scaled_matmul(a8, w8.T, sa, sb)
+    torch.cuda.synchronize()
+    assert len(matmul_sm90.PLANS) == 3
+    _reference_check(c, a8.float(), w8.float().T, fp8=True, scale=torch.tensor(0.5, dtype=torch.float64))
+
+
+@pytest.mark.gpu
+def test_tensor_map_errors():
+    import torch
+
+    from kcompiler.runtime.tensormap import tensor_map
+    _sm90(torch)
+    x = torch.zeros(64, 100, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="not a multiple of 16"):
+        tensor_map(x[:, :99], (64, 64))  # a row stride of 200 bytes is fine, 99-wide rows fine; offset...
+    with pytest.raises(ValueError, match="exceeds the 128-byte swizzle"):
+        tensor_map(torch.zeros(64, 128, device="cuda", dtype=torch.bfloat16), (64, 128))
+    with pytest.raises(TypeError, match="CUDA or numpy array"):
+        tensor_map(torch.zeros(4, 4), (4, 4))
+    m = tensor_map(torch.zeros(64, 128, device="cuda", dtype=torch.bfloat16), (64, 64))
+    assert len(m.raw) == 128 and "box [64, 64]" in repr(m)
+
+
+@pytest.mark.gpu
+def test_cached_tensor_map():
+    """cached_tensor_map returns the same encoded map for the same tensor and box, a new one for another
+    box or view, and caches nothing when the encoding is refused."""
+    import torch
+
+    from kcompiler.runtime import tensormap
+    _sm90(torch)
+    x = torch.randn(64, 128, device="cuda").to(torch.bfloat16)
+    m = tensormap.cached_tensor_map(x, (64, 64))
+    assert tensormap.cached_tensor_map(x, (64, 64)) is m and m.owner is None
+    assert tensormap.cached_tensor_map(x, (32, 64)) is not m
+    assert tensormap.cached_tensor_map(x[:32], (32, 64)).raw != m.raw
+    before = dict(tensormap._CACHE)
+    with pytest.raises(ValueError, match="exceeds the 128-byte swizzle"):
+        tensormap.cached_tensor_map(x, (64, 128))
+    assert dict(tensormap._CACHE) == before

@@ -1,0 +1,237 @@
+"""The Hopper MLA decode (stdlib/mla_sm90.kc) through ops.mla_decode.
+
+On every machine (CI): the whole kernel (producer warpgroup issuing 3-D TMA copies that follow the block
+table, the mbarrier ring, the softmax warpgroup handing P to the second through shared memory, the tail
+of the last page zeroed, split-KV with merge_states) on the CPU target's emulation of the Hopper
+instructions (``emulate_wgmma``), against test_attention.py's float64 MLA reference and bounds, on odd
+lengths (an empty sequence, one token, lengths that end inside a page and inside a box), pages of 16 and
+64, head counts that leave a block's rows unused, several stages and tile widths; NaN in the cache past
+every sequence (never read, or zeroed before P V) and in the pages no sequence owns; the kernel's PTX
+assembling for sm_90a without spills or serialised wgmma.
+
+On an H100 (marked gpu): DeepSeek's shapes (latent 512, rope 64; 16, 64 and 128 heads; pages of 64 and
+16) against torch in float64, and the same inputs through the mma.sync path.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kcompiler as kc
+from kcompiler import ops
+from kcompiler.ops import mla as ops_mla
+from kcompiler.frontend.program import stdlib_dir
+
+from ..ptxas_util import needs_ptxas, ptxas
+from .test_attention import DTYPES, RNG, check, mla_reference, paged_cache
+
+
+@pytest.fixture(scope="module")
+def emulated():
+    """std.mla_sm90 on the CPU target with the Hopper instructions emulated."""
+    return kc.compile_file(stdlib_dir() / "mla_sm90.kc", target="cpu", target_options={"emulate_wgmma": True})
+
+
+def mla_inputs(lens, H, D, DR, page, dtype="bf16", poison=True):
+    """q_nope, q_pe, ckv, kpe, block table for sequences of ``lens`` tokens; with ``poison`` the cache
+    rows past each sequence in its last page and every page no sequence owns hold NaN and Inf."""
+    t = DTYPES[dtype]
+    ckv, _, table, _ = paged_cache(lens, page, 1, D, t)
+    ckv = np.ascontiguousarray(ckv[:, :, 0])
+    kpe = RNG.standard_normal((ckv.shape[0], page, DR)).astype(t)
+    if poison:
+        owned = np.zeros(ckv.shape[0], bool)
+        for b, n in enumerate(lens):
+            need = -(-n // page)
+            owned[table[b, :need]] = True
+            if n % page:
+                last = table[b, need - 1]
+                ckv[last, n % page:] = np.nan
+                kpe[last, n % page:] = np.inf
+        ckv[~owned] = np.inf
+        kpe[~owned] = np.nan
+    q_nope = RNG.standard_normal((len(lens), H, D)).astype(t)
+    q_pe = RNG.standard_normal((len(lens), H, DR)).astype(t)
+    return q_nope, q_pe, ckv, kpe, table
+
+
+def finite_rows(ckv, table, lens, page):
+    """The cache rows the sequences own (for check()'s bound on |v|)."""
+    rows = [ckv[table[b, :-(-n // page)]].reshape(-1, ckv.shape[-1])[:n] for b, n in enumerate(lens)]
+    return np.concatenate(rows) if rows else ckv[:0]
+
+
+# (D, DR, page, H, lens, tiles, splits): pages of 16 (several boxes a tile) and 64 (one box, or two at
+# BN 32), 20 heads (44 unused rows), 70 (a second block of 6), lengths ending inside a page, inside a
+# box and on a tile's edge, an empty sequence, one token; a ring of 1, 2 and 3 stages lapped several
+# times; one split, and splits merged (some of them empty); the overlapped form
+EMU_CASES = [(128, 64, 16, 20, [37, 0, 70, 129], dict(BN=64, STAGES=2), 1),
+             (128, 64, 16, 20, [37, 0, 70, 129], dict(BN=64, STAGES=2), 3),
+             (256, 64, 64, 70, [1, 200, 64], dict(BN=32, STAGES=3), 2),
+             (128, 128, 64, 16, [300, 5], dict(BN=64, STAGES=1), 1),
+             (128, 64, 16, 8, [150, 33], dict(BN=16, STAGES=2), 4),
+             (128, 64, 16, 20, [37, 0, 70, 129], dict(BN=64, STAGES=2, OVERLAP=True), 1),
+             (256, 64, 64, 70, [1, 200, 64], dict(BN=32, STAGES=3, OVERLAP=True), 2)]
+
+
+@pytest.mark.slow(sample=3)
+@pytest.mark.parametrize("case", EMU_CASES, ids=lambda c: f"D{c[0]}+{c[1]}-page{c[2]}-H{c[3]}-BN{c[5]['BN']}x"
+                                                      f"{c[5]['STAGES']}{'-overlap' if c[5].get('OVERLAP') else ''}"
+                                                      f"-split{c[6]}")
+def test_mla_sm90_emulated(monkeypatch, emulated, case):
+    """The whole Hopper kernel on the CPU target's emulation against float64 (module docstring)."""
+    D, DR, page, H, lens, tiles, splits = case
+    monkeypatch.setattr(ops_mla, "_mla_sm90_module", lambda target: emulated)
+    q_nope, q_pe, ckv, kpe, table = mla_inputs(lens, H, D, DR, page)
+    scale = (128 + 64) ** -0.5
+    out, lse = ops.mla_decode(q_nope, q_pe, ckv, kpe, table, np.array(lens, np.int32), scale=scale,
+                              num_splits=splits, return_lse=True, path="sm90", sm90_tiles=tiles, target="cpu")
+    assert out.shape == (len(lens), H, D) and out.dtype == DTYPES["bf16"] and lse.shape == (len(lens), H)
+    ref, ref_lse = mla_reference(q_nope, q_pe, ckv, kpe, table, lens, page, scale)
+    check(out, lse, ref, ref_lse, finite_rows(ckv, table, lens, page), "bf16")
+
+
+def test_mla_sm90_deepseek_shape_emulated(monkeypatch, emulated):
+    """DeepSeek's latent 512 + rope 64 (each consumer's P V a wgmma of 256 columns), f16, pages of 64,
+    a length ending inside the last page, two splits."""
+    monkeypatch.setattr(ops_mla, "_mla_sm90_module", lambda target: emulated)
+    lens = [75, 3]
+    q_nope, q_pe, ckv, kpe, table = mla_inputs(lens, 16, 512, 64, 64, "f16")
+    scale = (128 + 64) ** -0.5
+    out, lse = ops.mla_decode(q_nope, q_pe, ckv, kpe, table, np.array(lens, np.int32), scale=scale, num_splits=2,
+                              return_lse=True, path="sm90", target="cpu")
+    ref, ref_lse = mla_reference(q_nope, q_pe, ckv, kpe, table, lens, 64, scale)
+    check(out, lse, ref, ref_lse, finite_rows(ckv, table, lens, 64), "f16")
+
+
+def test_mla_path_choice(monkeypatch, emulated):
+    """path is 'auto', 'sm90' or 'generic'; 'sm90' where the Hopper kernel cannot run is a RuntimeError
+    that says why (the CPU target without the emulation; D not a multiple of 128; a page of 24 with
+    tiles of 64; on the emulation, tiles beyond the shared memory a block may have on its device),
+    'auto' then runs std.attention's kernel."""
+    lens = [20]
+    q_nope, q_pe, ckv, kpe, table = mla_inputs(lens, 4, 128, 64, 16, poison=False)
+    sl = np.array(lens, np.int32)
+    with pytest.raises(ValueError, match="path must be"):
+        ops.mla_decode(q_nope, q_pe, ckv, kpe, table, sl, scale=0.1, path="fa3", target="cpu")
+    with pytest.raises(ValueError, match="sm90_tiles takes BN, STAGES, OVERLAP"):
+        ops.mla_decode(q_nope, q_pe, ckv, kpe, table, sl, scale=0.1, sm90_tiles=dict(bn=32), target="cpu")
+    with pytest.raises(RuntimeError, match="sm_90"):
+        ops.mla_decode(q_nope, q_pe, ckv, kpe, table, sl, scale=0.1, path="sm90", target="cpu")
+    a, b, c, d, t = mla_inputs(lens, 4, 64, 64, 16, poison=False)
+    with pytest.raises(RuntimeError, match="multiple of 128"):
+        ops.mla_decode(a, b, c, d, t, sl, scale=0.1, path="sm90", target="cpu")
+    a, b, c, d, t = mla_inputs(lens, 4, 128, 64, 24, poison=False)
+    with pytest.raises(RuntimeError, match="pages of a multiple of 8"):
+        ops.mla_decode(a, b, c, d, t, sl, scale=0.1, path="sm90", target="cpu")
+    big = mla_inputs(lens, 4, 512, 64, 64, poison=False)
+    with monkeypatch.context() as m:
+        m.setattr(ops_mla, "_mla_sm90_module", lambda target: emulated)
+        with pytest.raises(RuntimeError, match="bytes of shared memory, more than the 232448 a block may have"):
+            ops.mla_decode(*big, sl, scale=0.1, path="sm90", sm90_tiles=dict(BN=64, STAGES=3), target="cpu")
+    out = ops.mla_decode(q_nope, q_pe, ckv, kpe, table, sl, scale=0.1, target="cpu")  # auto: std.attention
+    ref, _ = mla_reference(q_nope, q_pe, ckv, kpe, table, lens, 16, 0.1)
+    assert np.abs(out.astype(np.float64) - ref).max() < 0.05
+
+
+def test_mla_auto_takes_the_hopper_kernel_from_64_heads(monkeypatch, emulated):
+    """path 'auto' runs std.mla_sm90 where H >= ops.MLA_SM90_MIN_HEADS (64) and std.attention's kernel
+    below (fewer heads pad wgmma's 64 rows: slower on the H100), or where a generic option is given;
+    both results against float64."""
+    monkeypatch.setattr(ops_mla, "_mla_sm90_module", lambda target: emulated)
+    ran = []
+    sm90 = ops_mla._mla_decode_sm90
+    monkeypatch.setattr(ops_mla, "_mla_decode_sm90", lambda *a: ran.append(a[0].shape[1]) or sm90(*a))
+    lens = [37, 5]
+    sl = np.array(lens, np.int32)
+    for H, options, hopper in ((64, {}, True), (16, {}, False), (64, dict(heads_per_block=16), False)):
+        q_nope, q_pe, ckv, kpe, table = mla_inputs(lens, H, 128, 64, 16, poison=False)
+        del ran[:]
+        out = ops.mla_decode(q_nope, q_pe, ckv, kpe, table, sl, scale=0.1, target="cpu", **options)
+        assert ran == ([H] if hopper else []), (H, options)
+        ref, _ = mla_reference(q_nope, q_pe, ckv, kpe, table, lens, 16, 0.1)
+        assert np.abs(out.astype(np.float64) - ref).max() < 0.05, (H, options)
+
+
+@needs_ptxas
+@pytest.mark.parametrize("params", [dict(T="bf16", OUT="f32", PAGE=64), dict(T="bf16", OUT="bf16", PAGE=64),
+                                    dict(T="f16", OUT="f32", PAGE=16),
+                                    dict(T="bf16", OUT="f32", PAGE=64, OVERLAP=True),
+                                    dict(T="bf16", OUT="f32", PAGE=16, BN=32, STAGES=3, OVERLAP=True)],
+                         ids=["bf16-split", "bf16", "f16-page16", "overlap", "overlap-bn32"])
+def test_mla_sm90_ptx(params):
+    """sm_90a PTX of the kernel at D 512 + 64 (built as ops builds it: approx_ftz) assembles with ptxas;
+    3-D TMA copies, wgmma with A from registers (P V of the softmax warpgroup) and from shared memory
+    (the other's), n256 for the output halves; no serialised wgmma (C7511 / C7513 / C7514), no spill
+    (8 bytes in the overlapped form at BN 64, at the 240-register limit of warpgroup 1)."""
+    from kcompiler.backends.nvptx.target import NvptxTarget
+    from kcompiler.pipeline import emit_file
+    ptx = emit_file(stdlib_dir() / "mla_sm90.kc", "asm", NvptxTarget("sm_90a", approx_ftz=True),
+                    kernel="mla_decode_sm90", params=params)
+    assert "cp.async.bulk.tensor.3d" in ptx and "setmaxnreg.inc.sync.aligned.u32 240" in ptx
+    lines = [x for x in ptx.splitlines() if "wgmma.mma_async" in x]
+    assert any("m64n256k16" in x and "}, {" in x for x in lines)  # A from registers
+    assert any("m64n256k16" in x and "}, {" not in x for x in lines)  # A from shared memory
+    log = ptxas(ptx, "sm_90a", verbose=True)
+    assert "C7514" not in log and "C7513" not in log and "C7511" not in log and "serialized" not in log, log
+    spill = int(log.split(" bytes spill stores")[0].rsplit(None, 1)[-1])
+    assert spill <= (8 if params.get("OVERLAP") and params.get("BN", 64) == 64 else 0), log
+
+
+# --- on the GPU: against torch in float64 ---------------------------------------------------------------
+
+def _torch_reference(q_nope, q_pe, ckv, kpe, table, lens, page, scale):
+    import torch
+    ref, ref_lse = [], []
+    for b, n in enumerate(lens):
+        pages = torch.from_numpy(table[b, :-(-n // page)]).cuda().long()
+        c = ckv[pages].reshape(-1, ckv.shape[-1])[:n].double()
+        kp = kpe[pages].reshape(-1, kpe.shape[-1])[:n].double()
+        s = (q_nope[b].double() @ c.T + q_pe[b].double() @ kp.T) * scale
+        ref.append((torch.softmax(s, -1) @ c).cpu().numpy())
+        ref_lse.append(torch.logsumexp(s, -1).cpu().numpy())
+    return np.stack(ref), np.stack(ref_lse)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("H", [16, 64, 128])
+@pytest.mark.parametrize("page", [64, 16])
+def test_mla_sm90_gpu(H, page):
+    """The Hopper path on the H100 (DeepSeek's latent 512 + rope 64, bf16) against float64: odd lengths
+    (one token, lengths ending inside a page), the default splits and one split; the cache past every
+    sequence NaN/Inf; and the mma.sync path on the same inputs within the same bound."""
+    import torch
+    lens = [1, 1000, 4097, 300, 64]
+    q_nope, q_pe, ckv, kpe, table = mla_inputs(lens, H, 512, 64, page)
+    qn, qp, c, k = (torch.from_numpy(x.astype(np.float32)).cuda().bfloat16() for x in (q_nope, q_pe, ckv, kpe))
+    bt = torch.from_numpy(table).cuda()
+    sl = torch.tensor(lens, dtype=torch.int32, device="cuda")
+    scale = (128 + 64) ** -0.5
+    ref, ref_lse = _torch_reference(qn, qp, c, k, table, lens, page, scale)
+    v = finite_rows(c.float().cpu().numpy(), table, lens, page)
+    for splits in (None, 1):
+        torch.empty(64 << 20, device="cuda", dtype=torch.uint8).fill_(0xFF)  # NaN where ops allocates next
+        out, lse = ops.mla_decode(qn, qp, c, k, bt, sl, scale=scale, num_splits=splits, return_lse=True,
+                                  path="sm90")
+        check(out.float().cpu().numpy(), lse.cpu().numpy(), ref, ref_lse, v, "bf16")
+    out, lse = ops.mla_decode(qn, qp, c, k, bt, sl, scale=scale, return_lse=True, path="generic")
+    check(out.float().cpu().numpy(), lse.cpu().numpy(), ref, ref_lse, v, "bf16")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tiles", [dict(OVERLAP=True), dict(BN=32, STAGES=3), dict(BN=32, STAGES=3, OVERLAP=True),
+                                   dict(BN=16, STAGES=4)], ids=["overlap", "bn32", "bn32-overlap", "bn16"])
+def test_mla_sm90_tiles_gpu(tiles):
+    """The other tiles the benchmark times, on the H100 (128 heads, pages of 16 and 64, f16)."""
+    import torch
+    lens = [777, 1, 2048, 63]
+    scale = (128 + 64) ** -0.5
+    for page in (16, 64):
+        q_nope, q_pe, ckv, kpe, table = mla_inputs(lens, 128, 512, 64, page, "f16")
+        qn, qp, c, k = (torch.from_numpy(x).cuda() for x in (q_nope, q_pe, ckv, kpe))
+        out, lse = ops.mla_decode(qn, qp, c, k, torch.from_numpy(table).cuda(),
+                                  torch.tensor(lens, dtype=torch.int32, device="cuda"), scale=scale,
+                                  return_lse=True, path="sm90", sm90_tiles=tiles)
+        ref, ref_lse = _torch_reference(qn, qp, c, k, table, lens, page, scale)
+        check(out.float().cpu().numpy(), lse.cpu().numpy(), ref, ref_lse,
+              finite_rows(ckv.astype(np.float32), table, lens, page), "f16")

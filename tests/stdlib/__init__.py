@@ -1,0 +1,1 @@
+"""Standard-library tests: std.math and the libm modules (stdlib/*.kc) against float64 references."""
