@@ -89,7 +89,7 @@ def main():
             x * 0.45 if name in ("asin", "acos") else x)
         cur = kc.compile(LOOP.replace("FN", fn), target="cuda", path=f"<{name} loop>")
         tiles = {k: kc.compile(MATH_KERNEL, target="cuda", path=f"<{name} tiles{k}>",
-                               params={"apply": {"FN": fn, "VV": k}}) for k in (1, 2)}
+                               comptime={"apply": {"FN": fn, "VV": k}}) for k in (1, 2)}
         runs = launches(cur, tiles, n)
         if name in TORCH:
             f = eval(TORCH[name])

@@ -70,7 +70,7 @@ def module(fn: str):
         # ops.math's kernel for this fn: its FN and VV bound by default, 'apply' taking 1 or 2 inputs
         kernel = math_kernel(2 if binary else 1)
         module.cache[fn] = kc.compile(src, target="cuda", path=f"<bench_math {fn}>",
-                                      params={kernel: {"FN": f"math.{fn}", "VV": math_vectors(fn)}})
+                                      comptime={kernel: {"FN": f"math.{fn}", "VV": math_vectors(fn)}})
     return module.cache[fn]
 
 

@@ -226,7 +226,7 @@ def main():
         for fn in names:
             ys = {}
             for v in VARIANTS:
-                mod = kc.compile(source(v, fn), target="cpu", path=f"<trig {v} {fn}>", params=params(fn))
+                mod = kc.compile(source(v, fn), target="cpu", path=f"<trig {v} {fn}>", comptime=params(fn))
                 y = np.empty_like(x)
                 mod.apply[(x.size + 1023) // 1024, 256](x, y, x.size, T="f32")
                 ys[v] = y
@@ -243,7 +243,7 @@ def main():
         row = {"torch": n / t / 1e6}
         ref = None
         for v in VARIANTS:
-            mod = kc.compile(source(v, fn), target="cuda", path=f"<trig {v} {fn}>", params=params(fn))
+            mod = kc.compile(source(v, fn), target="cuda", path=f"<trig {v} {fn}>", comptime=params(fn))
             t = do_bench(lambda: mod.apply[n // 1024, 256](x, y, n, T="f32"))
             row[v] = n / t / 1e6
             if args.check:

@@ -10,7 +10,7 @@ Public API: :func:`compile`, :func:`compile_file`, :func:`devices`, :data:`TARGE
 """
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from ._version import __version__
 
 import importlib
 import os
@@ -28,16 +28,16 @@ _LAZY = {"Module": ".runtime.module", "Kernel": ".runtime.module", "Launch": ".r
 #: ``kcompiler.ops`` is one of them: ``import kcompiler as kc; kc.ops.matmul(a, b)`` imports the ops
 #: package (and numpy) at that first use, as ``torch.nn`` is reached from ``torch``.
 _SUBMODULES = frozenset({"backends", "cli", "diagnostics", "frontend", "ir", "numerics", "ops", "pipeline",
-                         "printf", "runtime"})
+                         "runtime"})
 
 
 def __getattr__(name: str) -> Any:
     if name == "TARGETS":  # computed from the backend registry: a plug-in may register later
-        from .backends.registry import target_names
+        from .backends.registry import target_names  # lazy: `import kcompiler` stays light
 
         return target_names()
     if name == "TARGET_ALIASES":
-        from .backends.registry import target_aliases
+        from .backends.registry import target_aliases  # lazy: `import kcompiler` stays light
 
         return target_aliases()
     if name in _LAZY:
@@ -61,14 +61,14 @@ def resolve_target_name(target: str) -> str:
     runtime finds a device here: CUDA, else HIP, else the CPU emulator). Raises ValueError for an
     unknown name."""
     if target == "auto":
-        from .backends.registry import backends
+        from .backends.registry import backends  # lazy: `import kcompiler` stays light
 
         for backend in backends():
             device = backend.device_class()
             if device is not None and device.count() > 0:
                 return backend.name
         raise ValueError("target 'auto': no backend finds a device here")
-    from .backends import canonical_target
+    from .backends import canonical_target  # lazy: `import kcompiler` stays light
 
     return canonical_target(target)
 
@@ -76,7 +76,7 @@ def resolve_target_name(target: str) -> str:
 def _options(options: dict[str, Any]) -> Any:
     from dataclasses import fields
 
-    from .backends.target import CompileOptions
+    from .backends.target import CompileOptions  # lazy: `import kcompiler` stays light
 
     names = tuple(f.name for f in fields(CompileOptions))
     unknown = sorted(set(options) - set(names))
@@ -87,14 +87,15 @@ def _options(options: dict[str, Any]) -> Any:
 
 
 def compile(source: str, target: str = "auto", arch: str | None = None,  # noqa: A001
-            params: dict[str, Any] | None = None, *, path: str = "<string>",
+            comptime: dict[str, Any] | None = None, *, path: str = "<string>",
             target_options: dict[str, Any] | None = None, **options: Any) -> "Module":
     """Compile kernel-language ``source`` (text) for ``target`` and return a :class:`Module`.
 
     ``target``: 'auto' (CUDA, else HIP, else the CPU), 'nvptx' / 'cuda', 'amdgcn' / 'hip' (compiles
     without an AMD GPU; launching needs HIP, else HipUnavailable), 'cpu'.
     ``arch``: e.g. 'sm_90a' or 'gfx942' (default: the GPU's own, else sm_90 / gfx942).
-    ``params``: default compile-time values, ``{"BLOCK": 128}`` or ``{"kernel": {"BLOCK": 128}}``.
+    ``comptime``: default compile-time values, ``{"BLOCK": 128}`` or ``{"kernel": {"BLOCK": 128}}``
+    (``params=`` is the older name of this keyword, still accepted).
     ``path``: the name messages print; imports of the user's own modules are searched beside it (in
     the current directory for the default '<string>'). ``options``: :class:`CompileOptions` fields
     (``opt_level`` 0-3, ``check_bounds``, ``fast_math``; ValueError for a bad value).
@@ -116,37 +117,41 @@ def compile(source: str, target: str = "auto", arch: str | None = None,  # noqa:
     from .pipeline import Source  # deferred: see _module
 
     src = Source(source, path, base)
-    return _module(src, target, arch, params, target_options, options)
+    return _module(src, target, arch, comptime, target_options, options)
 
 
 def compile_file(path: str | os.PathLike, target: str = "auto", arch: str | None = None,
-                 params: dict[str, Any] | None = None, *, target_options: dict[str, Any] | None = None,
+                 comptime: dict[str, Any] | None = None, *, target_options: dict[str, Any] | None = None,
                  **options: Any) -> "Module":
     """:func:`compile` the file at ``path`` (its own imports are searched beside it).
     Raises OSError when it cannot be read."""
     from .pipeline import Source  # deferred: see _module
 
-    return _module(Source.from_file(path), target, arch, params, target_options, options)
+    return _module(Source.from_file(path), target, arch, comptime, target_options, options)
 
 
-def _module(src: Any, target: str, arch: str | None, params: Any, target_options: Any,
+def _module(src: Any, target: str, arch: str | None, comptime: Any, target_options: Any,
             options: dict[str, Any]) -> Any:
     # Deferred to the first compile: the pipeline and the runtime load llvmlite and numpy.
-    from .pipeline import ProgramHandle
-    from .runtime.module import Module
+    from .pipeline import ProgramHandle  # lazy: `import kcompiler` stays light
+    from .runtime.module import Module  # lazy: `import kcompiler` stays light
 
+    if "params" in options:  # the keyword's older name
+        if comptime is not None:
+            raise TypeError("give compile-time values as comptime= or params=, not both")
+        comptime = options.pop("params")
     opts = _options(options)
     name = resolve_target_name(target)
     program = ProgramHandle(src, name, arch, opts, target_opts=target_options)
     if target_options:
         program.target  # built now, so that a bad target option raises here, not at a launch
-    return Module(program, params=params)
+    return Module(program, comptime=comptime)
 
 
 def devices() -> list[Device]:
     """Devices kernels can run on here, backend by backend in the registry's order: each CUDA GPU,
     each AMD GPU (HIP), the CPU emulator, then a plug-in's."""
-    from .backends.registry import backends
+    from .backends.registry import backends  # lazy: `import kcompiler` stays light
 
     out: list[Device] = []
     for backend in backends():

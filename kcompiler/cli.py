@@ -28,6 +28,16 @@ from typing import Any, Sequence
 from . import __version__
 from .backends.registry import BUILTIN_BACKENDS, Backend, backends, find_backend, target_aliases
 from .diagnostics import CompileError
+from .pipeline import parse_param_value
+from . import compile_file, resolve_target_name
+from .pipeline import Source
+from .runtime.cache import atomic_write
+from .backends.target import CompileOptions
+from .pipeline import resolve_target
+from . import devices
+from . import progress
+from .pipeline import emit_cached
+from .pipeline import load
 
 _STAGES = ("ast", "ir", "llvm", "asm", "obj")
 #: The stage an output file's suffix asks for when --emit is not given, besides the targets' own
@@ -81,7 +91,6 @@ def _stage_of_suffix(suffix: str, backend: Backend) -> str:
 
 
 def _param(text: str) -> tuple[str, Any]:
-    from .pipeline import parse_param_value
 
     name, eq, value = text.partition("=")
     if not eq or not name.strip().isidentifier():
@@ -182,8 +191,8 @@ def _dims_arg(text: str) -> tuple[int, ...]:
 
 
 def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from . import compile_file, resolve_target_name
-    from .runtime.device import LaunchError
+    from .runtime.device import LaunchError  # lazy: kc run's runtime (numpy); kc compile never loads it
+    # lazy: kc run's runtime (numpy); kc compile never loads it
     from .runtime.runargs import ArgError, check_output_folder, parse_run_args, save_arrays
 
     target = resolve_target_name(args.target)
@@ -206,7 +215,7 @@ def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     except ValueError as e:  # an arch or a --printf the target does not take
         parser.error(str(e))
     try:
-        values = parse_run_args(kernel.params, args.args)
+        values = parse_run_args(kernel.param_names, args.args)
         if args.out != "-":
             check_output_folder(args.out)
     except ArgError as e:
@@ -225,7 +234,7 @@ def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     sys.stdout.flush()
     if args.out != "-":
         try:
-            for line in save_arrays(args.out, kernel.params, values):
+            for line in save_arrays(args.out, kernel.param_names, values):
                 print(line, file=sys.stderr)
         except OSError as e:
             return _fail(f"cannot save the arrays in {args.out}: {e.strerror or e}")
@@ -236,6 +245,7 @@ def _printf_capture() -> Any:
     """kc.capture_printf (echoing), or, without wurlitzer, a context that only flushes C stdio."""
     import contextlib
 
+    # lazy: kc run's runtime (numpy); kc compile never loads it
     from .runtime.stdio import capture_printf, flush_c_stdio
     try:
         import wurlitzer  # noqa: F401
@@ -256,13 +266,11 @@ def _fail(msg: str) -> int:
 
 
 def _read(path: str) -> Any:
-    from .pipeline import Source
 
     return Source.from_file(path)
 
 
 def _write(out: str, data: str | bytes) -> None:
-    from .runtime.cache import atomic_write
 
     if out == "-":
         if isinstance(data, bytes):
@@ -276,8 +284,6 @@ def _write(out: str, data: str | bytes) -> None:
 
 
 def _compile(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from .backends.target import CompileOptions
-    from .pipeline import emit_cached
 
     backend = find_backend(args.target)
     target = backend.name
@@ -319,7 +325,6 @@ def _compile(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 
 def _target(target: str, arch: str | None, parser: argparse.ArgumentParser) -> Any:
-    from .pipeline import resolve_target
 
     try:
         return resolve_target(target, arch)
@@ -328,8 +333,7 @@ def _target(target: str, arch: str | None, parser: argparse.ArgumentParser) -> A
 
 
 def _check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from .frontend import check
-    from .pipeline import load
+    from .frontend import check  # lazy: lark, for kc check only
 
     try:
         source = _read(args.file)
@@ -347,7 +351,6 @@ def _check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 
 def _devices() -> int:
-    from . import devices
 
     for d in devices():
         print(f"{d.target:6} {d.arch:10} {getattr(d, 'name', type(d).__name__)}")
@@ -373,7 +376,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command != "run" or any(x.startswith("-") for x in extra):
             command_parser.error(f"unrecognized arguments: {' '.join(extra)}")
         args.args += extra
-    from . import progress
 
     progress.forced = True if args.verbose else None
     try:

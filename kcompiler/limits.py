@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from .diagnostics import CompileError
+from .ir.types import alignof, sizeof
 
 #: Deepest nesting of expressions and statements accepted by the parser (a sum of 1000 terms is 1000
 #: deep; ``while c { while c { .. } }`` is 2 levels per loop: the loop and its block).
@@ -164,7 +165,6 @@ def local_memory_error(target: Any, declared: int, kernel: str, arrays: int = 1)
 def param_block_size(types: list[Any]) -> int:
     """Bytes of a kernel parameter block holding values of the IR ``types`` in order, each at its
     natural alignment (as PTX's .param space and AMD's kernarg segment lay them out)."""
-    from .ir.types import alignof, sizeof
     off = 0
     for t in types:
         a = alignof(t)

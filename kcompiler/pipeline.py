@@ -30,8 +30,13 @@ from .backends.target import CompileOptions, Target
 from .diagnostics import CompileError
 from .ir.types import Type
 from .limits import check_inlined_size, check_region_depth, check_resources, deep_recursion
-from .runtime.cache import CACHE, KernelCache, compiler_fingerprint, make_key, type_from_str
+from .ir.types import type_from_str
+from .runtime.cache import CACHE, KernelCache, compiler_fingerprint, make_key
 from .runtime.device import Artifact, KernelParam
+from .backends import get_target
+from .ir.printer import print_module
+from . import progress
+from .ir.verifier import verify
 
 #: The stages ``emit`` can stop after, in order.
 STAGES = ("ast", "ir", "llvm", "asm", "obj")
@@ -62,7 +67,7 @@ class Source:
 def load(source: Source, keep_going: bool = False) -> Any:
     """Parse ``source`` into the frontend's Program. Raises CompileError (with ``keep_going``, only for
     syntax and import errors: the others wait in ``Program.errors`` for the type checker's)."""
-    from .frontend import load_program
+    from .frontend import load_program  # lazy: lark, which a warm compile from the cache never loads
 
     return load_program(source.text, source.path, keep_going)
 
@@ -118,7 +123,6 @@ def resolve_target(target: str | Target, arch: str | None = None, **target_opts:
     """A Target object from a name or alias (``cuda`` → nvptx) and arch, or ``target`` itself."""
     if isinstance(target, Target):
         return target
-    from .backends import get_target
 
     return get_target(target, arch, **target_opts)
 
@@ -129,9 +133,8 @@ def lower_to_ir(program: Any, target: Target, kernels: dict[str, dict[str, Any]]
 
     Raises CompileError, also where inlining nests regions deeper than kcompiler/limits.py allows or a
     kernel passes its target's resource limits (local arrays, parameters: limits.check_resources)."""
-    from .frontend import lower
-    from .ir.passes import run_default
-    from .ir.verifier import verify
+    from .frontend import lower  # lazy: lark and numpy, which a warm compile from the cache never loads
+    from .ir.passes import run_default  # lazy: numpy (constant folding), as above
 
     module = lower(program, target, kernels=kernels)
     check_region_depth(module)
@@ -148,7 +151,7 @@ def _emit_binary(target: Target, ref: Any, module: Any = None) -> tuple[bytes, s
     """The loadable binary of an optimised LLVM module and its kind ('cubin', 'ptx', 'obj'...).
     What the target's tools reject (LLVM's code generator, ptxas, ld.lld) comes back as an
     InternalCompilerError naming the kernels of ``module`` (the IR module) and the stage."""
-    from .backends.llvm import emission
+    from .backends.llvm import emission  # lazy: llvmlite, as above
     try:
         with emission(module, target, "obj"):
             out = target.emit(ref, "obj")
@@ -189,7 +192,7 @@ def artifact_of_ir(module: Any, kernel_name: str, target: Target, options: Compi
                    comptime: dict[str, Any] | None = None) -> Artifact:
     """Compile a (lowered, verified) IR module holding kernel ``kernel_name`` (its
     ``attrs['source_name']`` or its symbol) into an Artifact: LLVM → ``target`` emission."""
-    from .backends.llvm import compile_ir
+    from .backends.llvm import compile_ir  # lazy: llvmlite, as the frontend above
 
     options = options or CompileOptions()
     fn = _find_kernel(module, kernel_name)
@@ -250,24 +253,21 @@ def emit(source: Source | Any, stage: str, target: str | Target = "nvptx", arch:
         raise ValueError(f"unknown stage {stage!r}; expected one of: {', '.join(STAGES)}")
     program = load(source, keep_going=True) if isinstance(source, Source) else source
     if stage == "ast":
-        from .frontend import dump_ast
+        from .frontend import dump_ast  # lazy: lark, which a warm compile from the cache never loads
 
         if program.errors:
             raise CompileError(program.errors)
         return dump_ast(program)
     tgt = resolve_target(target, arch)
     options = options or CompileOptions()
-    from .frontend import check
+    from .frontend import check  # lazy: lark, which a warm compile from the cache never loads
 
     check(program, tgt)
     kernels = select_kernels(program, kernel, dict(params or {}))
     module = lower_to_ir(program, _frontend_target(tgt, options), kernels)
     if stage == "ir":
-        from .ir.printer import print_module
-
         return print_module(module)
-    from . import progress
-    from .backends.llvm import compile_ir, emission
+    from .backends.llvm import compile_ir, emission  # lazy: llvmlite, as the frontend above
 
     with progress.step(f"compiling {', '.join(progress.spelled(k, v) for k, v in kernels.items())} for "
                        f"{tgt.name} {tgt.arch}"):
@@ -396,7 +396,6 @@ class ProgramHandle:
                 self.cache.damaged(self._manifest_key, "json", problem)
                 m = None
         if m is None or not self._imports_unchanged(m):
-            from . import progress
 
             with progress.step(f"parsing and checking {source.path}"):
                 m = self._build_manifest()
@@ -422,7 +421,7 @@ class ProgramHandle:
         return True
 
     def _build_manifest(self) -> dict:
-        from .frontend import check
+        from .frontend import check  # lazy: lark, which a warm compile from the cache never loads
 
         program = self.program
         check(program, self.target)
@@ -484,7 +483,7 @@ class ProgramHandle:
         return list(self.manifest["kernels"][kernel]["params"])
 
     # specialisation
-    def specialise(self, kernel: str, arg_types: list[Type | None], given: dict[str, Any]) -> dict:
+    def infer_comptime(self, kernel: str, arg_types: list[Type | None], given: dict[str, Any]) -> dict:
         """The compile-time values of ``kernel`` for arguments of ``arg_types`` and the values
         ``given`` by keyword (inferred by the frontend's signature, memoised in the manifest).
         Raises CompileError / TypeError when they cannot be inferred."""
@@ -533,7 +532,6 @@ class ProgramHandle:
                                            f"{kernel!r} for {self.target_name}")
             a = None
         if a is None:
-            from . import progress
 
             with progress.step(f"compiling {progress.spelled(kernel, values)} for {self.target_name} {self.arch}"):
                 a = compile_kernel(self.program, kernel, values, self.target, self.options)

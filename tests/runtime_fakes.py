@@ -43,7 +43,7 @@ class IrProgram:
     def param_names(self, k):
         return [v.hint for v in self.kernels[k].functions[0].params]
 
-    def specialise(self, k, types, given):
+    def infer_comptime(self, k, types, given):
         return dict(given)
 
     def artifact_key(self, k, values):

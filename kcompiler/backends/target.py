@@ -18,7 +18,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..ir.core import NORMAL_RANGE_MATH
+from ..ir.printf import format_hash, format_table
 from ..ir.types import AddressSpace, Type
+from .errors import UnsupportedOnTarget
+from .registry import load_object
+from ..limits import ResourceLimits
 
 
 #: The longest name an LLVM local (argument, alloca, phi) is given from a source name. LLVM cuts local
@@ -136,7 +140,6 @@ class Target:
         """The :class:`kcompiler.limits.ResourceLimits` of this arch (static shared memory, local
         memory per thread, the kernel parameter block), which kcompiler checks before the target's
         tools would fail on them. The default checks none."""
-        from ..limits import ResourceLimits
         return ResourceLimits()
 
     def describe(self) -> dict[str, Any]:
@@ -208,10 +211,9 @@ class Target:
 
     # --- printf -----------------------------------------------------------------------------------
     def printf(self, ctx: "LoweringContext", fmt: str, args: list[ll.Value], types: list[Type]) -> None:
-        """Print ``fmt`` (a format checked by the frontend: kcompiler.printf parses it) with ``args``,
+        """Print ``fmt`` (a format checked by the frontend: kcompiler.ir.printf parses it) with ``args``,
         whose IR ``types`` are the promoted ones: i32, u32, i64, u64, f64, or pointers in any address
         space (for %s and %p). Targets without a printf raise UnsupportedOnTarget (a located error)."""
-        from .llvm.lower import UnsupportedOnTarget
         raise UnsupportedOnTarget(f"printf is not supported on this target yet ({self.name})")
 
     # --- hostcall (printf's transport where there is no vprintf) ---------------------------------------
@@ -247,12 +249,9 @@ class Target:
     def register_printf_format(self, ctx: "LoweringContext", fmt: str) -> None:
         """Note buffered-printf format ``fmt`` under its hash for :meth:`emit_printf_formats`. Raises
         UnsupportedOnTarget where two formats of the module share a hash (2^-64 for a pair)."""
-        from ..frontend.buffered_printf import format_hash
-
         formats = ctx.lowering.printf_formats
         h = format_hash(fmt)
         if formats.setdefault(h, fmt) != fmt:
-            from .llvm.lower import UnsupportedOnTarget
             raise UnsupportedOnTarget(f"printf formats {formats[h]!r} and {fmt!r} have the same "
                                       f"64-bit hash {h:#x}; reword one")
 
@@ -260,8 +259,6 @@ class Target:
         """Record the module's buffered-printf formats (hash -> format) where the runtime finds them:
         here the constant global ``kc_printf_formats`` (kcompiler.runtime.printf_buffer
         ``format_table`` writes and ``read_format_table`` reads its layout)."""
-        from ..runtime.printf_buffer import format_table
-
         ll = _ll()
         data = format_table(formats)
         ty = ll.ArrayType(ll.IntType(8), len(data))
@@ -335,12 +332,12 @@ class Target:
         to nearest even, ``saturate`` as in formats' docstring. The default is the software path
         (backends/llvm/minifloat.py); a target with convert instructions overrides this and must give
         the same bits. ``xs`` holds a vector's lanes in order, so pairs can share an instruction."""
-        from .llvm import minifloat
+        from .llvm import minifloat  # lazy: llvmlite, which `import kcompiler` does not load
         return [minifloat.encode(ctx.b, x, fmt, saturate) for x in xs]
 
     def minifloat_decode(self, ctx: "LoweringContext", codes: list[ll.Value], fmt: Any) -> list[ll.Value]:
         """The f32 values of the i8 ``codes`` in ``fmt`` (exact); software by default."""
-        from .llvm import minifloat
+        from .llvm import minifloat  # lazy: llvmlite, which `import kcompiler` does not load
         return [minifloat.decode(ctx.b, c, fmt) for c in codes]
 
     def access_align(self, memtype: ll.Type, align: int | None) -> int | None:
@@ -366,8 +363,6 @@ class Target:
         values) with :meth:`intrinsic_lowering`; returns the result's value or None. Raises
         UnsupportedOnTarget naming the builtin, the intrinsic and the target where
         :meth:`lowers_intrinsic` is false (the lowering reports it at the op's location)."""
-        from .llvm.lower import UnsupportedOnTarget
-        from .registry import load_object
         if not self.lowers_intrinsic(intrinsic):
             raise UnsupportedOnTarget(f"{intrinsic.builtin} is not available on this target ({self.name} "
                                       f"{self.arch}): it does not lower intrinsic {intrinsic.name}")

@@ -19,11 +19,12 @@ same code as hostcall printf's (devhcprintf.cpp ``format``), with the same ``%s`
 """
 from __future__ import annotations
 
-import hashlib
 from typing import TYPE_CHECKING, Any
 
+from ..ir.printf import format_hash  # noqa: F401 - this module's callers and tests name it here
 from ..ir.types import BOOL, U32, U64
 from .hostcall_printf import as_word, field_format, field_i32, global_string
+from .program import PRINTF_BUFFER_ALIAS
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..diagnostics import SourceSpan
@@ -33,13 +34,6 @@ if TYPE_CHECKING:  # pragma: no cover
 RECORD_HEADER = 12
 
 
-def format_hash(fmt: str) -> int:
-    """The u64 a buffered-printf record carries for format ``fmt``: the low 64 bits of the MD5 of
-    its UTF-8 bytes, read little-endian (LLVM AMDGPUEmitPrintf.cpp: ``MD5Result::low()``; the
-    ``amdhsa.printf`` entry is ``"0:0:" + hex(hash) + "," + fmt``)."""
-    return int.from_bytes(hashlib.md5(fmt.encode("utf-8")).digest()[:8], "little")
-
-
 def lower_buffered_printf(fl: "FnLowering", span: "SourceSpan", fmt: str, args: list[Any],
                           strings: list[bool]) -> None:
     """Emit the record of ``printf(fmt, *args)`` in ``fl`` (a FnLowering): size it (strings are
@@ -47,7 +41,6 @@ def lower_buffered_printf(fl: "FnLowering", span: "SourceSpan", fmt: str, args: 
 
     ``args``: IR values after C's default promotions (i32/u32/i64/u64, f64, pointers);
     ``strings[k]``: whether argument k is a ``%s`` string (a ``ptr<u8>`` or ``ptr<i8>``)."""
-    from .program import PRINTF_BUFFER_ALIAS
 
     b = fl.b
     mod = fl.mod.imports[PRINTF_BUFFER_ALIAS]

@@ -9,7 +9,7 @@ from typing import Any
 
 from ..ir import Value
 from ..ir.types import I32, SCALARS, U8, U32, U64, AddressSpace, PointerType
-from ..printf import (STRING_LITERAL, Conversion, argument_name, argument_type, check_argument, conversions,
+from ..ir.printf import (STRING_LITERAL, Conversion, argument_name, argument_type, check_argument, conversions,
                       escape_text, expected_args, fold_string)
 from . import ast as A
 from .buffered_printf import lower_buffered_printf

@@ -15,6 +15,7 @@ from ..ir.types import SCALARS, TENSOR_MAP
 from . import ast as A
 from . import builtins as B
 from .parser import KEYWORDS
+from .printf_format import FormatProblem, check_call
 
 if TYPE_CHECKING:  # pragma: no cover
     from .program import SourceModule
@@ -502,7 +503,6 @@ class Checker:
     def check_printf(self, e: A.Call) -> None:
         """The format is a string literal that parses and reads as many arguments as are passed (the
         argument types are checked when the call is lowered)."""
-        from .printf_format import FormatProblem, check_call
         try:
             check_call(e)
         except FormatProblem as p:

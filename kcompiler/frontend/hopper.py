@@ -9,7 +9,6 @@ backends/nvptx/intrinsics.py), through the IR's generic ``intrinsic`` op. The in
 PTX ISA sections, in backends/nvptx/wgmma.py and backends/nvptx/tma.py.
 
 Surface::
-
     acc = wgmma[bf16](a_desc, b_desc, acc, accumulate = k > 0, trans_b = false)  // acc: vec<f32, N / 2>
     acc = wgmma[bf16](a_frag, b_desc, acc)                  // A from registers: a_frag: vec<bf16, 8>
     let d = wgmma_desc(p, swizzle = 128, sbo = 1024)        // p: ptr<T, shared>  ->  u64
@@ -25,6 +24,7 @@ from typing import Any
 from ..ir.types import BOOL, I32, SCALARS, U32, U64, AddressSpace, ScalarType, TensorMapType, VectorType
 from .builtin_registry import builtin
 from .semantic import CV
+from . import ast as A
 from .values import VOIDV
 
 #: The builtins this file lowers, and the ``target.has`` feature each needs (None: every target).
@@ -88,7 +88,6 @@ def _mbar(fl: Any, e: Any, name: str) -> Any:
 
 
 def _bracket_ints(fl: Any, f: Any, n: int, what: str) -> list[int]:
-    from . import ast as A
     args = f.targs or []
     if len(args) != n or any(isinstance(a, (A.KwArg, A.PtrTypeExpr, A.VecTypeExpr, A.ArrayTypeExpr)) for a in args):
         fl.fail(f"{f.fn.name} takes {what} in brackets", f.span, hint=f.fn.doc or None)
@@ -99,7 +98,6 @@ def _bracket_ints(fl: Any, f: Any, n: int, what: str) -> list[int]:
 
 def _wgmma(fl: Any, f: Any, e: Any, kw: dict) -> Any:
     """``wgmma[TA(, TB)](a_desc, b_desc, acc, accumulate = true, trans_b = false)``."""
-    from . import ast as A
     targs = f.targs or []
     if not 1 <= len(targs) <= 2 or any(isinstance(a, A.KwArg) for a in targs):
         fl.fail("wgmma takes the input type(s) in brackets: wgmma[bf16](...) or wgmma[f8e4m3, f8e5m2](...)",

@@ -25,6 +25,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..ir.types import BOOL, F64, I64, U8, U32, U64, AddressSpace, PointerType, ScalarType
+from ..ir.printf import Conversion, escape_text, expected_args, parse_format
+from .program import HOSTCALL_ALIAS
+from ..ir.types import I32
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..diagnostics import SourceSpan
@@ -52,7 +55,6 @@ def field_format(fmt: str, args: list[Any], strings: list[bool]) -> tuple[str, l
     ("field", (value, width, precision, left)) for a ``%s`` with a width or precision, whose
     conversion is rewritten to a plain ``%s`` (the device formats the field). ``width`` and
     ``precision`` are an int or an IR value (a ``*`` argument, which is then not sent), or None."""
-    from ..printf import Conversion, escape_text, expected_args, parse_format
 
     text: list[str] = []
     items: list[tuple[str, Any]] = []
@@ -89,7 +91,6 @@ def lower_hostcall_printf(fl: "FnLowering", span: "SourceSpan", fmt: str, args: 
 
     ``args``: IR values after C's default promotions (i32/u32/i64/u64, f64, pointers);
     ``strings[k]``: whether argument k is a ``%s`` string (a ``ptr<u8>`` or ``ptr<i8>``)."""
-    from .program import HOSTCALL_ALIAS
 
     b = fl.b
     mod = fl.mod.imports[HOSTCALL_ALIAS]
@@ -154,7 +155,6 @@ def global_string(fl: "FnLowering", s: Any, span: "SourceSpan") -> Any:
 def field_i32(fl: "FnLowering", v: Any) -> Any:
     """A %s field's width or precision (from :func:`field_format`) as an i32 value: -1 for no
     precision (None), a constant, or the ``*`` argument."""
-    from ..ir.types import I32
 
     b = fl.b
     if v is None:

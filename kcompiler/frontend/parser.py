@@ -15,6 +15,7 @@ from pathlib import Path
 from lark import Lark, Token
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
+from ..cachedir import default_cache_dir
 from ..diagnostics import Diagnostics, SourceFile, SourceSpan
 from ..limits import MAX_DEPTH  # deepest nesting accepted (kcompiler/limits.py)
 from . import ast as A
@@ -365,8 +366,6 @@ def _parser() -> tuple[Lark, _Callbacks]:
     """The LALR parser. Building its tables takes ~0.3 s, so lark keeps them in the kernel cache folder
     (keyed by lark on the grammar's sha256, lark's version and Python's; a stale or damaged file is
     rebuilt, an unwritable folder only costs the time)."""
-    from ..runtime.cache import default_cache_dir
-
     cb = _Callbacks()
     try:
         folder = default_cache_dir()

@@ -1,6 +1,6 @@
 """The compile-time checks of ``printf(format, args...)`` that need no types, shared by the checker
 (which reports them when a file is loaded) and the lowering (which also checks each argument's type
-against its conversion, with :func:`kcompiler.printf.check_argument`).
+against its conversion, with :func:`kcompiler.ir.printf.check_argument`).
 
 An error inside the format is located at the offending conversion's columns in the source: the
 literal's escapes (``\\n``, ``\\x41``, ``\\u00e9``...) are walked so that the caret lands under the
@@ -12,7 +12,7 @@ import re
 import warnings
 
 from ..diagnostics import SourceSpan
-from ..printf import Conversion, FormatError, Piece, count_args, parse_format
+from ..ir.printf import Conversion, FormatError, Piece, count_args, parse_format
 from . import ast as A
 
 #: printf's arguments after the format, at most (CUDA's vprintf reads no more than 32).

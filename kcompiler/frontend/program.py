@@ -10,11 +10,12 @@ from typing import Any
 
 from ..diagnostics import CompileError, Diagnostics, SourceFile, SourceSpan
 from ..limits import deep_recursion
-from ..ir.types import (AddressSpace, ArrayType, PointerType, ScalarType, SCALARS, Type, VectorType)
+from ..ir.types import (AddressSpace, ArrayType, PointerType, ScalarType, SCALARS, Type, VectorType, type_from_str)
 from . import ast as A
 from .checker import Checker, comptime_kind, texpr_str
 from .parser import parse
 from .semantic import CV, SemanticError, convert_cv, fold_binary, fold_unary
+from .semantic import fits
 
 
 def stdlib_dir() -> Path | None:
@@ -115,6 +116,7 @@ class KernelSignature:
                     raise TypeError(f"kernel '{self.name}': compile-time parameter {cname} is {prev[0]} "
                                     f"from argument '{prev[1]}' but {value} from argument '{pname}'")
                 found[cname] = (value, pname)
+        # a cycle: comptime_defaults imports this module
         from .comptime_defaults import MissingParam, bind_defaults
         out: dict[str, Any] = {}
         for c in self.comptime:
@@ -164,7 +166,6 @@ def _check_given(kernel: str, c: ComptimeParam, v: Any) -> Any:
                         f"('relu', 'epilogue.bias'); got {_given(v)}")
     if c.kind == "type":
         if isinstance(v, str):
-            from ..runtime.cache import type_from_str
             try:
                 return type_from_str(v)
             except ValueError:
@@ -181,7 +182,6 @@ def _check_given(kernel: str, c: ComptimeParam, v: Any) -> Any:
     if isinstance(v, bool) or not isinstance(v, int):
         raise TypeError(f"kernel '{kernel}': compile-time parameter {c.name} is an integer ({c.type}); "
                         f"got {_given(v)}")
-    from .semantic import fits
     if c.type is not None and not fits(v, c.type):
         raise TypeError(f"kernel '{kernel}': {c.name}={v} does not fit in {c.type}")
     return v
@@ -358,7 +358,7 @@ def comptime_params(decl: A.FnDecl) -> list[ComptimeParam]:
     """The compile-time parameters of ``decl``, each ``default`` evaluated with the earlier parameters
     at their defaults (errors were reported by the loader; a default that cannot be evaluated so, or
     uses a parameter without a default, is left None: ``has_default`` still says it has one)."""
-    from .comptime_defaults import check_default, env_value
+    from .comptime_defaults import check_default, env_value  # a cycle: comptime_defaults imports this module
     out = []
     env: dict[str, Any] = {}
     for cp in decl.cparams:
@@ -381,7 +381,7 @@ def _check_defaults(decl: A.FnDecl, diag: Diagnostics) -> None:
     """Report each default of ``decl``'s compile-time parameters that cannot be evaluated with the
     earlier parameters at their defaults (one that uses a parameter without a default is checked per
     specialisation)."""
-    from .comptime_defaults import check_default, env_value
+    from .comptime_defaults import check_default, env_value  # a cycle: comptime_defaults imports this module
     env: dict[str, Any] = {}
     for cp in decl.cparams:
         kind = comptime_kind(cp.type)

@@ -14,6 +14,7 @@ from typing import Any
 from ..ir.types import BF16, F16, F32, F8E4M3, F8E5M2, U32, AddressSpace, ScalarType, VectorType, sizeof
 from .builtin_registry import builtin
 from .semantic import CV
+from . import ast as A
 from .values import VOIDV
 
 #: The builtins this file lowers, and the ``target.has`` feature each needs.
@@ -152,8 +153,6 @@ def _cp_async_commit(fl: Any, f: Any, e: Any, kw: dict) -> Any:
 
 
 def _cp_async_wait(fl: Any, f: Any, e: Any, kw: dict) -> Any:
-    from . import ast as A
-
     args = f.targs or []
     if len(args) != 1 or isinstance(args[0], (A.KwArg, A.PtrTypeExpr, A.VecTypeExpr, A.ArrayTypeExpr)):
         fl.fail("cp_async_wait takes one count in brackets: cp_async_wait[0]()", f.span)

@@ -216,7 +216,7 @@ OPS: dict[str, OpInfo] = {
     "printf": OpInfo(None, ("format",), result="none", pure=False,
                      doc="printf(args...) with attr format (str: a checked C format, string literals "
                          "folded in); operands of the promoted types i32, u32, i64, u64, f64, or pointers "
-                         "(%s, %p); each conversion's arguments in order (kcompiler.printf.expected_args)"),
+                         "(%s, %p); each conversion's arguments in order (kcompiler.ir.printf.expected_args)"),
     "string": OpInfo(0, ("value",), doc="a NUL-terminated string constant (attr value: str, stored as "
                                         "UTF-8); result ptr<u8, const>"),
     "call": OpInfo(None, ("callee",), result="maybe", pure=False, doc="call a device function"),

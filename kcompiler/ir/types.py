@@ -5,6 +5,7 @@ Types are immutable and compare by value; ``str(t)`` is the spelling in the lang
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from enum import Enum
 
@@ -202,3 +203,49 @@ def elem_of(t: Type) -> ScalarType:
     if isinstance(t, ScalarType):
         return t
     raise TypeError(f"{t} is neither a scalar nor a vector")
+
+
+# --- types in text (the cache's manifests, compile-time type values given as strings) ------------------------------------------------------------------------------
+
+_PTR = re.compile(r"^ptr<(.*)>$")
+_VEC = re.compile(r"^vec<(.*),\s*(\d+)>$")
+_ARR = re.compile(r"^\[(.*);\s*(\d+)\]$")
+
+
+def _split_last_comma(s: str) -> tuple[str, str | None]:
+    depth = 0
+    for i in range(len(s) - 1, -1, -1):
+        c = s[i]
+        if c in ">]":
+            depth += 1
+        elif c in "<[":
+            depth -= 1
+        elif c == "," and depth == 0:
+            return s[:i].strip(), s[i + 1:].strip()
+    return s.strip(), None
+
+
+def type_from_str(s: str) -> Type:
+    """Parse a type printed by ``str(Type)`` (``f32``, ``ptr<f16, shared>``, ``vec<f16, 8>``,
+    ``[f32; 16]``). Raises ValueError for text that is not one."""
+    s = s.strip()
+    if s in SCALARS:
+        return SCALARS[s]
+    if s == "void":
+        return VOID
+    if s == "tensor_map":
+        return TENSOR_MAP
+    m = _VEC.match(s)
+    if m:
+        elem = type_from_str(m.group(1))
+        return VectorType(elem, int(m.group(2)))  # type: ignore[arg-type]
+    m = _ARR.match(s)
+    if m:
+        return ArrayType(type_from_str(m.group(1)), int(m.group(2)))
+    m = _PTR.match(s)
+    if m:
+        inner, space = _split_last_comma(m.group(1))
+        if space is not None and space in {a.value for a in AddressSpace}:
+            return PointerType(type_from_str(inner), AddressSpace(space))
+        return PointerType(type_from_str(m.group(1)))
+    raise ValueError(f"not a type: {s!r}")

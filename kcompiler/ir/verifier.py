@@ -31,6 +31,7 @@ from .types import ArrayType, BOOL, PointerType, ScalarType, Type, U32, U64, VOI
     AddressSpace, elem_of
 from .types import F64, I32, I64, U8
 from .intrinsics import IntrinsicTypeError, lookup as lookup_intrinsic
+from .printf import FormatError, count_args, expected_args, fits_kind, parse_format
 
 
 class IRVerifyError(Exception):
@@ -401,8 +402,6 @@ def _t_for(op: Op, fn: Function, m: Module) -> None:
 
 
 def _t_printf(op: Op, fn: Function, m: Module) -> None:
-    from ..printf import FormatError, count_args, expected_args, fits_kind, parse_format
-
     fmt = op.attrs["format"]
     _req(isinstance(fmt, str), f"printf format {fmt!r} is not a string")
     try:

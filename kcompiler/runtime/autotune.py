@@ -19,6 +19,7 @@ import os
 from typing import Any, Callable, Sequence
 
 from .cache import CACHE, KernelCache, make_key
+from .. import progress
 
 #: Bumped when the record's format or the meaning of its key changes.
 _VERSION = 1
@@ -79,7 +80,6 @@ def autotune(problem: dict[str, Any], candidates: Sequence[dict[str, Any]],
         return hit
     if not (tuning_enabled() if enabled is None else enabled):
         return fallback
-    from .. import progress
 
     times: list[float | None] = []
     with progress.step(f"autotuning {_brief(problem)}: timing {len(cands)} candidates"):

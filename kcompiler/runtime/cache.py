@@ -35,7 +35,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from ..ir.types import (SCALARS, TENSOR_MAP, AddressSpace, ArrayType, PointerType, Type, VectorType, VOID)
+from .._version import __version__
+from ..cachedir import default_cache_dir
+from ..ir.types import Type, type_from_str
 from .device import Artifact, KernelParam
 
 _MAGIC = b"KCA2"
@@ -89,50 +91,6 @@ def _umask() -> int:
     return _UMASK
 
 
-# --- types in text ------------------------------------------------------------------------------
-
-_PTR = re.compile(r"^ptr<(.*)>$")
-_VEC = re.compile(r"^vec<(.*),\s*(\d+)>$")
-_ARR = re.compile(r"^\[(.*);\s*(\d+)\]$")
-
-
-def _split_last_comma(s: str) -> tuple[str, str | None]:
-    depth = 0
-    for i in range(len(s) - 1, -1, -1):
-        c = s[i]
-        if c in ">]":
-            depth += 1
-        elif c in "<[":
-            depth -= 1
-        elif c == "," and depth == 0:
-            return s[:i].strip(), s[i + 1:].strip()
-    return s.strip(), None
-
-
-def type_from_str(s: str) -> Type:
-    """Parse a type printed by ``str(Type)`` (``f32``, ``ptr<f16, shared>``, ``vec<f16, 8>``,
-    ``[f32; 16]``). Raises ValueError for text that is not one."""
-    s = s.strip()
-    if s in SCALARS:
-        return SCALARS[s]
-    if s == "void":
-        return VOID
-    if s == "tensor_map":
-        return TENSOR_MAP
-    m = _VEC.match(s)
-    if m:
-        elem = type_from_str(m.group(1))
-        return VectorType(elem, int(m.group(2)))  # type: ignore[arg-type]
-    m = _ARR.match(s)
-    if m:
-        return ArrayType(type_from_str(m.group(1)), int(m.group(2)))
-    m = _PTR.match(s)
-    if m:
-        inner, space = _split_last_comma(m.group(1))
-        if space is not None and space in {a.value for a in AddressSpace}:
-            return PointerType(type_from_str(inner), AddressSpace(space))
-        return PointerType(type_from_str(m.group(1)))
-    raise ValueError(f"not a type: {s!r}")
 
 
 # --- artifacts ----------------------------------------------------------------------------------
@@ -278,13 +236,11 @@ def compiler_fingerprint() -> str:
     never reuses another's binaries. Computed once per process (stat only; about 0.2 ms)."""
     global _fingerprint
     if _fingerprint is None:
-        from .. import __version__
-
         root = Path(__file__).resolve().parent.parent
         h = hashlib.sha256(__version__.encode())
         dirs = [root]
         try:
-            import kcompiler.stdlib as _std  # noqa: PLC0415
+            import kcompiler.stdlib as _std  # noqa: PLC0415 - lazy: an optional data package, may be absent
 
             dirs.append(Path(next(iter(_std.__path__))))
         except Exception:  # noqa: BLE001 - a missing stdlib package only weakens the key
@@ -303,13 +259,6 @@ def compiler_fingerprint() -> str:
 
 # --- the cache ----------------------------------------------------------------------------------
 
-def default_cache_dir() -> Path:
-    env = os.environ.get("KC_CACHE_DIR")
-    if env:
-        return Path(env).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
-    return base / "kcompiler"
 
 
 class KernelCache:

@@ -22,7 +22,6 @@ access is checked for the alignment a GPU needs and a misaligned one is reported
 
 Errors (out-of-bounds or misaligned accesses under ``check_bounds``, divergent barriers, launch limits) are raised as
 :class:`~kcompiler.runtime.device.LaunchError` naming the kernel, e.g.::
-
     kernel 'vadd': out-of-bounds store to 'out'[1000] (size 1000) at examples/vadd.kc:5:9,
     thread (8,0,0) block (3,0,0)
 
@@ -53,6 +52,12 @@ from . import arrays, interrupt
 from .arrays import ArgMismatch
 from .device import Artifact, Device, LaunchError
 from .stdio import flush_c_stdio
+from .printf_buffer import PrintfBuffer, buffer_bytes_from_env
+from .hostcall import HostcallBuffer, HostcallListener, packets_for
+from ..backends.cpu.scheduler import RUN_BLOCKS, build_scheduler_module
+from ..backends.llvm import optimize
+from ..backends.cpu import builtins
+from .printf_buffer import read_format_table
 
 #: Bytes of unused memory on each side of an array copied under ``check_bounds``.
 GUARD_BYTES = 4096
@@ -112,7 +117,6 @@ def printf_buffer() -> Any:
     global _printf
     with _hostcall_lock:
         if _printf is None:
-            from .printf_buffer import PrintfBuffer, buffer_bytes_from_env
             _printf = PrintfBuffer.in_host_memory(buffer_bytes_from_env())
         return _printf
 
@@ -123,8 +127,6 @@ def hostcall_buffer() -> Any:
     global _hostcall
     with _hostcall_lock:
         if _hostcall is None:
-            from .hostcall import HostcallBuffer, HostcallListener, packets_for
-
             # A packet per waiting warp at most: workers x warps of a block is far below this.
             buf = HostcallBuffer.in_host_memory(packets_for(4096))
             listener = HostcallListener([buf]).start()
@@ -143,9 +145,6 @@ class _Scheduler:
     def get(cls) -> Any:
         with cls._lock:
             if cls._fn is None:
-                from ..backends.cpu.scheduler import RUN_BLOCKS, build_scheduler_module
-                from ..backends.llvm import optimize
-
                 target = _host_target()
                 ref = llvm.parse_assembly(str(build_scheduler_module(target.triple, target.data_layout)))
                 ref.verify()
@@ -235,7 +234,6 @@ class CpuDevice(Device):
             raise LaunchError(f"kernel '{artifact.symbol}': the CPU device cannot load code compiled for "
                               f"target {artifact.target} ({artifact.binary_kind})")
         target = _host_target()
-        from ..backends.cpu import builtins
 
         builtins.install(target.target_machine(2))  # compiler-rt's float conversions, once
         with self._engine_lock:
@@ -523,7 +521,6 @@ def _formats_at(address: int) -> dict:
     """The printf formats of a module's ``kc_printf_formats`` table at ``address`` (0: none)."""
     if not address:
         return {}
-    from .printf_buffer import read_format_table
     return read_format_table(lambda off, n: ctypes.string_at(address + off, n))
 
 

@@ -41,6 +41,8 @@ from .device import Artifact, Device, LaunchError
 from .stdio import flush_c_stdio
 from .marshal import STRUCT_CODES as _STRUCT, HostCopy, bf16_bits as _bf16_bits, device_pointer, \
     marshal_args, stream_handle
+from .printf_buffer import PrintfBuffer, buffer_bytes_from_env, read_format_table
+from .hostcall import HostcallBuffer, HostcallListener, packets_for
 
 try:  # cuda-python >= 12.6 (and 13)
     from cuda.bindings import driver as _drv
@@ -283,7 +285,6 @@ class CudaDevice(Device):
             _check(_drv.cuMemcpyHtoD(slot, address.to_bytes(8, "little"), 8), what)
             err, table, _ = _drv.cuModuleGetGlobal(module, b"kc_printf_formats")
             if err == _drv.CUresult.CUDA_SUCCESS:
-                from .printf_buffer import read_format_table
                 formats = read_format_table(lambda off, n: self._read_device(int(table) + off, n))
                 with self._printf_lock:
                     self._printf_formats.update(formats)
@@ -306,8 +307,6 @@ class CudaDevice(Device):
         HIP runtime's size); created on first use. Its records are printed by :meth:`synchronize`."""
         with self._printf_lock:
             if self._printf is None:
-                from .printf_buffer import PrintfBuffer, buffer_bytes_from_env
-
                 size = buffer_bytes_from_env()
                 self.make_current()
                 ptr = int(_check(_drv.cuMemAlloc(size), "cuMemAlloc (printf buffer)"))
@@ -335,8 +334,6 @@ class CudaDevice(Device):
         overrides the count."""
         with self._hostcall_lock:
             if self._hostcall is None:
-                from .hostcall import HostcallBuffer, HostcallListener, packets_for
-
                 kind = os.environ.get("KC_HOSTCALL_MEMORY", "managed")
                 self.make_current()
                 buf = HostcallBuffer.allocate(lambda size, align: self._hostcall_memory(kind, size),

@@ -36,6 +36,7 @@ from .codeobject import ET_DYN, CodeObject, CodeObjectError, KernelInfo, read_co
 from .device import Artifact, Device, LaunchError
 from .stdio import flush_c_stdio
 from .marshal import STRUCT_CODES, HostCopy, device_pointer, marshal_args, stream_handle
+from .hip_hostcall import check_printing_kernel
 
 
 class HipUnavailable(LaunchError):
@@ -396,7 +397,6 @@ class HipDevice(Device):
         cannot have)."""
         k = handle.kernel
         if any(a.value_kind == "hidden_hostcall_buffer" for a in k.args):
-            from .hip_hostcall import check_printing_kernel
             check_printing_kernel(handle.name, runtime_version())
         threads = block[0] * block[1] * block[2]
         limit = min(k.max_flat_workgroup_size, self.max_threads or k.max_flat_workgroup_size)

@@ -98,17 +98,17 @@ class Launch:
     def __init__(self, kernel: "Kernel", grid: tuple[int, int, int], block: tuple[int, int, int]):
         self.kernel, self.grid, self.block = kernel, grid, block
 
-    def __call__(self, *args: Any, shared: int = 0, stream: Any = None, **params: Any) -> None:
+    def __call__(self, *args: Any, shared: int = 0, stream: Any = None, **comptime: Any) -> None:
         """Launch with ``args`` (arrays and scalars, in the kernel's parameter order), ``shared``
         bytes of dynamic shared memory, on ``stream`` (None: the default stream; an int handle or a
-        torch / CuPy / cuda-python stream), with compile-time values ``params`` by keyword.
+        torch / CuPy / cuda-python stream), with compile-time values ``comptime`` by keyword.
 
         Raises TypeError / ValueError for arguments that do not fit the kernel, CompileError when the
         specialisation does not compile, LaunchError when the device refuses the launch."""
         k = self.kernel
-        if params:
+        if comptime:
             try:
-                fast = k._fast_kw.get(tuple(params.items()))
+                fast = k._fast_kw.get(tuple(comptime.items()))
             except TypeError:  # an unhashable value: the general path explains it
                 fast = None
         else:
@@ -118,7 +118,7 @@ class Launch:
                 return fast(self.grid, self.block, args, shared, stream)
             except ArgMismatch:
                 pass
-        k._launch(self.grid, self.block, args, shared, stream, params)
+        k._launch(self.grid, self.block, args, shared, stream, comptime)
 
     def __repr__(self) -> str:
         return f"<launch of {self.kernel.name} grid={self.grid} block={self.block}>"
@@ -143,13 +143,13 @@ class Kernel:
         return f"<kernel {self.name} of {self.module!r}>"
 
     @property
-    def comptime_params(self) -> list[str]:
-        """Names of the kernel's compile-time parameters."""
+    def comptime_names(self) -> list[str]:
+        """Names of the kernel's compile-time parameters (those ``comptime`` values bind)."""
         return self.module._program.comptime_names(self.name)
 
     @property
-    def params(self) -> list[str]:
-        """Names of the kernel's runtime parameters."""
+    def param_names(self) -> list[str]:
+        """Names of the kernel's runtime parameters (the arguments of a launch), in order."""
         return self.module._program.param_names(self.name)
 
     def __getitem__(self, config: Any) -> Launch:
@@ -173,15 +173,15 @@ class Kernel:
     def __call__(self, *args: Any, **kwargs: Any) -> None:
         """A kernel is not called directly: it needs a launch configuration. Always raises TypeError
         that says how to launch it (``vadd[grid, block](a, b, out, n)``)."""
-        params = ", ".join(self.params)
+        params = ", ".join(self.param_names)
         raise TypeError(f"kernel '{self.name}' needs a launch configuration: launch it as "
                         f"{self.name}[grid, block]({params}) (grid: blocks, block: threads per block, "
                         f"each an int or a tuple of 1 to 3 ints), or {self.name}.launch(grid, block, ...)")
 
     def launch(self, grid: Any, block: Any, *args: Any, shared: int = 0, stream: Any = None,
-               **params: Any) -> None:
-        """Same as ``kernel[grid, block](*args, shared=..., stream=..., **params)``."""
-        self[grid, block](*args, shared=shared, stream=stream, **params)
+               **comptime: Any) -> None:
+        """Same as ``kernel[grid, block](*args, shared=..., stream=..., **comptime)``."""
+        self[grid, block](*args, shared=shared, stream=stream, **comptime)
 
     # --- specialisation ---
     def _spec(self, values: dict[str, Any]) -> _Specialization:
@@ -196,15 +196,16 @@ class Kernel:
                     self._specs[key] = spec
         return spec
 
-    def specialize(self, *args: Any, **params: Any) -> Artifact:
+    def specialize(self, *args: Any, **comptime: Any) -> Artifact:
         """Compile the specialisation for arguments like ``args`` (optional: only their types
-        matter) and compile-time values ``params``, without launching. Returns its Artifact."""
-        types = [arrays.arg_type(a) for a in args] if args else [None] * len(self.params)
-        values = self.module._values(self.name, types, params)
+        matter) and compile-time values ``comptime`` by keyword, without launching. Returns its
+        Artifact."""
+        types = [arrays.arg_type(a) for a in args] if args else [None] * len(self.param_names)
+        values = self.module._values(self.name, types, comptime)
         return self._spec(values).artifact
 
     def _launch(self, grid: tuple, block: tuple, args: tuple, shared: Any, stream: Any,
-                params: dict) -> None:
+                comptime: dict) -> None:
         if type(shared) is not int:
             try:
                 shared = operator.index(shared)
@@ -214,14 +215,14 @@ class Kernel:
         if shared < 0:
             raise ValueError(f"{self.name}: shared must be >= 0 bytes, got {shared}")
         try:
-            tkey: Any = (tuple(map(_type_key, args)), tuple(sorted(params.items())))
+            tkey: Any = (tuple(map(_type_key, args)), tuple(sorted(comptime.items())))
             hash(tkey)
         except TypeError:
             tkey = None
         spec = self._by_types.get(tkey) if tkey is not None else None
         if spec is None:
             types = [arrays.arg_type(a) for a in args]
-            values = self.module._values(self.name, types, params)
+            values = self.module._values(self.name, types, comptime)
             spec = self._spec(values)
             if tkey is not None:
                 self._by_types[tkey] = spec
@@ -244,11 +245,11 @@ class Kernel:
                 except ArgMismatch:
                     pass  # e.g. an infinite float: the general path launches it
                 else:
-                    if not params:
+                    if not comptime:
                         self._fast = fast
                     elif len(self._fast_kw) < 64:
                         try:
-                            self._fast_kw[tuple(params.items())] = fast
+                            self._fast_kw[tuple(comptime.items())] = fast
                         except TypeError:
                             pass
                     return
@@ -270,22 +271,22 @@ class Module:
     """Compiled kernels of one source for one target. ``module.NAME`` is the :class:`Kernel` NAME
     (also ``module["NAME"]``); an unknown name raises AttributeError listing the kernels.
 
-    ``params``: compile-time values used when a launch gives none: ``{"BLOCK": 128}`` for every kernel
+    ``comptime``: compile-time values used when a launch gives none: ``{"BLOCK": 128}`` for every kernel
     that declares BLOCK, or ``{"kernel_name": {"BLOCK": 128}}`` for one kernel."""
 
     def __init__(self, program: Any, device: Device | Callable[[], Device] | None = None,
-                 params: dict[str, Any] | None = None):
+                 comptime: dict[str, Any] | None = None):
         self._program = program
         self._device = device
-        self._defaults = dict(params or {})
+        self._defaults = dict(comptime or {})
         self._kernels: dict[str, Kernel] = {}
         names = set(program.kernel_names)
         for k, v in self._defaults.items():
             if isinstance(v, dict) and k not in names:
-                raise TypeError(f"params: no kernel named {k!r}; the module has "
+                raise TypeError(f"comptime: no kernel named {k!r}; the module has "
                                 f"{', '.join(sorted(names)) or 'no kernels'}")
             if not isinstance(v, dict) and not any(k in program.comptime_names(n) for n in names):
-                raise TypeError(f"params: no kernel has a compile-time parameter named {k!r}")
+                raise TypeError(f"comptime: no kernel has a compile-time parameter named {k!r}")
 
     # --- kernels ---
     @property
@@ -359,11 +360,11 @@ class Module:
                 elif k in names:
                     merged.setdefault(k, v)
         merged.update(given)
-        return self._program.specialise(kernel, types, merged)
+        return self._program.infer_comptime(kernel, types, merged)
 
-    def artifact(self, kernel: str, **params: Any) -> Artifact:
-        """The compiled Artifact of ``kernel`` with compile-time values ``params`` (none inferred)."""
-        return self.kernel(kernel).specialize(**params)
+    def artifact(self, kernel: str, **comptime: Any) -> Artifact:
+        """The compiled Artifact of ``kernel`` with compile-time values ``comptime`` (none inferred)."""
+        return self.kernel(kernel).specialize(**comptime)
 
 
 def device_for(target: str) -> Device:

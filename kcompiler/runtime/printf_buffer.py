@@ -28,7 +28,10 @@ import struct
 import sys
 from typing import Any, Callable
 
+from ..ir.printf import format_table, read_format_table  # noqa: F401 - the runtime's readers use them
+
 import numpy as np
+from .hostcall import PrintfService
 
 #: Bytes before the first record: u32 offset, u32 size.
 HEADER = 8
@@ -38,7 +41,6 @@ DEFAULT_BYTES = 4096 * 1024
 #: Control word bits (ockl printf.cl ``__printf_control_dword``).
 CONTROL_STDERR = 1
 CONTROL_CONSTANT_FORMAT = 2
-_TABLE_MAGIC = b"KCPF"
 
 
 def buffer_bytes_from_env(default: int = DEFAULT_BYTES) -> int:
@@ -58,29 +60,6 @@ def buffer_bytes_from_env(default: int = DEFAULT_BYTES) -> int:
 
 
 # --- the formats table of a module (kc_printf_formats) ---------------------------------------------
-
-def format_table(formats: dict[int, str]) -> bytes:
-    """The bytes of a module's ``kc_printf_formats`` global (where the CPU target and NVIDIA find
-    the formats; AMD code objects list them in ``amdhsa.printf`` instead): ``KCPF``, u32 total
-    bytes, then per format u64 hash, u32 length, its UTF-8 bytes; little-endian, unaligned."""
-    body = b"".join(struct.pack("<QI", h, len(f.encode())) + f.encode() for h, f in sorted(formats.items()))
-    return _TABLE_MAGIC + struct.pack("<I", 8 + len(body)) + body
-
-
-def read_format_table(read: Callable[[int, int], bytes]) -> dict[int, bytes]:
-    """The formats (hash -> format bytes) of a ``kc_printf_formats`` table, read through
-    ``read(offset, nbytes)``. Raises ValueError for bytes that are not such a table."""
-    head = read(0, 8)
-    if head[:4] != _TABLE_MAGIC:
-        raise ValueError("kc_printf_formats is not a kcompiler printf format table")
-    data = read(0, struct.unpack_from("<I", head, 4)[0])
-    out, at = {}, 8
-    while at < len(data):
-        h, n = struct.unpack_from("<QI", data, at)
-        out[h] = data[at + 12:at + 12 + n]
-        at += 12 + n
-    return out
-
 
 def parse_amdhsa_printf(entries: list[str]) -> dict[int, bytes]:
     """The formats of a code object's ``amdhsa.printf`` list as HIP reads them (``"0:0:<hash in
@@ -193,7 +172,6 @@ class PrintfBuffer:
         """Print every record (through ``service``, default a :class:`~kcompiler.runtime.hostcall.
         PrintfService`: sys.stdout / sys.stderr) and report lost ones on ``stderr`` (default
         sys.stderr); empty the buffer. Returns (records printed, records lost)."""
-        from .hostcall import PrintfService
 
         data, lost = self.take()
         if not data and not lost:

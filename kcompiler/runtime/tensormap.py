@@ -94,7 +94,7 @@ def tensor_map(x: Any, box: Sequence[int], swizzle: int = 128) -> TensorMap:
             words[14 + k // 4] |= bx << (16 * (k % 4))
         raw = np.array(words, dtype="<u8").tobytes()
         return TensorMap(raw, address, t.name, shape, box, swizzle, x, kind="host")
-    from .cuda import _check, _drv
+    from .cuda import _check, _drv  # lazy: cuda-python, needed only to encode on a CUDA device
     E = _drv
     dims = [E.cuuint64_t(s) for s in reversed(shape)]  # innermost first
     gstrides = [E.cuuint64_t(s) for s in reversed(strides[:-1])]

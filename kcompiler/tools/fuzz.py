@@ -36,6 +36,10 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
+from ..backends.llvm import compile_ir
+from ..diagnostics import CompileError
+from ..frontend import check
+from ..pipeline import Source, load, lower_to_ir, resolve_target
 
 #: The first target of every input, and the ones every ``subset``-th input adds.
 MAIN_TARGET = ("nvptx", "sm_90")
@@ -224,10 +228,6 @@ def compile_step(src: str, target: str, arch: str | None) -> str:
     """Check ``src`` for ``target``/``arch`` and compile every kernel whose compile-time parameters
     all have defaults to assembly. Returns 'ok' or 'error' (a located CompileError) or 'unlocated'
     (one without a place: 'unlocated: message'); any other exception propagates."""
-    from ..backends.llvm import compile_ir
-    from ..diagnostics import CompileError
-    from ..frontend import check
-    from ..pipeline import Source, load, lower_to_ir, resolve_target
 
     try:
         program = load(Source(src, "<fuzz>"), keep_going=True)

@@ -156,7 +156,7 @@ def test_damaged_ptx_artifact_is_recompiled(fresh_cache, caplog, monkeypatch):
 def _kernels_after(src_target: str = "cpu") -> tuple[list[str], list[str]]:
     cache_mod.CACHE.clear_memory()
     m = kc.compile_file(SAXPY, target=src_target)
-    comptime = m.saxpy.comptime_params  # first, as a user would: a manifest that lacks saxpy is rechecked
+    comptime = m.saxpy.comptime_names  # first, as a user would: a manifest that lacks saxpy is rechecked
     return m.kernels, comptime
 
 
@@ -164,7 +164,7 @@ def _kernels_after(src_target: str = "cpu") -> tuple[list[str], list[str]]:
 def test_damaged_manifest_is_rebuilt(fresh_cache, caplog, target):
     caplog.set_level(logging.WARNING, logger="kcompiler.cache")
     m = kc.compile_file(SAXPY, target=target)
-    want = (m.kernels, m.saxpy.comptime_params)
+    want = (m.kernels, m.saxpy.comptime_names)
     assert want == (["saxpy"], ["T", "VEC"])
     man = _only(fresh_cache, "json")
     good = man.read_bytes()

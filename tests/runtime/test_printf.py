@@ -1,4 +1,4 @@
-"""printf in kernels: the format parser and argument rules (kcompiler.printf), the frontend (checks,
+"""printf in kernels: the format parser and argument rules (kcompiler.ir.printf), the frontend (checks,
 default promotions, %s literals folded into the format, the hostcall dispatch point), the IR op, the
 NVPTX lowering to vprintf (FileCheck of LLVM IR and PTX, assembled by ptxas), and, on a CUDA GPU, one
 kernel printing over a hundred formats whose every line is compared with the C library's snprintf
@@ -37,7 +37,7 @@ from kcompiler.frontend import check, load_program, lower
 from kcompiler.ir import print_module
 from kcompiler.ir.types import (BF16, BOOL, F16, F32, F64, I8, I16, I32, I64, U8, U16, U32, U64,
                                 VOID, AddressSpace, PointerType, VectorType)
-from kcompiler.printf import (STRING_LITERAL, Conversion, FormatError, argument_type, check_argument,
+from kcompiler.ir.printf import (STRING_LITERAL, Conversion, FormatError, argument_type, check_argument,
                               count_args, expected_args, fold_string, parse_format, promote)
 
 from ..filecheck_util import filecheck

@@ -37,7 +37,7 @@ class FakeProgram:
     def param_names(self, k):
         return [n for n, _ in self.kernels[k][1]]
 
-    def specialise(self, k, types, given):
+    def infer_comptime(self, k, types, given):
         self.inferred.append((k, tuple(types), dict(given)))
         values = dict(given)
         if "T" in self.kernels[k][0] and "T" not in values:
@@ -281,13 +281,13 @@ def test_generic_kernel_infers_and_memoises():
 
 
 def test_module_default_params():
-    m = Module(FakeProgram({"scale": SCALE}), FakeDevice(), params={"T": F32})
+    m = Module(FakeProgram({"scale": SCALE}), FakeDevice(), comptime={"T": F32})
     m.scale[1, 8](np.zeros(8, np.float32), 1.0, 8)
     assert m._program.compiled[-1][1] == {"T": F32}
     with pytest.raises(TypeError, match="no kernel has a compile-time parameter named 'Q'"):
-        Module(FakeProgram({"scale": SCALE}), FakeDevice(), params={"Q": 1})
+        Module(FakeProgram({"scale": SCALE}), FakeDevice(), comptime={"Q": 1})
     with pytest.raises(TypeError, match="no kernel named 'other'"):
-        Module(FakeProgram({"scale": SCALE}), FakeDevice(), params={"other": {"T": F32}})
+        Module(FakeProgram({"scale": SCALE}), FakeDevice(), comptime={"other": {"T": F32}})
 
 
 def test_fast_path_is_taken_and_falls_back_on_other_types():

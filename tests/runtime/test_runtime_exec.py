@@ -51,9 +51,20 @@ def test_specialisations_are_compiled_once(target):
     assert m.artifact("saxpy", T=F32) is m.artifact("saxpy", T=F32, VEC=4)
 
 
-def test_module_params_default(target):
-    m = kc.compile_file(EXAMPLES / "saxpy.kc", target=target, params={"VEC": 2})
+@pytest.mark.parametrize("keyword", ["comptime", "params"])  # params=: the keyword's older name
+def test_module_comptime_default(target, keyword):
+    m = kc.compile_file(EXAMPLES / "saxpy.kc", target=target, **{keyword: {"VEC": 2}})
     assert m.saxpy.specialize(np.zeros(4, np.float16), np.zeros(4, np.float16), 1.0, 4).meta["comptime"]["VEC"] == 2
+
+
+def test_kernel_names_its_runtime_and_comptime_parameters():
+    """One word, one meaning (issue 21): param_names are the launch's arguments, comptime_names the
+    compile-time parameters that ``comptime`` values (and a launch's keywords) bind."""
+    m = kc.compile_file(EXAMPLES / "saxpy.kc", target="cpu")
+    assert m.saxpy.param_names == ["x", "y", "alpha", "n"]
+    assert m.saxpy.comptime_names == ["T", "VEC"]
+    with pytest.raises(TypeError, match="comptime= or params=, not both"):
+        kc.compile_file(EXAMPLES / "saxpy.kc", target="cpu", comptime={"VEC": 2}, params={"VEC": 4})
 
 
 def test_api_errors():

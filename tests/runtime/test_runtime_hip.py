@@ -208,7 +208,7 @@ class _FakeProgram:
     def param_names(self, k):
         return [p.name for p in self.art.params]
 
-    def specialise(self, k, types, given):
+    def infer_comptime(self, k, types, given):
         return {}
 
     def artifact_key(self, k, values):

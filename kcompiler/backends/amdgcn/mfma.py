@@ -45,7 +45,9 @@ from __future__ import annotations
 
 from llvmlite import ir as ll
 
-from ..llvm.lower import LoweringContext, UnsupportedOnTarget
+from ..errors import UnsupportedOnTarget
+from ..llvm.lower import LoweringContext
+from .intrinsics import mfma_feature
 
 _I16, _I32, _I64 = ll.IntType(16), ll.IntType(32), ll.IntType(64)
 
@@ -106,7 +108,6 @@ def lower_mfma(target, ctx: LoweringContext, op, args: list[ll.Value]) -> ll.Val
     """The registry's lowering of ``amdgcn.mfma`` (intrinsics.py). The frontend checked the form
     against the features (``mfma``, ``mfma_fp8``, ``mfma_gfx950``); this is the backstop for IR built
     directly, which would otherwise abort LLVM ("Cannot select")."""
-    from .intrinsics import mfma_feature
     shape, a_type, b_type = operands(op)
     if not target.has(mfma_feature(shape, a_type)):
         raise UnsupportedOnTarget(f"mfma {shape} of {a_type} is not available on {target.arch}")

@@ -19,10 +19,15 @@ from llvmlite import ir as ll
 
 from ...ir.core import NORMAL_RANGE_MATH
 from ...ir.types import AddressSpace
-from ..llvm.lower import LoweringContext, UnsupportedOnTarget
+from ..errors import UnsupportedOnTarget
+from ..llvm.lower import LoweringContext
 from ..target import Target
 from .archs import ARCHS, RESOURCE_LIMITS
 from .attributes import mark_unused_inputs, note_hostcall
+from ..llvm import minifloat
+from ..llvm import initialize
+from . import link  # as a module: link.link_code_object is looked up at each call
+from ...limits import ResourceLimits
 
 _I1, _I16, _I32, _I64 = ll.IntType(1), ll.IntType(16), ll.IntType(32), ll.IntType(64)
 
@@ -186,7 +191,6 @@ class AmdgcnTarget(Target):
         hw = self._fp8_hw(fmt)
         if hw is None:
             return super().minifloat_encode(ctx, xs, fmt, saturate)
-        from ..llvm import minifloat
         b = ctx.b
         f32, i8, i1 = ll.FloatType(), ll.IntType(8), ll.IntType(1)
         cvt = ctx.declare(f"llvm.amdgcn.cvt.pk.{hw}.f32", _I32, [f32, f32, _I32, i1])
@@ -201,7 +205,6 @@ class AmdgcnTarget(Target):
         hw = self._fp8_hw(fmt)
         if hw is None:
             return super().minifloat_decode(ctx, codes, fmt)
-        from ..llvm import minifloat
         b = ctx.b
         cvt = ctx.declare(f"llvm.amdgcn.cvt.f32.{hw}", ll.FloatType(), [_I32, _I32])
         return [minifloat.fix_decoded(b, c, b.call(cvt, [b.zext(c, _I32), ll.Constant(_I32, 0)]), fmt)
@@ -279,7 +282,6 @@ class AmdgcnTarget(Target):
     def target_machine(self, opt_level: int = 3):
         import llvmlite.binding as llvm
 
-        from ..llvm import initialize
 
         initialize()
         return llvm.Target.from_triple(self.triple).create_target_machine(
@@ -288,7 +290,6 @@ class AmdgcnTarget(Target):
     def resource_limits(self) -> Any:
         """The LDS of a workgroup and the private segment of a work-item (archs.py
         ``RESOURCE_LIMITS``, with sources); the kernarg segment is not checked."""
-        from ...limits import ResourceLimits
         lim = RESOURCE_LIMITS[self.arch]
         return ResourceLimits(
             static_shared=lim["lds"], shared_what="LDS (shared memory) of a workgroup",
@@ -300,7 +301,6 @@ class AmdgcnTarget(Target):
         if kind == "asm":
             return tm.emit_assembly(llvm_module)
         if kind == "obj":
-            from .link import link_code_object
 
-            return link_code_object(tm.emit_object(llvm_module))
+            return link.link_code_object(tm.emit_object(llvm_module))
         raise ValueError(f"amdgcn emits 'asm' (AMDGCN assembly) or 'obj' (a code object), not '{kind}'")

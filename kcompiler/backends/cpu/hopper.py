@@ -44,8 +44,9 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 from llvmlite import ir as ll
 
-from ..llvm.lower import UnsupportedOnTarget
+from ..errors import UnsupportedOnTarget
 from .scheduler import counted_loop
+from ..nvptx.wgmma import SWIZZLE_MODES
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..llvm.lower import LoweringContext
@@ -306,7 +307,6 @@ def emulate(target: "CpuTarget", ctx: "LoweringContext", op: Any, args: list[ll.
     base = target.dynamic_shared(ctx)
     if name == "wgmma_desc":
         rel = b.sub(b.ptrtoint(args[0], I64), b.ptrtoint(base, I64))
-        from ..nvptx.wgmma import SWIZZLE_MODES
         const = (((at["lbo"] >> 4) & 0x3FFF) << 16 | ((at["sbo"] >> 4) & 0x3FFF) << 32
                  | SWIZZLE_MODES[at["swizzle"]] << 62)
         return b.or_(b.lshr(b.and_(rel, _c(0x3FFFF)), _c(4)), ll.Constant(I64, const))

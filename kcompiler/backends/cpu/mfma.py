@@ -21,6 +21,11 @@ from typing import TYPE_CHECKING
 from llvmlite import ir as ll
 
 from .warp_exchange import buffer, exchange, function, posted
+from ..amdgcn.target import ARCHS
+from ...numerics.formats import FORMATS
+from ..amdgcn.intrinsics import mfma_feature
+from ..amdgcn.mfma import operands
+from ..errors import UnsupportedOnTarget
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..llvm.lower import LoweringContext
@@ -40,7 +45,6 @@ CHIPS = ("gfx90a", "gfx942", "gfx950")
 def features(chip: str) -> frozenset[str]:
     """The ``mfma*`` features of AMD chip ``chip`` (the AMDGCN target's table). Raises ValueError for
     a chip outside :data:`CHIPS`."""
-    from ..amdgcn.target import ARCHS
 
     if chip not in CHIPS:
         raise ValueError(f"cpu target: emulate_mfma emulates {', '.join(CHIPS)} (or True: gfx950), not {chip!r}")
@@ -60,7 +64,6 @@ def _to_f32(target: "CpuTarget", ctx: "LoweringContext", v: ll.Value, elem: str)
         return [b.fpext(x, F32) for x in xs]
     if elem == "bf16":  # a bf16 is the high half of the f32 of the same value
         return [b.bitcast(b.shl(b.zext(b.bitcast(x, I16), I32), _c(16)), F32) for x in xs]
-    from ...numerics.formats import FORMATS
     return target.minifloat_decode(ctx, xs, FORMATS[elem])
 
 
@@ -139,9 +142,6 @@ def _mfma_function(m: ll.Module, shape: str) -> ll.Function:
 def emulate_mfma(target: "CpuTarget", ctx: "LoweringContext", op, args: list[ll.Value]) -> ll.Value:
     """The registry's CPU emulation of ``amdgcn.mfma`` (backends/amdgcn/intrinsics.py), as the
     emulated chip does: a form that chip lacks is refused as on the chip."""
-    from ..amdgcn.intrinsics import mfma_feature
-    from ..amdgcn.mfma import operands
-    from ..llvm.lower import UnsupportedOnTarget
     shape, a_type, b_type = operands(op)
     if not target.has(mfma_feature(shape, a_type)):
         raise UnsupportedOnTarget(f"mfma {shape} of {a_type} is not available on {target.arch} "

@@ -54,6 +54,7 @@ from .abi import (ACCESS_ATOMIC, ACCESS_LOAD, ACCESS_STORE, ERR_BOUNDS, ERR_MISA
                   WAIT_RUN, WAIT_WARP, WARP_ACTIVE_MASK, WARP_BALLOT, WARP_FIRST_LANE, WARP_SHUFFLE,
                   load_launch, load_thread, store_launch, store_thread)
 from .scheduler import START_TYPE, claim_error
+from ..llvm import initialize
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..llvm.lower import LoweringContext
@@ -134,7 +135,6 @@ class CpuTarget(Target):
                  emulate_mfma: bool | str = False, emulate_wgmma: bool = False, approx_error: float = 0.0,
                  contract: str = "host", printf: str = "hostcall"):
         self.hostcall_printf_option(printf)
-        from ..llvm import initialize
         initialize()
         llvm.initialize_native_target()
         llvm.initialize_native_asmprinter()

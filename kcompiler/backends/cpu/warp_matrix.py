@@ -28,6 +28,11 @@ from typing import TYPE_CHECKING
 from llvmlite import ir as ll
 
 from .warp_exchange import buffer, exchange, function, posted
+from ...numerics.formats import FORMATS
+from ..errors import UnsupportedOnTarget
+from ..nvptx.mma import mma_operands, mma_result
+from ..nvptx.mma import ldmatrix_result
+from ..nvptx.mma import cp_async_src_bytes
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..llvm.lower import LoweringContext
@@ -70,7 +75,6 @@ def _decode(target: "CpuTarget", ctx: "LoweringContext", words: list[ll.Value], 
                 else:
                     out.append(b.fpext(b.bitcast(half, ll.HalfType()), F32))
         return out
-    from ...numerics.formats import FORMATS
     codes = [b.trunc(b.lshr(w, _c(8 * k)), I8) for w in words for k in range(4)]
     return target.minifloat_decode(ctx, codes, FORMATS[elem])
 
@@ -185,7 +189,6 @@ def _field(b: ll.IRBuilder, q: ll.Value, f: int) -> ll.Value:
 def _queue(ctx: "LoweringContext") -> ll.Value:
     q = ctx.state.get("cpu.cp_async")
     if q is None:  # a device function that was not inlined: the CPU target rejects it when called
-        from ..llvm.lower import UnsupportedOnTarget
         raise UnsupportedOnTarget("cp_async on the cpu target must be in a kernel (or inlined into one)")
     return q
 
@@ -328,19 +331,16 @@ def _drain_function(m: ll.Module) -> ll.Function:
 
 def emulate_mma(target: "CpuTarget", ctx: "LoweringContext", op, args: list[ll.Value]) -> ll.Value:
     """``nvptx.mma.sync`` on the CPU target."""
-    from ..nvptx.mma import mma_operands, mma_result
     return mma_result(ctx, args, mma(target, ctx, *mma_operands(ctx, op, args)))
 
 
 def emulate_ldmatrix(target: "CpuTarget", ctx: "LoweringContext", op, args: list[ll.Value]) -> ll.Value:
     """``nvptx.ldmatrix`` on the CPU target."""
-    from ..nvptx.mma import ldmatrix_result
     return ldmatrix_result(ctx, op, ldmatrix(target, ctx, args[0], op.attrs["num"], bool(op.attrs["trans"])))
 
 
 def emulate_cp_async(target: "CpuTarget", ctx: "LoweringContext", op, args: list[ll.Value]) -> None:
     """``nvptx.cp_async`` on the CPU target."""
-    from ..nvptx.mma import cp_async_src_bytes
     cp_async(target, ctx, args[0], args[1], op.attrs["bytes"], cp_async_src_bytes(op, args), op)
 
 

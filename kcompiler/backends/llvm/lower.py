@@ -17,12 +17,12 @@ from ...ir import core, intrinsics
 from ...ir.core import Function, Module, Op, Region, Value
 from ...ir.types import (AddressSpace, ArrayType, PointerType, ScalarType, TensorMapType, Type, VectorType, VoidType,
                          elem_of)
+from ..errors import UnsupportedOnTarget
 from ..target import LLVM_ORDERS, CompileOptions, Target, local_name, set_syncscope
-
-
-class UnsupportedOnTarget(Exception):
-    """Raised by a target hook for an operation the target cannot do; the lowering reports it as a
-    CompileError at the op's source span."""
+from ...numerics.formats import FORMATS
+from ...ir.types import F32
+from ...ir.types import sizeof
+from ...ir.types import I32
 
 
 class BFloatType(ll.types._BaseFloatType):
@@ -472,8 +472,6 @@ class Lowering:
 
     def _convert_minifloat(self, ctx: LoweringContext, x: ll.Value, src: Type, dst: Type,
                         saturate: bool) -> ll.Value:
-        from ...numerics.formats import FORMATS
-        from ...ir.types import F32
         s, d = elem_of(src), elem_of(dst)
         n = src.count if isinstance(src, VectorType) else 0
         B = ctx.b
@@ -550,7 +548,6 @@ class Lowering:
 
     def _checked(self, ctx: LoweringContext, p: ll.Value, ptype: PointerType, op: Op) -> None:
         if self.options.check_bounds and ptype.space in (AddressSpace.GLOBAL, AddressSpace.CONST):
-            from ...ir.types import sizeof
             self.target.check_access(ctx, p, sizeof(ptype.pointee), op, self.memtype(ptype.pointee),
                                      op.attrs.get("align"))
 
@@ -809,7 +806,6 @@ class Lowering:
 
 
 def _i32_type() -> Type:
-    from ...ir.types import I32
     return I32
 
 

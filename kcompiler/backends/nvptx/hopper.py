@@ -8,7 +8,8 @@ from __future__ import annotations
 from llvmlite import ir as ll
 
 from ...ir.intrinsics import get
-from ..llvm.lower import LoweringContext, UnsupportedOnTarget
+from ..errors import UnsupportedOnTarget
+from ..llvm.lower import LoweringContext
 from . import tma, wgmma
 
 _I32 = ll.IntType(32)

@@ -40,7 +40,8 @@ from __future__ import annotations
 
 from llvmlite import ir as ll
 
-from ..llvm.lower import LoweringContext, UnsupportedOnTarget
+from ..errors import UnsupportedOnTarget
+from ..llvm.lower import LoweringContext
 
 _I32, _I64, _F32 = ll.IntType(32), ll.IntType(64), ll.FloatType()
 

@@ -12,10 +12,16 @@ from llvmlite import ir as ll
 
 from ...ir.core import NORMAL_RANGE_MATH
 from ...ir.types import AddressSpace, TensorMapType, Type
-from ..llvm.lower import LoweringContext, UnsupportedOnTarget
+from ..errors import UnsupportedOnTarget
+from ..llvm.lower import LoweringContext
 from ..target import Target
 from . import mma
 from .archs import ARCHS, RESOURCE_LIMITS
+from ...ir.printf import Conversion, escape_text, expected_args, parse_format
+from ..llvm import minifloat
+from ..llvm import initialize
+from . import cubin  # as a module: cubin.assemble is looked up at each call (tests replace it)
+from ...limits import ResourceLimits
 
 _I1, _I32, _I64 = ll.IntType(1), ll.IntType(32), ll.IntType(64)
 
@@ -30,7 +36,6 @@ _SHFL = {"idx": "idx", "xor": "bfly", "down": "down", "up": "up"}
 
 def _vprintf_format(fmt: str, args: list[ll.Value], b: ll.IRBuilder) -> tuple[str, list[ll.Value]]:
     """``fmt`` and ``args`` rewritten into what vprintf reads (see NvptxTarget.printf)."""
-    from ...printf import Conversion, escape_text, expected_args, parse_format
 
     out: list[str] = []
     args = list(args)
@@ -168,7 +173,6 @@ class NvptxTarget(Target):
         hw = self._fp8_hw(fmt)
         if hw is None:
             return super().minifloat_encode(ctx, xs, fmt, saturate)
-        from ..llvm import minifloat
         b = ctx.b
         f32, i8, i16 = ll.FloatType(), ll.IntType(8), ll.IntType(16)
         cvt = ctx.declare(f"llvm.nvvm.ff.to.{hw}x2.rn", i16, [f32, f32])
@@ -183,7 +187,6 @@ class NvptxTarget(Target):
         hw = self._fp8_hw(fmt)
         if hw is None:
             return super().minifloat_decode(ctx, codes, fmt)
-        from ..llvm import minifloat
         b = ctx.b
         i16, f32 = ll.IntType(16), ll.FloatType()
         h2 = ll.VectorType(ll.HalfType(), 2)
@@ -327,7 +330,6 @@ class NvptxTarget(Target):
     # --- emission ---------------------------------------------------------------------------------
     def target_machine(self, opt_level: int = 3):
         import llvmlite.binding as llvm
-        from ..llvm import initialize
 
         initialize()
         return llvm.Target.from_triple(self.triple).create_target_machine(
@@ -336,7 +338,6 @@ class NvptxTarget(Target):
     def resource_limits(self) -> Any:
         """48 KiB of static shared memory, 512 KiB of local memory a thread, 32,764 bytes of
         parameters (archs.py ``RESOURCE_LIMITS``, with sources)."""
-        from ...limits import ResourceLimits
         lim = RESOURCE_LIMITS[self.arch]
         return ResourceLimits(
             static_shared=lim["static_shared"], shared_what="static shared memory of a block",
@@ -350,6 +351,5 @@ class NvptxTarget(Target):
         if kind == "asm":
             return ptx
         if kind == "obj":
-            from .cubin import assemble
-            return assemble(ptx, self.arch)
+            return cubin.assemble(ptx, self.arch)
         raise ValueError(f"nvptx emits 'asm' (PTX) or 'obj' (cubin), not '{kind}'")

@@ -43,7 +43,8 @@ from __future__ import annotations
 
 from llvmlite import ir as ll
 
-from ..llvm.lower import LoweringContext, UnsupportedOnTarget
+from ..errors import UnsupportedOnTarget
+from ..llvm.lower import LoweringContext
 
 _I1, _I32, _I64, _F32 = ll.IntType(1), ll.IntType(32), ll.IntType(64), ll.FloatType()
 

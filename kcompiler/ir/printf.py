@@ -15,10 +15,12 @@ on the device: ``%n`` (a write through a pointer), flags that mean nothing for a
 """
 from __future__ import annotations
 
+import hashlib
+import struct
 from dataclasses import dataclass
-from typing import Union
+from typing import Callable, Union
 
-from .ir.types import F64, I8, I32, I64, U8, U32, U64, PointerType, ScalarType, Type, VectorType
+from .types import F64, I8, I32, I64, U8, U32, U64, PointerType, ScalarType, Type, VectorType
 
 FLAGS = "-+ #0"
 LENGTHS = ("hh", "h", "ll", "l", "z", "j", "t", "L")  # longest first where one is a prefix of another
@@ -383,6 +385,41 @@ def escape_text(text: str) -> str:
     return text.replace("%", "%%")
 
 
-__all__ = ["Conversion", "FormatError", "KINDS", "PROMOTED", "STRING_LITERAL", "argument_name",
+# --- buffered printf: a format's hash and the formats table a module carries -------------------------
+
+_TABLE_MAGIC = b"KCPF"
+
+
+def format_hash(fmt: str) -> int:
+    """The u64 a buffered-printf record carries for format ``fmt``: the low 64 bits of the MD5 of
+    its UTF-8 bytes, read little-endian (LLVM AMDGPUEmitPrintf.cpp: ``MD5Result::low()``; the
+    ``amdhsa.printf`` entry is ``"0:0:" + hex(hash) + "," + fmt``)."""
+    return int.from_bytes(hashlib.md5(fmt.encode("utf-8")).digest()[:8], "little")
+
+
+def format_table(formats: dict[int, str]) -> bytes:
+    """The bytes of a module's ``kc_printf_formats`` global (where the CPU target and NVIDIA find
+    the formats; AMD code objects list them in ``amdhsa.printf`` instead): ``KCPF``, u32 total
+    bytes, then per format u64 hash, u32 length, its UTF-8 bytes; little-endian, unaligned."""
+    body = b"".join(struct.pack("<QI", h, len(f.encode())) + f.encode() for h, f in sorted(formats.items()))
+    return _TABLE_MAGIC + struct.pack("<I", 8 + len(body)) + body
+
+
+def read_format_table(read: Callable[[int, int], bytes]) -> dict[int, bytes]:
+    """The formats (hash -> format bytes) of a ``kc_printf_formats`` table, read through
+    ``read(offset, nbytes)``. Raises ValueError for bytes that are not such a table."""
+    head = read(0, 8)
+    if head[:4] != _TABLE_MAGIC:
+        raise ValueError("kc_printf_formats is not a kcompiler printf format table")
+    data = read(0, struct.unpack_from("<I", head, 4)[0])
+    out, at = {}, 8
+    while at < len(data):
+        h, n = struct.unpack_from("<QI", data, at)
+        out[h] = data[at + 12:at + 12 + n]
+        at += 12 + n
+    return out
+
+
+__all__ = ["format_hash", "format_table", "read_format_table", "Conversion", "FormatError", "KINDS", "PROMOTED", "STRING_LITERAL", "argument_name",
            "argument_type", "check_argument", "describe_kind", "conversions", "count_args", "escape_text", "expected_args", "fits_kind",
            "fold_string", "parse_format", "promote"]
