@@ -12,8 +12,10 @@ the cases that kill the process: ``python -m tests.builtin_matrix [target:arch .
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import sys
 from dataclasses import dataclass
 
@@ -157,6 +159,38 @@ def _vendor_cases() -> list[Case]:
                             f"(o: ptr<vec<f32, {n}>>) {{ launch_bounds(128); shared s: [{e}; 8192]; "
                             f"var acc = o[0]; wgmma_fence(); acc = wgmma[{e}](wgmma_desc(s), "
                             f"wgmma_desc(s + 4096), acc); wgmma_commit(); wgmma_wait[0](); o[0] = acc; }}"))
+    return out
+
+
+#: Builtins whose cases (documented operand types, a few wrong ones) all run in the default sample.
+VENDOR = frozenset({"mma_sync", "ldmatrix", "cp_async", "mfma", "wgmma"})
+
+
+def _keep(key: str, n: int) -> int:
+    """A fixed choice of 0..n-1 for ``key`` (the same every run, spread evenly over keys)."""
+    return int(hashlib.sha256(key.encode()).hexdigest()[:8], 16) % n
+
+
+def sample(cs: list[Case] | None = None) -> list[int]:
+    """The indices of the cases CI compiles by default: every builtin on every scalar type; on
+    vectors, one length of :data:`VEC_LENS` per (builtin, form, element type), a different one for
+    each element type; a quarter of the conversion and bitcast pairs on scalars and a third of them
+    (of the one length) on vectors; every vendor matrix case. ``pytest -m slow`` compiles all."""
+    cs = cases() if cs is None else cs
+    out = []
+    seen: set[tuple[str, str]] = set()
+    for i, c in enumerate(cs):
+        pair = c.builtin in ("convert", "bitcast")
+        if c.builtin in VENDOR:
+            keep = True
+        elif not c.type.startswith("vec<"):  # the first pair of each type, then a quarter
+            keep = not pair or _keep(c.src, 4) == 0 or (c.builtin, c.type) not in seen
+            seen.add((c.builtin, c.type))
+        else:
+            form = re.sub(r"vec<(\w+), \d+>", r"vec<\1, N>", c.src)
+            keep = VEC_LENS.index(_lanes(c.type)) == _keep(form, len(VEC_LENS)) and (not pair or _keep(form, 3) == 0)
+        if keep:
+            out.append(i)
     return out
 
 

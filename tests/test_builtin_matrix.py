@@ -41,7 +41,7 @@ def test_builtin_matrix(matrix, outcomes, target, arch):
     # the matrix means something: float math compiles everywhere, integer math nowhere
     names = {(cs[i].builtin, cs[i].type) for i in o.compiled}
     assert {("sqrt", "f32"), ("rsqrt", "bf16"), ("rcp", "vec<bf16, 4>"), ("fma", "vec<f16, 3>"),
-            ("atomic_add", "f32"), ("shuffle", "vec<f16, 8>"), ("convert", "f32")} <= names
+            ("atomic_add", "f32"), ("shuffle", "vec<f16, 4>"), ("convert", "f32")} <= names
     assert ("sqrt", "i32") not in names and ("atomic_add", "vec<f32, 4>") not in names
     if target == "nvptx":
         ptxas(o.asm, arch)
@@ -120,3 +120,54 @@ def test_amd_widens_bf16_reciprocals_to_f32():
                                  stage="llvm", target="amdgcn", arch=arch)
         assert "llvm.amdgcn.rsq.f32" in llvm and "llvm.amdgcn.rcp.f32" in llvm, arch
         assert "fptrunc" in llvm and "rsq.bf16" not in llvm, arch
+
+
+_F64_SRC = """kernel k(p: ptr<f64>, q: ptr<vec<f64, 2>>) {
+    p[0] = sin(p[1]);
+    q[0] = exp2(q[1]);
+    p[2] = rsqrt(p[3]);
+}
+"""
+
+
+@pytest.mark.parametrize("target,arch,rejected", [
+    ("amdgcn", "gfx942", ["sin", "exp2"]), ("amdgcn", "gfx1100", ["sin", "exp2"]),
+    ("nvptx", "sm_90a", ["sin", "exp2", "rsqrt"])])
+def test_f64_approximations_are_rejected_by_the_type_rules(tmp_path, target, arch, rejected):
+    """The GPUs' approximate builtins have no f64 form: ``kc check`` (no backend) reports each at
+    its call, naming the builtin, the type and the target, with std.math's version as the way out."""
+    import subprocess
+    import sys
+
+    f = tmp_path / "f64.kc"
+    f.write_text(_F64_SRC)
+    r = subprocess.run([sys.executable, "-m", "kcompiler.cli", "check", "--target", target, "--arch", arch, str(f)],
+                       capture_output=True, text=True)
+    assert r.returncode == 1, r.stdout + r.stderr
+    out = r.stdout + r.stderr
+    assert "Traceback" not in out
+    lines = {"sin": 2, "exp2": 3, "rsqrt": 4}
+    for fn in rejected:
+        assert f"{f}:{lines[fn]}:12: error: {fn} on f64 is not available on {target} ({arch})" in out, out
+    assert "math.sin(x)" in out and f"{len(rejected)} errors" in out
+    if "rsqrt" not in rejected:
+        assert ":4:" not in out
+
+
+def test_f64_math_compiles_on_the_cpu_and_through_std_math_on_amd():
+    """What the rejection points to works: the CPU target computes the f64 builtins (libm), and
+    std.math's f64 sin compiles for AMD."""
+    import kcompiler as kc
+    from kcompiler.pipeline import compile_source_to
+
+    mod = kc.compile(_F64_SRC.replace("p[2] = rsqrt(p[3]);", "p[2] = rsqrt(p[3]); p[4] = cos(p[5]); "
+                                      "p[6] = tanh(p[7]); p[8] = log2(p[9]);"), target="cpu")
+    p = np.array([0, 0.7, 0, 2.0, 0, -1.3, 0, 0.4, 0, 10.0])
+    q = np.array([0, 0, 1.5, -2.25])
+    mod.k[1, 1](p, q)
+    np.testing.assert_allclose(p[[0, 2, 4, 6, 8]], [np.sin(0.7), 0.5 ** 0.5, np.cos(-1.3), np.tanh(0.4), np.log2(10)],
+                               rtol=1e-15)
+    np.testing.assert_allclose(q[:2], np.exp2([1.5, -2.25]), rtol=1e-15)
+    asm = compile_source_to("import std.math\nkernel k(p: ptr<f64>) { p[0] = math.sin(p[1]); }",
+                            target="amdgcn", arch="gfx942")
+    assert "v_fma_f64" in asm

@@ -394,6 +394,28 @@ class Target:
         raise UnsupportedOnTarget(f"cp_async_wait is not available on this target ({self.name} {self.arch})")
 
     # --- math -------------------------------------------------------------------------------------
+    #: Builtins of MATH_FUNCTIONS that have no f64 form on this target (GPU targets: the hardware's f32
+    #: approximations), for :meth:`math_unsupported`.
+    no_f64_math: frozenset[str] = frozenset()
+
+    def math_unsupported(self, fn: str, elem: str) -> tuple[str, str] | None:
+        """Why builtin ``fn`` (of ``MATH_FUNCTIONS``) cannot compile for this target on elements of
+        scalar type ``elem`` (a name: 'f64'), as (reason, hint), or None when it can. The type rules
+        ask this (a located error at the call), and the backends raise it as a last resort."""
+        if elem != "f64" or fn not in self.no_f64_math:
+            return None
+        base = NORMAL_RANGE_MATH.get(fn, fn)
+        reason = (f"{fn} on f64 is not available on {self.name} ({self.arch}): the builtin is the hardware's "
+                  f"f32 approximation, and f64 has none")
+        if base in ("sin", "cos", "tanh"):
+            hint = f"use std.math's f64 version: import std.math, then math.{base}(x)"
+        elif base in ("exp2", "log2"):
+            hint = (f"std.math has exp and log for f64 (math.exp, math.log); or compute in f32: "
+                    f"{fn}(f32(x))")
+        else:
+            hint = "write 1.0 / x" if base == "rcp" else "write 1.0 / sqrt(x)"
+        return reason, hint
+
     def math(self, ctx: "LoweringContext", fn: str, args: list[ll.Value]) -> ll.Value:
         """A math function of ``MATH_FUNCTIONS`` on float operands (scalars or vectors); the default
         is LLVM's intrinsic, which the CPU computes as accurately as libm. GPU targets override the

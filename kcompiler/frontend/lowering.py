@@ -1786,6 +1786,8 @@ class FnLowering:
         if not et.is_float and not (name == "abs" and et.is_signed):
             self.fail(f"{name} needs floating-point arguments, found {t}", e.span,
                       hint=f"convert it: f32(x)" if name != "abs" else "abs takes floats and signed integers")
+        if (why := self.target.math_unsupported(name, str(et))) is not None:
+            self.fail(why[0], e.span, hint=why[1])
         ops = []
         for v, a in zip(vals, e.args):
             ops.append(self.to_type(v, t, a.span))
