@@ -434,6 +434,7 @@ class Target:
     def widened(self, ctx: "LoweringContext", fn: str, args: list[ll.Value]) -> ll.Value:
         """``self.math(fn)`` computed in f32 on 16-bit float operands (scalars or vectors) and rounded
         back once: for a chip with no 16-bit form of an instruction (AMD has no bf16 v_rsq/v_rcp)."""
+        ll = _ll()
         t = args[0].type
         f32 = ll.VectorType(ll.FloatType(), t.count) if isinstance(t, ll.VectorType) else ll.FloatType()
         r = self.math(ctx, fn, [ctx.b.fpext(a, f32) for a in args])
