@@ -176,7 +176,7 @@ def _keep(key: str, n: int) -> int:
 def sample(cs: list[Case] | None = None) -> list[int]:
     """The indices of the cases CI compiles by default: every builtin on every scalar type; on
     vectors, one length of :data:`VEC_LENS` per (builtin, form, element type), a different one for
-    each element type; a quarter of the conversion and bitcast pairs on scalars and a third of them
+    each element type; a sixth of the conversion and bitcast pairs on scalars and of them
     (of the one length) on vectors; every vendor matrix case. ``pytest -m slow`` compiles all."""
     cs = cases() if cs is None else cs
     out = []
@@ -185,12 +185,12 @@ def sample(cs: list[Case] | None = None) -> list[int]:
         pair = c.builtin in ("convert", "bitcast")
         if c.builtin in VENDOR:
             keep = True
-        elif not c.type.startswith("vec<"):  # the first pair of each type, then a quarter
-            keep = not pair or _keep(c.src, 4) == 0 or (c.builtin, c.type) not in seen
+        elif not c.type.startswith("vec<"):  # the first pair of each type, then a sixth
+            keep = not pair or _keep(c.src, 6) == 0 or (c.builtin, c.type) not in seen
             seen.add((c.builtin, c.type))
         else:
             form = re.sub(r"vec<(\w+), \d+>", r"vec<\1, N>", c.src)
-            keep = VEC_LENS.index(_lanes(c.type)) == _keep(form, len(VEC_LENS)) and (not pair or _keep(form, 3) == 0)
+            keep = VEC_LENS.index(_lanes(c.type)) == _keep(form, len(VEC_LENS)) and (not pair or _keep(form, 6) == 0)
         if keep:
             out.append(i)
     return out
@@ -212,13 +212,14 @@ def source(cs: list[Case]) -> str:
 class Outcome:
     """What the matrix gave one target: ``rejected`` {case index: (stage, message)} with stage
     'check' (the type checker's located errors) or 'backend' (a CompileError from the LLVM stage);
-    ``failed`` {case index: 'Type: message'} for anything else (an ICE); ``asm`` the compiled cases'
-    assembly (PTX, AMDGCN or host), ``compiled`` their indices."""
+    ``failed`` {case index: 'Type: message'} for anything else (an ICE); ``asm`` the compiled modules'
+    assembly (PTX, AMDGCN or host; one module per chunk of :data:`CHUNK` cases), ``compiled`` their
+    indices."""
 
     rejected: dict[int, tuple[str, str]]
     failed: dict[int, str]
     compiled: list[int]
-    asm: str
+    asm: list[str]
 
 
 def _kernel_of(diag, idxs: list[int]) -> int | None:
@@ -300,7 +301,7 @@ def run_matrix(target: str, arch: str | None, idxs: list[int] | None = None, on_
 
     for n in range(0, len(accepted), CHUNK):  # a backend rejection recompiles its chunk only
         go(accepted[n:n + CHUNK])
-    return Outcome(rejected, failed, sorted(compiled), "\n".join(asm))
+    return Outcome(rejected, failed, sorted(compiled), asm)
 
 
 # --- the forked sweep: finds the cases that kill the process -----------------------------------------
