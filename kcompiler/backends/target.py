@@ -369,6 +369,28 @@ class Target:
         return load_object(self.intrinsic_lowering(intrinsic))(self, ctx, op, args)
 
     # --- math -------------------------------------------------------------------------------------
+    #: Builtins of MATH_FUNCTIONS that have no f64 form on this target (GPU targets: the hardware's f32
+    #: approximations), for :meth:`math_unsupported`.
+    no_f64_math: frozenset[str] = frozenset()
+
+    def math_unsupported(self, fn: str, elem: str) -> tuple[str, str] | None:
+        """Why builtin ``fn`` (of ``MATH_FUNCTIONS``) cannot compile for this target on elements of
+        scalar type ``elem`` (a name: 'f64'), as (reason, hint), or None when it can. The type rules
+        ask this (a located error at the call), and the backends raise it as a last resort."""
+        if elem != "f64" or fn not in self.no_f64_math:
+            return None
+        base = NORMAL_RANGE_MATH.get(fn, fn)
+        reason = (f"{fn} on f64 is not available on {self.name} ({self.arch}): the builtin is the hardware's "
+                  f"f32 approximation, and f64 has none")
+        if base in ("sin", "cos", "tanh"):
+            hint = f"use std.math's f64 version: import std.math, then math.{base}(x)"
+        elif base in ("exp2", "log2"):
+            hint = (f"std.math has exp and log for f64 (math.exp, math.log); or compute in f32: "
+                    f"{fn}(f32(x))")
+        else:
+            hint = "write 1.0 / x" if base == "rcp" else "write 1.0 / sqrt(x)"
+        return reason, hint
+
     def math(self, ctx: "LoweringContext", fn: str, args: list[ll.Value]) -> ll.Value:
         """A math function of ``MATH_FUNCTIONS`` on float operands (scalars or vectors); the default
         is LLVM's intrinsic, which the CPU computes as accurately as libm. GPU targets override the
@@ -387,6 +409,7 @@ class Target:
     def widened(self, ctx: "LoweringContext", fn: str, args: list[ll.Value]) -> ll.Value:
         """``self.math(fn)`` computed in f32 on 16-bit float operands (scalars or vectors) and rounded
         back once: for a chip with no 16-bit form of an instruction (AMD has no bf16 v_rsq/v_rcp)."""
+        ll = _ll()
         t = args[0].type
         f32 = ll.VectorType(ll.FloatType(), t.count) if isinstance(t, ll.VectorType) else ll.FloatType()
         r = self.math(ctx, fn, [ctx.b.fpext(a, f32) for a in args])

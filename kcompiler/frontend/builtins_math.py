@@ -38,6 +38,8 @@ def _math(fl, f, e, kw):
     if not et.is_float and not (name == "abs" and et.is_signed):
         fl.fail(f"{name} needs floating-point arguments, found {t}", e.span,
                 hint=f"convert it: f32(x)" if name != "abs" else "abs takes floats and signed integers")
+    if (why := fl.target.math_unsupported(name, str(et))) is not None:
+        fl.fail(why[0], e.span, hint=why[1])
     ops = []
     for v, a in zip(vals, e.args):
         ops.append(fl.to_type(v, t, a.span))

@@ -79,7 +79,8 @@ def lower_builtin(fl: Any, f: Any, e: Any, kw: dict) -> Any:
         for arg, v in ((e.args[0], a), (e.args[1], b)):
             for flavour, names in F8_BY_FLAVOUR.items():
                 if t.has(flavour) and v.type.elem.name not in names:
-                    fl.fail(f"this target's MFMA reads FP8 as {' and '.join(names)}, not {v.type.elem}",
+                    fl.fail(f"MFMA on {t.name} {getattr(t, 'arch', '')} reads FP8 as {' and '.join(names)}, "
+                            f"not {v.type.elem}",
                             arg.span, hint=f"convert the data to {names[0] if 'e4' in v.type.elem.name else names[1]}"
                                            f" (gfx942 reads the FNUZ formats, gfx950 the OCP ones)")
     return fl.b.intrinsic("amdgcn.mfma", [a, b, c], VectorType(F32, cn), shape=shape)

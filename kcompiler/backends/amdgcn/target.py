@@ -61,6 +61,9 @@ class AmdgcnTarget(Target):
     ValueError for an architecture outside :data:`ARCHS` or another printf."""
 
     name = "amdgcn"
+    # v_exp_f32, v_log_f32, v_sin_f32, v_cos_f32 (tanh from v_exp) are f32 only; LLVM would call libm for
+    # f64, which a code object cannot link
+    no_f64_math = frozenset({"exp2", "log2", "sin", "cos", "tanh"})
     triple = "amdgcn-amd-amdhsa"
     address_spaces = {AddressSpace.GLOBAL: 1, AddressSpace.SHARED: 3, AddressSpace.CONST: 4,
                       AddressSpace.LOCAL: 5}
@@ -247,11 +250,9 @@ class AmdgcnTarget(Target):
     def math(self, ctx: LoweringContext, fn: str, args: list[ll.Value]) -> ll.Value:
         t = args[0].type
         scalar = t.element if isinstance(t, ll.VectorType) else t
-        if fn in ("exp2", "log2", "sin", "cos", "tanh") and isinstance(scalar, ll.DoubleType):
-            # The hardware has these in f32 (v_exp_f32, v_log_f32, v_sin_f32, v_cos_f32) only; LLVM
-            # would call libm for f64, which a code object cannot link.
-            raise UnsupportedOnTarget(f"{fn} on f64 is not a hardware instruction on amdgcn: use "
-                                      f"std.math's f64 version")
+        if fn in self.no_f64_math and isinstance(scalar, ll.DoubleType):
+            # the type rules reject it first (math_unsupported)
+            raise UnsupportedOnTarget(self.math_unsupported(fn, "f64")[0])
         b = ctx.b
         if fn in ("rsqrt", "rcp", "rsqrt_normal", "rcp_normal", "tanh") and str(scalar) == "bfloat":
             # no bf16 v_rsq/v_rcp (LLVM 22: "Cannot select: bf16 = AMDGPUISD::RSQ"): in f32, rounded once

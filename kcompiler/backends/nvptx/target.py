@@ -84,6 +84,8 @@ class NvptxTarget(Target):
     """NVIDIA GPUs of compute capability 8.0 to 9.0 (``arch`` in :data:`ARCHS`)."""
 
     name = "nvptx"
+    # PTX's approximations are .f32 only (ex2, lg2, sin, cos, rsqrt, rcp, tanh .approx.f32)
+    no_f64_math = frozenset(_APPROX)
     triple = "nvptx64-nvidia-cuda"
     data_layout = "e-p6:32:32-i64:64-i128:128-i256:256-v16:16-v32:32-n16:32:64"
     warp_size = 32
@@ -311,9 +313,8 @@ class NvptxTarget(Target):
             # (tanh from sm_75). Written as PTX: LLVM 22 selects some of them only under afn flags
             # and aborts on others (fcos, flog2). f32 only; f16/bf16 go through f32; f64 versions
             # belong to kcompiler's own math library (std.math).
-            if isinstance(scalar, ll.DoubleType):
-                raise UnsupportedOnTarget(f"{fn} on f64 is not a hardware instruction on nvptx: use "
-                                          f"std.math's f64 version")
+            if isinstance(scalar, ll.DoubleType):  # the type rules reject it first (math_unsupported)
+                raise UnsupportedOnTarget(self.math_unsupported(fn, "f64")[0])
             b = ctx.b
             f32 = ll.VectorType(ll.FloatType(), t.count) if isinstance(t, ll.VectorType) else ll.FloatType()
             x = args[0] if t == f32 else b.fpext(args[0], f32)

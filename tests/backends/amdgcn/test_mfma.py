@@ -203,9 +203,9 @@ def test_unavailable_forms_are_located_errors():
 
 def test_fp8_of_the_other_flavour_is_a_located_error():
     msg = _error(FRAGMENTS, "gfx942", T="f8e4m3", U="f8e4m3fnuz", E=8, R=4)
-    assert "t.kc:15:20: error: this target's MFMA reads FP8 as f8e4m3fnuz and f8e5m2fnuz, not f8e4m3" in msg
+    assert "t.kc:15:20: error: MFMA on amdgcn gfx942 reads FP8 as f8e4m3fnuz and f8e5m2fnuz, not f8e4m3" in msg
     msg = _error(FRAGMENTS, "gfx950", T="f8e4m3", U="f8e5m2fnuz", E=8, R=16)
-    assert "t.kc:15:24: error: this target's MFMA reads FP8 as f8e4m3 and f8e5m2, not f8e5m2fnuz" in msg
+    assert "t.kc:15:24: error: MFMA on amdgcn gfx950 reads FP8 as f8e4m3 and f8e5m2, not f8e5m2fnuz" in msg
 
 
 def test_fragment_types_that_form_no_instruction():
