@@ -303,6 +303,7 @@ def emit_cached(source: Source, stage: str, target: str, arch: str | None = None
     if hit is not None:
         head, payload = hit
         if _files_unchanged(head.get("imports")):
+            progress.note(f"{stage} of {source.path} for {name} {arch or default_arch(name)}: from the cache")
             return payload.decode() if head.get("text") else payload
     tgt = (resolve or resolve_target)(name, arch)
     program = load(source, keep_going=True)

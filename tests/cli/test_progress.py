@@ -115,8 +115,14 @@ def test_kc_dash_v(capsys, monkeypatch, tmp_path):
     vadd = str(ROOT / "examples" / "vadd.kc")
     assert cli.main(["compile", vadd, "-o", str(tmp_path / "a.ptx")]) == 0
     assert capsys.readouterr().err == ""
-    for argv in (["-v", "compile", vadd], ["compile", "-v", vadd]):
-        assert cli.main([*argv, "-o", str(tmp_path / "a.ptx")]) == 0
-        err = capsys.readouterr().err
-        assert "kc: compiling vadd for nvptx sm_90 ..." in err and "done in" in err
+    for n, flags in enumerate((["-v", "compile"], ["compile", "-v"])):
+        src = tmp_path / f"v{n}.kc"  # a file of its own: a miss, since kc compile is cached
+        src.write_text(Path(vadd).read_text())
+        for hit in (False, True):
+            assert cli.main([*flags, str(src), "-o", str(tmp_path / "a.ptx")]) == 0
+            err = capsys.readouterr().err
+            if hit:
+                assert f"kc: asm of {src} for nvptx sm_90: from the cache" in err
+            else:
+                assert "kc: compiling vadd for nvptx sm_90 ..." in err and "done in" in err
     assert progress.mode() == "off"  # -v lasts for its command only
