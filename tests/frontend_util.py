@@ -10,7 +10,8 @@ from kcompiler.ir.types import BOOL, PointerType
 
 
 class FakeTarget:
-    """What lower() needs of a target: name, arch, warp_size, has()."""
+    """What lower() needs of a target: name, arch, warp_size, has(), math_unsupported() (here: every
+    math builtin on every float type)."""
 
     def __init__(self, name="nvptx", arch="sm_90", warp_size=32, features=("sm_80", "sm_90", "tma")):
         self.name, self.arch, self.warp_size = name, arch, warp_size
@@ -18,6 +19,9 @@ class FakeTarget:
 
     def has(self, feature: str) -> bool:
         return feature in self.features
+
+    def math_unsupported(self, fn: str, elem: str) -> None:
+        return None
 
 
 NV = FakeTarget()
