@@ -61,8 +61,9 @@ def check_printing_kernel(kernel: str, version: int, env: dict | None = None) ->
         f"kernel '{kernel}' prints (printf through hostcall), but the HIP runtime "
         f"{describe_version(version)} ({version}) serves the phase/occupancy hostcall protocol "
         f"(clr built with USE_NEW_HOSTCALL_IMPL), whose buffer kcompiler's device code does not "
-        f"speak: remove the printf calls, run the kernel on the CPU target (target='cpu') to see its "
-        f"output, or use a HIP runtime built with -DUSE_NEW_HOSTCALL_IMPL=OFF "
+        f"speak: compile it with target_options={{'printf': 'buffered'}} (kc run --printf buffered), which "
+        f"needs no hostcall, remove the printf calls, run the kernel on the CPU target (target='cpu') to "
+        f"see its output, or use a HIP runtime built with -DUSE_NEW_HOSTCALL_IMPL=OFF "
         f"(KC_HIP_HOSTCALL_PROTOCOL=stack if this one was misidentified)")
 
 
