@@ -57,8 +57,11 @@ class Child:
     def __init__(self, src: str, grid: int, block: int, threads: int):
         script = _CHILD.format(root=str(ROOT), src=src, grid=grid, block=block)
         env = {**os.environ, "KC_CPU_THREADS": str(threads)}
+        # The child gets SIGINT's default disposition, as in a terminal: a test runner started in the
+        # background or as a pytest-xdist worker may ignore SIGINT, and the child would inherit that.
         self.p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True, env=env)
+                                  stderr=subprocess.PIPE, text=True, env=env,
+                                  preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         self.lines: queue.Queue = queue.Queue()
         threading.Thread(target=self._pump, daemon=True).start()
 
