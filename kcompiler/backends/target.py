@@ -189,6 +189,12 @@ class Target:
         the warp gives the thread's own value (CUDA's rule). Other types are bitcast by the caller."""
         raise NotImplementedError
 
+    def byte_perm(self, ctx: "LoweringContext", x: ll.Value, y: ll.Value, s: ll.Value) -> ll.Value | None:
+        """CUDA's ``__byte_perm(x, y, s)`` on i32 values by the target's byte-permute instruction, or
+        None for the portable shifts and masks (backends/llvm/lower_bits.py ``byte_perm_bits``): byte k
+        of the result is byte ``(s >> 4k) & 7`` of ``y:x``."""
+        return None
+
     def ballot(self, ctx: "LoweringContext", pred: ll.Value) -> ll.Value:
         """i64 with bit k set when lane k is active and its i1 ``pred`` is true."""
         raise NotImplementedError

@@ -230,6 +230,12 @@ class NvptxTarget(Target):
         ftype = ll.FunctionType(value.type, [ptr.type, value.type])
         return ctx.b.asm(ftype, text, f"={reg},l,{reg},~{{memory}}", [ptr, value], side_effect=True)
 
+    def byte_perm(self, ctx: LoweringContext, x: ll.Value, y: ll.Value, s: ll.Value) -> ll.Value:
+        """``prmt.b32`` in its default mode with bit 3 of each selector nibble cleared (that bit asks
+        ``prmt`` to replicate the byte's sign; CUDA's ``__byte_perm`` reads only bits 0-2)."""
+        m = ctx.b.and_(s, ll.Constant(_I32, 0x7777))
+        return ctx.b.call(ctx.declare("llvm.nvvm.prmt", _I32, [_I32, _I32, _I32]), [x, y, m])
+
     def _activemask(self, ctx: LoweringContext) -> ll.Value:
         return ctx.b.call(ctx.declare("llvm.nvvm.activemask", _I32, []), [])
 
