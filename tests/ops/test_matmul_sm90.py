@@ -198,7 +198,7 @@ def test_cpu_target_refuses_with_location():
         compile_source_to(BUILTINS, "k.kc", "obj", "cpu")
     assert "is not available on this target (cpu" in str(ei.value) and "k.kc:" in str(ei.value)
     with pytest.raises(CompileError, match="std.matmul_sm90 is the Hopper path"):
-        emit_file(stdlib_dir() / "matmul_sm90.kc", "llvm", "cpu", kernel="matmul_sm90", params=dict(T="bf16"))
+        emit_file(stdlib_dir() / "matmul_sm90.kc", "llvm", "cpu", kernel="matmul_sm90", comptime=dict(T="bf16"))
 
 
 SM90_KERNELS = [
@@ -220,7 +220,7 @@ def test_matmul_sm90_assembles(params, tmp_path):
     """std.matmul_sm90 assembles for sm_90a with no spills and no serialised wgmma (ptxas warns
     C7510-C7520 when it has to fence wgmma for register reasons), with setmaxnreg honoured; an
     N-major B is read transposed (imm-trans-b 1)."""
-    ptx = emit_file(stdlib_dir() / "matmul_sm90.kc", "asm", "nvptx", "sm_90a", kernel="matmul_sm90", params=params)
+    ptx = emit_file(stdlib_dir() / "matmul_sm90.kc", "asm", "nvptx", "sm_90a", kernel="matmul_sm90", comptime=params)
     k = 16 if params["T"] in ("bf16", "f16") else 32
     assert f"wgmma.mma_async.sync.aligned.m64n{params['BN']}k{k}.f32" in ptx
     if k == 16:
@@ -235,7 +235,7 @@ def test_matmul_sm90_assembles(params, tmp_path):
 def test_matmul_sm90_epilogue_assembles(tmp_path):
     """The epilogue kernel with a stock epilogue that reads x (a bias) and applies ReLU."""
     ptx = emit_file(stdlib_dir() / "matmul_sm90.kc", "asm", "nvptx", "sm_90a", kernel="matmul_sm90_epilogue",
-                    params=dict(T="bf16", OUT="bf16", X="bf16", EPI="epilogue.bias_relu"))
+                    comptime=dict(T="bf16", OUT="bf16", X="bf16", EPI="epilogue.bias_relu"))
     log = ptxas(ptx, verbose=True)
     assert " 0 bytes spill stores" in log and "C75" not in log, log
 

@@ -267,7 +267,7 @@ def test_std_matmul_tensor_core_path_assembles(arch, elem, b_kmajor, aligned, tm
     params = dict(T=elem, BM=128, BN=128, BK=32, WM=64, WN=64, STAGES=3, OUT="bf16", B_KMAJOR=b_kmajor,
                   ALIGNED=aligned)
     ptx = emit(Source.from_file(stdlib_dir() / "matmul.kc"), "asm", target="nvptx", arch=arch,
-               kernel="matmul", params=params)
+               kernel="matmul", comptime=params)
     # per k tile: 2 k16 steps x 4 m16 tiles x 8 n8 tiles, unrolled
     assert ptx.count(f"mma.sync.aligned.m16n8k16.row.col.f32.{elem}.{elem}.f32") == 64
     # (LLVM places the loop's blocks in its own order: the pieces are checked in any order)
