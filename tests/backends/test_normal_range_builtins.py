@@ -1,4 +1,4 @@
-"""The normal-range builtins rcp_normal and rsqrt_normal: rcp and rsqrt for normal arguments with normal
+"""The normal-range builtins fast_rcp_normal and fast_rsqrt_normal: rcp and rsqrt for normal arguments with normal
 results (and zeros, infinities, NaN), a subnormal argument or result left unspecified. NVIDIA: the
 .ftz forms of rcp/rsqrt.approx.f32 (one MUFU instruction; the plain forms keep ptxas's subnormal
 scaling), AMD: v_rcp_f32 / v_rsq_f32, the CPU: exact, with subnormals flushed as NVIDIA flushes them
@@ -22,8 +22,8 @@ SRC = """
 kernel k[T: type](x: ptr<T>, r: ptr<T>, s: ptr<T>, n: i32) {
     let i = block_id.x * block_dim.x + thread_id.x;
     if i < n {
-        r[i] = rcp_normal(x[i]);
-        s[i] = rsqrt_normal(x[i]);
+        r[i] = fast_rcp_normal(x[i]);
+        s[i] = fast_rsqrt_normal(x[i]);
     }
 }
 """
@@ -31,9 +31,9 @@ kernel k[T: type](x: ptr<T>, r: ptr<T>, s: ptr<T>, n: i32) {
 #: Every builtin of both families on f32, f16 and a 2-vector, in one kernel.
 MIXED = """
 kernel m(x: ptr<f32>, h: ptr<f16>, v: ptr<vec<f32, 2>>) {
-    x[0] = rcp_normal(x[0]) + rsqrt_normal(x[1]) + rcp(x[2]) + rsqrt(x[3]);
-    h[0] = rcp_normal(h[0]);
-    v[0] = rsqrt_normal(v[0]);
+    x[0] = fast_rcp_normal(x[0]) + fast_rsqrt_normal(x[1]) + rcp(x[2]) + rsqrt(x[3]);
+    h[0] = fast_rcp_normal(h[0]);
+    v[0] = fast_rsqrt_normal(v[0]);
 }
 """
 
@@ -52,7 +52,7 @@ def normal_sample(n: int) -> np.ndarray:
 
 
 def test_ptx_is_the_ftz_forms_and_ptxas_takes_it():
-    """rcp_normal / rsqrt_normal are rcp/rsqrt.approx.ftz.f32 (also without the approx_ftz option),
+    """fast_rcp_normal / fast_rsqrt_normal are rcp/rsqrt.approx.ftz.f32 (also without the approx_ftz option),
     rcp / rsqrt stay the plain forms; f16 goes through f32, a vector lane by lane."""
     ptx = compile_source_to(MIXED, "m.kc", "asm", "nvptx", "sm_90a")
     filecheck(ptx, """
@@ -79,14 +79,14 @@ def test_amdgcn_is_v_rcp_and_v_rsq(arch):
 
 
 def test_f64_on_nvptx_is_a_located_error():
-    src = "kernel k(x: ptr<f64>) {\n    x[0] = rcp_normal(x[0]);\n}\n"
+    src = "kernel k(x: ptr<f64>) {\n    x[0] = fast_rcp_normal(x[0]);\n}\n"
     with pytest.raises(CompileError) as e:
         compile_source_to(src, "k.kc", "asm", "nvptx", "sm_90a")
-    assert "k.kc:2:" in str(e.value) and "rcp_normal on f64" in str(e.value)
+    assert "k.kc:2:" in str(e.value) and "fast_rcp_normal on f64" in str(e.value)
 
 
 def test_arity_and_type_errors_are_located():
-    for call, msg in (("rcp_normal(x[0], x[1])", "rcp_normal"), ("rsqrt_normal(1i32)", "floating-point")):
+    for call, msg in (("fast_rcp_normal(x[0], x[1])", "fast_rcp_normal"), ("fast_rsqrt_normal(1i32)", "floating-point")):
         src = f"kernel k(x: ptr<f32>) {{\n    x[0] = {call};\n}}\n"
         with pytest.raises(CompileError) as e:
             compile_source_to(src, "k.kc", "llvm", "cpu")
