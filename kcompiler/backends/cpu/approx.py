@@ -40,18 +40,20 @@ from llvmlite import ir as ll
 if TYPE_CHECKING:
     from ..llvm.lower import LoweringContext
 
-#: function (base name, without the normal-range suffix) -> (kind, bound): kind "rel" (relative
-#: to |f(x)|), "abs" (absolute) or "log" (absolute below 1, relative above).
+#: function -> (kind, amplitude): kind "rel" (relative to |f(x)|), "abs" (absolute) or "log"
+#: (absolute below 1, relative above). The amplitude is the documented bound less the share of the
+#: final rounding to f32 (2^-24 relative, 2^-25 absolute below 1), so that the rounded result stays
+#: within the documented bound: fast_rcp's 1 ulp is half an ulp at most (2^-25) before the rounding,
+#: fast_exp2's 2 ulp 2^-23.5 relative (at most 1.41 ulp).
 BOUNDS: dict[str, tuple[str, float]] = {
-    "fast_sin": ("abs", 2.0 ** -21.41),
-    "fast_cos": ("abs", 2.0 ** -21.19),
-    "fast_log2": ("log", 2.0 ** -22),
-    "fast_exp2": ("rel", 2.0 ** -22),
-    "fast_tanh": ("rel", 2.0 ** -10.987),
-    "fast_rsqrt": ("rel", 2.0 ** -22.9),
-    "fast_rcp": ("rel", 2.0 ** -23),
+    "fast_sin": ("abs", 2.0 ** -21.41 - 2.0 ** -25),
+    "fast_cos": ("abs", 2.0 ** -21.19 - 2.0 ** -25),
+    "fast_log2": ("log", 2.0 ** -22 - 2.0 ** -24),
+    "fast_exp2": ("rel", 2.0 ** -23.5),
+    "fast_tanh": ("rel", 2.0 ** -10.987 - 2.0 ** -24),
+    "fast_rsqrt": ("rel", 2.0 ** -22.9 - 2.0 ** -24),
+    "fast_rcp": ("rel", 2.0 ** -25),
 }
-
 
 def _const(t: ll.Type, v: float | int) -> ll.Constant:
     return ll.Constant(t, [v] * t.count) if isinstance(t, ll.VectorType) else ll.Constant(t, v)
