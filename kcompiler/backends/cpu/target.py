@@ -102,11 +102,12 @@ class CpuTarget(Target):
     (``target.has("mfma")`` is then true; mfma.py). ``emulate_wgmma``: emulate NVIDIA's Hopper
     instructions (wgmma, TMA, mbarriers; ``target.has("wgmma")``, "tma", "mbarrier", "setmaxnreg" are
     then true; hopper.py), to run sm_90a code such as std.matmul_sm90. ``approx_error``: a relative
-    error d (e.g. 2**-21.7, or negative) put on the builtins ``rcp`` and ``rsqrt`` and their
-    normal-range forms ``fast_rcp_normal``, ``fast_rsqrt_normal``, which the CPU computes exactly but GPUs
-    approximate (NVIDIA rcp/rsqrt.approx.f32, AMD v_rcp/v_rsq_f32: within 2^-22.9 relative or 1
-    ulp): their results are multiplied by 1 + d, so that code correcting the approximations can be
-    checked on the CPU (the normal-range forms also flush subnormals on f32, as NVIDIA's do). Raises
+    error d (e.g. 2**-21.7, or negative) put on the builtins ``fast_rcp`` and ``fast_rsqrt`` and
+    their normal-range forms ``fast_rcp_normal``, ``fast_rsqrt_normal`` (NVIDIA rcp/rsqrt.approx.f32,
+    AMD v_rcp/v_rsq_f32: within 2^-22.9 relative or 1 ulp): their exact results are multiplied by
+    1 + d instead of the error model every approximation gets by default (approx.py), so that code
+    correcting the approximations can be checked against a worst case on the CPU (the normal-range
+    forms also flush subnormals on f32, as NVIDIA's do). Raises
     ValueError for another warp size, for both emulations at once, for an MFMA with warps of 32, or
     for |approx_error| >= 2^-10, and for a CPU name LLVM does not know or that has no 64-bit mode
     (``cpu_names.check_cpu_name``).
