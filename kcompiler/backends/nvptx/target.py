@@ -70,8 +70,8 @@ def _field_size(t: ll.Type) -> int:
 
 
 #: The builtins NVIDIA computes with an approximate instruction, by PTX opcode.
-_APPROX = {"exp2": "ex2", "log2": "lg2", "sin": "sin", "cos": "cos", "rsqrt": "rsqrt", "rcp": "rcp", "tanh": "tanh",
-           "rcp_normal": "rcp", "rsqrt_normal": "rsqrt"}
+_APPROX = {"fast_exp2": "ex2", "fast_log2": "lg2", "fast_sin": "sin", "fast_cos": "cos", "fast_rsqrt": "rsqrt",
+           "fast_rcp": "rcp", "fast_tanh": "tanh", "fast_rcp_normal": "rcp", "fast_rsqrt_normal": "rsqrt"}
 
 
 class _GridConstant(ll.values.ArgumentAttributes):
@@ -364,7 +364,7 @@ class NvptxTarget(Target):
             # tanh.approx has no .ftz form; the normal-range builtins leave subnormals unspecified, so
             # they are always the .ftz form: MUFU.RCP / MUFU.RSQ alone (without .ftz ptxas scales
             # arguments around it, 7 and 5 SASS instructions)
-            ftz = ".ftz" if (self.approx_ftz or fn in NORMAL_RANGE_MATH) and fn != "tanh" else ""
+            ftz = ".ftz" if (self.approx_ftz or fn in NORMAL_RANGE_MATH) and fn != "fast_tanh" else ""
             r = self.per_lane(ctx, x, lambda v: b.asm(ftype, f"{_APPROX[fn]}.approx{ftz}.f32 $0, $1;", "=f,f", [v],
                                                         side_effect=False))
             return r if t == f32 else b.fptrunc(r, t)
