@@ -78,11 +78,21 @@ def graph(device: Any = None, *, stream: Any = None) -> Graph:
     ('cuda', 'cpu', ...; its device 0) or None (the device of target 'auto': CUDA device 0, else the
     CPU). ``stream`` (CUDA): the stream to capture on, any object ``stream=`` takes (None: a new
     stream). Raises LaunchError where the device cannot capture (HIP for now)."""
-    if device is None or isinstance(device, str):
-        from .. import resolve_target_name  # lazy: kcompiler's top level imports this module lazily
+    if device is None or device == "auto":
+        from ..backends.registry import backends
+
+        for backend in backends():  # as target "auto" picks: CUDA, else HIP, else the CPU
+            cls = backend.device_class()
+            if cls is not None and cls.count() > 0:
+                device = cls.get(0)
+                break
+        else:
+            raise LaunchError("kc.graph(): no backend finds a device here")
+    elif isinstance(device, str):
+        from ..backends import canonical_target
         from .module import device_for
 
-        device = device_for(resolve_target_name(device or "auto"))
+        device = device_for(canonical_target(device))
     elif not isinstance(device, Device):
         dev = getattr(device, "device", None)
         if not isinstance(dev, Device):
