@@ -16,6 +16,7 @@ from ..ir.core import OPS
 from ..ir.types import BOOL, I32, TENSOR_MAP, VOID, ArrayType, ScalarType, VectorType, sizeof
 from ..limits import kernel_display, shared_memory_error, unrolled_size_error
 from . import ast as A
+from .ranges import range_step
 from .semantic import CV, SemanticError, convert_cv, default_type, promote
 from .values import POISON, LanePlace, Place, Poison, type_desc
 
@@ -234,7 +235,9 @@ class StatementLowering:
             self._comptime_for(s, it)
             return
         vals = self._range_args(it)
-        typed = [v.type for v in vals if isinstance(v, Value)]
+        bounds = vals[:2] if any(isinstance(v, Value) or (isinstance(v, CV) and v.type is not None)
+                                 for v in vals[:2]) else vals
+        typed = [v.type for v in bounds if isinstance(v, Value)]
         for v in vals:
             if isinstance(v, Value) and not (isinstance(v.type, ScalarType) and v.type.is_int):
                 self.fail(f"range bounds must be integers, found {v.type}", it.span)
@@ -247,15 +250,15 @@ class StatementLowering:
         for v in vals:
             if isinstance(v, CV) and v.kind != "int":
                 self.fail(f"range bounds must be integers, found {v.describe()}", it.span)
+        for v in bounds:
             if isinstance(v, CV) and v.type is not None and t is None:
                 t = v.type
         if t is None:
             t = I32
-        names = ("start", "end", "step")
-        lo, hi, step = (self.coerce(v, t, it.span, f"use {{src}} as the range {n} ({t})")
-                        for v, n in zip(vals, names))
-        if isinstance(vals[2], CV) and vals[2].value == 0:
-            self.fail("range step is 0", it.args[2].span if len(it.args) == 3 else it.span)
+        names = ("start", "end")
+        lo, hi = (self.coerce(v, t, it.span, f"use {{src}} as the range {n} ({t})")
+                  for v, n in zip(vals, names))
+        step = range_step(self, vals[2], t, it.args[2].span if len(it.args) == 3 else it.span)
         with self.b.located(s.span):
             body, iv = self.b.for_(lo, hi, step, hint=s.var)
         with self.b.at(body):

@@ -394,8 +394,12 @@ def _t_bool_operand(op: Op, fn: Function, m: Module) -> None:
 
 def _t_for(op: Op, fn: Function, m: Module) -> None:
     lo, hi, step = (v.type for v in op.operands)
-    _req(_is_int_scalar(lo) and lo == hi == step, f"for bounds of types {lo}, {hi}, {step} "
-                                                  "(need one integer type)")
+    # an unsigned range may count down: its step is then the signed integer of the same width
+    down = _is_int_scalar(lo) and not lo.is_signed and _is_int_scalar(step) and step.is_signed \
+        and step.bits == lo.bits
+    _req(_is_int_scalar(lo) and lo == hi and (step == lo or down),
+         f"for bounds of types {lo}, {hi}, {step} (need one integer type; an unsigned range's step may "
+         "be the signed integer of its width)")
     args = op.regions[0].args
     _req(len(args) == 1 and args[0].type == lo,
          f"for body needs one argument (the induction variable) of type {lo}")
