@@ -234,6 +234,15 @@ def _t_shared(op: Op, fn: Function, m: Module) -> None:
         _req(isinstance(op.attrs["symbol"], str) and op.attrs["symbol"], "shared needs a symbol name")
 
 
+def _t_const_data(op: Op, fn: Function, m: Module) -> None:
+    t = _result_pointer(op, AddressSpace.CONSTANT)
+    _req(isinstance(t.pointee, ArrayType) and isinstance(t.pointee.elem, ScalarType),
+         f"const_data gives a pointer to an array of scalars, not {t}")
+    _req(isinstance(op.attrs["symbol"], str) and op.attrs["symbol"], "const_data needs a symbol name")
+    _req(isinstance(op.attrs["values"], list) and len(op.attrs["values"]) == t.pointee.count,
+         f"const_data of {t.pointee} needs {t.pointee.count} values")
+
+
 def _t_elemptr(op: Op, fn: Function, m: Module) -> None:
     p = _pointer(op.operands[0], "base")
     i = op.operands[1].type
@@ -452,7 +461,7 @@ _TYPE_RULES: dict[str, Callable[[Op, Function, Module], None]] = {
     "printf": _t_printf, "string": _t_string,
     "const": _t_const, **{b: _t_binary for b in BINARY}, "neg": _t_neg, "not": _t_not, "cmp": _t_cmp,
     "select": _t_select, "cast": _t_cast, "bitcast": _t_bitcast, "math": _t_math, "alloca": _t_alloca,
-    "shared": _t_shared, "dyn_shared": _t_shared, "elemptr": _t_elemptr, "ptrcast": _t_ptrcast,
+    "shared": _t_shared, "dyn_shared": _t_shared, "const_data": _t_const_data, "elemptr": _t_elemptr, "ptrcast": _t_ptrcast,
     "load": _t_load, "store": _t_store, "vec_build": _t_vec_build, "splat": _t_splat,
     "extract": _t_extract, "insert": _t_insert, "special": _t_special, "atomic": _t_atomic,
     "atomic_cas": _t_atomic, "shuffle": _t_shuffle, "ballot": _t_ballot, "active_mask": _t_ballot,

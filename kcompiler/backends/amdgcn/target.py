@@ -66,7 +66,7 @@ class AmdgcnTarget(Target):
     no_f64_math = frozenset({"exp2", "log2", "sin", "cos", "tanh"})
     triple = "amdgcn-amd-amdhsa"
     address_spaces = {AddressSpace.GLOBAL: 1, AddressSpace.SHARED: 3, AddressSpace.CONST: 4,
-                      AddressSpace.LOCAL: 5}
+                      AddressSpace.LOCAL: 5, AddressSpace.CONSTANT: 4}
     alloca_space = 5
     binary_kind = "hsaco"
     printf_method = "hostcall"  # served by the HIP runtime's own listener
