@@ -295,6 +295,8 @@ class FnLowering(StatementLowering, ExpressionLowering):
         raise AssertionError
 
     def convert(self, t: Type, args: list[A.Expr], e: Any) -> Any:
+        if isinstance(t, ArrayType):
+            return lower_arrays.array_conversion(self, t, args, e)
         if isinstance(t, VectorType) and len(args) == t.count and len(args) > 1:
             elems = []
             for a in args:

@@ -92,6 +92,16 @@ def array_literal(fl: Any, e: A.ArrayLit, want: ArrayType | None = None) -> Arra
     return ArrayValue(ArrayType(t, len(items)), [_typed(fl, v, t, s) for v, s in items])
 
 
+def array_conversion(fl: Any, t: ArrayType, args: list[A.Expr], e: Any) -> ArrayValue:
+    """``[T; N](v)``: N copies of v; ``[T; N](a, b, ...)``: N values, each converted to T as ``T(x)``."""
+    if len(args) not in (1, t.count):
+        fl.fail(f"a conversion to {t} takes 1 or {t.count} arguments, found {len(args)}", e.span)
+    vals = [fl.convert_value(fl.rvalue(fl.ev(a), a.span), t.elem, a.span) for a in args]
+    vals = [fl.materialise(v, a.span, t.elem) if isinstance(v, CV) and not isinstance(t.elem, ScalarType)
+            else v for v, a in zip(vals, args)]
+    return ArrayValue(t, vals * t.count if len(args) == 1 else vals)
+
+
 def array_value(fl: Any, e: A.Expr, want: ArrayType | None) -> Any:
     """``e`` evaluated where a declaration gives type ``want`` (an array literal takes it as context)."""
     if isinstance(e, A.ArrayLit):
@@ -108,7 +118,7 @@ def store_local(fl: Any, av: ArrayValue, name: str, mutable: bool, span: SourceS
     for k, v in enumerate(av.elems):
         p = fl.b.elemptr(slot, fl.b.const(k, I32))
         fl.b.store(p, fl.materialise(v, span, av.type.elem) if isinstance(v, CV) else v)
-    return Place(slot, av.type, f"'{name}' of type {av.type}", mutable=mutable)
+    return Place(slot, av.type, f"'{name}'", mutable=mutable)
 
 
 def index_array(fl: Any, av: ArrayValue, idx_e: A.Expr) -> Any:
