@@ -48,6 +48,7 @@ class SourceModule:
     ast: A.Module
     prefix: str = ""
     fns: dict[str, A.FnDecl] = field(default_factory=dict)
+    consts: dict[str, A.Const] = field(default_factory=dict)
     imports: dict[str, "SourceModule"] = field(default_factory=dict)
 
 
@@ -468,6 +469,8 @@ def _load(source: str, path: str, keep_going: bool = False) -> Program:
         mod = queue.pop(0)
         for d in mod.ast.decls:
             mod.fns.setdefault(d.name, d)
+        for c in mod.ast.consts:
+            mod.consts.setdefault(c.name, c)
         for imp in mod.ast.imports + _implicit_imports(mod):
             fpath, name = _module_file(imp, mod)
             if fpath is None or not fpath.is_file():

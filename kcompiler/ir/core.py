@@ -203,6 +203,8 @@ OPS: dict[str, OpInfo] = {
                                        "(vec<bool, N>)"),
     "alloca": OpInfo(0, doc="a per-thread slot; result ptr<T, local>"),
     "shared": OpInfo(0, ("symbol",), doc="a static shared-memory array; result ptr<[T; N], shared>"),
+    "const_data": OpInfo(0, ("symbol", "values"), doc="a module constant table (one per symbol) holding the "
+                         "scalars of attr values; result ptr<[T; N], constant>"),
     "dyn_shared": OpInfo(0, doc="the block's dynamic shared memory; result ptr<T, shared>"),
     "elemptr": OpInfo(2, doc="elemptr(p, i): p + i elements; on ptr<[T;N]> the address of element i"),
     "ptrcast": OpInfo(1, doc="ptr<T, s> to ptr<U, s>"),

@@ -66,7 +66,7 @@ class AmdgcnTarget(Target):
     no_f64_math = frozenset({"fast_exp2", "fast_log2", "fast_sin", "fast_cos", "fast_tanh"})
     triple = "amdgcn-amd-amdhsa"
     address_spaces = {AddressSpace.GLOBAL: 1, AddressSpace.SHARED: 3, AddressSpace.CONST: 4,
-                      AddressSpace.LOCAL: 5}
+                      AddressSpace.LOCAL: 5, AddressSpace.CONSTANT: 4}
     alloca_space = 5
     binary_kind = "hsaco"
     printf_method = "hostcall"  # served by the HIP runtime's own listener

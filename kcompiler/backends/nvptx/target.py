@@ -90,9 +90,10 @@ class NvptxTarget(Target):
     triple = "nvptx64-nvidia-cuda"
     data_layout = "e-p6:32:32-i64:64-i128:128-i256:256-v16:16-v32:32-n16:32:64"
     warp_size = 32
-    # Pointers to constant memory are pointers to global memory that the kernel only reads.
+    # Pointers to constant memory are pointers to global memory that the kernel only reads; the
+    # module's const tables are in the .const bank (CONSTANT).
     address_spaces = {AddressSpace.GLOBAL: 1, AddressSpace.SHARED: 3, AddressSpace.LOCAL: 0,
-                      AddressSpace.CONST: 1}
+                      AddressSpace.CONST: 1, AddressSpace.CONSTANT: 4}
     alloca_space = 0
     binary_kind = "cubin"
     #: the CUDA device runtime's functions, which PTX code declares by these names
