@@ -4,8 +4,9 @@ read in place.
 
 Build (README.md): ``python -m sphinx -W --keep-going -b html docs site/``; tests/repo/test_api_docs.py
 runs it with warnings as errors. Nothing here fetches from the network (no intersphinx), and importing
-the documented modules needs no GPU, torch, cuda-python or hip-python (they are imported lazily or
-guarded; autodoc_mock_imports below stands in for any that are absent).
+the documented modules needs no GPU, torch, CuPy, cuda-python or hip-python: they are imported at
+first use or guarded (tests/repo/test_api_docs.py imports every documented module with them blocked),
+so no ``autodoc_mock_imports`` is needed, and none would hide a module that starts needing one.
 """
 from __future__ import annotations
 
@@ -34,14 +35,10 @@ exclude_patterns = ["STYLE.md", "_build"]
 autodoc_default_options = {"members": True, "member-order": "bysource", "show-inheritance": True}
 autodoc_typehints = "signature"
 autodoc_class_signature = "mixed"
-# Imported only where installed; none is needed to import kcompiler's modules, and mocking them keeps
-# a machine that has a broken one (a driver-less cuda-python) from changing what is documented.
-autodoc_mock_imports = ["torch", "cupy", "hip"]
 
-# The Markdown docs: headings get anchors (``[...](LANGUAGE.md#small-floats)`` links), and a link to
-# a file outside the documented folder stays a plain link.
+# The Markdown docs: headings down to ### get anchors, for links such as ``[...](LANGUAGE.md#limits)``
+# (a link to another .md of this folder becomes a link to its page).
 myst_heading_anchors = 3
-myst_enable_extensions = ["colon_fence"]
 
 html_theme = "alabaster"
 html_title = f"kcompiler {release}"
