@@ -1,13 +1,17 @@
 """kcompiler: a multi-vendor GPU kernel compiler (see README.md).
 
+::
+
     import kcompiler as kc
     mod = kc.compile_file("examples/vadd.kc")          # target="auto": CUDA, else HIP, else the CPU
     mod.vadd[(n + 255) // 256, 256](a, b, out, n)
 
-Public API: :func:`compile`, :func:`compile_file`, :func:`devices`, :data:`TARGETS`, :class:`Target`,
-:class:`CompileOptions`, :class:`CompileError`, :class:`LaunchError`, :class:`Module`, :class:`Kernel`,
-:func:`capture_printf` (kernels' printf output into ``sys.stdout`` or a string, on every target),
-:func:`graph` (capture launches into a CUDA graph and replay them).
+Public API: :func:`compile`, :func:`compile_file`, :func:`devices`, :func:`resolve_target_name`,
+:data:`TARGETS`, :data:`TARGET_ALIASES`, :class:`Target`, :class:`CompileOptions`, :class:`CompileError`,
+:class:`LaunchError`, :class:`Module`, :class:`Kernel`, :class:`Launch`, :class:`Device`,
+:class:`Artifact`, :class:`capture_printf` (kernels' printf output into ``sys.stdout`` or a string, on
+every target), :func:`graph` (capture launches into a CUDA graph and replay them); array operations in :mod:`kcompiler.ops`; autotuning in
+:mod:`kcompiler.runtime.autotune`.
 """
 from __future__ import annotations
 

@@ -22,6 +22,7 @@ access is checked for the alignment a GPU needs and a misaligned one is reported
 
 Errors (out-of-bounds or misaligned accesses under ``check_bounds``, divergent barriers, launch limits) are raised as
 :class:`~kcompiler.runtime.device.LaunchError` naming the kernel, e.g.::
+
     kernel 'vadd': out-of-bounds store to 'out'[1000] (size 1000) at examples/vadd.kc:5:9,
     thread (8,0,0) block (3,0,0)
 

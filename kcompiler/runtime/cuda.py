@@ -105,6 +105,7 @@ def device_count() -> int:
 
 
 def is_available() -> bool:
+    """Whether CUDA finds at least one GPU here (False without cuda-python or a driver)."""
     return device_count() > 0
 
 
