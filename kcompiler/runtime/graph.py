@@ -1,4 +1,4 @@
-"""Graphs of launches: capture a sequence of kernel launches once, replay it with one call.
+"""Graphs of launches: capture a sequence of kernel launches once, replay it with one call::
 
     with kc.graph() as g:                     # CUDA device 0 (target "auto"), or kc.graph(mod)
         mod.scale[grid, block](x, y, 2.0, n)  # captured, not run
