@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from ..ir.intrinsics import get as intrinsic
 from . import builtins as B
 
 #: ``(fl, ref, call, kw) -> value``: see the module's docstring.
@@ -59,3 +60,18 @@ REGISTRY = BuiltinRegistry()
 
 #: ``@builtin("name", ...)``: register a handler in :data:`REGISTRY`.
 builtin = REGISTRY.register
+
+
+def require_feature(fl: Any, intrinsic_name: str, span: Any, feature: str | None = None,
+                    subject: str | None = None) -> None:
+    """A located error at ``span`` unless ``fl.target`` has ``feature`` (default: the feature of the
+    target intrinsic ``intrinsic_name``, whose call ``subject`` (default: its builtin's name) emits).
+    The message says what the feature is and which chips have it from the intrinsic's record
+    (``Intrinsic.needs``, the backend's data), so the frontend names no vendor or chip."""
+    rec = intrinsic(intrinsic_name)
+    feature = feature or rec.feature
+    t = fl.target
+    if not t.has(feature):
+        fl.fail(f"{subject or rec.builtin} is not available on this target ({t.name} {getattr(t, 'arch', '')}): "
+                f"it is {rec.describe(feature)}", span,
+                hint=f'choose a path with comptime if target.has("{feature}") {{ ... }} else {{ ... }}')

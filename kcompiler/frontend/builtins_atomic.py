@@ -19,8 +19,7 @@ def _atomic_load(fl, f, e, kw):
 @builtin("atomic_store")
 def _atomic_store(fl, f, e, kw):
     p, order, scope = _atomic_access(fl, f, e, kw, ("relaxed", "release", "seq_cst"))
-    v = fl.coerce(fl.rvalue(fl.ev(e.args[1]), e.args[1].span), p.type.pointee, e.args[1].span,
-                  f"store {{src}} into {p.type}")
+    v = fl.operand(e.args[1], p.type.pointee, f"store {{src}} into {p.type}")
     fl.b.op("atomic_store", [p, v], order=order, scope=scope)
     return VOIDV
 
@@ -49,11 +48,8 @@ def _atomic_rmw(fl, f, e, kw):
     order = fl._str_kw(kw, "order", B.ORDERS, "relaxed")
     scope = fl._str_kw(kw, "scope", B.FENCE_SCOPES, "device")
     if op == "cas":
-        c = fl.coerce(fl.rvalue(fl.ev(e.args[1]), e.args[1].span), t, e.args[1].span,
-                      f"compare {{src}} with a {t} in {f.fn.name}")
-        n = fl.coerce(fl.rvalue(fl.ev(e.args[2]), e.args[2].span), t, e.args[2].span,
-                      f"store {{src}} into {p.type}")
+        c = fl.operand(e.args[1], t, f"compare {{src}} with a {t} in {f.fn.name}")
+        n = fl.operand(e.args[2], t, f"store {{src}} into {p.type}")
         return fl.b.atomic_cas(p, c, n, order, scope)
-    v = fl.coerce(fl.rvalue(fl.ev(e.args[1]), e.args[1].span), t, e.args[1].span,
-                  f"apply {f.fn.name} with {{src}} to {p.type}")
+    v = fl.operand(e.args[1], t, f"apply {f.fn.name} with {{src}} to {p.type}")
     return fl.b.atomic(op, p, v, order, scope)

@@ -83,7 +83,6 @@ def _read_first_lane(fl, f, e, kw):
 
 @builtin("warp_sync")
 def _warp_sync(fl, f, e, kw):
-    mask = [fl.coerce(fl.rvalue(fl.ev(a), a.span), U64, a.span, "pass {src} as warp_sync's u64 lane mask")
-            for a in e.args]
+    mask = [fl.operand(a, U64, "pass {src} as warp_sync's u64 lane mask") for a in e.args]
     fl.b.op("warp_sync", mask)
     return VOIDV

@@ -255,6 +255,11 @@ class FnLowering(StatementLowering, ExpressionLowering):
         c = convert_cv(v, elem)
         return self.b.const(c.value, t)
 
+    def operand(self, e: A.Expr, dst: Type, template: str) -> Value:
+        """Expression ``e`` evaluated and converted implicitly to ``dst`` (:meth:`coerce`, its
+        message worded by ``template`` and located at ``e``): a builtin's typed argument."""
+        return self.coerce(self.rvalue(self.ev(e), e.span), dst, e.span, template)
+
     def coerce(self, v: Any, dst: Type, span: SourceSpan | None, template: str) -> Value:
         """``v`` converted implicitly to ``dst`` (widening only); else an error worded by ``template``
         ('{src}' is replaced by the found type)."""
