@@ -85,7 +85,7 @@ def note_memory_ops(ref: Any, llvm_ir: Any, alloca_space: int = 0) -> None:
     stores, 564 counted)."""
     from llvmlite import ir as ll
 
-    def constant(x: Any) -> bool:  # lower.py widens indices to i64: sext i32 3 to i64
+    def constant(x: Any) -> bool:  # the lowering widens indices to i64: sext i32 3 to i64
         return isinstance(x, ll.Constant) or (isinstance(x, ll.CastInstr) and isinstance(x.operands[0], ll.Constant))
 
     def slot(p: Any) -> bool:
@@ -93,7 +93,7 @@ def note_memory_ops(ref: Any, llvm_ir: Any, alloca_space: int = 0) -> None:
             if not all(constant(x) for x in p.indices):
                 return False
             p = p.pointer
-        return (isinstance(p, (ll.AllocaInstr, ll.FormattedConstant))  # lower.py: opaque(alloca)
+        return (isinstance(p, (ll.AllocaInstr, ll.FormattedConstant))  # lower_memory.py: opaque(alloca)
                 and getattr(p.type, "addrspace", 0) == alloca_space)
 
     def memory(i: Any) -> bool:
