@@ -6,7 +6,8 @@
 
 Public API: :func:`compile`, :func:`compile_file`, :func:`devices`, :data:`TARGETS`, :class:`Target`,
 :class:`CompileOptions`, :class:`CompileError`, :class:`LaunchError`, :class:`Module`, :class:`Kernel`,
-:func:`capture_printf` (kernels' printf output into ``sys.stdout`` or a string, on every target).
+:func:`capture_printf` (kernels' printf output into ``sys.stdout`` or a string, on every target),
+:func:`graph` (capture launches into a CUDA graph and replay them).
 """
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ from .runtime.device import Artifact, Device, LaunchError
 #: llvmlite, numpy, lark, torch, cuda-python nor hip-python, so that the CLI starts fast.
 _LAZY = {"Module": ".runtime.module", "Kernel": ".runtime.module", "Launch": ".runtime.module",
          "ProgramHandle": ".pipeline", "Source": ".pipeline", "Target": ".backends.target",
-         "CompileOptions": ".backends.target", "capture_printf": ".runtime.stdio"}
+         "CompileOptions": ".backends.target", "capture_printf": ".runtime.stdio",
+         "graph": ".runtime.graph", "Graph": ".runtime.graph"}
 #: Subpackages and modules reachable as attributes (``kcompiler.pipeline``) without an import.
 #: ``kcompiler.ops`` is one of them: ``import kcompiler as kc; kc.ops.matmul(a, b)`` imports the ops
 #: package (and numpy) at that first use, as ``torch.nn`` is reached from ``torch``.

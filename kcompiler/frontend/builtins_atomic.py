@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from ..ir.core import ATOMIC_OPS
-from ..ir.types import ScalarType
+from ..ir.types import ScalarType, VectorType, elem_of
 from . import builtins as B
 from .builtin_registry import builtin
 from .values import VOIDV
@@ -40,8 +40,13 @@ def _atomic_rmw(fl, f, e, kw):
     op = f.fn.name[len("atomic_"):]
     p = fl._pointer(e.args[0], f.fn.name)
     t = p.type.pointee
-    if not (isinstance(t, ScalarType) and t.bits in (32, 64) and not t.is_bool):
-        fl.fail(f"{f.fn.name} works on 32- and 64-bit integers and floats, found {p.type}", e.args[0].span)
+    half = elem_of(t).name in ("f16", "bf16") and (isinstance(t, ScalarType) or t.count == 2) \
+        if isinstance(t, (ScalarType, VectorType)) else False
+    if op == "add" and half:
+        pass  # 16-bit float adds: f16, bf16, vec<f16, 2>, vec<bf16, 2> (docs/LANGUAGE.md, "Atomics")
+    elif not (isinstance(t, ScalarType) and t.bits in (32, 64) and not t.is_bool):
+        fl.fail(f"{f.fn.name} works on 32- and 64-bit integers and floats, found {p.type}", e.args[0].span,
+                hint="atomic_add also takes f16, bf16, vec<f16, 2> and vec<bf16, 2>" if half else None)
     if op in ("and", "or", "xor") and t.is_float:
         fl.fail(f"{f.fn.name} needs an integer pointee, found {p.type}", e.args[0].span,
                 hint=f"reinterpret it: ptr<u{t.bits}>(p)")

@@ -12,6 +12,7 @@ from ..diagnostics import CompileError, Diagnostics, SourceFile, SourceSpan
 from ..limits import deep_recursion
 from ..ir.types import (AddressSpace, ArrayType, PointerType, ScalarType, SCALARS, Type, VectorType, type_from_str)
 from . import ast as A
+from .builtins import ACCURATE_MATH
 from .checker import Checker, comptime_kind, texpr_str
 from .parser import parse
 from .semantic import CV, SemanticError, convert_cv, fold_binary, fold_unary
@@ -428,14 +429,27 @@ HOSTCALL_ALIAS = "<hostcall>"
 PRINTF_BUFFER_ALIAS = "<printf_buffer>"
 
 
+#: std.math, which the accurate math builtins (sin, exp2, ...: builtins_libm.py) call, likewise.
+MATH_ALIAS = "<math>"
+
+
 def _implicit_imports(mod: SourceModule) -> list[A.Import]:
     """``import std.hostcall`` and ``std.printf_buffer`` for a module that calls printf (whichever
-    target it is lowered for; only the functions a printf lowering calls are instantiated)."""
+    target it is lowered for; only the functions a printf lowering calls are instantiated), and
+    ``import std.math`` for one that calls an accurate math builtin it does not define itself."""
+    out: list[A.Import] = []
+    printf = math = False
     for n in A.walk(mod.ast):
-        if isinstance(n, A.Call) and isinstance(n.func, A.Name) and n.func.id == "printf":
-            return [A.Import(["std", "hostcall"], HOSTCALL_ALIAS, span=n.span),
+        if not (isinstance(n, A.Call) and isinstance(n.func, A.Name)):
+            continue
+        if n.func.id == "printf" and not printf:
+            printf = True
+            out += [A.Import(["std", "hostcall"], HOSTCALL_ALIAS, span=n.span),
                     A.Import(["std", "printf_buffer"], PRINTF_BUFFER_ALIAS, span=n.span)]
-    return []
+        elif n.func.id in ACCURATE_MATH and n.func.id not in mod.fns and not math:
+            math = True
+            out.append(A.Import(["std", "math"], MATH_ALIAS, span=n.span))
+    return out
 
 
 def _load(source: str, path: str, keep_going: bool = False) -> Program:

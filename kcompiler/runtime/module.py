@@ -254,7 +254,7 @@ class Kernel:
                             pass
                     return
 
-        largs, copybacks = device.marshal(art, args)
+        largs, copybacks = device.marshal(art, args, stream=stream)
         ok = False
         try:
             device.launch(handle, art, grid, block, largs, shared=shared, stream=stream)
