@@ -26,6 +26,7 @@ from .archs import ARCHS, RESOURCE_LIMITS
 from .attributes import mark_unused_inputs, note_hostcall
 from ..llvm import minifloat
 from ..llvm import initialize
+from ..llvm.codegen import machine_code
 from . import link  # as a module: link.link_code_object is looked up at each call
 from ...limits import ResourceLimits
 
@@ -50,6 +51,12 @@ _HIDDEN_HOSTCALL_BUFFER = 80  # u64 hidden_hostcall_buffer
 # u64 hidden_printf_buffer (printf="buffered"): SIDefines PRINTF_BUFFER_OFFSET; ockl's
 # __printf_alloc reads u64 index 9 of the implicit arguments for code object v5.
 _HIDDEN_PRINTF_BUFFER = 72
+
+
+#: LLVM's options for a module with a huge basic block (codegen.LARGE_BLOCK): no load/store vectorizer
+#: (AMDGPUTargetMachine.cpp), whose time grows as the square of the block's loads and stores; the
+#: SelectionDAG still merges adjacent stores (4,096 f32 stores: about 1,024 global_store_dwordx4 either way).
+_LARGE_BLOCK_OPTIONS = ("-amdgpu-load-store-vectorizer=0",)
 
 
 class AmdgcnTarget(Target):
@@ -311,8 +318,7 @@ class AmdgcnTarget(Target):
     def emit(self, llvm_module, kind: str) -> bytes | str:
         tm = self.target_machine()
         if kind == "asm":
-            return tm.emit_assembly(llvm_module)
+            return machine_code(tm, llvm_module, "asm", _LARGE_BLOCK_OPTIONS)
         if kind == "obj":
-
-            return link.link_code_object(tm.emit_object(llvm_module))
+            return link.link_code_object(machine_code(tm, llvm_module, "obj", _LARGE_BLOCK_OPTIONS))
         raise ValueError(f"amdgcn emits 'asm' (AMDGCN assembly) or 'obj' (a code object), not '{kind}'")

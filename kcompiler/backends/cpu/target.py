@@ -55,6 +55,7 @@ from .abi import (ACCESS_ATOMIC, ACCESS_LOAD, ACCESS_STORE, ERR_BOUNDS, ERR_MISA
                   load_launch, load_thread, store_launch, store_thread)
 from .scheduler import START_TYPE, claim_error
 from ..llvm import initialize
+from ..llvm.codegen import machine_code
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..llvm.lower import LoweringContext
@@ -538,10 +539,8 @@ class CpuTarget(Target):
 
     def emit(self, llvm_module: Any, kind: str) -> bytes | str:
         tm = self.target_machine(3)
-        if kind == "asm":
-            return tm.emit_assembly(llvm_module)
-        if kind == "obj":
-            return tm.emit_object(llvm_module)
+        if kind in ("asm", "obj"):
+            return machine_code(tm, llvm_module, kind)
         if kind == "llvm":
             return str(llvm_module)
         raise ValueError(f"cpu target cannot emit {kind!r} (choose 'asm', 'obj' or 'llvm')")

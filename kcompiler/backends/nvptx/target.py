@@ -21,6 +21,7 @@ from ...ir.printf import Conversion, escape_text, expected_args, parse_format
 from ..llvm import minifloat
 from ..llvm.lltypes import BFloatType
 from ..llvm import initialize
+from ..llvm.codegen import machine_code
 from . import cubin  # as a module: cubin.assemble is looked up at each call (tests replace it)
 from ...limits import ResourceLimits
 
@@ -79,6 +80,11 @@ class _GridConstant(ll.values.ArgumentAttributes):
 
     def _to_list(self, typ: ll.Type) -> list[str]:
         return super()._to_list(typ) + ["byval([128 x i8])", '"nvvm.grid_constant"']
+
+
+#: LLVM's options for a module with a huge basic block (codegen.LARGE_BLOCK): no load/store vectorizer
+#: (NVPTXTargetMachine.cpp), whose time grows as the square of the block's loads and stores.
+_LARGE_BLOCK_OPTIONS = ("-disable-nvptx-load-store-vectorizer",)
 
 
 class NvptxTarget(Target):
@@ -391,7 +397,7 @@ class NvptxTarget(Target):
             params=lim["params"])
 
     def emit(self, llvm_module, kind: str) -> bytes | str:
-        ptx = mma.raise_ptx_version(self.target_machine().emit_assembly(llvm_module))
+        ptx = mma.raise_ptx_version(machine_code(self.target_machine(), llvm_module, "asm", _LARGE_BLOCK_OPTIONS))
         if kind == "asm":
             return ptx
         if kind == "obj":
