@@ -9,8 +9,13 @@ an executable page (x86-64, System V ABI) that load the four arguments into the 
 and jump to the entry point. ctypes then calls a zero-argument function, which skips the per-argument
 conversions (on the 2-core Xeon here: ~0.9 µs → ~0.5 µs per call; benchmarks/bench_launch_host.py).
 
-Where that cannot be done (another architecture or OS, a system that refuses writable-and-executable
-memory, ``KC_LAUNCH_TRAMPOLINE=0``), :func:`bound_call` returns an ordinary closure over the ctypes
+The trampoline is opt-in (``KC_LAUNCH_TRAMPOLINE=1``): on the H100 (2026-11-26, benchmarks/RESULTS.md)
+a whole launch measured 8.3 µs with it and 6.1 µs without in the same call of bench_launch.py — the
+driver's share dwarfs the 0.2–0.4 µs it saves, inside the run-to-run noise — and a page that is
+writable and executable is what hardened systems refuse and security reviews flag.
+
+Where it is off or cannot be done (another architecture or OS, a system that refuses writable-and-executable
+memory), :func:`bound_call` returns an ordinary closure over the ctypes
 function with the same result. The GIL is released during the call either way (a ``CFUNCTYPE``), so
 a launch that blocks in the driver (a full launch queue) does not stop the hostcall listener thread.
 """
@@ -35,8 +40,8 @@ _ZERO_ARGS = ctypes.CFUNCTYPE(ctypes.c_int)
 def _enabled() -> bool:
     global _disabled
     if _disabled is None:
-        if os.environ.get("KC_LAUNCH_TRAMPOLINE", "1") == "0":
-            _disabled = "KC_LAUNCH_TRAMPOLINE=0"
+        if os.environ.get("KC_LAUNCH_TRAMPOLINE", "0") != "1":
+            _disabled = "off (KC_LAUNCH_TRAMPOLINE=1 turns it on)"
         elif sys.platform != "linux" or platform.machine() not in ("x86_64", "AMD64"):
             _disabled = f"no trampoline for {sys.platform}/{platform.machine()}"
         else:

@@ -81,8 +81,11 @@ def test_bound_call_passes_its_four_arguments(stub, monkeypatch, trampoline):
 
     if not trampoline:
         monkeypatch.setattr(launchcall, "_disabled", "test: no trampoline")
-    elif launchcall.trampolines_enabled():
-        pytest.skip(f"no trampoline here: {launchcall.trampolines_enabled()}")
+    else:
+        monkeypatch.setenv("KC_LAUNCH_TRAMPOLINE", "1")
+        monkeypatch.setattr(launchcall, "_disabled", None)  # decided again, with the variable set
+        if launchcall.trampolines_enabled():
+            pytest.skip(f"no trampoline here: {launchcall.trampolines_enabled()}")
     f = stub.cuLaunchKernelEx
     f.restype = ctypes.c_int
     cfg = ctypes.create_string_buffer(56)
