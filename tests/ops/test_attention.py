@@ -82,6 +82,16 @@ def qkv(B, Sq, Sk, H, HK, D, dtype):
             RNG.standard_normal((B, Sk, HK, D)).astype(DTYPES[dtype]))
 
 
+@pytest.fixture(autouse=True)
+def _fresh_decode_plans():
+    """No prepared decode call (ops.decode.PLANS) crosses tests: a plan keeps the module it launches,
+    and tests swap the standard library's modules for emulated ones."""
+    from kcompiler.ops import decode
+    decode.PLANS.clear()
+    yield
+    decode.PLANS.clear()
+
+
 @pytest.fixture(scope="module")
 def emulated():
     """std.attention on the CPU target with NVIDIA's warp-matrix instructions emulated: ops.attention
