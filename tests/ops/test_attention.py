@@ -327,6 +327,87 @@ def test_paged_decode_fp8_cpu():
     assert np.abs(lse - ref_lse).max() <= 1e-4
 
 
+def test_paged_decode_prepared_calls_cpu(monkeypatch):
+    """A second call of the same shapes takes the prepared call (ops.decode.PLANS: no checks, no
+    choices) and still computes each call's own inputs: new q, new and shorter lengths, with and
+    without max_seq_len and split; FP8 with per-head scale arrays and with number scales (kept as
+    constants); lengths past the block table's capacity still refused; a non-contiguous q takes the
+    checked path and adds no plan."""
+    from kcompiler.ops import decode
+    HK, G, D, page = 2, 2, 64, 16
+    lens = [45, 20, 130]  # the pages of each sequence: the later calls' lengths stay within them
+    bf, f8 = DTYPES["bf16"], ml_dtypes.float8_e4m3fn
+    k_cache, v_cache, table, _ = paged_cache(lens, page, HK, D, np.float32)
+    real = decode.paged_lengths
+    for fp8, ks, vs in ((False, None, None), (True, RNG.uniform(0.05, 0.2, HK).astype(np.float32),
+                                              RNG.uniform(0.05, 0.2, HK).astype(np.float32)), (True, 0.125, 0.25)):
+        kc, vc = ((k_cache * 8).astype(f8), (v_cache * 8).astype(f8)) if fp8 else (k_cache.astype(bf),
+                                                                                  v_cache.astype(bf))
+        kd = kc.astype(np.float64) * (np.asarray(ks, np.float64).reshape(-1)[None, None, :, None] if fp8 else 1)
+        vd = vc.astype(np.float64) * (np.asarray(vs, np.float64).reshape(-1)[None, None, :, None] if fp8 else 1)
+        for splits in (None, 2):
+            decode.PLANS.clear()
+            checked = []
+            monkeypatch.setattr(decode, "paged_lengths", lambda *a: checked.append(1) or real(*a))
+            for call, (n_lens, given) in enumerate((([45, 20, 130], None), ([40, 0, 129], 140), ([1, 16, 17], None))):
+                q = RNG.standard_normal((len(lens), HK * G, D)).astype(bf)
+                out, lse = ops.paged_decode(q, kc, vc, table, np.array(n_lens, np.int32), k_scale=ks, v_scale=vs,
+                                            num_splits=splits, max_seq_len=given, return_lse=True, target="cpu")
+                assert len(checked) == 1 and len(decode.PLANS) == 1, (call, checked, len(decode.PLANS))
+                dense = [(kd[table[b, :-(-n // page)]].reshape(-1, HK, D)[:n],
+                          vd[table[b, :-(-n // page)]].reshape(-1, HK, D)[:n]) for b, n in enumerate(n_lens)]
+                ref, ref_lse = decode_reference(q, dense, D ** -0.5)
+                check(out, lse, ref, ref_lse, vd, "bf16")
+            with pytest.raises(ValueError, match="seq_lens must lie in 0 .. max_pages"):
+                ops.paged_decode(q, kc, vc, table, np.array([1, 2, table.shape[1] * page + 1], np.int32), k_scale=ks,
+                                 v_scale=vs, num_splits=splits, target="cpu")
+            wide = np.zeros((len(lens), 2 * HK * G, D), bf)
+            wide[:, ::2] = q
+            out = ops.paged_decode(wide[:, ::2], kc, vc, table, np.array([1, 16, 17], np.int32), k_scale=ks,
+                                   v_scale=vs, num_splits=splits, target="cpu")
+            assert len(decode.PLANS) == 1 and len(checked) == 2
+            check(out, lse, ref, ref_lse, vd, "bf16")
+
+
+def test_decode_lengths_on_a_gpu_are_not_read():
+    """Without max_seq_len, lengths on a GPU (here an object with __cuda_array_interface__) are not read
+    on the host: the splits are planned for the block table's capacity; host lengths are read and
+    checked; a given max_seq_len is taken as it is."""
+    from kcompiler.ops import decode
+
+    class OnDevice:
+        __cuda_array_interface__ = dict(shape=(3,), typestr="<i4", data=(0, False), version=3)
+
+        def __array__(self, *a, **k):
+            raise AssertionError("read on the host")
+
+    assert decode.max_len_of(OnDevice(), None, 4096, "f") == 4096
+    assert decode.max_len_of(OnDevice(), 300, 4096, "f") == 300
+    assert decode.max_len_of(np.array([5, 77, 0], np.int32), None, 4096, "f") == 77
+    with pytest.raises(ValueError, match="seq_lens must lie in 0 .. max_pages"):
+        decode.max_len_of(np.array([5, -1], np.int32), None, 4096, "f")
+
+
+def test_mla_decode_prepared_calls_cpu():
+    """mla_decode's second and third calls of one shape take the prepared call (ops.decode.PLANS) and
+    compute their own inputs (new queries, new lengths, max_seq_len given or not)."""
+    from kcompiler.ops import decode
+    B, H, D, DR, page = 3, 4, 64, 16, 16
+    lens = [37, 9, 70]  # the pages of each sequence: the later calls' lengths stay within them
+    bf = DTYPES["bf16"]
+    ckv, _, table, _ = paged_cache(lens, page, 1, D, bf)
+    ckv = np.ascontiguousarray(ckv[:, :, 0])
+    kpe = RNG.standard_normal((ckv.shape[0], page, DR)).astype(bf)
+    scale = (128 + 64) ** -0.5
+    for n_lens, given in (([37, 9, 70], None), ([30, 0, 64], 64), ([1, 1, 1], None)):
+        q_nope = RNG.standard_normal((B, H, D)).astype(bf)
+        q_pe = RNG.standard_normal((B, H, DR)).astype(bf)
+        out, lse = ops.mla_decode(q_nope, q_pe, ckv, kpe, table, np.array(n_lens, np.int32), scale=scale,
+                                  num_splits=2, max_seq_len=given, return_lse=True, target="cpu")
+        assert len(decode.PLANS) == 1
+        check(out, lse, *mla_reference(q_nope, q_pe, ckv, kpe, table, n_lens, page, scale), ckv, "bf16")
+
+
 def test_merge_states_cpu():
     """States over disjoint key sets merge into the state over their union; an empty state (-inf)
     weighs nothing, all empty gives 0 and -inf."""
@@ -582,26 +663,43 @@ def test_mla_decode_tensor_cores_emulated(monkeypatch, emulated):
 
 
 @pytest.mark.gpu
-def test_decode_on_a_stream_and_in_a_cuda_graph_gpu():
-    """paged_decode (split, with merge_states) and mla_decode launch on torch's current stream: on a
-    side stream, and captured in a CUDA graph and replayed after the inputs changed, they give what an
-    eager call on the default stream gives for the same inputs."""
+@pytest.mark.parametrize("page", [16, 64])
+def test_decode_on_a_stream_and_in_a_cuda_graph_gpu(page):
+    """paged_decode (GQA 4:1 split with merge_states, MHA, GQA 8:1 on tensor cores, FP8 with number
+    scales, one of them first seen inside the capture) and mla_decode launch on torch's current
+    stream: on a side stream, and captured in a CUDA graph, with max_seq_len given and without it (then
+    seq_lens is not read on the host: no copy, no synchronisation inside the capture), and replayed
+    after q and seq_lens changed, they give what an eager call on the default stream gives for the
+    same inputs."""
     import torch
 
-    lens = [700, 1, 333]
-    HK, G, D, page = 2, 4, 128, 16
-    k_cache, v_cache, table, _ = paged_cache(lens, page, HK, D, np.float32)
-    kc, vc = torch.from_numpy(k_cache).cuda().bfloat16(), torch.from_numpy(v_cache).cuda().bfloat16()
+    lens, later = [700, 1, 333], [650, 1, 300]
+    D = 128
+    caches = {}
+    for HK, fp8 in ((2, False), (4, False), (1, False), (4, True)):
+        k_cache, v_cache, table, _ = paged_cache(lens, page, HK, D, np.float32)
+        kc, vc = torch.from_numpy(k_cache).cuda(), torch.from_numpy(v_cache).cuda()
+        caches[HK, fp8] = ((kc * 16).to(torch.float8_e4m3fn), (vc * 16).to(torch.float8_e4m3fn)) if fp8 else \
+            (kc.bfloat16(), vc.bfloat16())
     bt, sl = torch.from_numpy(table).cuda(), torch.tensor(lens, dtype=torch.int32, device="cuda")
-    q = torch.randn(len(lens), HK * G, D, device="cuda", dtype=torch.bfloat16)
+    q = torch.randn(len(lens), 8, D, device="cuda", dtype=torch.bfloat16)
     ckv = torch.randn(k_cache.shape[0], page, 512, device="cuda", dtype=torch.bfloat16)
     kpe = torch.randn(k_cache.shape[0], page, 64, device="cuda", dtype=torch.bfloat16)
     qn = torch.randn(len(lens), 16, 512, device="cuda", dtype=torch.bfloat16)
     qp = torch.randn(len(lens), 16, 64, device="cuda", dtype=torch.bfloat16)
+    fresh = 0.37 + page / 1000  # a scale no call has used before the capture
 
-    def run():
-        return (ops.paged_decode(q, kc, vc, bt, sl, num_splits=3, max_seq_len=max(lens)),
-                ops.mla_decode(qn, qp, ckv, kpe, bt, sl, scale=0.1, max_seq_len=max(lens)))
+    def run(first_in_capture=False):
+        outs = []
+        for given in (max(lens), None):
+            outs += [ops.paged_decode(q, *caches[2, False], bt, sl, num_splits=3, max_seq_len=given),
+                     ops.paged_decode(q, *caches[4, False], bt, sl, max_seq_len=given),
+                     ops.paged_decode(q, *caches[1, False], bt, sl, max_seq_len=given, tensor_cores=True),
+                     ops.paged_decode(q, *caches[4, True], bt, sl, k_scale=0.05, v_scale=0.07, max_seq_len=given),
+                     ops.mla_decode(qn, qp, ckv, kpe, bt, sl, scale=0.1, max_seq_len=given)]
+        if first_in_capture:
+            outs.append(ops.paged_decode(q, *caches[4, True], bt, sl, k_scale=fresh, v_scale=fresh))
+        return outs
 
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
@@ -610,15 +708,17 @@ def test_decode_on_a_stream_and_in_a_cuda_graph_gpu():
             run()
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            out = run()
+            out = run(first_in_capture=True)
     torch.cuda.current_stream().wait_stream(side)
     for x in (q, qn, qp):
         x.copy_(torch.randn_like(x))
+    sl.copy_(torch.tensor(later, dtype=torch.int32))
     graph.replay()
     torch.cuda.synchronize()
-    want = run()
-    for got, ref in zip(out, want):
-        assert torch.equal(got, ref)
+    want = run(first_in_capture=True)
+    assert len(out) == len(want) == 11
+    for i, (got, ref) in enumerate(zip(out, want)):
+        assert torch.isfinite(ref.float()).all() and torch.equal(got, ref), i
 
 
 def test_mla_decode_cpu():
