@@ -110,8 +110,8 @@ def max_len_of(seq_lens: Any, max_seq_len: int | None, capacity: int, fn: str) -
     synchronisation), the longest of ``seq_lens``, which must lie in 0 .. ``capacity`` (the block
     table's max_pages x page_size; ValueError otherwise); for lengths on a GPU, ``capacity``: seq_lens
     is not read on the host, so that the call does not wait for the device and can be captured in a
-    CUDA graph (the kernels take any length up to the capacity; a longer one reads past its row of
-    the block table)."""
+    CUDA graph (the kernels take each length into 0 .. ``capacity``, so a wrong one reads no page
+    outside its row of the block table)."""
     if max_seq_len is not None:
         return int(max_seq_len)
     if arrays.is_device_array(seq_lens):

@@ -369,6 +369,34 @@ def test_paged_decode_prepared_calls_cpu(monkeypatch):
             check(out, lse, ref, ref_lse, vd, "bf16")
 
 
+@pytest.mark.parametrize("op", ["paged", "mla"])
+def test_decode_lengths_past_the_block_table_are_clamped_cpu(op):
+    """Lengths the host does not check (max_seq_len given; on a GPU, not given either) are taken into
+    0 .. max_pages * page_size by the kernels: a sequence claiming more keys than its row of the block
+    table holds attends to the whole row (not the next sequence's pages), a negative one to nothing."""
+    HK, D, page = 2, 64, 16
+    lens = [32, 20]
+    bf = DTYPES["bf16"]
+    k_cache, v_cache, table, dense = paged_cache(lens, page, HK, D, bf)
+    table = np.ascontiguousarray(table[:, :2])  # max_pages 2: sequence 0 fills its row
+    cap = 2 * page
+    if op == "paged":
+        q = RNG.standard_normal((2, HK, D)).astype(bf)
+        out, lse = ops.paged_decode(q, k_cache, v_cache, table, np.array([cap + 25, -3], np.int32), max_seq_len=64,
+                                    return_lse=True, target="cpu")
+        ref, ref_lse = decode_reference(q[:1], dense[:1], D ** -0.5)
+        check(out[:1], lse[:1], ref, ref_lse, v_cache, "bf16")
+    else:
+        ckv = np.ascontiguousarray(k_cache[:, :, 0])
+        kpe = RNG.standard_normal((ckv.shape[0], page, 16)).astype(bf)
+        q_nope, q_pe = RNG.standard_normal((2, 2, D)).astype(bf), RNG.standard_normal((2, 2, 16)).astype(bf)
+        out, lse = ops.mla_decode(q_nope, q_pe, ckv, kpe, table, np.array([cap + 25, -3], np.int32), scale=0.1,
+                                  max_seq_len=64, return_lse=True, target="cpu")
+        ref, ref_lse = mla_reference(q_nope[:1], q_pe[:1], ckv, kpe, table, [cap], page, 0.1)
+        check(out[:1], lse[:1], ref, ref_lse, ckv, "bf16")
+    assert np.isneginf(lse[1]).all()
+
+
 def test_decode_lengths_on_a_gpu_are_not_read():
     """Without max_seq_len, lengths on a GPU (here an object with __cuda_array_interface__) are not read
     on the host: the splits are planned for the block table's capacity; host lengths are read and
