@@ -6,7 +6,9 @@
 
 Public API: :func:`compile`, :func:`compile_file`, :func:`devices`, :data:`TARGETS`, :class:`Target`,
 :class:`CompileOptions`, :class:`CompileError`, :class:`LaunchError`, :class:`Module`, :class:`Kernel`,
-:func:`capture_printf` (kernels' printf output into ``sys.stdout`` or a string, on every target).
+:func:`capture_printf` (kernels' printf output into ``sys.stdout`` or a string, on every target);
+device arrays without torch or CuPy: :func:`to_device`, :func:`device_array`, :func:`from_dlpack`,
+:class:`DeviceArray` (runtime/device_array.py).
 """
 from __future__ import annotations
 
@@ -23,7 +25,9 @@ from .runtime.device import Artifact, Device, LaunchError
 #: llvmlite, numpy, lark, torch, cuda-python nor hip-python, so that the CLI starts fast.
 _LAZY = {"Module": ".runtime.module", "Kernel": ".runtime.module", "Launch": ".runtime.module",
          "ProgramHandle": ".pipeline", "Source": ".pipeline", "Target": ".backends.target",
-         "CompileOptions": ".backends.target", "capture_printf": ".runtime.stdio"}
+         "CompileOptions": ".backends.target", "capture_printf": ".runtime.stdio",
+         "to_device": ".runtime.device_array", "device_array": ".runtime.device_array",
+         "from_dlpack": ".runtime.device_array", "DeviceArray": ".runtime.device_array"}
 #: Subpackages and modules reachable as attributes (``kcompiler.pipeline``) without an import.
 #: ``kcompiler.ops`` is one of them: ``import kcompiler as kc; kc.ops.matmul(a, b)`` imports the ops
 #: package (and numpy) at that first use, as ``torch.nn`` is reached from ``torch``.
@@ -166,4 +170,5 @@ def devices() -> list[Device]:
 
 __all__ = ["compile", "compile_file", "devices", "TARGETS", "TARGET_ALIASES", "Target",
            "CompileOptions", "CompileError", "LaunchError", "Artifact", "Device", "Module", "Kernel",
-           "resolve_target_name", "capture_printf", "__version__"]
+           "resolve_target_name", "capture_printf", "to_device", "device_array", "from_dlpack",
+           "DeviceArray", "__version__"]
