@@ -438,7 +438,7 @@ class DeviceArray:
     def copy_from_host(self, ary: Any, stream: Any = None) -> None:
         """Copy host array ``ary`` (same shape and dtype) into this C-contiguous array, queued on
         ``stream`` (default: the array's). Raises ValueError for a mismatch or a strided array."""
-        ary = np.ascontiguousarray(ary)
+        ary = np.asarray(ary, order="C")
         if ary.shape != self.shape or ary.dtype != self.dtype:
             raise ValueError(f"copy_from_host: the array given is {ary.shape} {ary.dtype}; this one is "
                              f"{self.shape} {self.dtype}")
@@ -573,7 +573,7 @@ def to_device(ary: Any, *, device: Any = None, stream: Any = None, copy: bool = 
         if ary.device is dev:
             return ary.copy(stream) if copy else ary
         ary = ary.copy_to_host()
-    host = np.ascontiguousarray(ary)
+    host = np.asarray(ary, order="C")  # (ascontiguousarray would make a 0-d array 1-d)
     out = device_array(host.shape, host.dtype, device=dev, stream=stream)
     out.copy_from_host(host)
     return out
