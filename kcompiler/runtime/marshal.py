@@ -133,7 +133,7 @@ def device_pointer(kernel: str, param: str, x: Any, copybacks: list, copy: type[
         return buf.ptr
     if arrays.is_torch_tensor(x) and x.device.index not in (None, ordinal):
         raise TypeError(f"{kernel}: parameter '{param}': the tensor is on {x.device}, the kernel "
-                        f"runs on cuda:{ordinal}")
+                        f"runs on cuda:{ordinal}; move it there (tensor.to('cuda:{ordinal}'))")
     return arrays.device_pointer(x)
 
 
