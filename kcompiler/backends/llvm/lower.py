@@ -160,9 +160,13 @@ class Lowering(ArithmeticLowering, BitLowering, MemoryLowering, MachineLowering)
         raise TypeError(f"no LLVM type for {t}")
 
     def memtype(self, t: Type) -> ll.Type:
-        """The LLVM type of ``t`` in memory (bool is a byte there)."""
+        """The LLVM type of ``t`` in memory: bool is a byte there, and a vector whose lane count is
+        not a power of two is an array of its lanes (``vec<u8, 3>`` 3 bytes aligned as a lane,
+        CUDA's ``uchar3`` and a numpy ``(n, 3)`` array; LLVM would pad ``<3 x i8>`` to 4 bytes)."""
         if isinstance(t, ScalarType) and t.kind == "bool":
             return _I8
+        if isinstance(t, VectorType) and t.count & (t.count - 1):
+            return ll.ArrayType(self.memtype(t.elem), t.count)
         if isinstance(t, VectorType) and t.elem.kind == "bool":
             return ll.VectorType(_I8, t.count)
         return self.lltype(t)

@@ -10,7 +10,7 @@ from llvmlite import ir as ll
 from ...ir.core import Op
 from ...ir.types import AddressSpace, ArrayType, PointerType, Type, elem_of, sizeof
 from ..target import LLVM_ORDERS, local_name, set_syncscope
-from .lltypes import _I64
+from .lltypes import _I32, _I64
 
 if TYPE_CHECKING:
     from .lower import LoweringContext
@@ -90,18 +90,44 @@ class MemoryLowering:
         self._checked(ctx, p, pt, op)
         t = op.result.type
         x = ctx.b.load(p, typ=self.memtype(t), align=self.target.access_align(self.memtype(t), op.attrs.get("align")))
-        if self.memtype(t) != self.lltype(t):  # bool in memory
-            x = ctx.b.trunc(x, self.lltype(t))
-        return x
+        return self.from_memory(ctx, x, t)
 
     def op_store(self, ctx: LoweringContext, op: Op) -> None:
         p, x = (self.v(ctx, v) for v in op.operands)
         pt = op.operands[0].type
         self._checked(ctx, p, pt, op)
         t = op.operands[1].type
-        if self.memtype(t) != self.lltype(t):
-            x = ctx.b.zext(x, self.memtype(t))
+        x = self.to_memory(ctx, x, t)
         ctx.b.store(x, p, align=self.target.access_align(self.memtype(t), op.attrs.get("align")))
+
+    def from_memory(self, ctx: LoweringContext, x: ll.Value, t: Type) -> ll.Value:
+        """A value of IR type ``t`` as loaded (``memtype``) into its register form (``lltype``):
+        bools truncated to i1, an array of lanes gathered into a vector."""
+        mt, rt = self.memtype(t), self.lltype(t)
+        if mt == rt:
+            return x
+        if isinstance(mt, ll.ArrayType):
+            lane = elem_of(t)
+            out: ll.Value = ll.Constant(rt, ll.Undefined)
+            for k in range(mt.count):
+                out = ctx.b.insert_element(out, self.from_memory(ctx, ctx.b.extract_value(x, k), lane),
+                                           ll.Constant(_I32, k))
+            return out
+        return ctx.b.trunc(x, rt)  # bool (or a vector of bools) in bytes
+
+    def to_memory(self, ctx: LoweringContext, x: ll.Value, t: Type) -> ll.Value:
+        """The inverse of :meth:`from_memory`: a register value of IR type ``t`` in its memory form."""
+        mt, rt = self.memtype(t), self.lltype(t)
+        if mt == rt:
+            return x
+        if isinstance(mt, ll.ArrayType):
+            lane = elem_of(t)
+            out: ll.Value = ll.Constant(mt, ll.Undefined)
+            for k in range(mt.count):
+                out = ctx.b.insert_value(out, self.to_memory(ctx, ctx.b.extract_element(x, ll.Constant(_I32, k)),
+                                                             lane), k)
+            return out
+        return ctx.b.zext(x, mt)
 
     def op_atomic(self, ctx: LoweringContext, op: Op) -> ll.Value:
         p, x = (self.v(ctx, v) for v in op.operands)
