@@ -5,7 +5,8 @@
     mod.vadd[(n + 255) // 256, 256](a, b, out, n)
 
 Public API: :func:`compile`, :func:`compile_file`, :func:`devices`, :data:`TARGETS`, :class:`Target`,
-:class:`CompileOptions`, :class:`CompileError`, :class:`LaunchError`, :class:`Module`, :class:`Kernel`,
+:class:`CompileOptions`, :class:`CompileError`, :class:`LaunchError` (its :class:`DeviceAssertionError`),
+:class:`Module`, :class:`Kernel`,
 :func:`capture_printf` (kernels' printf output into ``sys.stdout`` or a string, on every target).
 """
 from __future__ import annotations
@@ -17,7 +18,7 @@ import os
 from typing import Any
 
 from .diagnostics import CompileError
-from .runtime.device import Artifact, Device, LaunchError
+from .runtime.device import Artifact, Device, DeviceAssertionError, LaunchError
 
 #: Public names imported at first use (module ``__getattr__``): ``import kcompiler`` loads neither
 #: llvmlite, numpy, lark, torch, cuda-python nor hip-python, so that the CLI starts fast.
@@ -165,5 +166,6 @@ def devices() -> list[Device]:
 
 
 __all__ = ["compile", "compile_file", "devices", "TARGETS", "TARGET_ALIASES", "Target",
-           "CompileOptions", "CompileError", "LaunchError", "Artifact", "Device", "Module", "Kernel",
+           "CompileOptions", "CompileError", "LaunchError", "DeviceAssertionError", "Artifact", "Device",
+           "Module", "Kernel",
            "resolve_target_name", "capture_printf", "__version__"]

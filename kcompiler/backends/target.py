@@ -62,19 +62,22 @@ class CompileOptions:
     process's own memory: heap corruption or a segfault). Raises ValueError for a value of another
     type or range. ``fast_math``: allow reassociation and approximate
     division/sqrt in f32 (LLVM's ``fast`` flags), and std.math's functions become their fast versions
-    (``comptime target.has("fast_math")``; docs/math.md).
+    (``comptime target.has("fast_math")``; docs/math.md). ``release``: device ``assert`` compiles to
+    nothing (C's ``NDEBUG``; ``comptime target.has("release")`` is true); asserts are still checked
+    at compile time.
     """
 
     opt_level: int = 3
     check_bounds: bool = False
     fast_math: bool = False
+    release: bool = False
 
     def __post_init__(self) -> None:
         # Checked where the options are given: a bad value would otherwise fail at the first launch,
         # inside LLVM.
         if type(self.opt_level) is not int or not 0 <= self.opt_level <= 3:
             raise ValueError(f"opt_level must be an integer from 0 to 3, not {self.opt_level!r}")
-        for name in ("check_bounds", "fast_math"):
+        for name in ("check_bounds", "fast_math", "release"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, not {getattr(self, name)!r}")
 
@@ -208,6 +211,16 @@ class Target:
 
     def nanosleep(self, ctx: "LoweringContext", ns: ll.Value) -> None:
         """A hint to back off a spin loop for about ``ns`` (i32) nanoseconds; may do nothing."""
+
+    def trap(self, ctx: "LoweringContext", reason: str) -> None:
+        """Stop this thread and fail the launch (the IR op ``trap``; ``reason``: 'assert').
+        GPUs: ``llvm.trap`` (NVPTX ``trap``, AMDGCN ``s_trap 2``): the launch ends with an error
+        (CUDA_ERROR_ASSERT / ILLEGAL_INSTRUCTION; the CUDA context is then unusable, as after a
+        failed CUDA ``assert``). The builder continues in a new, unreachable block."""
+        b = ctx.b
+        b.call(ctx.declare("llvm.trap", _ll().VoidType(), []), [])
+        b.unreachable()
+        b.position_at_end(b.append_basic_block("after_trap"))
 
     # --- printf -----------------------------------------------------------------------------------
     def printf(self, ctx: "LoweringContext", fmt: str, args: list[ll.Value], types: list[Type]) -> None:

@@ -19,7 +19,7 @@ from . import ast as A
 from . import builtins as B
 from . import fn_params
 # Importing the builtins' modules registers their handlers in REGISTRY.
-from . import (builtins_atomic, builtins_comptime, builtins_convert, builtins_hostcall,  # noqa: F401
+from . import (builtins_assert, builtins_atomic, builtins_comptime, builtins_convert, builtins_hostcall,  # noqa: F401
                builtins_math, builtins_memory, builtins_printf, builtins_sync, builtins_warp, hopper, mfma,
                warp_matrix)
 from .builtin_registry import REGISTRY

@@ -432,7 +432,7 @@ def _implicit_imports(mod: SourceModule) -> list[A.Import]:
     """``import std.hostcall`` and ``std.printf_buffer`` for a module that calls printf (whichever
     target it is lowered for; only the functions a printf lowering calls are instantiated)."""
     for n in A.walk(mod.ast):
-        if isinstance(n, A.Call) and isinstance(n.func, A.Name) and n.func.id == "printf":
+        if isinstance(n, A.Call) and isinstance(n.func, A.Name) and n.func.id in ("printf", "assert"):
             return [A.Import(["std", "hostcall"], HOSTCALL_ALIAS, span=n.span),
                     A.Import(["std", "printf_buffer"], PRINTF_BUFFER_ALIAS, span=n.span)]
     return []

@@ -50,7 +50,7 @@ from ..backends.cpu.target import (INFO_SYMBOL, MAX_BLOCK_DIM, MAX_GRID_DIM, MAX
 from ..ir.types import PointerType, ScalarType, TensorMapType, VectorType, sizeof
 from . import arrays, interrupt
 from .arrays import ArgMismatch
-from .device import Artifact, Device, LaunchError
+from .device import Artifact, Device, DeviceAssertionError, LaunchError
 from .stdio import flush_c_stdio
 from .printf_buffer import PrintfBuffer, buffer_bytes_from_env
 from .hostcall import HostcallBuffer, HostcallListener, packets_for
@@ -400,7 +400,8 @@ class CpuDevice(Device):
         if interrupted:
             raise KeyboardInterrupt
         if st.err_kind != abi.ERR_NONE:
-            raise LaunchError(_error_message(handle, st, table, grid, block))
+            error = DeviceAssertionError if st.err_kind == abi.ERR_ASSERT else LaunchError
+            raise error(_error_message(handle, st, table, grid, block))
 
     def run(self, handle: CpuKernelHandle, artifact: Artifact, grid: Any, block: Any,
             args: Sequence[Any], shared: int = 0) -> None:
@@ -627,10 +628,42 @@ def _error_message(h: CpuKernelHandle, st: abi.LaunchState, table: list[PointerA
                 f"{_xyz(st.err_tid)} waits at the barrier at {_loc(h, st.err_loc)} while thread "
                 f"{_xyz(st.err_tid2)} waits at the one at {_loc(h, st.err_loc2)}; every thread of a block "
                 f"that has not returned must reach the same barrier (a GPU would hang or misbehave)")
+    if st.err_kind == abi.ERR_ASSERT:
+        return _assertion_message(h, st)
+    if st.err_kind == abi.ERR_INDEX:
+        access = abi.ACCESS_NAMES.get(st.err_access, "access to")
+        return (f"kernel '{h.name}': out-of-bounds {access} an array element at {_loc(h, st.err_loc)}, {who}: "
+                f"index {st.err_addr} is not below the array's length {st.err_nbytes}")
+    if st.err_kind == abi.ERR_DEADLOCK:
+        return _deadlock_message(h, st)
     if st.err_kind == abi.ERR_OUT_OF_MEMORY:
         return (f"kernel '{h.name}': out of host memory for a block of {block} threads "
                 f"({h.static_shared + st.dyn_shared} bytes of shared memory)")
     return f"kernel '{h.name}': failed with error {st.err_kind} ({who})"
+
+
+def _assertion_message(h: CpuKernelHandle, st: abi.LaunchState) -> str:
+    """The line the failing thread printed (ir/assertion.py), as the hostcall printf service kept it;
+    where it did not (printf="buffered" prints after the launch), the location and the thread."""
+    loc, block, thread = _loc(h, st.err_loc), tuple(st.err_bid), tuple(st.err_tid)
+    text = _hostcall[1].printf.assertion_text(loc, block, thread) if _hostcall is not None else None
+    if text is None:
+        return (f"kernel '{h.name}': device assertion failed at {loc}, thread {_xyz(thread)} block "
+                f"{_xyz(block)}; see the printed message")
+    return text if text.startswith(f"{loc}: kernel '{h.name}'") else f"kernel '{h.name}': {text}"
+
+
+def _deadlock_message(h: CpuKernelHandle, st: abi.LaunchState) -> str:
+    """ERR_DEADLOCK (scheduler.py): the block's threads that can run all spin on atomics whose value
+    does not change."""
+    spinning, waiting = st.err_nbytes, st.err_addr
+    first = f"thread {_xyz(st.err_tid)} at {_loc(h, st.err_loc)}"
+    others = (f", ..., thread {_xyz(st.err_tid2)} at {_loc(h, st.err_loc2)}" if spinning > 1 else "")
+    rest = f"; {waiting} other thread{'s' * (waiting != 1)} wait at a barrier or warp operation" if waiting else ""
+    return (f"kernel '{h.name}': deadlock in block {_xyz(st.err_bid)}: no progress for "
+            f"{st.deadlock_seconds} s: {spinning} thread{'s' * (spinning != 1)} spin on an atomic whose "
+            f"value does not change ({first}{others}){rest}; the thread that would change it never runs "
+            f"(KC_CPU_DEADLOCK_SECONDS sets how long to wait)")
 
 
 __all__ = ["CpuDevice", "CpuKernelHandle", "PointerArg", "GUARD_BYTES"]

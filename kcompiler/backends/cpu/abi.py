@@ -50,6 +50,10 @@ WAIT_RUN, WAIT_BARRIER, WAIT_WARP, WAIT_DONE, WAIT_ERROR = 0, 1, 2, 3, 4
 WARP_SHUFFLE, WARP_BALLOT, WARP_ACTIVE_MASK, WARP_FIRST_LANE = 0, 1, 2, 3
 # LaunchState.err_kind
 ERR_NONE, ERR_BOUNDS, ERR_DIVERGENT_BARRIER, ERR_OUT_OF_MEMORY, ERR_MISALIGNED = 0, 1, 2, 3, 4
+#: A device assert failed (``err_loc``: the assert); an array index out of range under check_bounds
+#: (``err_addr``: the index, ``err_nbytes``: the array's length); no thread of a block could progress
+#: (ERR_DEADLOCK, see scheduler.py).
+ERR_ASSERT, ERR_INDEX, ERR_DEADLOCK = 5, 6, 7
 # LaunchState.err_access
 ACCESS_LOAD, ACCESS_STORE, ACCESS_ATOMIC = 0, 1, 2
 ACCESS_NAMES = {ACCESS_LOAD: "load from", ACCESS_STORE: "store to", ACCESS_ATOMIC: "atomic on"}

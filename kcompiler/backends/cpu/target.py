@@ -50,7 +50,8 @@ from ...ir.types import AddressSpace
 from ..target import Target, local_name
 from . import contract, coroutine, hopper, mfma, warp_matrix
 from .cpu_names import check_cpu_name
-from .abi import (ACCESS_ATOMIC, ACCESS_LOAD, ACCESS_STORE, ERR_BOUNDS, ERR_MISALIGNED, WAIT_BARRIER,
+from .abi import (ACCESS_ATOMIC, ACCESS_LOAD, ACCESS_STORE, ERR_ASSERT, ERR_BOUNDS, ERR_INDEX, ERR_MISALIGNED,
+                  WAIT_BARRIER,
                   WAIT_RUN, WAIT_WARP, WARP_ACTIVE_MASK, WARP_BALLOT, WARP_FIRST_LANE, WARP_SHUFFLE,
                   load_launch, load_thread, store_launch, store_thread)
 from .scheduler import START_TYPE, claim_error
@@ -327,6 +328,43 @@ class CpuTarget(Target):
         co = self._coroutine(ctx, "nanosleep")
         if co is not None:
             coroutine.suspend(co, ctx.b, WAIT_RUN, self._site(ctx))
+
+    def trap(self, ctx: "LoweringContext", reason: str) -> None:
+        # The launch stops with the error (the first one wins), the thread ends; the runtime raises
+        # DeviceAssertionError with the message the thread printed before.
+        co = self._coroutine(ctx, "assert")
+        b = ctx.b
+        if co is None:
+            super().trap(ctx, reason)
+            return
+        self._record_error(ctx, co, ERR_ASSERT, self._site(ctx))
+        b.branch(co.error)
+        b.position_at_end(b.append_basic_block("after_trap"))
+
+    def _record_error(self, ctx: "LoweringContext", co: coroutine.Coroutine, kind: int, site: int,
+                      addr: ll.Value | None = None, nbytes: ll.Value | None = None,
+                      access: int | None = None) -> None:
+        """Claim the launch's error (the first one wins) and fill its fields: ``kind`` (ERR_*), the
+        location id ``site``, this thread and block, and ``addr``/``nbytes``/``access`` if given."""
+        b = ctx.b
+        launch = load_thread(b, co.ctx, "launch")
+        record = b.append_basic_block("record_error")
+        done = b.append_basic_block("error_recorded")
+        b.cbranch(claim_error(b, launch), record, done)
+        b.position_at_end(record)
+        store_launch(b, launch, "err_kind", ll.Constant(I32, kind))
+        store_launch(b, launch, "err_loc", ll.Constant(I32, site))
+        if addr is not None:
+            store_launch(b, launch, "err_addr", addr)
+        if nbytes is not None:
+            store_launch(b, launch, "err_nbytes", nbytes)
+        if access is not None:
+            store_launch(b, launch, "err_access", ll.Constant(I32, access))
+        for d in range(3):
+            store_launch(b, launch, "err_tid", load_thread(b, co.ctx, "thread_id", d), d)
+            store_launch(b, launch, "err_bid", load_thread(b, co.ctx, "block_id", d), d)
+        b.branch(done)
+        b.position_at_end(done)
 
     def warp_sync(self, ctx: "LoweringContext", mask: ll.Value | None = None) -> None:
         # A warp operation is where the lanes of a warp meet: every active lane gets there first.
