@@ -338,6 +338,28 @@ class Target:
         a misaligned access). ``op`` is the IR op (its ``span`` locates the access, its name says
         load/store/atomic). Targets without a checker emit nothing."""
 
+    def check_index(self, ctx: "LoweringContext", index: ll.Value, count: int, op: Any) -> None:
+        """Under ``check_bounds``, emit a check that the i64 ``index`` (sign-extended where the
+        language's index is signed: a negative one fails too) into an array of ``count`` elements is
+        below ``count``; ``op`` is the memory op it leads to (span, load/store/atomic). GPUs: an out-of-
+        range index prints what :meth:`index_error` prints, then traps (:meth:`trap`)."""
+        ll_ = _ll()
+        b = ctx.b
+        ok = b.icmp_unsigned("<", index, ll_.Constant(index.type, count))
+        bad = b.append_basic_block("index_out_of_range")
+        cont = b.append_basic_block("index_checked")
+        br = b.cbranch(ok, cont, bad)
+        br.set_weights([1 << 20, 1])
+        b.position_at_end(bad)
+        self.index_error(ctx, index, count, op)
+        self.trap(ctx, "bounds")
+        b.branch(cont)  # from the unreachable block trap left the builder in
+        b.position_at_end(cont)
+
+    def index_error(self, ctx: "LoweringContext", index: ll.Value, count: int, op: Any) -> None:
+        """Report an array index out of range before the trap (by default nothing: AMD's printf is
+        the frontend's hostcall, which a backend cannot call)."""
+
     # --- 8-bit floats ----------------------------------------------------------------------------
     def minifloat_encode(self, ctx: "LoweringContext", xs: list[ll.Value], fmt: Any,
                       saturate: bool) -> list[ll.Value]:

@@ -39,3 +39,17 @@ def parse(text: str) -> tuple[str, tuple[int, int, int], tuple[int, int, int]] |
     b = tuple(int(x) for x in m.group("block").split(","))
     t = tuple(int(x) for x in m.group("thread").split(","))
     return m.group("loc"), b, t  # type: ignore[return-value]
+
+
+#: What each memory op does, in an out-of-range index's message.
+ACCESS_WORDS = {"load": "load from", "store": "store to"}
+
+
+def index_format(location: str, name: str, op_name: str, count: int) -> str:
+    """The printf format a GPU prints for an array index out of range under ``check_bounds``: the
+    who-conversions (:data:`WHO_FORMAT`: six i32) then the index (``%lld``: one i64), for the access
+    by memory op ``op_name`` at ``location`` in function ``name`` of an array of ``count`` elements."""
+    access = ACCESS_WORDS.get(op_name, "atomic on")
+    return (escape_text(f"{location}: kernel '{name}': ") + WHO_FORMAT
+            + escape_text(f": out-of-bounds {access} an array element: index ") + "%lld"
+            + escape_text(f" is out of range for an array of {count} elements") + "\n")

@@ -633,7 +633,7 @@ def _error_message(h: CpuKernelHandle, st: abi.LaunchState, table: list[PointerA
     if st.err_kind == abi.ERR_INDEX:
         access = abi.ACCESS_NAMES.get(st.err_access, "access to")
         return (f"kernel '{h.name}': out-of-bounds {access} an array element at {_loc(h, st.err_loc)}, {who}: "
-                f"index {st.err_addr} is not below the array's length {st.err_nbytes}")
+                f"index {st.err_addr} is out of range for an array of {st.err_nbytes} elements")
     if st.err_kind == abi.ERR_DEADLOCK:
         return _deadlock_message(h, st)
     if st.err_kind == abi.ERR_OUT_OF_MEMORY:

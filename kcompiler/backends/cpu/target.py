@@ -422,6 +422,24 @@ class CpuTarget(Target):
         br.set_weights([1 << 20, 1])
         b.position_at_end(cont)
 
+    def check_index(self, ctx: "LoweringContext", index: ll.Value, count: int, op: Any) -> None:
+        # Out of range, the launch stops with ERR_INDEX (index, length, where, who) and the runtime
+        # raises LaunchError naming them.
+        co = self._coroutine(ctx, "a bounds-checked array access")
+        if co is None:
+            return
+        b = ctx.b
+        bad = b.append_basic_block("index_out_of_range")
+        cont = b.append_basic_block("index_checked")
+        br = b.cbranch(b.icmp_unsigned("<", index, ll.Constant(I64, count)), cont, bad)
+        br.set_weights([1 << 20, 1])
+        b.position_at_end(bad)
+        access = {"load": ACCESS_LOAD, "store": ACCESS_STORE}.get(getattr(op, "name", ""), ACCESS_ATOMIC)
+        self._record_error(ctx, co, ERR_INDEX, self._site(ctx, getattr(op, "span", None)),
+                           addr=index, nbytes=ll.Constant(I64, count), access=access)
+        b.branch(co.error)
+        b.position_at_end(cont)
+
     def _check_function(self, m: ll.Module) -> ll.Function:
         """``i1 __kc_check_access(ptr ctx, ptr p, i64 n, i32 loc, i32 access, i64 align)``: whether
         [p, p+n) lies in one host array of the launch's table and p is a multiple of ``align`` (a power

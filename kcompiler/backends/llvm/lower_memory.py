@@ -59,9 +59,27 @@ class MemoryLowering:
         return self.v(ctx, op.operands[0])  # opaque pointers: the pointee lives in the IR type only
 
     def _checked(self, ctx: LoweringContext, p: ll.Value, ptype: PointerType, op: Op) -> None:
-        if self.options.check_bounds and ptype.space in (AddressSpace.GLOBAL, AddressSpace.CONST):
+        if not self.options.check_bounds:
+            return
+        self._check_indices(ctx, op)
+        if ptype.space in (AddressSpace.GLOBAL, AddressSpace.CONST):
             self.target.check_access(ctx, p, sizeof(ptype.pointee), op, self.memtype(ptype.pointee),
                                      op.attrs.get("align"))
+
+    def _check_indices(self, ctx: LoweringContext, op: Op) -> None:
+        """Under ``check_bounds``: every index into a fixed-size array on the way to the address the
+        memory op ``op`` accesses (``a[i]``, ``m[i][j]``: the chain of ``elemptr`` on ``[T; N]``, through
+        ``ptrcast``) is below the array's length N (Target.check_index), in any address space: local
+        and shared arrays, which host-passed memory's check does not cover."""
+        v = op.operands[0]
+        while v.owner is not None and v.owner.name in ("elemptr", "ptrcast"):
+            o = v.owner
+            base = o.operands[0].type
+            if o.name == "elemptr" and isinstance(base.pointee, ArrayType):
+                i = o.operands[1]
+                self.target.check_index(ctx, self.index64(ctx, self.v(ctx, i), i.type),
+                                        base.pointee.count, op)
+            v = o.operands[0]
 
     def op_load(self, ctx: LoweringContext, op: Op) -> ll.Value:
         p = self.v(ctx, op.operands[0])

@@ -11,7 +11,8 @@ from typing import Any
 from llvmlite import ir as ll
 
 from ...ir.core import NORMAL_RANGE_MATH
-from ...ir.types import AddressSpace, TensorMapType, Type
+from ...ir.assertion import index_format
+from ...ir.types import I32, I64, AddressSpace, TensorMapType, Type
 from ..errors import UnsupportedOnTarget
 from ..llvm.lower import LoweringContext
 from ..target import Target
@@ -262,6 +263,14 @@ class NvptxTarget(Target):
         ctx.b.call(ctx.declare("llvm.nvvm.nanosleep", ll.VoidType(), [_I32]), [ns])
 
     # --- printf -----------------------------------------------------------------------------------
+    def index_error(self, ctx: LoweringContext, index: ll.Value, count: int, op: Any) -> None:
+        # The line a failed assert prints (ir/assertion.py), through vprintf, before the trap.
+        name = ctx.ir_fn.attrs.get("source_name", ctx.ir_fn.name)
+        span = getattr(op, "span", None)
+        fmt = index_format(str(span) if span is not None else "<unknown>", name, getattr(op, "name", ""), count)
+        who = [self.special(ctx, reg, d) for reg in ("block_id", "thread_id") for d in "xyz"]
+        self.printf(ctx, fmt, who + [index], [I32] * 6 + [I64])
+
     def printf(self, ctx: LoweringContext, fmt: str, args: list[ll.Value], types: list[Type]) -> None:
         """CUDA's device printf, as clang lowers it (clang/lib/CodeGen/CGGPUBuiltin.cpp,
         packArgsIntoNVPTXFormatBuffer and EmitNVPTXDevicePrintfCallExpr): ``i32 vprintf(ptr format,
