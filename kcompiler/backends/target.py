@@ -212,6 +212,12 @@ class Target:
     def nanosleep(self, ctx: "LoweringContext", ns: ll.Value) -> None:
         """A hint to back off a spin loop for about ``ns`` (i32) nanoseconds; may do nothing."""
 
+    def spin_point(self, ctx: "LoweringContext", value: ll.Value, failed: ll.Value | None = None) -> None:
+        """After an atomic read inside a loop (atomic_load, atomic_cas, atomic exch; ``value`` the
+        integer read, ``failed`` an i1, for a CAS, true where it did not swap): where the threads of
+        a block are not all running at once, let the others run when the thread may be spinning on
+        one of them. GPUs: nothing (sm_70+'s independent thread scheduling, AMD's wavefronts)."""
+
     def trap(self, ctx: "LoweringContext", reason: str) -> None:
         """Stop this thread and fail the launch (the IR op ``trap``; ``reason``: 'assert').
         GPUs: ``llvm.trap`` (NVPTX ``trap``, AMDGCN ``s_trap 2``): the launch ends with an error

@@ -377,6 +377,7 @@ class CpuDevice(Device):
         st.grid[0], st.grid[1], st.grid[2] = grid
         st.block[0], st.block[1], st.block[2] = block
         st.warp_size = handle.warp_size
+        st.deadlock_seconds = deadlock_seconds_from_env()
         run = _Scheduler.get()
         # Handing blocks to other threads costs tens of microseconds: small launches run here.
         threads = blocks * block[0] * block[1] * block[2]
@@ -499,6 +500,27 @@ def _join(futures: list[Any], stop: Callable[[], None]) -> None:
                 stop()
     if interrupted:
         raise KeyboardInterrupt
+
+
+#: How long a block may make no progress before the launch stops with a deadlock (seconds).
+DEADLOCK_SECONDS = 10
+
+
+def deadlock_seconds_from_env() -> int:
+    """``KC_CPU_DEADLOCK_SECONDS``: how long (whole seconds) every runnable thread of a block may spin
+    on atomics whose value does not change before the launch stops with a deadlock error; 0 waits
+    forever (Ctrl-C still stops it). Default :data:`DEADLOCK_SECONDS`. Raises ValueError for a
+    value that is not a whole number from 0 to 2**31 - 1."""
+    text = os.environ.get("KC_CPU_DEADLOCK_SECONDS", "").strip()
+    if not text:
+        return DEADLOCK_SECONDS
+    try:
+        v = int(text)
+    except ValueError:
+        v = -1
+    if not 0 <= v < 2**31:
+        raise ValueError(f"KC_CPU_DEADLOCK_SECONDS={text!r}: expected whole seconds, 0 or more")
+    return v
 
 
 def _runtime_memory(handle: CpuKernelHandle) -> list[PointerArg]:
@@ -662,7 +684,7 @@ def _deadlock_message(h: CpuKernelHandle, st: abi.LaunchState) -> str:
     rest = f"; {waiting} other thread{'s' * (waiting != 1)} wait at a barrier or warp operation" if waiting else ""
     return (f"kernel '{h.name}': deadlock in block {_xyz(st.err_bid)}: no progress for "
             f"{st.deadlock_seconds} s: {spinning} thread{'s' * (spinning != 1)} spin on an atomic whose "
-            f"value does not change ({first}{others}){rest}; the thread that would change it never runs "
+            f"value does not change ({first}{others}){rest}: nothing in the block will change it "
             f"(KC_CPU_DEADLOCK_SECONDS sets how long to wait)")
 
 

@@ -35,7 +35,7 @@ from typing import Iterator
 import llvmlite.binding as llvm
 from llvmlite import ir as ll
 
-from .abi import (ERR_DIVERGENT_BARRIER, ERR_OUT_OF_MEMORY, THREAD_TYPE, WAIT_BARRIER, WAIT_RUN,
+from .abi import (ERR_DEADLOCK, ERR_DIVERGENT_BARRIER, ERR_OUT_OF_MEMORY, THREAD_TYPE, WAIT_BARRIER, WAIT_RUN,
                   WAIT_WARP, WARP_ACTIVE_MASK, WARP_BALLOT, WARP_SHUFFLE,
                   launch_field, load_launch, load_thread, store_launch, store_thread)
 
@@ -150,6 +150,60 @@ def launch_stopped(b: ll.IRBuilder, launch: ll.Value) -> ll.Value:
     return b.icmp_unsigned("!=", v, c32(0))
 
 
+#: Stalled rounds between two looks at the clock (deadlock detection).
+CLOCK_EVERY = 1024
+
+
+def _deadlock_check(fb: FunctionBuilder, L: ll.Value, stalled: ll.Value, rounds: Var, start: Var,
+                    n: ll.Value, ctx_at, time_fn: ll.Function, out: ll.Block) -> None:
+    """After a scheduling round: count stalled rounds in a row; once they have lasted the launch's
+    ``deadlock_seconds`` (looked at every CLOCK_EVERY rounds; 0: never), stop the launch with
+    ERR_DEADLOCK naming the first and last spinning thread, their sites, how many spin
+    (``err_nbytes``) and how many wait at a barrier or warp operation (``err_addr``)."""
+    b = fb.b
+    null = ll.Constant(PTR, None)
+    limit = b.sext(load_launch(b, L, "deadlock_seconds"), I64)
+    with fb.if_(b.not_(stalled), "progress"):
+        rounds.set(c64(0))
+    with fb.if_(stalled, "stall"):
+        r = b.add(rounds.get(), c64(1))
+        rounds.set(r)
+        with fb.if_(b.icmp_unsigned("==", r, c64(1)), "stall.first"):
+            start.set(b.call(time_fn, [null]))
+        look = b.and_(b.icmp_unsigned("==", b.and_(r, c64(CLOCK_EVERY - 1)), c64(0)),
+                      b.icmp_signed(">", limit, c64(0)))
+        with fb.if_(look, "stall.look"):
+            late = b.icmp_signed(">=", b.sub(b.call(time_fn, [null]), start.get()), limit)
+            with fb.if_(late, "deadlock"):
+                with fb.if_(claim_error(b, L), "deadlock.claim"):
+                    spinning = fb.var(I64, c64(0), "spinning")
+                    waiting = fb.var(I64, c64(0), "waiting")
+                    first = fb.var(I32, c32(-1), "first_spinning")
+                    last = fb.var(I32, c32(0), "last_spinning")
+                    with fb.loop(c32(0), n, "t") as t:
+                        c = ctx_at(t)
+                        w = load_thread(b, c, "wait")
+                        spins = b.icmp_unsigned("==", w, c32(WAIT_RUN))
+                        waits = b.or_(b.icmp_unsigned("==", w, c32(WAIT_BARRIER)),
+                                      b.icmp_unsigned("==", w, c32(WAIT_WARP)))
+                        spinning.set(b.add(spinning.get(), b.zext(spins, I64)))
+                        waiting.set(b.add(waiting.get(), b.zext(waits, I64)))
+                        is_first = b.and_(spins, b.icmp_signed("<", first.get(), c32(0)))
+                        first.set(b.select(is_first, t, first.get()))
+                        last.set(b.select(spins, t, last.get()))
+                    c0, c1 = ctx_at(first.get()), ctx_at(last.get())
+                    store_launch(b, L, "err_kind", c32(ERR_DEADLOCK))
+                    store_launch(b, L, "err_loc", load_thread(b, c0, "site"))
+                    store_launch(b, L, "err_loc2", load_thread(b, c1, "site"))
+                    store_launch(b, L, "err_nbytes", spinning.get())
+                    store_launch(b, L, "err_addr", waiting.get())
+                    for d in range(3):
+                        store_launch(b, L, "err_tid", load_thread(b, c0, "thread_id", d), d)
+                        store_launch(b, L, "err_tid2", load_thread(b, c1, "thread_id", d), d)
+                        store_launch(b, L, "err_bid", load_thread(b, c0, "block_id", d), d)
+                b.branch(out)
+
+
 def build_scheduler_module(triple: str, data_layout: str) -> ll.Module:
     """The LLVM module holding ``kc_run_blocks(ptr launch_state) -> void`` (see the module doc)."""
     m = ll.Module(name="kc_cpu_scheduler")
@@ -183,6 +237,9 @@ def build_scheduler_module(triple: str, data_layout: str) -> ll.Module:
     args = load_launch(b, L, "args")
     start = b.load(launch_field(b, L, "start"), typ=FunctionPointer(START_TYPE))
 
+    stall_rounds = fb.var(I64, c64(0), "stall_rounds")
+    stall_start = fb.var(I64, c64(0), "stall_start")
+    time_fn = declare(m, "time", I64, [PTR])
     ctx_size = THREAD_TYPE.get_abi_size(llvm.create_target_data(data_layout))
     ctxs = b.call(calloc, [b.zext(n, I64), c64(ctx_size)], name="ctxs")
     shared = b.call(aligned_alloc, [c64(SHARED_ALIGN), shbytes], name="shared")
@@ -227,6 +284,7 @@ def build_scheduler_module(triple: str, data_layout: str) -> ll.Module:
     ramp = fn.append_basic_block("ramp")
     b.cbranch(b.icmp_unsigned(">=", blk, total), out, ramp)
     b.position_at_end(ramp)
+    stall_rounds.set(c64(0))
     gx, gy = b.zext(gdim[0], I64), b.zext(gdim[1], I64)
     bid = [b.trunc(b.urem(blk, gx), I32), b.trunc(b.urem(b.udiv(blk, gx), gy), I32),
            b.trunc(b.udiv(blk, b.mul(gx, gy)), I32)]
@@ -235,6 +293,9 @@ def build_scheduler_module(triple: str, data_layout: str) -> ll.Module:
         for d in range(3):
             store_thread(b, c, "block_id", bid[d], d)
         store_thread(b, c, "wait", c32(WAIT_RUN))
+        store_thread(b, c, "spin_site", c32(0))
+        store_thread(b, c, "spin_n", c32(0))
+        store_thread(b, c, "spin", c32(0))
         b.call(start, [args, c])
         cont = fn.append_basic_block("ramp.cont")
         b.cbranch(launch_stopped(b, L), out, cont)
@@ -342,13 +403,21 @@ def build_scheduler_module(triple: str, data_layout: str) -> ll.Module:
     b.branch(resume_all)
 
     b.position_at_end(resume_all)
+    # A round is stalled when every thread it resumed yielded again at a spin point having read the
+    # value it read there before (ThreadContext.spin): no thread changed anything the others wait for.
+    stalled = fb.var(I1, ll.Constant(I1, 1), "stalled")
     with fb.loop(c32(0), n, "t") as t:
         c = ctx_at(t)
         with fb.if_(b.icmp_unsigned("==", load_thread(b, c, "wait"), c32(WAIT_RUN)), "runnable"):
+            store_thread(b, c, "spin", c32(0))
             b.call(resume, [load_thread(b, c, "frame")])
             cont = fn.append_basic_block("resume.cont")
             b.cbranch(launch_stopped(b, L), out, cont)
             b.position_at_end(cont)
+            spun = b.and_(b.icmp_unsigned("==", load_thread(b, c, "wait"), c32(WAIT_RUN)),
+                          b.icmp_unsigned("!=", load_thread(b, c, "spin"), c32(0)))
+            stalled.set(b.and_(stalled.get(), spun))
+    _deadlock_check(fb, L, stalled.get(), stall_rounds, stall_start, n, ctx_at, time_fn, out)
     b.branch(sched)
 
     # --- the end: free what this worker allocated -------------------------------------------------

@@ -329,6 +329,41 @@ class CpuTarget(Target):
         if co is not None:
             coroutine.suspend(co, ctx.b, WAIT_RUN, self._site(ctx))
 
+    #: Atomic reads in loops a thread makes between yields at most (spin_point).
+    SPIN_READS = 64
+
+    def spin_point(self, ctx: "LoweringContext", value: ll.Value, failed: ll.Value | None = None) -> None:
+        # The threads of a block share one host thread, switching only where they suspend: a thread
+        # spinning on a flag that another thread of its block sets would spin forever. It yields
+        # (WAIT_RUN, as nanosleep does) where it reads at this site the value it read here last time
+        # (it is waiting: a CAS only where it failed), or after SPIN_READS atomic reads in loops (a
+        # loop that reads two flags in turn); ``spin`` tells the scheduler the first case, which it
+        # counts towards a deadlock (scheduler.py).
+        co = self._coroutine(ctx, "an atomic in a loop")
+        if co is None:
+            return
+        b = ctx.b
+        site = self._site(ctx)
+        v = value if value.type == I64 else b.zext(value, I64)
+        tag = ll.Constant(I32, site + 1)
+        same = b.and_(b.icmp_unsigned("==", load_thread(b, co.ctx, "spin_site"), tag),
+                      b.icmp_unsigned("==", load_thread(b, co.ctx, "spin_val"), v))
+        n = b.add(load_thread(b, co.ctx, "spin_n"), ll.Constant(I32, 1))
+        go = b.or_(same, b.icmp_unsigned(">=", n, ll.Constant(I32, self.SPIN_READS)))
+        if failed is not None:
+            go = b.and_(go, failed)
+        store_thread(b, co.ctx, "spin_site", tag)
+        store_thread(b, co.ctx, "spin_val", v)
+        store_thread(b, co.ctx, "spin_n", b.select(go, ll.Constant(I32, 0), n))
+        yield_ = b.append_basic_block("spin.yield")
+        cont = b.append_basic_block("spin.cont")
+        b.cbranch(go, yield_, cont)
+        b.position_at_end(yield_)
+        store_thread(b, co.ctx, "spin", b.zext(same, I32))
+        coroutine.suspend(co, b, WAIT_RUN, site)
+        b.branch(cont)
+        b.position_at_end(cont)
+
     def trap(self, ctx: "LoweringContext", reason: str) -> None:
         # The launch stops with the error (the first one wins), the thread ends; the runtime raises
         # DeviceAssertionError with the message the thread printed before.

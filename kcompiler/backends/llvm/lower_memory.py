@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from llvmlite import ir as ll
 
 from ...ir.core import Op
-from ...ir.types import AddressSpace, ArrayType, PointerType, Type, elem_of, sizeof
+from ...ir.types import AddressSpace, ArrayType, PointerType, ScalarType, Type, elem_of, sizeof
 from ..target import LLVM_ORDERS, local_name, set_syncscope
 from .lltypes import _I64
 
@@ -104,8 +104,11 @@ class MemoryLowering:
         p, x = (self.v(ctx, v) for v in op.operands)
         t = elem_of(op.operands[1].type)
         self._checked(ctx, p, op.operands[0].type, op)
-        return self.target.atomic(ctx, op.attrs["op"], p, x, op.attrs["order"], op.attrs["scope"],
-                                  t.is_signed, t.is_float)
+        old = self.target.atomic(ctx, op.attrs["op"], p, x, op.attrs["order"], op.attrs["scope"],
+                                 t.is_signed, t.is_float)
+        if op.attrs["op"] == "exch" and ctx.loops and isinstance(old.type, ll.IntType):
+            self.target.spin_point(ctx, old)  # a spin lock: while atomic_exch(lock, 1) == 1 {}
+        return old
 
     def op_atomic_cas(self, ctx: LoweringContext, op: Op) -> ll.Value:
         p, c, n = (self.v(ctx, v) for v in op.operands)
@@ -115,8 +118,13 @@ class MemoryLowering:
             it = ll.IntType(t.bits)
             old = self.target.atomic_cas(ctx, p, ctx.b.bitcast(c, it), ctx.b.bitcast(n, it),
                                          op.attrs["order"], op.attrs["scope"])
+            if ctx.loops:
+                self.target.spin_point(ctx, old, ctx.b.icmp_unsigned("!=", old, ctx.b.bitcast(c, it)))
             return ctx.b.bitcast(old, c.type)
-        return self.target.atomic_cas(ctx, p, c, n, op.attrs["order"], op.attrs["scope"])
+        old = self.target.atomic_cas(ctx, p, c, n, op.attrs["order"], op.attrs["scope"])
+        if ctx.loops:  # a CAS loop, or a lock: yield where it failed (spin_point)
+            self.target.spin_point(ctx, old, ctx.b.icmp_unsigned("!=", old, c))
+        return old
 
     def op_atomic_load(self, ctx: LoweringContext, op: Op) -> ll.Value:
         p = self.v(ctx, op.operands[0])
@@ -125,6 +133,9 @@ class MemoryLowering:
         inst = ctx.b.load_atomic(p, LLVM_ORDERS[op.attrs["order"]], align=elem_of(op.result.type).bits // 8,
                                  typ=t)
         set_syncscope(inst, self.target.syncscope(op.attrs["scope"]))
+        rt = op.result.type
+        if ctx.loops and isinstance(rt, ScalarType):  # while atomic_load(flag) == 0 {}: spin_point
+            self.target.spin_point(ctx, inst if isinstance(t, ll.IntType) else ctx.b.bitcast(inst, ll.IntType(rt.bits)))
         return inst
 
     def op_atomic_store(self, ctx: LoweringContext, op: Op) -> None:
