@@ -218,8 +218,10 @@ class Target:
         a block are not all running at once, let the others run when the thread may be spinning on
         one of them. GPUs: nothing (sm_70+'s independent thread scheduling, AMD's wavefronts)."""
 
-    def trap(self, ctx: "LoweringContext", reason: str) -> None:
-        """Stop this thread and fail the launch (the IR op ``trap``; ``reason``: 'assert').
+    def trap(self, ctx: "LoweringContext", reason: str, message: str = "", function: str = "") -> None:
+        """Stop this thread and fail the launch (the IR op ``trap``; ``reason``: 'assert', or 'bounds'
+        from :meth:`check_index`; ``message``: the failed condition's text, ``function``: the name of
+        the function it is in, where known).
         GPUs: ``llvm.trap`` (NVPTX ``trap``, AMDGCN ``s_trap 2``): the launch ends with an error
         (CUDA_ERROR_ASSERT / ILLEGAL_INSTRUCTION; the CUDA context is then unusable, as after a
         failed CUDA ``assert``). The builder continues in a new, unreachable block."""
@@ -358,7 +360,8 @@ class Target:
         br.set_weights([1 << 20, 1])
         b.position_at_end(bad)
         self.index_error(ctx, index, count, op)
-        self.trap(ctx, "bounds")
+        self.trap(ctx, "bounds", f"array index < {count}",
+                  ctx.ir_fn.attrs.get("source_name", ctx.ir_fn.name))
         b.branch(cont)  # from the unreachable block trap left the builder in
         b.position_at_end(cont)
 

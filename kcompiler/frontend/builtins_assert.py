@@ -79,5 +79,5 @@ def _assert(fl, f, e, kw):
         who = [fl.b.special(reg, d) for reg in ("block_id", "thread_id") for d in "xyz"]
         lower_printf(fl, A.Call(e.func, [text, *e.args[2:]], [], span=e.span),
                      (before + WHO_FORMAT + after, who), WHAT)
-        fl.b.op("trap", reason="assert")
+        fl.b.op("trap", reason="assert", message=_condition_text(cond.span), function=fl.decl.name)
     return VOIDV

@@ -208,7 +208,9 @@ OPS: dict[str, OpInfo] = {
     "trap": OpInfo(0, ("reason",), result="none", pure=False,
                    doc="stop this thread and fail the launch (GPUs: the trap instruction; the cpu target "
                        "records the error); attr reason: 'assert' (a failed device assertion, whose "
-                       "message was printed before) or 'bounds'; the code after it is not reached"),
+                       "message was printed before); optional attrs message (the condition's text) and "
+                       "function (the name of the function it is in), for CUDA's __assertfail; the code "
+                       "after it is not reached"),
     "hostcall_buffer": OpInfo(0, pure=False, doc="the address (u64) of the launch's hostcall buffer, 0 if none"),
     "printf_buffer": OpInfo(0, ("format",), pure=False,
                             doc="the address (u64) of the launch's printf buffer (printf=\"buffered\"), 0 if "

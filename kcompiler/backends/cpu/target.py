@@ -364,13 +364,13 @@ class CpuTarget(Target):
         b.branch(cont)
         b.position_at_end(cont)
 
-    def trap(self, ctx: "LoweringContext", reason: str) -> None:
+    def trap(self, ctx: "LoweringContext", reason: str, message: str = "", function: str = "") -> None:
         # The launch stops with the error (the first one wins), the thread ends; the runtime raises
         # DeviceAssertionError with the message the thread printed before.
         co = self._coroutine(ctx, "assert")
         b = ctx.b
         if co is None:
-            super().trap(ctx, reason)
+            super().trap(ctx, reason, message, function)
             return
         self._record_error(ctx, co, ERR_ASSERT, self._site(ctx))
         b.branch(co.error)

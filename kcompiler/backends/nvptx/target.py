@@ -263,6 +263,27 @@ class NvptxTarget(Target):
         ctx.b.call(ctx.declare("llvm.nvvm.nanosleep", ll.VoidType(), [_I32]), [ns])
 
     # --- printf -----------------------------------------------------------------------------------
+    def trap(self, ctx: LoweringContext, reason: str, message: str = "", function: str = "") -> None:
+        """CUDA's ``__assertfail(message, file, line, function, 1)`` (what nvcc's ``assert`` calls; the
+        CUDA device runtime's, like vprintf): the driver prints its own line, ``file:line: function:
+        block: [x,y,z], thread: [x,y,z] Assertion `message` failed.``, after the lines printed before
+        it, and the launch fails with CUDA_ERROR_ASSERT, which the runtime raises as
+        DeviceAssertionError. A ``trap`` follows, in case it returns."""
+        b = ctx.b
+        generic = ll.PointerType()
+        span = ctx.current_span
+        gl = self.address_spaces[AddressSpace.GLOBAL]
+
+        def text(s: str) -> ll.Value:
+            return b.addrspacecast(ctx.string_constant(s, gl), generic)
+
+        fail = ctx.declare("__assertfail", ll.VoidType(), [generic, generic, _I32, generic, ll.IntType(64)])
+        b.call(fail, [text(message or reason), text(span.file.path if span is not None else "<unknown>"),
+                      ll.Constant(_I32, span.line if span is not None else 0),
+                      text(function or ctx.ir_fn.attrs.get("source_name", ctx.ir_fn.name)),
+                      ll.Constant(ll.IntType(64), 1)])
+        super().trap(ctx, reason, message, function)
+
     def index_error(self, ctx: LoweringContext, index: ll.Value, count: int, op: Any) -> None:
         # The line a failed assert prints (ir/assertion.py), through vprintf, before the trap.
         name = ctx.ir_fn.attrs.get("source_name", ctx.ir_fn.name)
