@@ -213,7 +213,8 @@ class Target:
         """A hint to back off a spin loop for about ``ns`` (i32) nanoseconds; may do nothing."""
 
     def spin_point(self, ctx: "LoweringContext", value: ll.Value, failed: ll.Value | None = None) -> None:
-        """After an atomic read inside a loop (atomic_load, atomic_cas, atomic exch; ``value`` the
+        """After an atomic read inside a ``while`` loop (atomic_load, atomic_cas, atomic exch; a ``for``
+        loop is counted, so it ends without help; ``value`` the
         integer read, ``failed`` an i1, for a CAS, true where it did not swap): where the threads of
         a block are not all running at once, let the others run when the thread may be spinning on
         one of them. GPUs: nothing (sm_70+'s independent thread scheduling, AMD's wavefronts)."""

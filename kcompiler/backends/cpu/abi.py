@@ -24,7 +24,8 @@ _CT = {"ptr": ctypes.c_void_p, "i64": ctypes.c_int64, "i32": ctypes.c_int32, "i3
 #: ``wop``/``wsrc``/``wval``: the warp operation posted (WARP_*), its source lane and this lane's value;
 #: ``wres``: the result the scheduler writes back before resuming the thread. Spin-waits (the CPU
 #: target's ``spin_point``): ``spin_site``/``spin_val`` the last atomic read in a loop (location id + 1,
-#: 0: none; the value read), ``spin_n`` such reads since the thread last yielded, ``spin`` 1 when the
+#: 0: none; the value read), ``spin_n`` how many reads in a row found the value of the read before at
+#: the same site, ``spin_total`` the reads since the thread last yielded there, ``spin`` 1 when the
 #: thread yielded because the value it read had not changed (the scheduler's deadlock detection).
 THREAD_FIELDS: list[tuple[str, str]] = [
     ("frame", "ptr"), ("frame_buf", "ptr"), ("frame_cap", "i64"), ("launch", "ptr"),
@@ -32,7 +33,7 @@ THREAD_FIELDS: list[tuple[str, str]] = [
     ("thread_id", "i32x3"), ("block_id", "i32x3"), ("block_dim", "i32x3"), ("grid_dim", "i32x3"),
     ("lane_id", "i32"), ("warp_id", "i32"), ("wait", "i32"), ("site", "i32"),
     ("wop", "i32"), ("wsrc", "i32"), ("linear", "i32"), ("spin", "i32"),
-    ("spin_val", "i64"), ("spin_site", "i32"), ("spin_n", "i32"),
+    ("spin_val", "i64"), ("spin_site", "i32"), ("spin_n", "i32"), ("spin_total", "i32"), ("pad2", "i32"),
 ]
 
 #: Per-launch state. ``start(args, ctx)``: the kernel's thunk (unpacks ``args``, a buffer of 8-byte

@@ -295,6 +295,7 @@ def build_scheduler_module(triple: str, data_layout: str) -> ll.Module:
         store_thread(b, c, "wait", c32(WAIT_RUN))
         store_thread(b, c, "spin_site", c32(0))
         store_thread(b, c, "spin_n", c32(0))
+        store_thread(b, c, "spin_total", c32(0))
         store_thread(b, c, "spin", c32(0))
         b.call(start, [args, c])
         cont = fn.append_basic_block("ramp.cont")

@@ -329,16 +329,21 @@ class CpuTarget(Target):
         if co is not None:
             coroutine.suspend(co, ctx.b, WAIT_RUN, self._site(ctx))
 
-    #: Atomic reads in loops a thread makes between yields at most (spin_point).
-    SPIN_READS = 64
+    #: Reads at one site in a row that find the value read there before, after which the thread
+    #: yields (spin_point): a spin-wait spins this often between yields.
+    SPIN_SAME = 8
+    #: Atomic reads in loops a thread makes between yields at most (a loop reading two flags in turn).
+    SPIN_READS = 4096
 
     def spin_point(self, ctx: "LoweringContext", value: ll.Value, failed: ll.Value | None = None) -> None:
         # The threads of a block share one host thread, switching only where they suspend: a thread
         # spinning on a flag that another thread of its block sets would spin forever. It yields
-        # (WAIT_RUN, as nanosleep does) where it reads at this site the value it read here last time
-        # (it is waiting: a CAS only where it failed), or after SPIN_READS atomic reads in loops (a
-        # loop that reads two flags in turn); ``spin`` tells the scheduler the first case, which it
-        # counts towards a deadlock (scheduler.py).
+        # (WAIT_RUN, as nanosleep does) after SPIN_SAME reads in a row at this site found the value
+        # of the read before (it is waiting; a CAS: only where it failed), or after SPIN_READS atomic
+        # reads in while loops; ``spin`` tells the scheduler the first case, which counts towards a
+        # deadlock (scheduler.py). Only reads inside a while loop get here (a for loop is counted):
+        # such a read costs a few loads and stores of the ThreadContext, and a suspension point
+        # that keeps the loop's values in the coroutine frame.
         co = self._coroutine(ctx, "an atomic in a loop")
         if co is None:
             return
@@ -346,20 +351,25 @@ class CpuTarget(Target):
         site = self._site(ctx)
         v = value if value.type == I64 else b.zext(value, I64)
         tag = ll.Constant(I32, site + 1)
+        zero = ll.Constant(I32, 0)
         same = b.and_(b.icmp_unsigned("==", load_thread(b, co.ctx, "spin_site"), tag),
                       b.icmp_unsigned("==", load_thread(b, co.ctx, "spin_val"), v))
-        n = b.add(load_thread(b, co.ctx, "spin_n"), ll.Constant(I32, 1))
-        go = b.or_(same, b.icmp_unsigned(">=", n, ll.Constant(I32, self.SPIN_READS)))
+        streak = b.select(same, b.add(load_thread(b, co.ctx, "spin_n"), ll.Constant(I32, 1)), zero)
+        total = b.add(load_thread(b, co.ctx, "spin_total"), ll.Constant(I32, 1))
+        waiting = b.icmp_unsigned(">=", streak, ll.Constant(I32, self.SPIN_SAME))
+        go = b.or_(waiting, b.icmp_unsigned(">=", total, ll.Constant(I32, self.SPIN_READS)))
         if failed is not None:
             go = b.and_(go, failed)
         store_thread(b, co.ctx, "spin_site", tag)
         store_thread(b, co.ctx, "spin_val", v)
-        store_thread(b, co.ctx, "spin_n", b.select(go, ll.Constant(I32, 0), n))
+        store_thread(b, co.ctx, "spin_n", b.select(go, zero, streak))
+        store_thread(b, co.ctx, "spin_total", b.select(go, zero, total))
         yield_ = b.append_basic_block("spin.yield")
         cont = b.append_basic_block("spin.cont")
-        b.cbranch(go, yield_, cont)
+        br = b.cbranch(go, yield_, cont)
+        br.set_weights([1, 64])
         b.position_at_end(yield_)
-        store_thread(b, co.ctx, "spin", b.zext(same, I32))
+        store_thread(b, co.ctx, "spin", b.zext(waiting, I32))
         coroutine.suspend(co, b, WAIT_RUN, site)
         b.branch(cont)
         b.position_at_end(cont)

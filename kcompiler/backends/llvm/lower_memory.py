@@ -106,7 +106,7 @@ class MemoryLowering:
         self._checked(ctx, p, op.operands[0].type, op)
         old = self.target.atomic(ctx, op.attrs["op"], p, x, op.attrs["order"], op.attrs["scope"],
                                  t.is_signed, t.is_float)
-        if op.attrs["op"] == "exch" and ctx.loops and isinstance(old.type, ll.IntType):
+        if op.attrs["op"] == "exch" and ctx.while_depth and isinstance(old.type, ll.IntType):
             self.target.spin_point(ctx, old)  # a spin lock: while atomic_exch(lock, 1) == 1 {}
         return old
 
@@ -118,11 +118,11 @@ class MemoryLowering:
             it = ll.IntType(t.bits)
             old = self.target.atomic_cas(ctx, p, ctx.b.bitcast(c, it), ctx.b.bitcast(n, it),
                                          op.attrs["order"], op.attrs["scope"])
-            if ctx.loops:
+            if ctx.while_depth:
                 self.target.spin_point(ctx, old, ctx.b.icmp_unsigned("!=", old, ctx.b.bitcast(c, it)))
             return ctx.b.bitcast(old, c.type)
         old = self.target.atomic_cas(ctx, p, c, n, op.attrs["order"], op.attrs["scope"])
-        if ctx.loops:  # a CAS loop, or a lock: yield where it failed (spin_point)
+        if ctx.while_depth:  # a CAS loop, or a lock: yield where it failed (spin_point)
             self.target.spin_point(ctx, old, ctx.b.icmp_unsigned("!=", old, c))
         return old
 
@@ -134,7 +134,7 @@ class MemoryLowering:
                                  typ=t)
         set_syncscope(inst, self.target.syncscope(op.attrs["scope"]))
         rt = op.result.type
-        if ctx.loops and isinstance(rt, ScalarType):  # while atomic_load(flag) == 0 {}: spin_point
+        if ctx.while_depth and isinstance(rt, ScalarType):  # while atomic_load(flag) == 0 {}: spin_point
             self.target.spin_point(ctx, inst if isinstance(t, ll.IntType) else ctx.b.bitcast(inst, ll.IntType(rt.bits)))
         return inst
 
