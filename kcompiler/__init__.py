@@ -99,7 +99,8 @@ def compile(source: str, target: str = "auto", arch: str | None = None,  # noqa:
     (``params=`` is the older name of this keyword, still accepted).
     ``path``: the name messages print; imports of the user's own modules are searched beside it (in
     the current directory for the default '<string>'). ``options``: :class:`CompileOptions` fields
-    (``opt_level`` 0-3, ``check_bounds``, ``fast_math``; ValueError for a bad value).
+    (``opt_level`` 0-3, ``check_bounds``, ``fast_math``, ``release``; ValueError for a bad value).
+    ``release=True``: device ``assert`` compiles to nothing (C's NDEBUG).
     ``check_bounds=True`` (cpu target): every access to memory the kernel was given is checked, and
     an out-of-bounds or misaligned one raises LaunchError naming the array, index, kernel and
     file:line:col. Unchecked (the default, as on a GPU), nothing is: on the cpu target an overrun

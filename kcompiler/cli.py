@@ -4,7 +4,7 @@
                     [--emit ast|ir|llvm|asm|obj] [-o OUT] [-P NAME=VALUE]... [--kernel NAME]
                     [-O 0-3] [--fast-math] [--check-bounds] [--release]
     kc check FILE [--target ...] [--arch ...]
-    kc run FILE --kernel NAME --grid G --block B [--target ...] [--no-check-bounds] NAME=VALUE...
+    kc run FILE --kernel NAME --grid G --block B [--target ...] [--no-check-bounds] [--release] NAME=VALUE...
     kc devices
     kc targets
 

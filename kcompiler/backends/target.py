@@ -366,6 +366,11 @@ class Target:
         b.branch(cont)  # from the unreachable block trap left the builder in
         b.position_at_end(cont)
 
+    def check_shared(self, ctx: "LoweringContext", ptr: ll.Value, nbytes: int, op: Any) -> None:
+        """Under ``check_bounds``, emit a check that [ptr, ptr+nbytes) lies in the block's shared
+        memory (static arrays and the launch's dynamic bytes: what ``dynamic_shared[T]()`` points
+        into). Targets without a checker emit nothing."""
+
     def index_error(self, ctx: "LoweringContext", index: ll.Value, count: int, op: Any) -> None:
         """Report an array index out of range before the trap (by default nothing: AMD's printf is
         the frontend's hostcall, which a backend cannot call)."""

@@ -20,15 +20,20 @@ multiple of 16). The CPU target compiles vector accesses with the element's alig
 array from numpy's allocator (16-byte aligned) never crashes the process; under ``check_bounds`` every
 access is checked for the alignment a GPU needs and a misaligned one is reported.
 
-Errors (out-of-bounds or misaligned accesses under ``check_bounds``, divergent barriers, launch limits) are raised as
+Errors (out-of-bounds or misaligned accesses and array indices out of range under ``check_bounds``,
+divergent barriers, deadlocks of spinning threads, launch limits) are raised as
 :class:`~kcompiler.runtime.device.LaunchError` naming the kernel, e.g.::
     kernel 'vadd': out-of-bounds store to 'out'[1000] (size 1000) at examples/vadd.kc:5:9,
     thread (8,0,0) block (3,0,0)
+A failed device ``assert`` raises :class:`~kcompiler.runtime.device.DeviceAssertionError` with the line
+the thread printed (the hostcall printf service keeps it: ``PrintfService.assertion_text``).
 
 Ctrl-C stops a launch on the main thread between blocks and at every barrier, warp operation or
 ``nanosleep`` of its threads, and raises KeyboardInterrupt (``runtime/interrupt.py``).
 
-Environment: ``KC_CPU_THREADS`` caps the worker threads (default: the host's CPU count).
+Environment: ``KC_CPU_THREADS`` caps the worker threads (default: the host's CPU count);
+``KC_CPU_DEADLOCK_SECONDS`` (default 10, 0: never) how long a block's runnable threads may all spin on
+unchanged atomics before the launch stops with a deadlock error (:func:`deadlock_seconds_from_env`).
 """
 from __future__ import annotations
 
@@ -656,6 +661,15 @@ def _error_message(h: CpuKernelHandle, st: abi.LaunchState, table: list[PointerA
         access = abi.ACCESS_NAMES.get(st.err_access, "access to")
         return (f"kernel '{h.name}': out-of-bounds {access} an array element at {_loc(h, st.err_loc)}, {who}: "
                 f"index {st.err_addr} is out of range for an array of {st.err_nbytes} elements")
+    if st.err_kind == abi.ERR_SHARED:
+        access = abi.ACCESS_NAMES.get(st.err_access, "access to")
+        static = (h.static_shared + 15) // 16 * 16  # where the dynamic part starts (scheduler.py)
+        off = st.err_addr
+        where = (f"dynamic shared memory at byte {off - static}" if off >= static
+                 else f"shared memory at byte {off}")
+        return (f"kernel '{h.name}': out-of-bounds {access} {where} ({st.err_nbytes} bytes) at "
+                f"{_loc(h, st.err_loc)}, {who}: the block has {h.static_shared} bytes of static shared "
+                f"memory and {st.dyn_shared} of dynamic shared memory (the launch's shared=)")
     if st.err_kind == abi.ERR_DEADLOCK:
         return _deadlock_message(h, st)
     if st.err_kind == abi.ERR_OUT_OF_MEMORY:

@@ -60,6 +60,9 @@ ERR_NONE, ERR_BOUNDS, ERR_DIVERGENT_BARRIER, ERR_OUT_OF_MEMORY, ERR_MISALIGNED =
 #: (``err_addr``: the index, ``err_nbytes``: the array's length); no thread of a block could progress
 #: (ERR_DEADLOCK, see scheduler.py).
 ERR_ASSERT, ERR_INDEX, ERR_DEADLOCK = 5, 6, 7
+#: A shared-memory access outside the block's shared memory under check_bounds (``err_addr``: its
+#: offset from the start of the block's shared memory, ``err_nbytes``: its size).
+ERR_SHARED = 8
 # LaunchState.err_access
 ACCESS_LOAD, ACCESS_STORE, ACCESS_ATOMIC = 0, 1, 2
 ACCESS_NAMES = {ACCESS_LOAD: "load from", ACCESS_STORE: "store to", ACCESS_ATOMIC: "atomic on"}

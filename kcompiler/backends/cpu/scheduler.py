@@ -13,13 +13,17 @@ resumption) and, per block:
      (sites number operations in program order, so lanes that diverged into a branch go before lanes
      waiting after it: the min-PC reconvergence heuristic) as the active lanes, computes every active
      lane's result (shuffle, ballot, active mask, first lane) and makes them runnable;
-   - a thread that yielded (``nanosleep``: a spin loop backing off) is runnable again at once; a
-     warp with such a lane does not release its warp operation yet (the lane may be on its way);
+   - a thread that yielded (``nanosleep``: a spin loop backing off, or a spin point: an atomic read in
+     a while loop that keeps finding the same value, ``CpuTarget.spin_point``) is runnable again at
+     once; a warp with such a lane does not release its warp operation yet (the lane may be on its way);
    - when no warp operation is pending and every live thread waits at a barrier, releases the barrier
      (threads that returned early no longer take part, as on sm_70+); live threads waiting at different
      barriers are a divergent barrier, which a GPU would hang on or run incorrectly: the launch stops
      with that error;
-   - resumes the runnable threads in order of their linear thread id.
+   - resumes the runnable threads in order of their linear thread id; a round in which every thread
+     resumed came back to a spin point having read an unchanged value is stalled, and stalled rounds
+     lasting the launch's ``deadlock_seconds`` (``time()``, looked at every CLOCK_EVERY rounds) stop
+     the launch with ERR_DEADLOCK.
 
 All threads of a block run on one host thread, so shared memory needs no host atomics; blocks run in
 parallel on the worker threads, so global atomics are real host atomics.

@@ -51,8 +51,7 @@ from ..target import Target, local_name
 from . import contract, coroutine, hopper, mfma, warp_matrix
 from .cpu_names import check_cpu_name
 from .abi import (ACCESS_ATOMIC, ACCESS_LOAD, ACCESS_STORE, ERR_ASSERT, ERR_BOUNDS, ERR_INDEX, ERR_MISALIGNED,
-                  WAIT_BARRIER,
-                  WAIT_RUN, WAIT_WARP, WARP_ACTIVE_MASK, WARP_BALLOT, WARP_FIRST_LANE, WARP_SHUFFLE,
+                  ERR_SHARED, WAIT_BARRIER, WAIT_RUN, WAIT_WARP, WARP_ACTIVE_MASK, WARP_BALLOT, WARP_FIRST_LANE, WARP_SHUFFLE,
                   load_launch, load_thread, store_launch, store_thread)
 from .scheduler import START_TYPE, claim_error
 from ..llvm import initialize
@@ -482,6 +481,29 @@ class CpuTarget(Target):
         access = {"load": ACCESS_LOAD, "store": ACCESS_STORE}.get(getattr(op, "name", ""), ACCESS_ATOMIC)
         self._record_error(ctx, co, ERR_INDEX, self._site(ctx, getattr(op, "span", None)),
                            addr=index, nbytes=ll.Constant(I64, count), access=access)
+        b.branch(co.error)
+        b.position_at_end(cont)
+
+    def check_shared(self, ctx: "LoweringContext", ptr: ll.Value, nbytes: int, op: Any) -> None:
+        # The block's shared memory is [ThreadContext.shared, .dyn_shared + the launch's dynamic bytes).
+        co = self._coroutine(ctx, "a bounds-checked shared-memory access")
+        if co is None:
+            return
+        b = ctx.b
+        lo = b.ptrtoint(ptr, I64)
+        base = b.ptrtoint(load_thread(b, co.ctx, "shared"), I64)
+        end = b.add(b.ptrtoint(load_thread(b, co.ctx, "dyn_shared"), I64),
+                    load_launch(b, load_thread(b, co.ctx, "launch"), "dyn_shared"))
+        ok = b.and_(b.icmp_unsigned(">=", lo, base),
+                    b.icmp_unsigned("<=", b.add(lo, ll.Constant(I64, nbytes)), end))
+        bad = b.append_basic_block("shared_out_of_range")
+        cont = b.append_basic_block("shared_checked")
+        br = b.cbranch(ok, cont, bad)
+        br.set_weights([1 << 20, 1])
+        b.position_at_end(bad)
+        access = {"load": ACCESS_LOAD, "store": ACCESS_STORE}.get(getattr(op, "name", ""), ACCESS_ATOMIC)
+        self._record_error(ctx, co, ERR_SHARED, self._site(ctx, getattr(op, "span", None)),
+                           addr=b.sub(lo, base), nbytes=ll.Constant(I64, nbytes), access=access)
         b.branch(co.error)
         b.position_at_end(cont)
 

@@ -65,6 +65,8 @@ class MemoryLowering:
         if ptype.space in (AddressSpace.GLOBAL, AddressSpace.CONST):
             self.target.check_access(ctx, p, sizeof(ptype.pointee), op, self.memtype(ptype.pointee),
                                      op.attrs.get("align"))
+        elif ptype.space == AddressSpace.SHARED:
+            self.target.check_shared(ctx, p, sizeof(ptype.pointee), op)
 
     def _check_indices(self, ctx: LoweringContext, op: Op) -> None:
         """Under ``check_bounds``: every index into a fixed-size array on the way to the address the

@@ -32,6 +32,13 @@ kernel shared_read(out: ptr<f32>, k: i32) {
     out[thread_id.x] = s[i32(thread_id.x) + k];
 }
 
+kernel dyn(out: ptr<f32>, k: i32) {
+    let s = dynamic_shared[f32]();
+    s[thread_id.x] = f32(thread_id.x);
+    barrier();
+    out[thread_id.x] = s[i32(thread_id.x) + k];
+}
+
 kernel grid2(out: ptr<f32>, r: i32, c: i32) {
     var m: [[f32; 4]; 3];
     for i in range(0, 3) { for j in range(0, 4) { m[i][j] = f32(i * 4 + j); } }
@@ -69,6 +76,21 @@ def test_shared_array_read_out_of_range():
                                           r"at arr\.kc:12:5, thread \(29,0,0\) block \(0,0,0\): index 32 is out "
                                           r"of range for an array of 32 elements$"):
         _mod().shared_read[1, 32](np.zeros(32, np.float32), 3)
+
+
+def test_dynamic_shared_memory_against_the_launch_size():
+    """The cpu target checks a dynamic_shared pointer's accesses against the launch's shared= bytes."""
+    out = np.zeros(32, np.float32)
+    m = _mod()
+    m.dyn[1, 32](out, 0, shared=128)
+    np.testing.assert_array_equal(out, np.arange(32, dtype=np.float32))
+    with pytest.raises(LaunchError, match=r"^kernel 'dyn': out-of-bounds load from dynamic shared memory at byte "
+                                          r"128 \(4 bytes\) at arr\.kc:19:5, thread \(31,0,0\) block \(0,0,0\): "
+                                          r"the block has 0 bytes of static shared memory and 128 of dynamic"):
+        m.dyn[1, 32](out, 1, shared=128)
+    with pytest.raises(LaunchError, match=r"out-of-bounds store to dynamic shared memory at byte 64 .* at "
+                                          r"arr\.kc:17:5, thread \(16,0,0\)"):
+        m.dyn[1, 32](out, 0, shared=64)
 
 
 @pytest.mark.parametrize("r, c, index, length", [(3, 0, 3, 3), (0, 4, 4, 4), (1, -2, -2, 4)])
