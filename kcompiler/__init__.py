@@ -96,7 +96,7 @@ def compile(source: str, target: str = "auto", arch: str | None = None,  # noqa:
     without an AMD GPU; launching needs HIP, else HipUnavailable), 'cpu'.
     ``arch``: e.g. 'sm_90a' or 'gfx942' (default: the GPU's own, else sm_90 / gfx942).
     ``comptime``: default compile-time values, ``{"BLOCK": 128}`` or ``{"kernel": {"BLOCK": 128}}``
-    (``params=`` is the older name of this keyword, still accepted).
+    (``params=``, the keyword's older name, still works but is deprecated: a DeprecationWarning).
     ``path``: the name messages print; imports of the user's own modules are searched beside it (in
     the current directory for the default '<string>'). ``options``: :class:`CompileOptions` fields
     (``opt_level`` 0-3, ``check_bounds``, ``fast_math``, ``release``; ValueError for a bad value).
@@ -138,10 +138,10 @@ def _module(src: Any, target: str, arch: str | None, comptime: Any, target_optio
     from .pipeline import ProgramHandle  # lazy: `import kcompiler` stays light
     from .runtime.module import Module  # lazy: `import kcompiler` stays light
 
-    if "params" in options:  # the keyword's older name
-        if comptime is not None:
-            raise TypeError("give compile-time values as comptime= or params=, not both")
-        comptime = options.pop("params")
+    from .pipeline import comptime_keyword  # lazy: `import kcompiler` stays light
+
+    # params=: the keyword's deprecated older name; 4: the caller of compile / compile_file
+    comptime = comptime_keyword(comptime, options.pop("params", None), "compile", stacklevel=4)
     opts = _options(options)
     name = resolve_target_name(target)
     program = ProgramHandle(src, name, arch, opts, target_opts=target_options)

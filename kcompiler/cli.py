@@ -125,7 +125,7 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--emit", "-e", default=None, choices=_STAGES, help=_emit_help)
     c.add_argument("-o", "--output", default=None,
                    help="output file ('-' for stdout; default: stdout for text, FILE.cubin/.o for obj)")
-    c.add_argument("-P", "--param", dest="params", action="append", type=_param, default=[],
+    c.add_argument("-P", "--param", dest="comptime", action="append", type=_param, default=[],
                    metavar="NAME=VALUE",
                    help="compile-time parameter (int, true/false or a type such as f16); repeatable")
     c.add_argument("--kernel", "-k", default=None, help="compile only this kernel")
@@ -170,7 +170,7 @@ def _parser() -> argparse.ArgumentParser:
                         "can corrupt the process or end it with a segfault")
     r.add_argument("--release", action="store_true",
                    help="compile device asserts out (C's NDEBUG)")
-    r.add_argument("-P", "--param", dest="params", action="append", type=_param, default=[],
+    r.add_argument("-P", "--param", dest="comptime", action="append", type=_param, default=[],
                    metavar="NAME=VALUE", help="compile-time parameter; repeatable")
     r.add_argument("--out", "-o", default="kc-out", help="folder for the arrays after the run "
                    "(default kc-out; '-' saves nothing; checked before the launch)")
@@ -229,7 +229,7 @@ def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         # The kernel's printf lines through sys.stdout, all of them before what kc prints next,
         # whichever runtime wrote them (C stdio for CUDA and HIP: runtime/stdio.py).
         with _printf_capture():
-            kernel[args.grid, args.block](*values, shared=args.shared, **dict(args.params))
+            kernel[args.grid, args.block](*values, shared=args.shared, **dict(args.comptime))
             module.device.synchronize()
     except CompileError as e:
         print(e.render(), file=sys.stderr)
@@ -292,7 +292,7 @@ def _compile(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
     backend = find_backend(args.target)
     target = backend.name
-    params = dict(args.params)
+    comptime = dict(args.comptime)
     options = CompileOptions(opt_level=args.opt_level, check_bounds=args.check_bounds,
                              fast_math=args.fast_math, release=args.release)
     try:
@@ -302,7 +302,7 @@ def _compile(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     try:
         stage = args.emit or _stage_of_suffix(Path(args.output or "").suffix, backend)
         # A cached output is written without importing the frontend or LLVM; a miss compiles.
-        out = emit_cached(source, stage, target, args.arch, kernel=args.kernel, params=params,
+        out = emit_cached(source, stage, target, args.arch, kernel=args.kernel, comptime=comptime,
                           options=options, resolve=lambda t, a: _target(t, a, parser))
     except CompileError as e:
         print(e.render(), file=sys.stderr)

@@ -40,6 +40,8 @@ _BITCAST = SCALAR_NAMES + tuple(f"vec<{e}, {n}>" for e in ("u8", "u16", "f16", "
 UNARY_MATH = tuple(f for f in MATH_FUNCTIONS if f not in ("fma", "copysign"))
 BINARY_FNS = ("copysign", "min", "max")
 SHUFFLES = ("shuffle", "shuffle_xor", "shuffle_down", "shuffle_up")
+BIT_COUNTS = ("popcount", "clz", "ctz", "ffs")
+CLASSIFY = ("isnan", "isinf", "isfinite", "signbit")
 BINARY_OPS = {"add": "+", "sub": "-", "mul": "*", "div": "/", "rem": "%", "and": "&", "or": "|",
               "xor": "^", "shl": "<<", "shr": ">>", "eq": "==", "lt": "<", "land": "&&"}
 UNARY_OPS = {"neg": "-", "not": "~", "lnot": "!"}
@@ -93,6 +95,16 @@ def cases() -> list[Case]:
         for f in BINARY_FNS:
             add(f, t, f"p[0] = {f}(p[1], p[2]);")
         add("fma", t, "p[0] = fma(p[1], p[2], p[3]);")
+        for f in BIT_COUNTS:
+            add(f, t, f"o[0] = {f}(p[1]);", f", o: ptr<{_like(t, 'i32')}>")
+        for f in CLASSIFY:
+            add(f, t, f"o[0] = {f}(p[1]);", f", o: ptr<{_like(t, 'bool')}>")
+        for f in ("brev", "bswap"):
+            add(f, t, f"p[0] = {f}(p[1]);")
+        add("mulhi", t, "p[0] = mulhi(p[1], p[2]);")
+        for f in ("funnel_shl", "funnel_shr"):
+            add(f, t, f"p[0] = {f}(p[1], p[2], 5);")
+        add("byte_perm", t, "o[0] = byte_perm(p[1], p[2], 0x3210u32);", ", o: ptr<u32>")
         add("select", t, "p[0] = select(c[0], p[1], p[2]);", f", c: ptr<{_like(t, 'bool')}>")
         for op in ATOMIC_OPS:
             add(f"atomic_{op}", t, f"p[0] = atomic_{op}(p + 1, p[2]);")

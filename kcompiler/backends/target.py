@@ -192,6 +192,12 @@ class Target:
         the warp gives the thread's own value (CUDA's rule). Other types are bitcast by the caller."""
         raise NotImplementedError
 
+    def byte_perm(self, ctx: "LoweringContext", x: ll.Value, y: ll.Value, s: ll.Value) -> ll.Value | None:
+        """CUDA's ``__byte_perm(x, y, s)`` on i32 values by the target's byte-permute instruction, or
+        None for the portable shifts and masks (backends/llvm/lower_bits.py ``byte_perm_bits``): byte k
+        of the result is byte ``(s >> 4k) & 7`` of ``y:x``."""
+        return None
+
     def ballot(self, ctx: "LoweringContext", pred: ll.Value) -> ll.Value:
         """i64 with bit k set when lane k is active and its i1 ``pred`` is true."""
         raise NotImplementedError
@@ -243,10 +249,16 @@ class Target:
         """The i64 address of the launch's hostcall buffer (docs/amd-hostcall.md), 0 when none was
         given. On AMD the HIP runtime passes it as a hidden kernel argument; elsewhere kcompiler's
         runtime sets the module global ``kc_hostcall_buffer``."""
+        return self.runtime_word(ctx, "kc_hostcall_buffer")
+
+    def runtime_word(self, ctx: "LoweringContext", name: str) -> ll.Value:
+        """Load the i64 module global ``name`` (global address space, 8-aligned, 0 until kcompiler's
+        runtime writes it before a launch: the CPU target through its address, CUDA through
+        ``cuModuleGetGlobal``), defining it at its first use in the module."""
         ll = _ll()
-        gv = ctx.module.globals.get("kc_hostcall_buffer")
+        gv = ctx.module.globals.get(name)
         if gv is None:
-            gv = ll.GlobalVariable(ctx.module, ll.IntType(64), "kc_hostcall_buffer",
+            gv = ll.GlobalVariable(ctx.module, ll.IntType(64), name,
                                    addrspace=self.address_spaces[AddressSpace.GLOBAL])
             gv.initializer = ll.Constant(ll.IntType(64), 0)
             gv.align = 8
@@ -258,15 +270,8 @@ class Target:
         format ``fmt``, which is registered under its hash (:meth:`emit_printf_formats` writes the
         module's formats at the end). Here: the module global ``kc_printf_buffer``, which kcompiler's
         runtime sets (CPU target, NVIDIA)."""
-        ll = _ll()
         self.register_printf_format(ctx, fmt)
-        gv = ctx.module.globals.get("kc_printf_buffer")
-        if gv is None:
-            gv = ll.GlobalVariable(ctx.module, ll.IntType(64), "kc_printf_buffer",
-                                   addrspace=self.address_spaces[AddressSpace.GLOBAL])
-            gv.initializer = ll.Constant(ll.IntType(64), 0)
-            gv.align = 8
-        return ctx.b.load(gv, typ=ll.IntType(64), align=8)
+        return self.runtime_word(ctx, "kc_printf_buffer")
 
     def register_printf_format(self, ctx: "LoweringContext", fmt: str) -> None:
         """Note buffered-printf format ``fmt`` under its hash for :meth:`emit_printf_formats`. Raises

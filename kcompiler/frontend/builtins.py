@@ -60,6 +60,23 @@ _FNS = [
     *[BuiltinFn(f, 1, 1, doc=_MATH_DOCS.get(f, f"{f}(x)")) for f in MATH_FUNCTIONS if f not in ("fma", "copysign")],
     BuiltinFn("fma", 3, 3, doc="fma(a, b, c) = a * b + c, rounded once"),
     BuiltinFn("copysign", 2, 2, doc="copysign(magnitude, sign)"),
+    # Bit operations (ir.core.BIT_FUNCTIONS) on integers of 8 to 64 bits, scalars or vectors.
+    BuiltinFn("popcount", 1, 1, doc="popcount(x) -> i32: the number of set bits"),
+    BuiltinFn("clz", 1, 1, doc="clz(x) -> i32: leading zero bits (the width for 0)"),
+    BuiltinFn("ctz", 1, 1, doc="ctz(x) -> i32: trailing zero bits (the width for 0)"),
+    BuiltinFn("ffs", 1, 1, doc="ffs(x) -> i32: 1 + the index of the lowest set bit, 0 for 0 (CUDA __ffs)"),
+    BuiltinFn("brev", 1, 1, doc="brev(x): the bits in reverse order"),
+    BuiltinFn("bswap", 1, 1, doc="bswap(x): the bytes in reverse order (16 to 64 bits)"),
+    BuiltinFn("mulhi", 2, 2, doc="mulhi(a, b): the high half of the double-width product a * b"),
+    BuiltinFn("funnel_shl", 3, 3, doc="funnel_shl(hi, lo, n): the high half of hi:lo << (n mod width)"),
+    BuiltinFn("funnel_shr", 3, 3, doc="funnel_shr(hi, lo, n): the low half of hi:lo >> (n mod width)"),
+    BuiltinFn("byte_perm", 3, 3, doc="byte_perm(x: u32, y: u32, s: u32) -> u32: byte k is byte (s >> 4k) & 7 "
+                                     "of y:x (CUDA __byte_perm)"),
+    # Float classification (ir.core.FCLASS_TESTS): every float type, the 8/6/4-bit formats included.
+    BuiltinFn("isnan", 1, 1, doc="isnan(x) -> bool"),
+    BuiltinFn("isinf", 1, 1, doc="isinf(x) -> bool"),
+    BuiltinFn("isfinite", 1, 1, doc="isfinite(x) -> bool: neither NaN nor infinite"),
+    BuiltinFn("signbit", 1, 1, doc="signbit(x) -> bool: the sign bit is set (NaNs and -0 included)"),
     BuiltinFn("min", 2, 2, doc="min(a, b)"),
     BuiltinFn("max", 2, 2, doc="max(a, b)"),
     BuiltinFn("select", 3, 3, doc="select(cond, a, b)"),

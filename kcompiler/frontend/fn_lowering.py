@@ -19,7 +19,8 @@ from . import ast as A
 from . import builtins as B
 from . import fn_params
 # Importing the builtins' modules registers their handlers in REGISTRY.
-from . import (builtins_assert, builtins_atomic, builtins_comptime, builtins_convert, builtins_hostcall,  # noqa: F401
+from . import (builtins_assert, builtins_atomic, builtins_bits, builtins_comptime, builtins_convert,  # noqa: F401
+               builtins_hostcall,
                builtins_math, builtins_memory, builtins_printf, builtins_sync, builtins_warp, hopper, mfma,
                warp_matrix)
 from .builtin_registry import REGISTRY
@@ -254,6 +255,11 @@ class FnLowering(StatementLowering, ExpressionLowering):
             self.fail(f"expected {t}, found {v.describe()}", span)
         c = convert_cv(v, elem)
         return self.b.const(c.value, t)
+
+    def operand(self, e: A.Expr, dst: Type, template: str) -> Value:
+        """Expression ``e`` evaluated and converted implicitly to ``dst`` (:meth:`coerce`, its
+        message worded by ``template`` and located at ``e``): a builtin's typed argument."""
+        return self.coerce(self.rvalue(self.ev(e), e.span), dst, e.span, template)
 
     def coerce(self, v: Any, dst: Type, span: SourceSpan | None, template: str) -> Value:
         """``v`` converted implicitly to ``dst`` (widening only); else an error worded by ``template``

@@ -163,6 +163,20 @@ ATOMIC_OPS = ("add", "min", "max", "exch", "and", "or", "xor")
 MEMORY_ORDERS = ("relaxed", "acquire", "release", "acq_rel", "seq_cst")
 SCOPES = ("block", "device", "system")
 SHUFFLE_MODES = ("idx", "xor", "down", "up")
+#: Integer bit operations (op ``bits``), by their operand count. ``popcount clz ctz ffs`` give i32
+#: (CUDA's ``__popc``/``__clz``/``__ffs``: ``ffs`` is 1 + the index of the lowest set bit, 0 for 0;
+#: ``clz``/``ctz`` of 0 is the width); ``brev bswap`` reverse the bits / bytes; ``mulhi`` is the high
+#: half of the double-width product (signedness from the type); ``funnel_shl(hi, lo, n)`` is the high
+#: half of ``hi:lo << (n mod width)`` and ``funnel_shr(hi, lo, n)`` the low half of ``hi:lo >> (n mod
+#: width)`` (LLVM's fshl/fshr); ``byte_perm(x, y, s)`` on 32-bit words is CUDA's ``__byte_perm``:
+#: byte k of the result is byte ``(s >> 4k) & 7`` of the 8 bytes ``y:x`` (x the low four).
+BIT_FUNCTIONS = {"popcount": 1, "clz": 1, "ctz": 1, "ffs": 1, "brev": 1, "bswap": 1, "mulhi": 2,
+                 "funnel_shl": 3, "funnel_shr": 3, "byte_perm": 3}
+#: The bit operations whose result is i32 (a count or an index), whatever the operand's width.
+BIT_COUNTS = ("popcount", "clz", "ctz", "ffs")
+#: Float classification (op ``fclass``): the test, on the bit pattern of any float type (the 8-, 6-
+#: and 4-bit formats by kcompiler.numerics.formats' encodings); result bool (vec<bool, N>).
+FCLASS_TESTS = ("isnan", "isinf", "isfinite", "signbit")
 
 #: Every op kind of the IR. Types follow C rules made explicit: binary ops take two operands of the
 #: same type (scalar or vector) and give that type; signedness comes from the type (``div`` on ``u32``
@@ -178,6 +192,10 @@ OPS: dict[str, OpInfo] = {
     "bitcast": OpInfo(1, doc="reinterpret the bits as a type of the same size; between a global/const "
                              "pointer and u64/i64: the address"),
     "math": OpInfo(None, ("fn",), doc="attr fn in MATH_FUNCTIONS; float operands of one type"),
+    "bits": OpInfo(None, ("fn",), doc="attr fn in BIT_FUNCTIONS; integer operands of one type (scalar or "
+                                      "vector); result that type, or i32 (vec<i32, N>) for BIT_COUNTS"),
+    "fclass": OpInfo(1, ("test",), doc="attr test in FCLASS_TESTS on a float (vector); result bool "
+                                       "(vec<bool, N>)"),
     "alloca": OpInfo(0, doc="a per-thread slot; result ptr<T, local>"),
     "shared": OpInfo(0, ("symbol",), doc="a static shared-memory array; result ptr<[T; N], shared>"),
     "dyn_shared": OpInfo(0, doc="the block's dynamic shared memory; result ptr<T, shared>"),

@@ -34,6 +34,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from ..backends.nvptx.archs import arch_of_cc as arch_of  # the arch names are the backend's data
 from ..ir.types import PointerType, ScalarType, TensorMapType, Type
 from . import arrays
 from .arrays import ArgMismatch
@@ -55,10 +56,6 @@ except ImportError:  # pragma: no cover - older cuda-python
 #: Bytes of dynamic shared memory a kernel may use without opting in (CUDA C Programming Guide,
 #: "Shared Memory": above 48 KB a kernel needs CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES).
 DEFAULT_SHARED_LIMIT = 48 * 1024
-
-#: compute capability -> the compiler's arch. 9.0 maps to sm_90a, so that wgmma and setmaxnreg,
-#: which run only on sm_90a code, are available on Hopper.
-_ARCH_OF_CC = {(8, 0): "sm_80", (8, 6): "sm_86", (8, 7): "sm_86", (8, 9): "sm_89", (9, 0): "sm_90a"}
 
 
 def _err_name(err: Any) -> str:
@@ -125,15 +122,6 @@ def device_count() -> int:
 
 def is_available() -> bool:
     return device_count() > 0
-
-
-def arch_of(cc: tuple[int, int]) -> str:
-    """The compiler arch for a compute capability (unknown newer chips get the newest we know)."""
-    if cc in _ARCH_OF_CC:
-        return _ARCH_OF_CC[cc]
-    if cc >= (9, 0):
-        return "sm_90"
-    return "sm_80"
 
 
 def detected_arch(ordinal: int = 0) -> str | None:

@@ -61,11 +61,11 @@ def test_example_code_objects(name, arch):
 
     for params in AMD_PARAMS.get(name, [{}]):
         values = {k: parse_param_value(str(v)) for k, v in params.items()}
-        data = emit_file(os.path.join(EXAMPLES, name + ".kc"), "obj", "amdgcn", arch, params=values)
+        data = emit_file(os.path.join(EXAMPLES, name + ".kc"), "obj", "amdgcn", arch, comptime=values)
         co = read_code_object(data)
         assert co.machine == 224 and co.arch == arch
         assert co.code_object_version == 5
-        ir = emit_file(os.path.join(EXAMPLES, name + ".kc"), "ir", "amdgcn", arch, params=values)
+        ir = emit_file(os.path.join(EXAMPLES, name + ".kc"), "ir", "amdgcn", arch, comptime=values)
         kernels = [line.split("@")[1].split("(")[0] for line in ir.splitlines() if line.startswith("kernel @")]
         assert sorted(k.name for k in co.kernels) == sorted(kernels)
         for k in co.kernels:
@@ -125,7 +125,7 @@ def test_example_ptx_assembles(tmp_path, name):
 
     for params in PTX_PARAMS.get(name, [{}]):
         values = {k: parse_param_value(str(v)) for k, v in params.items()}
-        ptx = emit_file(os.path.join(EXAMPLES, name + ".kc"), "asm", "nvptx", "sm_90a", params=values)
+        ptx = emit_file(os.path.join(EXAMPLES, name + ".kc"), "asm", "nvptx", "sm_90a", comptime=values)
         src = tmp_path / f"{name}.ptx"
         src.write_text(ptx)
         r = subprocess.run(["ptxas", "-arch=sm_90a", "-v", str(src), "-o", str(tmp_path / "out.cubin")],

@@ -147,6 +147,17 @@ class AmdgcnTarget(Target):
     def syncscope(self, scope: str) -> str | None:
         return {"block": "workgroup", "device": "agent", "system": None}[scope]
 
+    def byte_perm(self, ctx: LoweringContext, x: ll.Value, y: ll.Value, s: ll.Value) -> ll.Value:
+        """``v_perm_b32`` (GFX8+): its selector has a byte per result byte, 0-3 picking a byte of
+        src1 and 4-7 of src0 (8 and up: signs and constants), so CUDA's nibble selector ``s`` becomes
+        bytes ``(s >> 4k) & 7`` and the operands swap (AMD CDNA3 / RDNA3 ISA, "V_PERM_B32")."""
+        b = ctx.b
+        sel = ll.Constant(_I32, 0)
+        for k in range(4):
+            nib = b.and_(b.lshr(s, ll.Constant(_I32, 4 * k)), ll.Constant(_I32, 7))
+            sel = b.or_(sel, b.shl(nib, ll.Constant(_I32, 8 * k)))
+        return b.call(ctx.declare("llvm.amdgcn.perm", _I32, [_I32, _I32, _I32]), [y, x, sel])
+
     def shuffle(self, ctx: LoweringContext, mode: str, value: ll.Value, lane: ll.Value) -> ll.Value:
         b = ctx.b
         me = self._lane_id(ctx)

@@ -21,6 +21,7 @@ from ..errors import UnsupportedOnTarget
 from ..target import CompileOptions, Target, local_name
 from .lltypes import _I8, intrinsic_suffix, scalar_lltype
 from .lower_arith import ArithmeticLowering
+from .lower_bits import BitLowering
 from .lower_machine import MachineLowering
 from .lower_memory import MemoryLowering
 
@@ -120,7 +121,7 @@ class LoweringContext:
         return list(self.fn.args[n:])
 
 
-class Lowering(ArithmeticLowering, MemoryLowering, MachineLowering):
+class Lowering(ArithmeticLowering, BitLowering, MemoryLowering, MachineLowering):
     """Lowers one IR module for one target. Use :func:`lower_module`.
 
     This class holds the module, the functions, regions, constants and control flow; the ops that

@@ -20,6 +20,7 @@ from . import mma
 from .archs import ARCHS, RESOURCE_LIMITS
 from ...ir.printf import Conversion, escape_text, expected_args, parse_format
 from ..llvm import minifloat
+from ..llvm.lltypes import BFloatType
 from ..llvm import initialize
 from . import cubin  # as a module: cubin.assemble is looked up at each call (tests replace it)
 from ...limits import ResourceLimits
@@ -213,6 +214,9 @@ class NvptxTarget(Target):
         stores and cmpxchg; so any other ordering or scope is written as PTX's own
         ``atom{.sem}{.scope}{.space}.op.type`` (PTX ISA 8.x, "atom"; a seq_cst one is ``fence.sc``
         followed by an acquire ``atom``, as CUDA's libcu++ does)."""
+        half = self._half_atomic_add(ctx, op, ptr, value, order, scope)
+        if half is not None:
+            return half
         kind = "f" if is_float else ("s" if op in ("min", "max") and signed else
                                      "u" if op in ("add", "min", "max") else "b")
         bits = value.type.width if isinstance(value.type, ll.IntType) else \
@@ -230,6 +234,44 @@ class NvptxTarget(Target):
         reg = {(False, 32): "r", (False, 64): "l", (True, 32): "f", (True, 64): "d"}[(is_float, bits)]
         ftype = ll.FunctionType(value.type, [ptr.type, value.type])
         return ctx.b.asm(ftype, text, f"={reg},l,{reg},~{{memory}}", [ptr, value], side_effect=True)
+
+    def byte_perm(self, ctx: LoweringContext, x: ll.Value, y: ll.Value, s: ll.Value) -> ll.Value:
+        """``prmt.b32`` in its default mode with bit 3 of each selector nibble cleared (that bit asks
+        ``prmt`` to replicate the byte's sign; CUDA's ``__byte_perm`` reads only bits 0-2)."""
+        m = ctx.b.and_(s, ll.Constant(_I32, 0x7777))
+        return ctx.b.call(ctx.declare("llvm.nvvm.prmt", _I32, [_I32, _I32, _I32]), [x, y, m])
+
+    def _half_atomic_add(self, ctx: LoweringContext, op: str, ptr: ll.Value, value: ll.Value, order: str,
+                         scope: str) -> ll.Value | None:
+        """A 16-bit float add (f16, bf16, <2 x half>, <2 x bfloat>) as PTX's ``atom.add.noftz`` (PTX
+        ISA 8.x, "atom": .f16 sm_70+, .f16x2 sm_60+, .bf16 and .bf16x2 sm_90+), written out where LLVM
+        22 would not give it (it selects the scalar forms only, for a relaxed GPU-scope add, and
+        expands the packed ones into compare-and-swap loops); None where LLVM's lowering serves (its
+        compare-and-swap loop where the arch lacks the instruction)."""
+        t = value.type
+        lane = t.element if isinstance(t, ll.VectorType) else t
+        if op != "add" or not (isinstance(lane, (ll.HalfType, BFloatType)) and
+                               (not isinstance(t, ll.VectorType) or t.count == 2)):
+            return None
+        packed = isinstance(t, ll.VectorType)
+        name = ("bf16" if isinstance(lane, BFloatType) else "f16") + ("x2" if packed else "")
+        sm = int("".join(ch for ch in self.arch[3:] if ch.isdigit()))
+        if sm < (90 if name.startswith("bf16") else 70 if name == "f16" else 60):
+            return None
+        if not packed and order == "relaxed" and scope == "device":
+            return None  # LLVM selects atom.add.noftz.f16 / .bf16 itself
+        sc = {"block": ".cta", "device": ".gpu", "system": ".sys"}[scope]
+        sem = {"relaxed": ".relaxed", "acquire": ".acquire", "release": ".release",
+               "acq_rel": ".acq_rel", "seq_cst": ".acquire"}[order]
+        space = {1: ".global", 3: ".shared::cta"}.get(getattr(ptr.type, "addrspace", 0), "")
+        text = (f"fence.sc{sc};\n\t" if order == "seq_cst" else "") + \
+            f"atom{sem}{sc}{space}.add.noftz.{name} $0, [$1], $2;"
+        it = ll.IntType(32 if packed else 16)
+        reg = "r" if packed else "h"
+        ftype = ll.FunctionType(it, [ptr.type, it])
+        old = ctx.b.asm(ftype, text, f"={reg},l,{reg},~{{memory}}", [ptr, ctx.b.bitcast(value, it)],
+                        side_effect=True)
+        return ctx.b.bitcast(old, t)
 
     def _activemask(self, ctx: LoweringContext) -> ll.Value:
         return ctx.b.call(ctx.declare("llvm.nvvm.activemask", _I32, []), [])

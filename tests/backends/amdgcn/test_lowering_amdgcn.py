@@ -26,7 +26,7 @@ kernel vadd(a: ptr<f32>, b: ptr<f32>, out: ptr<f32>, n: i32) {
 
 
 def asm(src: str, arch: str, **params) -> str:
-    return compile_source_to(src, "t.kc", "asm", "amdgcn", arch, params=params or None)
+    return compile_source_to(src, "t.kc", "asm", "amdgcn", arch, comptime=params or None)
 
 
 def test_archs_and_wave_sizes():

@@ -267,7 +267,7 @@ def test_std_matmul_tensor_core_path_assembles(arch, elem, b_kmajor, aligned, tm
     params = dict(T=elem, BM=128, BN=128, BK=32, WM=64, WN=64, STAGES=3, OUT="bf16", B_KMAJOR=b_kmajor,
                   ALIGNED=aligned)
     ptx = emit(Source.from_file(stdlib_dir() / "matmul.kc"), "asm", target="nvptx", arch=arch,
-               kernel="matmul", params=params)
+               kernel="matmul", comptime=params)
     # per k tile: 2 k16 steps x 4 m16 tiles x 8 n8 tiles, unrolled
     assert ptx.count(f"mma.sync.aligned.m16n8k16.row.col.f32.{elem}.{elem}.f32") == 64
     # (LLVM places the loop's blocks in its own order: the pieces are checked in any order)
@@ -282,3 +282,15 @@ def test_std_matmul_tensor_core_path_assembles(arch, elem, b_kmajor, aligned, tm
     assert ("cp.async.cg.shared.global" in ptx) == aligned
     report = assemble(ptx, arch, tmp_path)
     assert "0 bytes spill stores, 0 bytes spill loads" in report, report
+
+
+def test_arch_of_compute_capability_is_the_backends_data():
+    """The compute capability -> arch table is NVIDIA backend data (archs.py), which the CUDA runtime
+    reads: every arch it names is one the backend compiles for."""
+    from kcompiler.backends.nvptx.archs import ARCH_OF_CC, arch_of_cc
+    from kcompiler.runtime.cuda import arch_of
+
+    assert arch_of is arch_of_cc
+    assert set(ARCH_OF_CC.values()) <= set(ARCHS)
+    assert arch_of_cc((9, 0)) == "sm_90a" and arch_of_cc((8, 7)) == "sm_86"
+    assert arch_of_cc((10, 0)) == "sm_90" and arch_of_cc((7, 5)) == "sm_80"  # unknown: newest of its kind
