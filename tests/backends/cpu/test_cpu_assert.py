@@ -81,6 +81,17 @@ def test_assert_without_message(capsys):
         _mod().bare[1, 4](x)
 
 
+def test_failed_assert_under_buffered_printf(capsys):
+    """printf="buffered" prints after the launch: the exception names the place and the thread, and
+    the line is printed all the same."""
+    mod = kc.compile(SRC, target="cpu", path="scale.kc", target_options={"printf": "buffered"})
+    with pytest.raises(DeviceAssertionError, match=r"^kernel 'scale': device assertion failed at scale\.kc:7:5, "
+                                                   r"thread \(3,0,0\) block \(1,0,0\); see the printed message$"):
+        mod.scale[2, 8](np.ones(16, np.float32), 16, 11)
+    assert ("scale.kc:7:5: kernel 'scale': block (1,0,0), thread (3,0,0): assertion `i != bad` failed: i = 11, "
+            "x[i] = 1.000000, n = 16") in capsys.readouterr().out.splitlines()
+
+
 def test_release_compiles_asserts_out(capsys):
     """``release`` (C's NDEBUG): the failing launch runs to its end, and the IR holds no trap and no
     print."""
