@@ -1,13 +1,17 @@
 """kcompiler: a multi-vendor GPU kernel compiler (see README.md).
 
+::
+
     import kcompiler as kc
     mod = kc.compile_file("examples/vadd.kc")          # target="auto": CUDA, else HIP, else the CPU
     mod.vadd[(n + 255) // 256, 256](a, b, out, n)
 
-Public API: :func:`compile`, :func:`compile_file`, :func:`devices`, :data:`TARGETS`, :class:`Target`,
-:class:`CompileOptions`, :class:`CompileError`, :class:`LaunchError` (its :class:`DeviceAssertionError`),
-:class:`Module`, :class:`Kernel`,
-:func:`capture_printf` (kernels' printf output into ``sys.stdout`` or a string, on every target).
+Public API: :func:`compile`, :func:`compile_file`, :func:`devices`, :func:`resolve_target_name`,
+:data:`TARGETS`, :data:`TARGET_ALIASES`, :class:`Target`, :class:`CompileOptions`, :class:`CompileError`,
+:class:`LaunchError` (its :class:`DeviceAssertionError`), :class:`Module`, :class:`Kernel`, :class:`Launch`,
+:class:`Device`, :class:`Artifact`, :class:`capture_printf` (kernels' printf output into ``sys.stdout`` or a
+string, on every target), :func:`graph` (capture launches into a CUDA graph and replay them); array
+operations in :mod:`kcompiler.ops`; autotuning in :mod:`kcompiler.runtime.autotune`.
 """
 from __future__ import annotations
 
@@ -24,7 +28,8 @@ from .runtime.device import Artifact, Device, DeviceAssertionError, LaunchError
 #: llvmlite, numpy, lark, torch, cuda-python nor hip-python, so that the CLI starts fast.
 _LAZY = {"Module": ".runtime.module", "Kernel": ".runtime.module", "Launch": ".runtime.module",
          "ProgramHandle": ".pipeline", "Source": ".pipeline", "Target": ".backends.target",
-         "CompileOptions": ".backends.target", "capture_printf": ".runtime.stdio"}
+         "CompileOptions": ".backends.target", "capture_printf": ".runtime.stdio",
+         "graph": ".runtime.graph", "Graph": ".runtime.graph"}
 #: Subpackages and modules reachable as attributes (``kcompiler.pipeline``) without an import.
 #: ``kcompiler.ops`` is one of them: ``import kcompiler as kc; kc.ops.matmul(a, b)`` imports the ops
 #: package (and numpy) at that first use, as ``torch.nn`` is reached from ``torch``.

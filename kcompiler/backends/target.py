@@ -434,25 +434,25 @@ class Target:
         ask this (a located error at the call), and the backends raise it as a last resort."""
         if elem != "f64" or fn not in self.no_f64_math:
             return None
-        base = NORMAL_RANGE_MATH.get(fn, fn)
+        base = NORMAL_RANGE_MATH.get(fn, fn).removeprefix("fast_")
         reason = (f"{fn} on f64 is not available on {self.name} ({self.arch}): the builtin is the hardware's "
                   f"f32 approximation, and f64 has none")
-        if base in ("sin", "cos", "tanh"):
-            hint = f"use std.math's f64 version: import std.math, then math.{base}(x)"
-        elif base in ("exp2", "log2"):
+        if base in ("sin", "cos", "tanh", "rsqrt", "rcp"):
+            hint = f"use the accurate {base}(x): std.math's, which has f64"
+        else:
             hint = (f"std.math has exp and log for f64 (math.exp, math.log); or compute in f32: "
                     f"{fn}(f32(x))")
-        else:
-            hint = "write 1.0 / x" if base == "rcp" else "write 1.0 / sqrt(x)"
         return reason, hint
 
     def math(self, ctx: "LoweringContext", fn: str, args: list[ll.Value]) -> ll.Value:
         """A math function of ``MATH_FUNCTIONS`` on float operands (scalars or vectors); the default
-        is LLVM's intrinsic, which the CPU computes as accurately as libm. GPU targets override the
-        approximations (exp2, log2, sin, cos, rsqrt, rcp, tanh) with their instructions. The
-        normal-range forms (rcp_normal, rsqrt_normal) are their functions here."""
+        is LLVM's intrinsic, which the CPU computes as accurately as libm (the approximations
+        ``fast_sin`` ... as ``llvm.sin`` ...). GPU targets override the approximations (fast_exp2,
+        fast_log2, fast_sin, fast_cos, fast_rsqrt, fast_rcp, fast_tanh) with their instructions; the
+        CPU target perturbs them as the GPUs' documented errors allow (backends/cpu/approx.py). The
+        normal-range forms (fast_rcp_normal, fast_rsqrt_normal) are their functions here."""
         ll = _ll()
-        fn = NORMAL_RANGE_MATH.get(fn, fn)
+        fn = NORMAL_RANGE_MATH.get(fn, fn).removeprefix("fast_")
         name = {"abs": "fabs", "round": "roundeven"}.get(fn, fn)
         one = ll.Constant(args[0].type, 1.0)
         if fn == "rsqrt":

@@ -23,6 +23,7 @@ access is checked for the alignment a GPU needs and a misaligned one is reported
 Errors (out-of-bounds or misaligned accesses and array indices out of range under ``check_bounds``,
 divergent barriers, deadlocks of spinning threads, launch limits) are raised as
 :class:`~kcompiler.runtime.device.LaunchError` naming the kernel, e.g.::
+
     kernel 'vadd': out-of-bounds store to 'out'[1000] (size 1000) at examples/vadd.kc:5:9,
     thread (8,0,0) block (3,0,0)
 A failed device ``assert`` raises :class:`~kcompiler.runtime.device.DeviceAssertionError` with the line
@@ -197,6 +198,34 @@ class _KeepAlive:
         self.obj = None
 
 
+class _Capture(threading.local):
+    #: The launches recorded on this thread while kc.graph() captures (None otherwise).
+    launches: list | None = None
+
+
+_CAPTURE = _Capture()
+
+
+class CpuGraph:
+    """Launches recorded by a capture on the CPU target (their parameter buffers as packed at the
+    launch: the same arrays and scalars), run again in order by :meth:`replay`."""
+
+    def __init__(self, device: "CpuDevice", launches: list):
+        self.device, self.launches = device, launches
+
+    def replay(self, stream: Any = None) -> None:
+        """Run the recorded launches in order (synchronously, like every CPU launch); inside
+        another capture they are recorded there instead. Raises LaunchError as a launch does."""
+        if self.launches is None:
+            raise LaunchError("this graph was closed")
+        for handle, grid, block, shared, buf, table in self.launches:
+            self.device._execute(handle, grid, block, shared, buf, table)
+
+    def close(self) -> None:
+        """Drop the recorded launches (idempotent)."""
+        self.launches = None
+
+
 class CpuDevice(Device):
     """The host CPU as a kcompiler device (use :meth:`get`: one per process).
 
@@ -274,7 +303,8 @@ class CpuDevice(Device):
                                printf_slot, _formats_at(formats_at))
 
     # --- arguments ---
-    def marshal(self, artifact: Artifact, args: Sequence[Any]) -> tuple[list[Any], list[Any]]:
+    def marshal(self, artifact: Artifact, args: Sequence[Any],
+                stream: Any = None) -> tuple[list[Any], list[Any]]:
         """Launch arguments (:class:`PointerArg` for arrays, bytes for scalars) and copy-backs (only
         keep-alives of temporary copies: arrays are passed in place). ``args`` must already be
         checked (``arrays.check_args``); TypeError names the kernel and parameter of a GPU array."""
@@ -317,6 +347,9 @@ class CpuDevice(Device):
         """Run the kernel to completion (launches on the CPU are synchronous; ``stream`` is ignored).
         ``args`` come from :meth:`marshal`. Raises LaunchError for a launch outside the limits or an
         error found while running."""
+        if handle.check_bounds and _CAPTURE.launches is not None:
+            raise LaunchError(f"kernel '{handle.name}' checks bounds (check_bounds=True), which runs it "
+                              f"on guarded copies made for one launch: it cannot be captured in a graph")
         buf = ctypes.create_string_buffer(max(handle.arg_bytes, 8))
         table: list[PointerArg] = []
         guarded: list[_GuardedCopy] = []
@@ -341,6 +374,10 @@ class CpuDevice(Device):
         """Run the launch (:meth:`_run_blocks`); for a kernel that prints, C stdio is flushed before
         and after (runtime/stdio.py), and a printf="buffered" kernel's records are printed after
         the launch (one such launch at a time)."""
+        captured = _CAPTURE.launches
+        if captured is not None:  # kc.graph(): recorded, run at each replay
+            captured.append((handle, grid, block, shared, buf, table))
+            return
         if handle.hostcall_slot or handle.printf_slot:
             flush_c_stdio()  # what C stdio holds comes before the kernel's lines
         if not handle.printf_slot:
@@ -483,6 +520,20 @@ class CpuDevice(Device):
 
     def synchronize(self) -> None:
         """Launches are synchronous on the CPU: nothing to wait for."""
+
+    # --- graphs (runtime/graph.py) ---
+    def begin_capture(self, stream: Any = None) -> Any:
+        """Record this thread's launches (not run) until :meth:`end_capture`, as a CUDA stream
+        capture does; ``stream`` is ignored. Raises LaunchError inside another capture."""
+        if _CAPTURE.launches is not None:
+            raise LaunchError("a graph capture is already under way on this thread")
+        _CAPTURE.launches = []
+        return None
+
+    def end_capture(self, token: Any, keep: bool = True) -> "CpuGraph | None":
+        """The recorded launches as a :class:`CpuGraph` (None when ``keep`` is False)."""
+        launches, _CAPTURE.launches = _CAPTURE.launches, None
+        return CpuGraph(self, launches or []) if keep else None
 
     def _executor(self) -> ThreadPoolExecutor:
         with self._pool_lock:

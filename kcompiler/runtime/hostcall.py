@@ -7,7 +7,7 @@ u64 into its slot of the packet's payload, the lane pushes the packet onto the r
 and clears the packet's READY flag; the lanes read two result words back and the lane returns the
 packet to the free stack. On AMD GPUs the HIP runtime is this host side. Here it is served for the
 same device code (stdlib/hostcall.kc) on the CPU target and on NVIDIA GPUs in printf="hostcall"
-mode:
+mode::
 
     buf = HostcallBuffer.in_host_memory()                 # CPU target: device address == host address
     with HostcallListener([buf], stdout=lines.append):    # a thread serves the buffer until the end
@@ -311,6 +311,7 @@ class HostcallBuffer:
 
     @property
     def doorbell_device_address(self) -> int:
+        """The device address of the buffer's doorbell signal (what a kernel rings after filling a packet)."""
         return self.device_base + SIGNAL_OFFSET
 
     def host_address(self, offset: int) -> int:
@@ -322,6 +323,7 @@ class HostcallBuffer:
         return HEADERS_OFFSET + HEADER_BYTES * (packet & self.index_mask)
 
     def payload_offset(self, packet: int) -> int:
+        """Byte offset of the payload of ``packet`` (a tagged pointer or an index): its 64 lanes' slots."""
         return self.payloads_offset + PAYLOAD_BYTES * (packet & self.index_mask)
 
     # -- state ----------------------------------------------------------------------------------------
@@ -415,6 +417,10 @@ class MessageAssembler:
         self._free: list[int] = []
 
     def handle(self, service: int, slot: np.ndarray) -> None:
+        """Take one lane's hostcall of ``service``: ``slot`` (uint64 words: the descriptor, then data) is
+        updated in place with the reply (the message id, or the handler's result when it ends the message).
+        Raises MessageError for a continuation of a message the host does not know, or for a message
+        of a service with no handler."""
         desc = int(slot[0])
         if desc & DESC_BEGIN:
             if self._free:
@@ -600,6 +606,7 @@ class HostcallListener:
 
     # -- buffers --------------------------------------------------------------------------------------
     def add_buffer(self, buffer: HostcallBuffer) -> None:
+        """Serve ``buffer`` too (once: adding it again does nothing)."""
         with self._serve_lock:
             if buffer not in self.buffers:
                 self.buffers.append(buffer)
@@ -674,6 +681,7 @@ class HostcallListener:
 
     @property
     def running(self) -> bool:
+        """Whether the listener's thread has been started and not stopped."""
         return self._thread is not None
 
     def __enter__(self) -> "HostcallListener":

@@ -45,16 +45,17 @@ import llvmlite.binding as llvm
 from llvmlite import ir as ll
 
 from ...diagnostics import CompileError
-from ...ir.core import NORMAL_RANGE_MATH
+from ...ir.core import APPROX_MATH, NORMAL_RANGE_MATH
 from ...ir.types import AddressSpace
 from ..target import Target, local_name
-from . import contract, coroutine, hopper, mfma, warp_matrix
+from . import approx, contract, coroutine, hopper, mfma, warp_matrix
 from .cpu_names import check_cpu_name
 from .abi import (ACCESS_ATOMIC, ACCESS_LOAD, ACCESS_STORE, ERR_ASSERT, ERR_BOUNDS, ERR_INDEX, ERR_MISALIGNED,
                   ERR_SHARED, WAIT_BARRIER, WAIT_RUN, WAIT_WARP, WARP_ACTIVE_MASK, WARP_BALLOT, WARP_FIRST_LANE, WARP_SHUFFLE,
                   load_launch, load_thread, store_launch, store_thread)
 from .scheduler import START_TYPE, claim_error
 from ..llvm import initialize
+from ..llvm.codegen import machine_code
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..llvm.lower import LoweringContext
@@ -102,11 +103,12 @@ class CpuTarget(Target):
     (``target.has("mfma")`` is then true; mfma.py). ``emulate_wgmma``: emulate NVIDIA's Hopper
     instructions (wgmma, TMA, mbarriers; ``target.has("wgmma")``, "tma", "mbarrier", "setmaxnreg" are
     then true; hopper.py), to run sm_90a code such as std.matmul_sm90. ``approx_error``: a relative
-    error d (e.g. 2**-21.7, or negative) put on the builtins ``rcp`` and ``rsqrt`` and their
-    normal-range forms ``rcp_normal``, ``rsqrt_normal``, which the CPU computes exactly but GPUs
-    approximate (NVIDIA rcp/rsqrt.approx.f32, AMD v_rcp/v_rsq_f32: within 2^-22.9 relative or 1
-    ulp): their results are multiplied by 1 + d, so that code correcting the approximations can be
-    checked on the CPU (the normal-range forms also flush subnormals on f32, as NVIDIA's do). Raises
+    error d (e.g. 2**-21.7, or negative) put on the builtins ``fast_rcp`` and ``fast_rsqrt`` and
+    their normal-range forms ``fast_rcp_normal``, ``fast_rsqrt_normal`` (NVIDIA rcp/rsqrt.approx.f32,
+    AMD v_rcp/v_rsq_f32: within 2^-22.9 relative or 1 ulp): their exact results are multiplied by
+    1 + d instead of the error model every approximation gets by default (approx.py), so that code
+    correcting the approximations can be checked against a worst case on the CPU (the normal-range
+    forms also flush subnormals on f32, as NVIDIA's do). Raises
     ValueError for another warp size, for both emulations at once, for an MFMA with warps of 32, or
     for |approx_error| >= 2^-10, and for a CPU name LLVM does not know or that has no 64-bit mode
     (``cpu_names.check_cpu_name``).
@@ -128,6 +130,9 @@ class CpuTarget(Target):
     name = "cpu"
     binary_kind = "obj"
     printf_method = "hostcall"  # served by kcompiler.runtime.hostcall's listener
+    #: The approximations have no f64 form on NVIDIA (their instructions are f32): not here either, so
+    #: that a program the CPU accepts compiles for the GPUs.
+    no_f64_math = frozenset(APPROX_MATH)
     #: The pipeline inlines every device function into the kernels before lowering (see module doc).
     inline_device_functions = True
 
@@ -200,20 +205,29 @@ class CpuTarget(Target):
         return {**super().describe(), "cpu_features": self.cpu_features, **extra}
 
     def math(self, ctx: "LoweringContext", fn: str, args: list[ll.Value]) -> ll.Value:
-        """Target.math, with ``approx_error`` put on rcp and rsqrt and their normal-range forms (see
-        the class docstring). rcp_normal and rsqrt_normal on f32 flush a subnormal argument or
-        result to zero of its sign, as NVIDIA's .ftz forms do: their contract leaves these values
-        open, and code that relies on them then fails on the CPU too."""
+        """Target.math, with the approximations (fast_exp2, fast_sin, ...) computed as approx.py
+        models the GPUs' documented errors, and ``approx_error`` instead of that model on fast_rcp
+        and fast_rsqrt and their normal-range forms (see the class docstring). fast_rcp_normal and
+        fast_rsqrt_normal on f32 flush a subnormal argument or result to zero of its sign, as
+        NVIDIA's .ftz forms do: their contract leaves these values open, and code that relies on
+        them then fails on the CPU too."""
         t = args[0].type
-        if fn in NORMAL_RANGE_MATH and (t.element if isinstance(t, ll.VectorType) else t) == ll.FloatType():
-            v = self._flush_subnormal(ctx, super().math(ctx, fn, [self._flush_subnormal(ctx, args[0])]))
-        else:
-            v = super().math(ctx, fn, args)
-        if self.approx_error and NORMAL_RANGE_MATH.get(fn, fn) in ("rcp", "rsqrt"):
+        scalar = t.element if isinstance(t, ll.VectorType) else t
+        base = NORMAL_RANGE_MATH.get(fn, fn)
+        if base not in approx.BOUNDS or isinstance(scalar, ll.DoubleType):
+            return super().math(ctx, fn, args)
+        x = args[0]
+        normal = fn in NORMAL_RANGE_MATH and scalar == ll.FloatType()
+        if normal:
+            x = self._flush_subnormal(ctx, x)
+        if self.approx_error and base in ("fast_rcp", "fast_rsqrt"):
+            v = super().math(ctx, fn, [x])
             f = 1.0 + self.approx_error
             n = v.type.count if isinstance(v.type, ll.VectorType) else 0
             v = ctx.b.fmul(v, ll.Constant(v.type, [f] * n if n else f))
-        return v
+        else:
+            v = approx.approximate(ctx, base, x, lambda d: super(CpuTarget, self).math(ctx, base, [d]))
+        return self._flush_subnormal(ctx, v) if normal else v
 
     @staticmethod
     def _flush_subnormal(ctx: "LoweringContext", x: ll.Value) -> ll.Value:
@@ -648,10 +662,8 @@ class CpuTarget(Target):
 
     def emit(self, llvm_module: Any, kind: str) -> bytes | str:
         tm = self.target_machine(3)
-        if kind == "asm":
-            return tm.emit_assembly(llvm_module)
-        if kind == "obj":
-            return tm.emit_object(llvm_module)
+        if kind in ("asm", "obj"):
+            return machine_code(tm, llvm_module, kind)
         if kind == "llvm":
             return str(llvm_module)
         raise ValueError(f"cpu target cannot emit {kind!r} (choose 'asm', 'obj' or 'llvm')")

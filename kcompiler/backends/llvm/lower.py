@@ -342,15 +342,22 @@ class Lowering(ArithmeticLowering, BitLowering, MemoryLowering, MachineLowering)
         B.position_at_end(header)
         iv = B.phi(lo.type, name=local_name(op.regions[0].args[0].hint) or "i")
         iv.add_incoming(lo, pre)
-        cmp_up = B.icmp_signed("<", iv, hi) if it.is_signed else B.icmp_unsigned("<", iv, hi)
+        # The step's sign says the direction; the bounds compare with the bounds' signedness. An
+        # unsigned range may count down with a signed step (frontend/ranges.py).
+        st = elem_of(op.operands[2].type)
+        icmp = B.icmp_signed if it.is_signed else B.icmp_unsigned
+        cmp_up = icmp("<", iv, hi)
         step_owner = op.operands[2].owner
+        up: ll.Value | None = None  # a run-time step of either sign: whether it counts up
         if step_owner is not None and step_owner.name == "const":
-            going_up = step_owner.attrs["value"] > 0 or not it.is_signed
-            cond = cmp_up if going_up else B.icmp_signed(">", iv, hi)
-        elif it.is_signed:
+            going_up = step_owner.attrs["value"] > 0 or not st.is_signed
+            cond = cmp_up if going_up else icmp(">", iv, hi)
+        elif st.is_signed:
             up = B.icmp_signed(">", step, ll.Constant(step.type, 0))
-            cond = B.select(up, cmp_up, B.icmp_signed(">", iv, hi))
+            cond = B.select(up, cmp_up, icmp(">", iv, hi))
+            going_up = False
         else:
+            going_up = True
             cond = cmp_up
         B.cbranch(cond, body, exit_)
         B.position_at_end(body)
@@ -362,7 +369,18 @@ class Lowering(ArithmeticLowering, BitLowering, MemoryLowering, MachineLowering)
             B.branch(latch)
         B.position_at_end(latch)
         nxt = B.add(iv, step)
-        iv.add_incoming(nxt, latch)
+        if not it.is_signed and not going_up:
+            # Counting an unsigned value down: iv - step would wrap below zero and past `hi` when
+            # iv - hi <= -step (range(10u32, 0u32, -3) stops after 1). iv > hi here, so iv - hi is exact.
+            more = B.icmp_unsigned(">", B.sub(iv, hi), B.sub(ll.Constant(step.type, 0), step))
+            if up is not None:
+                more = B.or_(up, more)
+            cont = B.append_basic_block("for.next")
+            B.cbranch(more, cont, exit_)
+            B.position_at_end(cont)
+            iv.add_incoming(nxt, cont)
+        else:
+            iv.add_incoming(nxt, latch)
         B.branch(header)
         B.position_at_end(exit_)
 

@@ -38,6 +38,27 @@ class MemoryLowering:
         return self.opaque(self.target.shared_array(ctx, op.attrs["symbol"],
                                                     self.memtype(op.result.type.pointee)))
 
+    def op_const_data(self, ctx: LoweringContext, op: Op) -> ll.Value:
+        """A module constant table: one private constant global per symbol, in the target's CONSTANT
+        address space (NVPTX .const, AMDGCN 4, the CPU's 0)."""
+        tables = self.__dict__.setdefault("_const_tables", {})
+        sym = op.attrs["symbol"]
+        gv = tables.get(sym)
+        if gv is None:
+            at = op.result.type.pointee
+            t = self.memtype(at)
+            elem = self.memtype(at.elem)
+            vals = [ll.Constant(elem, int(bool(v))) if at.elem.kind == "bool" else self.constant(at.elem, v)
+                    for v in op.attrs["values"]]
+            gv = ll.GlobalVariable(self.module, t, self.unique_symbol(sym),
+                                   addrspace=self.target.address_spaces[AddressSpace.CONSTANT])
+            gv.linkage = "private"
+            gv.unnamed_addr = True
+            gv.global_constant = True
+            gv.initializer = ll.Constant(t, vals)
+            tables[sym] = gv
+        return self.opaque(gv)
+
     def op_dyn_shared(self, ctx: LoweringContext, op: Op) -> ll.Value:
         return self.opaque(self.target.dynamic_shared(ctx))
 
