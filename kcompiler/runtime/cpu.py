@@ -426,6 +426,7 @@ class CpuDevice(Device):
         nworkers = min(self.workers, blocks, max(1, threads // SERIAL_THREADS))
         ptr = ctypes.addressof(st)
         interrupted: list[bool] = []
+        asserts_before = _hostcall[1].printf.assertion_serial if _hostcall is not None else 0
 
         def stop() -> None:  # Ctrl-C (runtime/interrupt.py): the scheduler sees the flag and returns
             interrupted.append(True)
@@ -444,7 +445,7 @@ class CpuDevice(Device):
             raise KeyboardInterrupt
         if st.err_kind != abi.ERR_NONE:
             error = DeviceAssertionError if st.err_kind == abi.ERR_ASSERT else LaunchError
-            raise error(_error_message(handle, st, table, grid, block))
+            raise error(_error_message(handle, st, table, grid, block, asserts_before))
 
     def run(self, handle: CpuKernelHandle, artifact: Artifact, grid: Any, block: Any,
             args: Sequence[Any], shared: int = 0) -> None:
@@ -689,7 +690,7 @@ def _what(table: list[PointerArg], addr: int, n: int) -> str:
 
 
 def _error_message(h: CpuKernelHandle, st: abi.LaunchState, table: list[PointerArg], grid: tuple,
-                   block: tuple) -> str:
+                   block: tuple, asserts_before: int = 0) -> str:
     who = f"thread {_xyz(st.err_tid)} block {_xyz(st.err_bid)}"
     if st.err_kind == abi.ERR_MISALIGNED:
         access = abi.ACCESS_NAMES.get(st.err_access, "access to")
@@ -707,7 +708,7 @@ def _error_message(h: CpuKernelHandle, st: abi.LaunchState, table: list[PointerA
                 f"{_xyz(st.err_tid2)} waits at the one at {_loc(h, st.err_loc2)}; every thread of a block "
                 f"that has not returned must reach the same barrier (a GPU would hang or misbehave)")
     if st.err_kind == abi.ERR_ASSERT:
-        return _assertion_message(h, st)
+        return _assertion_message(h, st, asserts_before)
     if st.err_kind == abi.ERR_INDEX:
         access = abi.ACCESS_NAMES.get(st.err_access, "access to")
         return (f"kernel '{h.name}': out-of-bounds {access} an array element at {_loc(h, st.err_loc)}, {who}: "
@@ -729,11 +730,12 @@ def _error_message(h: CpuKernelHandle, st: abi.LaunchState, table: list[PointerA
     return f"kernel '{h.name}': failed with error {st.err_kind} ({who})"
 
 
-def _assertion_message(h: CpuKernelHandle, st: abi.LaunchState) -> str:
-    """The line the failing thread printed (ir/assertion.py), as the hostcall printf service kept it;
-    where it did not (printf="buffered" prints after the launch), the location and the thread."""
+def _assertion_message(h: CpuKernelHandle, st: abi.LaunchState, since: int) -> str:
+    """The line the failing thread printed (ir/assertion.py), as the hostcall printf service kept it
+    during this launch (its ``assertion_serial`` was ``since`` before); where it did not
+    (printf="buffered" prints after the launch), the location and the thread."""
     loc, block, thread = _loc(h, st.err_loc), tuple(st.err_bid), tuple(st.err_tid)
-    text = _hostcall[1].printf.assertion_text(loc, block, thread) if _hostcall is not None else None
+    text = _hostcall[1].printf.assertion_text(loc, block, thread, since) if _hostcall is not None else None
     if text is None:
         return (f"kernel '{h.name}': device assertion failed at {loc}, thread {_xyz(thread)} block "
                 f"{_xyz(block)}; see the printed message")
