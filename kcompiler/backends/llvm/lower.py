@@ -59,6 +59,9 @@ class LoweringContext:
         self.state: dict[str, Any] = {}
         self.values: dict[int, ll.Value] = {}
         self.loops: list[tuple[ll.Block, ll.Block]] = []  # (continue target, break target)
+        #: ``while`` loops around the op being lowered: only these can spin (a ``for`` is counted);
+        #: an atomic read inside one is a spin point (Target.spin_point)
+        self.while_depth = 0
         self.entry = fn.append_basic_block("entry")
         self.alloca_builder = ll.IRBuilder(self.entry)
         self.b = ll.IRBuilder(fn.append_basic_block("start"))
@@ -394,11 +397,13 @@ class Lowering(ArithmeticLowering, BitLowering, MemoryLowering, MachineLowering)
         B.position_at_end(header)
         ctx.state.setdefault("_while_targets", []).append((body, exit_))
         ctx.loops.append((header, exit_))
+        ctx.while_depth += 1
         self.lower_region(ctx, op.regions[0])  # ends with `condition`
         ctx.state["_while_targets"].pop()
         B.position_at_end(body)
         self.lower_region(ctx, op.regions[1])
         ctx.loops.pop()
+        ctx.while_depth -= 1
         if not B.block.is_terminated:
             B.branch(header)
         B.position_at_end(exit_)
