@@ -26,6 +26,7 @@ divergent barriers, deadlocks of spinning threads, launch limits) are raised as
 
     kernel 'vadd': out-of-bounds store to 'out'[1000] (size 1000) at examples/vadd.kc:5:9,
     thread (8,0,0) block (3,0,0)
+
 A failed device ``assert`` raises :class:`~kcompiler.runtime.device.DeviceAssertionError` with the line
 the thread printed (the hostcall printf service keeps it: ``PrintfService.assertion_text``).
 
