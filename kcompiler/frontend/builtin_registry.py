@@ -15,7 +15,8 @@ with the spans its messages need) and the keyword arguments by name (``{name: Kw
 checked against the builtin's declaration); it returns an IR value, a compile-time value or
 :data:`~kcompiler.frontend.values.VOIDV`, and reports a mistake with ``fl.fail`` (a located error).
 
-The handlers live by concept: builtins_math.py, builtins_bits.py, builtins_convert.py, builtins_memory.py,
+The handlers live by concept: builtins_math.py, builtins_libm.py (the accurate math names),
+builtins_bits.py, builtins_convert.py, builtins_memory.py,
 builtins_atomic.py, builtins_sync.py, builtins_warp.py, builtins_hostcall.py, builtins_printf.py,
 builtins_comptime.py, and the vendors' warp_matrix.py, mfma.py and hopper.py. fn_lowering.py imports
 them all, which registers them.

@@ -259,6 +259,15 @@ def _t_shared(op: Op, fn: Function, m: Module) -> None:
         _req(isinstance(op.attrs["symbol"], str) and op.attrs["symbol"], "shared needs a symbol name")
 
 
+def _t_const_data(op: Op, fn: Function, m: Module) -> None:
+    t = _result_pointer(op, AddressSpace.CONSTANT)
+    _req(isinstance(t.pointee, ArrayType) and isinstance(t.pointee.elem, ScalarType),
+         f"const_data gives a pointer to an array of scalars, not {t}")
+    _req(isinstance(op.attrs["symbol"], str) and op.attrs["symbol"], "const_data needs a symbol name")
+    _req(isinstance(op.attrs["values"], list) and len(op.attrs["values"]) == t.pointee.count,
+         f"const_data of {t.pointee} needs {t.pointee.count} values")
+
+
 def _t_elemptr(op: Op, fn: Function, m: Module) -> None:
     p = _pointer(op.operands[0], "base")
     i = op.operands[1].type
@@ -421,8 +430,12 @@ def _t_bool_operand(op: Op, fn: Function, m: Module) -> None:
 
 def _t_for(op: Op, fn: Function, m: Module) -> None:
     lo, hi, step = (v.type for v in op.operands)
-    _req(_is_int_scalar(lo) and lo == hi == step, f"for bounds of types {lo}, {hi}, {step} "
-                                                  "(need one integer type)")
+    # an unsigned range may count down: its step is then the signed integer of the same width
+    down = _is_int_scalar(lo) and not lo.is_signed and _is_int_scalar(step) and step.is_signed \
+        and step.bits == lo.bits
+    _req(_is_int_scalar(lo) and lo == hi and (step == lo or down),
+         f"for bounds of types {lo}, {hi}, {step} (need one integer type; an unsigned range's step may "
+         "be the signed integer of its width)")
     args = op.regions[0].args
     _req(len(args) == 1 and args[0].type == lo,
          f"for body needs one argument (the induction variable) of type {lo}")
@@ -471,17 +484,26 @@ def _t_intrinsic(op: Op, fn: Function, m: Module) -> None:
 
 _PRINTF_SCALARS = (I32, U32, I64, U64, F64)
 
+#: The reasons a ``trap`` op gives (its attr ``reason``).
+TRAP_REASONS = ("assert",)
+
+
+def _t_trap(op: Op, fn: Function, m: Module) -> None:
+    if op.attrs.get("reason") not in TRAP_REASONS:
+        raise _Fail(f"trap: reason must be one of {', '.join(TRAP_REASONS)}, not {op.attrs.get('reason')!r}")
+
 _TYPE_RULES: dict[str, Callable[[Op, Function, Module], None]] = {
     "printf": _t_printf, "string": _t_string,
     "const": _t_const, **{b: _t_binary for b in BINARY}, "neg": _t_neg, "not": _t_not, "cmp": _t_cmp,
     "select": _t_select, "cast": _t_cast, "bitcast": _t_bitcast, "math": _t_math, "bits": _t_bits,
-    "fclass": _t_fclass, "alloca": _t_alloca,
-    "shared": _t_shared, "dyn_shared": _t_shared, "elemptr": _t_elemptr, "ptrcast": _t_ptrcast,
+    "fclass": _t_fclass, "alloca": _t_alloca, "shared": _t_shared, "dyn_shared": _t_shared,
+    "const_data": _t_const_data, "elemptr": _t_elemptr, "ptrcast": _t_ptrcast,
     "load": _t_load, "store": _t_store, "vec_build": _t_vec_build, "splat": _t_splat,
     "extract": _t_extract, "insert": _t_insert, "special": _t_special, "atomic": _t_atomic,
     "atomic_cas": _t_atomic, "shuffle": _t_shuffle, "ballot": _t_ballot, "active_mask": _t_ballot,
     "read_first_lane": _t_same_as_operand, "call": _t_call, "return": _t_return,
     "atomic_load": _t_atomic_load, "atomic_store": _t_atomic_store, "nanosleep": _t_u32_operand,
+    "trap": _t_trap,
     "hostcall_interrupt": _t_u32_operand, "hostcall_buffer": _t_u64_result,
     "printf_buffer": _t_printf_buffer, "warp_sync": _t_warp_sync,
     "if": _t_bool_operand, "condition": _t_bool_operand, "for": _t_for,

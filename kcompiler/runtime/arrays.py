@@ -83,6 +83,8 @@ def numpy_dtype(t: ScalarType) -> np.dtype:
 # --- array classification -----------------------------------------------------------------------
 
 def is_torch_tensor(x: Any) -> bool:
+    """Whether ``x`` is a torch Tensor (or Parameter), told by its type's name and module, without
+    importing torch."""
     t = type(x)
     return t.__name__ in ("Tensor", "Parameter") and t.__module__.startswith("torch")
 
@@ -108,6 +110,8 @@ def array_scalar_type(x: Any) -> ScalarType | None:
 
 
 def is_array(x: Any) -> bool:
+    """Whether ``x`` is passed as an array: a numpy ndarray, a kcompiler DeviceArray, a torch tensor or an object with
+    ``__cuda_array_interface__`` (CuPy, numba-cuda, ...)."""
     return (isinstance(x, np.ndarray) or is_kc_array(x) or is_torch_tensor(x)
             or hasattr(x, "__cuda_array_interface__"))
 
@@ -153,6 +157,8 @@ def arg_type(x: Any) -> Type | None:
 
 
 def is_contiguous(x: Any) -> bool:
+    """Whether array ``x`` is C-contiguous (row-major, no gaps): numpy's and torch's own flag, else the
+    ``__cuda_array_interface__`` strides (None means contiguous; extents of 1 may have any stride)."""
     if isinstance(x, np.ndarray):
         return x.flags.c_contiguous
     if is_kc_array(x):

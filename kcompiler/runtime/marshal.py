@@ -88,6 +88,7 @@ class HostCopy:
             self.discard()
 
     def discard(self) -> None:
+        """Free the device copy without copying it back (after a failed launch); a second call does nothing."""
         if self.ptr:
             ptr, self.ptr = self.ptr, 0
             self._free(ptr)

@@ -382,7 +382,7 @@ def test_approx_ftz_option(tmp_path):
     from kcompiler.backends import get_target
     from kcompiler.pipeline import Source, emit
 
-    src = Source("kernel f(x: ptr<f32>) { x[0] = exp2(x[1]) + tanh(x[2]) + rsqrt(x[3]); }", "<ftz>", ".")
+    src = Source("kernel f(x: ptr<f32>) { x[0] = fast_exp2(x[1]) + fast_tanh(x[2]) + fast_rsqrt(x[3]); }", "<ftz>", ".")
     ptx = emit(src, "asm", get_target("nvptx", "sm_90a", approx_ftz=True))
     assert "ex2.approx.ftz.f32" in ptx and "rsqrt.approx.ftz.f32" in ptx and "tanh.approx.f32" in ptx
     ptxas(ptx)

@@ -69,7 +69,7 @@ class FakeDevice(Device):
         self.loads += 1
         return ("handle", artifact.symbol)
 
-    def marshal(self, artifact, args):
+    def marshal(self, artifact, args, stream=None):
         done = []
         return list(args), [lambda: done.append(1)]
 
