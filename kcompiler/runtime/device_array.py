@@ -321,6 +321,7 @@ class DeviceArray:
 
     @property
     def ndim(self) -> int:
+        """The number of dimensions (``len(shape)``; 0 for a 0-d array)."""
         return len(self.shape)
 
     @property
@@ -335,6 +336,7 @@ class DeviceArray:
 
     @property
     def itemsize(self) -> int:
+        """Bytes of one element (the dtype's itemsize)."""
         return self.dtype.itemsize
 
     @property

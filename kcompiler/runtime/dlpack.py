@@ -213,6 +213,8 @@ class Imported:
         self._release: Callable[[], None] | None = release
 
     def release(self) -> None:
+        """Call the producer's deleter now (once: later calls do nothing); the memory must not be
+        used after it."""
         f, self._release = self._release, None
         if f is not None:
             f()
