@@ -2,7 +2,8 @@
 device's copy bandwidth, all measured in this run. Each measured call is first checked against torch
 (relative Frobenius error), then timed (triton's do_bench, median of repeats after warm-up).
 
-    python benchmarks/bench_attention.py [--quick] [--json OUT.json]
+    python benchmarks/bench_attention.py [--quick] [--json OUT.json] [--only prefill|decode|mla|decode+mla]
+    python benchmarks/bench_attention.py --only decode+mla --per-call --json per_call.json
 
 - prefill: B 4, H 32, S 4096, D 128, bf16, causal and not; TFLOP/s with 4 B H S^2 D operations (half
   that when causal), the usual count. Both of ops.attention's NVIDIA paths: std.attention
