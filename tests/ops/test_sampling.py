@@ -98,8 +98,11 @@ def chi_square_p(counts, expected):
     keep = expected > 0
     assert counts[~keep].sum() == 0, "a token outside the allowed set was drawn"
     c, e = counts[keep], expected[keep]
+    small = e < 5                       # cells expected fewer than 5 times pooled into one
+    if small.any():
+        c, e = np.append(c[~small], c[small].sum()), np.append(e[~small], e[small].sum())
     stat = float(((c - e) ** 2 / e).sum())
-    return float(mpmath.gammainc((keep.sum() - 1) / 2.0, stat / 2.0, mpmath.inf, regularized=True))
+    return float(mpmath.gammainc((len(c) - 1) / 2.0, stat / 2.0, mpmath.inf, regularized=True))
 
 
 def distribution_case(draws_per_call, calls, target, dtype=np.float32, probs=False):
@@ -129,12 +132,12 @@ def distribution_case(draws_per_call, calls, target, dtype=np.float32, probs=Fal
 
 
 def test_distribution_matches_renormalised(target):
-    """4000 draws a case on the CPU target (rows of one distribution, different Philox counters)."""
-    distribution_case(2000, 2, target)
+    """3000 draws a case on the CPU target (rows of one distribution, different Philox counters)."""
+    distribution_case(1500, 2, target)
 
 
 def test_distribution_from_probs(target):
-    distribution_case(2000, 1, target, probs=True)
+    distribution_case(1500, 1, target, probs=True)
 
 
 @pytest.mark.gpu
