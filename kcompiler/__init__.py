@@ -11,7 +11,9 @@ Public API: :func:`compile`, :func:`compile_file`, :func:`devices`, :func:`resol
 :class:`LaunchError` (its :class:`DeviceAssertionError`), :class:`Module`, :class:`Kernel`, :class:`Launch`,
 :class:`Device`, :class:`Artifact`, :class:`capture_printf` (kernels' printf output into ``sys.stdout`` or a
 string, on every target), :func:`graph` (capture launches into a CUDA graph and replay them); array
-operations in :mod:`kcompiler.ops`; autotuning in :mod:`kcompiler.runtime.autotune`.
+operations in :mod:`kcompiler.ops`; autotuning in :mod:`kcompiler.runtime.autotune`;
+device arrays without torch or CuPy: :func:`to_device`, :func:`device_array`, :func:`from_dlpack`,
+:class:`DeviceArray` (runtime/device_array.py).
 """
 from __future__ import annotations
 
@@ -29,7 +31,9 @@ from .runtime.device import Artifact, Device, DeviceAssertionError, LaunchError
 _LAZY = {"Module": ".runtime.module", "Kernel": ".runtime.module", "Launch": ".runtime.module",
          "ProgramHandle": ".pipeline", "Source": ".pipeline", "Target": ".backends.target",
          "CompileOptions": ".backends.target", "capture_printf": ".runtime.stdio",
-         "graph": ".runtime.graph", "Graph": ".runtime.graph"}
+         "graph": ".runtime.graph", "Graph": ".runtime.graph",
+         "to_device": ".runtime.device_array", "device_array": ".runtime.device_array",
+         "from_dlpack": ".runtime.device_array", "DeviceArray": ".runtime.device_array"}
 #: Subpackages and modules reachable as attributes (``kcompiler.pipeline``) without an import.
 #: ``kcompiler.ops`` is one of them: ``import kcompiler as kc; kc.ops.matmul(a, b)`` imports the ops
 #: package (and numpy) at that first use, as ``torch.nn`` is reached from ``torch``.
@@ -174,4 +178,5 @@ def devices() -> list[Device]:
 __all__ = ["compile", "compile_file", "devices", "TARGETS", "TARGET_ALIASES", "Target",
            "CompileOptions", "CompileError", "LaunchError", "DeviceAssertionError", "Artifact", "Device",
            "Module", "Kernel",
-           "resolve_target_name", "capture_printf", "__version__"]
+           "resolve_target_name", "capture_printf", "to_device", "device_array", "from_dlpack",
+           "DeviceArray", "__version__"]

@@ -328,7 +328,12 @@ class CpuDevice(Device):
     @staticmethod
     def _pointer(kernel: str, param: str, t: PointerType, x: Any, copybacks: list) -> PointerArg:
         itemsize = sizeof(t.pointee.elem if isinstance(t.pointee, VectorType) else t.pointee)
-        if arrays.is_torch_tensor(x):
+        if arrays.is_kc_array(x):  # kc.to_device(..., device="cpu"): its numpy view
+            if x.device.target != "cpu":
+                raise TypeError(f"{kernel}: parameter '{param}': {arrays.describe(x)} lives in GPU "
+                                f"memory; the cpu target runs on host memory (x.copy_to_host())")
+            x = x.host_ndarray()
+        elif arrays.is_torch_tensor(x):
             if x.device.type != "cpu":
                 raise TypeError(f"{kernel}: parameter '{param}': the tensor is on {x.device}; the cpu "
                                 f"target runs on host memory (pass tensor.cpu())")

@@ -666,6 +666,13 @@ def _generate_launcher(dev: CudaDevice, h: CudaKernelHandle, artifact: Artifact,
                 lines.append(f"    if type({a}) is not T{i} or {a}.dtype != D{i} or not "
                              f"{a}.flags.c_contiguous: raise ArgMismatch")
                 values.append(f"{a}.data.ptr")
+            elif arrays.is_kc_array(x):  # kc.to_device arrays: their pointer, on this device only
+                if x.device is not dev:
+                    return None
+                env[f"D{i}"] = x.dtype
+                lines.append(f"    if type({a}) is not T{i} or {a}.dtype != D{i} or {a}.device is not dev "
+                             f"or not {a}.is_c_contiguous: raise ArgMismatch")
+                values.append(f"{a}.ptr")
             elif hasattr(x, "__cuda_array_interface__"):
                 env[f"D{i}"] = x.__cuda_array_interface__["typestr"]  # as spelt at the first call
                 lines.append(f"    if type({a}) is not T{i}: raise ArgMismatch")
@@ -747,7 +754,7 @@ def _cai_pointer(x: Any, typestr: str) -> int:
     cai = x.__cuda_array_interface__
     if cai["typestr"] != typestr or (cai.get("strides") is not None and not arrays.is_contiguous(x)):
         raise ArgMismatch
-    return cai["data"][0]
+    return arrays.cai_pointer(cai)  # synchronises an exported stream
 
 
 def _launch_failed(rc: int, dev: CudaDevice, h: CudaKernelHandle, grid: tuple, block: tuple,
