@@ -29,7 +29,7 @@ from .runtime.device import Artifact, Device, LaunchError
 _LAZY = {"Module": ".runtime.module", "Kernel": ".runtime.module", "Launch": ".runtime.module",
          "ProgramHandle": ".pipeline", "Source": ".pipeline", "Target": ".backends.target",
          "CompileOptions": ".backends.target", "capture_printf": ".runtime.stdio",
-         "graph": ".runtime.graph", "Graph": ".runtime.graph"}
+         "graph": ".runtime.graph", "Graph": ".runtime.graph", "torch_op": ".ops.torch_ops"}
 #: Subpackages and modules reachable as attributes (``kcompiler.pipeline``) without an import.
 #: ``kcompiler.ops`` is one of them: ``import kcompiler as kc; kc.ops.matmul(a, b)`` imports the ops
 #: package (and numpy) at that first use, as ``torch.nn`` is reached from ``torch``.
@@ -172,4 +172,4 @@ def devices() -> list[Device]:
 
 __all__ = ["compile", "compile_file", "devices", "TARGETS", "TARGET_ALIASES", "Target",
            "CompileOptions", "CompileError", "LaunchError", "Artifact", "Device", "Module", "Kernel",
-           "resolve_target_name", "capture_printf", "__version__"]
+           "resolve_target_name", "capture_printf", "torch_op", "__version__"]
