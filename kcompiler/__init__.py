@@ -33,7 +33,8 @@ _LAZY = {"Module": ".runtime.module", "Kernel": ".runtime.module", "Launch": ".r
          "CompileOptions": ".backends.target", "capture_printf": ".runtime.stdio",
          "graph": ".runtime.graph", "Graph": ".runtime.graph",
          "to_device": ".runtime.device_array", "device_array": ".runtime.device_array",
-         "from_dlpack": ".runtime.device_array", "DeviceArray": ".runtime.device_array"}
+         "from_dlpack": ".runtime.device_array", "DeviceArray": ".runtime.device_array",
+         "torch_op": ".ops.torch_ops"}
 #: Subpackages and modules reachable as attributes (``kcompiler.pipeline``) without an import.
 #: ``kcompiler.ops`` is one of them: ``import kcompiler as kc; kc.ops.matmul(a, b)`` imports the ops
 #: package (and numpy) at that first use, as ``torch.nn`` is reached from ``torch``.
@@ -179,4 +180,4 @@ __all__ = ["compile", "compile_file", "devices", "TARGETS", "TARGET_ALIASES", "T
            "CompileOptions", "CompileError", "LaunchError", "DeviceAssertionError", "Artifact", "Device",
            "Module", "Kernel",
            "resolve_target_name", "capture_printf", "to_device", "device_array", "from_dlpack",
-           "DeviceArray", "__version__"]
+           "DeviceArray", "torch_op", "__version__"]

@@ -12,8 +12,13 @@ Hopper path), attention (prefill), decode (paged decode, merge_states), mla, sam
 share. The functions are re-exported here: ``kcompiler.ops.matmul`` is the function (it shadows its
 module, as ``cast``, ``math`` and ``attention`` do theirs); reach a module itself with ``from
 kcompiler.ops.matmul import matmul_tiles`` or ``importlib.import_module("kcompiler.ops.matmul")``.
+
+``kcompiler.ops.torch`` (kcompiler.ops.torch_ops, imported at that first use): the ops as torch custom
+operators, ``torch.ops.kcompiler.*``, for torch.compile and CUDA graphs.
 """
 from __future__ import annotations
+
+from typing import Any
 
 from . import matmul_sm90
 from .attention import (ATTENTION_MFMA_TILES, ATTENTION_SIMT_TILES, ATTENTION_SM90_TILES, ATTENTION_TILES, attention,
@@ -40,3 +45,14 @@ __all__ = ["ATTENTION_MFMA_TILES", "ATTENTION_SIMT_TILES", "ATTENTION_SM90_TILES
            "mx_dequantize", "mx_quantize", "nvfp4_dequantize", "nvfp4_quantize", "pack_fp4", "pack_fp6",
            "paged_decode", "sample", "scaled_matmul", "softmax", "top_k_mask_logits", "top_p_renorm_probs",
            "unpack_fp4", "unpack_fp6"]
+
+
+def __getattr__(name: str) -> Any:
+    # kc.ops.torch: the ops as torch custom operators (kcompiler.ops.torch_ops; imports torch, which
+    # nothing else here does, and defines torch.ops.kcompiler.*)
+    if name == "torch":
+        from . import torch_ops
+
+        torch_ops.register()
+        return torch_ops
+    raise AttributeError(f"module 'kcompiler.ops' has no attribute {name!r}")

@@ -154,6 +154,24 @@ def const_f32(value: float, n: int, like: Any) -> Any:
     return t
 
 
+def capturing(x: Any) -> bool:
+    """Whether ``x`` is a torch CUDA tensor and torch's current stream is capturing a CUDA graph
+    (``torch.cuda.graph``): then an op must not wait for the device (no autotuning, no host reads)."""
+    if not (arrays.is_torch_tensor(x) and x.is_cuda):
+        return False
+    import torch  # deferred: torch is optional
+    return torch.cuda.is_current_stream_capturing()
+
+
+def zeros_i32(like: Any) -> Any:
+    """A one-element int32 zero of ``like``'s kind (numpy, or torch on its device, filled on the device:
+    no copy from the host, which a CUDA graph capture refuses)."""
+    if arrays.is_torch_tensor(like):
+        import torch  # deferred: torch is optional
+        return torch.zeros(1, dtype=torch.int32, device=like.device)
+    return np.zeros(1, np.int32)
+
+
 #: torch dtypes of the language's types. FP6 and FP4 have none: torch's float4_e2m1fn_x2 holds two
 #: codes a byte, kcompiler one, so results of those types are numpy arrays only.
 TORCH_DTYPES = {"i8": "int8", "u8": "uint8", "f8e4m3": "float8_e4m3fn", "f8e5m2": "float8_e5m2",
