@@ -1,4 +1,4 @@
-"""Autotuning a user's kernel: :func:`autotune` (``kc.autotune``) picks, for each class of arguments,
+"""Autotuning a user's kernel: :func:`kcompiler.autotune` (``kc.autotune``) picks, for each class of arguments,
 the fastest of a few configurations (compile-time values, launch shapes) by timing each on the
 device, remembers the choice on disk, and launches with it.
 
@@ -31,7 +31,7 @@ text of its source and of the files it imports, the target, arch and device name
 the module's compile-time defaults, the configurations, the values of the ``key`` arguments (an array's
 shape and dtype, a scalar's value), the type of every argument, the call's own compile-time keywords
 and kcompiler's version. The code of ``grid``, ``block`` and ``shared`` functions is not in it: after
-changing one of them, clear the cache (``kc cache clear``) or change the configurations.
+changing one of them, delete the cache folder or change the configurations.
 A process remembers its choices too: later calls with the same key launch at once.
 
 ``KC_TUNE=0`` (or ``off``, ``false``, ``no``): nothing is timed; a call uses the choice recorded on disk
@@ -187,7 +187,7 @@ def autotune(kernel: Any, configs: Sequence[dict[str, Any]], key: Sequence[str] 
 
 
 class Autotuned:
-    """A kernel with a set of configurations, made by :func:`autotune`. Calling it as
+    """A kernel with a set of configurations, made by :func:`kcompiler.autotune`. Calling it as
     ``tuned(*args, stream=None, **comptime)`` (the kernel's arguments in order, a stream, compile-time
     values that no configuration sets) picks the configuration for the arguments' key (from this
     process's memory, else the disk cache, else by timing, else the first under ``KC_TUNE=0``) and
