@@ -67,7 +67,9 @@ from . import autotune as _autotune
 from .autotune import CandidateRejected, TuningFailed
 from .cache import KernelCache
 from .device import Device, DeviceAssertionError, LaunchError
+from .._version import __version__
 from ..diagnostics import CompileError
+from ..ir.types import Type
 
 log = logging.getLogger("kcompiler.autotune")
 
@@ -310,20 +312,17 @@ class Autotuned:
 
     # --- choosing ---
     def _problem(self, args: tuple, comptime: dict) -> dict[str, Any]:
-        from .. import __version__
-        from ..pipeline import encode_value  # lazy: the pipeline is loaded once a kernel exists
-
         mod = self.kernel.module
         prog = mod._program
         device = mod.device
-        defaults = {k: ({kk: encode_value(vv) for kk, vv in v.items()} if isinstance(v, dict) else encode_value(v))
+        defaults = {k: ({kk: _encode(vv) for kk, vv in v.items()} if isinstance(v, dict) else _encode(v))
                     for k, v in mod._defaults.items()}
         return {"op": "kernel", "kernel": self.kernel.name, "source": prog.manifest.get("source_key", ""),
                 "target": mod.target, "arch": mod.arch, "device": str(getattr(device, "name", type(device).__name__)),
                 "options": asdict(prog.options), "target_options": prog.target_opts, "defaults": defaults,
                 "key": {n: _key_json(args[j]) if j < len(args) else None for n, j in zip(self.key, self._key_idx)},
                 "types": [str(arrays.arg_type(a)) for a in args],
-                "comptime": {k: encode_value(v) for k, v in sorted(comptime.items())}, "version": __version__}
+                "comptime": {k: _encode(v) for k, v in sorted(comptime.items())}, "version": __version__}
 
     def _choose(self, k: Any, args: tuple, comptime: dict, stream: Any, enabled: bool) -> int:
         problem = self._problem(args, comptime)
@@ -388,8 +387,6 @@ class Autotuned:
 def _describe(i: int, config: dict[str, Any]) -> dict[str, Any]:
     """A configuration as the JSON-able candidate the cache records: its index, its compile-time
     values, its launch shapes (a function by its name)."""
-    from ..pipeline import encode_value  # lazy: the pipeline is loaded once a kernel exists
-
     out: dict[str, Any] = {"config": i}
     for k, v in config.items():
         if callable(v):
@@ -397,8 +394,21 @@ def _describe(i: int, config: dict[str, Any]) -> dict[str, Any]:
         elif k in LAUNCH_KEYS:
             out[k] = list(v) if isinstance(v, (tuple, list)) else operator.index(v)
         else:
-            out[k] = encode_value(v)
+            out[k] = _encode(v)
     return out
+
+
+def _encode(v: Any) -> Any:
+    """A compile-time value as JSON, as the pipeline's cache keys write it: ints, floats, bools and
+    strings as themselves, numpy scalars as Python ones, types as ``{"type": "f32"}``, anything else
+    (a fn) as ``{"repr": ...}``."""
+    if isinstance(v, Type):
+        return {"type": str(v)}
+    if isinstance(v, (bool, int, float, str)):
+        return v
+    if hasattr(v, "item") and not isinstance(v, type):
+        return v.item()
+    return {"repr": repr(v)}
 
 
 def _brief(config: dict[str, Any]) -> str:
