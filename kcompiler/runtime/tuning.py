@@ -240,6 +240,7 @@ class Autotuned:
         self._grid, self._block, self._shared = grid, block, shared
         self._warmup, self._repeats, self._timer, self._cache = warmup, repeats, timer, cache
         self._cands = [_describe(i, c) for i, c in enumerate(self.configs)]
+        self._set_names = {k for c in self.configs for k in c}
         self._chosen: dict[Any, int] = {}
         self._times: dict[Any, list[float | None]] = {}
         self._last: Any = None
@@ -266,7 +267,7 @@ class Autotuned:
 
     # --- launching ---
     def __call__(self, *args: Any, stream: Any = None, **comptime: Any) -> None:
-        clash = [k for k in comptime if any(k in c for c in self.configs)]
+        clash = [k for k in comptime if k in self._set_names] if comptime else None
         if clash:
             raise TypeError(f"{self.kernel.name}: {', '.join(map(repr, clash))} is set by the autotuned "
                             f"configurations; do not pass it to the call")
@@ -329,13 +330,15 @@ class Autotuned:
         name = self.kernel.name
         label = f"{name}" + (f" ({', '.join(f'{n}={v}' for n, v in problem['key'].items())})" if self.key else "")
         snaps: list[Callable[[], None]] = []  # taken before the first timing run, not on a cache hit
+        device = self.kernel.module.device
 
         def setup() -> None:
             for restore_one in snaps:
                 restore_one()
+            if snaps:  # a torch or CuPy copy runs on its library's stream: done before a launch on ours
+                device.synchronize()
 
         rejected: dict[int, str] = {}
-        device = self.kernel.module.device
         meta_args = dict(zip(self._params, args))
 
         def time_one(cand: dict[str, Any]) -> float:

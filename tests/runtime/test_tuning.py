@@ -278,6 +278,71 @@ def test_bad_arguments_are_clear_errors(mod):
                     timer=lambda run, c: 1.0, cache=KernelCache(disk=False))(np.zeros(4, np.float32), 4)
 
 
+def test_progress_shows_each_configuration(mod, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("KC_VERBOSE", "1")
+    t = _tuned(mod, {64: 3.0, 128: 1.0, 32: 2.0}, [], tmp_path, kernel="twice")
+    x = np.ones(100, np.float32)
+    t(x, np.empty_like(x), 100)
+    err = capsys.readouterr().err
+    assert "kc: autotuning twice (n=100): timing 3 candidates ..." in err
+    assert "candidate 2/3 config=1 BLOCK=128: 1 s" in err and "chose config=1 BLOCK=128" in err
+    assert "autotuning twice (n=100): timing 3 candidates: done in" in err
+
+
+class _FakeDriver:
+    """The cuda-python calls of CUDA event timing, recording them; each elapsed time is 2.5 ms."""
+
+    def __init__(self):
+        self.calls = []
+
+    def CUstream(self, h):
+        return ("stream", h)
+
+    def cuEventCreate(self, flags):
+        self.calls.append("create")
+        return 0, f"ev{self.calls.count('create')}"
+
+    def cuEventRecord(self, ev, stream):
+        self.calls.append(("record", ev, stream))
+        return (0,)
+
+    def cuEventSynchronize(self, ev):
+        self.calls.append(("sync", ev))
+        return (0,)
+
+    def cuEventElapsedTime(self, a, b):
+        self.calls.append(("elapsed", a, b))
+        return 0, 2.5
+
+    def cuEventDestroy(self, ev):
+        self.calls.append(("destroy", ev))
+        return (0,)
+
+
+class _FakeCudaDevice:
+    target = "nvptx"
+
+    def make_current(self):
+        pass
+
+    def synchronize(self):
+        pass
+
+
+def test_bench_times_with_cuda_events_on_the_launch_stream(monkeypatch):
+    from kcompiler.runtime import cuda
+
+    drv = _FakeDriver()
+    monkeypatch.setattr(cuda, "_drv", drv)
+    runs = []
+    assert tuning.bench(lambda: runs.append(len(drv.calls)), _FakeCudaDevice(), stream=7, warmup=1, repeats=3) == 2.5e-3
+    assert len(runs) == 4 and runs[0] == 0  # the warm-up before any event
+    timed = [c for c in drv.calls if c != "create"]
+    assert timed[:4] == [("record", "ev1", ("stream", 7)), ("record", "ev2", ("stream", 7)), ("sync", "ev2"),
+                         ("elapsed", "ev1", "ev2")]
+    assert timed[-2:] == [("destroy", "ev1"), ("destroy", "ev2")]
+
+
 @pytest.mark.gpu
 def test_gpu_choice_is_the_fastest_measured(tmp_path):
     """On CUDA, with CUDA events: blocks of 4 threads (32 blocks, 128 threads resident on a
