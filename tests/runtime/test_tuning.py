@@ -10,7 +10,6 @@ import logging
 import os
 import subprocess
 import sys
-import textwrap
 
 import numpy as np
 import pytest
