@@ -8,8 +8,8 @@ across processes). Device limits (multiprocessors, shared memory) come from the
 (``Module.target_has``).
 
 One module per family: cast, mx (MX, NVFP4, FP4/FP6 packing), math, matmul (and matmul_sm90, its
-Hopper path), attention (prefill), decode (paged decode, merge_states), mla; _common holds what they
-share. The functions are re-exported here: ``kcompiler.ops.matmul`` is the function (it shadows its
+Hopper path), attention (prefill), decode (paged decode, merge_states), mla, norms (RMSNorm, LayerNorm,
+rotary embeddings, gated activations); _common holds what they share. The functions are re-exported here: ``kcompiler.ops.matmul`` is the function (it shadows its
 module, as ``cast``, ``math`` and ``attention`` do theirs); reach a module itself with ``from
 kcompiler.ops.matmul import matmul_tiles`` or ``importlib.import_module("kcompiler.ops.matmul")``.
 """
@@ -26,6 +26,7 @@ from .matmul import (BLOCK_EPILOGUES, EPILOGUES, MATMUL_TILES, MATMUL_TUNE_CANDI
                      matmul_shared_bytes, matmul_tiles, matmul_tuned_tiles, scaled_matmul)
 from .mla import (MLA_SM90_MIN_HEADS, MLA_SM90_TILES, mla_decode, mla_sm90_reason_not, mla_sm90_shared_bytes,
                   mla_sm90_splits)
+from .norms import gelu_and_mul, layer_norm, rms_norm, rotary_embedding, silu_and_mul
 from .mx import (mx_dequantize, mx_quantize, nvfp4_dequantize, nvfp4_quantize, pack_fp4, pack_fp6, unpack_fp4,
                  unpack_fp6)
 
@@ -34,7 +35,7 @@ __all__ = ["ATTENTION_MFMA_TILES", "ATTENTION_SIMT_TILES", "ATTENTION_SM90_TILES
            "MATMUL_TILES", "MATMUL_TUNE_CANDIDATES", "MLA_SM90_MIN_HEADS", "MLA_SM90_TILES", "attention",
            "attention_shared_bytes", "attention_sm90_reason_not", "attention_sm90_shared_bytes", "cast",
            "decode_lanes", "decode_shared_bytes", "decode_splits", "math", "math_kernel", "math_launch",
-           "math_vectors", "matmul", "matmul_sm90", "matmul_shared_bytes", "matmul_tiles", "matmul_tuned_tiles",
+           "math_vectors", "gelu_and_mul", "layer_norm", "rms_norm", "rotary_embedding", "silu_and_mul", "matmul", "matmul_sm90", "matmul_shared_bytes", "matmul_tiles", "matmul_tuned_tiles",
            "merge_states", "mla_decode", "mla_sm90_reason_not", "mla_sm90_shared_bytes", "mla_sm90_splits",
            "mx_dequantize", "mx_quantize", "nvfp4_dequantize", "nvfp4_quantize", "pack_fp4", "pack_fp6",
            "paged_decode", "scaled_matmul", "unpack_fp4", "unpack_fp6"]
