@@ -16,7 +16,7 @@ import numpy as np
 
 from ..runtime import arrays
 from . import _common
-from ._common import data_ptr, empty_like, target_for
+from ._common import data_ptr, empty_like, stream_of, target_for
 
 FLOATS = ("f32", "f16", "bf16")
 
@@ -140,7 +140,7 @@ def _norm(fn: str, x: Any, weight: Any, bias: Any, eps: float, residual: Any, wr
     mod.norm[xr.rows, block](xr.arg, xr.ld, rr.arg if rr else xr.arg, rr.ld if rr else 0, w0, b0, orow.arg, orow.ld,
                              n, float(eps), T=src.name, VEC=vec, NV=nv, LN=layer, RES=rr is not None,
                              WRITE=bool(rr is not None and write_residual), HAS_W=w is not None,
-                             HAS_B=b is not None)
+                             HAS_B=b is not None, stream=stream_of(x))
     orow.done()
     if rr is not None and write_residual:
         rr.done()
@@ -254,7 +254,7 @@ def rotary_embedding(q: Any, k: Any, positions: Any, cos_sin_cache: Any, interle
     mod = _common.stdlib_module("norms", target_for(q, target))
     mod.rotary[tokens, block](qr.arg, qr.ld, kr.arg if kr else qr.arg, kr.ld if kr else 0, pos, cache, hq, hk, d,
                               rot, T=src.name, C=cst.name, P="i32" if str(pos.dtype).endswith("int32") else "i64",
-                              VEC=vec, NEOX=not interleaved)
+                              VEC=vec, NEOX=not interleaved, stream=stream_of(q))
     qr.done()
     if kr:
         kr.done()
@@ -291,7 +291,7 @@ def _act_and_mul(fn: str, act: str, x: Any, out: Any, target: str) -> Any:
     mod = _common.stdlib_module("norms", target_for(x, target))
     mod.act_and_mul[(xr.rows, -(-d // (vec * block))), block](
         xr.arg, xr.ld, orow.arg, orow.ld, d, T=src.name, VEC=vec,
-        ACT=ACTIVATIONS[(act, "f32" if src.name == "f32" else "16")])
+        ACT=ACTIVATIONS[(act, "f32" if src.name == "f32" else "16")], stream=stream_of(x))
     orow.done()
     return out
 
