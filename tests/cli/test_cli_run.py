@@ -106,11 +106,12 @@ def test_out_folder_is_made(tmp_path):
 
 @pytest.mark.gpu
 def test_run_on_nvidia_checks_nothing_and_says_so(tmp_path):
-    """Bounds checking is the cpu target's: on an NVIDIA GPU kc run runs unchecked by default, and
-    an explicit --check-bounds says that it checks nothing there."""
+    """Bounds checking of every access is the cpu target's: on an NVIDIA GPU kc run runs unchecked by
+    default, and an explicit --check-bounds says that only array indices are checked there."""
     r = kc("run", VADD, "--kernel", "vadd", "--grid", "1", "--block", "16", "--target", "cuda",
            "a=ones:f32[16]", "b=ones:f32[16]", "out=zeros:f32[16]", "n=16", "--check-bounds",
            "--out", tmp_path / "out")
     assert r.returncode == 0, r.stderr
-    assert "--check-bounds checks accesses on the cpu target only; nvptx runs unchecked" in r.stderr
+    assert ("--check-bounds checks every access on the cpu target only; nvptx checks the indices of local "
+            "and shared arrays") in r.stderr
     assert (np.load(tmp_path / "out" / "out.npy") == 2).all()
