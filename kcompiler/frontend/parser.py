@@ -21,7 +21,7 @@ from ..limits import MAX_DEPTH  # deepest nesting accepted (kcompiler/limits.py)
 from . import ast as A
 
 KEYWORDS = frozenset({"kernel", "fn", "import", "as", "let", "var", "shared", "if", "else", "for", "in",
-                      "while", "break", "continue", "return", "comptime", "true", "false", "ptr", "vec"})
+                      "while", "break", "continue", "return", "comptime", "true", "false", "ptr", "vec", "struct"})
 
 _OPS = {"OROR": "||", "ANDAND": "&&", "BOR": "|", "BXOR": "^", "BAND": "&", "EQ": "==", "NE": "!=",
         "LT": "<", "LE": "<=", "GT": ">", "GE": ">=", "SHL": "<<", "SHR": ">>", "PLUS": "+",
@@ -89,8 +89,34 @@ class _Builder:
     def start(self, c):
         imports = [x for x in c if isinstance(x, A.Import)]
         decls = [x for x in c if isinstance(x, A.FnDecl)]
+        structs = [x for x in c if isinstance(x, A.StructDecl)]
         span = SourceSpan(self.file, 1, 1, 1, 1)
-        return A.Module(imports, decls, span=span, depth=1 + max([x.depth for x in decls], default=0))
+        return A.Module(imports, decls, structs, span=span,
+                        depth=1 + max([x.depth for x in decls + structs], default=0))
+
+    def struct_decl(self, c):
+        name = c[1]
+        cparams = next((x[1] for x in c if isinstance(x, tuple) and x[0] == "cparams"), [])
+        fields = [x for x in c if isinstance(x, A.StructField)]
+        return self.node(A.StructDecl, str(name), cparams, fields, span=self.span(c[0], name),
+                         name_span=_tok_span(self.file, name))
+
+    def struct_field(self, c):
+        return self.node(A.StructField, str(c[0]), c[1], span=_tok_span(self.file, c[0]))
+
+    def struct_lit(self, c):
+        name = c[0]
+        targs = next((x for x in c if isinstance(x, list)), None)
+        inits = [x for x in c if isinstance(x, A.FieldInit)]
+        return self.node(A.StructLit, str(name), targs, inits, span=self.span(name, c[-1]),
+                         name_span=_tok_span(self.file, name))
+
+    def field_init(self, c):
+        return self.node(A.FieldInit, str(c[0]), c[-1], span=self.span(c[0], c[-1]))
+
+    def generic_type(self, c):
+        a, k = self._split_args(c[2])
+        return self.node(A.GenericTypeExpr, str(c[0]), a + k, span=self.span(c[0], c[-1]))
 
     def dotted(self, c):
         return [t for t in c if t.type == "NAME"]
@@ -500,7 +526,7 @@ def _report(file: SourceFile, text: str, e: UnexpectedInput, diag: Diagnostics) 
     return len(text)
 
 
-_RESYNC = re.compile(r"^[ \t]*(kernel|fn|import)\b", re.M)
+_RESYNC = re.compile(r"^[ \t]*(kernel|fn|import|struct)\b", re.M)
 
 
 _LOCK = threading.Lock()  # the parser's reduce actions share one builder

@@ -47,6 +47,7 @@ class SourceModule:
     ast: A.Module
     prefix: str = ""
     fns: dict[str, A.FnDecl] = field(default_factory=dict)
+    structs: dict[str, A.StructDecl] = field(default_factory=dict)
     imports: dict[str, "SourceModule"] = field(default_factory=dict)
 
 
@@ -454,6 +455,8 @@ def _load(source: str, path: str, keep_going: bool = False) -> Program:
         mod = queue.pop(0)
         for d in mod.ast.decls:
             mod.fns.setdefault(d.name, d)
+        for sd in mod.ast.structs:
+            mod.structs.setdefault(sd.name, sd)
         for imp in mod.ast.imports + _implicit_imports(mod):
             fpath, name = _module_file(imp, mod)
             if fpath is None or not fpath.is_file():

@@ -46,7 +46,7 @@ def intrinsic_suffix(t: ll.Type) -> str:
     return t.intrinsic_name
 
 
-def _field_lltype(t: Type, memtype) -> ll.Type:
+def struct_field_lltype(t: Type, memtype) -> ll.Type:
     """A struct field's LLVM type: its memory type, except a vector whose C size or alignment is not
     LLVM's (``vec<f32, 3>`` is 12 bytes aligned to 4 in C, 16 bytes in LLVM; a 32-byte vector is
     aligned to its element here, to 32 in LLVM), which is an array of its lanes (same bytes)."""
@@ -60,4 +60,4 @@ def struct_lltype(t: StructType, memtype) -> ll.Type:
     fields' memory types (bool a byte), whose natural layout under every data layout kcompiler
     targets is C's (:attr:`StructType.offsets`; tests/backends/test_struct_layout.py checks it
     with LLVM's own offsets). ``memtype`` maps an IR type to its LLVM memory type."""
-    return ll.LiteralStructType([_field_lltype(f, memtype) for _, f in t.fields])
+    return ll.LiteralStructType([struct_field_lltype(f, memtype) for _, f in t.fields])
