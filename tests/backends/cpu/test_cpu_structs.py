@@ -165,3 +165,12 @@ def test_gpu_shared_array_of_generic_struct():
 @pytest.mark.gpu
 def test_gpu_padded_struct_with_bool_and_f16():
     run_mixed("cuda")
+
+
+def test_struct_parameters_survive_the_cache_record():
+    from kcompiler.runtime.cache import dump_artifact, load_artifact
+
+    art = _mod("cpu").mixed.specialize()
+    back = load_artifact(dump_artifact(art))
+    assert [p.type for p in back.params] == [p.type for p in art.params]
+    assert back.params[0].type.offsets == (0, 1, 8, 16)
