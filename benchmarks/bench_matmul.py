@@ -145,7 +145,7 @@ def sass_counts() -> dict:
         return {"cuobjdump": "not found"}
     for t, bk, op in (("bf16", 64, "HGMMA"), ("f8e4m3", 128, "QGMMA")):
         cubin = emit_file(stdlib_dir() / "matmul_sm90.kc", "obj", "nvptx", "sm_90a", kernel="matmul_sm90",
-                          params=dict(T=t, BK=bk, SCALE=1 if bk == 128 else 0))
+                          comptime=dict(T=t, BK=bk, SCALE=1 if bk == 128 else 0))
         with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
             f.write(cubin)
         sass = subprocess.run(["cuobjdump", "-sass", f.name], capture_output=True, text=True).stdout

@@ -104,7 +104,7 @@ T_ESTRIN = """    let z2 = z * z;
 RCP_EARLY = """    let rz = r * z;
     var a = fma(9.327375888824463e-02, z, 1.1725649982690811e-01);
     a = fma(a, z, 3.35085928440094e-01);
-    let q0 = rcp_normal(fma(rz, a, r + rl));
+    let q0 = fast_rcp_normal(fma(rz, a, r + rl));
 """
 
 
@@ -115,7 +115,7 @@ def _tan_kernel(poly: str, rcp_early: bool) -> str:
     return ("\nfn tan_kernelf(r: f32, rl: f32, odd: bool) -> f32 {\n    let z = r * r;\n"
             + (RCP_EARLY if rcp_early else "") + poly
             + f"    let c = fma({rz}, p, fma(rl, z, rl));\n    let t = r + c;\n"
-            + ("" if rcp_early else "    let q0 = rcp_normal(t);\n")
+            + ("" if rcp_early else "    let q0 = fast_rcp_normal(t);\n")
             + "    let eps = fma(q0, c, fma(q0, r, -1.0));\n"
             "    return select(odd, fma(q0, eps, -q0), t);\n}\n")
 

@@ -2,9 +2,9 @@
 
     kc compile FILE [--target nvptx|amdgcn|cpu|cuda|hip] [--arch ARCH]
                     [--emit ast|ir|llvm|asm|obj] [-o OUT] [-P NAME=VALUE]... [--kernel NAME]
-                    [-O 0-3] [--fast-math] [--check-bounds]
+                    [-O 0-3] [--fast-math] [--check-bounds] [--release]
     kc check FILE [--target ...] [--arch ...]
-    kc run FILE --kernel NAME --grid G --block B [--target ...] [--no-check-bounds] NAME=VALUE...
+    kc run FILE --kernel NAME --grid G --block B [--target ...] [--no-check-bounds] [--release] NAME=VALUE...
     kc devices
     kc targets
 
@@ -125,7 +125,7 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--emit", "-e", default=None, choices=_STAGES, help=_emit_help)
     c.add_argument("-o", "--output", default=None,
                    help="output file ('-' for stdout; default: stdout for text, FILE.cubin/.o for obj)")
-    c.add_argument("-P", "--param", dest="params", action="append", type=_param, default=[],
+    c.add_argument("-P", "--param", dest="comptime", action="append", type=_param, default=[],
                    metavar="NAME=VALUE",
                    help="compile-time parameter (int, true/false or a type such as f16); repeatable")
     c.add_argument("--kernel", "-k", default=None, help="compile only this kernel")
@@ -134,7 +134,10 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--fast-math", action="store_true", help="approximate f32 division and sqrt, "
                    "allow reassociation")
     c.add_argument("--check-bounds", action="store_true",
-                   help="check every access to host-passed memory (cpu target)")
+                   help="check every access to host-passed memory (cpu target) and every index of a "
+                        "local or shared array (cpu, nvptx, amdgcn)")
+    c.add_argument("--release", action="store_true",
+                   help="compile device asserts out (C's NDEBUG; they are still checked)")
 
     k = sub.add_parser("check", help="parse and type-check a file",
                        description="Parse and type-check FILE; print every error found.")
@@ -165,7 +168,9 @@ def _parser() -> argparse.ArgumentParser:
                         "(exit 1). On by default for the cpu target, as kc run is a debugging "
                         "command; --no-check-bounds runs unchecked and faster, where an overrun "
                         "can corrupt the process or end it with a segfault")
-    r.add_argument("-P", "--param", dest="params", action="append", type=_param, default=[],
+    r.add_argument("--release", action="store_true",
+                   help="compile device asserts out (C's NDEBUG)")
+    r.add_argument("-P", "--param", dest="comptime", action="append", type=_param, default=[],
                    metavar="NAME=VALUE", help="compile-time parameter; repeatable")
     r.add_argument("--out", "-o", default="kc-out", help="folder for the arrays after the run "
                    "(default kc-out; '-' saves nothing; checked before the launch)")
@@ -198,12 +203,12 @@ def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     target = resolve_target_name(args.target)
     check_bounds = args.check_bounds if args.check_bounds is not None else target == "cpu"
     if args.check_bounds and target != "cpu":
-        print(f"kc: note: --check-bounds checks accesses on the cpu target only; {target} runs "
-              f"unchecked", file=sys.stderr)
+        print(f"kc: note: --check-bounds checks every access on the cpu target only; {target} checks "
+              f"the indices of local and shared arrays", file=sys.stderr)
     try:
         opts = {"printf": args.printf} if args.printf else None
         module = compile_file(args.file, target=target, arch=args.arch, target_options=opts,
-                              check_bounds=check_bounds)
+                              check_bounds=check_bounds, release=args.release)
         kernel = getattr(module, args.kernel)
     except (OSError, UnicodeDecodeError) as e:
         return _fail(f"cannot read {args.file}: {getattr(e, 'strerror', None) or e}")
@@ -224,7 +229,7 @@ def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         # The kernel's printf lines through sys.stdout, all of them before what kc prints next,
         # whichever runtime wrote them (C stdio for CUDA and HIP: runtime/stdio.py).
         with _printf_capture():
-            kernel[args.grid, args.block](*values, shared=args.shared, **dict(args.params))
+            kernel[args.grid, args.block](*values, shared=args.shared, **dict(args.comptime))
             module.device.synchronize()
     except CompileError as e:
         print(e.render(), file=sys.stderr)
@@ -287,9 +292,9 @@ def _compile(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
     backend = find_backend(args.target)
     target = backend.name
-    params = dict(args.params)
+    comptime = dict(args.comptime)
     options = CompileOptions(opt_level=args.opt_level, check_bounds=args.check_bounds,
-                             fast_math=args.fast_math)
+                             fast_math=args.fast_math, release=args.release)
     try:
         source = _read(args.file)
     except (OSError, UnicodeDecodeError) as e:
@@ -297,7 +302,7 @@ def _compile(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     try:
         stage = args.emit or _stage_of_suffix(Path(args.output or "").suffix, backend)
         # A cached output is written without importing the frontend or LLVM; a miss compiles.
-        out = emit_cached(source, stage, target, args.arch, kernel=args.kernel, params=params,
+        out = emit_cached(source, stage, target, args.arch, kernel=args.kernel, comptime=comptime,
                           options=options, resolve=lambda t, a: _target(t, a, parser))
     except CompileError as e:
         print(e.render(), file=sys.stderr)

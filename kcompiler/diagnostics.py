@@ -104,9 +104,12 @@ class CompileError(Exception):
 
     @property
     def span(self) -> SourceSpan | None:
+        """Where the first diagnostic points (file, line, column, length), or None when it has no location."""
         return self.diagnostics[0].span if self.diagnostics else None
 
     def render(self) -> str:
+        """Every diagnostic rendered (location, source line, caret, help), blank-line separated, then
+        "N errors" when there are several: what ``str(err)`` is."""
         n = sum(d.severity == "error" for d in self.diagnostics)
         body = "\n\n".join(d.render() for d in self.diagnostics)
         if n > 1:

@@ -49,8 +49,10 @@ MAX_LOOP_DEPTH = 64
 #: Most IR ops the frontend may build for one function (kernel or device function instance): checked as
 #: each ``comptime`` for loop unrolls, since a big unrolled body is what reaches it. LLVM's code
 #: generation takes time that grows faster than linearly with a function's size (a block of 16,384 ops
-#: of stores: 12 s, 32,768: 52 s, 65,536: 200 s; nvptx on a loaded 2-core machine); the largest function
-#: of the repository's own kernels (attention's prefill_mma at BM=BN=128) has about 12,500.
+#: of stores: 12 s, 32,768: 52 s, 65,536: 200 s; nvptx on a loaded 2-core machine; most of it in the GPU
+#: load/store vectorizer, which backends/llvm/codegen.py now turns off for such a block: 4,096 stores
+#: take 4 s of CPU to PTX or AMDGCN assembly, from 6.6 and 10.4); the largest function of the
+#: repository's own kernels (attention's prefill_mma at BM=BN=128) has about 12,500.
 MAX_FUNCTION_OPS = 20_000
 
 #: Most IR ops one function may hold once device functions are inlined into it (checked right after

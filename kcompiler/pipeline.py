@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -166,24 +167,39 @@ def _emit_binary(target: Target, ref: Any, module: Any = None) -> tuple[bytes, s
     return (out.encode() if isinstance(out, str) else bytes(out)), kind
 
 
-def compile_kernel(program: Any, kernel_name: str, params: dict[str, Any], target: Target,
+def compile_kernel(program: Any, kernel_name: str, comptime: dict[str, Any], target: Target,
                    options: CompileOptions | None = None) -> Artifact:
-    """Compile one specialisation of ``kernel_name`` (``params``: its compile-time values) for
+    """Compile one specialisation of ``kernel_name`` (``comptime``: its compile-time values) for
     ``target``: frontend lowering → IR passes → verifier → LLVM → ``target`` emission.
 
     Raises CompileError for a program the compiler rejects."""
-    module = lower_to_ir(program, _frontend_target(target, options), {kernel_name: dict(params)})
-    return artifact_of_ir(module, kernel_name, target, options, params)
+    module = lower_to_ir(program, _frontend_target(target, options), {kernel_name: dict(comptime)})
+    return artifact_of_ir(module, kernel_name, target, options, comptime)
+
+
+def comptime_keyword(comptime: Any, params: Any, where: str, stacklevel: int = 3) -> Any:
+    """The compile-time values given as ``comptime=`` or as ``params=``, the keyword's deprecated
+    older name (a DeprecationWarning names ``where``, the function called). Raises TypeError when
+    both are given."""
+    if params is None:
+        return comptime
+    if comptime is not None:
+        raise TypeError(f"{where}: give compile-time values as comptime= or params=, not both")
+    warnings.warn(f"{where}(params=...) is deprecated: the keyword is comptime=", DeprecationWarning,
+                  stacklevel=stacklevel)
+    return params
 
 
 def _frontend_target(target: Target, options: CompileOptions | None) -> Target:
     """The target as the frontend sees it: with ``fast_math`` on, ``target.has("fast_math")`` is
-    true, so std.math picks its fast versions (docs/math.md)."""
-    if options is None or not options.fast_math:
+    true, so std.math picks its fast versions (docs/math.md); with ``release`` on,
+    ``target.has("release")`` is, and device asserts compile to nothing (C's NDEBUG)."""
+    extra = {name for name in ("fast_math", "release") if options is not None and getattr(options, name)}
+    if not extra:
         return target
     import copy
     t = copy.copy(target)
-    t.features = frozenset(target.features) | {"fast_math"}
+    t.features = frozenset(target.features) | extra
     return t
 
 
@@ -216,8 +232,9 @@ def _find_kernel(module: Any, kernel_name: str) -> Any:
     raise CompileError(f"kernel '{kernel_name}' was not produced by lowering")
 
 
-def select_kernels(program: Any, kernel: str | None, params: dict[str, Any]) -> dict[str, dict]:
-    """The kernels to compile (all, or ``kernel``) with the ``params`` each declares.
+def select_kernels(program: Any, kernel: str | None, comptime: dict[str, Any]) -> dict[str, dict]:
+    """The kernels to compile (all, or ``kernel``) with the compile-time values of ``comptime`` each
+    declares.
 
     Raises CompileError for an unknown kernel, ValueError for a parameter no selected kernel has."""
     names = list(program.kernels)
@@ -230,9 +247,9 @@ def select_kernels(program: Any, kernel: str | None, params: dict[str, Any]) -> 
     used: set[str] = set()
     for n in names:
         declared = {p.name for p in program.signature(n).comptime}
-        out[n] = {k: v for k, v in params.items() if k in declared}
-        used |= declared & params.keys()
-    unknown = sorted(set(params) - used)
+        out[n] = {k: v for k, v in comptime.items() if k in declared}
+        used |= declared & comptime.keys()
+    unknown = sorted(set(comptime) - used)
     if unknown:
         raise ValueError(f"no kernel {'named ' + repr(kernel) + ' ' if kernel else ''}has a compile-time "
                          f"parameter {', '.join(unknown)}")
@@ -241,14 +258,17 @@ def select_kernels(program: Any, kernel: str | None, params: dict[str, Any]) -> 
 
 @deep_recursion()
 def emit(source: Source | Any, stage: str, target: str | Target = "nvptx", arch: str | None = None,
-         kernel: str | None = None, params: dict[str, Any] | None = None,
-         options: CompileOptions | None = None) -> str | bytes:
+         kernel: str | None = None, comptime: dict[str, Any] | None = None,
+         options: CompileOptions | None = None, *, params: dict[str, Any] | None = None) -> str | bytes:
     """Run the pipeline up to ``stage`` and return its printed form.
 
     ``source``: a Source or an already loaded Program. ``stage``: 'ast' (the parsed program), 'ir'
     (kcompiler IR after passes), 'llvm' (optimised LLVM IR), 'asm' (PTX / host assembly, text) or
-    'obj' (cubin / object, bytes). ``kernel``: one kernel (default all); ``params``: compile-time values
-    applied to each kernel that declares them. Raises CompileError, ValueError (bad stage/params)."""
+    'obj' (cubin / object, bytes). ``kernel``: one kernel (default all); ``comptime``: compile-time
+    values applied to each kernel that declares them (``params=``: its deprecated older name, with a
+    DeprecationWarning). Raises CompileError, ValueError (bad stage / compile-time value), TypeError
+    (both ``comptime`` and ``params``)."""
+    comptime = comptime_keyword(comptime, params, "emit", stacklevel=4)  # 4: deep_recursion's frame
     if stage not in STAGES:
         raise ValueError(f"unknown stage {stage!r}; expected one of: {', '.join(STAGES)}")
     program = load(source, keep_going=True) if isinstance(source, Source) else source
@@ -263,7 +283,7 @@ def emit(source: Source | Any, stage: str, target: str | Target = "nvptx", arch:
     from .frontend import check  # lazy: lark, which a warm compile from the cache never loads
 
     check(program, tgt)
-    kernels = select_kernels(program, kernel, dict(params or {}))
+    kernels = select_kernels(program, kernel, dict(comptime or {}))
     module = lower_to_ir(program, _frontend_target(tgt, options), kernels)
     if stage == "ir":
         return print_module(module)
@@ -279,9 +299,9 @@ def emit(source: Source | Any, stage: str, target: str | Target = "nvptx", arch:
 
 
 def emit_cached(source: Source, stage: str, target: str, arch: str | None = None,
-                kernel: str | None = None, params: dict[str, Any] | None = None,
+                kernel: str | None = None, comptime: dict[str, Any] | None = None,
                 options: CompileOptions | None = None, resolve: Callable[..., Target] | None = None,
-                cache: KernelCache | None = None) -> str | bytes:
+                cache: KernelCache | None = None, *, params: dict[str, Any] | None = None) -> str | bytes:
     """:func:`emit` through the cache (``kc compile``'s outputs): a warm call reads the output
     without importing the frontend, LLVM or a GPU runtime.
 
@@ -289,16 +309,16 @@ def emit_cached(source: Source, stage: str, target: str, arch: str | None = None
     else the target's default). ``resolve(target, arch)`` makes the Target on a miss (default
     :func:`resolve_target`; it may raise ValueError for an unknown arch). The key covers the
     compiler's own files, the source text, path and folder, the target, the arch, the host processor
-    (cpu), the stage, the kernel, ``params`` and ``options``; the entry lists every file the program
-    imported (stdlib included) with its sha256, and a hit re-hashes them. Raises what :func:`emit`
-    raises; a failed compile stores nothing."""
+    (cpu), the stage, the kernel, ``comptime`` and ``options``; the entry lists every file the program
+    imported (stdlib included) with its sha256, and a hit re-hashes them. ``params=``: the deprecated
+    older name of ``comptime``. Raises what :func:`emit` raises; a failed compile stores nothing."""
+    comptime = dict(comptime_keyword(comptime, params, "emit_cached") or {})
     cache = cache if cache is not None else CACHE
     options = options or CompileOptions()
-    params = dict(params or {})
     name = canonical_target(target)
     key = make_key("emit", compiler_fingerprint(), source.sha, source.path, source.base_dir, name,
                    arch or default_arch(name), _host_id(name), stage, kernel,
-                   {k: encode_value(v) for k, v in params.items()}, asdict(options))
+                   {k: encode_value(v) for k, v in comptime.items()}, asdict(options))
     hit = cache.get_record(key, "emit")
     if hit is not None:
         head, payload = hit
@@ -307,7 +327,7 @@ def emit_cached(source: Source, stage: str, target: str, arch: str | None = None
             return payload.decode() if head.get("text") else payload
     tgt = (resolve or resolve_target)(name, arch)
     program = load(source, keep_going=True)
-    out = emit(program, stage, tgt, kernel=kernel, params=params, options=options)
+    out = emit(program, stage, tgt, kernel=kernel, comptime=comptime, options=options)
     imports = [[p, hashlib.sha256(t.encode()).hexdigest()] for p, t in program_imports(program)]
     text = isinstance(out, str)
     cache.put_record(key, "emit", {"imports": imports, "text": text}, out.encode() if text else out)

@@ -20,6 +20,7 @@ import sys
 from dataclasses import dataclass
 
 from kcompiler.frontend.builtins import FUNCTIONS
+from kcompiler.frontend.builtins import ACCURATE_MATH
 from kcompiler.ir.core import ATOMIC_OPS, MATH_FUNCTIONS
 from kcompiler.ir.types import SCALARS
 
@@ -37,9 +38,11 @@ TYPES = SCALAR_NAMES + tuple(f"vec<{t}, {n}>" for t in SCALAR_NAMES for n in VEC
 _VEC_CONVERT = ("f32", "f16", "bf16", "f64", "i32", "u8", "i64", "f8e4m3", "f8e5m2fnuz", "e8m0", "f6e2m3", "f4e2m1")
 _BITCAST = SCALAR_NAMES + tuple(f"vec<{e}, {n}>" for e in ("u8", "u16", "f16", "bf16", "u32", "f32", "f8e4m3")
                                 for n in (2, 3, 4, 8))
-UNARY_MATH = tuple(f for f in MATH_FUNCTIONS if f not in ("fma", "copysign"))
+UNARY_MATH = tuple(f for f in MATH_FUNCTIONS if f not in ("fma", "copysign")) + tuple(ACCURATE_MATH)
 BINARY_FNS = ("copysign", "min", "max")
 SHUFFLES = ("shuffle", "shuffle_xor", "shuffle_down", "shuffle_up")
+BIT_COUNTS = ("popcount", "clz", "ctz", "ffs")
+CLASSIFY = ("isnan", "isinf", "isfinite", "signbit")
 BINARY_OPS = {"add": "+", "sub": "-", "mul": "*", "div": "/", "rem": "%", "and": "&", "or": "|",
               "xor": "^", "shl": "<<", "shr": ">>", "eq": "==", "lt": "<", "land": "&&"}
 UNARY_OPS = {"neg": "-", "not": "~", "lnot": "!"}
@@ -50,7 +53,7 @@ UNTYPED = frozenset({
     "cp_async_commit", "cp_async_wait", "wgmma_fence", "wgmma_commit", "wgmma_wait", "wgmma_desc",
     "tma_load", "mbarrier_init", "mbarrier_arrive", "mbarrier_arrive_expect_tx", "mbarrier_try_wait",
     "mbarrier_wait", "fence_proxy_async", "setmaxnreg_inc", "setmaxnreg_dec", "launch_bounds",
-    "compile_error", "printf"})
+    "compile_error", "printf", "assert"})
 
 
 @dataclass(frozen=True)
@@ -93,6 +96,16 @@ def cases() -> list[Case]:
         for f in BINARY_FNS:
             add(f, t, f"p[0] = {f}(p[1], p[2]);")
         add("fma", t, "p[0] = fma(p[1], p[2], p[3]);")
+        for f in BIT_COUNTS:
+            add(f, t, f"o[0] = {f}(p[1]);", f", o: ptr<{_like(t, 'i32')}>")
+        for f in CLASSIFY:
+            add(f, t, f"o[0] = {f}(p[1]);", f", o: ptr<{_like(t, 'bool')}>")
+        for f in ("brev", "bswap"):
+            add(f, t, f"p[0] = {f}(p[1]);")
+        add("mulhi", t, "p[0] = mulhi(p[1], p[2]);")
+        for f in ("funnel_shl", "funnel_shr"):
+            add(f, t, f"p[0] = {f}(p[1], p[2], 5);")
+        add("byte_perm", t, "o[0] = byte_perm(p[1], p[2], 0x3210u32);", ", o: ptr<u32>")
         add("select", t, "p[0] = select(c[0], p[1], p[2]);", f", c: ptr<{_like(t, 'bool')}>")
         for op in ATOMIC_OPS:
             add(f"atomic_{op}", t, f"p[0] = atomic_{op}(p + 1, p[2]);")

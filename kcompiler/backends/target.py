@@ -62,19 +62,22 @@ class CompileOptions:
     process's own memory: heap corruption or a segfault). Raises ValueError for a value of another
     type or range. ``fast_math``: allow reassociation and approximate
     division/sqrt in f32 (LLVM's ``fast`` flags), and std.math's functions become their fast versions
-    (``comptime target.has("fast_math")``; docs/math.md).
+    (``comptime target.has("fast_math")``; docs/math.md). ``release``: device ``assert`` compiles to
+    nothing (C's ``NDEBUG``; ``comptime target.has("release")`` is true); asserts are still checked
+    at compile time.
     """
 
     opt_level: int = 3
     check_bounds: bool = False
     fast_math: bool = False
+    release: bool = False
 
     def __post_init__(self) -> None:
         # Checked where the options are given: a bad value would otherwise fail at the first launch,
         # inside LLVM.
         if type(self.opt_level) is not int or not 0 <= self.opt_level <= 3:
             raise ValueError(f"opt_level must be an integer from 0 to 3, not {self.opt_level!r}")
-        for name in ("check_bounds", "fast_math"):
+        for name in ("check_bounds", "fast_math", "release"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, not {getattr(self, name)!r}")
 
@@ -189,6 +192,12 @@ class Target:
         the warp gives the thread's own value (CUDA's rule). Other types are bitcast by the caller."""
         raise NotImplementedError
 
+    def byte_perm(self, ctx: "LoweringContext", x: ll.Value, y: ll.Value, s: ll.Value) -> ll.Value | None:
+        """CUDA's ``__byte_perm(x, y, s)`` on i32 values by the target's byte-permute instruction, or
+        None for the portable shifts and masks (backends/llvm/lower_bits.py ``byte_perm_bits``): byte k
+        of the result is byte ``(s >> 4k) & 7`` of ``y:x``."""
+        return None
+
     def ballot(self, ctx: "LoweringContext", pred: ll.Value) -> ll.Value:
         """i64 with bit k set when lane k is active and its i1 ``pred`` is true."""
         raise NotImplementedError
@@ -209,6 +218,25 @@ class Target:
     def nanosleep(self, ctx: "LoweringContext", ns: ll.Value) -> None:
         """A hint to back off a spin loop for about ``ns`` (i32) nanoseconds; may do nothing."""
 
+    def spin_point(self, ctx: "LoweringContext", value: ll.Value, failed: ll.Value | None = None) -> None:
+        """After an atomic read inside a ``while`` loop (atomic_load, atomic_cas, atomic exch; a ``for``
+        loop is counted, so it ends without help; ``value`` the
+        integer read, ``failed`` an i1, for a CAS, true where it did not swap): where the threads of
+        a block are not all running at once, let the others run when the thread may be spinning on
+        one of them. GPUs: nothing (sm_70+'s independent thread scheduling, AMD's wavefronts)."""
+
+    def trap(self, ctx: "LoweringContext", reason: str, message: str = "", function: str = "") -> None:
+        """Stop this thread and fail the launch (the IR op ``trap``; ``reason``: 'assert', or 'bounds'
+        from :meth:`check_index`; ``message``: the failed condition's text, ``function``: the name of
+        the function it is in, where known).
+        GPUs: ``llvm.trap`` (NVPTX ``trap``, AMDGCN ``s_trap 2``): the launch ends with an error
+        (CUDA_ERROR_ASSERT / ILLEGAL_INSTRUCTION; the CUDA context is then unusable, as after a
+        failed CUDA ``assert``). The builder continues in a new, unreachable block."""
+        b = ctx.b
+        b.call(ctx.declare("llvm.trap", _ll().VoidType(), []), [])
+        b.unreachable()
+        b.position_at_end(b.append_basic_block("after_trap"))
+
     # --- printf -----------------------------------------------------------------------------------
     def printf(self, ctx: "LoweringContext", fmt: str, args: list[ll.Value], types: list[Type]) -> None:
         """Print ``fmt`` (a format checked by the frontend: kcompiler.ir.printf parses it) with ``args``,
@@ -221,10 +249,16 @@ class Target:
         """The i64 address of the launch's hostcall buffer (docs/amd-hostcall.md), 0 when none was
         given. On AMD the HIP runtime passes it as a hidden kernel argument; elsewhere kcompiler's
         runtime sets the module global ``kc_hostcall_buffer``."""
+        return self.runtime_word(ctx, "kc_hostcall_buffer")
+
+    def runtime_word(self, ctx: "LoweringContext", name: str) -> ll.Value:
+        """Load the i64 module global ``name`` (global address space, 8-aligned, 0 until kcompiler's
+        runtime writes it before a launch: the CPU target through its address, CUDA through
+        ``cuModuleGetGlobal``), defining it at its first use in the module."""
         ll = _ll()
-        gv = ctx.module.globals.get("kc_hostcall_buffer")
+        gv = ctx.module.globals.get(name)
         if gv is None:
-            gv = ll.GlobalVariable(ctx.module, ll.IntType(64), "kc_hostcall_buffer",
+            gv = ll.GlobalVariable(ctx.module, ll.IntType(64), name,
                                    addrspace=self.address_spaces[AddressSpace.GLOBAL])
             gv.initializer = ll.Constant(ll.IntType(64), 0)
             gv.align = 8
@@ -236,15 +270,8 @@ class Target:
         format ``fmt``, which is registered under its hash (:meth:`emit_printf_formats` writes the
         module's formats at the end). Here: the module global ``kc_printf_buffer``, which kcompiler's
         runtime sets (CPU target, NVIDIA)."""
-        ll = _ll()
         self.register_printf_format(ctx, fmt)
-        gv = ctx.module.globals.get("kc_printf_buffer")
-        if gv is None:
-            gv = ll.GlobalVariable(ctx.module, ll.IntType(64), "kc_printf_buffer",
-                                   addrspace=self.address_spaces[AddressSpace.GLOBAL])
-            gv.initializer = ll.Constant(ll.IntType(64), 0)
-            gv.align = 8
-        return ctx.b.load(gv, typ=ll.IntType(64), align=8)
+        return self.runtime_word(ctx, "kc_printf_buffer")
 
     def register_printf_format(self, ctx: "LoweringContext", fmt: str) -> None:
         """Note buffered-printf format ``fmt`` under its hash for :meth:`emit_printf_formats`. Raises
@@ -325,6 +352,34 @@ class Target:
         a misaligned access). ``op`` is the IR op (its ``span`` locates the access, its name says
         load/store/atomic). Targets without a checker emit nothing."""
 
+    def check_index(self, ctx: "LoweringContext", index: ll.Value, count: int, op: Any) -> None:
+        """Under ``check_bounds``, emit a check that the i64 ``index`` (sign-extended where the
+        language's index is signed: a negative one fails too) into an array of ``count`` elements is
+        below ``count``; ``op`` is the memory op it leads to (span, load/store/atomic). GPUs: an out-of-
+        range index prints what :meth:`index_error` prints, then traps (:meth:`trap`)."""
+        ll_ = _ll()
+        b = ctx.b
+        ok = b.icmp_unsigned("<", index, ll_.Constant(index.type, count))
+        bad = b.append_basic_block("index_out_of_range")
+        cont = b.append_basic_block("index_checked")
+        br = b.cbranch(ok, cont, bad)
+        br.set_weights([1 << 20, 1])
+        b.position_at_end(bad)
+        self.index_error(ctx, index, count, op)
+        self.trap(ctx, "bounds", f"array index < {count}",
+                  ctx.ir_fn.attrs.get("source_name", ctx.ir_fn.name))
+        b.branch(cont)  # from the unreachable block trap left the builder in
+        b.position_at_end(cont)
+
+    def check_shared(self, ctx: "LoweringContext", ptr: ll.Value, nbytes: int, op: Any) -> None:
+        """Under ``check_bounds``, emit a check that [ptr, ptr+nbytes) lies in the block's shared
+        memory (static arrays and the launch's dynamic bytes: what ``dynamic_shared[T]()`` points
+        into). Targets without a checker emit nothing."""
+
+    def index_error(self, ctx: "LoweringContext", index: ll.Value, count: int, op: Any) -> None:
+        """Report an array index out of range before the trap (by default nothing: AMD's printf is
+        the frontend's hostcall, which a backend cannot call)."""
+
     # --- 8-bit floats ----------------------------------------------------------------------------
     def minifloat_encode(self, ctx: "LoweringContext", xs: list[ll.Value], fmt: Any,
                       saturate: bool) -> list[ll.Value]:
@@ -379,25 +434,25 @@ class Target:
         ask this (a located error at the call), and the backends raise it as a last resort."""
         if elem != "f64" or fn not in self.no_f64_math:
             return None
-        base = NORMAL_RANGE_MATH.get(fn, fn)
+        base = NORMAL_RANGE_MATH.get(fn, fn).removeprefix("fast_")
         reason = (f"{fn} on f64 is not available on {self.name} ({self.arch}): the builtin is the hardware's "
                   f"f32 approximation, and f64 has none")
-        if base in ("sin", "cos", "tanh"):
-            hint = f"use std.math's f64 version: import std.math, then math.{base}(x)"
-        elif base in ("exp2", "log2"):
+        if base in ("sin", "cos", "tanh", "rsqrt", "rcp"):
+            hint = f"use the accurate {base}(x): std.math's, which has f64"
+        else:
             hint = (f"std.math has exp and log for f64 (math.exp, math.log); or compute in f32: "
                     f"{fn}(f32(x))")
-        else:
-            hint = "write 1.0 / x" if base == "rcp" else "write 1.0 / sqrt(x)"
         return reason, hint
 
     def math(self, ctx: "LoweringContext", fn: str, args: list[ll.Value]) -> ll.Value:
         """A math function of ``MATH_FUNCTIONS`` on float operands (scalars or vectors); the default
-        is LLVM's intrinsic, which the CPU computes as accurately as libm. GPU targets override the
-        approximations (exp2, log2, sin, cos, rsqrt, rcp, tanh) with their instructions. The
-        normal-range forms (rcp_normal, rsqrt_normal) are their functions here."""
+        is LLVM's intrinsic, which the CPU computes as accurately as libm (the approximations
+        ``fast_sin`` ... as ``llvm.sin`` ...). GPU targets override the approximations (fast_exp2,
+        fast_log2, fast_sin, fast_cos, fast_rsqrt, fast_rcp, fast_tanh) with their instructions; the
+        CPU target perturbs them as the GPUs' documented errors allow (backends/cpu/approx.py). The
+        normal-range forms (fast_rcp_normal, fast_rsqrt_normal) are their functions here."""
         ll = _ll()
-        fn = NORMAL_RANGE_MATH.get(fn, fn)
+        fn = NORMAL_RANGE_MATH.get(fn, fn).removeprefix("fast_")
         name = {"abs": "fabs", "round": "roundeven"}.get(fn, fn)
         one = ll.Constant(args[0].type, 1.0)
         if fn == "rsqrt":

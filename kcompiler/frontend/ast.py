@@ -165,7 +165,22 @@ class StructLit(Node):
     name_span: SourceSpan | None = field(default=None, repr=False)
 
 
-Expr = Union[Name, IntLit, FloatLit, BoolLit, StrLit, Binary, Unary, Call, Index, Field, TypeCall]
+@dataclass(eq=False)
+class ArrayLit(Node):
+    """``[a, b, c]``: a fixed array ``[T; 3]`` of the elements' one type (lower_arrays.py)."""
+    elems: list["Expr"]
+
+
+@dataclass(eq=False)
+class IfExpr(Node):
+    """``if cond { then } else { orelse }`` as an expression: only the chosen side is evaluated."""
+    cond: "Expr"
+    then: "Expr"
+    orelse: "Expr"
+
+
+Expr = Union[Name, IntLit, FloatLit, BoolLit, StrLit, Binary, Unary, Call, Index, Field, TypeCall, ArrayLit, IfExpr,
+             StructLit]
 
 
 # --- statements ---------------------------------------------------------------------------------
@@ -259,7 +274,17 @@ class Return(Node):
     value: Expr | None
 
 
-Stmt = Union[Block, Let, Var, Shared, Assign, ExprStmt, If, For, While, Break, Continue, Return]
+@dataclass(eq=False)
+class Const(Node):
+    """``const NAME[: T] = value;``: a compile-time constant (a scalar or a table), at module level
+    or in a block; its value is evaluated at compile time (lower_arrays.py)."""
+    name: str
+    type: TypeExpr | None
+    value: Expr
+    name_span: SourceSpan | None = field(default=None, repr=False)
+
+
+Stmt = Union[Block, Let, Var, Shared, Assign, ExprStmt, If, For, While, Break, Continue, Return, Const]
 
 
 # --- declarations -------------------------------------------------------------------------------
@@ -320,6 +345,7 @@ class StructDecl(Node):
 class Module(Node):
     imports: list[Import]
     decls: list[FnDecl]
+    consts: list[Const] = field(default_factory=list)
     structs: list[StructDecl] = field(default_factory=list)
 
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..ir.printf import format_hash  # noqa: F401 - this module's callers and tests name it here
 from ..ir.types import BOOL, U32, U64
-from .hostcall_printf import as_word, field_format, field_i32, global_string
+from .hostcall_printf import as_word, field_format, field_i32, global_string, stdlib_caller
 from .program import PRINTF_BUFFER_ALIAS
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -43,11 +43,7 @@ def lower_buffered_printf(fl: "FnLowering", span: "SourceSpan", fmt: str, args: 
     ``strings[k]``: whether argument k is a ``%s`` string (a ``ptr<u8>`` or ``ptr<i8>``)."""
 
     b = fl.b
-    mod = fl.mod.imports[PRINTF_BUFFER_ALIAS]
-
-    def call(name: str, operands: list[Any]) -> Any:
-        fn = fl.L.instance(mod, mod.fns[name], {}, span)
-        return b.call(fn.name, operands, fn.ret)
+    call = stdlib_caller(fl, PRINTF_BUFFER_ALIAS, span)
 
     host_fmt, items = field_format(fmt, args, strings)
     # The arguments as they are written, and the record's size: fixed words, plus each string's

@@ -15,7 +15,8 @@ with the spans its messages need) and the keyword arguments by name (``{name: Kw
 checked against the builtin's declaration); it returns an IR value, a compile-time value or
 :data:`~kcompiler.frontend.values.VOIDV`, and reports a mistake with ``fl.fail`` (a located error).
 
-The handlers live by concept: builtins_math.py, builtins_convert.py, builtins_memory.py,
+The handlers live by concept: builtins_math.py, builtins_libm.py (the accurate math names),
+builtins_bits.py, builtins_convert.py, builtins_memory.py,
 builtins_atomic.py, builtins_sync.py, builtins_warp.py, builtins_hostcall.py, builtins_printf.py,
 builtins_comptime.py, and the vendors' warp_matrix.py, mfma.py and hopper.py. fn_lowering.py imports
 them all, which registers them.
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from ..ir.intrinsics import get as intrinsic
 from . import builtins as B
 
 #: ``(fl, ref, call, kw) -> value``: see the module's docstring.
@@ -59,3 +61,18 @@ REGISTRY = BuiltinRegistry()
 
 #: ``@builtin("name", ...)``: register a handler in :data:`REGISTRY`.
 builtin = REGISTRY.register
+
+
+def require_feature(fl: Any, intrinsic_name: str, span: Any, feature: str | None = None,
+                    subject: str | None = None) -> None:
+    """A located error at ``span`` unless ``fl.target`` has ``feature`` (default: the feature of the
+    target intrinsic ``intrinsic_name``, whose call ``subject`` (default: its builtin's name) emits).
+    The message says what the feature is and which chips have it from the intrinsic's record
+    (``Intrinsic.needs``, the backend's data), so the frontend names no vendor or chip."""
+    rec = intrinsic(intrinsic_name)
+    feature = feature or rec.feature
+    t = fl.target
+    if not t.has(feature):
+        fl.fail(f"{subject or rec.builtin} is not available on this target ({t.name} {getattr(t, 'arch', '')}): "
+                f"it is {rec.describe(feature)}", span,
+                hint=f'choose a path with comptime if target.has("{feature}") {{ ... }} else {{ ... }}')

@@ -25,13 +25,23 @@ class BuiltinFn:
 
 
 _MATH_DOCS = {
-    "rcp_normal": "rcp_normal(x): rcp(x) for x whose reciprocal and itself are normal numbers (or 0, inf, "
-                  "NaN); a subnormal argument or result gives an unspecified value (NVIDIA flushes it to "
-                  "zero): one hardware instruction, without the subnormal handling around rcp",
-    "rsqrt_normal": "rsqrt_normal(x): rsqrt(x) for x normal (or 0, inf, negative, NaN); a subnormal "
-                    "argument gives an unspecified value (NVIDIA flushes it to zero): one hardware "
-                    "instruction, without the subnormal handling around rsqrt",
+    "fast_rcp_normal": "fast_rcp_normal(x): fast_rcp(x) for x whose reciprocal and itself are normal numbers "
+                       "(or 0, inf, NaN); a subnormal argument or result gives an unspecified value (NVIDIA "
+                       "flushes it to zero): one hardware instruction, without the subnormal handling around "
+                       "fast_rcp",
+    "fast_rsqrt_normal": "fast_rsqrt_normal(x): fast_rsqrt(x) for x normal (or 0, inf, negative, NaN); a "
+                         "subnormal argument gives an unspecified value (NVIDIA flushes it to zero): one "
+                         "hardware instruction, without the subnormal handling around fast_rsqrt",
+    **{f: f"{f}(x): the machine's approximation of {f[5:]} (f32; NVIDIA {f[5:]}.approx.f32, AMD's "
+          f"instruction; docs/math.md)" for f in ("fast_exp2", "fast_log2", "fast_sin", "fast_cos", "fast_tanh",
+                                                  "fast_rsqrt", "fast_rcp")},
 }
+
+#: The accurate math builtins, each with its approximation: a call of ``sin(x)`` is a call of
+#: std.math's ``sin`` (within its documented bound on every target; frontend/builtins_libm.py), or,
+#: compiled with ``fast_math``, the builtin ``fast_sin`` (f64 stays accurate).
+ACCURATE_MATH = {"exp2": "fast_exp2", "log2": "fast_log2", "sin": "fast_sin", "cos": "fast_cos",
+                 "tanh": "fast_tanh", "rsqrt": "fast_rsqrt", "rcp": "fast_rcp"}
 
 _FNS = [
     BuiltinFn("barrier", 0, 0, doc="barrier(): every thread of the block waits here"),
@@ -58,8 +68,27 @@ _FNS = [
     BuiltinFn("hostcall_interrupt", 1, 1, doc="hostcall_interrupt(event_id: u32): wake the host "
                                               "listener (std.hostcall uses it)"),
     *[BuiltinFn(f, 1, 1, doc=_MATH_DOCS.get(f, f"{f}(x)")) for f in MATH_FUNCTIONS if f not in ("fma", "copysign")],
+    *[BuiltinFn(f, 1, 1, doc=f"{f}(x): accurate (std.math's {f}: docs/math.md); {a}(x) is the machine's "
+                             f"approximation") for f, a in ACCURATE_MATH.items()],
     BuiltinFn("fma", 3, 3, doc="fma(a, b, c) = a * b + c, rounded once"),
     BuiltinFn("copysign", 2, 2, doc="copysign(magnitude, sign)"),
+    # Bit operations (ir.core.BIT_FUNCTIONS) on integers of 8 to 64 bits, scalars or vectors.
+    BuiltinFn("popcount", 1, 1, doc="popcount(x) -> i32: the number of set bits"),
+    BuiltinFn("clz", 1, 1, doc="clz(x) -> i32: leading zero bits (the width for 0)"),
+    BuiltinFn("ctz", 1, 1, doc="ctz(x) -> i32: trailing zero bits (the width for 0)"),
+    BuiltinFn("ffs", 1, 1, doc="ffs(x) -> i32: 1 + the index of the lowest set bit, 0 for 0 (CUDA __ffs)"),
+    BuiltinFn("brev", 1, 1, doc="brev(x): the bits in reverse order"),
+    BuiltinFn("bswap", 1, 1, doc="bswap(x): the bytes in reverse order (16 to 64 bits)"),
+    BuiltinFn("mulhi", 2, 2, doc="mulhi(a, b): the high half of the double-width product a * b"),
+    BuiltinFn("funnel_shl", 3, 3, doc="funnel_shl(hi, lo, n): the high half of hi:lo << (n mod width)"),
+    BuiltinFn("funnel_shr", 3, 3, doc="funnel_shr(hi, lo, n): the low half of hi:lo >> (n mod width)"),
+    BuiltinFn("byte_perm", 3, 3, doc="byte_perm(x: u32, y: u32, s: u32) -> u32: byte k is byte (s >> 4k) & 7 "
+                                     "of y:x (CUDA __byte_perm)"),
+    # Float classification (ir.core.FCLASS_TESTS): every float type, the 8/6/4-bit formats included.
+    BuiltinFn("isnan", 1, 1, doc="isnan(x) -> bool"),
+    BuiltinFn("isinf", 1, 1, doc="isinf(x) -> bool"),
+    BuiltinFn("isfinite", 1, 1, doc="isfinite(x) -> bool: neither NaN nor infinite"),
+    BuiltinFn("signbit", 1, 1, doc="signbit(x) -> bool: the sign bit is set (NaNs and -0 included)"),
     BuiltinFn("min", 2, 2, doc="min(a, b)"),
     BuiltinFn("max", 2, 2, doc="max(a, b)"),
     BuiltinFn("select", 3, 3, doc="select(cond, a, b)"),
@@ -132,6 +161,9 @@ _FNS = [
     BuiltinFn("compile_error", 1, 1, doc='compile_error("message"): a compile error at this call when '
                                          'the code around it is compiled (in a comptime if branch taken)'),
     # Variadic: the checker and the lowering check the count against the format (printf_format.py).
+    BuiltinFn("assert", 1, 34, doc='assert(cond, "format", args...): where cond is false, print the '
+                                   'message with the location, block and thread, and trap (fails the '
+                                   'launch); compiled out under the release option'),
     BuiltinFn("printf", 1, 33, doc='printf("format", args...): the format a string literal, at most 32 '
                                    'arguments, checked against the format at compile time'),
 ]

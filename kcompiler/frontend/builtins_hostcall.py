@@ -15,7 +15,6 @@ def _hostcall_buffer(fl, f, e, kw):
 
 @builtin("hostcall_interrupt")
 def _hostcall_interrupt(fl, f, e, kw):
-    event = fl.coerce(fl.rvalue(fl.ev(e.args[0]), e.args[0].span), U32, e.args[0].span,
-                      "pass {src} as hostcall_interrupt's u32 event id")
+    event = fl.operand(e.args[0], U32, "pass {src} as hostcall_interrupt's u32 event id")
     fl.b.op("hostcall_interrupt", [event])
     return VOIDV

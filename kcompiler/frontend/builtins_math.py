@@ -17,6 +17,14 @@ from .values import has_bool, type_desc
 @builtin(*MATH_FUNCTIONS)
 def _math(fl, f, e, kw):
     name = f.fn.name
+    ops = math_operands(fl, name, e)
+    return fl.b.math(name, *ops)
+
+
+def math_operands(fl, name: str, e: A.Call) -> list[Value]:
+    """The arguments of math builtin call ``e`` (of ``name``), evaluated and converted to their common
+    float type (scalar or vector; a compile-time number alone: its type, f32 if it has none), with a
+    located error for integers, bools and a type the target has no ``name`` for."""
     vals = [fl.rvalue(fl.ev(a), a.span) for a in e.args]
     typed = [v for v in vals if isinstance(v, Value)]
     if typed:
@@ -38,12 +46,9 @@ def _math(fl, f, e, kw):
     if not et.is_float and not (name == "abs" and et.is_signed):
         fl.fail(f"{name} needs floating-point arguments, found {t}", e.span,
                 hint=f"convert it: f32(x)" if name != "abs" else "abs takes floats and signed integers")
-    if (why := fl.target.math_unsupported(name, str(et))) is not None:
+    if name in MATH_FUNCTIONS and (why := fl.target.math_unsupported(name, str(et))) is not None:
         fl.fail(why[0], e.span, hint=why[1])
-    ops = []
-    for v, a in zip(vals, e.args):
-        ops.append(fl.to_type(v, t, a.span))
-    return fl.b.math(name, *ops)
+    return [fl.to_type(v, t, a.span) for v, a in zip(vals, e.args)]
 
 
 @builtin("min")

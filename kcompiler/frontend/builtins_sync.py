@@ -33,7 +33,6 @@ def _fence(fl, f, e, kw):
 
 @builtin("nanosleep")
 def _nanosleep(fl, f, e, kw):
-    ns = fl.coerce(fl.rvalue(fl.ev(e.args[0]), e.args[0].span), U32, e.args[0].span,
-                   "pass {src} as nanosleep's u32 nanoseconds")
+    ns = fl.operand(e.args[0], U32, "pass {src} as nanosleep's u32 nanoseconds")
     fl.b.op("nanosleep", [ns])
     return VOIDV

@@ -1,6 +1,6 @@
 """The warp (wavefront) builtins: ``shuffle``, ``shuffle_xor``, ``shuffle_down``, ``shuffle_up``,
-``ballot``, ``active_mask``, ``read_first_lane`` and ``warp_sync``; values of 8 to 64 bits travel as
-32- or 64-bit words.
+``ballot``, ``active_mask``, ``read_first_lane`` and ``warp_sync``; values of up to 16 bytes (scalars
+and vectors) travel as 32-bit words.
 """
 from __future__ import annotations
 
@@ -13,33 +13,29 @@ from .values import VOIDV, type_desc
 
 
 def _warp_value(fl, a: A.Expr, what: str) -> Value:
+    """Argument ``a`` of a warp builtin: a value of at most 16 bytes (``sizeof``), scalar or vector."""
     v = fl._value(a)
     t = v.type
-    bits = t.elem.bits * t.count if isinstance(t, VectorType) else (t.bits if isinstance(t, ScalarType) else 0)
-    if isinstance(t, PointerType) or bits == 0 or bits > 64:
-        fl.fail(f"{what} takes a scalar or vector of at most 64 bits, found {t}", a.span)
+    if isinstance(t, PointerType) or not isinstance(t, (ScalarType, VectorType)):
+        fl.fail(f"{what} takes a scalar or vector of at most 16 bytes, found {t}", a.span)
     if isinstance(t, VectorType) and t.elem.is_bool:
         fl.fail(f"{what} cannot take {t}: bool has no bit layout", a.span, hint="convert it: vec<u8, N>(v)")
-    if bits not in (8, 16, 32, 64) and t != BOOL:
-        fl.fail(f"{what} takes values of 8, 16, 32 or 64 bits, found {t} ({bits} bits)", a.span)
+    if sizeof(t) > 16:
+        fl.fail(f"{what} takes values of at most 16 bytes, found {t} ({sizeof(t)} bytes)", a.span,
+                hint="split it: shuffle each half")
     return v
 
 
 def _warp_word(fl, v: Value):
-    """The warp primitives move 32- or 64-bit scalars: ``v`` widened or reinterpreted to one,
-    and the function that turns the result back into ``v``'s type."""
+    """The value the IR's warp op moves, and the function that turns its result back into ``v``'s
+    type: integers and bool of fewer than 32 bits widened to a 32-bit integer (sign-extended when
+    signed, as CUDA's __shfl_sync of a char does), anything else as it is (the backend moves it as
+    32-bit words: backends/llvm/lower_machine.py ``_as_words``)."""
     t = v.type
-    if isinstance(t, ScalarType) and t.bits in (32, 64) and not t.is_bool:
-        return v, lambda r: r
-    if isinstance(t, ScalarType) and (t.is_bool or t.is_int):
+    if isinstance(t, ScalarType) and (t.is_bool or t.is_int) and t.bits < 32:
         wide = I32 if t.is_signed else SCALARS["u32"]
         return fl.b.cast(v, wide), lambda r: fl.b.cast(r, t)
-    bits = sizeof(t) * 8
-    it = SCALARS[f"u{bits}"]
-    x = fl.b.bitcast(v, it)
-    if bits >= 32:
-        return x, lambda r: fl.b.bitcast(r, t)
-    return fl.b.cast(x, SCALARS["u32"]), lambda r: fl.b.bitcast(fl.b.cast(r, it), t)
+    return v, lambda r: r
 
 
 @builtin("shuffle", "shuffle_xor", "shuffle_down", "shuffle_up")
@@ -83,7 +79,6 @@ def _read_first_lane(fl, f, e, kw):
 
 @builtin("warp_sync")
 def _warp_sync(fl, f, e, kw):
-    mask = [fl.coerce(fl.rvalue(fl.ev(a), a.span), U64, a.span, "pass {src} as warp_sync's u64 lane mask")
-            for a in e.args]
+    mask = [fl.operand(a, U64, "pass {src} as warp_sync's u64 lane mask") for a in e.args]
     fl.b.op("warp_sync", mask)
     return VOIDV

@@ -100,6 +100,15 @@ class Checker:
                 self.error(f"'{imp.alias}' is already defined", imp.span,
                            hint="import it under another name: import x as y")
             seen[imp.alias] = imp.span
+        for c in mod.ast.consts:
+            if c.name in seen:
+                self.error(f"'{c.name}' is already defined at {seen[c.name]}", c.name_span, hint="rename one of them")
+            self.check_name_decl(c.name, c.name_span)
+            seen.setdefault(c.name, c.name_span)
+            ctx = _Ctx(mod, None, [{}])  # type: ignore[arg-type]
+            if c.type is not None:
+                self.check_type(ctx, c.type)
+            self.check_expr(ctx, c.value)
         for sd in mod.ast.structs:
             if sd.name in seen or sd.name in SCALARS:
                 self.error(f"'{sd.name}' is already defined" + (f" at {seen[sd.name]}" if sd.name in seen else
@@ -259,7 +268,12 @@ class Checker:
         scope[name] = sym
 
     def check_stmt(self, ctx: _Ctx, s: A.Stmt) -> None:
-        if isinstance(s, A.Let):
+        if isinstance(s, A.Const):
+            if s.type is not None:
+                self.check_type(ctx, s.type)
+            self.check_expr(ctx, s.value)
+            self.declare(ctx, s.name, _Sym("const", s.name_span))
+        elif isinstance(s, A.Let):
             if s.type is not None:
                 self.check_type(ctx, s.type)
             self.check_expr(ctx, s.value)
@@ -357,6 +371,7 @@ class Checker:
                     "param": ("it is a parameter", f"copy it first: var {t.id}2 = {t.id};"),
                     "loopvar": ("it is the loop variable", f"write for var {t.id} in ... for a mutable copy"),
                     "comptime": ("it is a compile-time constant", None),
+                    "const": ("it is a const", f"copy it into a var: var {t.id}2 = {t.id};"),
                     "shared": ("it is a whole array", f"assign to elements: {t.id}[i] = ..."),
                     }.get(sym.kind, ("it is not a variable", None))
             self.error(f"cannot assign to '{t.id}': {what[0]}", t.span, hint=what[1])
@@ -370,6 +385,8 @@ class Checker:
     # --- expressions ------------------------------------------------------------------------------
     def resolve_global(self, ctx: _Ctx, name: str):
         mod = ctx.module
+        if name in mod.consts:
+            return ("const", mod.consts[name], mod)
         if name in mod.fns:
             return ("fn", mod.fns[name], mod)
         if name in mod.imports:
@@ -389,6 +406,7 @@ class Checker:
             g = self.resolve_global(ctx, e.id)
             if g is None:
                 cands = [n for s in ctx.scopes for n in s] + list(ctx.module.fns) + list(ctx.module.imports) \
+                    + list(ctx.module.consts) \
                     + list(B.ALL_NAMES)
                 self.unknown(f"unknown name '{e.id}'", e.span, hint=suggest(e.id, cands))
             elif g[0] == "range":
@@ -405,7 +423,7 @@ class Checker:
                 g = self.resolve_global(ctx, e.base.id)
                 if g is not None and g[0] == "module":
                     m = g[1]
-                    if e.name not in m.fns:
+                    if e.name not in m.fns and e.name not in m.consts:
                         self.unknown(f"module '{e.base.id}' has no fn '{e.name}'", e.name_span,
                                    hint=suggest(e.name, m.fns))
                     return
@@ -455,6 +473,14 @@ class Checker:
             return
         if isinstance(e, A.Unary):
             self.check_expr(ctx, e.operand)
+            return
+        if isinstance(e, A.ArrayLit):
+            for x in e.elems:
+                self.check_expr(ctx, x)
+            return
+        if isinstance(e, A.IfExpr):
+            for x in (e.cond, e.then, e.orelse):
+                self.check_expr(ctx, x)
             return
         # literals: nothing to check
 
@@ -518,6 +544,8 @@ class Checker:
             n = len(e.args)
             if b.name == "printf":
                 self.check_printf(e)
+            elif b.name == "assert" and len(e.args) > 1:
+                self.check_printf(A.Call(e.func, e.args[1:], [], span=e.span), "assert's message")
             elif not b.min_args <= n <= b.max_args:
                 want = str(b.min_args) if b.min_args == b.max_args else f"{b.min_args} to {b.max_args}"
                 self.error(f"{b.name} takes {want} argument{'s' if b.max_args != 1 else ''}, found {n}",
@@ -546,11 +574,11 @@ class Checker:
                        f.span)
         ctx.calls.append((decl, mod, e.span))
 
-    def check_printf(self, e: A.Call) -> None:
+    def check_printf(self, e: A.Call, what: str = "printf") -> None:
         """The format is a string literal that parses and reads as many arguments as are passed (the
-        argument types are checked when the call is lowered)."""
+        argument types are checked when the call is lowered); ``what`` names it in messages."""
         try:
-            check_call(e)
+            check_call(e, what)
         except FormatProblem as p:
             self.error(p.message, p.span, p.hint)
 

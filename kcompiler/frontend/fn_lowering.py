@@ -17,10 +17,11 @@ from ..ir.types import (BOOL, I32, SCALARS, TENSOR_MAP, VOID, AddressSpace, Arra
                         Type, VectorType, sizeof)
 from . import ast as A
 from . import builtins as B
-from . import fn_params, structs
+from . import fn_params, lower_arrays, structs
 # Importing the builtins' modules registers their handlers in REGISTRY.
-from . import (builtins_atomic, builtins_comptime, builtins_convert, builtins_hostcall,  # noqa: F401
-               builtins_math, builtins_memory, builtins_printf, builtins_sync, builtins_warp, hopper, mfma,
+from . import (builtins_assert, builtins_atomic, builtins_bits, builtins_comptime, builtins_convert,  # noqa: F401
+               builtins_hostcall, builtins_libm, builtins_math, builtins_memory, builtins_printf, builtins_sync,
+               builtins_warp, hopper, mfma,
                warp_matrix)
 from .builtin_registry import REGISTRY
 from .comptime_defaults import MissingParam, bind_defaults
@@ -28,7 +29,7 @@ from .lower_exprs import ExpressionLowering
 from .lower_stmts import StatementLowering
 from .program import ComptimeParam, SourceModule, StaticEvalError, _unify, comptime_params
 from .semantic import CV, SemanticError, adapts, convert_cv, default_type, fits, widens
-from .values import (VOIDV, BuiltinRef, FnRef, LanePlace, ModuleRef, Place, Poison, RegRef, TargetHas, TargetRef,
+from .values import (VOIDV, ArrayValue, BuiltinRef, FnRef, LanePlace, ModuleRef, Place, Poison, RegRef, TargetHas, TargetRef,
                      TypeRef, is_expr, literal_text, type_desc)
 
 if TYPE_CHECKING:
@@ -228,6 +229,11 @@ class FnLowering(StatementLowering, ExpressionLowering):
             return self.b.load(v.ptr)
         if isinstance(v, LanePlace):
             return self.b.extract(self.b.load(v.place.ptr), v.index)
+        if isinstance(v, ArrayValue):
+            if v.symbol is not None:
+                self.fail(f"const '{v.name}' is a table in constant memory, not a pointer", span,
+                          hint=f"index it ({v.name}[i]), or copy it into a local array: let t = {v.name};")
+            return self.rvalue(lower_arrays.store_local(self, v, "lit", False, span), span)
         if v is VOIDV:
             self.fail("this call returns nothing; its value cannot be used", span)
         if isinstance(v, TypeRef):
@@ -262,6 +268,11 @@ class FnLowering(StatementLowering, ExpressionLowering):
             self.fail(f"expected {t}, found {v.describe()}", span)
         c = convert_cv(v, elem)
         return self.b.const(c.value, t)
+
+    def operand(self, e: A.Expr, dst: Type, template: str) -> Value:
+        """Expression ``e`` evaluated and converted implicitly to ``dst`` (:meth:`coerce`, its
+        message worded by ``template`` and located at ``e``): a builtin's typed argument."""
+        return self.coerce(self.rvalue(self.ev(e), e.span), dst, e.span, template)
 
     def coerce(self, v: Any, dst: Type, span: SourceSpan | None, template: str) -> Value:
         """``v`` converted implicitly to ``dst`` (widening only); else an error worded by ``template``
@@ -298,6 +309,8 @@ class FnLowering(StatementLowering, ExpressionLowering):
         raise AssertionError
 
     def convert(self, t: Type, args: list[A.Expr], e: Any) -> Any:
+        if isinstance(t, ArrayType):
+            return lower_arrays.array_conversion(self, t, args, e)
         if isinstance(t, VectorType) and len(args) == t.count and len(args) > 1:
             elems = []
             for a in args:

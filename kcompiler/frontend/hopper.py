@@ -22,42 +22,33 @@ from __future__ import annotations
 from typing import Any
 
 from ..ir.types import BOOL, I32, SCALARS, U32, U64, AddressSpace, ScalarType, TensorMapType, VectorType
-from .builtin_registry import builtin
+from .builtin_registry import builtin, require_feature
 from .semantic import CV
 from . import ast as A
 from .values import VOIDV
 
-#: The builtins this file lowers, and the ``target.has`` feature each needs (None: every target).
-FEATURES = {"wgmma": "wgmma", "wgmma_fence": "wgmma", "wgmma_commit": "wgmma", "wgmma_wait": "wgmma",
-            "wgmma_desc": "wgmma", "tma_load": "tma", "mbarrier_init": "mbarrier", "mbarrier_arrive": "mbarrier",
-            "mbarrier_arrive_expect_tx": "mbarrier", "mbarrier_try_wait": "mbarrier", "mbarrier_wait": "mbarrier",
-            "fence_proxy_async": "tma", "setmaxnreg_inc": "setmaxnreg", "setmaxnreg_dec": "setmaxnreg",
-            "launch_bounds": None}
-
-_WHAT = {"wgmma": "warpgroup MMA (wgmma, NVIDIA sm_90a)", "tma": "the TMA copy engine (NVIDIA sm_90)",
-         "mbarrier": "mbarriers with transaction counts (NVIDIA sm_90)",
-         "setmaxnreg": "setmaxnreg (NVIDIA sm_90a)"}
+#: The builtins this file lowers, and the target intrinsic whose feature each needs (None: every
+#: target has it); the intrinsic's record says what the feature is and which chips have it.
+INTRINSIC_OF = {"wgmma": "nvptx.wgmma.mma_async", "wgmma_fence": "nvptx.wgmma.fence",
+                "wgmma_commit": "nvptx.wgmma.commit_group", "wgmma_wait": "nvptx.wgmma.wait_group",
+                "wgmma_desc": "nvptx.wgmma.desc", "tma_load": "nvptx.tma.load",
+                "mbarrier_init": "nvptx.mbarrier.init", "mbarrier_arrive": "nvptx.mbarrier.arrive",
+                "mbarrier_arrive_expect_tx": "nvptx.mbarrier.arrive_expect_tx",
+                "mbarrier_try_wait": "nvptx.mbarrier.try_wait", "mbarrier_wait": "nvptx.mbarrier.wait",
+                "fence_proxy_async": "nvptx.fence.proxy_async", "setmaxnreg_inc": "nvptx.setmaxnreg",
+                "setmaxnreg_dec": "nvptx.setmaxnreg", "launch_bounds": None}
 
 #: wgmma's input types and the K of one instruction.
 _WGMMA_K = {"bf16": 16, "f16": 16, "f8e4m3": 32, "f8e5m2": 32}
 
 
-@builtin(*FEATURES)
+@builtin(*INTRINSIC_OF)
 def lower_builtin(fl: Any, f: Any, e: Any, kw: dict) -> Any:
     """Lower call ``e`` of Hopper builtin ``f`` (a BuiltinRef) in FnLowering ``fl``."""
     name = f.fn.name
-    feature = FEATURES[name]
-    if feature is not None:
-        _require(fl, name, feature, e.span)
+    if INTRINSIC_OF[name] is not None:
+        require_feature(fl, INTRINSIC_OF[name], e.span, subject=name)
     return _LOWER[name](fl, f, e, kw)
-
-
-def _require(fl: Any, builtin: str, feature: str, span: Any) -> None:
-    t = fl.target
-    if not t.has(feature):
-        fl.fail(f"{builtin} is not available on this target ({t.name} {getattr(t, 'arch', '')}): it is "
-                f"{_WHAT[feature]}", span,
-                hint=f'choose a path with comptime if target.has("{feature}") {{ ... }} else {{ ... }}')
 
 
 def _void():
@@ -253,4 +244,4 @@ _LOWER = {"wgmma": _wgmma, "wgmma_fence": _no_operands("nvptx.wgmma.fence"),
           "mbarrier_wait": _mbarrier_wait, "fence_proxy_async": _no_operands("nvptx.fence.proxy_async"),
           "setmaxnreg_inc": _setmaxnreg, "setmaxnreg_dec": _setmaxnreg, "launch_bounds": _launch_bounds}
 
-__all__ = ["FEATURES", "lower_builtin"]
+__all__ = ["INTRINSIC_OF", "lower_builtin"]

@@ -22,7 +22,7 @@ would shift every later argument; the padded text under a plain ``%s`` reads the
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..ir.types import BOOL, F64, I64, U8, U32, U64, AddressSpace, PointerType, ScalarType
 from ..ir.printf import Conversion, escape_text, expected_args, parse_format
@@ -93,11 +93,7 @@ def lower_hostcall_printf(fl: "FnLowering", span: "SourceSpan", fmt: str, args: 
     ``strings[k]``: whether argument k is a ``%s`` string (a ``ptr<u8>`` or ``ptr<i8>``)."""
 
     b = fl.b
-    mod = fl.mod.imports[HOSTCALL_ALIAS]
-
-    def call(name: str, operands: list[Any]) -> Any:
-        fn = fl.L.instance(mod, mod.fns[name], {}, span)
-        return b.call(fn.name, operands, fn.ret)
+    call = stdlib_caller(fl, HOSTCALL_ALIAS, span)
 
     def device_string(s: Any) -> Any:
         return global_string(fl, s, span)
@@ -136,6 +132,18 @@ def lower_hostcall_printf(fl: "FnLowering", span: "SourceSpan", fmt: str, args: 
         last = b.const(k == len(items), BOOL)
         padded = run + [b.const(0, U64)] * (WORDS_PER_CALL - len(run))
         desc = call("printf_words", [desc, b.const(len(run), U32), *padded, last])
+
+
+def stdlib_caller(fl: "FnLowering", alias: str, span: "SourceSpan") -> Callable[[str, list[Any]], Any]:
+    """``call(name, operands)``: emits in ``fl`` a call of fn ``name`` (no compile-time parameters)
+    of the stdlib module the program imports as ``alias`` (std.hostcall, std.printf_buffer), and
+    returns its result; ``span`` locates an error in instantiating it."""
+    mod = fl.mod.imports[alias]
+
+    def call(name: str, operands: list[Any]) -> Any:
+        fn = fl.L.instance(mod, mod.fns[name], {}, span)
+        return fl.b.call(fn.name, operands, fn.ret)
+    return call
 
 
 def global_string(fl: "FnLowering", s: Any, span: "SourceSpan") -> Any:

@@ -14,10 +14,10 @@ from ..ir import Value
 from ..ir.types import (BOOL, F32, I32, SCALARS, ArrayType, PointerType, ScalarType, StructType, Type, VectorType)
 from . import ast as A
 from . import builtins as B
-from . import fn_params, structs
+from . import fn_params, lower_arrays, structs
 from .semantic import (CV, SemanticError, adapts, convert_cv, default_type, fits, fold_binary, fold_unary,
                        promote, widens)
-from .values import (POISON, BuiltinRef, FnRef, LanePlace, ModuleRef, Place, Poison, RegRef, TargetHas, TargetRef,
+from .values import (POISON, ArrayValue, BuiltinRef, FnRef, LanePlace, ModuleRef, Place, Poison, RegRef, TargetHas, TargetRef,
                      TypeRef, is_expr, type_desc)
 
 
@@ -57,6 +57,8 @@ class ExpressionLowering:
         if v is not None:
             return v
         mod = self.mod
+        if e.id in mod.consts:
+            return lower_arrays.module_const(self, mod, e.id, e.span)
         if e.id in mod.fns:
             d = mod.fns[e.id]
             return FnRef(mod, d)
@@ -88,6 +90,8 @@ class ExpressionLowering:
         base = self.ev(e.base)
         name = e.name
         if isinstance(base, ModuleRef):
+            if name in base.module.consts:
+                return lower_arrays.module_const(self, base.module, name, e.name_span)
             d = base.module.fns.get(name)
             if d is None:
                 self.fail(f"module '{base.name}' has no fn '{name}'", e.name_span)
@@ -142,6 +146,8 @@ class ExpressionLowering:
         if len(e.args) != 1 or e.kwargs or not is_expr(e.args[0]):
             self.fail("an index is one integer expression: p[i]", e.span)
         idx_e = e.args[0]
+        if isinstance(base, ArrayValue):
+            return lower_arrays.index_array(self, base, idx_e)
         if isinstance(base, Place):
             t = base.type
             if isinstance(t, ArrayType):
@@ -444,5 +450,7 @@ _EXPRESSIONS: dict[type, Callable[[Any, Any], Any]] = {
     A.Call: ExpressionLowering.expr_call,
     A.Unary: ExpressionLowering.expr_unary,
     A.Binary: ExpressionLowering.expr_binary,
+    A.ArrayLit: lower_arrays.array_literal,
+    A.IfExpr: lower_arrays.if_expression,
     A.StructLit: ExpressionLowering.expr_struct_lit,
 }

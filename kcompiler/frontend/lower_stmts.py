@@ -16,8 +16,10 @@ from ..ir.core import OPS
 from ..ir.types import BOOL, I32, TENSOR_MAP, VOID, ArrayType, ScalarType, VectorType, sizeof
 from ..limits import kernel_display, shared_memory_error, unrolled_size_error
 from . import ast as A
+from . import lower_arrays
+from .ranges import range_step
 from .semantic import CV, SemanticError, convert_cv, default_type, promote
-from .values import POISON, LanePlace, Place, Poison, type_desc
+from .values import POISON, ArrayValue, LanePlace, Place, Poison, type_desc
 
 #: Iterations of ``comptime`` for loops one compile may unroll, all loops together.
 UNROLL_BUDGET = 1 << 16
@@ -61,7 +63,10 @@ class StatementLowering:
             self.rvalue(v, s.expr.span)
 
     def stmt_let(self, s: A.Let) -> None:
-        v = self.rvalue(self.ev(s.value), s.value.span)
+        raw = self._value_or_array(s, False)
+        if raw is None:
+            return
+        v = self.rvalue(raw, s.value.span)
         if s.type is not None:
             t = self.resolve_type(s.type)
             v = self.coerce(v, t, s.value.span, f"initialise '{s.name}' ({t}) with {{src}}")
@@ -77,14 +82,27 @@ class StatementLowering:
             v.hint = s.name
         self.bind(s.name, v)
 
+    def _value_or_array(self, s: A.Let | A.Var, mutable: bool) -> Any:
+        """The value of a ``let``/``var`` initialiser, evaluated once; an array literal or const table
+        (an ArrayValue) is stored into a local array bound to the name, and None returned."""
+        t = self.resolve_type(s.type) if s.type is not None else None
+        v = lower_arrays.array_value(self, s.value, t if isinstance(t, ArrayType) else None)
+        if isinstance(v, ArrayValue):
+            self.bind(s.name, lower_arrays.store_local(self, v, s.name, mutable, s.value.span))
+            return None
+        if isinstance(t, ArrayType):
+            self.fail(f"cannot initialise '{s.name}' ({t}) with {type_desc(self.rvalue(v, s.value.span))}",
+                      s.value.span, hint="write an array literal: [a, b, ...]")
+        return v
+
     def stmt_var(self, s: A.Var) -> None:
+        raw = self._value_or_array(s, True) if s.value is not None else None
+        if s.value is not None and raw is None:
+            return
         t = self.resolve_type(s.type) if s.type is not None else None
         init = None
         if s.value is not None:
-            if isinstance(t, ArrayType):
-                self.fail(f"array var '{s.name}' cannot have an initial value", s.value.span,
-                          hint="assign its elements, e.g. in a comptime for loop")
-            init = self.rvalue(self.ev(s.value), s.value.span)
+            init = self.rvalue(raw, s.value.span)
             if t is None:
                 if isinstance(init, CV):
                     try:
@@ -157,11 +175,14 @@ class StatementLowering:
             v = self.lookup(e.id)
             if v is POISON:
                 raise Poison()
-            if isinstance(v, Place):
+            if isinstance(v, Place) and v.mutable:
                 return v
             self.fail(f"cannot assign to '{e.id}': it is not a var", e.span,
                       hint=f"declare it with var: var {e.id} = ...")
         v = self.ev(e)
+        if isinstance(v, Place) and not v.mutable:
+            self.fail(f"cannot assign to {v.what}: it is read-only", e.span,
+                      hint="copy it into a var array first: var t = ...;")
         if isinstance(v, (Place, LanePlace)):
             return v
         if isinstance(e, A.Field) and isinstance(v, Value) and isinstance(e.base, A.Name) \
@@ -239,7 +260,9 @@ class StatementLowering:
             self._comptime_for(s, it)
             return
         vals = self._range_args(it)
-        typed = [v.type for v in vals if isinstance(v, Value)]
+        bounds = vals[:2] if any(isinstance(v, Value) or (isinstance(v, CV) and v.type is not None)
+                                 for v in vals[:2]) else vals
+        typed = [v.type for v in bounds if isinstance(v, Value)]
         for v in vals:
             if isinstance(v, Value) and not (isinstance(v.type, ScalarType) and v.type.is_int):
                 self.fail(f"range bounds must be integers, found {v.type}", it.span)
@@ -252,15 +275,15 @@ class StatementLowering:
         for v in vals:
             if isinstance(v, CV) and v.kind != "int":
                 self.fail(f"range bounds must be integers, found {v.describe()}", it.span)
+        for v in bounds:
             if isinstance(v, CV) and v.type is not None and t is None:
                 t = v.type
         if t is None:
             t = I32
-        names = ("start", "end", "step")
-        lo, hi, step = (self.coerce(v, t, it.span, f"use {{src}} as the range {n} ({t})")
-                        for v, n in zip(vals, names))
-        if isinstance(vals[2], CV) and vals[2].value == 0:
-            self.fail("range step is 0", it.args[2].span if len(it.args) == 3 else it.span)
+        names = ("start", "end")
+        lo, hi = (self.coerce(v, t, it.span, f"use {{src}} as the range {n} ({t})")
+                  for v, n in zip(vals, names))
+        step = range_step(self, vals[2], t, it.args[2].span if len(it.args) == 3 else it.span)
         with self.b.located(s.span):
             body, iv = self.b.for_(lo, hi, step, hint=s.var)
         with self.b.at(body):
@@ -323,7 +346,7 @@ class StatementLowering:
         self.b.ret(x)
 
 def _defined_names(s: A.Stmt) -> list[str]:
-    if isinstance(s, (A.Let, A.Var, A.Shared)):
+    if isinstance(s, (A.Let, A.Var, A.Shared, A.Const)):
         return [s.name]
     return []
 
@@ -342,4 +365,5 @@ _STATEMENTS: dict[type, Callable[[Any, Any], None]] = {
     A.Break: StatementLowering.stmt_break,
     A.Continue: StatementLowering.stmt_continue,
     A.Return: StatementLowering.stmt_return,
+    A.Const: lower_arrays.stmt_const,
 }

@@ -28,6 +28,10 @@ from . import ast as A
 from .comptime_defaults import MissingParam, bind_defaults
 from .fn_lowering import FnLowering
 from .program import Program, SourceModule, StaticEvalError, _check_given
+from .values import Poison
+
+#: the declaration a module const's evaluation stands in (it has no function of its own)
+_CONST_HOLDER = A.FnDecl("fn", "const", [], [], None, A.Block([], span=None), span=None)  # type: ignore[arg-type]
 
 
 
@@ -126,6 +130,15 @@ class ModuleLowering:
                 self.pending.append(fl)
         return fn
 
+    def consts(self, mod: SourceModule) -> None:
+        """Evaluate every module-level const of ``mod`` (their errors reported), used or not."""
+        from . import lower_arrays  # a cycle through fn_lowering
+        for c in mod.ast.consts:
+            try:
+                lower_arrays.module_const(FnLowering(self, mod, _CONST_HOLDER, {}), mod, c.name, c.name_span)
+            except Poison:
+                pass
+
     def drain(self) -> None:
         while self.pending:
             fl = self.pending.pop(0)
@@ -158,6 +171,7 @@ def lower(program: Program, target: Any, kernels: dict[str, dict[str, Any]] | No
         raise CompileError(program.errors)
     with deep_recursion():
         L = ModuleLowering(program, target)
+        L.consts(program.main)
         if kernels is None:
             kernels = {n: {} for n in program.kernels
                        if all(c.default is not None for c in program.signature(n).comptime)}
@@ -191,6 +205,7 @@ def check(program: Program, target: Any, max_errors: int = 50) -> None:
             L.diag.limit = max_errors
             # A clean declaration may call one with errors: that one is declared but not lowered.
             L.skip_bodies = {id(d) for m in program.modules.values() for d in m.ast.decls if not clean(d)}
+            L.consts(program.main)
             for name, decl in program.kernels.items():
                 if clean(decl) and all(c.default is not None for c in program.signature(name).comptime):
                     L.kernel(name, {})

@@ -14,7 +14,7 @@ from typing import Any
 
 from ..ir.intrinsics import get as intrinsic
 from ..ir.types import BF16, F16, F32, VectorType
-from .builtin_registry import builtin
+from .builtin_registry import builtin, require_feature
 
 #: The builtins this file lowers, and the ``target.has`` feature each needs at least.
 FEATURES = {"mfma": "mfma"}
@@ -23,10 +23,6 @@ FEATURES = {"mfma": "mfma"}
 #: (CDNA4) the OCP ones (CDNA3 ISA, "Matrix Arithmetic Instructions": FP8/BF8; CDNA4 ISA, same
 #: chapter). The target feature that says which: ``mfma_fp8_fnuz`` / ``mfma_fp8_ocp``.
 F8_BY_FLAVOUR = {"mfma_fp8_fnuz": ("f8e4m3fnuz", "f8e5m2fnuz"), "mfma_fp8_ocp": ("f8e4m3", "f8e5m2")}
-
-_WHAT = {"mfma": "MFMA (AMD CDNA: gfx90a, gfx942, gfx950)",
-         "mfma_fp8": "FP8 MFMA (AMD gfx942 and gfx950)",
-         "mfma_gfx950": "an MFMA form of gfx950 (CDNA4)"}
 
 _FORMS_HINT = ("mfma takes a, b: vec<bf16|f16, 4> (32x32x8, 16x16x16), vec<bf16|f16, 8> (gfx950: 32x32x16, "
                "16x16x32), FP8 vec<F8, 8> (gfx942/gfx950: 32x32x16, 16x16x32) or vec<F8, 32> (gfx950: "
@@ -70,11 +66,8 @@ def lower_builtin(fl: Any, f: Any, e: Any, kw: dict) -> Any:
     shape, feature = form
     instr = (f"v_mfma_f32_{shape}_f8f6f4" if n == 32 else
              f"v_mfma_f32_{shape}_{'fp8/bf8' if ka == 'fp8' else a.type.elem}")
+    require_feature(fl, "amdgcn.mfma", e.span, feature, subject=f"mfma {shape} ({instr})")
     t = fl.target
-    if not t.has(feature):
-        fl.fail(f"mfma {shape} ({instr}) is not available on this target ({t.name} "
-                f"{getattr(t, 'arch', '')}): it is {_WHAT[feature]}", e.span,
-                hint=f'choose a path with comptime if target.has("{feature}") {{ ... }} else {{ ... }}')
     if ka == "fp8":
         for arg, v in ((e.args[0], a), (e.args[1], b)):
             for flavour, names in F8_BY_FLAVOUR.items():

@@ -21,7 +21,8 @@ from ..limits import MAX_DEPTH  # deepest nesting accepted (kcompiler/limits.py)
 from . import ast as A
 
 KEYWORDS = frozenset({"kernel", "fn", "import", "as", "let", "var", "shared", "if", "else", "for", "in",
-                      "while", "break", "continue", "return", "comptime", "true", "false", "ptr", "vec", "struct"})
+                      "while", "break", "continue", "return", "comptime", "true", "false", "ptr", "vec",
+                      "const", "struct"})
 
 _OPS = {"OROR": "||", "ANDAND": "&&", "BOR": "|", "BXOR": "^", "BAND": "&", "EQ": "==", "NE": "!=",
         "LT": "<", "LE": "<=", "GT": ">", "GE": ">=", "SHL": "<<", "SHR": ">>", "PLUS": "+",
@@ -89,10 +90,11 @@ class _Builder:
     def start(self, c):
         imports = [x for x in c if isinstance(x, A.Import)]
         decls = [x for x in c if isinstance(x, A.FnDecl)]
+        consts = [x for x in c if isinstance(x, A.Const)]
         structs = [x for x in c if isinstance(x, A.StructDecl)]
         span = SourceSpan(self.file, 1, 1, 1, 1)
-        return A.Module(imports, decls, structs, span=span,
-                        depth=1 + max([x.depth for x in decls + structs], default=0))
+        return A.Module(imports, decls, consts, structs, span=span,
+                        depth=1 + max([x.depth for x in decls + consts + structs], default=0))
 
     def struct_decl(self, c):
         name = c[1]
@@ -175,7 +177,7 @@ class _Builder:
 
     def ptr_type(self, c):
         inner = c[2]
-        space = [t for t in c[3:] if isinstance(t, Token) and t.type == "NAME"]
+        space = [t for t in c[3:] if isinstance(t, Token) and t.type in ("NAME", "CONST")]
         return self.node(A.PtrTypeExpr, inner, str(space[0]) if space else None,
                          space_span=_tok_span(self.file, space[0]) if space else None,
                          span=self.span(c[0], c[-1]))
@@ -207,6 +209,12 @@ class _Builder:
         if rest and isinstance(rest[0], Token) and rest[0].type == "ASSIGN":
             value = rest[1]
         return self.node(A.Var, str(name), ty, value, span=self.span(c[0], c[-1]),
+                         name_span=_tok_span(self.file, name))
+
+    def const_decl(self, c):
+        name = c[1]
+        ty = c[2] if isinstance(c[2], A.Node) else None
+        return self.node(A.Const, str(name), ty, c[-2], span=self.span(c[0], c[-1]),
                          name_span=_tok_span(self.file, name))
 
     def shared_stmt(self, c):
@@ -309,6 +317,20 @@ class _Builder:
         ty, args, rpar = c
         a, k = self._split_args(args)
         return self.node(A.TypeCall, ty, a, k, span=self.span(ty, rpar))
+
+    def array_lit(self, c):
+        lsqb, items, rsqb = c
+        span = self.span(lsqb, rsqb)
+        for x in items:
+            if isinstance(x, A.KwArg):
+                raise _BadLiteral(x.span, "an array literal holds values, not 'name = value'")
+        if not items:
+            raise _BadLiteral(span, "an array literal needs at least one element")
+        return self.node(A.ArrayLit, list(items), span=span)
+
+    def if_expr(self, c):
+        nodes = self.nodes(c)
+        return self.node(A.IfExpr, nodes[0], nodes[1], nodes[2], span=self.span(c[0], c[-1]))
 
     def args(self, c):
         return list(c)
@@ -526,7 +548,7 @@ def _report(file: SourceFile, text: str, e: UnexpectedInput, diag: Diagnostics) 
     return len(text)
 
 
-_RESYNC = re.compile(r"^[ \t]*(kernel|fn|import|struct)\b", re.M)
+_RESYNC = re.compile(r"^[ \t]*(kernel|fn|import|const|struct)\b", re.M)
 
 
 _LOCK = threading.Lock()  # the parser's reduce actions share one builder

@@ -12,6 +12,7 @@ from ..diagnostics import CompileError, Diagnostics, SourceFile, SourceSpan
 from ..limits import deep_recursion
 from ..ir.types import (AddressSpace, ArrayType, PointerType, ScalarType, SCALARS, Type, VectorType, type_from_str)
 from . import ast as A
+from .builtins import ACCURATE_MATH
 from .checker import Checker, comptime_kind, texpr_str
 from .parser import parse
 from .semantic import CV, SemanticError, convert_cv, fold_binary, fold_unary
@@ -47,6 +48,7 @@ class SourceModule:
     ast: A.Module
     prefix: str = ""
     fns: dict[str, A.FnDecl] = field(default_factory=dict)
+    consts: dict[str, A.Const] = field(default_factory=dict)
     structs: dict[str, A.StructDecl] = field(default_factory=dict)
     imports: dict[str, "SourceModule"] = field(default_factory=dict)
 
@@ -429,14 +431,27 @@ HOSTCALL_ALIAS = "<hostcall>"
 PRINTF_BUFFER_ALIAS = "<printf_buffer>"
 
 
+#: std.math, which the accurate math builtins (sin, exp2, ...: builtins_libm.py) call, likewise.
+MATH_ALIAS = "<math>"
+
+
 def _implicit_imports(mod: SourceModule) -> list[A.Import]:
     """``import std.hostcall`` and ``std.printf_buffer`` for a module that calls printf (whichever
-    target it is lowered for; only the functions a printf lowering calls are instantiated)."""
+    target it is lowered for; only the functions a printf lowering calls are instantiated), and
+    ``import std.math`` for one that calls an accurate math builtin it does not define itself."""
+    out: list[A.Import] = []
+    printf = math = False
     for n in A.walk(mod.ast):
-        if isinstance(n, A.Call) and isinstance(n.func, A.Name) and n.func.id == "printf":
-            return [A.Import(["std", "hostcall"], HOSTCALL_ALIAS, span=n.span),
+        if not (isinstance(n, A.Call) and isinstance(n.func, A.Name)):
+            continue
+        if n.func.id in ("printf", "assert") and not printf:
+            printf = True
+            out += [A.Import(["std", "hostcall"], HOSTCALL_ALIAS, span=n.span),
                     A.Import(["std", "printf_buffer"], PRINTF_BUFFER_ALIAS, span=n.span)]
-    return []
+        elif n.func.id in ACCURATE_MATH and n.func.id not in mod.fns and not math:
+            math = True
+            out.append(A.Import(["std", "math"], MATH_ALIAS, span=n.span))
+    return out
 
 
 def _load(source: str, path: str, keep_going: bool = False) -> Program:
@@ -455,6 +470,8 @@ def _load(source: str, path: str, keep_going: bool = False) -> Program:
         mod = queue.pop(0)
         for d in mod.ast.decls:
             mod.fns.setdefault(d.name, d)
+        for c in mod.ast.consts:
+            mod.consts.setdefault(c.name, c)
         for sd in mod.ast.structs:
             mod.structs.setdefault(sd.name, sd)
         for imp in mod.ast.imports + _implicit_imports(mod):

@@ -14,7 +14,7 @@ from typing import Any
 
 from ..diagnostics import SourceSpan
 from ..ir import Value
-from ..ir.types import ScalarType, Type, VectorType
+from ..ir.types import ArrayType, ScalarType, Type, VectorType
 from . import ast as A
 from . import builtins as B
 from .program import SourceModule
@@ -43,6 +43,18 @@ class LanePlace:
 
     place: Place
     index: Value
+
+
+@dataclass
+class ArrayValue:
+    """An array literal's value (``[1.0, x]``) or a const table: ``type`` [T; N], ``elems`` its N
+    elements (CVs where known at compile time, else IR values of type T); a const's ``name`` and the
+    ``symbol`` of its table in constant memory (None for a literal). lower_arrays.py makes and uses them."""
+
+    type: ArrayType
+    elems: list
+    name: str | None = None
+    symbol: str | None = None
 
 
 @dataclass
@@ -110,6 +122,8 @@ def type_desc(v: Any) -> str:
     if isinstance(v, CV):
         return v.describe()
     if isinstance(v, Value):
+        return str(v.type)
+    if isinstance(v, ArrayValue):
         return str(v.type)
     return "value"
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..ir.types import BF16, F16, F32, F8E4M3, F8E5M2, U32, AddressSpace, ScalarType, VectorType, sizeof
-from .builtin_registry import builtin
+from .builtin_registry import builtin, require_feature
 from .semantic import CV
 from . import ast as A
 from .values import VOIDV
@@ -31,17 +31,6 @@ def lower_builtin(fl: Any, f: Any, e: Any, kw: dict) -> Any:
     name = f.fn.name
     return {"mma_sync": _mma_sync, "ldmatrix": _ldmatrix, "cp_async": _cp_async,
             "cp_async_commit": _cp_async_commit, "cp_async_wait": _cp_async_wait}[name](fl, f, e, kw)
-
-
-def _require(fl: Any, builtin: str, feature: str, span: Any) -> None:
-    t = fl.target
-    if not t.has(feature):
-        what = {"mma": "tensor-core mma.sync (NVIDIA sm_80 or later)",
-                "mma_fp8": "FP8 mma.sync (NVIDIA sm_89 or later)",
-                "ldmatrix": "ldmatrix (NVIDIA sm_75 or later, kcompiler: sm_80)",
-                "cp_async": "cp.async (NVIDIA sm_80 or later)"}[feature]
-        fl.fail(f"{builtin} is not available on this target ({t.name} {getattr(t, 'arch', '')}): it is {what}",
-                span, hint=f'choose a path with comptime if target.has("{feature}") {{ ... }} else {{ ... }}')
 
 
 def _vec(v: Any) -> tuple[ScalarType | None, int]:
@@ -71,7 +60,7 @@ def _mma_sync(fl: Any, f: Any, e: Any, kw: dict) -> Any:
     if c.type != VectorType(F32, 4):
         fl.fail(f"mma_sync's accumulator must be vec<f32, 4>, found {c.type}", e.args[2].span,
                 hint="a lane holds 4 f32 elements of C and D")
-    _require(fl, "mma_sync", feature, e.span)
+    require_feature(fl, "nvptx.mma.sync", e.span, feature)
     return fl.b.intrinsic("nvptx.mma.sync", [a, b, c], VectorType(F32, 4), shape=shape)
 
 
@@ -99,7 +88,7 @@ def _ldmatrix(fl: Any, f: Any, e: Any, kw: dict) -> Any:
                 f"{per}>, vec<{el}, {2 * per}> or vec<{el}, {4 * per}>", f.span)
     if trans and el.bits != 16:
         fl.fail(f"ldmatrix transposes 16-bit elements, not {el}", kw["trans"].span)
-    _require(fl, "ldmatrix", "ldmatrix", e.span)
+    require_feature(fl, "nvptx.ldmatrix", e.span)
     return fl.b.intrinsic("nvptx.ldmatrix", [p], t, num=num, trans=trans)
 
 
@@ -140,14 +129,14 @@ def _cp_async(fl: Any, f: Any, e: Any, kw: dict) -> Any:
             size = v if v.type == U32 else fl.b.cast(v, U32)
     else:
         size = fl.b.const(nbytes, U32)
-    _require(fl, "cp_async", "cp_async", e.span)
+    require_feature(fl, "nvptx.cp_async", e.span)
     fl.b.intrinsic("nvptx.cp_async", [dst, src, size], bytes=nbytes)
     return VOIDV
 
 
 def _cp_async_commit(fl: Any, f: Any, e: Any, kw: dict) -> Any:
 
-    _require(fl, "cp_async_commit", "cp_async", e.span)
+    require_feature(fl, "nvptx.cp_async.commit_group", e.span)
     fl.b.intrinsic("nvptx.cp_async.commit_group")
     return VOIDV
 
@@ -159,7 +148,7 @@ def _cp_async_wait(fl: Any, f: Any, e: Any, kw: dict) -> Any:
     n = fl.comptime_int(args[0], "cp_async_wait's group count")
     if n < 0:
         fl.fail(f"cp_async_wait's group count must be 0 or more, not {n}", args[0].span)
-    _require(fl, "cp_async_wait", "cp_async", e.span)
+    require_feature(fl, "nvptx.cp_async.wait_group", e.span)
     fl.b.intrinsic("nvptx.cp_async.wait_group", n=n)
     return VOIDV
 

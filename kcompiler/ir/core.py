@@ -147,22 +147,41 @@ class OpInfo:
 
 BINARY = ("add", "sub", "mul", "div", "rem", "min", "max", "and", "or", "xor", "shl", "shr")
 CMP_PREDICATES = ("eq", "ne", "lt", "le", "gt", "ge")
-#: ``exp2 log2 sin cos rsqrt rcp tanh`` are the machine's fast approximations (NVIDIA's ``.approx``
-#: instructions, AMD's v_exp/v_log/v_sin/v_cos/v_rsq/v_rcp; the CPU computes them with LLVM's
-#: libm-accurate versions); std.math has the accurate functions. ``sqrt`` is correctly rounded.
-#: ``rcp_normal`` and ``rsqrt_normal`` are rcp and rsqrt for arguments that are normal numbers with
-#: normal results (or zeros, infinities, NaN): a subnormal argument or result gives an unspecified
-#: value (NVIDIA's ``.ftz`` forms flush it to zero), which spares NVIDIA's subnormal handling around
-#: the one MUFU instruction (see :data:`NORMAL_RANGE_MATH`).
-MATH_FUNCTIONS = ("sqrt", "rsqrt", "rcp", "rcp_normal", "rsqrt_normal", "exp2", "log2", "sin", "cos", "tanh",
+#: ``fast_exp2 fast_log2 fast_sin fast_cos fast_rsqrt fast_rcp fast_tanh`` are the machine's fast
+#: approximations (NVIDIA's ``.approx`` instructions, AMD's v_exp/v_log/v_sin/v_cos/v_rsq/v_rcp; the
+#: CPU target models their documented error: backends/cpu/approx.py); the language's accurate
+#: ``exp2``, ``sin``, ... are calls of std.math, not ops. ``sqrt`` is correctly rounded.
+#: ``fast_rcp_normal`` and ``fast_rsqrt_normal`` are fast_rcp and fast_rsqrt for arguments that are
+#: normal numbers with normal results (or zeros, infinities, NaN): a subnormal argument or result
+#: gives an unspecified value (NVIDIA's ``.ftz`` forms flush it to zero), which spares NVIDIA's
+#: subnormal handling around the one MUFU instruction (see :data:`NORMAL_RANGE_MATH`).
+MATH_FUNCTIONS = ("sqrt", "fast_rsqrt", "fast_rcp", "fast_rcp_normal", "fast_rsqrt_normal", "fast_exp2",
+                  "fast_log2", "fast_sin", "fast_cos", "fast_tanh",
                   "abs", "floor", "ceil", "trunc", "round", "fma", "copysign")
+#: The approximate math functions of MATH_FUNCTIONS (the hardware's instructions on GPUs).
+APPROX_MATH = ("fast_exp2", "fast_log2", "fast_sin", "fast_cos", "fast_tanh", "fast_rsqrt", "fast_rcp",
+               "fast_rcp_normal", "fast_rsqrt_normal")
 #: The normal-range math functions, each with the function it restricts.
-NORMAL_RANGE_MATH = {"rcp_normal": "rcp", "rsqrt_normal": "rsqrt"}
+NORMAL_RANGE_MATH = {"fast_rcp_normal": "fast_rcp", "fast_rsqrt_normal": "fast_rsqrt"}
 SPECIAL_REGISTERS = ("thread_id", "block_id", "block_dim", "grid_dim", "lane_id", "warp_id")
 ATOMIC_OPS = ("add", "min", "max", "exch", "and", "or", "xor")
 MEMORY_ORDERS = ("relaxed", "acquire", "release", "acq_rel", "seq_cst")
 SCOPES = ("block", "device", "system")
 SHUFFLE_MODES = ("idx", "xor", "down", "up")
+#: Integer bit operations (op ``bits``), by their operand count. ``popcount clz ctz ffs`` give i32
+#: (CUDA's ``__popc``/``__clz``/``__ffs``: ``ffs`` is 1 + the index of the lowest set bit, 0 for 0;
+#: ``clz``/``ctz`` of 0 is the width); ``brev bswap`` reverse the bits / bytes; ``mulhi`` is the high
+#: half of the double-width product (signedness from the type); ``funnel_shl(hi, lo, n)`` is the high
+#: half of ``hi:lo << (n mod width)`` and ``funnel_shr(hi, lo, n)`` the low half of ``hi:lo >> (n mod
+#: width)`` (LLVM's fshl/fshr); ``byte_perm(x, y, s)`` on 32-bit words is CUDA's ``__byte_perm``:
+#: byte k of the result is byte ``(s >> 4k) & 7`` of the 8 bytes ``y:x`` (x the low four).
+BIT_FUNCTIONS = {"popcount": 1, "clz": 1, "ctz": 1, "ffs": 1, "brev": 1, "bswap": 1, "mulhi": 2,
+                 "funnel_shl": 3, "funnel_shr": 3, "byte_perm": 3}
+#: The bit operations whose result is i32 (a count or an index), whatever the operand's width.
+BIT_COUNTS = ("popcount", "clz", "ctz", "ffs")
+#: Float classification (op ``fclass``): the test, on the bit pattern of any float type (the 8-, 6-
+#: and 4-bit formats by kcompiler.numerics.formats' encodings); result bool (vec<bool, N>).
+FCLASS_TESTS = ("isnan", "isinf", "isfinite", "signbit")
 
 #: Every op kind of the IR. Types follow C rules made explicit: binary ops take two operands of the
 #: same type (scalar or vector) and give that type; signedness comes from the type (``div`` on ``u32``
@@ -178,8 +197,14 @@ OPS: dict[str, OpInfo] = {
     "bitcast": OpInfo(1, doc="reinterpret the bits as a type of the same size; between a global/const "
                              "pointer and u64/i64: the address"),
     "math": OpInfo(None, ("fn",), doc="attr fn in MATH_FUNCTIONS; float operands of one type"),
+    "bits": OpInfo(None, ("fn",), doc="attr fn in BIT_FUNCTIONS; integer operands of one type (scalar or "
+                                      "vector); result that type, or i32 (vec<i32, N>) for BIT_COUNTS"),
+    "fclass": OpInfo(1, ("test",), doc="attr test in FCLASS_TESTS on a float (vector); result bool "
+                                       "(vec<bool, N>)"),
     "alloca": OpInfo(0, doc="a per-thread slot; result ptr<T, local>"),
     "shared": OpInfo(0, ("symbol",), doc="a static shared-memory array; result ptr<[T; N], shared>"),
+    "const_data": OpInfo(0, ("symbol", "values"), doc="a module constant table (one per symbol) holding the "
+                         "scalars of attr values; result ptr<[T; N], constant>"),
     "dyn_shared": OpInfo(0, doc="the block's dynamic shared memory; result ptr<T, shared>"),
     "elemptr": OpInfo(2, doc="elemptr(p, i): p + i elements; on ptr<[T;N]> the address of element i"),
     "ptrcast": OpInfo(1, doc="ptr<T, s> to ptr<U, s>"),
@@ -208,6 +233,12 @@ OPS: dict[str, OpInfo] = {
                         doc="warp_sync([mask: u64]): the lanes of mask (default: the active ones) "
                             "reconverge here, memory ordered among them"),
     "nanosleep": OpInfo(1, result="none", pure=False, doc="nanosleep(ns: u32): a hint to back off a spin loop"),
+    "trap": OpInfo(0, ("reason",), result="none", pure=False,
+                   doc="stop this thread and fail the launch (GPUs: the trap instruction; the cpu target "
+                       "records the error); attr reason: 'assert' (a failed device assertion, whose "
+                       "message was printed before); optional attrs message (the condition's text) and "
+                       "function (the name of the function it is in), for CUDA's __assertfail; the code "
+                       "after it is not reached"),
     "hostcall_buffer": OpInfo(0, pure=False, doc="the address (u64) of the launch's hostcall buffer, 0 if none"),
     "printf_buffer": OpInfo(0, ("format",), pure=False,
                             doc="the address (u64) of the launch's printf buffer (printf=\"buffered\"), 0 if "

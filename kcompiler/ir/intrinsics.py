@@ -46,6 +46,10 @@ class Intrinsic:
             None``, the LLVM lowering on the backend's own targets (``args``: the operands' LLVM values).
         emulate: import path of the CPU target's emulation, same signature; None if none.
         tables: data the frontend's builtin reads through the registry (e.g. MFMA's forms).
+        needs: ``Target.has`` feature -> what it is and which chips have it, for the frontend's
+            "not available on this target" message (``{"wgmma": "warpgroup MMA (wgmma, NVIDIA
+            sm_90a)"}``): ``feature`` and any other feature a form of it needs (FP8 ``mma_fp8``). The
+            vendor's and chips' names are the backend's data, so the frontend names none.
         doc: operands, attributes and result, in words.
     """
 
@@ -59,12 +63,20 @@ class Intrinsic:
     type_rule: Callable[[Op], None] | None = None
     emulate: str | None = None
     tables: Mapping[str, Any] = field(default_factory=dict)
+    needs: Mapping[str, str] = field(default_factory=dict)
     doc: str = ""
 
     def __post_init__(self) -> None:
         if "." not in self.name:
             raise ValueError(f"an intrinsic is named '<backend>.<instruction>', not {self.name!r}")
         object.__setattr__(self, "tables", MappingProxyType(dict(self.tables)))
+        object.__setattr__(self, "needs", MappingProxyType(dict(self.needs)))
+
+    def describe(self, feature: str | None = None) -> str:
+        """What ``feature`` (default: :attr:`feature`) is, with the chips that have it (:attr:`needs`;
+        the feature's name where the record gives none)."""
+        feature = feature or self.feature
+        return self.needs.get(feature, feature)
 
     @property
     def backend(self) -> str:

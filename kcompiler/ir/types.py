@@ -103,6 +103,8 @@ class AddressSpace(str, Enum):
     SHARED = "shared"
     LOCAL = "local"
     CONST = "const"
+    #: the module's constant tables (``const`` arrays): NVPTX's .const bank, AMDGCN's constant space
+    CONSTANT = "constant"
 
     def __str__(self) -> str:
         return self.value

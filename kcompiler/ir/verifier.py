@@ -26,7 +26,8 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from .core import OPS, BINARY, CMP_PREDICATES, MATH_FUNCTIONS, SPECIAL_REGISTERS, ATOMIC_OPS, \
-    MEMORY_ORDERS, SCOPES, SHUFFLE_MODES, Function, Module, Op, Region, Value
+    MEMORY_ORDERS, SCOPES, SHUFFLE_MODES, BIT_FUNCTIONS, BIT_COUNTS, FCLASS_TESTS, Function, Module, Op, \
+    Region, Value
 from .types import ArrayType, BOOL, PointerType, ScalarType, StructType, Type, U32, U64, VOID, VectorType, VoidType, \
     AddressSpace, elem_of
 from .types import F64, I32, I64, U8
@@ -44,7 +45,8 @@ ATTR_CHOICES: dict[str, tuple[str, ...]] = {
     "scope": SCOPES, "mode": SHUFFLE_MODES, "dim": ("x", "y", "z"),
 }
 #: ... except where one op's attribute of that name means something else.
-ATTR_CHOICES_BY_OP: dict[tuple[str, str], tuple[str, ...]] = {("atomic", "op"): ATOMIC_OPS}
+ATTR_CHOICES_BY_OP: dict[tuple[str, str], tuple[str, ...]] = {
+    ("atomic", "op"): ATOMIC_OPS, ("bits", "fn"): tuple(BIT_FUNCTIONS), ("fclass", "test"): FCLASS_TESTS}
 
 #: Op kinds allowed only in kernels (a static shared array belongs to a kernel's block).
 KERNEL_ONLY = frozenset({"shared"})
@@ -209,6 +211,29 @@ def _t_math(op: Op, fn: Function, m: Module) -> None:
     _req(_res(op) == t, f"result type {_res(op)} differs from the operand type {t}")
 
 
+def _t_bits(op: Op, fn: Function, m: Module) -> None:
+    f = op.attrs["fn"]
+    n = BIT_FUNCTIONS[f]
+    _req(len(op.operands) == n, f"bits {f} takes {n} operands, not {len(op.operands)}")
+    t = op.operands[0].type
+    _req(all(v.type == t for v in op.operands), "bits operands of different types")
+    _req(_is_num(t) and elem_of(t).is_int, f"bits {f} on {t} (needs integers)")
+    if f == "byte_perm":
+        _req(isinstance(t, ScalarType) and t.bits == 32, f"bits byte_perm on {t} (needs a 32-bit integer)")
+    if f == "bswap":
+        _req(elem_of(t).bits in (16, 32, 64), f"bits bswap on {t} (needs 16, 32 or 64 bits)")
+    want = (VectorType(I32, t.count) if isinstance(t, VectorType) else I32) if f in BIT_COUNTS else t
+    _req(_res(op) == want, f"bits {f} on {t} gives {want}, not {_res(op)}")
+
+
+def _t_fclass(op: Op, fn: Function, m: Module) -> None:
+    t = op.operands[0].type
+    e = elem_of(t)
+    _req(_is_num(t) and (e.is_float or e.is_minifloat), f"fclass {op.attrs['test']} on {t} (needs floats)")
+    want = VectorType(BOOL, t.count) if isinstance(t, VectorType) else BOOL
+    _req(_res(op) == want, f"fclass on {t} gives {want}, not {_res(op)}")
+
+
 def _pointer(v: Value, what: str = "operand") -> PointerType:
     _req(isinstance(v.type, PointerType), f"{what} of type {v.type} is not a pointer")
     return v.type  # type: ignore[return-value]
@@ -232,6 +257,15 @@ def _t_shared(op: Op, fn: Function, m: Module) -> None:
     _result_pointer(op, AddressSpace.SHARED)
     if op.name == "shared":
         _req(isinstance(op.attrs["symbol"], str) and op.attrs["symbol"], "shared needs a symbol name")
+
+
+def _t_const_data(op: Op, fn: Function, m: Module) -> None:
+    t = _result_pointer(op, AddressSpace.CONSTANT)
+    _req(isinstance(t.pointee, ArrayType) and isinstance(t.pointee.elem, ScalarType),
+         f"const_data gives a pointer to an array of scalars, not {t}")
+    _req(isinstance(op.attrs["symbol"], str) and op.attrs["symbol"], "const_data needs a symbol name")
+    _req(isinstance(op.attrs["values"], list) and len(op.attrs["values"]) == t.pointee.count,
+         f"const_data of {t.pointee} needs {t.pointee.count} values")
 
 
 def _t_elemptr(op: Op, fn: Function, m: Module) -> None:
@@ -337,7 +371,9 @@ def _t_atomic(op: Op, fn: Function, m: Module) -> None:
     p = _pointer(op.operands[0])
     for v in op.operands[1:]:
         _req(v.type == p.pointee, f"atomic operand {v.type} through {p}")
-    _req(isinstance(p.pointee, ScalarType) and not p.pointee.is_bool, f"atomic on {p.pointee}")
+    packed = (op.name == "atomic" and op.attrs.get("op") == "add" and isinstance(p.pointee, VectorType)
+              and p.pointee.count == 2 and p.pointee.elem.name in ("f16", "bf16"))
+    _req(packed or (isinstance(p.pointee, ScalarType) and not p.pointee.is_bool), f"atomic on {p.pointee}")
     _req(_res(op) == p.pointee, f"atomic through {p} gives {p.pointee}, not {_res(op)}")
 
 
@@ -419,8 +455,12 @@ def _t_bool_operand(op: Op, fn: Function, m: Module) -> None:
 
 def _t_for(op: Op, fn: Function, m: Module) -> None:
     lo, hi, step = (v.type for v in op.operands)
-    _req(_is_int_scalar(lo) and lo == hi == step, f"for bounds of types {lo}, {hi}, {step} "
-                                                  "(need one integer type)")
+    # an unsigned range may count down: its step is then the signed integer of the same width
+    down = _is_int_scalar(lo) and not lo.is_signed and _is_int_scalar(step) and step.is_signed \
+        and step.bits == lo.bits
+    _req(_is_int_scalar(lo) and lo == hi and (step == lo or down),
+         f"for bounds of types {lo}, {hi}, {step} (need one integer type; an unsigned range's step may "
+         "be the signed integer of its width)")
     args = op.regions[0].args
     _req(len(args) == 1 and args[0].type == lo,
          f"for body needs one argument (the induction variable) of type {lo}")
@@ -469,17 +509,27 @@ def _t_intrinsic(op: Op, fn: Function, m: Module) -> None:
 
 _PRINTF_SCALARS = (I32, U32, I64, U64, F64)
 
+#: The reasons a ``trap`` op gives (its attr ``reason``).
+TRAP_REASONS = ("assert",)
+
+
+def _t_trap(op: Op, fn: Function, m: Module) -> None:
+    if op.attrs.get("reason") not in TRAP_REASONS:
+        raise _Fail(f"trap: reason must be one of {', '.join(TRAP_REASONS)}, not {op.attrs.get('reason')!r}")
+
 _TYPE_RULES: dict[str, Callable[[Op, Function, Module], None]] = {
     "printf": _t_printf, "string": _t_string,
     "const": _t_const, **{b: _t_binary for b in BINARY}, "neg": _t_neg, "not": _t_not, "cmp": _t_cmp,
-    "select": _t_select, "cast": _t_cast, "bitcast": _t_bitcast, "math": _t_math, "alloca": _t_alloca,
-    "shared": _t_shared, "dyn_shared": _t_shared, "elemptr": _t_elemptr, "ptrcast": _t_ptrcast,
+    "select": _t_select, "cast": _t_cast, "bitcast": _t_bitcast, "math": _t_math, "bits": _t_bits,
+    "fclass": _t_fclass, "alloca": _t_alloca, "shared": _t_shared, "dyn_shared": _t_shared,
+    "const_data": _t_const_data, "elemptr": _t_elemptr, "ptrcast": _t_ptrcast,
     "load": _t_load, "store": _t_store, "fieldptr": _t_fieldptr, "struct_get": _t_struct_get,
     "struct_build": _t_struct_build, "vec_build": _t_vec_build, "splat": _t_splat,
     "extract": _t_extract, "insert": _t_insert, "special": _t_special, "atomic": _t_atomic,
     "atomic_cas": _t_atomic, "shuffle": _t_shuffle, "ballot": _t_ballot, "active_mask": _t_ballot,
     "read_first_lane": _t_same_as_operand, "call": _t_call, "return": _t_return,
     "atomic_load": _t_atomic_load, "atomic_store": _t_atomic_store, "nanosleep": _t_u32_operand,
+    "trap": _t_trap,
     "hostcall_interrupt": _t_u32_operand, "hostcall_buffer": _t_u64_result,
     "printf_buffer": _t_printf_buffer, "warp_sync": _t_warp_sync,
     "if": _t_bool_operand, "condition": _t_bool_operand, "for": _t_for,

@@ -277,18 +277,25 @@ class KernelCache:
 
     @property
     def directory(self) -> Path:
+        """The folder of the on-disk entries: the one given, else :func:`default_cache_dir` now
+        (``$KC_CACHE_DIR``, else ``~/.cache/kcompiler``)."""
         return self._directory if self._directory is not None else default_cache_dir()
 
     @property
     def disk_enabled(self) -> bool:
+        """Whether entries are read from and written to disk: the ``disk`` given, else ``KC_CACHE``
+        (``0``, ``off``, ``false`` or ``no`` turn it off; default on)."""
         if self._disk is not None:
             return self._disk
         return os.environ.get("KC_CACHE", "1").lower() not in ("0", "off", "false", "no")
 
     def path(self, key: str, kind: str) -> Path:
+        """The file of entry ``key`` of ``kind`` (its suffix: 'ptx', 'json', ...):
+        ``<directory>/<key[:2]>/<key>.<kind>``."""
         return self.directory / key[:2] / f"{key}.{kind}"
 
     def clear_memory(self) -> None:
+        """Forget the entries held in this process's memory (the files on disk stay)."""
         with self._lock:
             self._mem.clear()
 

@@ -61,6 +61,7 @@ class Spec:
 
     @property
     def takes_argument(self) -> bool:
+        """Whether the conversion consumes an argument of its own: every one but ``%%`` and an unknown one."""
         return self.conversion not in (b"%", b"")
 
 

@@ -1,5 +1,7 @@
 """A reader of AMD GPU code objects (HSACO): what a HIP launch and the tests need to know of one.
 
+::
+
     co = read_code_object(open("vadd.hsaco", "rb").read())
     co.arch, co.code_object_version            # 'gfx942', 5
     k = co.kernel("vadd")

@@ -20,15 +20,22 @@ multiple of 16). The CPU target compiles vector accesses with the element's alig
 array from numpy's allocator (16-byte aligned) never crashes the process; under ``check_bounds`` every
 access is checked for the alignment a GPU needs and a misaligned one is reported.
 
-Errors (out-of-bounds or misaligned accesses under ``check_bounds``, divergent barriers, launch limits) are raised as
+Errors (out-of-bounds or misaligned accesses and array indices out of range under ``check_bounds``,
+divergent barriers, deadlocks of spinning threads, launch limits) are raised as
 :class:`~kcompiler.runtime.device.LaunchError` naming the kernel, e.g.::
+
     kernel 'vadd': out-of-bounds store to 'out'[1000] (size 1000) at examples/vadd.kc:5:9,
     thread (8,0,0) block (3,0,0)
+
+A failed device ``assert`` raises :class:`~kcompiler.runtime.device.DeviceAssertionError` with the line
+the thread printed (the hostcall printf service keeps it: ``PrintfService.assertion_text``).
 
 Ctrl-C stops a launch on the main thread between blocks and at every barrier, warp operation or
 ``nanosleep`` of its threads, and raises KeyboardInterrupt (``runtime/interrupt.py``).
 
-Environment: ``KC_CPU_THREADS`` caps the worker threads (default: the host's CPU count).
+Environment: ``KC_CPU_THREADS`` caps the worker threads (default: the host's CPU count);
+``KC_CPU_DEADLOCK_SECONDS`` (default 10, 0: never) how long a block's runnable threads may all spin on
+unchanged atomics before the launch stops with a deadlock error (:func:`deadlock_seconds_from_env`).
 """
 from __future__ import annotations
 
@@ -51,7 +58,7 @@ from ..ir.types import PointerType, ScalarType, StructType, TensorMapType, Vecto
 from . import arrays, interrupt
 from .structs import pack_struct
 from .arrays import ArgMismatch
-from .device import Artifact, Device, LaunchError
+from .device import Artifact, Device, DeviceAssertionError, LaunchError
 from .stdio import flush_c_stdio
 from .printf_buffer import PrintfBuffer, buffer_bytes_from_env
 from .hostcall import HostcallBuffer, HostcallListener, packets_for
@@ -193,6 +200,34 @@ class _KeepAlive:
         self.obj = None
 
 
+class _Capture(threading.local):
+    #: The launches recorded on this thread while kc.graph() captures (None otherwise).
+    launches: list | None = None
+
+
+_CAPTURE = _Capture()
+
+
+class CpuGraph:
+    """Launches recorded by a capture on the CPU target (their parameter buffers as packed at the
+    launch: the same arrays and scalars), run again in order by :meth:`replay`."""
+
+    def __init__(self, device: "CpuDevice", launches: list):
+        self.device, self.launches = device, launches
+
+    def replay(self, stream: Any = None) -> None:
+        """Run the recorded launches in order (synchronously, like every CPU launch); inside
+        another capture they are recorded there instead. Raises LaunchError as a launch does."""
+        if self.launches is None:
+            raise LaunchError("this graph was closed")
+        for handle, grid, block, shared, buf, table in self.launches:
+            self.device._execute(handle, grid, block, shared, buf, table)
+
+    def close(self) -> None:
+        """Drop the recorded launches (idempotent)."""
+        self.launches = None
+
+
 class CpuDevice(Device):
     """The host CPU as a kcompiler device (use :meth:`get`: one per process).
 
@@ -270,7 +305,8 @@ class CpuDevice(Device):
                                printf_slot, _formats_at(formats_at))
 
     # --- arguments ---
-    def marshal(self, artifact: Artifact, args: Sequence[Any]) -> tuple[list[Any], list[Any]]:
+    def marshal(self, artifact: Artifact, args: Sequence[Any],
+                stream: Any = None) -> tuple[list[Any], list[Any]]:
         """Launch arguments (:class:`PointerArg` for arrays, bytes for scalars) and copy-backs (only
         keep-alives of temporary copies: arrays are passed in place). ``args`` must already be
         checked (``arrays.check_args``); TypeError names the kernel and parameter of a GPU array."""
@@ -295,7 +331,12 @@ class CpuDevice(Device):
     @staticmethod
     def _pointer(kernel: str, param: str, t: PointerType, x: Any, copybacks: list) -> PointerArg:
         itemsize = sizeof(t.pointee.elem if isinstance(t.pointee, VectorType) else t.pointee)
-        if arrays.is_torch_tensor(x):
+        if arrays.is_kc_array(x):  # kc.to_device(..., device="cpu"): its numpy view
+            if x.device.target != "cpu":
+                raise TypeError(f"{kernel}: parameter '{param}': {arrays.describe(x)} lives in GPU "
+                                f"memory; the cpu target runs on host memory (x.copy_to_host())")
+            x = x.host_ndarray()
+        elif arrays.is_torch_tensor(x):
             if x.device.type != "cpu":
                 raise TypeError(f"{kernel}: parameter '{param}': the tensor is on {x.device}; the cpu "
                                 f"target runs on host memory (pass tensor.cpu())")
@@ -315,6 +356,9 @@ class CpuDevice(Device):
         """Run the kernel to completion (launches on the CPU are synchronous; ``stream`` is ignored).
         ``args`` come from :meth:`marshal`. Raises LaunchError for a launch outside the limits or an
         error found while running."""
+        if handle.check_bounds and _CAPTURE.launches is not None:
+            raise LaunchError(f"kernel '{handle.name}' checks bounds (check_bounds=True), which runs it "
+                              f"on guarded copies made for one launch: it cannot be captured in a graph")
         buf = ctypes.create_string_buffer(max(handle.arg_bytes, 8))
         table: list[PointerArg] = []
         guarded: list[_GuardedCopy] = []
@@ -339,6 +383,10 @@ class CpuDevice(Device):
         """Run the launch (:meth:`_run_blocks`); for a kernel that prints, C stdio is flushed before
         and after (runtime/stdio.py), and a printf="buffered" kernel's records are printed after
         the launch (one such launch at a time)."""
+        captured = _CAPTURE.launches
+        if captured is not None:  # kc.graph(): recorded, run at each replay
+            captured.append((handle, grid, block, shared, buf, table))
+            return
         if handle.hostcall_slot or handle.printf_slot:
             flush_c_stdio()  # what C stdio holds comes before the kernel's lines
         if not handle.printf_slot:
@@ -380,12 +428,14 @@ class CpuDevice(Device):
         st.grid[0], st.grid[1], st.grid[2] = grid
         st.block[0], st.block[1], st.block[2] = block
         st.warp_size = handle.warp_size
+        st.deadlock_seconds = deadlock_seconds_from_env()
         run = _Scheduler.get()
         # Handing blocks to other threads costs tens of microseconds: small launches run here.
         threads = blocks * block[0] * block[1] * block[2]
         nworkers = min(self.workers, blocks, max(1, threads // SERIAL_THREADS))
         ptr = ctypes.addressof(st)
         interrupted: list[bool] = []
+        asserts_before = _hostcall[1].printf.assertion_serial if _hostcall is not None else 0
 
         def stop() -> None:  # Ctrl-C (runtime/interrupt.py): the scheduler sees the flag and returns
             interrupted.append(True)
@@ -403,7 +453,8 @@ class CpuDevice(Device):
         if interrupted:
             raise KeyboardInterrupt
         if st.err_kind != abi.ERR_NONE:
-            raise LaunchError(_error_message(handle, st, table, grid, block))
+            error = DeviceAssertionError if st.err_kind == abi.ERR_ASSERT else LaunchError
+            raise error(_error_message(handle, st, table, grid, block, asserts_before))
 
     def run(self, handle: CpuKernelHandle, artifact: Artifact, grid: Any, block: Any,
             args: Sequence[Any], shared: int = 0) -> None:
@@ -480,6 +531,20 @@ class CpuDevice(Device):
     def synchronize(self) -> None:
         """Launches are synchronous on the CPU: nothing to wait for."""
 
+    # --- graphs (runtime/graph.py) ---
+    def begin_capture(self, stream: Any = None) -> Any:
+        """Record this thread's launches (not run) until :meth:`end_capture`, as a CUDA stream
+        capture does; ``stream`` is ignored. Raises LaunchError inside another capture."""
+        if _CAPTURE.launches is not None:
+            raise LaunchError("a graph capture is already under way on this thread")
+        _CAPTURE.launches = []
+        return None
+
+    def end_capture(self, token: Any, keep: bool = True) -> "CpuGraph | None":
+        """The recorded launches as a :class:`CpuGraph` (None when ``keep`` is False)."""
+        launches, _CAPTURE.launches = _CAPTURE.launches, None
+        return CpuGraph(self, launches or []) if keep else None
+
     def _executor(self) -> ThreadPoolExecutor:
         with self._pool_lock:
             if self._pool is None:
@@ -501,6 +566,27 @@ def _join(futures: list[Any], stop: Callable[[], None]) -> None:
                 stop()
     if interrupted:
         raise KeyboardInterrupt
+
+
+#: How long a block may make no progress before the launch stops with a deadlock (seconds).
+DEADLOCK_SECONDS = 10
+
+
+def deadlock_seconds_from_env() -> int:
+    """``KC_CPU_DEADLOCK_SECONDS``: how long (whole seconds) every runnable thread of a block may spin
+    on atomics whose value does not change before the launch stops with a deadlock error; 0 waits
+    forever (Ctrl-C still stops it). Default :data:`DEADLOCK_SECONDS`. Raises ValueError for a
+    value that is not a whole number from 0 to 2**31 - 1."""
+    text = os.environ.get("KC_CPU_DEADLOCK_SECONDS", "").strip()
+    if not text:
+        return DEADLOCK_SECONDS
+    try:
+        v = int(text)
+    except ValueError:
+        v = -1
+    if not 0 <= v < 2**31:
+        raise ValueError(f"KC_CPU_DEADLOCK_SECONDS={text!r}: expected whole seconds, 0 or more")
+    return v
 
 
 def _runtime_memory(handle: CpuKernelHandle) -> list[PointerArg]:
@@ -613,7 +699,7 @@ def _what(table: list[PointerArg], addr: int, n: int) -> str:
 
 
 def _error_message(h: CpuKernelHandle, st: abi.LaunchState, table: list[PointerArg], grid: tuple,
-                   block: tuple) -> str:
+                   block: tuple, asserts_before: int = 0) -> str:
     who = f"thread {_xyz(st.err_tid)} block {_xyz(st.err_bid)}"
     if st.err_kind == abi.ERR_MISALIGNED:
         access = abi.ACCESS_NAMES.get(st.err_access, "access to")
@@ -630,10 +716,52 @@ def _error_message(h: CpuKernelHandle, st: abi.LaunchState, table: list[PointerA
                 f"{_xyz(st.err_tid)} waits at the barrier at {_loc(h, st.err_loc)} while thread "
                 f"{_xyz(st.err_tid2)} waits at the one at {_loc(h, st.err_loc2)}; every thread of a block "
                 f"that has not returned must reach the same barrier (a GPU would hang or misbehave)")
+    if st.err_kind == abi.ERR_ASSERT:
+        return _assertion_message(h, st, asserts_before)
+    if st.err_kind == abi.ERR_INDEX:
+        access = abi.ACCESS_NAMES.get(st.err_access, "access to")
+        return (f"kernel '{h.name}': out-of-bounds {access} an array element at {_loc(h, st.err_loc)}, {who}: "
+                f"index {st.err_addr} is out of range for an array of {st.err_nbytes} elements")
+    if st.err_kind == abi.ERR_SHARED:
+        access = abi.ACCESS_NAMES.get(st.err_access, "access to")
+        static = (h.static_shared + 15) // 16 * 16  # where the dynamic part starts (scheduler.py)
+        off = st.err_addr
+        where = (f"dynamic shared memory at byte {off - static}" if off >= static
+                 else f"shared memory at byte {off}")
+        return (f"kernel '{h.name}': out-of-bounds {access} {where} ({st.err_nbytes} bytes) at "
+                f"{_loc(h, st.err_loc)}, {who}: the block has {h.static_shared} bytes of static shared "
+                f"memory and {st.dyn_shared} of dynamic shared memory (the launch's shared=)")
+    if st.err_kind == abi.ERR_DEADLOCK:
+        return _deadlock_message(h, st)
     if st.err_kind == abi.ERR_OUT_OF_MEMORY:
         return (f"kernel '{h.name}': out of host memory for a block of {block} threads "
                 f"({h.static_shared + st.dyn_shared} bytes of shared memory)")
     return f"kernel '{h.name}': failed with error {st.err_kind} ({who})"
+
+
+def _assertion_message(h: CpuKernelHandle, st: abi.LaunchState, since: int) -> str:
+    """The line the failing thread printed (ir/assertion.py), as the hostcall printf service kept it
+    during this launch (its ``assertion_serial`` was ``since`` before); where it did not
+    (printf="buffered" prints after the launch), the location and the thread."""
+    loc, block, thread = _loc(h, st.err_loc), tuple(st.err_bid), tuple(st.err_tid)
+    text = _hostcall[1].printf.assertion_text(loc, block, thread, since) if _hostcall is not None else None
+    if text is None:
+        return (f"kernel '{h.name}': device assertion failed at {loc}, thread {_xyz(thread)} block "
+                f"{_xyz(block)}; see the printed message")
+    return text if text.startswith(f"{loc}: kernel '{h.name}'") else f"kernel '{h.name}': {text}"
+
+
+def _deadlock_message(h: CpuKernelHandle, st: abi.LaunchState) -> str:
+    """ERR_DEADLOCK (scheduler.py): the block's threads that can run all spin on atomics whose value
+    does not change."""
+    spinning, waiting = st.err_nbytes, st.err_addr
+    first = f"thread {_xyz(st.err_tid)} at {_loc(h, st.err_loc)}"
+    others = (f", ..., thread {_xyz(st.err_tid2)} at {_loc(h, st.err_loc2)}" if spinning > 1 else "")
+    rest = f"; {waiting} other thread{'s' * (waiting != 1)} wait at a barrier or warp operation" if waiting else ""
+    return (f"kernel '{h.name}': deadlock in block {_xyz(st.err_bid)}: no progress for "
+            f"{st.deadlock_seconds} s: {spinning} thread{'s' * (spinning != 1)} spin on an atomic whose "
+            f"value does not change ({first}{others}){rest}: nothing in the block will change it "
+            f"(KC_CPU_DEADLOCK_SECONDS sets how long to wait)")
 
 
 __all__ = ["CpuDevice", "CpuKernelHandle", "PointerArg", "GUARD_BYTES"]

@@ -10,8 +10,9 @@ The launch path has two speeds:
 - the fast path (:meth:`CudaDevice.make_launcher`): for a kernel specialisation and the Python types
   of the arguments first seen with it (torch / CuPy CUDA arrays, other ``__cuda_array_interface__``
   objects, Python ints, floats and bools), a small Python function is generated that checks each
-  argument's type and dtype with ``is`` tests, packs the values into a preallocated parameter buffer
-  with one ``struct.pack_into`` and calls ``cuLaunchKernel`` of ``libcuda`` through ctypes. Anything
+  argument's type, dtype, device and contiguity with ``is`` tests and one call each, packs the values
+  into a preallocated parameter buffer with one ``struct.pack_into`` and calls ``cuLaunchKernelEx``
+  of ``libcuda`` through a prepared zero-argument ctypes call (runtime/launchcall.py). Anything
   unexpected raises :class:`ArgMismatch` before the launch, and the caller falls back to
 - the general path (:meth:`marshal` + :meth:`launch`): numpy arrays are copied to the device before the
   launch and back after it (the launch is then synchronous), numpy scalars are converted, and the
@@ -34,15 +35,17 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from ..backends.nvptx.archs import arch_of_cc as arch_of  # the arch names are the backend's data
 from ..ir.types import PointerType, ScalarType, StructType, TensorMapType, Type
 from . import arrays
 from .arrays import ArgMismatch
-from .device import Artifact, Device, LaunchError
+from .device import Artifact, Device, DeviceAssertionError, LaunchError
 from .stdio import flush_c_stdio
 from .marshal import STRUCT_CODES as _STRUCT, HostCopy, bf16_bits as _bf16_bits, device_pointer, \
     marshal_args, stream_handle
 from .printf_buffer import PrintfBuffer, buffer_bytes_from_env, read_format_table
 from .hostcall import HostcallBuffer, HostcallListener, packets_for
+from .launchcall import bound_call
 
 try:  # cuda-python >= 12.6 (and 13)
     from cuda.bindings import driver as _drv
@@ -56,10 +59,6 @@ except ImportError:  # pragma: no cover - older cuda-python
 #: "Shared Memory": above 48 KB a kernel needs CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES).
 DEFAULT_SHARED_LIMIT = 48 * 1024
 
-#: compute capability -> the compiler's arch. 9.0 maps to sm_90a, so that wgmma and setmaxnreg,
-#: which run only on sm_90a code, are available on Hopper.
-_ARCH_OF_CC = {(8, 0): "sm_80", (8, 6): "sm_86", (8, 7): "sm_86", (8, 9): "sm_89", (9, 0): "sm_90a"}
-
 
 def _err_name(err: Any) -> str:
     try:
@@ -72,11 +71,29 @@ def _err_name(err: Any) -> str:
         return f"CUDA error {int(err)}"
 
 
+#: CUDA_ERROR_ASSERT (a device assert: CUDA's __assertfail) and CUDA_ERROR_ILLEGAL_INSTRUCTION (PTX
+#: ``trap``, which a failed kcompiler assert executes after printing its line).
+_ASSERT_ERRORS = (710, 715)
+
+
+def _failure(err: Any, what: str) -> LaunchError:
+    """The exception for CUDA error ``err`` in ``what``: DeviceAssertionError for a failed device
+    assert or trap (the context is unusable afterwards, as after a failed CUDA assert), else
+    LaunchError."""
+    if int(err) in _ASSERT_ERRORS:
+        return DeviceAssertionError(
+            f"{what}: {_err_name(err)}: device assertion failed (or the kernel trapped); see the printed "
+            f"message for the kernel, file:line:col, block and thread. The CUDA context cannot be used "
+            f"any more: every later CUDA call of this process fails (start a new process)")
+    return LaunchError(f"{what}: {_err_name(err)}")
+
+
 def _check(result: Any, what: str) -> Any:
-    """Unpack a cuda-python result tuple, raising LaunchError(what + the error's name)."""
+    """Unpack a cuda-python result tuple, raising LaunchError(what + the error's name), or
+    DeviceAssertionError (:func:`_failure`)."""
     err, *rest = result if isinstance(result, tuple) else (result,)
     if int(err) != 0:
-        raise LaunchError(f"{what}: {_err_name(err)}")
+        raise _failure(err, what)
     if not rest:
         return None
     return rest[0] if len(rest) == 1 else tuple(rest)
@@ -106,16 +123,8 @@ def device_count() -> int:
 
 
 def is_available() -> bool:
+    """Whether CUDA finds at least one GPU here (False without cuda-python or a driver)."""
     return device_count() > 0
-
-
-def arch_of(cc: tuple[int, int]) -> str:
-    """The compiler arch for a compute capability (unknown newer chips get the newest we know)."""
-    if cc in _ARCH_OF_CC:
-        return _ARCH_OF_CC[cc]
-    if cc >= (9, 0):
-        return "sm_90"
-    return "sm_80"
 
 
 def detected_arch(ordinal: int = 0) -> str | None:
@@ -156,6 +165,23 @@ def _launch_ex_fn() -> Callable[..., int]:
     return _launch_ex
 
 
+def use_driver_library(lib: Any) -> None:
+    """Send the launch path's driver calls (cuLaunchKernel, cuLaunchKernelEx) to ``lib``, a
+    ``ctypes.CDLL`` with those symbols, instead of ``libcuda.so.1``: for measuring and testing the
+    host side of a launch on a machine without a GPU (benchmarks/bench_launch_host.py). Launchers
+    made earlier keep the library they were made with."""
+    global _libcuda, _launch_ex
+    _libcuda = _launch_ex = None
+    f = lib.cuLaunchKernel
+    f.restype = ctypes.c_int
+    u = ctypes.c_uint
+    f.argtypes = [ctypes.c_void_p, u, u, u, u, u, u, u, ctypes.c_void_p, ctypes.c_void_p,
+                  ctypes.c_void_p]
+    _libcuda = f
+    _launch_ex = lib.cuLaunchKernelEx
+    _launch_ex.restype = ctypes.c_int
+
+
 #: CUlaunchConfig (cuda.h, CUDA >= 11.8): grid x/y/z, block x/y/z, sharedMemBytes (7 u32), hStream
 #: at offset 32, attrs (pointer) and numAttrs (u32) left zero; 56 bytes. The fast launchers keep one
 #: in front of the parameter slots and fill both with a single struct.pack_into.
@@ -164,8 +190,30 @@ _LAUNCH_CONFIG_SIZE = 56
 
 
 def _stream_handle(stream: Any) -> int:
-    """A CUstream handle from the objects ``stream=`` accepts (see marshal.stream_handle)."""
+    """A CUstream handle from the objects ``stream=`` accepts (see marshal.stream_handle); None is
+    the thread's current launch stream (:data:`CURRENT`)."""
+    if stream is None:
+        return CURRENT.stream
     return stream_handle(stream, "CUDA")
+
+
+class _CurrentStream(threading.local):
+    """The stream a launch with ``stream=None`` goes to, per thread: 0 (the legacy default stream),
+    or the capturing stream inside ``kc.graph()`` (runtime/graph.py)."""
+
+    stream = 0
+
+
+#: This thread's launch stream for ``stream=None`` (read by every launch; set by graph capture).
+CURRENT = _CurrentStream()
+#: How many captures (begin_capture without end_capture yet) the process has: while 0, the fast
+#: launchers skip the thread-local read of CURRENT for stream=None.
+_CAPTURES = [0]
+_CAPTURES_LOCK = threading.Lock()
+
+#: CUresult values of stream capture (cuda.h: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED ...
+#: CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD), for which a failed launch's message says what to do.
+_CAPTURE_ERRORS = frozenset(range(900, 909))
 
 
 # --- the device ---------------------------------------------------------------------------------
@@ -409,12 +457,85 @@ class CudaDevice(Device):
             h.dynamic_limit = nbytes
 
     # --- the general path ---
-    def marshal(self, artifact: Artifact, args: Sequence[Any]) -> tuple[list[Any], list[Any]]:
+    def marshal(self, artifact: Artifact, args: Sequence[Any],
+                stream: Any = None) -> tuple[list[Any], list[Any]]:
         """Launch arguments (ints for pointers, Python scalars) and copy-backs (callables to run
         after the launch; each also has ``discard()`` to free without copying, after a failure).
-        Arguments must already be checked (``arrays.check_args``)."""
+        Arguments must already be checked (``arrays.check_args``). A host array (numpy, CPU torch
+        tensor), which is copied in and back with a wait, raises LaunchError while a CUDA graph is
+        being captured (on ``stream``, or in the thread's global capture)."""
         self.make_current()
+        host = [p.name for p, x in zip(artifact.params, args)
+                if isinstance(p.type, PointerType) and not arrays.is_device_array(x)]
+        if host and self.capturing(_stream_handle(stream)):
+            kernel = artifact.meta.get("kernel", artifact.symbol)
+            raise LaunchError(f"{kernel}: parameter '{host[0]}' is a host array, which is copied to the "
+                              f"GPU and back around the launch (allocation, copies, a wait): not "
+                              f"possible while a CUDA graph is being captured; pass a device array "
+                              f"(torch CUDA tensor, CuPy array) that stays alive while the graph is used")
         return marshal_args(artifact, args, self._pointer)
+
+    def capturing(self, stream: int) -> bool:
+        """Whether stream handle ``stream`` is capturing a CUDA graph, or a capture elsewhere in
+        global or thread-local mode forbids this thread's unsafe calls (the driver answers
+        CUDA_ERROR_STREAM_CAPTURE_IMPLICIT for the legacy stream then)."""
+        err, status = _drv.cuStreamIsCapturing(_drv.CUstream(stream))
+        if int(err) == 906:  # CUDA_ERROR_STREAM_CAPTURE_IMPLICIT
+            return True
+        _check((err,), "cuStreamIsCapturing")
+        return int(status) != int(_drv.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE)
+
+    # --- CUDA graphs (runtime/graph.py) ---
+    def begin_capture(self, stream: Any = None) -> Any:
+        """Start capturing launches of this thread into a CUDA graph: on ``stream`` (any object
+        ``stream=`` takes), or on a new non-blocking stream when None; launches with ``stream=None``
+        go to it until :meth:`end_capture`. Thread-local capture mode: this thread's calls that
+        would break the capture (host copies, waits) are refused. Returns a token for end_capture."""
+        self.make_current()
+        owned = stream is None
+        if owned:
+            s = int(_check(_drv.cuStreamCreate(_drv.CUstream_flags.CU_STREAM_NON_BLOCKING.value),
+                           "cuStreamCreate"))
+        else:
+            s = stream_handle(stream, "CUDA")
+        try:
+            _check(_drv.cuStreamBeginCapture(
+                _drv.CUstream(s), _drv.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
+                "cuStreamBeginCapture")
+        except BaseException:
+            if owned:
+                _drv.cuStreamDestroy(_drv.CUstream(s))
+            raise
+        token = (CURRENT.stream, s, owned)
+        CURRENT.stream = s
+        with _CAPTURES_LOCK:
+            _CAPTURES[0] += 1
+        return token
+
+    def end_capture(self, token: Any, keep: bool = True) -> Any:
+        """End the capture :meth:`begin_capture` started; returns the instantiated graph (a
+        :class:`CudaGraphExec`), or None when ``keep`` is False (the capture is dropped, e.g. after
+        an exception). Raises LaunchError when the driver reports the capture invalid."""
+        prev, s, owned = token
+        CURRENT.stream = prev
+        with _CAPTURES_LOCK:
+            _CAPTURES[0] -= 1
+        try:
+            err, graph = _drv.cuStreamEndCapture(_drv.CUstream(s))
+            if not keep:
+                if int(err) == 0 and graph is not None:
+                    _drv.cuGraphDestroy(graph)
+                return None
+            _check((err,), "ending the CUDA graph capture (a call during it broke the capture)")
+            try:
+                exe = _check(_drv.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
+            except BaseException:
+                _drv.cuGraphDestroy(graph)
+                raise
+            return CudaGraphExec(self, graph, exe)
+        finally:
+            if owned:
+                _drv.cuStreamDestroy(_drv.CUstream(s))
 
     def _pointer(self, kernel: str, param: str, x: Any, copybacks: list) -> int:
         return device_pointer(kernel, param, x, copybacks, _DeviceBuffer, self.ordinal, "CUDA")
@@ -437,6 +558,9 @@ class CudaDevice(Device):
         n = len(artifact.params)
         ptrs = (ctypes.c_void_p * max(n, 1))(*[base + pad + off for off in _param_offsets(artifact)])
         s = _stream_handle(stream)
+        if handle.printf_buffered and self.capturing(s):
+            raise LaunchError(f"kernel '{handle.name}' prints with printf=\"buffered\", which waits for "
+                              f"the launch: it cannot be captured in a CUDA graph")
         pp = ctypes.addressof(ptrs)
         rc = _launch_fn()(handle.address, *grid, *block, shared, s, pp, None)
         if rc:
@@ -542,16 +666,25 @@ def _generate_launcher(dev: CudaDevice, h: CudaKernelHandle, artifact: Artifact,
                 if not x.is_cuda or x.device.index != dev.ordinal:
                     return None
                 env[f"D{i}"] = x.dtype
-                lines.append(f"    if type({a}) is not T{i} or {a}.dtype is not D{i} or not "
-                             f"{a}.is_cuda or not {a}.is_contiguous(): raise ArgMismatch")
+                # get_device(): -1 on the host, else the CUDA device's index (one call, both checks)
+                lines.append(f"    if type({a}) is not T{i} or {a}.dtype is not D{i} or "
+                             f"{a}.get_device() != {dev.ordinal} or not {a}.is_contiguous(): "
+                             f"raise ArgMismatch")
                 values.append(f"{a}.data_ptr()")
             elif cupy is not None and isinstance(x, cupy.ndarray):
                 env[f"D{i}"] = x.dtype
                 lines.append(f"    if type({a}) is not T{i} or {a}.dtype != D{i} or not "
                              f"{a}.flags.c_contiguous: raise ArgMismatch")
                 values.append(f"{a}.data.ptr")
+            elif arrays.is_kc_array(x):  # kc.to_device arrays: their pointer, on this device only
+                if x.device is not dev:
+                    return None
+                env[f"D{i}"] = x.dtype
+                lines.append(f"    if type({a}) is not T{i} or {a}.dtype != D{i} or {a}.device is not dev "
+                             f"or not {a}.is_c_contiguous: raise ArgMismatch")
+                values.append(f"{a}.ptr")
             elif hasattr(x, "__cuda_array_interface__"):
-                env[f"D{i}"] = np.dtype(x.__cuda_array_interface__["typestr"])
+                env[f"D{i}"] = x.__cuda_array_interface__["typestr"]  # as spelt at the first call
                 lines.append(f"    if type({a}) is not T{i}: raise ArgMismatch")
                 values.append(f"_cai_ptr({a}, D{i})")
             else:
@@ -571,7 +704,7 @@ def _generate_launcher(dev: CudaDevice, h: CudaKernelHandle, artifact: Artifact,
             else:
                 ok = {int, float} | ({tx} if issubclass(tx, (np.integer, np.floating)) else set())
             env[f"S{i}"] = frozenset(ok)
-            cond = f"type({a}) not in S{i}"
+            cond = f"type({a}) is not int" if ok == {int} else f"type({a}) not in S{i}"
             if t.is_int:
                 lo, hi = arrays.scalar_range(t)
                 cond += f" or not {lo} <= {a} <= {hi}"
@@ -590,25 +723,33 @@ def _generate_launcher(dev: CudaDevice, h: CudaKernelHandle, artifact: Artifact,
                 values.append(f"int({a})" if len(ok) > 1 else a)
         else:
             return None
-    # One buffer: the launch configuration, then the parameter slots (8 bytes each).
-    st = struct.Struct("=" + _LAUNCH_CONFIG + _param_struct(artifact, _LAUNCH_CONFIG_SIZE).format[1:])
-    buf = ctypes.create_string_buffer(st.size + 64)
+    # One buffer: the launch configuration, then the parameter slots (8 bytes each). The
+    # configuration is packed again only when it differs from the last launch's.
+    cfg = struct.Struct("=" + _LAUNCH_CONFIG)
+    st = _param_struct(artifact, _LAUNCH_CONFIG_SIZE)
+    buf = ctypes.create_string_buffer(cfg.size + st.size + 64)
     pad = -ctypes.addressof(buf) % 64  # tensor maps 64-aligned in host memory, as in the layout
     base = ctypes.addressof(buf) + pad
     ptrs = (ctypes.c_void_p * max(n, 1))(*[base + off for off in _param_offsets(artifact, _LAUNCH_CONFIG_SIZE)])
-    env.update(pack=st.pack_into, PAD=pad, buf=buf, ptrs=ptrs, _launch_ex=_launch_ex_fn(),
-               CFG=ctypes.c_void_p(base), FN=ctypes.c_void_p(h.address),
-               PP=ctypes.c_void_p(ctypes.addressof(ptrs)), OWNER=threading.get_ident(),
-               get_ident=threading.get_ident)
+    # cuLaunchKernelEx(&config, function, params, NULL) as one prepared call of no arguments
+    call = bound_call(_launch_ex_fn(), base, h.address, ctypes.addressof(ptrs), 0)
+    env.update(pack=st.pack_into, packcfg=cfg.pack_into, PAD=pad, buf=buf, ptrs=ptrs, CALL=call,
+               CUR=CURRENT, CAPTURES=_CAPTURES, LAST=[None, None, None, None],
+               OWNER=threading.get_ident(), get_ident=threading.get_ident)
     # The buffer belongs to the thread that made the launcher; other threads take the general path,
     # so two threads never fill it at once.
     lines += [
         "    if shared and (shared < 0 or shared > H.dynamic_limit): raise ArgMismatch",
         "    if get_ident() != OWNER: raise ArgMismatch",
-        "    s = 0 if stream is None else (stream if type(stream) is int else _stream_handle(stream))",
-        f"    pack(buf, PAD, *grid, *block, shared, s{''.join(', ' + v for v in values)})",
-        "    rc = _launch_ex(CFG, FN, PP, None)",
-        "    if rc: _fail(rc, dev, H, grid, block, shared, lambda: _launch_ex(CFG, FN, PP, None))",
+        "    if stream is None: s = CUR.stream if CAPTURES[0] else 0",
+        "    elif type(stream) is int: s = stream",
+        "    else: s = _stream_handle(stream)",
+        "    if grid is not LAST[0] or block is not LAST[1] or shared != LAST[2] or s != LAST[3]:",
+        "        packcfg(buf, PAD, *grid, *block, shared, s)",
+        "        LAST[:] = grid, block, shared, s",
+        *([f"    pack(buf, PAD + {_LAUNCH_CONFIG_SIZE}, {', '.join(values)})"] if values else []),
+        "    rc = CALL()",
+        "    if rc: _fail(rc, dev, H, grid, block, shared, CALL)",
     ]
     src = "\n".join(lines) + "\n"
     exec(compile(src, f"<kcompiler launcher {h.name}>", "exec"), env)  # noqa: S102 - generated here
@@ -617,11 +758,13 @@ def _generate_launcher(dev: CudaDevice, h: CudaKernelHandle, artifact: Artifact,
     return fn
 
 
-def _cai_pointer(x: Any, dtype: np.dtype) -> int:
+def _cai_pointer(x: Any, typestr: str) -> int:
+    # The pointer of a __cuda_array_interface__ array whose typestr is spelt as at the first call
+    # (another spelling of the same dtype takes the general path) and that is C-contiguous.
     cai = x.__cuda_array_interface__
-    if np.dtype(cai["typestr"]) != dtype or not arrays.is_contiguous(x):
+    if cai["typestr"] != typestr or (cai.get("strides") is not None and not arrays.is_contiguous(x)):
         raise ArgMismatch
-    return int(cai["data"][0])
+    return arrays.cai_pointer(cai)  # synchronises an exported stream
 
 
 def _launch_failed(rc: int, dev: CudaDevice, h: CudaKernelHandle, grid: tuple, block: tuple,
@@ -633,9 +776,45 @@ def _launch_failed(rc: int, dev: CudaDevice, h: CudaKernelHandle, grid: tuple, b
         rc = retry()
         if rc == 0:
             return
+    if rc in _ASSERT_ERRORS:  # an earlier launch's assert, reported by this one
+        raise _failure(_drv.CUresult(rc), f"launching kernel '{h.name}'")
+    hint = ""
+    if rc in _CAPTURE_ERRORS:
+        hint = ("; during a CUDA graph capture a launch must go to the capturing stream: under "
+                "torch.cuda.graph pass stream=torch.cuda.current_stream(), inside kc.graph() leave "
+                "stream=None")
     raise LaunchError(f"launching kernel '{h.name}' with grid {tuple(grid)}, block {tuple(block)}, "
-                      f"{shared} bytes of dynamic shared memory: {_err_name(_drv.CUresult(rc))}")
+                      f"{shared} bytes of dynamic shared memory: {_err_name(_drv.CUresult(rc))}{hint}")
 
 
-__all__ = ["CudaDevice", "CudaKernelHandle", "ArgMismatch", "device_count", "is_available",
+class CudaGraphExec:
+    """An instantiated CUDA graph (``CUgraphExec``) of captured launches: :meth:`replay` launches
+    it with ``cuGraphLaunch``; :meth:`close` (or garbage collection) destroys it."""
+
+    def __init__(self, device: CudaDevice, graph: Any, exe: Any):
+        self.device, self._graph, self._exec = device, graph, exe
+
+    def replay(self, stream: Any = None) -> None:
+        """Launch the graph on ``stream`` (None: the thread's launch stream, the legacy default
+        stream outside a capture); asynchronous like a launch. Raises LaunchError."""
+        if self._exec is None:
+            raise LaunchError("this CUDA graph was closed")
+        _check(_drv.cuGraphLaunch(self._exec, _drv.CUstream(_stream_handle(stream))),
+               "cuGraphLaunch (replaying a CUDA graph)")
+
+    def close(self) -> None:
+        """Destroy the executable graph and the graph (idempotent)."""
+        exe, graph, self._exec, self._graph = self._exec, self._graph, None, None
+        if exe is not None and _drv is not None:
+            _drv.cuGraphExecDestroy(exe)
+            _drv.cuGraphDestroy(graph)
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - at interpreter exit the driver may be gone
+            pass
+
+
+__all__ = ["CudaDevice", "CudaKernelHandle", "CudaGraphExec", "CURRENT", "ArgMismatch", "device_count", "is_available",
            "detected_arch", "arch_of", "DEFAULT_SHARED_LIMIT"]

@@ -47,6 +47,14 @@ class LaunchError(RuntimeError):
     """A launch was refused or failed; the message names the kernel and the cause."""
 
 
+class DeviceAssertionError(LaunchError):
+    """A device ``assert`` failed in a launch: the message is the line the failing thread printed
+    (kernel, file:line:col, block, thread, condition, message; ir/assertion.py) where the runtime
+    could read it back, else names the kernel and says to see the printed message. On CUDA the
+    context is unusable afterwards (CUDA_ERROR_ASSERT, or ILLEGAL_INSTRUCTION for the trap), as
+    after a failed CUDA ``assert``: every later call on it fails, and the process must start anew."""
+
+
 _D = TypeVar("_D", bound="Device")
 _INSTANCES: dict[tuple[type, int], "Device"] = {}
 _INSTANCES_LOCK = threading.RLock()
@@ -99,10 +107,24 @@ class Device:
         """Run the kernel. ``args`` are already checked and marshalled by :meth:`marshal`."""
         raise NotImplementedError
 
-    def marshal(self, artifact: Artifact, args: Sequence[Any]) -> tuple[list[Any], list[Any]]:
-        """Turn user arguments into launch arguments. Returns (launch args, copy-backs to run after
-        the launch). Raises TypeError/ValueError naming the kernel and the parameter on a mismatch."""
+    def marshal(self, artifact: Artifact, args: Sequence[Any],
+                stream: Any = None) -> tuple[list[Any], list[Any]]:
+        """Turn user arguments into launch arguments for a launch on ``stream``. Returns (launch
+        args, copy-backs to run after the launch). Raises TypeError/ValueError naming the kernel and
+        the parameter on a mismatch."""
         raise NotImplementedError
 
     def synchronize(self) -> None:
         """Wait for all work launched on this device."""
+
+    def begin_capture(self, stream: Any = None) -> Any:
+        """Start capturing this thread's launches on this device into a graph (runtime/graph.py;
+        CUDA: stream capture on ``stream`` or a new stream). Returns a token for
+        :meth:`end_capture`. Raises LaunchError where the device cannot capture (the default)."""
+        raise LaunchError(f"{type(self).__name__} cannot capture launches into a graph "
+                          f"(kc.graph() runs on CUDA devices and the CPU target)")
+
+    def end_capture(self, token: Any, keep: bool = True) -> Any:
+        """End a capture: an object with ``replay(stream=None)`` and ``close()``, or None when
+        ``keep`` is False (the capture is dropped)."""
+        raise LaunchError(f"{type(self).__name__} cannot capture launches into a graph")

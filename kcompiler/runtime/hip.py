@@ -382,7 +382,8 @@ class HipDevice(Device):
         return HipKernelHandle(module, fn, name, kernel, layout, kernel.group_segment_fixed_size, image)
 
     # --- launching ---
-    def marshal(self, artifact: Artifact, args: Sequence[Any]) -> tuple[list[Any], list[Any]]:
+    def marshal(self, artifact: Artifact, args: Sequence[Any],
+                stream: Any = None) -> tuple[list[Any], list[Any]]:
         """Launch values and copy-backs (see marshal.marshal_args); arguments already checked."""
         self.make_current()
         return marshal_args(artifact, args, self._pointer)

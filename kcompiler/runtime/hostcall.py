@@ -7,7 +7,7 @@ u64 into its slot of the packet's payload, the lane pushes the packet onto the r
 and clears the packet's READY flag; the lanes read two result words back and the lane returns the
 packet to the free stack. On AMD GPUs the HIP runtime is this host side. Here it is served for the
 same device code (stdlib/hostcall.kc) on the CPU target and on NVIDIA GPUs in printf="hostcall"
-mode:
+mode::
 
     buf = HostcallBuffer.in_host_memory()                 # CPU target: device address == host address
     with HostcallListener([buf], stdout=lines.append):    # a thread serves the buffer until the end
@@ -48,6 +48,7 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from .cformat import CArg, format_c_bytes, format_spec, parse_format
+from ..ir import assertion
 
 # --- layout ------------------------------------------------------------------------------------------
 # buffer_t (ROCm device-libs ockl/src/hostcall_impl.cl, buffer_t; clr rocclr/device/devhostcall.hpp,
@@ -310,6 +311,7 @@ class HostcallBuffer:
 
     @property
     def doorbell_device_address(self) -> int:
+        """The device address of the buffer's doorbell signal (what a kernel rings after filling a packet)."""
         return self.device_base + SIGNAL_OFFSET
 
     def host_address(self, offset: int) -> int:
@@ -321,6 +323,7 @@ class HostcallBuffer:
         return HEADERS_OFFSET + HEADER_BYTES * (packet & self.index_mask)
 
     def payload_offset(self, packet: int) -> int:
+        """Byte offset of the payload of ``packet`` (a tagged pointer or an index): its 64 lanes' slots."""
         return self.payloads_offset + PAYLOAD_BYTES * (packet & self.index_mask)
 
     # -- state ----------------------------------------------------------------------------------------
@@ -414,6 +417,10 @@ class MessageAssembler:
         self._free: list[int] = []
 
     def handle(self, service: int, slot: np.ndarray) -> None:
+        """Take one lane's hostcall of ``service``: ``slot`` (uint64 words: the descriptor, then data) is
+        updated in place with the reply (the message id, or the handler's result when it ends the message).
+        Raises MessageError for a continuation of a message the host does not know, or for a message
+        of a service with no handler."""
         desc = int(slot[0])
         if desc & DESC_BEGIN:
             if self._free:
@@ -530,11 +537,18 @@ class PrintfService:
     ``string_advance`` ("length" or "printed", see :func:`decode_printf`) defaults to
     ``KC_HOSTCALL_STRING_ADVANCE`` (:func:`string_advance_from_env`), else "length"."""
 
+    #: How many failed asserts' lines :meth:`assertion_text` can still find.
+    MAX_ASSERTIONS = 256
+
     def __init__(self, stdout: Sink | None = None, stderr: Sink | None = None,
                  string_advance: str | None = None):
         self.stdout = stdout or _stream_sink("stdout")
         self.stderr = stderr or _stream_sink("stderr")
         self.string_advance = string_advance or string_advance_from_env()
+        #: (location, block, thread) -> (serial, the line of a failed device assert: ir/assertion.py)
+        self.assertions: dict[tuple, tuple[int, str]] = {}
+        #: How many failed asserts' lines this service has printed.
+        self.assertion_serial = 0
         if self.string_advance not in STRING_ADVANCES:
             raise ValueError(f"string_advance must be one of {STRING_ADVANCES}, not {string_advance!r}")
 
@@ -543,8 +557,23 @@ class PrintfService:
         if control & ~1:
             return -1
         out = format_c_bytes(fmt, args)
-        (self.stderr if control & 1 else self.stdout)(out.decode("utf-8", "replace"))
+        text = out.decode("utf-8", "replace")
+        who = assertion.parse(text)
+        if who is not None:  # a failed device assert's line: kept for the launch's exception
+            self.assertion_serial += 1
+            self.assertions[who] = (self.assertion_serial, text.rstrip("\n"))
+            while len(self.assertions) > self.MAX_ASSERTIONS:
+                self.assertions.pop(next(iter(self.assertions)))
+        (self.stderr if control & 1 else self.stdout)(text)
         return len(out)
+
+    def assertion_text(self, location: str, block: tuple, thread: tuple, since: int = 0) -> str | None:
+        """The line a failed device assert at ``location`` printed in ``block`` and ``thread`` (xyz
+        tuples), if this service printed it after the :attr:`assertion_serial` ``since`` (a launch
+        reads it before it starts: an earlier launch's line at the same place is not its own); the
+        last :data:`MAX_ASSERTIONS` are kept."""
+        serial, text = self.assertions.get((location, tuple(block), tuple(thread)), (0, None))
+        return text if serial > since else None
 
 
 # --- the listener ------------------------------------------------------------------------------------
@@ -583,6 +612,7 @@ class HostcallListener:
 
     # -- buffers --------------------------------------------------------------------------------------
     def add_buffer(self, buffer: HostcallBuffer) -> None:
+        """Serve ``buffer`` too (once: adding it again does nothing)."""
         with self._serve_lock:
             if buffer not in self.buffers:
                 self.buffers.append(buffer)
@@ -657,6 +687,7 @@ class HostcallListener:
 
     @property
     def running(self) -> bool:
+        """Whether the listener's thread has been started and not stopped."""
         return self._thread is not None
 
     def __enter__(self) -> "HostcallListener":

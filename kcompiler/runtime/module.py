@@ -1,5 +1,7 @@
 """Module, Kernel and launches: the target-generic runtime above a :class:`Device`.
 
+::
+
     mod = kcompiler.compile_file("examples/vadd.kc")
     mod.vadd[blocks, threads](a, b, out, n)                 # grid, block: int or 1-3 ints
     mod.scale[grid, (256,)](x, y, 2.0, n, VEC=8, stream=s)  # compile-time values by keyword
@@ -254,7 +256,7 @@ class Kernel:
                             pass
                     return
 
-        largs, copybacks = device.marshal(art, args)
+        largs, copybacks = device.marshal(art, args, stream=stream)
         ok = False
         try:
             device.launch(handle, art, grid, block, largs, shared=shared, stream=stream)
@@ -296,10 +298,14 @@ class Module:
 
     @property
     def target(self) -> str:
+        """The canonical target this module was compiled for: 'nvptx', 'amdgcn' or 'cpu' (or a
+        plug-in's name)."""
         return self._program.target_name
 
     @property
     def arch(self) -> str:
+        """The architecture its kernels are compiled for: e.g. 'sm_90a' (nvptx), 'gfx942' (amdgcn), the
+        host CPU's name (cpu)."""
         return self._program.arch
 
     def target_has(self, feature: str) -> bool:
@@ -309,6 +315,9 @@ class Module:
         return self._program.target.has(feature)
 
     def kernel(self, name: str) -> Kernel:
+        """The kernel ``name`` of this module (also ``module.name`` and ``module[name]``); the same
+        :class:`Kernel` object at each call. Raises AttributeError (KeyError through ``module[name]``)
+        naming the module's kernels when it has none of that name."""
         k = self._kernels.get(name)
         if k is None:
             recheck = getattr(self._program, "has_kernel", None)  # a ProgramHandle's; test doubles lack it

@@ -1,5 +1,7 @@
 """Kernel arguments written on the command line, for ``kc run``.
 
+::
+
     x=@input.npy         an array read from a .npy file
     y=zeros:f32[1024]    a new array: zeros, ones, arange (0, 1, 2...) or rand (uniform in [0, 1) for
                          floats, [0, 100) for integers), of a dtype and a length (or shape: [4,256])

@@ -60,6 +60,7 @@ class CapturedPrintf:
 
     @property
     def lines(self) -> list[str]:
+        """The captured text split into lines, without their newlines."""
         return self.text.splitlines()
 
     def __str__(self) -> str:

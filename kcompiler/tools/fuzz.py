@@ -36,7 +36,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
-from ..backends.llvm import compile_ir
+from ..backends.llvm import compile_ir, emission
 from ..diagnostics import CompileError
 from ..frontend import check
 from ..pipeline import Source, load, lower_to_ir, resolve_target
@@ -236,7 +236,10 @@ def compile_step(src: str, target: str, arch: str | None) -> str:
         kernels = {n: {} for n in program.kernels
                    if all(c.default is not None for c in program.signature(n).comptime)}
         if kernels:
-            tgt.emit(compile_ir(lower_to_ir(program, tgt, kernels), tgt), "asm")
+            module = lower_to_ir(program, tgt, kernels)
+            ref = compile_ir(module, tgt)
+            with emission(module, tgt, "asm"):  # as kc compile: LLVM's limits found late are located
+                tgt.emit(ref, "asm")
         return "ok"
     except CompileError as e:
         if all(d.span is not None for d in e.diagnostics if d.severity == "error"):

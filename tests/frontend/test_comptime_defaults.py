@@ -109,6 +109,22 @@ def test_load_time_checks_still_apply():
 
 @needs_ptxas
 def test_dependent_default_ptx_assembles():
-    ptx = emit(Source(SRC, "<d>", "."), "asm", "nvptx", "sm_90a", kernel="k", params={"A": 5})
+    ptx = emit(Source(SRC, "<d>", "."), "asm", "nvptx", "sm_90a", kernel="k", comptime={"A": 5})
     assert ".entry k__A_5__B_10(" in ptx
     ptxas(ptx)
+
+
+def test_emit_comptime_keyword_and_its_deprecated_older_name():
+    """``emit(comptime=)`` is the keyword's name, as in ``kc.compile`` and a launch (issue 21: one
+    name, one meaning); ``params=`` still works with a DeprecationWarning pointing at the caller."""
+    src = Source(SRC, "<d>", ".")
+    ir = emit(src, "ir", "cpu", kernel="k", comptime={"A": 5})
+    assert "k__A_5__B_10" in ir
+    with pytest.warns(DeprecationWarning, match=r"emit\(params=\.\.\.\) is deprecated") as w:
+        assert emit(src, "ir", "cpu", kernel="k", params={"A": 5}) == ir
+    assert w[0].filename == __file__
+    with pytest.raises(TypeError, match="comptime= or params=, not both"):
+        emit(src, "ir", "cpu", kernel="k", comptime={"A": 5}, params={"A": 5})
+    with pytest.warns(DeprecationWarning, match=r"compile\(params=\.\.\.\) is deprecated") as w:
+        kc.compile(SRC, target="cpu", params={"A": 5})
+    assert w[0].filename == __file__

@@ -311,7 +311,7 @@ def test_emission_failures_are_internal_compiler_errors_naming_kernel_and_stage(
         raise RuntimeError("ptxas rejected the PTX kcompiler generated (a kcompiler bug):\nptxas error : boom")
     monkeypatch.setattr(cubin, "assemble", bad)
     with pytest.raises(InternalCompilerError) as e:
-        compile_source_to(src, "s.kc", "obj", "nvptx", "sm_90", params={"N": 3})
+        compile_source_to(src, "s.kc", "obj", "nvptx", "sm_90", comptime={"N": 3})
     msg = str(e.value)
     assert msg.startswith("internal compiler error: the target's code generator and assembler/linker")
     assert "sax[N=3] (nvptx sm_90)" in msg and "boom" in msg and "please report it" in msg
@@ -320,7 +320,7 @@ def test_emission_failures_are_internal_compiler_errors_naming_kernel_and_stage(
         raise cubin.CubinUnavailable("ptxas not found on PATH")
     monkeypatch.setattr(cubin, "assemble", missing)
     with pytest.raises(cubin.CubinUnavailable):
-        compile_source_to(src, "s.kc", "obj", "nvptx", "sm_90", params={"N": 3})
+        compile_source_to(src, "s.kc", "obj", "nvptx", "sm_90", comptime={"N": 3})
 
 
 def test_ptxas_shared_memory_refusal_is_a_located_error_not_an_internal_error(monkeypatch):
@@ -336,7 +336,7 @@ def test_ptxas_shared_memory_refusal_is_a_located_error_not_an_internal_error(mo
     monkeypatch.setattr(cubin, "assemble", refuse)
     with pytest.raises(CompileError) as e:
         compile_source_to("kernel k[T: i32](x: ptr<f32>) {\n    x[0] = f32(T);\n}\n", "s.kc", "obj", "nvptx",
-                          "sm_90", params={"T": 2})
+                          "sm_90", comptime={"T": 2})
     msg = e.value.render()
     assert "s.kc:1:8: error: shared memory of 49,164 bytes in k[T=2], with the padding" in msg, msg
     assert "dynamic_shared[T]()" in msg

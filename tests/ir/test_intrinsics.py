@@ -39,6 +39,30 @@ def test_registry_finds_each_backends_table_by_name():
     assert lookup("nvptx.no_such_instruction") is None and lookup("toy.anything") is None
 
 
+def test_the_frontend_takes_what_a_feature_is_from_the_backends_record():
+    """The "not available on this target" message says what the feature is and which chips have it
+    from the intrinsic's record (``needs``, the backend's data), not from a table in the frontend: a
+    record registered here, naming its own chips, is what the message says."""
+    from kcompiler.frontend.builtin_registry import require_feature
+    from kcompiler.ir.intrinsics import Intrinsic, register_intrinsics
+
+    register_intrinsics(Intrinsic(name="toyvendor.op", builtin="toy_op", feature="toy_op", lower="x:y",
+                                  needs={"toy_op": "the toy op (Toy Inc. chips t1 and t2)"}))
+
+    class FL:
+        target = NvptxTarget("sm_90a")
+
+        def fail(self, msg, span, hint=None):
+            raise CompileError(f"{msg} | {hint}")
+
+    with pytest.raises(CompileError, match=r"toy_op is not available on this target \(nvptx sm_90a\): it is the "
+                                           r"toy op \(Toy Inc. chips t1 and t2\) \| .*target.has\(\"toy_op\"\)"):
+        require_feature(FL(), "toyvendor.op", None)
+    require_feature(FL(), "nvptx.wgmma.mma_async", None)  # sm_90a has wgmma: no error
+    assert get("nvptx.mma.sync").describe("mma_fp8") == "FP8 mma.sync (NVIDIA sm_89 or later)"
+    assert get("amdgcn.mfma").describe() == "MFMA (AMD CDNA: gfx90a, gfx942, gfx950)"
+
+
 def test_printer_shows_the_intrinsic_by_name():
     text = print_module(_mfma_module())
     assert "= intrinsic amdgcn.mfma {shape=32x32x8} %0.a, %0.a, %1.c : vec<f32, 16>" in text, text

@@ -364,7 +364,7 @@ def test_ptx_assembles_without_spills(tmp_path):
     from kcompiler.pipeline import emit_file
 
     for name, params in GPU_KERNELS:
-        ptx = emit_file(stdlib_dir() / "attention.kc", "asm", "nvptx", "sm_90a", kernel=name, params=params)
+        ptx = emit_file(stdlib_dir() / "attention.kc", "asm", "nvptx", "sm_90a", kernel=name, comptime=params)
         if name == "attention_prefill" or params.get("TC"):
             for op in ("mma.sync.aligned.m16n8k16", "ldmatrix.sync.aligned.m8n8.x4.trans", "cp.async.cg",
                        "ex2.approx"):
@@ -382,7 +382,7 @@ def test_approx_ftz_option(tmp_path):
     from kcompiler.backends import get_target
     from kcompiler.pipeline import Source, emit
 
-    src = Source("kernel f(x: ptr<f32>) { x[0] = exp2(x[1]) + tanh(x[2]) + rsqrt(x[3]); }", "<ftz>", ".")
+    src = Source("kernel f(x: ptr<f32>) { x[0] = fast_exp2(x[1]) + fast_tanh(x[2]) + fast_rsqrt(x[3]); }", "<ftz>", ".")
     ptx = emit(src, "asm", get_target("nvptx", "sm_90a", approx_ftz=True))
     assert "ex2.approx.ftz.f32" in ptx and "rsqrt.approx.ftz.f32" in ptx and "tanh.approx.f32" in ptx
     ptxas(ptx)
@@ -401,10 +401,10 @@ def test_amd_code_objects(arch):
     mfma_prefill = ("attention_prefill", dict(T="bf16", D=128, CAUSAL=True, VARLEN=True, ALIGNED=True,
                                               **ops.ATTENTION_MFMA_TILES[128]))
     asm = emit_file(stdlib_dir() / "attention.kc", "asm", "amdgcn", arch, kernel=mfma_prefill[0],
-                    params=mfma_prefill[1])
+                    comptime=mfma_prefill[1])
     assert "v_mfma_f32_16x16x16_bf16" in asm and "scratch_" not in asm
     for name, params in [mfma_prefill] + AMD_KERNELS:
-        obj = emit_file(stdlib_dir() / "attention.kc", "obj", "amdgcn", arch, kernel=name, params=params)
+        obj = emit_file(stdlib_dir() / "attention.kc", "obj", "amdgcn", arch, kernel=name, comptime=params)
         co = read_code_object(obj)
         assert co.arch == arch and [k.name.split("__")[0] for k in co.kernels] == [name], (co.arch, co.kernels)
 

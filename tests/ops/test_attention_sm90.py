@@ -186,7 +186,7 @@ def test_prefill_sm90_ptx(D, overlap, pingpong):
     from kcompiler.pipeline import emit_file
     for causal in (False, True):
         ptx = emit_file(stdlib_dir() / "attention_sm90.kc", "asm", NvptxTarget("sm_90a", approx_ftz=True),
-                        kernel="attention_prefill_sm90", params=dict(T="bf16", D=D, CAUSAL=causal, OVERLAP=overlap,
+                        kernel="attention_prefill_sm90", comptime=dict(T="bf16", D=D, CAUSAL=causal, OVERLAP=overlap,
                                                                       PINGPONG=pingpong))
         assert "cp.async.bulk.tensor.4d" in ptx and "setmaxnreg.inc.sync.aligned.u32 240" in ptx
         assert any("wgmma.mma_async" in x and "}, {" in x for x in ptx.splitlines())  # A from registers

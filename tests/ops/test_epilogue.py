@@ -74,7 +74,7 @@ def test_fn_parameters_bind_by_default_by_name_and_through_brackets():
 
 def test_fn_parameter_in_ptx_is_inlined():
     ptx = pipeline.compile_source_to(LANG, "fnparams.kc", stage="asm", target="nvptx", arch="sm_90a",
-                                        kernel="k", params={"EPI": "neg"})
+                                        kernel="k", comptime={"EPI": "neg"})
     assert "call" not in ptx and ".func" not in ptx
     assert ".entry k__EPI_neg" in ptx
 
@@ -87,7 +87,7 @@ def _error(src: str, launch_epi: str | None = None) -> CompileError:
             check(load_program(src, "bad.kc", keep_going=True), NV)
         else:
             pipeline.compile_source_to(src, "bad.kc", stage="ir", target="nvptx", kernel="k",
-                                          params={"EPI": launch_epi})
+                                          comptime={"EPI": launch_epi})
     return ei.value
 
 
@@ -458,7 +458,7 @@ def test_epilogue_ptx_assembles(tmp_path, name, T, OUT):
     present, ptxas accepts it without spilling."""
     ptx = pipeline.emit_file(stdlib_dir() / "matmul.kc", "asm", target="nvptx", arch="sm_90a",
                                 kernel="matmul_epilogue",
-                                params=dict(T=T, OUT=OUT, ALIGNED=True, Y="bf16", EPI=f"epilogue.{name}"))
+                                comptime=dict(T=T, OUT=OUT, ALIGNED=True, Y="bf16", EPI=f"epilogue.{name}"))
     assert "mma.sync.aligned.m16n8k16" in ptx
     assert "call" not in ptx and ".func" not in ptx
     log = ptxas(ptx, verbose=True)
@@ -469,7 +469,7 @@ def test_epilogue_amdgcn_assembly():
     """gfx942 (MFMA path, stdlib/matmul_amd.kc): the epilogue is inlined there too, next to v_mfma (checked
     statically: no AMD GPU here)."""
     asm = pipeline.emit_file(stdlib_dir() / "matmul.kc", "asm", target="amdgcn", arch="gfx942",
-                             kernel="matmul_epilogue", params=dict(T="bf16", OUT="bf16", EPI="epilogue.bias_silu_rp"))
+                             kernel="matmul_epilogue", comptime=dict(T="bf16", OUT="bf16", EPI="epilogue.bias_silu_rp"))
     assert "v_mfma" in asm
     assert "s_swappc" not in asm and "s_setpc" not in asm  # no calls
 
@@ -638,7 +638,7 @@ def test_mx_epilogue_emulated_paths(path):
 def test_mx_epilogue_ptx_assembles(kernel_file, kernel, params):
     """sm_90a: the block epilogue inlined (no calls), its amax exchanged by shfl.sync.bfly, no spills."""
     ptx = pipeline.emit_file(stdlib_dir() / kernel_file, "asm", target="nvptx", arch="sm_90a", kernel=kernel,
-                             params=params)
+                             comptime=params)
     assert "shfl.sync.bfly" in ptx and "call" not in ptx and ".func" not in ptx
     log = ptxas(ptx, verbose=True)
     assert "0 bytes spill stores" in log, log
@@ -647,7 +647,7 @@ def test_mx_epilogue_ptx_assembles(kernel_file, kernel, params):
 def test_mx_epilogue_amdgcn_assembly():
     """gfx942: the MFMA path with the block epilogue assembles (checked statically: no AMD GPU here)."""
     asm = pipeline.emit_file(stdlib_dir() / "matmul.kc", "asm", target="amdgcn", arch="gfx942",
-                             kernel="matmul_block_epilogue", params=dict(T="bf16"))
+                             kernel="matmul_block_epilogue", comptime=dict(T="bf16"))
     assert "v_mfma" in asm and "s_swappc" not in asm
 
 

@@ -167,7 +167,7 @@ def test_mla_sm90_ptx(params):
     from kcompiler.backends.nvptx.target import NvptxTarget
     from kcompiler.pipeline import emit_file
     ptx = emit_file(stdlib_dir() / "mla_sm90.kc", "asm", NvptxTarget("sm_90a", approx_ftz=True),
-                    kernel="mla_decode_sm90", params=params)
+                    kernel="mla_decode_sm90", comptime=params)
     assert "cp.async.bulk.tensor.3d" in ptx and "setmaxnreg.inc.sync.aligned.u32 240" in ptx
     lines = [x for x in ptx.splitlines() if "wgmma.mma_async" in x]
     assert any("m64n256k16" in x and "}, {" in x for x in lines)  # A from registers

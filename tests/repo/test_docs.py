@@ -108,7 +108,7 @@ def test_kernel_block_compiles(b: Block):
     compile-time values); a block naming an examples/ file shows that file's lines."""
     _skip_if_marked(b)
     params = dict(cli._param(p) for p in b.directive.split()[1:]) if b.directive.startswith("params") else {}
-    emit(Source(b.body, b.where, str(ROOT)), "asm", "nvptx", arch="sm_90", params=params)
+    emit(Source(b.body, b.where, str(ROOT)), "asm", "nvptx", arch="sm_90", comptime=params)
     first = b.body.splitlines()[0]
     m = re.match(r"//\s*(examples/\S+\.kc)", first)
     if m:

@@ -1,5 +1,7 @@
 """Every example under examples/ runs its driver on each target present (the CPU always, CUDA when a GPU
-is) and checks its result against numpy, on fresh random inputs each run."""
+is) and checks its result against numpy, on fresh random inputs each run. pipeline.py keeps its data
+in kcompiler device arrays (no torch or CuPy) and, where torch is installed, hands its result to torch
+by DLPack with the pointer checked equal."""
 from __future__ import annotations
 
 import importlib
@@ -13,7 +15,7 @@ import pytest
 from ..paths import EXAMPLES as EXAMPLES_DIR
 
 EXAMPLES = str(EXAMPLES_DIR)
-NAMES = ["vadd", "saxpy", "reduce", "sgemm", "softmax"]
+NAMES = ["vadd", "saxpy", "reduce", "sgemm", "softmax", "pipeline"]
 
 
 @pytest.fixture(scope="module")
@@ -61,11 +63,11 @@ def test_example_code_objects(name, arch):
 
     for params in AMD_PARAMS.get(name, [{}]):
         values = {k: parse_param_value(str(v)) for k, v in params.items()}
-        data = emit_file(os.path.join(EXAMPLES, name + ".kc"), "obj", "amdgcn", arch, params=values)
+        data = emit_file(os.path.join(EXAMPLES, name + ".kc"), "obj", "amdgcn", arch, comptime=values)
         co = read_code_object(data)
         assert co.machine == 224 and co.arch == arch
         assert co.code_object_version == 5
-        ir = emit_file(os.path.join(EXAMPLES, name + ".kc"), "ir", "amdgcn", arch, params=values)
+        ir = emit_file(os.path.join(EXAMPLES, name + ".kc"), "ir", "amdgcn", arch, comptime=values)
         kernels = [line.split("@")[1].split("(")[0] for line in ir.splitlines() if line.startswith("kernel @")]
         assert sorted(k.name for k in co.kernels) == sorted(kernels)
         for k in co.kernels:
@@ -125,7 +127,7 @@ def test_example_ptx_assembles(tmp_path, name):
 
     for params in PTX_PARAMS.get(name, [{}]):
         values = {k: parse_param_value(str(v)) for k, v in params.items()}
-        ptx = emit_file(os.path.join(EXAMPLES, name + ".kc"), "asm", "nvptx", "sm_90a", params=values)
+        ptx = emit_file(os.path.join(EXAMPLES, name + ".kc"), "asm", "nvptx", "sm_90a", comptime=values)
         src = tmp_path / f"{name}.ptx"
         src.write_text(ptx)
         r = subprocess.run(["ptxas", "-arch=sm_90a", "-v", str(src), "-o", str(tmp_path / "out.cubin")],

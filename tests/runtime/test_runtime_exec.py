@@ -2,6 +2,7 @@
 kernels against numpy, specialisation of generic kernels, and the public API's errors."""
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import ml_dtypes
@@ -53,7 +54,10 @@ def test_specialisations_are_compiled_once(target):
 
 @pytest.mark.parametrize("keyword", ["comptime", "params"])  # params=: the keyword's older name
 def test_module_comptime_default(target, keyword):
-    m = kc.compile_file(EXAMPLES / "saxpy.kc", target=target, **{keyword: {"VEC": 2}})
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        m = kc.compile_file(EXAMPLES / "saxpy.kc", target=target, **{keyword: {"VEC": 2}})
+    assert [x.category for x in w] == ([DeprecationWarning] if keyword == "params" else [])
     assert m.saxpy.specialize(np.zeros(4, np.float16), np.zeros(4, np.float16), 1.0, 4).meta["comptime"]["VEC"] == 2
 
 
@@ -206,6 +210,6 @@ def test_vector_integer_division_ptx_assembles(t):
     from kcompiler.pipeline import Source, emit
 
     src = Source(VECTOR_DIVIDE, "<vdiv>", ".")
-    ptx = emit(src, "asm", get_target("nvptx", "sm_90a"), kernel="divide", params={"T": t, "N": 4})
+    ptx = emit(src, "asm", get_target("nvptx", "sm_90a"), kernel="divide", comptime={"T": t, "N": 4})
     assert ("div.s" if t[0] == "i" else "div.u") in ptx
     ptxas(ptx)

@@ -324,7 +324,7 @@ def test_reduced_precision_is_cheaper():
 def test_accurate_versions_are_branch_free_and_division_free(tmp_path):
     """The f32 functions are written for throughput on GPUs: for sm_90a each compiles to straight-line
     PTX (no branch, so no warp divergence on mixed inputs) with no IEEE division (div.rn and rcp.rn
-    expand to long sequences with a slow path; the quotients use the normal-range rcp_normal,
+    expand to long sequences with a slow path; the quotients use the normal-range fast_rcp_normal,
     rcp.approx.ftz: one MUFU.RCP without ptxas's subnormal scaling, and a residual correction),
     and the PTX assembles (ptxas, when on PATH)."""
     import re

@@ -388,7 +388,7 @@ def test_f64_refused_where_there_is_no_f64_version(name):
 
 # --- the GPU's approximate instructions, on the CPU --------------------------------------------------
 # tanf, asinf/acosf, atanf and atan2f use the hardware's approximate reciprocal and reciprocal square
-# root (the normal-range builtins rcp_normal / rsqrt_normal: rcp/rsqrt.approx.ftz.f32 on NVIDIA,
+# root (the normal-range builtins fast_rcp_normal / fast_rsqrt_normal: rcp/rsqrt.approx.ftz.f32 on NVIDIA,
 # v_rcp_f32 / v_rsq_f32 on AMD: within 2^-22.9 or 1 ulp) and correct them; the CPU target computes
 # them exactly (flushing subnormals as NVIDIA does), so these tests put the
 # error back with its approx_error option: every rcp(v) and rsqrt(v) off by the relative error

@@ -17,7 +17,7 @@ ARCHS: dict[str, tuple[int, frozenset[str]]] = {
 }
 
 #: What one kernel may use on each arch, in bytes (kcompiler.limits.ResourceLimits checks them first:
-#: past them LLVM's AMDGPU backend reports an error that ends the process):
+#: past them LLVM's AMDGPU backend reports an error that ends the process it runs in):
 #: - ``lds``: static ``shared`` arrays (LDS) of a workgroup: 64 KiB on gfx9 (gfx90a, gfx942), gfx11
 #:   and gfx12; 160 KiB on gfx950. Source: LLVM's AMDGPU subtarget features
 #:   (FeatureAddressableLocalMemorySize65536 / ...163840) and its tests lds-limit-diagnostics*.ll
@@ -29,8 +29,9 @@ ARCHS: dict[str, tuple[int, frozenset[str]]] = {
 #:   262,136; gfx12, 18 bits of 64 dwords, 256 * 262143 / 32 = 2,097,144. LLVM's test
 #:   stack-size-overflow.ll: "stack frame size (131061) exceeds limit (131056)".
 #: - ``private_reserve``: what LLVM's frame adds to a kernel's arrays (measured: 4 bytes for a kernel
-#:   of one array; 16 kept); register spills can add more, and past the limit LLVM still ends the
-#:   process (docs/LANGUAGE.md, "Limits").
+#:   of one array; 16 kept); register spills can add more: past the limit the code generator, run in
+#:   a child process (backends/llvm/codegen.py), ends that process, and kcompiler reports a located
+#:   error at the kernel (docs/LANGUAGE.md, "Limits").
 RESOURCE_LIMITS: dict[str, dict[str, int]] = {
     "gfx90a": {"lds": 65536, "private": 131056, "private_reserve": 16},
     "gfx942": {"lds": 65536, "private": 131056, "private_reserve": 16},

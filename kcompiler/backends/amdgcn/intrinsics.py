@@ -22,6 +22,11 @@ MFMA_FORMS: dict[tuple[str, int, int], tuple[str, str]] = {
     ("fp8", 8, 16): ("32x32x16", "mfma_fp8"), ("fp8", 8, 4): ("16x16x32", "mfma_fp8"),
     ("fp8", 32, 16): ("32x32x64", "mfma_gfx950"), ("fp8", 32, 4): ("16x16x128", "mfma_gfx950"),
 }
+#: What each feature of MFMA_FORMS is, with the chips that have it (``Intrinsic.needs``: the
+#: frontend's "not available on this target" message; archs.py says which arch has which feature).
+FEATURE_DOCS = {"mfma": "MFMA (AMD CDNA: gfx90a, gfx942, gfx950)",
+                "mfma_fp8": "FP8 MFMA (AMD gfx942 and gfx950)",
+                "mfma_gfx950": "an MFMA form of gfx950 (CDNA4)"}
 #: Shapes (M x N x K) of ``amdgcn.mfma``.
 MFMA_SHAPES = tuple(dict.fromkeys(shape for shape, _ in MFMA_FORMS.values()))
 
@@ -56,9 +61,10 @@ INTRINSICS = (
     Intrinsic(name="amdgcn.mfma", builtin="mfma", feature="mfma", operands=3, attrs=("shape",), result=True,
               type_rule=_t_mfma, lower=f"{__package__}.mfma:lower_mfma",
               emulate="kcompiler.backends.cpu.mfma:emulate_mfma", tables={"forms": MFMA_FORMS},
+              needs=FEATURE_DOCS,
               doc="d = a * b + c by one wavefront of 64 lanes (layouts: mfma.py)"),
 )
 
 register_intrinsics(*INTRINSICS)
 
-__all__ = ["INTRINSICS", "MFMA_FORMS", "MFMA_SHAPES", "mfma_feature"]
+__all__ = ["FEATURE_DOCS", "INTRINSICS", "MFMA_FORMS", "MFMA_SHAPES", "mfma_feature"]

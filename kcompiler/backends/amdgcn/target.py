@@ -26,6 +26,7 @@ from .archs import ARCHS, RESOURCE_LIMITS
 from .attributes import mark_unused_inputs, note_hostcall
 from ..llvm import minifloat
 from ..llvm import initialize
+from ..llvm.codegen import machine_code
 from . import link  # as a module: link.link_code_object is looked up at each call
 from ...limits import ResourceLimits
 
@@ -52,6 +53,12 @@ _HIDDEN_HOSTCALL_BUFFER = 80  # u64 hidden_hostcall_buffer
 _HIDDEN_PRINTF_BUFFER = 72
 
 
+#: LLVM's options for a module with a huge basic block (codegen.LARGE_BLOCK): no load/store vectorizer
+#: (AMDGPUTargetMachine.cpp), whose time grows as the square of the block's loads and stores; the
+#: SelectionDAG still merges adjacent stores (4,096 f32 stores: about 1,024 global_store_dwordx4 either way).
+_LARGE_BLOCK_OPTIONS = ("-amdgpu-load-store-vectorizer=0",)
+
+
 class AmdgcnTarget(Target):
     """AMD GPUs: CDNA (gfx90a, gfx942, gfx950; wave64) and RDNA (gfx1100, gfx1201; wave32).
 
@@ -63,10 +70,10 @@ class AmdgcnTarget(Target):
     name = "amdgcn"
     # v_exp_f32, v_log_f32, v_sin_f32, v_cos_f32 (tanh from v_exp) are f32 only; LLVM would call libm for
     # f64, which a code object cannot link
-    no_f64_math = frozenset({"exp2", "log2", "sin", "cos", "tanh"})
+    no_f64_math = frozenset({"fast_exp2", "fast_log2", "fast_sin", "fast_cos", "fast_tanh"})
     triple = "amdgcn-amd-amdhsa"
     address_spaces = {AddressSpace.GLOBAL: 1, AddressSpace.SHARED: 3, AddressSpace.CONST: 4,
-                      AddressSpace.LOCAL: 5}
+                      AddressSpace.LOCAL: 5, AddressSpace.CONSTANT: 4}
     alloca_space = 5
     binary_kind = "hsaco"
     printf_method = "hostcall"  # served by the HIP runtime's own listener
@@ -146,6 +153,17 @@ class AmdgcnTarget(Target):
 
     def syncscope(self, scope: str) -> str | None:
         return {"block": "workgroup", "device": "agent", "system": None}[scope]
+
+    def byte_perm(self, ctx: LoweringContext, x: ll.Value, y: ll.Value, s: ll.Value) -> ll.Value:
+        """``v_perm_b32`` (GFX8+): its selector has a byte per result byte, 0-3 picking a byte of
+        src1 and 4-7 of src0 (8 and up: signs and constants), so CUDA's nibble selector ``s`` becomes
+        bytes ``(s >> 4k) & 7`` and the operands swap (AMD CDNA3 / RDNA3 ISA, "V_PERM_B32")."""
+        b = ctx.b
+        sel = ll.Constant(_I32, 0)
+        for k in range(4):
+            nib = b.and_(b.lshr(s, ll.Constant(_I32, 4 * k)), ll.Constant(_I32, 7))
+            sel = b.or_(sel, b.shl(nib, ll.Constant(_I32, 8 * k)))
+        return b.call(ctx.declare("llvm.amdgcn.perm", _I32, [_I32, _I32, _I32]), [y, x, sel])
 
     def shuffle(self, ctx: LoweringContext, mode: str, value: ll.Value, lane: ll.Value) -> ll.Value:
         b = ctx.b
@@ -254,19 +272,19 @@ class AmdgcnTarget(Target):
             # the type rules reject it first (math_unsupported)
             raise UnsupportedOnTarget(self.math_unsupported(fn, "f64")[0])
         b = ctx.b
-        if fn in ("rsqrt", "rcp", "rsqrt_normal", "rcp_normal", "tanh") and str(scalar) == "bfloat":
+        if fn in ("fast_rsqrt", "fast_rcp", "fast_rsqrt_normal", "fast_rcp_normal", "fast_tanh") and str(scalar) == "bfloat":
             # no bf16 v_rsq/v_rcp (LLVM 22: "Cannot select: bf16 = AMDGPUISD::RSQ"): in f32, rounded once
             return self.widened(ctx, fn, args)
-        if fn in ("rsqrt", "rcp", "rsqrt_normal", "rcp_normal") and not isinstance(scalar, ll.DoubleType):
+        if fn in ("fast_rsqrt", "fast_rcp", "fast_rsqrt_normal", "fast_rcp_normal") and not isinstance(scalar, ll.DoubleType):
             # v_rsq_f32 / v_rcp_f32 (1 ulp, AMD Instinct MI300 ISA, "VOP1"), scalar intrinsics; the
             # normal-range forms are the same instructions (one each already: no subnormal fix-up)
-            name = {"rsqrt": "llvm.amdgcn.rsq", "rcp": "llvm.amdgcn.rcp"}[NORMAL_RANGE_MATH.get(fn, fn)]
+            name = {"fast_rsqrt": "llvm.amdgcn.rsq", "fast_rcp": "llvm.amdgcn.rcp"}[NORMAL_RANGE_MATH.get(fn, fn)]
             return self.per_lane(ctx, args[0], lambda v: ctx.call_intrinsic(name, [v]))
-        if fn == "tanh":
+        if fn == "fast_tanh":
             # no instruction: 1 - 2 / (2^(2x log2 e) + 1) on v_exp_f32 and v_rcp_f32, exact at +-inf
             x = args[0]
             e = ctx.call_intrinsic("llvm.exp2", [b.fmul(x, ll.Constant(x.type, 2.8853900817779268))])
-            r = self.math(ctx, "rcp", [b.fadd(e, ll.Constant(x.type, 1.0))])
+            r = self.math(ctx, "fast_rcp", [b.fadd(e, ll.Constant(x.type, 1.0))])
             return b.fsub(ll.Constant(x.type, 1.0), b.fmul(ll.Constant(x.type, 2.0), r))
         return super().math(ctx, fn, args)
 
@@ -300,8 +318,7 @@ class AmdgcnTarget(Target):
     def emit(self, llvm_module, kind: str) -> bytes | str:
         tm = self.target_machine()
         if kind == "asm":
-            return tm.emit_assembly(llvm_module)
+            return machine_code(tm, llvm_module, "asm", _LARGE_BLOCK_OPTIONS)
         if kind == "obj":
-
-            return link.link_code_object(tm.emit_object(llvm_module))
+            return link.link_code_object(machine_code(tm, llvm_module, "obj", _LARGE_BLOCK_OPTIONS))
         raise ValueError(f"amdgcn emits 'asm' (AMDGCN assembly) or 'obj' (a code object), not '{kind}'")

@@ -11,6 +11,7 @@ from ...diagnostics import CompileError
 from ...ir.core import Module
 from ...limits import deep_recursion, kernel_display
 from ..target import CompileOptions, Target
+from .codegen import note_memory_ops
 from .lower import LoweringContext, UnsupportedOnTarget, lower_module
 
 _initialized = False
@@ -43,7 +44,8 @@ def compile_ir(ir_module: Module, target: Target, options: CompileOptions | None
     """
     options = options or CompileOptions()
     initialize()
-    text = str(lower_module(ir_module, target, options))
+    llvm_ir = lower_module(ir_module, target, options)
+    text = str(llvm_ir)
     with _stage(ir_module, target, "parsing the LLVM IR kcompiler made"):
         ref = llvm.parse_assembly(text)
     with _stage(ir_module, target, "LLVM's verifier"):
@@ -51,13 +53,16 @@ def compile_ir(ir_module: Module, target: Target, options: CompileOptions | None
     with _stage(ir_module, target, f"LLVM's O{options.opt_level} optimisation"):
         optimize(ref, target, options.opt_level)
     with _stage(ir_module, target, "the target's rewrite of the optimised module"):
-        return target.rewrite_optimized(ref)
+        ref = target.rewrite_optimized(ref)
+    note_memory_ops(ref, llvm_ir, target.alloca_space)  # the code generator's options for huge blocks (codegen.py)
+    return ref
 
 
 class InternalCompilerError(RuntimeError):
     """LLVM rejected what kcompiler gave it: a kcompiler bug, not an error in the program. The message
     says so, names the kernels and the stage, and asks for a report. (LLVM errors that end the process
-    cannot be caught here: kcompiler checks those limits first, kcompiler/limits.py.)"""
+    are caught where the code generator runs in a child process, codegen.py; kcompiler checks the
+    limits it can before, kcompiler/limits.py.)"""
 
 
 #: RuntimeErrors of the emission stage that say what this machine lacks (no ptxas, no nvJitLink, no
@@ -91,21 +96,42 @@ _PTXAS_SHARED = re.compile(r"Entry function '([^']+)' uses too much shared data 
                            r"(0x[0-9a-fA-F]+) max\)")
 
 
+#: The AMDGPU backend's report of a kernel's private segment (scratch) past its limit: its local arrays
+#: and the registers the register allocator spilled (AMDGPUAsmPrinter, a DiagnosticInfoStackSize that
+#: ends the process: codegen.py runs it in a child), and of its LDS past the limit.
+_AMDGPU_STACK = re.compile(r"stack frame size \((\d+)\) exceeds limit \((\d+)\) in function '([^']+)'")
+_AMDGPU_LDS = re.compile(r"local memory \((\d+)\) exceeds limit \((\d+)\) in function '([^']+)'")
+
+
 def _user_caused(ir_module: Module | None, target: Target, message: str) -> None:
     """Raise CompileError, located at the kernel, where an emission error ``message`` is the user's
     program past a limit kcompiler's own check could not see exactly (ptxas's static shared memory,
-    padding included); otherwise return."""
-    m = _PTXAS_SHARED.search(message)
-    if m is None or ir_module is None:
+    padding included; AMDGPU's private segment with register spills, its LDS); otherwise return."""
+    if ir_module is None:
         return
-    fn = next((f for f in ir_module.kernels if f.name == m.group(1)), None)
+    for pattern, what in ((_PTXAS_SHARED, "ptxas"), (_AMDGPU_STACK, "private"), (_AMDGPU_LDS, "lds")):
+        m = pattern.search(message)
+        if m is not None:
+            break
+    else:
+        return
+    fn = next((f for f in ir_module.kernels if f.name == m.group(1 if what == "ptxas" else 3)), None)
     if fn is None:
         return
-    used, limit = int(m.group(2), 16), int(m.group(3), 16)
-    raise CompileError(f"shared memory of {used:,} bytes in {kernel_display(fn)}, with the padding that aligns "
-                       f"each array, exceeds the {limit:,}-byte static shared memory of a block on {target.arch}; "
-                       "more needs dynamic shared memory: dynamic_shared[T]() in the kernel and shared= bytes "
-                       "at launch", fn.span)
+    if what == "ptxas":
+        used, limit = int(m.group(2), 16), int(m.group(3), 16)
+        raise CompileError(f"shared memory of {used:,} bytes in {kernel_display(fn)}, with the padding that "
+                           f"aligns each array, exceeds the {limit:,}-byte static shared memory of a block on "
+                           f"{target.arch}; more needs dynamic shared memory: dynamic_shared[T]() in the kernel "
+                           "and shared= bytes at launch", fn.span)
+    used, limit = int(m.group(1)), int(m.group(2))
+    if what == "private":
+        raise CompileError(f"private memory of {used:,} bytes a work-item in {kernel_display(fn)} (its local "
+                           f"arrays and the registers the code generator spilled to memory) exceeds the "
+                           f"{limit:,}-byte private segment of a work-item on {target.arch}; use smaller local "
+                           "arrays or keep fewer values live at once", fn.span)
+    raise CompileError(f"LDS (shared memory) of {used:,} bytes in {kernel_display(fn)}, as LLVM lays it out, "
+                       f"exceeds the {limit:,}-byte LDS of a workgroup on {target.arch}", fn.span)
 
 
 @contextmanager

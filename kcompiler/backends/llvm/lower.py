@@ -21,6 +21,7 @@ from ..errors import UnsupportedOnTarget
 from ..target import CompileOptions, Target, local_name
 from .lltypes import _I8, intrinsic_suffix, scalar_lltype, struct_lltype
 from .lower_arith import ArithmeticLowering
+from .lower_bits import BitLowering
 from .lower_machine import MachineLowering
 from .lower_memory import MemoryLowering
 
@@ -58,6 +59,9 @@ class LoweringContext:
         self.state: dict[str, Any] = {}
         self.values: dict[int, ll.Value] = {}
         self.loops: list[tuple[ll.Block, ll.Block]] = []  # (continue target, break target)
+        #: ``while`` loops around the op being lowered: only these can spin (a ``for`` is counted);
+        #: an atomic read inside one is a spin point (Target.spin_point)
+        self.while_depth = 0
         self.entry = fn.append_basic_block("entry")
         self.alloca_builder = ll.IRBuilder(self.entry)
         self.b = ll.IRBuilder(fn.append_basic_block("start"))
@@ -117,7 +121,7 @@ class LoweringContext:
         return list(self.fn.args[n:])
 
 
-class Lowering(ArithmeticLowering, MemoryLowering, MachineLowering):
+class Lowering(ArithmeticLowering, BitLowering, MemoryLowering, MachineLowering):
     """Lowers one IR module for one target. Use :func:`lower_module`.
 
     This class holds the module, the functions, regions, constants and control flow; the ops that
@@ -161,9 +165,13 @@ class Lowering(ArithmeticLowering, MemoryLowering, MachineLowering):
         raise TypeError(f"no LLVM type for {t}")
 
     def memtype(self, t: Type) -> ll.Type:
-        """The LLVM type of ``t`` in memory (bool is a byte there)."""
+        """The LLVM type of ``t`` in memory: bool is a byte there, and a vector whose lane count is
+        not a power of two is an array of its lanes (``vec<u8, 3>`` 3 bytes aligned as a lane,
+        CUDA's ``uchar3`` and a numpy ``(n, 3)`` array; LLVM would pad ``<3 x i8>`` to 4 bytes)."""
         if isinstance(t, ScalarType) and t.kind == "bool":
             return _I8
+        if isinstance(t, VectorType) and t.count & (t.count - 1):
+            return ll.ArrayType(self.memtype(t.elem), t.count)
         if isinstance(t, VectorType) and t.elem.kind == "bool":
             return ll.VectorType(_I8, t.count)
         return self.lltype(t)
@@ -340,15 +348,22 @@ class Lowering(ArithmeticLowering, MemoryLowering, MachineLowering):
         B.position_at_end(header)
         iv = B.phi(lo.type, name=local_name(op.regions[0].args[0].hint) or "i")
         iv.add_incoming(lo, pre)
-        cmp_up = B.icmp_signed("<", iv, hi) if it.is_signed else B.icmp_unsigned("<", iv, hi)
+        # The step's sign says the direction; the bounds compare with the bounds' signedness. An
+        # unsigned range may count down with a signed step (frontend/ranges.py).
+        st = elem_of(op.operands[2].type)
+        icmp = B.icmp_signed if it.is_signed else B.icmp_unsigned
+        cmp_up = icmp("<", iv, hi)
         step_owner = op.operands[2].owner
+        up: ll.Value | None = None  # a run-time step of either sign: whether it counts up
         if step_owner is not None and step_owner.name == "const":
-            going_up = step_owner.attrs["value"] > 0 or not it.is_signed
-            cond = cmp_up if going_up else B.icmp_signed(">", iv, hi)
-        elif it.is_signed:
+            going_up = step_owner.attrs["value"] > 0 or not st.is_signed
+            cond = cmp_up if going_up else icmp(">", iv, hi)
+        elif st.is_signed:
             up = B.icmp_signed(">", step, ll.Constant(step.type, 0))
-            cond = B.select(up, cmp_up, B.icmp_signed(">", iv, hi))
+            cond = B.select(up, cmp_up, icmp(">", iv, hi))
+            going_up = False
         else:
+            going_up = True
             cond = cmp_up
         B.cbranch(cond, body, exit_)
         B.position_at_end(body)
@@ -360,7 +375,18 @@ class Lowering(ArithmeticLowering, MemoryLowering, MachineLowering):
             B.branch(latch)
         B.position_at_end(latch)
         nxt = B.add(iv, step)
-        iv.add_incoming(nxt, latch)
+        if not it.is_signed and not going_up:
+            # Counting an unsigned value down: iv - step would wrap below zero and past `hi` when
+            # iv - hi <= -step (range(10u32, 0u32, -3) stops after 1). iv > hi here, so iv - hi is exact.
+            more = B.icmp_unsigned(">", B.sub(iv, hi), B.sub(ll.Constant(step.type, 0), step))
+            if up is not None:
+                more = B.or_(up, more)
+            cont = B.append_basic_block("for.next")
+            B.cbranch(more, cont, exit_)
+            B.position_at_end(cont)
+            iv.add_incoming(nxt, cont)
+        else:
+            iv.add_incoming(nxt, latch)
         B.branch(header)
         B.position_at_end(exit_)
 
@@ -373,11 +399,13 @@ class Lowering(ArithmeticLowering, MemoryLowering, MachineLowering):
         B.position_at_end(header)
         ctx.state.setdefault("_while_targets", []).append((body, exit_))
         ctx.loops.append((header, exit_))
+        ctx.while_depth += 1
         self.lower_region(ctx, op.regions[0])  # ends with `condition`
         ctx.state["_while_targets"].pop()
         B.position_at_end(body)
         self.lower_region(ctx, op.regions[1])
         ctx.loops.pop()
+        ctx.while_depth -= 1
         if not B.block.is_terminated:
             B.branch(header)
         B.position_at_end(exit_)

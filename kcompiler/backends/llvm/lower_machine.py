@@ -9,17 +9,22 @@ from llvmlite import ir as ll
 
 from ...ir import intrinsics
 from ...ir.core import Op
-from ...ir.types import I32, AddressSpace, Type, VectorType, elem_of
+from ...ir.types import BOOL, I32, AddressSpace, Type, sizeof
 from ..errors import UnsupportedOnTarget
-from .lltypes import _I1, _I32, _I64
+from .lltypes import _I1, _I32, BFloatType
 
 if TYPE_CHECKING:
     from .lower import LoweringContext
 
 
+def _bitcastable(t: ll.Type) -> bool:
+    """Whether LLVM bitcasts ``t`` to an integer of its size: scalars and vectors (not aggregates)."""
+    return isinstance(t, (ll.IntType, ll.VectorType, ll.HalfType, ll.FloatType, ll.DoubleType, BFloatType))
+
+
 class MachineLowering:
     """``vec_build``, ``splat``, ``extract``, ``insert``, ``special``, ``barrier``, ``fence``, the warp
-    operations (``shuffle``, ``ballot``, …; values of up to 64 bits move as 32-bit words), printf's
+    operations (``shuffle``, ``ballot``, …; values of up to 16 bytes move as 32-bit words), printf's
     ops and ``intrinsic``."""
 
     # --- vectors --------------------------------------------------------------------------------
@@ -56,31 +61,55 @@ class MachineLowering:
         self.target.fence(ctx, op.attrs["scope"])
 
     def _as_words(self, ctx: LoweringContext, x: ll.Value, t: Type) -> list[ll.Value]:
-        """Split a value of up to 64 bits into i32 words for the 32-bit warp primitives."""
-        st = elem_of(t)
-        if st.kind == "bool" and not isinstance(t, VectorType):
+        """Split a value of up to 16 bytes (``sizeof(t)``) into the i32 words the 32-bit warp
+        primitives move (a 64-bit scalar is two words, so a target may shuffle 64 bits at once: see
+        :meth:`op_shuffle`). A value whose LLVM type is a scalar or a vector goes through bitcasts
+        (``iN``, zero-extended to whole words, then ``<k x i32>``); any other LLVM type (an
+        aggregate) through a private slot, which SROA turns back into registers."""
+        if t == BOOL:
             return [ctx.b.zext(x, _I32)]
-        bits = st.bits * (t.count if isinstance(t, VectorType) else 1)
-        if bits > 64:
-            raise UnsupportedOnTarget(f"warp operations take values of at most 64 bits, not {t}")
-        it = ll.IntType(bits)
-        ib = x if x.type == it else ctx.b.bitcast(x, it)
-        if bits == 64:
-            return [ctx.b.trunc(ib, _I32), ctx.b.trunc(ctx.b.lshr(ib, ll.Constant(_I64, 32)), _I32)]
-        return [ctx.b.zext(ib, _I32) if bits < 32 else ib]
+        size = sizeof(t)
+        if size > 16:
+            raise UnsupportedOnTarget(f"warp operations take values of at most 16 bytes, not {t} ({size})")
+        k = (size + 3) // 4
+        words_t = ll.VectorType(_I32, k)
+        B = ctx.b
+        if _bitcastable(x.type):
+            bits = size * 8
+            ib = x if x.type == ll.IntType(bits) else B.bitcast(x, ll.IntType(bits))
+            if bits < 32 * k:
+                ib = B.zext(ib, ll.IntType(32 * k))
+            if k == 1:
+                return [ib]
+            wv = B.bitcast(ib, words_t)
+        else:
+            slot = ctx.alloca(words_t)
+            B.store(ll.Constant(words_t, None), slot)
+            B.store(x, slot)
+            wv = B.load(slot, typ=words_t)
+        return [B.extract_element(wv, ll.Constant(_I32, i)) for i in range(k)]
 
     def _from_words(self, ctx: LoweringContext, words: list[ll.Value], t: Type) -> ll.Value:
-        st = elem_of(t)
+        """The inverse of :meth:`_as_words`: ``t`` from its i32 words."""
         lt = self.lltype(t)
-        if st.kind == "bool" and not isinstance(t, VectorType):
-            return ctx.b.trunc(words[0], _I1)
-        bits = st.bits * (t.count if isinstance(t, VectorType) else 1)
-        if len(words) == 2:
-            lo, hi = (ctx.b.zext(w, _I64) for w in words)
-            ib = ctx.b.or_(lo, ctx.b.shl(hi, ll.Constant(_I64, 32)))
+        B = ctx.b
+        if t == BOOL:
+            return B.trunc(words[0], _I1)
+        size, k = sizeof(t), len(words)
+        if k == 1:
+            ib = words[0]
         else:
-            ib = words[0] if bits == 32 else ctx.b.trunc(words[0], ll.IntType(bits))
-        return ib if ib.type == lt else ctx.b.bitcast(ib, lt)
+            wv: ll.Value = ll.Constant(ll.VectorType(_I32, k), ll.Undefined)
+            for i, w in enumerate(words):
+                wv = B.insert_element(wv, w, ll.Constant(_I32, i))
+            if not _bitcastable(lt):
+                slot = ctx.alloca(wv.type)
+                B.store(wv, slot)
+                return B.load(slot, typ=lt)
+            ib = B.bitcast(wv, ll.IntType(32 * k))
+        if ib.type.width > size * 8:
+            ib = B.trunc(ib, ll.IntType(size * 8))
+        return ib if ib.type == lt else B.bitcast(ib, lt)
 
     def op_shuffle(self, ctx: LoweringContext, op: Op) -> ll.Value:
         x, lane = (self.v(ctx, v) for v in op.operands)
@@ -100,6 +129,9 @@ class MachineLowering:
 
     def op_nanosleep(self, ctx: LoweringContext, op: Op) -> None:
         self.target.nanosleep(ctx, self.v(ctx, op.operands[0]))
+
+    def op_trap(self, ctx: LoweringContext, op: Op) -> None:
+        self.target.trap(ctx, op.attrs["reason"], op.attrs.get("message", ""), op.attrs.get("function", ""))
 
     def op_hostcall_buffer(self, ctx: LoweringContext, op: Op) -> ll.Value:
         return self.target.hostcall_buffer(ctx)

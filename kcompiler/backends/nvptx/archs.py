@@ -17,6 +17,22 @@ ARCHS: dict[str, frozenset[str]] = {
 # Every arch here is sm_80 or later: tensor-core mma.sync (bf16/f16), ldmatrix and cp.async (mma.py).
 ARCHS = {arch: features | {"nvptx", "mma", "ldmatrix"} for arch, features in ARCHS.items()}
 
+#: Compute capability (CUDA's ``major.minor``) -> the arch kcompiler compiles for on that chip. 9.0
+#: maps to sm_90a, so that wgmma and setmaxnreg, which run only on sm_90a code, are available on Hopper.
+ARCH_OF_CC: dict[tuple[int, int], str] = {(8, 0): "sm_80", (8, 6): "sm_86", (8, 7): "sm_86", (8, 9): "sm_89",
+                                          (9, 0): "sm_90a"}
+
+
+def arch_of_cc(cc: tuple[int, int]) -> str:
+    """The arch for compute capability ``cc`` (:data:`ARCH_OF_CC`); an unknown newer chip gets the
+    newest arch of its generation kcompiler knows (sm_90 from 9.0 on, else sm_80)."""
+    if cc in ARCH_OF_CC:
+        return ARCH_OF_CC[cc]
+    if cc >= (9, 0):
+        return "sm_90"
+    return "sm_80"
+
+
 #: What one kernel may use on each arch, in bytes (kcompiler.limits.ResourceLimits checks them before
 #: ptxas or the driver fails without a location):
 #: - ``static_shared``: static ``shared`` arrays of a block: 48 KiB (0xc000) on every arch here; more

@@ -131,14 +131,31 @@ def _t_setmaxnreg(op: Op) -> None:
     require(24 <= n <= 256 and n % 8 == 0, f"setmaxnreg {n} (a multiple of 8 from 24 to 256)")
 
 
+#: What each feature of these intrinsics is, with the chips that have it (``Intrinsic.needs``: the
+#: frontend's "not available on this target" message; archs.py says which arch has which feature).
+FEATURE_DOCS = {
+    "mma": "tensor-core mma.sync (NVIDIA sm_80 or later)",
+    "mma_fp8": "FP8 mma.sync (NVIDIA sm_89 or later)",
+    "ldmatrix": "ldmatrix (NVIDIA sm_75 or later, kcompiler: sm_80)",
+    "cp_async": "cp.async (NVIDIA sm_80 or later)",
+    "wgmma": "warpgroup MMA (wgmma, NVIDIA sm_90a)",
+    "tma": "the TMA copy engine (NVIDIA sm_90)",
+    "mbarrier": "mbarriers with transaction counts (NVIDIA sm_90)",
+    "setmaxnreg": "setmaxnreg (NVIDIA sm_90a)",
+}
+
+
 def _hopper(name: str, builtin: str, feature: str, operands: int | None, **kw) -> Intrinsic:
     return Intrinsic(name=f"nvptx.{name}", builtin=builtin, feature=feature, operands=operands,
-                     lower=f"{_HERE}.hopper:lower", emulate=f"{_CPU}.hopper:emulate", **kw)
+                     lower=f"{_HERE}.hopper:lower", emulate=f"{_CPU}.hopper:emulate",
+                     needs={feature: FEATURE_DOCS[feature]}, **kw)
 
 
 def _warp(name: str, builtin: str, feature: str, operands: int, function: str, **kw) -> Intrinsic:
+    needs = {f: FEATURE_DOCS[f] for f in ((feature, "mma_fp8") if feature == "mma" else (feature,))}
     return Intrinsic(name=f"nvptx.{name}", builtin=builtin, feature=feature, operands=operands,
-                     lower=f"{_HERE}.mma:lower_{function}", emulate=f"{_CPU}.warp_matrix:emulate_{function}", **kw)
+                     lower=f"{_HERE}.mma:lower_{function}", emulate=f"{_CPU}.warp_matrix:emulate_{function}",
+                     needs=needs, **kw)
 
 
 #: Every NVIDIA intrinsic, registered when this module is imported.
@@ -190,4 +207,4 @@ INTRINSICS = (
 
 register_intrinsics(*INTRINSICS)
 
-__all__ = ["INTRINSICS", "MMA_SHAPES"]
+__all__ = ["FEATURE_DOCS", "INTRINSICS", "MMA_SHAPES"]

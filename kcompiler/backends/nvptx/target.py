@@ -11,7 +11,8 @@ from typing import Any
 from llvmlite import ir as ll
 
 from ...ir.core import NORMAL_RANGE_MATH
-from ...ir.types import AddressSpace, TensorMapType, Type
+from ...ir.assertion import index_format
+from ...ir.types import I32, I64, AddressSpace, TensorMapType, Type
 from ..errors import UnsupportedOnTarget
 from ..llvm.lower import LoweringContext
 from ..target import Target
@@ -19,7 +20,9 @@ from . import mma
 from .archs import ARCHS, RESOURCE_LIMITS
 from ...ir.printf import Conversion, escape_text, expected_args, parse_format
 from ..llvm import minifloat
+from ..llvm.lltypes import BFloatType
 from ..llvm import initialize
+from ..llvm.codegen import machine_code
 from . import cubin  # as a module: cubin.assemble is looked up at each call (tests replace it)
 from ...limits import ResourceLimits
 
@@ -69,8 +72,8 @@ def _field_size(t: ll.Type) -> int:
 
 
 #: The builtins NVIDIA computes with an approximate instruction, by PTX opcode.
-_APPROX = {"exp2": "ex2", "log2": "lg2", "sin": "sin", "cos": "cos", "rsqrt": "rsqrt", "rcp": "rcp", "tanh": "tanh",
-           "rcp_normal": "rcp", "rsqrt_normal": "rsqrt"}
+_APPROX = {"fast_exp2": "ex2", "fast_log2": "lg2", "fast_sin": "sin", "fast_cos": "cos", "fast_rsqrt": "rsqrt",
+           "fast_rcp": "rcp", "fast_tanh": "tanh", "fast_rcp_normal": "rcp", "fast_rsqrt_normal": "rsqrt"}
 
 
 class _GridConstant(ll.values.ArgumentAttributes):
@@ -78,6 +81,11 @@ class _GridConstant(ll.values.ArgumentAttributes):
 
     def _to_list(self, typ: ll.Type) -> list[str]:
         return super()._to_list(typ) + ["byval([128 x i8])", '"nvvm.grid_constant"']
+
+
+#: LLVM's options for a module with a huge basic block (codegen.LARGE_BLOCK): no load/store vectorizer
+#: (NVPTXTargetMachine.cpp), whose time grows as the square of the block's loads and stores.
+_LARGE_BLOCK_OPTIONS = ("-disable-nvptx-load-store-vectorizer",)
 
 
 class NvptxTarget(Target):
@@ -89,9 +97,10 @@ class NvptxTarget(Target):
     triple = "nvptx64-nvidia-cuda"
     data_layout = "e-p6:32:32-i64:64-i128:128-i256:256-v16:16-v32:32-n16:32:64"
     warp_size = 32
-    # Pointers to constant memory are pointers to global memory that the kernel only reads.
+    # Pointers to constant memory are pointers to global memory that the kernel only reads; the
+    # module's const tables are in the .const bank (CONSTANT).
     address_spaces = {AddressSpace.GLOBAL: 1, AddressSpace.SHARED: 3, AddressSpace.LOCAL: 0,
-                      AddressSpace.CONST: 1}
+                      AddressSpace.CONST: 1, AddressSpace.CONSTANT: 4}
     alloca_space = 0
     binary_kind = "cubin"
     #: the CUDA device runtime's functions, which PTX code declares by these names
@@ -212,6 +221,9 @@ class NvptxTarget(Target):
         stores and cmpxchg; so any other ordering or scope is written as PTX's own
         ``atom{.sem}{.scope}{.space}.op.type`` (PTX ISA 8.x, "atom"; a seq_cst one is ``fence.sc``
         followed by an acquire ``atom``, as CUDA's libcu++ does)."""
+        half = self._half_atomic_add(ctx, op, ptr, value, order, scope)
+        if half is not None:
+            return half
         kind = "f" if is_float else ("s" if op in ("min", "max") and signed else
                                      "u" if op in ("add", "min", "max") else "b")
         bits = value.type.width if isinstance(value.type, ll.IntType) else \
@@ -229,6 +241,44 @@ class NvptxTarget(Target):
         reg = {(False, 32): "r", (False, 64): "l", (True, 32): "f", (True, 64): "d"}[(is_float, bits)]
         ftype = ll.FunctionType(value.type, [ptr.type, value.type])
         return ctx.b.asm(ftype, text, f"={reg},l,{reg},~{{memory}}", [ptr, value], side_effect=True)
+
+    def byte_perm(self, ctx: LoweringContext, x: ll.Value, y: ll.Value, s: ll.Value) -> ll.Value:
+        """``prmt.b32`` in its default mode with bit 3 of each selector nibble cleared (that bit asks
+        ``prmt`` to replicate the byte's sign; CUDA's ``__byte_perm`` reads only bits 0-2)."""
+        m = ctx.b.and_(s, ll.Constant(_I32, 0x7777))
+        return ctx.b.call(ctx.declare("llvm.nvvm.prmt", _I32, [_I32, _I32, _I32]), [x, y, m])
+
+    def _half_atomic_add(self, ctx: LoweringContext, op: str, ptr: ll.Value, value: ll.Value, order: str,
+                         scope: str) -> ll.Value | None:
+        """A 16-bit float add (f16, bf16, <2 x half>, <2 x bfloat>) as PTX's ``atom.add.noftz`` (PTX
+        ISA 8.x, "atom": .f16 sm_70+, .f16x2 sm_60+, .bf16 and .bf16x2 sm_90+), written out where LLVM
+        22 would not give it (it selects the scalar forms only, for a relaxed GPU-scope add, and
+        expands the packed ones into compare-and-swap loops); None where LLVM's lowering serves (its
+        compare-and-swap loop where the arch lacks the instruction)."""
+        t = value.type
+        lane = t.element if isinstance(t, ll.VectorType) else t
+        if op != "add" or not (isinstance(lane, (ll.HalfType, BFloatType)) and
+                               (not isinstance(t, ll.VectorType) or t.count == 2)):
+            return None
+        packed = isinstance(t, ll.VectorType)
+        name = ("bf16" if isinstance(lane, BFloatType) else "f16") + ("x2" if packed else "")
+        sm = int("".join(ch for ch in self.arch[3:] if ch.isdigit()))
+        if sm < (90 if name.startswith("bf16") else 70 if name == "f16" else 60):
+            return None
+        if not packed and order == "relaxed" and scope == "device":
+            return None  # LLVM selects atom.add.noftz.f16 / .bf16 itself
+        sc = {"block": ".cta", "device": ".gpu", "system": ".sys"}[scope]
+        sem = {"relaxed": ".relaxed", "acquire": ".acquire", "release": ".release",
+               "acq_rel": ".acq_rel", "seq_cst": ".acquire"}[order]
+        space = {1: ".global", 3: ".shared::cta"}.get(getattr(ptr.type, "addrspace", 0), "")
+        text = (f"fence.sc{sc};\n\t" if order == "seq_cst" else "") + \
+            f"atom{sem}{sc}{space}.add.noftz.{name} $0, [$1], $2;"
+        it = ll.IntType(32 if packed else 16)
+        reg = "r" if packed else "h"
+        ftype = ll.FunctionType(it, [ptr.type, it])
+        old = ctx.b.asm(ftype, text, f"={reg},l,{reg},~{{memory}}", [ptr, ctx.b.bitcast(value, it)],
+                        side_effect=True)
+        return ctx.b.bitcast(old, t)
 
     def _activemask(self, ctx: LoweringContext) -> ll.Value:
         return ctx.b.call(ctx.declare("llvm.nvvm.activemask", _I32, []), [])
@@ -262,6 +312,35 @@ class NvptxTarget(Target):
         ctx.b.call(ctx.declare("llvm.nvvm.nanosleep", ll.VoidType(), [_I32]), [ns])
 
     # --- printf -----------------------------------------------------------------------------------
+    def trap(self, ctx: LoweringContext, reason: str, message: str = "", function: str = "") -> None:
+        """CUDA's ``__assertfail(message, file, line, function, 1)`` (what nvcc's ``assert`` calls; the
+        CUDA device runtime's, like vprintf): the driver prints its own line, ``file:line: function:
+        block: [x,y,z], thread: [x,y,z] Assertion `message` failed.``, after the lines printed before
+        it, and the launch fails with CUDA_ERROR_ASSERT, which the runtime raises as
+        DeviceAssertionError. A ``trap`` follows, in case it returns."""
+        b = ctx.b
+        generic = ll.PointerType()
+        span = ctx.current_span
+        gl = self.address_spaces[AddressSpace.GLOBAL]
+
+        def text(s: str) -> ll.Value:
+            return b.addrspacecast(ctx.string_constant(s, gl), generic)
+
+        fail = ctx.declare("__assertfail", ll.VoidType(), [generic, generic, _I32, generic, ll.IntType(64)])
+        b.call(fail, [text(message or reason), text(span.file.path if span is not None else "<unknown>"),
+                      ll.Constant(_I32, span.line if span is not None else 0),
+                      text(function or ctx.ir_fn.attrs.get("source_name", ctx.ir_fn.name)),
+                      ll.Constant(ll.IntType(64), 1)])
+        super().trap(ctx, reason, message, function)
+
+    def index_error(self, ctx: LoweringContext, index: ll.Value, count: int, op: Any) -> None:
+        # The line a failed assert prints (ir/assertion.py), through vprintf, before the trap.
+        name = ctx.ir_fn.attrs.get("source_name", ctx.ir_fn.name)
+        span = getattr(op, "span", None)
+        fmt = index_format(str(span) if span is not None else "<unknown>", name, getattr(op, "name", ""), count)
+        who = [self.special(ctx, reg, d) for reg in ("block_id", "thread_id") for d in "xyz"]
+        self.printf(ctx, fmt, who + [index], [I32] * 6 + [I64])
+
     def printf(self, ctx: LoweringContext, fmt: str, args: list[ll.Value], types: list[Type]) -> None:
         """CUDA's device printf, as clang lowers it (clang/lib/CodeGen/CGGPUBuiltin.cpp,
         packArgsIntoNVPTXFormatBuffer and EmitNVPTXDevicePrintfCallExpr): ``i32 vprintf(ptr format,
@@ -322,7 +401,7 @@ class NvptxTarget(Target):
             # tanh.approx has no .ftz form; the normal-range builtins leave subnormals unspecified, so
             # they are always the .ftz form: MUFU.RCP / MUFU.RSQ alone (without .ftz ptxas scales
             # arguments around it, 7 and 5 SASS instructions)
-            ftz = ".ftz" if (self.approx_ftz or fn in NORMAL_RANGE_MATH) and fn != "tanh" else ""
+            ftz = ".ftz" if (self.approx_ftz or fn in NORMAL_RANGE_MATH) and fn != "fast_tanh" else ""
             r = self.per_lane(ctx, x, lambda v: b.asm(ftype, f"{_APPROX[fn]}.approx{ftz}.f32 $0, $1;", "=f,f", [v],
                                                         side_effect=False))
             return r if t == f32 else b.fptrunc(r, t)
@@ -348,7 +427,7 @@ class NvptxTarget(Target):
             params=lim["params"])
 
     def emit(self, llvm_module, kind: str) -> bytes | str:
-        ptx = mma.raise_ptx_version(self.target_machine().emit_assembly(llvm_module))
+        ptx = mma.raise_ptx_version(machine_code(self.target_machine(), llvm_module, "asm", _LARGE_BLOCK_OPTIONS))
         if kind == "asm":
             return ptx
         if kind == "obj":

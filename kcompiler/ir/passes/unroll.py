@@ -41,10 +41,15 @@ def trip_values(op: Op, limit: int) -> list[int] | None:
         return None
     t = op.operands[0].type
     assert isinstance(t, ScalarType)
-    lo, hi, step = (to_python(x, t) for x in (lo_v, hi_v, step_v))
+    st = op.operands[2].type  # t, or for an unsigned range counting down the signed type of its width
+    assert isinstance(st, ScalarType)
+    lo, hi, step = to_python(lo_v, t), to_python(hi_v, t), to_python(step_v, st)
     if step != step_v:
         return None  # an out-of-range step attribute: the lowering reads its sign from the attribute
-    up = step > 0 or not t.is_signed
+    up = step > 0 or not st.is_signed
+    if not up and not t.is_signed:  # counting an unsigned value down stops before it would wrap
+        n = len(range(lo, hi, step))
+        return None if n > limit else list(range(lo, hi, step))
     values = []
     iv = lo
     while (iv < hi) if up else (iv > hi):

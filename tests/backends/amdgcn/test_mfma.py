@@ -178,7 +178,7 @@ def test_target_options():
 def test_assembly_shows_the_instruction(arch, ta, tb, shape, instr):
     M, N, K = shape_of(shape)
     text = compile_source_to(FRAGMENTS, "t.kc", "asm", "amdgcn", arch,
-                             params=dict(T=ta, U=tb, E=M * K // 64, R=M * N // 64))
+                             comptime=dict(T=ta, U=tb, E=M * K // 64, R=M * N // 64))
     filecheck(text, f"""
         CHECK-LABEL: frag__{{{{.*}}}}:
         CHECK: {instr}
@@ -187,7 +187,7 @@ def test_assembly_shows_the_instruction(arch, ta, tb, shape, instr):
 
 def _error(src: str, arch: str, target: str = "amdgcn", **params) -> str:
     with pytest.raises(CompileError) as e:
-        compile_source_to(src, "t.kc", "asm", target, arch, params=params)
+        compile_source_to(src, "t.kc", "asm", target, arch, comptime=params)
     return str(e.value)
 
 
@@ -340,7 +340,7 @@ def test_matmul_assembly_is_mfma_from_lds(arch, T, b_kmajor, instr):
     from kcompiler.frontend.program import stdlib_dir
 
     text = compile_source_to((stdlib_dir() / "matmul.kc").read_text(), str(stdlib_dir() / "matmul.kc"), "asm",
-                             "amdgcn", arch, params=dict(MATMUL_PARAMS, T=T, B_KMAJOR=b_kmajor))
+                             "amdgcn", arch, comptime=dict(MATMUL_PARAMS, T=T, B_KMAJOR=b_kmajor))
     # the operands come from LDS (ds_read), the tile of the next k-step is written there between
     # barriers, nothing spills to scratch
     filecheck(text, f"""
@@ -364,7 +364,7 @@ def test_matmul_code_object_links():
 
     path = stdlib_dir() / "matmul.kc"
     obj = compile_source_to(path.read_text(), str(path), "obj", "amdgcn", "gfx942",
-                            params=dict(MATMUL_PARAMS, T="bf16", B_KMAJOR=True))
+                            comptime=dict(MATMUL_PARAMS, T="bf16", B_KMAJOR=True))
     co = read_code_object(obj)
     assert co.arch == "gfx942" and co.code_object_version == 5
     (k,) = [k for k in co.kernels if k.name.startswith("matmul__")]
@@ -379,7 +379,7 @@ def test_matmul_big_tiles_keep_their_accumulators_in_registers():
 
     path = stdlib_dir() / "matmul.kc"
     text = compile_source_to(path.read_text(), str(path), "asm", "amdgcn", "gfx942",
-                             params=dict(MATMUL_PARAMS, BM=128, BN=128, WM=64, WN=64, T="bf16", B_KMAJOR=False))
+                             comptime=dict(MATMUL_PARAMS, BM=128, BN=128, WM=64, WN=64, T="bf16", B_KMAJOR=False))
     import re
     # matmul, matmul_epilogue, matmul_block_epilogue
     assert re.findall(r"\.max_flat_workgroup_size:\s+(\d+)", text) == ["256"] * 3

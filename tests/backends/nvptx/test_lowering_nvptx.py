@@ -137,16 +137,16 @@ def test_loops_and_casts_assemble(tmp_path):
     assemble(ptx_of(fn), "sm_90a", tmp_path)
 
 
-def test_f64_exp2_is_a_located_error():
+def test_f64_fast_exp2_is_a_located_error():
     from kcompiler.diagnostics import CompileError, SourceFile, SourceSpan
 
     fn, b = kernel("bad", [("x", PointerType(F64))])
-    span = SourceSpan(SourceFile("k.kc", "let y = exp2(x[0]);\n"), 1, 9, 1, 19)
+    span = SourceSpan(SourceFile("k.kc", "let y = fast_exp2(x[0]);\n"), 1, 9, 1, 24)
     with b.located(span):
-        b.store(fn.params[0], b.math("exp2", b.load(fn.params[0])))
+        b.store(fn.params[0], b.math("fast_exp2", b.load(fn.params[0])))
     with pytest.raises(CompileError) as e:
         ptx_of(fn)
-    assert "k.kc:1:9" in str(e.value) and "exp2 on f64" in str(e.value)
+    assert "k.kc:1:9" in str(e.value) and "fast_exp2 on f64" in str(e.value)
 
 
 def test_unknown_arch_is_refused():
@@ -164,16 +164,16 @@ def test_fast_math_flag_reaches_llvm():
 
 
 def test_approximate_builtins_are_the_ptx_approx_instructions(tmp_path):
-    """exp2, log2, sin, cos, rsqrt, rcp, tanh are PTX's .approx.f32 (f16 through f32, vectors per
+    """fast_exp2, fast_log2, fast_sin, fast_cos, fast_rsqrt, fast_rcp, fast_tanh are PTX's .approx.f32 (f16 through f32, vectors per
     lane); LLVM 22 aborted on fcos/flog2 before they were written as PTX. sqrt stays sqrt.rn."""
     fn, b = kernel("ap", [("x", PointerType(F32)), ("h", PointerType(F16)), ("v", PointerType(VectorType(F32, 2)))])
     x, h, v = fn.params
     acc = b.load(x)
-    for f in ("exp2", "log2", "sin", "cos", "rsqrt", "rcp", "tanh", "sqrt"):
+    for f in ("fast_exp2", "fast_log2", "fast_sin", "fast_cos", "fast_rsqrt", "fast_rcp", "fast_tanh", "sqrt"):
         acc = b.add(acc, b.math(f, b.load(x)))
     b.store(x, acc)
-    b.store(h, b.math("tanh", b.load(h)))
-    b.store(v, b.math("rcp", b.load(v)))
+    b.store(h, b.math("fast_tanh", b.load(h)))
+    b.store(v, b.math("fast_rcp", b.load(v)))
     ptx = ptx_of(fn)
     filecheck(ptx, """
     CHECK: ex2.approx.f32
@@ -267,7 +267,7 @@ def test_std_matmul_tensor_core_path_assembles(arch, elem, b_kmajor, aligned, tm
     params = dict(T=elem, BM=128, BN=128, BK=32, WM=64, WN=64, STAGES=3, OUT="bf16", B_KMAJOR=b_kmajor,
                   ALIGNED=aligned)
     ptx = emit(Source.from_file(stdlib_dir() / "matmul.kc"), "asm", target="nvptx", arch=arch,
-               kernel="matmul", params=params)
+               kernel="matmul", comptime=params)
     # per k tile: 2 k16 steps x 4 m16 tiles x 8 n8 tiles, unrolled
     assert ptx.count(f"mma.sync.aligned.m16n8k16.row.col.f32.{elem}.{elem}.f32") == 64
     # (LLVM places the loop's blocks in its own order: the pieces are checked in any order)
@@ -282,3 +282,15 @@ def test_std_matmul_tensor_core_path_assembles(arch, elem, b_kmajor, aligned, tm
     assert ("cp.async.cg.shared.global" in ptx) == aligned
     report = assemble(ptx, arch, tmp_path)
     assert "0 bytes spill stores, 0 bytes spill loads" in report, report
+
+
+def test_arch_of_compute_capability_is_the_backends_data():
+    """The compute capability -> arch table is NVIDIA backend data (archs.py), which the CUDA runtime
+    reads: every arch it names is one the backend compiles for."""
+    from kcompiler.backends.nvptx.archs import ARCH_OF_CC, arch_of_cc
+    from kcompiler.runtime.cuda import arch_of
+
+    assert arch_of is arch_of_cc
+    assert set(ARCH_OF_CC.values()) <= set(ARCHS)
+    assert arch_of_cc((9, 0)) == "sm_90a" and arch_of_cc((8, 7)) == "sm_86"
+    assert arch_of_cc((10, 0)) == "sm_90" and arch_of_cc((7, 5)) == "sm_80"  # unknown: newest of its kind
