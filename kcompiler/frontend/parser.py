@@ -186,7 +186,16 @@ class _Builder:
         return self.node(A.VecTypeExpr, c[2], c[3], span=self.span(c[0], c[-1]))
 
     def array_type(self, c):
-        return self.node(A.ArrayTypeExpr, c[1], c[3], span=self.span(c[0], c[-1]))
+        elem = c[1]
+        # The element is parsed as an expression (`[f32; 4]`, `[Acc[f32]; 4]`), so that `[a[0], b]`
+        # stays an array literal for LALR(1); here it becomes the type it spells.
+        if isinstance(elem, A.Name):
+            elem = A.TypeName(elem.id, span=elem.span)
+        elif isinstance(elem, A.Index) and isinstance(elem.base, A.Name):
+            elem = self.node(A.GenericTypeExpr, elem.base.id, list(elem.args) + list(elem.kwargs), span=elem.span)
+        elif not isinstance(elem, (A.PtrTypeExpr, A.VecTypeExpr, A.ArrayTypeExpr)):
+            raise _BadLiteral(elem.span, "expected the element type of an array type")
+        return self.node(A.ArrayTypeExpr, elem, c[3], span=self.span(c[0], c[-1]))
 
     # --- statements
     def block(self, c):

@@ -83,3 +83,14 @@ def test_nvptx_struct_parameter_is_an_aligned_param_and_assembles(tmp_path):
     r = subprocess.run([ptxas, "-arch=sm_90", str(tmp_path / "k.ptx"), "-o", str(tmp_path / "k.cubin")],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+
+
+def test_generic_struct_types_parse_beside_array_literals_and_types():
+    src = ("struct Acc[T: type] { s: T }\n"
+           "kernel k(o: ptr<f32>, x: f32) {\n"
+           "    let c = [o[0], x];\n"
+           "    var a: [Acc[f32]; 2];\n"
+           "    a[1] = Acc[f32] { s: c[1] };\n"
+           "    o[0] = a[1].s;\n"
+           "}\n")
+    kc.compile(src, target="cpu")
