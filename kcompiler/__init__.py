@@ -11,7 +11,8 @@ Public API: :func:`compile`, :func:`compile_file`, :func:`devices`, :func:`resol
 :class:`LaunchError` (its :class:`DeviceAssertionError`), :class:`Module`, :class:`Kernel`, :class:`Launch`,
 :class:`Device`, :class:`Artifact`, :class:`capture_printf` (kernels' printf output into ``sys.stdout`` or a
 string, on every target), :func:`graph` (capture launches into a CUDA graph and replay them); array
-operations in :mod:`kcompiler.ops`; autotuning in :mod:`kcompiler.runtime.autotune`;
+operations in :mod:`kcompiler.ops`; :func:`autotune` (a kernel tuned over configurations of
+compile-time values and launch shapes, :mod:`kcompiler.runtime.tuning`);
 device arrays without torch or CuPy: :func:`to_device`, :func:`device_array`, :func:`from_dlpack`,
 :class:`DeviceArray` (runtime/device_array.py).
 """
@@ -33,7 +34,8 @@ _LAZY = {"Module": ".runtime.module", "Kernel": ".runtime.module", "Launch": ".r
          "CompileOptions": ".backends.target", "capture_printf": ".runtime.stdio",
          "graph": ".runtime.graph", "Graph": ".runtime.graph",
          "to_device": ".runtime.device_array", "device_array": ".runtime.device_array",
-         "from_dlpack": ".runtime.device_array", "DeviceArray": ".runtime.device_array"}
+         "from_dlpack": ".runtime.device_array", "DeviceArray": ".runtime.device_array",
+         "torch_op": ".ops.torch_ops", "autotune": ".runtime.tuning"}
 #: Subpackages and modules reachable as attributes (``kcompiler.pipeline``) without an import.
 #: ``kcompiler.ops`` is one of them: ``import kcompiler as kc; kc.ops.matmul(a, b)`` imports the ops
 #: package (and numpy) at that first use, as ``torch.nn`` is reached from ``torch``.
@@ -179,4 +181,4 @@ __all__ = ["compile", "compile_file", "devices", "TARGETS", "TARGET_ALIASES", "T
            "CompileOptions", "CompileError", "LaunchError", "DeviceAssertionError", "Artifact", "Device",
            "Module", "Kernel",
            "resolve_target_name", "capture_printf", "to_device", "device_array", "from_dlpack",
-           "DeviceArray", "__version__"]
+           "DeviceArray", "torch_op", "autotune", "__version__"]

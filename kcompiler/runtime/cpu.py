@@ -228,6 +228,18 @@ class CpuGraph:
         self.launches = None
 
 
+def _torch_host_view(x: Any) -> np.ndarray:
+    """A torch CPU tensor's memory as a numpy array (no copy): its own dtype where numpy has it, else
+    (bfloat16, the FP8 types, which ``Tensor.numpy()`` refuses) an integer dtype of its size, the same
+    bytes, which is all a launch reads off it (address and size)."""
+    try:
+        return x.numpy()
+    except TypeError:
+        import torch  # deferred: torch is optional; x is a torch tensor
+        same = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[x.element_size()]
+        return x.view(same).numpy()
+
+
 class CpuDevice(Device):
     """The host CPU as a kcompiler device (use :meth:`get`: one per process).
 
@@ -340,7 +352,7 @@ class CpuDevice(Device):
             if x.device.type != "cpu":
                 raise TypeError(f"{kernel}: parameter '{param}': the tensor is on {x.device}; the cpu "
                                 f"target runs on host memory (pass tensor.cpu())")
-            x = x.detach().numpy()
+            x = _torch_host_view(x.detach())
         elif not isinstance(x, np.ndarray):
             raise TypeError(f"{kernel}: parameter '{param}': {arrays.describe(x)} lives in GPU memory; "
                             f"the cpu target runs on host memory (pass a numpy array)")
