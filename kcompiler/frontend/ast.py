@@ -58,7 +58,14 @@ class FnTypeExpr(Node):
     ret: "TypeExpr | None" = None
 
 
-TypeExpr = Union[TypeName, PtrTypeExpr, VecTypeExpr, ArrayTypeExpr]
+@dataclass(eq=False)
+class GenericTypeExpr(Node):
+    """``Acc[f32]``: an instance of a generic struct; ``args`` are types, expressions or KwArgs."""
+    name: str
+    args: list
+
+
+TypeExpr = Union[TypeName, PtrTypeExpr, VecTypeExpr, ArrayTypeExpr, GenericTypeExpr]
 
 
 # --- expressions --------------------------------------------------------------------------------
@@ -143,6 +150,22 @@ class TypeCall(Node):
 
 
 @dataclass(eq=False)
+class FieldInit(Node):
+    """``lo: a`` in a struct literal."""
+    name: str
+    value: "Expr"
+
+
+@dataclass(eq=False)
+class StructLit(Node):
+    """``Pair { lo: a, hi: b }`` or ``Acc[f32] { sum: 0.0, n: 0 }`` (``targs`` the bracket arguments)."""
+    name: str
+    targs: list | None
+    inits: list[FieldInit]
+    name_span: SourceSpan | None = field(default=None, repr=False)
+
+
+@dataclass(eq=False)
 class ArrayLit(Node):
     """``[a, b, c]``: a fixed array ``[T; 3]`` of the elements' one type (lower_arrays.py)."""
     elems: list["Expr"]
@@ -156,7 +179,8 @@ class IfExpr(Node):
     orelse: "Expr"
 
 
-Expr = Union[Name, IntLit, FloatLit, BoolLit, StrLit, Binary, Unary, Call, Index, Field, TypeCall, ArrayLit, IfExpr]
+Expr = Union[Name, IntLit, FloatLit, BoolLit, StrLit, Binary, Unary, Call, Index, Field, TypeCall, ArrayLit, IfExpr,
+             StructLit]
 
 
 # --- statements ---------------------------------------------------------------------------------
@@ -303,10 +327,26 @@ class Import(Node):
 
 
 @dataclass(eq=False)
+class StructField(Node):
+    name: str
+    type: TypeExpr
+
+
+@dataclass(eq=False)
+class StructDecl(Node):
+    """``struct Pair { lo: f32, hi: f32 }``, generic with ``cparams`` (``struct Acc[T: type] {...}``)."""
+    name: str
+    cparams: list[ComptimeParamDecl]
+    fields: list[StructField]
+    name_span: SourceSpan | None = field(default=None, repr=False)
+
+
+@dataclass(eq=False)
 class Module(Node):
     imports: list[Import]
     decls: list[FnDecl]
     consts: list[Const] = field(default_factory=list)
+    structs: list[StructDecl] = field(default_factory=list)
 
 
 def children(node: Node) -> list[Node]:

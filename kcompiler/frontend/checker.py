@@ -109,6 +109,12 @@ class Checker:
             if c.type is not None:
                 self.check_type(ctx, c.type)
             self.check_expr(ctx, c.value)
+        for sd in mod.ast.structs:
+            if sd.name in seen or sd.name in SCALARS:
+                self.error(f"'{sd.name}' is already defined" + (f" at {seen[sd.name]}" if sd.name in seen else
+                           " (a scalar type)"), sd.name_span, hint="rename the struct")
+            seen.setdefault(sd.name, sd.name_span)
+            self.check_struct(mod, sd)
         for d in mod.ast.decls:
             if d.name in seen:
                 self.error(f"'{d.name}' is already defined at {seen[d.name]}", d.name_span,
@@ -159,6 +165,22 @@ class Checker:
         key = (mod.key, d.name)
         self.graph[key] = [((m.key, callee.name), span) for callee, m, span in ctx.calls]
 
+    def check_struct(self, mod: "SourceModule", sd: A.StructDecl) -> None:
+        """A struct declaration: compile-time parameters are types, fields named once, field types known."""
+        ctx = _Ctx(mod, A.FnDecl("fn", sd.name, [], [], None, A.Block([], span=sd.span), span=sd.span), [{}])
+        for cp in sd.cparams:
+            if comptime_kind(cp.type) not in ("type", "int", "bool"):
+                self.error(f"compile-time parameter '{cp.name}' of struct '{sd.name}' has type "
+                           f"{_texpr_str(cp.type)}; expected 'type', 'bool' or an integer type", cp.type.span)
+            ctx.scopes[0][cp.name] = _Sym("comptime", cp.span, comptime_kind(cp.type))
+        names: dict[str, SourceSpan] = {}
+        for f in sd.fields:
+            if f.name in names:
+                self.error(f"struct '{sd.name}' has two fields named '{f.name}'", f.span,
+                           hint=f"the first is at {names[f.name]}; rename one")
+            names.setdefault(f.name, f.span)
+            self.check_type(ctx, f.type)
+
     def check_fn_param(self, ctx: _Ctx, cp: A.ComptimeParamDecl) -> None:
         """A compile-time fn parameter: its signature's types, and a default that names a fn."""
         ft = cp.type
@@ -196,6 +218,8 @@ class Checker:
                 sym = ctx.lookup(t.name)
                 if sym is not None and sym.kind == "comptime" and sym.comptime_kind == "type":
                     continue
+                if sym is None and t.name in ctx.module.structs:
+                    continue
                 if sym is not None and sym.kind == "comptime":
                     self.error(f"'{t.name}' is a compile-time {sym.comptime_kind}, not a type", t.span)
                 elif t.name == "type":
@@ -214,6 +238,17 @@ class Checker:
             elif isinstance(t, (A.VecTypeExpr, A.ArrayTypeExpr)):
                 self.check_expr(ctx, t.count)
                 stack.append(t.elem)
+            elif isinstance(t, A.GenericTypeExpr):
+                if t.name not in ctx.module.structs:
+                    self.unknown(f"unknown generic struct '{t.name}'", t.span,
+                                 hint=suggest(t.name, ctx.module.structs))
+                for a in t.args:
+                    if isinstance(a, A.KwArg):
+                        self.check_expr(ctx, a.value)
+                    elif isinstance(a, (A.PtrTypeExpr, A.VecTypeExpr, A.ArrayTypeExpr, A.GenericTypeExpr)):
+                        stack.append(a)
+                    elif not (isinstance(a, A.Name) and (a.id in SCALARS or a.id in ctx.module.structs)):
+                        self.check_expr(ctx, a)
 
     # --- statements -------------------------------------------------------------------------------
     def check_block(self, ctx: _Ctx, block: A.Block, new_scope: bool = True) -> None:
@@ -358,7 +393,7 @@ class Checker:
             return ("module", mod.imports[name], None)
         if name in B.FUNCTIONS:
             return ("builtin", B.FUNCTIONS[name], None)
-        if name in B.VALUES or name in B.TYPES:
+        if name in B.VALUES or name in B.TYPES or name in mod.structs:
             return ("value", name, None)
         if name == "range":
             return ("range", None, None)
@@ -420,6 +455,17 @@ class Checker:
                 self.check_expr(ctx, a)
             for k in e.kwargs:
                 self.error(f"unexpected keyword argument '{k.name}' in a conversion", k.span)
+            return
+        if isinstance(e, A.StructLit):
+            if e.name not in ctx.module.structs:
+                self.unknown(f"unknown struct '{e.name}'", e.name_span, hint=suggest(e.name, ctx.module.structs))
+            for a in e.targs or []:
+                if isinstance(a, (A.PtrTypeExpr, A.VecTypeExpr, A.ArrayTypeExpr)):
+                    self.check_type(ctx, a)
+                elif not (isinstance(a, A.Name) and (a.id in SCALARS or a.id in ctx.module.structs)):
+                    self.check_expr(ctx, a.value if isinstance(a, A.KwArg) else a)
+            for fi in e.inits:
+                self.check_expr(ctx, fi.value)
             return
         if isinstance(e, A.Binary):
             self.check_expr(ctx, e.lhs)

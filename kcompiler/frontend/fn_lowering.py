@@ -17,7 +17,7 @@ from ..ir.types import (BOOL, I32, SCALARS, TENSOR_MAP, VOID, AddressSpace, Arra
                         Type, VectorType, sizeof)
 from . import ast as A
 from . import builtins as B
-from . import fn_params, lower_arrays
+from . import fn_params, lower_arrays, structs
 # Importing the builtins' modules registers their handlers in REGISTRY.
 from . import (builtins_assert, builtins_atomic, builtins_bits, builtins_comptime, builtins_convert,  # noqa: F401
                builtins_hostcall, builtins_libm, builtins_math, builtins_memory, builtins_printf, builtins_sync,
@@ -160,7 +160,15 @@ class FnLowering(StatementLowering, ExpressionLowering):
                 return SCALARS[t.name]
             if t.name == "tensor_map":
                 return TENSOR_MAP
+            sd = structs.lookup_struct(self, t.name)
+            if sd is not None:
+                return structs.instantiate(self, sd, None, t.span)
             self.fail(f"'{t.name}' is not a type", t.span)
+        if isinstance(t, A.GenericTypeExpr):
+            sd = structs.lookup_struct(self, t.name)
+            if sd is None:
+                self.fail(f"'{t.name}' is not a generic struct", t.span)
+            return structs.instantiate(self, sd, t.args, t.span)
         if isinstance(t, A.PtrTypeExpr):
             pointee = self.resolve_type(t.pointee)
             if pointee == TENSOR_MAP:

@@ -11,10 +11,10 @@ from typing import Any, Callable
 
 from ..diagnostics import SourceSpan
 from ..ir import Value
-from ..ir.types import (BOOL, F32, I32, SCALARS, ArrayType, PointerType, ScalarType, Type, VectorType)
+from ..ir.types import (BOOL, F32, I32, SCALARS, ArrayType, PointerType, ScalarType, StructType, Type, VectorType)
 from . import ast as A
 from . import builtins as B
-from . import fn_params, lower_arrays
+from . import fn_params, lower_arrays, structs
 from .semantic import (CV, SemanticError, adapts, convert_cv, default_type, fits, fold_binary, fold_unary,
                        promote, widens)
 from .values import (POISON, ArrayValue, BuiltinRef, FnRef, LanePlace, ModuleRef, Place, Poison, RegRef, TargetHas, TargetRef,
@@ -76,7 +76,15 @@ class ExpressionLowering:
             return TargetRef()
         if e.id in SCALARS:
             return TypeRef(SCALARS[e.id])
+        if e.id in mod.structs:  # a struct name used as a type (load[Pair], sizeof)
+            sd = mod.structs[e.id]
+            if sd.cparams:
+                return _GenericStruct(sd)
+            return TypeRef(structs.instantiate(self, sd, None, e.span))
         self.fail(f"unknown name '{e.id}'", e.span)
+
+    def expr_struct_lit(self, e: A.StructLit) -> Any:
+        return structs.literal(self, e)
 
     def expr_field(self, e: A.Field) -> Any:
         base = self.ev(e.base)
@@ -103,6 +111,8 @@ class ExpressionLowering:
                 return TargetHas()
             self.fail(f"target has no field '{name}'", e.name_span,
                       hint="expected one of: " + ", ".join(B.TARGET_FIELDS))
+        if isinstance(base, (Place, Value)) and isinstance(base.type, StructType):
+            return structs.field(self, base, e)
         lane = "xyzw".find(name) if len(name) == 1 else -1
         vt = base.type if isinstance(base, (Place, Value)) else None
         if isinstance(vt, VectorType):
@@ -129,6 +139,8 @@ class ExpressionLowering:
             return BuiltinRef(base.fn, list(e.args) + list(e.kwargs), e.span)
         if isinstance(base, FnRef):
             return FnRef(base.module, base.decl, list(e.args), list(e.kwargs))
+        if isinstance(base, _GenericStruct):
+            return TypeRef(structs.instantiate(self, base.decl, list(e.args) + list(e.kwargs), e.span))
         if isinstance(base, TypeRef):
             self.fail(f"{base.type} is a type and cannot be indexed", e.span)
         if len(e.args) != 1 or e.kwargs or not is_expr(e.args[0]):
@@ -418,6 +430,13 @@ class ExpressionLowering:
         return self.b.binary("shl" if op == "<<" else "shr", x, y)
 
 
+class _GenericStruct:
+    """A generic struct's name before its bracket arguments (``Acc`` in ``load[Acc[f32]]``)."""
+
+    def __init__(self, decl: A.StructDecl):
+        self.decl = decl
+
+
 #: The visitor's dispatch table: expression node type → its method.
 _EXPRESSIONS: dict[type, Callable[[Any, Any], Any]] = {
     A.IntLit: ExpressionLowering.expr_int_lit,
@@ -433,4 +452,5 @@ _EXPRESSIONS: dict[type, Callable[[Any, Any], Any]] = {
     A.Binary: ExpressionLowering.expr_binary,
     A.ArrayLit: lower_arrays.array_literal,
     A.IfExpr: lower_arrays.if_expression,
+    A.StructLit: ExpressionLowering.expr_struct_lit,
 }

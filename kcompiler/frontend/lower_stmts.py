@@ -185,6 +185,11 @@ class StatementLowering:
                       hint="copy it into a var array first: var t = ...;")
         if isinstance(v, (Place, LanePlace)):
             return v
+        if isinstance(e, A.Field) and isinstance(v, Value) and isinstance(e.base, A.Name) \
+                and not isinstance(v.type, VectorType) and hasattr(self.lookup(e.base.id), "type") \
+                and type(self.lookup(e.base.id).type).__name__ == "StructType":
+            self.fail(f"cannot assign to a field of '{e.base.id}': it is not a var", e.span,
+                      hint=f"copy it into a var first: var {e.base.id}2 = {e.base.id};")
         if isinstance(e, (A.Field, A.Index)) and isinstance(v, Value):
             self.fail("cannot assign to a lane of a value that is not a var", e.span,
                       hint="copy the vector into a var first")

@@ -22,7 +22,7 @@ from . import ast as A
 
 KEYWORDS = frozenset({"kernel", "fn", "import", "as", "let", "var", "shared", "if", "else", "for", "in",
                       "while", "break", "continue", "return", "comptime", "true", "false", "ptr", "vec",
-                      "const"})
+                      "const", "struct"})
 
 _OPS = {"OROR": "||", "ANDAND": "&&", "BOR": "|", "BXOR": "^", "BAND": "&", "EQ": "==", "NE": "!=",
         "LT": "<", "LE": "<=", "GT": ">", "GE": ">=", "SHL": "<<", "SHR": ">>", "PLUS": "+",
@@ -91,9 +91,34 @@ class _Builder:
         imports = [x for x in c if isinstance(x, A.Import)]
         decls = [x for x in c if isinstance(x, A.FnDecl)]
         consts = [x for x in c if isinstance(x, A.Const)]
+        structs = [x for x in c if isinstance(x, A.StructDecl)]
         span = SourceSpan(self.file, 1, 1, 1, 1)
-        return A.Module(imports, decls, consts, span=span,
-                        depth=1 + max([x.depth for x in decls + consts], default=0))
+        return A.Module(imports, decls, consts, structs, span=span,
+                        depth=1 + max([x.depth for x in decls + consts + structs], default=0))
+
+    def struct_decl(self, c):
+        name = c[1]
+        cparams = next((x[1] for x in c if isinstance(x, tuple) and x[0] == "cparams"), [])
+        fields = [x for x in c if isinstance(x, A.StructField)]
+        return self.node(A.StructDecl, str(name), cparams, fields, span=self.span(c[0], name),
+                         name_span=_tok_span(self.file, name))
+
+    def struct_field(self, c):
+        return self.node(A.StructField, str(c[0]), c[1], span=_tok_span(self.file, c[0]))
+
+    def struct_lit(self, c):
+        name = c[0]
+        targs = next((x for x in c if isinstance(x, list)), None)
+        inits = [x for x in c if isinstance(x, A.FieldInit)]
+        return self.node(A.StructLit, str(name), targs, inits, span=self.span(name, c[-1]),
+                         name_span=_tok_span(self.file, name))
+
+    def field_init(self, c):
+        return self.node(A.FieldInit, str(c[0]), c[-1], span=self.span(c[0], c[-1]))
+
+    def generic_type(self, c):
+        a, k = self._split_args(c[2])
+        return self.node(A.GenericTypeExpr, str(c[0]), a + k, span=self.span(c[0], c[-1]))
 
     def dotted(self, c):
         return [t for t in c if t.type == "NAME"]
@@ -161,7 +186,16 @@ class _Builder:
         return self.node(A.VecTypeExpr, c[2], c[3], span=self.span(c[0], c[-1]))
 
     def array_type(self, c):
-        return self.node(A.ArrayTypeExpr, c[1], c[3], span=self.span(c[0], c[-1]))
+        elem = c[1]
+        # The element is parsed as an expression (`[f32; 4]`, `[Acc[f32]; 4]`), so that `[a[0], b]`
+        # stays an array literal for LALR(1); here it becomes the type it spells.
+        if isinstance(elem, A.Name):
+            elem = A.TypeName(elem.id, span=elem.span)
+        elif isinstance(elem, A.Index) and isinstance(elem.base, A.Name):
+            elem = self.node(A.GenericTypeExpr, elem.base.id, list(elem.args) + list(elem.kwargs), span=elem.span)
+        elif not isinstance(elem, (A.PtrTypeExpr, A.VecTypeExpr, A.ArrayTypeExpr)):
+            raise _BadLiteral(elem.span, "expected the element type of an array type")
+        return self.node(A.ArrayTypeExpr, elem, c[3], span=self.span(c[0], c[-1]))
 
     # --- statements
     def block(self, c):
@@ -523,7 +557,7 @@ def _report(file: SourceFile, text: str, e: UnexpectedInput, diag: Diagnostics) 
     return len(text)
 
 
-_RESYNC = re.compile(r"^[ \t]*(kernel|fn|import|const)\b", re.M)
+_RESYNC = re.compile(r"^[ \t]*(kernel|fn|import|const|struct)\b", re.M)
 
 
 _LOCK = threading.Lock()  # the parser's reduce actions share one builder

@@ -49,6 +49,7 @@ class SourceModule:
     prefix: str = ""
     fns: dict[str, A.FnDecl] = field(default_factory=dict)
     consts: dict[str, A.Const] = field(default_factory=dict)
+    structs: dict[str, A.StructDecl] = field(default_factory=dict)
     imports: dict[str, "SourceModule"] = field(default_factory=dict)
 
 
@@ -471,6 +472,8 @@ def _load(source: str, path: str, keep_going: bool = False) -> Program:
             mod.fns.setdefault(d.name, d)
         for c in mod.ast.consts:
             mod.consts.setdefault(c.name, c)
+        for sd in mod.ast.structs:
+            mod.structs.setdefault(sd.name, sd)
         for imp in mod.ast.imports + _implicit_imports(mod):
             fpath, name = _module_file(imp, mod)
             if fpath is None or not fpath.is_file():

@@ -157,6 +157,73 @@ class TensorMapType(Type):
         return 128
 
 
+@dataclass(frozen=True, repr=False)
+class StructType(Type):
+    """``struct Pair { lo: f32, hi: f32 }``: named fields laid out by C's rules (as CUDA's parameter
+    space, AMD's kernarg segment and the host's C ABI lay out a struct): each field at the next offset
+    that is a multiple of its alignment, the struct aligned to its largest field's alignment and its
+    size rounded up to a multiple of it. ``name`` is the spelling in the language (``Pair``, or
+    ``Acc[f32]`` for an instance of a generic struct); ``fields`` the (name, type) pairs in order.
+
+    The layout helpers (:attr:`offsets`, :attr:`size`, :attr:`align`) are what a later split of a
+    struct value into 32-bit words (shuffles) or a host packer (a numpy structured dtype with these
+    offsets and ``itemsize``) use; the padding bytes between fields are unspecified."""
+
+    name: str
+    fields: tuple[tuple[str, Type], ...]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def field_index(self, name: str) -> int:
+        """The position of field ``name``; KeyError if there is none."""
+        for i, (n, _) in enumerate(self.fields):
+            if n == name:
+                return i
+        raise KeyError(name)
+
+    @property
+    def offsets(self) -> tuple[int, ...]:
+        """The byte offset of each field (C rules)."""
+        out, at = [], 0
+        for _, t in self.fields:
+            a = alignof(t)
+            at = (at + a - 1) // a * a
+            out.append(at)
+            at += sizeof(t)
+        return tuple(out)
+
+    @property
+    def align(self) -> int:
+        return max((alignof(t) for _, t in self.fields), default=1)
+
+    @property
+    def size(self) -> int:
+        if not self.fields:
+            return 0
+        end = self.offsets[-1] + sizeof(self.fields[-1][1])
+        a = self.align
+        return (end + a - 1) // a * a
+
+    def spelled(self) -> str:
+        """The whole definition in one line, which :func:`type_from_str` reads back (the cache's
+        manifests): ``struct Pair{lo: f32, hi: f32}``."""
+        return f"struct {self.name}{{" + ", ".join(f"{n}: {type_spelling(t)}" for n, t in self.fields) + "}"
+
+
+def type_spelling(t: Type) -> str:
+    """``str(t)`` with every struct spelled whole (:meth:`StructType.spelled`), so that
+    :func:`type_from_str` can read it back."""
+    if isinstance(t, StructType):
+        return t.spelled()
+    if isinstance(t, PointerType):
+        inner = type_spelling(t.pointee)
+        return f"ptr<{inner}>" if t.space == AddressSpace.GLOBAL else f"ptr<{inner}, {t.space}>"
+    if isinstance(t, ArrayType):
+        return f"[{type_spelling(t.elem)}; {t.count}]"
+    return str(t)
+
+
 VOID = VoidType()
 TENSOR_MAP = TensorMapType()
 BOOL = ScalarType("bool", "bool", 1)
@@ -181,7 +248,7 @@ SCALARS: dict[str, ScalarType] = {
 
 def sizeof(t: Type) -> int:
     """Size in bytes of a value of type ``t`` in memory."""
-    if isinstance(t, (ScalarType, VectorType, PointerType, ArrayType, TensorMapType)):
+    if isinstance(t, (ScalarType, VectorType, PointerType, ArrayType, TensorMapType, StructType)):
         return t.size
     raise TypeError(f"type {t} has no size")
 
@@ -195,6 +262,8 @@ def alignof(t: Type) -> int:
         return n if n & (n - 1) == 0 and n <= 16 else t.elem.size
     if isinstance(t, TensorMapType):
         return 64
+    if isinstance(t, StructType):
+        return t.align
     return sizeof(t)
 
 
@@ -214,13 +283,40 @@ _VEC = re.compile(r"^vec<(.*),\s*(\d+)>$")
 _ARR = re.compile(r"^\[(.*);\s*(\d+)\]$")
 
 
+_STRUCT = re.compile(r"^struct\s+([^{]+)\{(.*)\}$", re.S)
+
+
+def _split_top(s: str, sep: str = ",") -> list[str]:
+    parts, depth, start = [], 0, 0
+    for i, c in enumerate(s):
+        if c in "<[{":
+            depth += 1
+        elif c in ">]}":
+            depth -= 1
+        elif c == sep and depth == 0:
+            parts.append(s[start:i])
+            start = i + 1
+    parts.append(s[start:])
+    return [p.strip() for p in parts if p.strip()]
+
+
+def _struct_from_str(name: str, body: str) -> StructType:
+    fields = []
+    for part in _split_top(body):
+        fname, colon, ftype = part.partition(":")
+        if not colon:
+            raise ValueError(f"not a struct field: {part!r}")
+        fields.append((fname.strip(), type_from_str(ftype)))
+    return StructType(name, tuple(fields))
+
+
 def _split_last_comma(s: str) -> tuple[str, str | None]:
     depth = 0
     for i in range(len(s) - 1, -1, -1):
         c = s[i]
-        if c in ">]":
+        if c in ">]}":
             depth += 1
-        elif c in "<[":
+        elif c in "<[{":
             depth -= 1
         elif c == "," and depth == 0:
             return s[:i].strip(), s[i + 1:].strip()
@@ -229,7 +325,8 @@ def _split_last_comma(s: str) -> tuple[str, str | None]:
 
 def type_from_str(s: str) -> Type:
     """Parse a type printed by ``str(Type)`` (``f32``, ``ptr<f16, shared>``, ``vec<f16, 8>``,
-    ``[f32; 16]``). Raises ValueError for text that is not one."""
+    ``[f32; 16]``) or by :func:`type_spelling` (structs spelled whole). Raises ValueError for text
+    that is not one."""
     s = s.strip()
     if s in SCALARS:
         return SCALARS[s]
@@ -237,6 +334,9 @@ def type_from_str(s: str) -> Type:
         return VOID
     if s == "tensor_map":
         return TENSOR_MAP
+    m = _STRUCT.match(s)
+    if m:
+        return _struct_from_str(m.group(1).strip(), m.group(2))
     m = _VEC.match(s)
     if m:
         elem = type_from_str(m.group(1))

@@ -28,7 +28,7 @@ from typing import Any, Callable
 from .core import OPS, BINARY, CMP_PREDICATES, MATH_FUNCTIONS, SPECIAL_REGISTERS, ATOMIC_OPS, \
     MEMORY_ORDERS, SCOPES, SHUFFLE_MODES, BIT_FUNCTIONS, BIT_COUNTS, FCLASS_TESTS, Function, Module, Op, \
     Region, Value
-from .types import ArrayType, BOOL, PointerType, ScalarType, Type, U32, U64, VOID, VectorType, VoidType, \
+from .types import ArrayType, BOOL, PointerType, ScalarType, StructType, Type, U32, U64, VOID, VectorType, VoidType, \
     AddressSpace, elem_of
 from .types import F64, I32, I64, U8
 from .intrinsics import IntrinsicTypeError, lookup as lookup_intrinsic
@@ -284,7 +284,7 @@ def _t_ptrcast(op: Op, fn: Function, m: Module) -> None:
 
 
 def _loadable(t: Type) -> bool:
-    return isinstance(t, (ScalarType, VectorType, PointerType, ArrayType))
+    return isinstance(t, (ScalarType, VectorType, PointerType, ArrayType, StructType))
 
 
 def _t_load(op: Op, fn: Function, m: Module) -> None:
@@ -305,6 +305,31 @@ def _align(op: Op) -> None:
     a = op.attrs.get("align")
     if a is not None:
         _req(isinstance(a, int) and a > 0 and a & (a - 1) == 0, f"align={a!r} is not a power of two")
+
+
+def _field(st: Type, op: Op) -> Type:
+    _req(isinstance(st, StructType), f"{op.name} of {st} (needs a struct)")
+    i = op.attrs["index"]
+    _req(isinstance(i, int) and 0 <= i < len(st.fields), f"field index {i!r} out of range for {st}")
+    return st.fields[i][1]
+
+
+def _t_fieldptr(op: Op, fn: Function, m: Module) -> None:
+    p = _pointer(op.operands[0])
+    want = PointerType(_field(p.pointee, op), p.space)
+    _req(_res(op) == want, f"fieldptr of {p} gives {want}, not {_res(op)}")
+
+
+def _t_struct_get(op: Op, fn: Function, m: Module) -> None:
+    ft = _field(op.operands[0].type, op)
+    _req(_res(op) == ft, f"struct_get gives {ft}, not {_res(op)}")
+
+
+def _t_struct_build(op: Op, fn: Function, m: Module) -> None:
+    st = _res(op)
+    _req(isinstance(st, StructType), f"struct_build of {st}")
+    _req([v.type for v in op.operands] == [t for _, t in st.fields],  # type: ignore[union-attr]
+         f"struct_build of {st} from {[str(v.type) for v in op.operands]}")
 
 
 def _t_vec_build(op: Op, fn: Function, m: Module) -> None:
@@ -498,7 +523,8 @@ _TYPE_RULES: dict[str, Callable[[Op, Function, Module], None]] = {
     "select": _t_select, "cast": _t_cast, "bitcast": _t_bitcast, "math": _t_math, "bits": _t_bits,
     "fclass": _t_fclass, "alloca": _t_alloca, "shared": _t_shared, "dyn_shared": _t_shared,
     "const_data": _t_const_data, "elemptr": _t_elemptr, "ptrcast": _t_ptrcast,
-    "load": _t_load, "store": _t_store, "vec_build": _t_vec_build, "splat": _t_splat,
+    "load": _t_load, "store": _t_store, "fieldptr": _t_fieldptr, "struct_get": _t_struct_get,
+    "struct_build": _t_struct_build, "vec_build": _t_vec_build, "splat": _t_splat,
     "extract": _t_extract, "insert": _t_insert, "special": _t_special, "atomic": _t_atomic,
     "atomic_cas": _t_atomic, "shuffle": _t_shuffle, "ballot": _t_ballot, "active_mask": _t_ballot,
     "read_first_lane": _t_same_as_operand, "call": _t_call, "return": _t_return,

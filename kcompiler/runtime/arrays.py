@@ -273,6 +273,16 @@ def check_array(kernel: str, param: str, t: PointerType, x: Any) -> None:
     where = f"{kernel}: parameter '{param}' expects {t} (an array of {want})"
     if not is_array(x):
         raise TypeError(f"{where}, got {describe(x)}")
+    if type(want).__name__ == "StructType":  # a numpy structured array of the struct's C layout
+        from .structs import struct_dtype
+
+        sd = struct_dtype(want)
+        if not (isinstance(x, np.ndarray) and x.dtype.names is not None and _same_layout(x.dtype, sd)):
+            raise TypeError(f"{where} (numpy dtype {sd}, as kcompiler.runtime.structs.struct_dtype gives), "
+                            f"got {describe(x)}")
+        if not is_contiguous(x):
+            raise ValueError(f"{where}: the array given is not contiguous; pass a contiguous copy")
+        return
     elem = array_scalar_type(x)
     if elem != want:
         raise TypeError(f"{where}, got {describe(x)}")
@@ -303,6 +313,23 @@ def _layout_problem(x: Any) -> str | None:
     return None
 
 
+def _same_layout(a: np.dtype, b: np.dtype) -> bool:
+    """Whether structured dtypes ``a`` and ``b`` have the same fields at the same offsets, of the same
+    dtypes, and the same itemsize."""
+    if a.itemsize != b.itemsize or a.names != b.names:
+        return False
+    for n in a.names:
+        (fa, oa), (fb, ob) = a.fields[n][:2], b.fields[n][:2]
+        if oa != ob:
+            return False
+        if fa.names is not None or fb.names is not None:
+            if fa.names is None or fb.names is None or not _same_layout(fa, fb):
+                return False
+        elif fa != fb:
+            return False
+    return True
+
+
 def check_args(kernel: str, params: list, args: tuple) -> None:
     """Check user arguments against a specialised kernel's parameters (``KernelParam`` list)."""
     if len(args) != len(params):
@@ -316,6 +343,10 @@ def check_args(kernel: str, params: list, args: tuple) -> None:
             if type(x).__name__ != "TensorMap" or not hasattr(x, "raw"):
                 raise TypeError(f"{kernel}: parameter '{p.name}' expects a tensor_map "
                                 f"(kcompiler.runtime.tensormap.tensor_map(array, box)), got {describe(x)}")
+        elif type(p.type).__name__ == "StructType":
+            from .structs import pack_struct
+
+            pack_struct(kernel, p.name, p.type, x)
         else:
             check_scalar(kernel, p.name, p.type, x)
 

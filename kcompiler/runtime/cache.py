@@ -37,7 +37,7 @@ from typing import Any
 
 from .._version import __version__
 from ..cachedir import default_cache_dir
-from ..ir.types import Type, type_from_str
+from ..ir.types import Type, type_from_str, type_spelling
 from .device import Artifact, KernelParam
 
 _MAGIC = b"KCA2"
@@ -97,7 +97,7 @@ def _umask() -> int:
 
 def _json_default(x: Any) -> Any:
     if isinstance(x, Type):
-        return {"__type__": str(x)}
+        return {"__type__": type_spelling(x)}
     if isinstance(x, (bytes, bytearray)):
         return {"__hex__": bytes(x).hex()}
     if isinstance(x, (set, frozenset, tuple)):
@@ -149,7 +149,7 @@ def load_record(data: bytes) -> tuple[dict[str, Any], bytes]:
 def dump_artifact(a: Artifact) -> bytes:
     """Serialise an Artifact as a record (JSON header + binary; see the module docstring)."""
     head = {"target": a.target, "arch": a.arch, "symbol": a.symbol, "binary_kind": a.binary_kind,
-            "params": [[p.name, str(p.type)] for p in a.params], "static_shared": a.static_shared,
+            "params": [[p.name, type_spelling(p.type)] for p in a.params], "static_shared": a.static_shared,
             "meta": a.meta}
     binary = a.binary.encode() if isinstance(a.binary, str) else bytes(a.binary)
     return dump_record(head, binary)

@@ -54,8 +54,9 @@ import numpy as np
 from ..backends.cpu import abi
 from ..backends.cpu.target import (INFO_SYMBOL, MAX_BLOCK_DIM, MAX_GRID_DIM, MAX_SHARED_BYTES,
                                    MAX_THREADS_PER_BLOCK, CpuTarget)
-from ..ir.types import PointerType, ScalarType, TensorMapType, VectorType, sizeof
+from ..ir.types import PointerType, ScalarType, StructType, TensorMapType, VectorType, sizeof
 from . import arrays, interrupt
+from .structs import pack_struct
 from .arrays import ArgMismatch
 from .device import Artifact, Device, DeviceAssertionError, LaunchError
 from .stdio import flush_c_stdio
@@ -333,6 +334,8 @@ class CpuDevice(Device):
                                     f"numpy arrays (tensor_map(numpy_array, box)), got {x!r}")
                 raw = np.frombuffer(bytearray(x.raw), dtype=np.uint8)
                 out.append(PointerArg(raw.ctypes.data, raw.nbytes, 1, p.name, raw))
+            elif isinstance(p.type, StructType):
+                out.append(pack_struct(kernel, p.name, p.type, x))
             else:
                 out.append(_pack_scalar(arrays.check_scalar(kernel, p.name, p.type, x), p.type))
         return out, copybacks

@@ -36,7 +36,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..backends.nvptx.archs import arch_of_cc as arch_of  # the arch names are the backend's data
-from ..ir.types import PointerType, ScalarType, TensorMapType, Type
+from ..ir.types import PointerType, ScalarType, StructType, TensorMapType, Type
 from . import arrays
 from .arrays import ArgMismatch
 from .device import Artifact, Device, DeviceAssertionError, LaunchError
@@ -618,6 +618,16 @@ def _param_layout(artifact: Artifact, base: int) -> list[tuple[str, int | None]]
                 at += 64 - at % 64
             out.append(("128s", at))
             at += 128
+            continue
+        if isinstance(t, StructType):  # its bytes (marshal's pack_struct), at its alignment
+            if at % t.align:
+                out.append((f"{t.align - at % t.align}x", None))
+                at += t.align - at % t.align
+            out.append((f"{t.size}s", at))
+            at += t.size
+            if at % 8:
+                out.append((f"{8 - at % 8}x", None))
+                at += 8 - at % 8
             continue
         if isinstance(t, PointerType):
             code = "Q"

@@ -31,7 +31,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from ..ir.types import PointerType, ScalarType
+from ..ir.types import PointerType, ScalarType, StructType
 from .codeobject import ET_DYN, CodeObject, CodeObjectError, KernelInfo, read_code_object
 from .device import Artifact, Device, LaunchError
 from .stdio import flush_c_stdio
@@ -227,6 +227,8 @@ def kernarg_layout(artifact: Artifact, kernel: KernelInfo) -> KernargLayout:
         t = p.type
         if isinstance(t, PointerType):
             code, kind = "Q", "global_buffer"
+        elif isinstance(t, StructType):  # its bytes (marshal's pack_struct), by value
+            code, kind = f"{t.size}s", "by_value"
         elif isinstance(t, ScalarType) and t.name in STRUCT_CODES:
             code, kind = STRUCT_CODES[t.name], "by_value"
         else:

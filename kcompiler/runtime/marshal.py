@@ -17,7 +17,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..ir.types import PointerType, TensorMapType
+from ..ir.types import PointerType, StructType, TensorMapType
 from . import arrays
 from .device import Artifact
 
@@ -155,6 +155,10 @@ def marshal_args(artifact: Artifact, args: Sequence[Any],
                     raise TypeError(f"{kernel}: parameter '{p.name}': a GPU kernel reads tensor maps of GPU "
                                     f"arrays, got {x!r}")
                 out.append(x.raw)  # 128 bytes, passed by value
+            elif isinstance(p.type, StructType):
+                from .structs import pack_struct
+
+                out.append(pack_struct(kernel, p.name, p.type, x))  # its bytes, passed by value
             elif p.type.name == "bf16":
                 out.append(bf16_bits(arrays.check_scalar(kernel, p.name, p.type, x)))
             else:

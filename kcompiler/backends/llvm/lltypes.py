@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from llvmlite import ir as ll
 
-from ...ir.types import ScalarType
+from ...ir.types import ScalarType, StructType, Type, VectorType, alignof, sizeof
 
 
 class BFloatType(ll.types._BaseFloatType):
@@ -44,3 +44,20 @@ def intrinsic_suffix(t: ll.Type) -> str:
     if isinstance(t, ll.VectorType):
         return f"v{t.count}{intrinsic_suffix(t.element)}"
     return t.intrinsic_name
+
+
+def struct_field_lltype(t: Type, memtype) -> ll.Type:
+    """A struct field's LLVM type: its memory type, except a vector whose C size or alignment is not
+    LLVM's (``vec<f32, 3>`` is 12 bytes aligned to 4 in C, 16 bytes in LLVM; a 32-byte vector is
+    aligned to its element here, to 32 in LLVM), which is an array of its lanes (same bytes)."""
+    if isinstance(t, VectorType) and alignof(t) != sizeof(t):
+        return ll.ArrayType(memtype(t.elem), t.count)
+    return memtype(t)
+
+
+def struct_lltype(t: StructType, memtype) -> ll.Type:
+    """The LLVM type of struct ``t``, in registers and in memory alike: an LLVM literal struct of its
+    fields' memory types (bool a byte), whose natural layout under every data layout kcompiler
+    targets is C's (:attr:`StructType.offsets`; tests/backends/test_struct_layout.py checks it
+    with LLVM's own offsets). ``memtype`` maps an IR type to its LLVM memory type."""
+    return ll.LiteralStructType([struct_field_lltype(f, memtype) for _, f in t.fields])

@@ -15,11 +15,11 @@ from llvmlite import ir as ll
 from ...diagnostics import CompileError, SourceSpan
 from ...ir import core
 from ...ir.core import Function, Module, Op, Region, Value
-from ...ir.types import (AddressSpace, ArrayType, PointerType, ScalarType, TensorMapType, Type, VectorType, VoidType,
-                         elem_of)
+from ...ir.types import (AddressSpace, ArrayType, PointerType, ScalarType, StructType, TensorMapType, Type, VectorType,
+                         VoidType, elem_of)
 from ..errors import UnsupportedOnTarget
 from ..target import CompileOptions, Target, local_name
-from .lltypes import _I8, intrinsic_suffix, scalar_lltype
+from .lltypes import _I8, intrinsic_suffix, scalar_lltype, struct_lltype
 from .lower_arith import ArithmeticLowering
 from .lower_bits import BitLowering
 from .lower_machine import MachineLowering
@@ -156,6 +156,8 @@ class Lowering(ArithmeticLowering, BitLowering, MemoryLowering, MachineLowering)
             return ll.ArrayType(self.memtype(t.elem), t.count)
         if isinstance(t, VoidType):
             return ll.VoidType()
+        if isinstance(t, StructType):
+            return struct_lltype(t, self.memtype)
         if isinstance(t, TensorMapType):
             # the address of the map (generic); a kernel receives the map itself by value, which
             # Target.declare_kernel spells (NVPTX: a byval grid-constant parameter)

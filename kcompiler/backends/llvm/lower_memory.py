@@ -10,7 +10,7 @@ from llvmlite import ir as ll
 from ...ir.core import Op
 from ...ir.types import AddressSpace, ArrayType, PointerType, ScalarType, Type, elem_of, sizeof
 from ..target import LLVM_ORDERS, local_name, set_syncscope
-from .lltypes import _I32, _I64
+from .lltypes import _I32, _I64, struct_field_lltype
 
 if TYPE_CHECKING:
     from .lower import LoweringContext
@@ -75,6 +75,48 @@ class MemoryLowering:
         if isinstance(pt.pointee, ArrayType):
             return ctx.b.gep(p, [ll.Constant(_I64, 0), idx], source_etype=self.memtype(pt.pointee))
         return ctx.b.gep(p, [idx], source_etype=self.memtype(pt.pointee))
+
+    def op_fieldptr(self, ctx: LoweringContext, op: Op) -> ll.Value:
+        p = self.v(ctx, op.operands[0])
+        st = op.operands[0].type.pointee
+        return ctx.b.gep(p, [ll.Constant(ll.IntType(32), 0), ll.Constant(ll.IntType(32), op.attrs["index"])],
+                         source_etype=self.memtype(st))
+
+    def op_struct_build(self, ctx: LoweringContext, op: Op) -> ll.Value:
+        st = op.result.type
+        agg = ll.Constant(self.lltype(st), ll.Undefined)
+        for i, (v, (_, ft)) in enumerate(zip(op.operands, st.fields)):
+            agg = ctx.b.insert_value(agg, self._to_field(ctx, self.v(ctx, v), ft), i)
+        return agg
+
+    def op_struct_get(self, ctx: LoweringContext, op: Op) -> ll.Value:
+        st = op.operands[0].type
+        i = op.attrs["index"]
+        x = ctx.b.extract_value(self.v(ctx, op.operands[0]), i)
+        return self._from_field(ctx, x, st.fields[i][1])
+
+    def _to_field(self, ctx: LoweringContext, x: ll.Value, t: Type) -> ll.Value:
+        """A register value as its struct field's LLVM type (bool a byte; a vector held as lanes)."""
+        ft = struct_field_lltype(t, self.memtype)
+        if ft == x.type:
+            return x
+        if isinstance(ft, ll.ArrayType):
+            arr = ll.Constant(ft, ll.Undefined)
+            for k in range(ft.count):
+                arr = ctx.b.insert_value(arr, ctx.b.extract_element(x, ll.Constant(ll.IntType(32), k)), k)
+            return arr
+        return ctx.b.zext(x, ft)
+
+    def _from_field(self, ctx: LoweringContext, x: ll.Value, t: Type) -> ll.Value:
+        want = self.lltype(t)
+        if want == x.type:
+            return x
+        if isinstance(x.type, ll.ArrayType):
+            vec = ll.Constant(want, ll.Undefined)
+            for k in range(x.type.count):
+                vec = ctx.b.insert_element(vec, ctx.b.extract_value(x, k), ll.Constant(ll.IntType(32), k))
+            return vec
+        return ctx.b.trunc(x, want)
 
     def op_ptrcast(self, ctx: LoweringContext, op: Op) -> ll.Value:
         return self.v(ctx, op.operands[0])  # opaque pointers: the pointee lives in the IR type only
