@@ -432,15 +432,23 @@ PRINTF_BUFFER_ALIAS = "<printf_buffer>"
 
 #: std.math, which the accurate math builtins (sin, exp2, ...: builtins_libm.py) call, likewise.
 MATH_ALIAS = "<math>"
+#: std.libm_rem, whose exact fmod is float `%` (builtins_libm.float_rem), likewise.
+REM_ALIAS = "<rem>"
 
 
 def _implicit_imports(mod: SourceModule) -> list[A.Import]:
     """``import std.hostcall`` and ``std.printf_buffer`` for a module that calls printf (whichever
     target it is lowered for; only the functions a printf lowering calls are instantiated), and
-    ``import std.math`` for one that calls an accurate math builtin it does not define itself."""
+    ``import std.math`` for one that calls an accurate math builtin it does not define itself, and
+    ``import std.libm_rem`` for one that uses `%` (on floats it is that module's fmod; the operand
+    types are not known yet, so any `%` loads it)."""
     out: list[A.Import] = []
     printf = math = False
+    rem = mod.prefix == "std_libm_rem__"
     for n in A.walk(mod.ast):
+        if not rem and isinstance(n, (A.Binary, A.Assign)) and n.op == "%":
+            rem = True
+            out.append(A.Import(["std", "libm_rem"], REM_ALIAS, span=n.span))
         if not (isinstance(n, A.Call) and isinstance(n.func, A.Name)):
             continue
         if n.func.id == "printf" and not printf:
