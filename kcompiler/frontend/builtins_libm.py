@@ -17,7 +17,7 @@ from ..ir.types import SCALARS, VectorType
 from .builtin_registry import builtin
 from .builtins import ACCURATE_MATH
 from .builtins_math import math_operands
-from .program import MATH_ALIAS, REM_ALIAS
+from .program import MATH_ALIAS, std_module
 from .values import Poison
 
 #: The accurate functions std.math has no f64 version of (yet).
@@ -55,12 +55,12 @@ def _accurate(fl, f, e, kw):
 
 def float_rem(fl, x: Value, y: Value, span) -> Value:
     """``x % y`` for floats ``x`` and ``y`` of one type (f16, bf16, f32, f64, or vectors of them, lane
-    by lane): C's ``fmod``, exact, as a call of std.libm_rem's ``fmod[T]``, which the program loader
-    imports into every module that uses ``%`` (program.py, ``REM_ALIAS``). Raises Poison where the
-    instantiation failed (its error is already reported)."""
+    by lane): C's ``fmod``, exact, as a call of std.libm_rem's ``fmod[T]`` (loaded on the first
+    float `%`: program.std_module). Raises Poison where the instantiation failed (its error is
+    already reported)."""
     t = x.type
     et = t.elem if isinstance(t, VectorType) else t
-    mod = fl.mod.imports.get(REM_ALIAS, fl.mod)
+    mod = std_module(fl.L.program, "libm_rem")
     fn = fl.L.instance(mod, mod.fns["fmod"], {"T": et}, span, fl)
     if fn is None:
         raise Poison()

@@ -194,3 +194,21 @@ kernel k(x: ptr<f32>, y: ptr<f32>, f: ptr<f32>, r: ptr<f32>, p: ptr<f32>, n: i64
             bad += int((~ok).sum())
     print(f"\nfmod/remainder/%: {bad} of {3 * 4 * n} results differ from the exact ones")
     assert bad == 0
+
+
+def test_std_libm_rem_is_loaded_only_for_a_float_percent():
+    """Integer `%` parses nothing more (std.libm_rem is loaded by the lowering at the first float
+    `%`), and a program that imports std.math shares its libm_rem with `%`."""
+    from kcompiler.frontend import lower
+    from kcompiler.frontend.program import load_program
+    from kcompiler.pipeline import resolve_target
+
+    target = resolve_target("cpu")
+    for src, loaded in (("kernel k(x: ptr<i32>) {\n    x[0] = x[1] % 7;\n}\n", False),
+                        ("kernel k(x: ptr<f32>) {\n    x[0] = x[1] % 7.0;\n}\n", True),
+                        ("import std.math\nkernel k(x: ptr<f32>) {\n    x[0] = x[1] % math.fmod(x[2], x[3]);\n}\n",
+                         True)):
+        program = load_program(src, "k.kc")
+        lower(program, target)
+        rem = [k for k in program.modules if k.endswith("libm_rem.kc")]
+        assert len(rem) == int(loaded), (src, list(program.modules))
