@@ -2,7 +2,8 @@
 device's copy bandwidth, all measured in this run. Each measured call is first checked against torch
 (relative Frobenius error), then timed (triton's do_bench, median of repeats after warm-up).
 
-    python benchmarks/bench_attention.py [--quick] [--json OUT.json]
+    python benchmarks/bench_attention.py [--quick] [--json OUT.json] [--only prefill|decode|mla|decode+mla]
+    python benchmarks/bench_attention.py --only decode+mla --per-call --json per_call.json
 
 - prefill: B 4, H 32, S 4096, D 128, bf16, causal and not; TFLOP/s with 4 B H S^2 D operations (half
   that when causal), the usual count. Both of ops.attention's NVIDIA paths: std.attention
@@ -13,6 +14,11 @@ device's copy bandwidth, all measured in this run. Each measured call is first c
   cache (pages of 16 and 64 tokens, in shuffled order), bf16 and FP8 E4M3; TB/s of K and V read (the
   cache bytes a sequence owns, read once), against the copy bandwidth (a 4 GiB device-to-device copy,
   bytes read plus written) and SDPA's flash backend over a contiguous cache.
+- decode --per-call: the paged decode with ops' defaults (max_seq_len given, and not) at B 32, H 32, 8192
+  keys, D 128: MHA, GQA 4:1 and 8:1 (bf16) and FP8 E4M3 MHA, pages of 16 and 64; each timed per call
+  with the host's work included (back-to-back calls between two CUDA events, no graph, no
+  synchronisation between calls), by do_bench, and replayed from a CUDA graph; TB/s and % of the copy
+  bandwidth. MLA's defaults (pages of 64, H 16 and 128) likewise.
 - mla: DeepSeek's MLA decode (latent 512 + rope 64, pages of 64), B 32, H 16 and 128, 8192 keys: the
   Hopper kernel (std.mla_sm90) beside std.attention's mma.sync one, TB/s of cache and TFLOP/s.
 """
@@ -41,6 +47,7 @@ DECODE_CONFIGS = {
     "mha": [(16, 4, 4, 3, None), (16, 4, 2, 3, None), (16, 4, 4, 2, None), (16, 4, 4, 4, None), (16, 8, 4, 3, None),
             (16, 4, 8, 3, None), (64, 4, 4, 3, None), (16, 4, 4, 3, 2)],
     "gqa": [(16, 4, 4, 3, None)],
+    "gqa8": [(16, 4, 4, 3, None)],
     "fp8": [(16, 4, 8, 3, None), (16, 4, 4, 3, None), (16, 8, 4, 3, None), (16, 4, 4, 4, None), (64, 4, 4, 3, None),
             (16, 4, 8, 2, None)],
 }
@@ -51,8 +58,11 @@ DECODE_TC_CONFIGS = {
             (16, True, 2, 64, 2, None), (16, True, 2, 32, 2, None), (16, True, 4, 32, 2, 2),
             (16, True, 8, 16, 3, None), (16, True, 4, 16, 3, None), (16, True, 4, 16, 3, 4), (16, True, 4, 16, 3, 1),
             (64, True, 4, 32, 2, None), (16, False, 1, 32, 2, None)],
+    "gqa8": [(16, True, 4, 32, 2, None), (64, True, 4, 32, 2, None)],
     "mha": [(16, True, 4, 32, 2, None)],
 }
+#: the decode's caches: (name, KV heads of 32 query heads, FP8)
+DECODE_KINDS = (("mha", 32, False), ("gqa", 8, False), ("gqa8", 4, False), ("fp8", 32, True))
 
 
 def graph_ms(fn) -> float:
@@ -65,6 +75,25 @@ def graph_ms(fn) -> float:
     except Exception as e:  # noqa: BLE001
         print(f"  graph capture failed: {type(e).__name__}: {str(e)[:200]}", flush=True)
         return float("nan")
+
+
+def per_call_ms(fn, calls: int = 100, repeats: int = 7) -> float:
+    """ms a call of ``fn`` with its host work included: ``calls`` calls back to back between two CUDA
+    events (no graph, no synchronisation between calls: where the host's share of a call is longer
+    than the device's, the device waits and the time shows it), the median of ``repeats``."""
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(calls):
+            fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / calls)
+    return sorted(times)[len(times) // 2]
 
 
 def rel(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -207,27 +236,36 @@ def paged(k: torch.Tensor, v: torch.Tensor, page: int, gen: torch.Generator):
     return kc, vc, order.view(B, per).int()
 
 
+def decode_inputs(B: int, H: int, HK: int, S: int, D: int, fp8: bool):
+    """(q, k, v, k_scale, v_scale, kd, vd, want): random (B, HK, S, D) K and V (FP8 E4M3 with per-head
+    scales, kd / vd their bf16 dequantisation; else kd, vd = k, v), q (B, H, D) bf16, and the decode's
+    result by SDPA in float32."""
+    k, v = (torch.randn(B, HK, S, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    q = torch.randn(B, H, D, device="cuda", dtype=torch.bfloat16)
+    ks = vs = None
+    if fp8:
+        ks = (k.float().abs().amax(dim=(0, 2, 3)) / 448).contiguous()
+        vs = (v.float().abs().amax(dim=(0, 2, 3)) / 448).contiguous()
+        k = (k.float() / ks[None, :, None, None]).to(torch.float8_e4m3fn)
+        v = (v.float() / vs[None, :, None, None]).to(torch.float8_e4m3fn)
+        kd = (k.float() * ks[None, :, None, None]).bfloat16()
+        vd = (v.float() * vs[None, :, None, None]).bfloat16()
+    else:
+        kd, vd = k, v
+    want = torch.cat([torch.nn.functional.scaled_dot_product_attention(
+        q[b0:b0 + 8, :, None].float(), kd[b0:b0 + 8].float().repeat_interleave(H // HK, 1),
+        vd[b0:b0 + 8].float().repeat_interleave(H // HK, 1))[:, :, 0] for b0 in range(0, B, 8)])
+    return q, k, v, ks, vs, kd, vd, want
+
+
 def decode(results: dict, bw: float, quick: bool, kinds: str = "mha,gqa,fp8", first: int | None = None) -> None:
     B, H, S, D = 32, 32, 8192, 128
     gen = torch.Generator().manual_seed(0)
-    for kind, HK, fp8 in (("mha", 32, False), ("gqa", 8, False), ("fp8", 32, True)):
+    for kind, HK, fp8 in DECODE_KINDS:
         if kind not in kinds.split(","):
             continue
-        k, v = (torch.randn(B, HK, S, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-        q = torch.randn(B, H, D, device="cuda", dtype=torch.bfloat16)
-        ks = vs = None
-        if fp8:
-            ks = (k.float().abs().amax(dim=(0, 2, 3)) / 448).contiguous()
-            vs = (v.float().abs().amax(dim=(0, 2, 3)) / 448).contiguous()
-            k = (k.float() / ks[None, :, None, None]).to(torch.float8_e4m3fn)
-            v = (v.float() / vs[None, :, None, None]).to(torch.float8_e4m3fn)
-            kd = (k.float() * ks[None, :, None, None]).bfloat16()
-            vd = (v.float() * vs[None, :, None, None]).bfloat16()
-        else:
-            kd, vd = k, v
+        q, k, v, ks, vs, kd, vd, want = decode_inputs(B, H, HK, S, D, fp8)
         qq = q[:, :, None]
-        want = torch.nn.functional.scaled_dot_product_attention(qq.float(), kd.float().repeat_interleave(H // HK, 1),
-                                                                vd.float().repeat_interleave(H // HK, 1))[:, :, 0]
         try:
             with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
                 t_flash = bench(lambda: torch.nn.functional.scaled_dot_product_attention(qq, kd, vd,
@@ -285,6 +323,69 @@ def decode(results: dict, bw: float, quick: bool, kinds: str = "mha,gqa,fp8", fi
               f"{kv_bytes / tg / 1e9 / bw:.0%}, {tg:.3f} ms) {cfg}; SDPA flash "
               f"(contiguous{' bf16 cache' if fp8 else ''}) {t_flash:.3f} ms (x{t_flash / t:.2f})", flush=True)
         del k, v
+
+
+def decode_per_call(results: dict, bw: float, kinds: str = "mha,gqa,gqa8,fp8", mla_too: bool = True) -> None:
+    """The decode goal of issue 23: ops.paged_decode with its defaults at B 32, H 32, 8192 keys, D 128,
+    pages of 16 and 64, for each cache of ``kinds`` (mha: 32 KV heads; gqa: 8, 4:1; gqa8: 4, 8:1; fp8:
+    E4M3, 32 KV heads), with max_seq_len given and not (then the splits are planned for the block
+    table's capacity, here the same 8192): ms per call with the host's work included
+    (:func:`per_call_ms`), by do_bench (its cache flush between calls hides some of the host's share)
+    and from a CUDA graph (the device alone), as TB/s of K and V and % of the copy bandwidth ``bw``.
+    With ``mla_too`` also ops.mla_decode's defaults (pages of 64, H 16 and 128)."""
+    B, H, S, D = 32, 32, 8192, 128
+    gen = torch.Generator().manual_seed(0)
+    lens = torch.full((B,), S, dtype=torch.int32, device="cuda")
+
+    def report(name, kv_bytes, calls, err, extra):
+        row = dict(rel_err=err, **extra)
+        line = []
+        for how, call in calls.items():
+            for mode, timer in (("per call", per_call_ms), ("do_bench", bench), ("graph", graph_ms)):
+                t = timer(call)
+                tbs = kv_bytes / t / 1e9
+                row[f"{how} {mode} ms"] = t
+                row[f"{how} {mode} of_copy"] = tbs / bw
+                line.append(f"{how} {mode} {tbs:.2f} TB/s = {tbs / bw:.0%}")
+        results[name] = row
+        print(f"{name} (error {err:.1e}): " + "; ".join(line), flush=True)
+
+    for kind, HK, fp8 in DECODE_KINDS:
+        if kind not in kinds.split(","):
+            continue
+        q, k, v, ks, vs, kd, vd, want = decode_inputs(B, H, HK, S, D, fp8)
+        del kd, vd
+        kv_bytes = 2 * k.numel() * k.element_size()
+        for page in (16, 64):
+            kc, vc, table = paged(k, v, page, gen)
+            calls = {"max_seq_len": lambda: ops.paged_decode(q, kc, vc, table, lens, k_scale=ks, v_scale=vs,  # noqa: B023
+                                                             max_seq_len=S),
+                     "no max_seq_len": lambda: ops.paged_decode(q, kc, vc, table, lens, k_scale=ks,  # noqa: B023
+                                                                v_scale=vs)}
+            err = max(rel(c(), want) for c in calls.values())
+            report(f"decode per call {kind} B{B} H{H} HKV{HK} KV{S} D{D} page {page} "
+                   f"{'fp8 e4m3' if fp8 else 'bf16'}", kv_bytes, calls, err, dict(copy_tbps=bw))
+            del kc, vc, table
+        del q, k, v, want
+    if not mla_too:
+        return
+    Dl, DR, page = 512, 64, 64
+    ckv = torch.randn(B * S // page, page, Dl, device="cuda", dtype=torch.bfloat16)
+    kpe = torch.randn(B * S // page, page, DR, device="cuda", dtype=torch.bfloat16)
+    table = torch.randperm(B * S // page, generator=gen).view(B, S // page).int().cuda()
+    cache_bytes = (ckv.numel() + kpe.numel()) * 2
+    for Hm in (16, 128):
+        qn = torch.randn(B, Hm, Dl, device="cuda", dtype=torch.bfloat16)
+        qp = torch.randn(B, Hm, DR, device="cuda", dtype=torch.bfloat16)
+        c = ckv[table[0].long()].reshape(-1, Dl).float()
+        kp = kpe[table[0].long()].reshape(-1, DR).float()
+        ref = torch.softmax((qn[0].float() @ c.T + qp[0].float() @ kp.T) * 0.07, -1) @ c
+        calls = {"max_seq_len": lambda: ops.mla_decode(qn, qp, ckv, kpe, table, lens, scale=0.07,  # noqa: B023
+                                                       max_seq_len=S),
+                 "no max_seq_len": lambda: ops.mla_decode(qn, qp, ckv, kpe, table, lens, scale=0.07)}  # noqa: B023
+        err = max(rel(f()[0], ref) for f in calls.values())
+        report(f"mla decode per call B{B} H{Hm} KV{S} latent {Dl}+{DR} page {page} bf16", cache_bytes, calls, err,
+               dict(copy_tbps=bw))
 
 
 def mla(results: dict, bw: float, quick: bool = False, first: int | None = None) -> None:
@@ -355,7 +456,11 @@ def main() -> None:
     p.add_argument("--json", help="write the results here")
     p.add_argument("--only", choices=["prefill", "decode", "mla", "decode+mla"])
     p.add_argument("--dims", action="store_true", help="also the prefill at D = 64 and 256")
-    p.add_argument("--kinds", default="mha,gqa,fp8", help="the decode's caches (comma-separated: mha, gqa, fp8)")
+    p.add_argument("--kinds", help="the decode's caches (comma-separated: mha, gqa, gqa8, fp8; default: all but "
+                   "gqa8 in the sweep, all with --per-call)")
+    p.add_argument("--per-call", action="store_true",
+                   help="decode (and with --only decode+mla, MLA): ops' defaults per call, host time included, "
+                        "beside do_bench and a CUDA graph, pages of 16 and 64 (decode_per_call)")
     p.add_argument("--first", type=int, help="only the first N SIMT decode and MLA configurations")
     p.add_argument("--no-copy", action="store_true", help="skip the copy-bandwidth measurement (prefill only)")
     args = p.parse_args()
@@ -364,11 +469,13 @@ def main() -> None:
     bw = float("nan") if args.no_copy else copy_bandwidth()
     results["copy_tbps"] = bw
     print(f"{dev}: device-to-device copy {bw:.2f} TB/s (read + write)")
-    if args.only in (None, "prefill"):
+    if args.only in (None, "prefill") and not args.per_call:
         prefill(results, args.quick)
-    if args.only in (None, "decode", "decode+mla"):
-        decode(results, bw, args.quick, args.kinds, args.first)
-    if args.only in (None, "mla", "decode+mla"):
+    if args.per_call:
+        decode_per_call(results, bw, args.kinds or "mha,gqa,gqa8,fp8", mla_too=args.only in (None, "decode+mla"))
+    elif args.only in (None, "decode", "decode+mla"):
+        decode(results, bw, args.quick, args.kinds or "mha,gqa,fp8", args.first)
+    if args.only in (None, "mla", "decode+mla") and not args.per_call:
         mla(results, bw, args.quick, args.first)
     if args.dims:
         prefill_dims(results, args.quick)

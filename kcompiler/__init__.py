@@ -8,10 +8,13 @@
 
 Public API: :func:`compile`, :func:`compile_file`, :func:`devices`, :func:`resolve_target_name`,
 :data:`TARGETS`, :data:`TARGET_ALIASES`, :class:`Target`, :class:`CompileOptions`, :class:`CompileError`,
-:class:`LaunchError`, :class:`Module`, :class:`Kernel`, :class:`Launch`, :class:`Device`,
-:class:`Artifact`, :class:`capture_printf` (kernels' printf output into ``sys.stdout`` or a string, on
-every target), :func:`graph` (capture launches into a CUDA graph and replay them); array operations in :mod:`kcompiler.ops`; autotuning in
-:mod:`kcompiler.runtime.autotune`.
+:class:`LaunchError` (its :class:`DeviceAssertionError`), :class:`Module`, :class:`Kernel`, :class:`Launch`,
+:class:`Device`, :class:`Artifact`, :class:`capture_printf` (kernels' printf output into ``sys.stdout`` or a
+string, on every target), :func:`graph` (capture launches into a CUDA graph and replay them); array
+operations in :mod:`kcompiler.ops`; :func:`autotune` (a kernel tuned over configurations of
+compile-time values and launch shapes, :mod:`kcompiler.runtime.tuning`);
+device arrays without torch or CuPy: :func:`to_device`, :func:`device_array`, :func:`from_dlpack`,
+:class:`DeviceArray` (runtime/device_array.py).
 """
 from __future__ import annotations
 
@@ -22,14 +25,17 @@ import os
 from typing import Any
 
 from .diagnostics import CompileError
-from .runtime.device import Artifact, Device, LaunchError
+from .runtime.device import Artifact, Device, DeviceAssertionError, LaunchError
 
 #: Public names imported at first use (module ``__getattr__``): ``import kcompiler`` loads neither
 #: llvmlite, numpy, lark, torch, cuda-python nor hip-python, so that the CLI starts fast.
 _LAZY = {"Module": ".runtime.module", "Kernel": ".runtime.module", "Launch": ".runtime.module",
          "ProgramHandle": ".pipeline", "Source": ".pipeline", "Target": ".backends.target",
          "CompileOptions": ".backends.target", "capture_printf": ".runtime.stdio",
-         "graph": ".runtime.graph", "Graph": ".runtime.graph"}
+         "graph": ".runtime.graph", "Graph": ".runtime.graph",
+         "to_device": ".runtime.device_array", "device_array": ".runtime.device_array",
+         "from_dlpack": ".runtime.device_array", "DeviceArray": ".runtime.device_array",
+         "torch_op": ".ops.torch_ops", "autotune": ".runtime.tuning"}
 #: Subpackages and modules reachable as attributes (``kcompiler.pipeline``) without an import.
 #: ``kcompiler.ops`` is one of them: ``import kcompiler as kc; kc.ops.matmul(a, b)`` imports the ops
 #: package (and numpy) at that first use, as ``torch.nn`` is reached from ``torch``.
@@ -104,7 +110,8 @@ def compile(source: str, target: str = "auto", arch: str | None = None,  # noqa:
     (``params=``, the keyword's older name, still works but is deprecated: a DeprecationWarning).
     ``path``: the name messages print; imports of the user's own modules are searched beside it (in
     the current directory for the default '<string>'). ``options``: :class:`CompileOptions` fields
-    (``opt_level`` 0-3, ``check_bounds``, ``fast_math``; ValueError for a bad value).
+    (``opt_level`` 0-3, ``check_bounds``, ``fast_math``, ``release``; ValueError for a bad value).
+    ``release=True``: device ``assert`` compiles to nothing (C's NDEBUG).
     ``check_bounds=True`` (cpu target): every access to memory the kernel was given is checked, and
     an out-of-bounds or misaligned one raises LaunchError naming the array, index, kernel and
     file:line:col. Unchecked (the default, as on a GPU), nothing is: on the cpu target an overrun
@@ -171,5 +178,7 @@ def devices() -> list[Device]:
 
 
 __all__ = ["compile", "compile_file", "devices", "TARGETS", "TARGET_ALIASES", "Target",
-           "CompileOptions", "CompileError", "LaunchError", "Artifact", "Device", "Module", "Kernel",
-           "resolve_target_name", "capture_printf", "__version__"]
+           "CompileOptions", "CompileError", "LaunchError", "DeviceAssertionError", "Artifact", "Device",
+           "Module", "Kernel",
+           "resolve_target_name", "capture_printf", "to_device", "device_array", "from_dlpack",
+           "DeviceArray", "torch_op", "autotune", "__version__"]

@@ -2,9 +2,9 @@
 
     kc compile FILE [--target nvptx|amdgcn|cpu|cuda|hip] [--arch ARCH]
                     [--emit ast|ir|llvm|asm|obj] [-o OUT] [-P NAME=VALUE]... [--kernel NAME]
-                    [-O 0-3] [--fast-math] [--check-bounds]
+                    [-O 0-3] [--fast-math] [--check-bounds] [--release]
     kc check FILE [--target ...] [--arch ...]
-    kc run FILE --kernel NAME --grid G --block B [--target ...] [--no-check-bounds] NAME=VALUE...
+    kc run FILE --kernel NAME --grid G --block B [--target ...] [--no-check-bounds] [--release] NAME=VALUE...
     kc devices
     kc targets
 
@@ -134,7 +134,10 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--fast-math", action="store_true", help="approximate f32 division and sqrt, "
                    "allow reassociation")
     c.add_argument("--check-bounds", action="store_true",
-                   help="check every access to host-passed memory (cpu target)")
+                   help="check every access to host-passed memory (cpu target) and every index of a "
+                        "local or shared array (cpu, nvptx, amdgcn)")
+    c.add_argument("--release", action="store_true",
+                   help="compile device asserts out (C's NDEBUG; they are still checked)")
 
     k = sub.add_parser("check", help="parse and type-check a file",
                        description="Parse and type-check FILE; print every error found.")
@@ -165,6 +168,8 @@ def _parser() -> argparse.ArgumentParser:
                         "(exit 1). On by default for the cpu target, as kc run is a debugging "
                         "command; --no-check-bounds runs unchecked and faster, where an overrun "
                         "can corrupt the process or end it with a segfault")
+    r.add_argument("--release", action="store_true",
+                   help="compile device asserts out (C's NDEBUG)")
     r.add_argument("-P", "--param", dest="comptime", action="append", type=_param, default=[],
                    metavar="NAME=VALUE", help="compile-time parameter; repeatable")
     r.add_argument("--out", "-o", default="kc-out", help="folder for the arrays after the run "
@@ -198,12 +203,12 @@ def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     target = resolve_target_name(args.target)
     check_bounds = args.check_bounds if args.check_bounds is not None else target == "cpu"
     if args.check_bounds and target != "cpu":
-        print(f"kc: note: --check-bounds checks accesses on the cpu target only; {target} runs "
-              f"unchecked", file=sys.stderr)
+        print(f"kc: note: --check-bounds checks every access on the cpu target only; {target} checks "
+              f"the indices of local and shared arrays", file=sys.stderr)
     try:
         opts = {"printf": args.printf} if args.printf else None
         module = compile_file(args.file, target=target, arch=args.arch, target_options=opts,
-                              check_bounds=check_bounds)
+                              check_bounds=check_bounds, release=args.release)
         kernel = getattr(module, args.kernel)
     except (OSError, UnicodeDecodeError) as e:
         return _fail(f"cannot read {args.file}: {getattr(e, 'strerror', None) or e}")
@@ -289,7 +294,7 @@ def _compile(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     target = backend.name
     comptime = dict(args.comptime)
     options = CompileOptions(opt_level=args.opt_level, check_bounds=args.check_bounds,
-                             fast_math=args.fast_math)
+                             fast_math=args.fast_math, release=args.release)
     try:
         source = _read(args.file)
     except (OSError, UnicodeDecodeError) as e:

@@ -192,12 +192,14 @@ def comptime_keyword(comptime: Any, params: Any, where: str, stacklevel: int = 3
 
 def _frontend_target(target: Target, options: CompileOptions | None) -> Target:
     """The target as the frontend sees it: with ``fast_math`` on, ``target.has("fast_math")`` is
-    true, so std.math picks its fast versions (docs/math.md)."""
-    if options is None or not options.fast_math:
+    true, so std.math picks its fast versions (docs/math.md); with ``release`` on,
+    ``target.has("release")`` is, and device asserts compile to nothing (C's NDEBUG)."""
+    extra = {name for name in ("fast_math", "release") if options is not None and getattr(options, name)}
+    if not extra:
         return target
     import copy
     t = copy.copy(target)
-    t.features = frozenset(target.features) | {"fast_math"}
+    t.features = frozenset(target.features) | extra
     return t
 
 

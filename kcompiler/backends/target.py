@@ -62,19 +62,22 @@ class CompileOptions:
     process's own memory: heap corruption or a segfault). Raises ValueError for a value of another
     type or range. ``fast_math``: allow reassociation and approximate
     division/sqrt in f32 (LLVM's ``fast`` flags), and std.math's functions become their fast versions
-    (``comptime target.has("fast_math")``; docs/math.md).
+    (``comptime target.has("fast_math")``; docs/math.md). ``release``: device ``assert`` compiles to
+    nothing (C's ``NDEBUG``; ``comptime target.has("release")`` is true); asserts are still checked
+    at compile time.
     """
 
     opt_level: int = 3
     check_bounds: bool = False
     fast_math: bool = False
+    release: bool = False
 
     def __post_init__(self) -> None:
         # Checked where the options are given: a bad value would otherwise fail at the first launch,
         # inside LLVM.
         if type(self.opt_level) is not int or not 0 <= self.opt_level <= 3:
             raise ValueError(f"opt_level must be an integer from 0 to 3, not {self.opt_level!r}")
-        for name in ("check_bounds", "fast_math"):
+        for name in ("check_bounds", "fast_math", "release"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, not {getattr(self, name)!r}")
 
@@ -215,6 +218,25 @@ class Target:
     def nanosleep(self, ctx: "LoweringContext", ns: ll.Value) -> None:
         """A hint to back off a spin loop for about ``ns`` (i32) nanoseconds; may do nothing."""
 
+    def spin_point(self, ctx: "LoweringContext", value: ll.Value, failed: ll.Value | None = None) -> None:
+        """After an atomic read inside a ``while`` loop (atomic_load, atomic_cas, atomic exch; a ``for``
+        loop is counted, so it ends without help; ``value`` the
+        integer read, ``failed`` an i1, for a CAS, true where it did not swap): where the threads of
+        a block are not all running at once, let the others run when the thread may be spinning on
+        one of them. GPUs: nothing (sm_70+'s independent thread scheduling, AMD's wavefronts)."""
+
+    def trap(self, ctx: "LoweringContext", reason: str, message: str = "", function: str = "") -> None:
+        """Stop this thread and fail the launch (the IR op ``trap``; ``reason``: 'assert', or 'bounds'
+        from :meth:`check_index`; ``message``: the failed condition's text, ``function``: the name of
+        the function it is in, where known).
+        GPUs: ``llvm.trap`` (NVPTX ``trap``, AMDGCN ``s_trap 2``): the launch ends with an error
+        (CUDA_ERROR_ASSERT / ILLEGAL_INSTRUCTION; the CUDA context is then unusable, as after a
+        failed CUDA ``assert``). The builder continues in a new, unreachable block."""
+        b = ctx.b
+        b.call(ctx.declare("llvm.trap", _ll().VoidType(), []), [])
+        b.unreachable()
+        b.position_at_end(b.append_basic_block("after_trap"))
+
     # --- printf -----------------------------------------------------------------------------------
     def printf(self, ctx: "LoweringContext", fmt: str, args: list[ll.Value], types: list[Type]) -> None:
         """Print ``fmt`` (a format checked by the frontend: kcompiler.ir.printf parses it) with ``args``,
@@ -329,6 +351,34 @@ class Target:
         is aligned as the access needs (``align``, or ``memtype``'s natural alignment: a GPU faults on
         a misaligned access). ``op`` is the IR op (its ``span`` locates the access, its name says
         load/store/atomic). Targets without a checker emit nothing."""
+
+    def check_index(self, ctx: "LoweringContext", index: ll.Value, count: int, op: Any) -> None:
+        """Under ``check_bounds``, emit a check that the i64 ``index`` (sign-extended where the
+        language's index is signed: a negative one fails too) into an array of ``count`` elements is
+        below ``count``; ``op`` is the memory op it leads to (span, load/store/atomic). GPUs: an out-of-
+        range index prints what :meth:`index_error` prints, then traps (:meth:`trap`)."""
+        ll_ = _ll()
+        b = ctx.b
+        ok = b.icmp_unsigned("<", index, ll_.Constant(index.type, count))
+        bad = b.append_basic_block("index_out_of_range")
+        cont = b.append_basic_block("index_checked")
+        br = b.cbranch(ok, cont, bad)
+        br.set_weights([1 << 20, 1])
+        b.position_at_end(bad)
+        self.index_error(ctx, index, count, op)
+        self.trap(ctx, "bounds", f"array index < {count}",
+                  ctx.ir_fn.attrs.get("source_name", ctx.ir_fn.name))
+        b.branch(cont)  # from the unreachable block trap left the builder in
+        b.position_at_end(cont)
+
+    def check_shared(self, ctx: "LoweringContext", ptr: ll.Value, nbytes: int, op: Any) -> None:
+        """Under ``check_bounds``, emit a check that [ptr, ptr+nbytes) lies in the block's shared
+        memory (static arrays and the launch's dynamic bytes: what ``dynamic_shared[T]()`` points
+        into). Targets without a checker emit nothing."""
+
+    def index_error(self, ctx: "LoweringContext", index: ll.Value, count: int, op: Any) -> None:
+        """Report an array index out of range before the trap (by default nothing: AMD's printf is
+        the frontend's hostcall, which a backend cannot call)."""
 
     # --- 8-bit floats ----------------------------------------------------------------------------
     def minifloat_encode(self, ctx: "LoweringContext", xs: list[ll.Value], fmt: Any,

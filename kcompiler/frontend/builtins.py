@@ -161,6 +161,9 @@ _FNS = [
     BuiltinFn("compile_error", 1, 1, doc='compile_error("message"): a compile error at this call when '
                                          'the code around it is compiled (in a comptime if branch taken)'),
     # Variadic: the checker and the lowering check the count against the format (printf_format.py).
+    BuiltinFn("assert", 1, 34, doc='assert(cond, "format", args...): where cond is false, print the '
+                                   'message with the location, block and thread, and trap (fails the '
+                                   'launch); compiled out under the release option'),
     BuiltinFn("printf", 1, 33, doc='printf("format", args...): the format a string literal, at most 32 '
                                    'arguments, checked against the format at compile time'),
 ]

@@ -27,13 +27,20 @@ def _printf(fl, f, e, kw):
     string literal folded into the format, so that only device strings travel. Emits the IR op
     ``printf`` (vprintf on NVIDIA), or, on a target whose ``printf_method`` is "hostcall",
     hands the call to :func:`hostcall_printf`."""
+    return lower_printf(fl, e)
+
+
+def lower_printf(fl, e: A.Call, lead: tuple[str, list[Value]] = ("", []), what: str = "printf") -> Any:
+    """The printf of call ``e`` (format literal first, then its arguments), after ``lead``: format
+    text already escaped and its values already promoted (device assert's location, block and
+    thread), which go first in the same message. ``what`` names the call in errors."""
     try:
-        lit, pieces = check_call(e)
+        lit, pieces = check_call(e, what)
     except FormatProblem as p:
         fl.fail(p.message, p.span, p.hint)
     rest = iter(e.args[1:])
-    text: list[str] = []
-    values: list[Value] = []
+    text: list[str] = [lead[0]]
+    values: list[Value] = list(lead[1])
     for piece in pieces:
         if not isinstance(piece, Conversion):
             text.append(escape_text(piece))

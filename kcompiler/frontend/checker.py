@@ -498,6 +498,8 @@ class Checker:
             n = len(e.args)
             if b.name == "printf":
                 self.check_printf(e)
+            elif b.name == "assert" and len(e.args) > 1:
+                self.check_printf(A.Call(e.func, e.args[1:], [], span=e.span), "assert's message")
             elif not b.min_args <= n <= b.max_args:
                 want = str(b.min_args) if b.min_args == b.max_args else f"{b.min_args} to {b.max_args}"
                 self.error(f"{b.name} takes {want} argument{'s' if b.max_args != 1 else ''}, found {n}",
@@ -526,11 +528,11 @@ class Checker:
                        f.span)
         ctx.calls.append((decl, mod, e.span))
 
-    def check_printf(self, e: A.Call) -> None:
+    def check_printf(self, e: A.Call, what: str = "printf") -> None:
         """The format is a string literal that parses and reads as many arguments as are passed (the
-        argument types are checked when the call is lowered)."""
+        argument types are checked when the call is lowered); ``what`` names it in messages."""
         try:
-            check_call(e)
+            check_call(e, what)
         except FormatProblem as p:
             self.error(p.message, p.span, p.hint)
 

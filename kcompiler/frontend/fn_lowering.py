@@ -19,9 +19,9 @@ from . import ast as A
 from . import builtins as B
 from . import fn_params, lower_arrays
 # Importing the builtins' modules registers their handlers in REGISTRY.
-from . import (builtins_atomic, builtins_bits, builtins_comptime, builtins_convert, builtins_hostcall,  # noqa: F401
-               builtins_libm, builtins_math, builtins_memory, builtins_printf, builtins_sync, builtins_warp, hopper,
-               mfma,
+from . import (builtins_assert, builtins_atomic, builtins_bits, builtins_comptime, builtins_convert,  # noqa: F401
+               builtins_hostcall, builtins_libm, builtins_math, builtins_memory, builtins_printf, builtins_sync,
+               builtins_warp, hopper, mfma,
                warp_matrix)
 from .builtin_registry import REGISTRY
 from .comptime_defaults import MissingParam, bind_defaults

@@ -77,16 +77,20 @@ class FormatProblem(Exception):
         self.message, self.span, self.hint = message, span, hint
 
 
-def check_call(call: A.Call) -> tuple[A.StrLit, list[Piece]]:
+def check_call(call: A.Call, what: str = "printf") -> tuple[A.StrLit, list[Piece]]:
     """The format literal of ``printf(...)`` and its parsed pieces, after the checks that need no
     types: the format is a string literal, it parses, it holds no NUL, and it reads as many
-    arguments as the call passes (at most :data:`MAX_ARGS`). Raises :class:`FormatProblem`."""
+    arguments as the call passes (at most :data:`MAX_ARGS`). ``what`` names the format in messages
+    ("printf", or "assert's message" for a call whose args are assert's after the condition).
+    Raises :class:`FormatProblem`."""
     if not call.args:
-        raise FormatProblem("printf needs a format string", call.span, hint=HINT)
+        raise FormatProblem(f"{what} needs a format string", call.span, hint=HINT)
     fmt = call.args[0]
     if not isinstance(fmt, A.StrLit):
-        raise FormatProblem("printf's format must be a string literal, so that it can be checked "
-                            "against the arguments at compile time", fmt.span, hint=HINT)
+        whose = "printf's format" if what == "printf" else what
+        raise FormatProblem(f"{whose} must be a string literal, so that it can be checked "
+                            "against the arguments at compile time", fmt.span,
+                            hint=HINT if what == "printf" else 'assert(i < n, "i = %d", i)')
     nul = fmt.value.find("\0")
     if nul >= 0:
         raise FormatProblem("the format holds a NUL character (\\0), which would end it early",
@@ -105,6 +109,6 @@ def check_call(call: A.Call) -> tuple[A.StrLit, list[Piece]]:
         raise FormatProblem(f"format expects {want} argument{'s' if want != 1 else ''}, got {got}",
                             call.span, hint=hint)
     if got > MAX_ARGS:
-        raise FormatProblem(f"printf takes at most {MAX_ARGS} arguments after the format, got {got}",
+        raise FormatProblem(f"{what} takes at most {MAX_ARGS} arguments after the format, got {got}",
                             call.span, hint="split it into several printf calls")
     return fmt, pieces

@@ -475,7 +475,7 @@ def _implicit_imports(mod: SourceModule) -> list[A.Import]:
     for n in A.walk(mod.ast):
         if not (isinstance(n, A.Call) and isinstance(n.func, A.Name)):
             continue
-        if n.func.id == "printf" and not printf:
+        if n.func.id in ("printf", "assert") and not printf:
             printf = True
             out += [A.Import(["std", "hostcall"], HOSTCALL_ALIAS, span=n.span),
                     A.Import(["std", "printf_buffer"], PRINTF_BUFFER_ALIAS, span=n.span)]

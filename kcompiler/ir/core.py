@@ -230,6 +230,12 @@ OPS: dict[str, OpInfo] = {
                         doc="warp_sync([mask: u64]): the lanes of mask (default: the active ones) "
                             "reconverge here, memory ordered among them"),
     "nanosleep": OpInfo(1, result="none", pure=False, doc="nanosleep(ns: u32): a hint to back off a spin loop"),
+    "trap": OpInfo(0, ("reason",), result="none", pure=False,
+                   doc="stop this thread and fail the launch (GPUs: the trap instruction; the cpu target "
+                       "records the error); attr reason: 'assert' (a failed device assertion, whose "
+                       "message was printed before); optional attrs message (the condition's text) and "
+                       "function (the name of the function it is in), for CUDA's __assertfail; the code "
+                       "after it is not reached"),
     "hostcall_buffer": OpInfo(0, pure=False, doc="the address (u64) of the launch's hostcall buffer, 0 if none"),
     "printf_buffer": OpInfo(0, ("format",), pure=False,
                             doc="the address (u64) of the launch's printf buffer (printf=\"buffered\"), 0 if "

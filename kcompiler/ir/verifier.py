@@ -484,6 +484,14 @@ def _t_intrinsic(op: Op, fn: Function, m: Module) -> None:
 
 _PRINTF_SCALARS = (I32, U32, I64, U64, F64)
 
+#: The reasons a ``trap`` op gives (its attr ``reason``).
+TRAP_REASONS = ("assert",)
+
+
+def _t_trap(op: Op, fn: Function, m: Module) -> None:
+    if op.attrs.get("reason") not in TRAP_REASONS:
+        raise _Fail(f"trap: reason must be one of {', '.join(TRAP_REASONS)}, not {op.attrs.get('reason')!r}")
+
 _TYPE_RULES: dict[str, Callable[[Op, Function, Module], None]] = {
     "printf": _t_printf, "string": _t_string,
     "const": _t_const, **{b: _t_binary for b in BINARY}, "neg": _t_neg, "not": _t_not, "cmp": _t_cmp,
@@ -495,6 +503,7 @@ _TYPE_RULES: dict[str, Callable[[Op, Function, Module], None]] = {
     "atomic_cas": _t_atomic, "shuffle": _t_shuffle, "ballot": _t_ballot, "active_mask": _t_ballot,
     "read_first_lane": _t_same_as_operand, "call": _t_call, "return": _t_return,
     "atomic_load": _t_atomic_load, "atomic_store": _t_atomic_store, "nanosleep": _t_u32_operand,
+    "trap": _t_trap,
     "hostcall_interrupt": _t_u32_operand, "hostcall_buffer": _t_u64_result,
     "printf_buffer": _t_printf_buffer, "warp_sync": _t_warp_sync,
     "if": _t_bool_operand, "condition": _t_bool_operand, "for": _t_for,

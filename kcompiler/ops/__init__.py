@@ -8,12 +8,18 @@ across processes). Device limits (multiprocessors, shared memory) come from the
 (``Module.target_has``).
 
 One module per family: cast, mx (MX, NVFP4, FP4/FP6 packing), math, matmul (and matmul_sm90, its
-Hopper path), attention (prefill), decode (paged decode, merge_states), mla; _common holds what they
+Hopper path), attention (prefill), decode (paged decode, merge_states), mla, norms (RMSNorm, LayerNorm,
+rotary embeddings, gated activations), sampling (sample, softmax, top-k/top-p); _common holds what they
 share. The functions are re-exported here: ``kcompiler.ops.matmul`` is the function (it shadows its
 module, as ``cast``, ``math`` and ``attention`` do theirs); reach a module itself with ``from
 kcompiler.ops.matmul import matmul_tiles`` or ``importlib.import_module("kcompiler.ops.matmul")``.
+
+``kcompiler.ops.torch`` (kcompiler.ops.torch_ops, imported at that first use): the ops as torch custom
+operators, ``torch.ops.kcompiler.*``, for torch.compile and CUDA graphs.
 """
 from __future__ import annotations
+
+from typing import Any
 
 from . import matmul_sm90
 from .attention import (ATTENTION_MFMA_TILES, ATTENTION_SIMT_TILES, ATTENTION_SM90_TILES, ATTENTION_TILES, attention,
@@ -26,15 +32,30 @@ from .matmul import (BLOCK_EPILOGUES, EPILOGUES, MATMUL_TILES, MATMUL_TUNE_CANDI
                      matmul_shared_bytes, matmul_tiles, matmul_tuned_tiles, scaled_matmul)
 from .mla import (MLA_SM90_MIN_HEADS, MLA_SM90_TILES, mla_decode, mla_sm90_reason_not, mla_sm90_shared_bytes,
                   mla_sm90_splits)
+from .norms import gelu_and_mul, layer_norm, rms_norm, rotary_embedding, silu_and_mul
+from .sampling import SAMPLING_THREADS, sample, softmax, top_k_mask_logits, top_p_renorm_probs
 from .mx import (mx_dequantize, mx_quantize, nvfp4_dequantize, nvfp4_quantize, pack_fp4, pack_fp6, unpack_fp4,
                  unpack_fp6)
 
-__all__ = ["ATTENTION_MFMA_TILES", "ATTENTION_SIMT_TILES", "ATTENTION_SM90_TILES", "ATTENTION_TILES", "BLOCK_EPILOGUES",
-           "DECODE_SIMT", "DECODE_TC_SINGLE", "DECODE_TC_TILES", "EPILOGUES", "Epilogue", "MATH_KERNEL",
-           "MATMUL_TILES", "MATMUL_TUNE_CANDIDATES", "MLA_SM90_MIN_HEADS", "MLA_SM90_TILES", "attention",
-           "attention_shared_bytes", "attention_sm90_reason_not", "attention_sm90_shared_bytes", "cast",
-           "decode_lanes", "decode_shared_bytes", "decode_splits", "math", "math_kernel", "math_launch",
-           "math_vectors", "matmul", "matmul_sm90", "matmul_shared_bytes", "matmul_tiles", "matmul_tuned_tiles",
-           "merge_states", "mla_decode", "mla_sm90_reason_not", "mla_sm90_shared_bytes", "mla_sm90_splits",
-           "mx_dequantize", "mx_quantize", "nvfp4_dequantize", "nvfp4_quantize", "pack_fp4", "pack_fp6",
-           "paged_decode", "scaled_matmul", "unpack_fp4", "unpack_fp6"]
+__all__ = ["ATTENTION_MFMA_TILES", "ATTENTION_SIMT_TILES", "ATTENTION_SM90_TILES", "ATTENTION_TILES",
+           "BLOCK_EPILOGUES", "DECODE_SIMT", "DECODE_TC_SINGLE", "DECODE_TC_TILES", "EPILOGUES", "MATH_KERNEL",
+           "MATMUL_TILES", "MATMUL_TUNE_CANDIDATES", "MLA_SM90_MIN_HEADS", "MLA_SM90_TILES", "SAMPLING_THREADS",
+           "Epilogue", "attention", "attention_shared_bytes", "attention_sm90_reason_not",
+           "attention_sm90_shared_bytes", "cast", "decode_lanes", "decode_shared_bytes", "decode_splits",
+           "gelu_and_mul", "layer_norm", "math", "math_kernel", "math_launch", "math_vectors", "matmul",
+           "matmul_shared_bytes", "matmul_sm90", "matmul_tiles", "matmul_tuned_tiles", "merge_states", "mla_decode",
+           "mla_sm90_reason_not", "mla_sm90_shared_bytes", "mla_sm90_splits", "mx_dequantize", "mx_quantize",
+           "nvfp4_dequantize", "nvfp4_quantize", "pack_fp4", "pack_fp6", "paged_decode", "rms_norm",
+           "rotary_embedding", "sample", "scaled_matmul", "silu_and_mul", "softmax", "top_k_mask_logits",
+           "top_p_renorm_probs", "unpack_fp4", "unpack_fp6"]
+
+
+def __getattr__(name: str) -> Any:
+    # kc.ops.torch: the ops as torch custom operators (kcompiler.ops.torch_ops; imports torch, which
+    # nothing else here does, and defines torch.ops.kcompiler.*)
+    if name == "torch":
+        from . import torch_ops
+
+        torch_ops.register()
+        return torch_ops
+    raise AttributeError(f"module 'kcompiler.ops' has no attribute {name!r}")

@@ -4,7 +4,7 @@ an input's kind, flat aligned views, index arrays)."""
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -71,11 +71,105 @@ def device_of(mod: Any, x: Any) -> Device:
 
 def stream_of(x: Any) -> Any:
     """torch's current stream on the device of CUDA tensor ``x`` (so that the kernels queue behind the
-    caller's work and can be captured in a CUDA graph), else None (the default stream)."""
+    caller's work and can be captured in a CUDA graph), as its raw handle (an int) where torch tells
+    it without making a Stream object, else None (the default stream)."""
     if arrays.is_torch_tensor(x) and x.is_cuda:
-        import torch  # deferred: torch is optional
-        return torch.cuda.current_stream(x.device)
+        return _torch_stream_getter(x)()
     return None
+
+
+def _torch_stream_getter(x: Any) -> Callable[[], Any]:
+    """A function of no arguments giving torch's current stream on CUDA tensor ``x``'s device: its raw
+    handle by ``torch._C._cuda_getCurrentRawStream`` (what torch's own generated kernels launch on),
+    else the Stream object."""
+    import torch  # deferred: torch is optional
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        index = x.get_device()
+        return lambda: raw(index)
+    device = x.device
+    return lambda: torch.cuda.current_stream(device)
+
+
+class ArrayKind:
+    """What a prepared op call (kcompiler.ops.decode.PLANS) needs of its arrays' kind, fixed when the
+    plan is made: ``empty(shape, dtype)`` a new array of the kind (torch on ``like``'s device, or
+    numpy), ``dtype(name)`` the kind's dtype of a language type, ``stream()`` the stream to launch on
+    (torch's current one on a GPU, else None), ``contiguous(x)`` whether an array of the kind is
+    C-contiguous, ``torch`` and ``cuda`` flags, and ``device``."""
+
+    __slots__ = ("torch", "cuda", "device", "empty", "stream", "contiguous")
+
+    def __init__(self, like: Any):
+        if arrays.is_torch_tensor(like):
+            import torch  # deferred: torch is optional
+            self.torch, self.cuda, self.device = True, bool(like.is_cuda), like.device
+            device = like.device
+            self.empty = lambda shape, dtype: torch.empty(shape, dtype=dtype, device=device)
+            self.stream = _torch_stream_getter(like) if self.cuda else (lambda: None)
+            self.contiguous = torch.Tensor.is_contiguous
+        else:
+            self.torch, self.cuda, self.device = False, False, None
+            self.empty = np.empty
+            self.stream = lambda: None
+            self.contiguous = lambda x: x.flags.c_contiguous
+
+    def dtype(self, name: str) -> Any:
+        """The torch or numpy dtype of the language's type ``name``."""
+        return torch_dtype(name) if self.torch else arrays.numpy_dtype(SCALARS[name])
+
+    def holds(self, x: Any) -> bool:
+        """Whether ``x`` is an array of this kind (a torch tensor on the same device, or a numpy
+        array)."""
+        if self.torch:
+            return arrays.is_torch_tensor(x) and x.device == self.device
+        return isinstance(x, np.ndarray)
+
+
+#: f32 arrays of one value (:func:`const_f32`), by (value, length, device): kept for the process's
+#: life, since a CUDA graph may hold their addresses.
+_CONSTS: dict = {}
+
+
+def const_f32(value: float, n: int, like: Any) -> Any:
+    """A contiguous f32 array of ``n`` elements equal to ``value`` of ``like``'s kind (torch on its
+    device, filled there: no copy from the host). Made once and kept (up to 256 of them); never cached
+    while torch's current stream is capturing a CUDA graph (the fill would run only at replay, and
+    the memory would belong to the graph's pool): a fresh one is made then, as every call did."""
+    if not arrays.is_torch_tensor(like):
+        key = (float(value), n, None)
+        t = _CONSTS.get(key)
+        if t is None:
+            t = np.full(n, value, np.float32)
+            if len(_CONSTS) < 256:
+                _CONSTS[key] = t
+        return t
+    import torch  # deferred: torch is optional
+    key = (float(value), n, like.device)
+    t = _CONSTS.get(key)
+    if t is None:
+        t = torch.full((n,), float(value), dtype=torch.float32, device=like.device)
+        if len(_CONSTS) < 256 and not (like.is_cuda and torch.cuda.is_current_stream_capturing()):
+            _CONSTS[key] = t
+    return t
+
+
+def capturing(x: Any) -> bool:
+    """Whether ``x`` is a torch CUDA tensor and torch's current stream is capturing a CUDA graph
+    (``torch.cuda.graph``): then an op must not wait for the device (no autotuning, no host reads)."""
+    if not (arrays.is_torch_tensor(x) and x.is_cuda):
+        return False
+    import torch  # deferred: torch is optional
+    return torch.cuda.is_current_stream_capturing()
+
+
+def zeros_i32(like: Any) -> Any:
+    """A one-element int32 zero of ``like``'s kind (numpy, or torch on its device, filled on the device:
+    no copy from the host, which a CUDA graph capture refuses)."""
+    if arrays.is_torch_tensor(like):
+        import torch  # deferred: torch is optional
+        return torch.zeros(1, dtype=torch.int32, device=like.device)
+    return np.zeros(1, np.int32)
 
 
 #: torch dtypes of the language's types. FP6 and FP4 have none: torch's float4_e2m1fn_x2 holds two

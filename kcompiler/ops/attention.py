@@ -168,7 +168,7 @@ def _prefill_shapes(q: Any, k: Any, v: Any, cu_q: Any, cu_k: Any, max_seqlen_q: 
                            o_sb=H * Sq * D, o_ss=D, o_sh=Sq * D)
         if Bk != B:
             raise ValueError(f"{fn}: q has {B} batch entries but k has {Bk}")
-        cq = ck = index_array(np.zeros(1, np.int32), q, "cu_seqlens", fn)
+        cq = ck = _common.zeros_i32(q)  # not read without VARLEN
         lse_shape, l_sb, l_sh = (B, H, Sq), H * Sq, Sq
     if Dk != D:
         raise ValueError(f"{fn}: q's head dimension is {D} but k's is {Dk}")
@@ -207,7 +207,7 @@ def _attention_fa2(q: Any, k: Any, v: Any, out: Any, lse: Any, p: _Prefill, caus
         s["q_sb"], s["q_ss"], s["q_sh"], s["k_sb"], s["k_ss"], s["k_sh"], s["k_sb"], s["k_ss"], s["k_sh"],
         s["o_sb"], s["o_ss"], s["o_sh"], p.l_sb, p.l_sh, np.float32(scale),
         T=src.name, D=D, CAUSAL=bool(causal), VARLEN=p.ends is not None, ALIGNED=aligned,
-        shared=attention_shared_bytes(t, D, src.size, tensor_cores, mfma), **t)
+        shared=attention_shared_bytes(t, D, src.size, tensor_cores, mfma), stream=_common.stream_of(q), **t)
 
 
 #: Tiles of std.attention_sm90 (the Hopper prefill: 128 query rows a block, two consumer warpgroups of
@@ -282,7 +282,7 @@ def _attention_sm90(q: Any, k: Any, v: Any, out: Any, lse: Any, p: _Prefill, lay
     mod.attention_prefill_sm90[grid, 384](
         *maps, flat(out, 1), flat(lse, 1), p.cq, p.ck, p.Sq, p.Sk, p.H // p.HK, s["o_sb"], s["o_ss"], s["o_sh"],
         p.l_sb, p.l_sh, np.float32(scale), T=arrays.array_scalar_type(q).name, D=p.D, CAUSAL=bool(causal),
-        VARLEN=ends is not None, shared=attention_sm90_shared_bytes(t, p.D), **t)
+        VARLEN=ends is not None, shared=attention_sm90_shared_bytes(t, p.D), stream=_common.stream_of(q), **t)
 
 
 __all__ = ["ATTENTION_MFMA_TILES", "ATTENTION_SIMT_TILES", "ATTENTION_SM90_TILES", "ATTENTION_TILES", "attention",

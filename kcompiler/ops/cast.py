@@ -42,7 +42,8 @@ def cast(x: Any, dtype: Any, *, saturate: bool = False, target: str = "auto") ->
     vec = 8 if data_ptr(flat_in) % (8 * src.size) == 0 else 1  # 8 elements at once where aligned
     block = 256
     grid = min((n + block * vec - 1) // (block * vec), 65536)
-    mod.cast[grid, block](flat_in, flat_out, n, S=src.name, T=dst.name, SAT=saturate, VEC=vec)
+    mod.cast[grid, block](flat_in, flat_out, n, S=src.name, T=dst.name, SAT=saturate, VEC=vec,
+                          stream=_common.stream_of(x))
     return out
 
 

@@ -2,15 +2,17 @@
 which combines the splits' partial states."""
 from __future__ import annotations
 
-from typing import Any
+import functools
+from collections import OrderedDict
+from typing import Any, Callable
 
 import numpy as np
 
 from ..runtime import arrays
 from ..runtime.device import Device
 from . import _common
-from ._common import (contiguous, data_ptr, device_of, empty_like, flat, host_ints, index_array,
-                      query_type, scalar_of, stream_of, target_for)
+from ._common import (ArrayKind, const_f32, contiguous, data_ptr, device_of, empty_like, flat, host_ints,
+                      index_array, query_type, scalar_of, stream_of, target_for)
 
 
 #: The SIMT decode's (WARPS, U, STAGES) by kind of cache: one query head a KV head (or two) in 16-bit
@@ -35,9 +37,21 @@ def decode_splits(units: int, max_len: int, device: Device, threads: int, shared
     (the slots). The fewest splits whose blocks fill the slots in waves used to 90 % or more (so no
     last wave runs a few blocks alone; deeper cuts cost a merge_states pass), chunks of at least
     ``min_chunk`` keys; else the best-used count up to that bound."""
+    return split_count(units, max_len, decode_slots(device, threads, shared, regs), min_chunk, max_splits)
+
+
+def decode_slots(device: Device, threads: int, shared: int, regs: int) -> int:
+    """The blocks of ``threads`` threads, ``shared`` bytes and ``regs`` registers a thread that
+    ``device`` holds at once (:func:`decode_splits`' slots)."""
     per_sm = max(1, min(device.shared_memory_per_multiprocessor // (shared + 1024),
                         device.threads_per_multiprocessor // threads, 65536 // (threads * max(regs, 32)), 32))
-    slots = device.multiprocessor_count * per_sm
+    return device.multiprocessor_count * per_sm
+
+
+@functools.lru_cache(maxsize=4096)
+def split_count(units: int, max_len: int, slots: int, min_chunk: int = 256, max_splits: int = 64) -> int:
+    """:func:`decode_splits` for ``slots`` resident blocks (:func:`decode_slots`); memoised, since a
+    decode step asks it again at each call."""
     most = max(1, min(max_splits, -(-int(max_len) // min_chunk)))
     best, best_use = 1, 0.0
     for s in range(1, most + 1):
@@ -77,32 +91,45 @@ def decode_shared_bytes(D: int, itemsize: int, G: int, QL: int, warps: int, unro
 
 def paged_lengths(block_table: Any, seq_lens: Any, max_seq_len: int | None, like: Any, page: int,
                   fn: str) -> tuple[Any, Any, int, int]:
-    """(block table flat, seq_lens, max_pages, max_seq_len) of a paged decode over B = len(like)
-    sequences: the block table (B, max_pages) and seq_lens (B,) as int32 arrays of ``like``'s kind;
-    ``max_seq_len`` read off seq_lens (which must lie in 0 .. max_pages * ``page``) when not given.
-    ValueError / TypeError for ones that do not fit."""
+    """(block table flat, seq_lens, max_pages, max_len) of a paged decode over B = len(like) sequences:
+    the block table (B, max_pages) and seq_lens (B,) as int32 arrays of ``like``'s kind; ``max_len``,
+    the longest sequence the split choice plans for (:func:`max_len_of`). ValueError / TypeError for
+    arrays that do not fit."""
     B = int(like.shape[0])
     if len(block_table.shape) != 2 or block_table.shape[0] != B:
         raise ValueError(f"{fn}: block_table must be (B, max_pages) = ({B}, ...), not {tuple(block_table.shape)}")
     max_pages = int(block_table.shape[1])
     bt = index_array(block_table.reshape(-1), like, "block_table", fn)
     sl = index_array(seq_lens, like, "seq_lens", fn, B)
-    if max_seq_len is None:
-        lens = host_ints(sl)
-        if (lens < 0).any() or (lens > max_pages * page).any():
-            raise ValueError(f"{fn}: seq_lens must lie in 0 .. max_pages * page_size = {max_pages * page}")
-        max_seq_len = int(lens.max()) if B else 0
-    return bt, sl, max_pages, max_seq_len
+    return bt, sl, max_pages, max_len_of(sl, max_seq_len, max_pages * page, fn)
+
+
+def max_len_of(seq_lens: Any, max_seq_len: int | None, capacity: int, fn: str) -> int:
+    """The longest sequence a paged decode plans its splits for: ``max_seq_len`` when given (not
+    checked); else, for lengths in host memory (numpy, torch CPU tensors: reading them costs no
+    synchronisation), the longest of ``seq_lens``, which must lie in 0 .. ``capacity`` (the block
+    table's max_pages x page_size; ValueError otherwise); for lengths on a GPU, ``capacity``: seq_lens
+    is not read on the host, so that the call does not wait for the device and can be captured in a
+    CUDA graph (the kernels take each length into 0 .. ``capacity``, so a wrong one reads no page
+    outside its row of the block table)."""
+    if max_seq_len is not None:
+        return int(max_seq_len)
+    if arrays.is_device_array(seq_lens):
+        return capacity
+    lens = host_ints(seq_lens)
+    if (lens < 0).any() or (lens > capacity).any():
+        raise ValueError(f"{fn}: seq_lens must lie in 0 .. max_pages * page_size = {capacity}")
+    return int(lens.max()) if lens.size else 0
 
 
 def _f32_vector(x: Any, n: int, like: Any, name: str, fn: str) -> Any:
     """``x`` (a number or n numbers) as a contiguous f32 array of length n of q's kind. A number for a
-    torch tensor is filled in on its device (no copy from the host, which would wait for the device's
-    queue before the launch)."""
+    torch tensor is filled in on its device once (:func:`kcompiler.ops._common.const_f32`: no copy
+    from the host, which would wait for the device's queue before the launch)."""
+    if isinstance(x, (int, float, np.floating, np.integer)):
+        return const_f32(float(x), n, like)
     if arrays.is_torch_tensor(like):
         import torch  # deferred: torch is optional
-        if isinstance(x, (int, float, np.floating, np.integer)):
-            return torch.full((n,), float(x), dtype=torch.float32, device=like.device)
         t = torch.as_tensor(x, dtype=torch.float32, device=like.device).reshape(-1)
         t = t.expand(n).contiguous() if t.numel() == 1 else t.contiguous()
     else:
@@ -111,6 +138,115 @@ def _f32_vector(x: Any, n: int, like: Any, name: str, fn: str) -> Any:
     if tuple(t.shape) != (n,):
         raise ValueError(f"{fn}: {name} must be one number or {n} (one per KV head), not {tuple(t.shape)}")
     return t
+
+
+#: Prepared calls of :func:`paged_decode` and kcompiler.ops.mla.mla_decode by :func:`plan_key` (the
+#: kinds, shapes, dtypes and devices of the arrays and the call's options), the least recently made
+#: dropped past 256. A plan holds no array: the split count (by the call's max_len, memoised in
+#: :func:`split_count`), the kernels' compile-time values, the launch configurations. Its call checks
+#: what the key does not say (contiguity, 16-byte alignment on a GPU), allocates the outputs and
+#: the split's scratch and launches; it answers None to send the call through the checks again.
+PLANS: "OrderedDict[tuple, Callable[..., Any]]" = OrderedDict()
+_PLANS_MAX = 256
+
+
+def plan_key(fn: str, xs: tuple, options: tuple) -> tuple | None:
+    """The key of a prepared call of op ``fn`` on arrays ``xs`` (type, shape, dtype, device each) with
+    hashable ``options``; None where something is not an array or not hashable."""
+    try:
+        key = (fn, tuple([(type(x), x.shape, x.dtype, getattr(x, "device", None)) for x in xs]), options)
+        hash(key)
+    except (AttributeError, TypeError):
+        return None
+    return key
+
+
+def _scale_key(x: Any) -> Any:
+    """What :func:`plan_key` keeps of an FP8 scale: the number, or the array's type, shape, dtype and
+    device."""
+    if x is None or isinstance(x, (int, float, np.floating, np.integer)):
+        return x if x is None else float(x)
+    try:
+        return type(x), tuple(x.shape), x.dtype, getattr(x, "device", None)
+    except AttributeError:
+        return "unplanned", id(x)
+
+
+def _scale_direct(x: Any, n: int, kind: ArrayKind) -> bool:
+    """Whether a prepared call can pass FP8 scale ``x`` as it is (an f32 array of ``n`` elements of
+    the call's kind) or as a kept constant (a number)."""
+    if isinstance(x, (int, float, np.floating, np.integer)):
+        return True
+    return kind.holds(x) and tuple(x.shape) == (n,) and arrays.array_scalar_type(x) is not None \
+        and arrays.array_scalar_type(x).name == "f32"
+
+
+def remember(key: tuple | None, plan: Callable[..., Any]) -> None:
+    """Keep ``plan`` under ``key`` in :data:`PLANS` (nothing for a None key)."""
+    if key is None:
+        return
+    PLANS[key] = plan
+    if len(PLANS) > _PLANS_MAX:
+        PLANS.popitem(last=False)
+
+
+class _PagedLaunch:
+    """The launches of one :func:`paged_decode` shape (its plan, :data:`PLANS`): the decode kernel over
+    (splits, Hkv, B) blocks and, after a split, merge_states. ``run`` launches on checked arguments;
+    calling it checks what the plan's key does not say, then runs (None: not for this plan)."""
+
+    __slots__ = ("kernel", "merge", "kind", "dims", "dt_out", "dt_f32", "max_pages", "capacity", "sc", "kw_one",
+                 "kw_split", "kw_merge", "threads", "slots", "fixed", "fp8")
+
+    def __init__(self, mod: Any, like: Any, dims: tuple, dtype: str, max_pages: int, page: int, sc: Any, kw: dict,
+                 threads: int, slots: int, fixed: int | None, fp8: bool):
+        self.kernel, self.merge, self.kind = mod.paged_decode, mod.merge_states, ArrayKind(like)
+        self.dims, self.max_pages, self.capacity, self.sc = dims, max_pages, max_pages * page, sc
+        self.dt_out, self.dt_f32 = self.kind.dtype(dtype), self.kind.dtype("f32")
+        self.kw_one = dict(kw, OUT=dtype, SPLIT=False)
+        self.kw_split = dict(kw, OUT="f32", SPLIT=True)
+        self.kw_merge = dict(T="f32", OUT=dtype, WARPS=4)
+        self.threads, self.slots, self.fixed, self.fp8 = threads, slots, fixed, fp8
+
+    def run(self, args: tuple, out: Any, lse: Any, max_len: int) -> None:
+        """Launch on ``args`` (q, the caches, the block table, seq_lens, the scales: checked arrays),
+        writing ``out`` and ``lse``; the split count for sequences of up to ``max_len`` keys."""
+        B, QL, H, HK, D = self.dims
+        n = self.fixed or split_count(B * HK, max_len, self.slots)
+        stream = self.kind.stream()
+        if n == 1:
+            self.kernel[(1, HK, B), self.threads](*args, out, lse, HK, self.max_pages, 1, self.sc, stream=stream,
+                                                  **self.kw_one)
+            return
+        part = self.kind.empty((B, n, QL * H, D), self.dt_f32)
+        part_lse = self.kind.empty((B, n, QL * H), self.dt_f32)
+        self.kernel[(n, HK, B), self.threads](*args, part, part_lse, HK, self.max_pages, n, self.sc, stream=stream,
+                                              **self.kw_split)
+        self.merge[-(-B * QL * H // 4), 128](part, part_lse, out, lse, B, n, QL * H, D, stream=stream,
+                                             **self.kw_merge)
+
+    def __call__(self, q: Any, k: Any, v: Any, bt: Any, sl: Any, k_scale: Any, v_scale: Any,
+                 max_seq_len: int | None) -> tuple | None:
+        kind = self.kind
+        ok = kind.contiguous
+        if not (ok(q) and ok(k) and ok(v) and ok(bt) and ok(sl)):
+            return None
+        if kind.cuda and (q.data_ptr() | k.data_ptr() | v.data_ptr()) % 16:
+            return None
+        max_len = max_seq_len if max_seq_len is not None else \
+            self.capacity if kind.cuda else max_len_of(sl, None, self.capacity, "paged_decode")
+        out = kind.empty(q.shape, self.dt_out)
+        lse = kind.empty(q.shape[:-1], self.dt_f32)
+        if self.fp8:
+            HK = self.dims[3]
+            ks = const_f32(float(k_scale), HK, q) if isinstance(k_scale, (int, float, np.number)) else k_scale
+            vs = const_f32(float(v_scale), HK, q) if isinstance(v_scale, (int, float, np.number)) else v_scale
+            if not (ok(ks) and ok(vs)):
+                return None
+        else:
+            ks = vs = lse
+        self.run((q, k, v, bt, sl, ks, vs), out, lse, max_len)
+        return out, lse
 
 
 def paged_decode(q: Any, k_cache: Any, v_cache: Any, block_table: Any, seq_lens: Any, *,
@@ -138,8 +274,11 @@ def paged_decode(q: Any, k_cache: Any, v_cache: Any, block_table: Any, seq_lens:
       kernel (its ``multiprocessor_count``; the CPU target answers with an H100's, see
       kcompiler.runtime.device.Device) with whole waves of resident blocks, chunks of at least 256
       keys.
-    - ``max_seq_len``: the longest of seq_lens, if known: then seq_lens is not read on the host (no
-      synchronisation with the GPU) nor checked against the block table.
+    - ``max_seq_len``: the longest of seq_lens, if known (a bound will do: the splits are planned
+      for it). Without it, seq_lens in host memory is read and checked against the block table; on
+      a GPU it is not read (that would wait for the device and cannot be captured in a CUDA graph):
+      the splits are planned for the block table's capacity, max_pages x page_size
+      (:func:`max_len_of`). Either way a call makes no copy between host and device.
     - ``warps``, ``unroll``, ``stages``: the SIMT kernel's WARPS, U (keys a group of lanes takes a
       step) and STAGES (steps of cache rows a warp has in shared memory, STAGES - 1 of them loading by
       cp.async while it computes one). Defaults: :data:`DECODE_SIMT` (the fastest on the H100,
@@ -153,7 +292,21 @@ def paged_decode(q: Any, k_cache: Any, v_cache: Any, block_table: Any, seq_lens:
       :data:`DECODE_TC_SINGLE`).
 
     numpy in, numpy out; torch in, torch out. Raises TypeError for other dtypes and ValueError for
-    shapes that do not match."""
+    shapes that do not match.
+
+    The host's work is prepared once (:data:`PLANS`): a later call with arrays of the same kinds,
+    shapes, dtypes and devices and the same options allocates the result (and the split's f32
+    scratch) through the array library — torch's caching allocator, which is stream-ordered and
+    safe in CUDA graph capture, so no workspace is shared between streams or graphs — and launches,
+    without the checks and choices."""
+    key = plan_key("paged_decode", (q, k_cache, v_cache, block_table, seq_lens),
+                   (scale, _scale_key(k_scale), _scale_key(v_scale), num_splits, warps, unroll, stages, tensor_cores,
+                    None if tc_tiles is None else tuple(sorted(tc_tiles.items())), target))
+    plan = PLANS.get(key) if key is not None else None
+    if plan is not None:
+        got = plan(q, k_cache, v_cache, block_table, seq_lens, k_scale, v_scale, max_seq_len)
+        if got is not None:
+            return got if return_lse else got[0]
     fn = "paged_decode"
     src = query_type(q, fn)
     kt = arrays.array_scalar_type(k_cache) if arrays.is_array(k_cache) else None
@@ -174,20 +327,23 @@ def paged_decode(q: Any, k_cache: Any, v_cache: Any, block_table: Any, seq_lens:
                          f"({D}, {Dk})")
     if HK == 0 or H % HK:
         raise ValueError(f"{fn}: q's {H} heads must be a multiple of the cache's {HK} (grouped-query attention)")
-    bt, sl, max_pages, max_seq_len = paged_lengths(block_table, seq_lens, max_seq_len, q, page, fn)
+    bt, sl, max_pages, max_len = paged_lengths(block_table, seq_lens, max_seq_len, q, page, fn)
+    inputs = (q, k_cache, v_cache)
     q, k_cache, v_cache = contiguous(q), contiguous(k_cache), contiguous(v_cache)
-    ks = _f32_vector(k_scale if fp8 else 1.0, HK, q, "k_scale", fn)
-    vs = _f32_vector(v_scale if fp8 else 1.0, HK, q, "v_scale", fn)
     G = H // HK
     out = empty_like(q, qshape, src.name)
     lse = empty_like(q, qshape[:-1], "f32")
+    # a 16-bit cache has no scales: the kernel never reads k_scale and v_scale then (any f32 array does)
+    ks = _f32_vector(k_scale, HK, q, "k_scale", fn) if fp8 else lse
+    vs = _f32_vector(v_scale, HK, q, "v_scale", fn) if fp8 else lse
     if B == 0 or H == 0:
         return (out, lse) if return_lse else out
     mod = _common.attention_module(target_for(q, target))
     sc = np.float32(D ** -0.5 if scale is None else scale)
-    args = (flat(q, 16), flat(k_cache, 16), flat(v_cache, 16), bt, sl, ks, vs)
+    args = (flat(q, 16), flat(k_cache, 16), flat(v_cache, 16), bt, sl, flat(ks, 1), flat(vs, 1))
+    aligned = all(data_ptr(x) % 16 == 0 for x in args[:3] + (out,))
     can_tc = (mod.target_has("mma") and not fp8 and src.name in ("f16", "bf16") and G <= 16 and QL == 1
-              and all(data_ptr(x) % 16 == 0 for x in args[:3] + (out,)))
+              and aligned)
     if tensor_cores and not can_tc:
         raise ValueError(f"{fn}: the tensor-core path needs NVIDIA sm_80+, f16/bf16 q and cache, one query token, "
                          f"at most 16 query heads a KV head and 16-byte aligned arrays")
@@ -198,19 +354,17 @@ def paged_decode(q: Any, k_cache: Any, v_cache: Any, block_table: Any, seq_lens:
         cfg = DECODE_SIMT["fp8" if fp8 else "gqa" if G * QL > 2 else "mha"]
         tiles, threads, regs, shared = _simt_tiles(warps or cfg["WARPS"], unroll or cfg["U"], stages or cfg["STAGES"],
                                                    D, kt.size, G, QL, fn)
-    if num_splits is None:
-        num_splits = decode_splits(B * HK, max_seq_len, device_of(mod, q), threads, shared, regs)
-    num_splits = int(num_splits)
-    if num_splits < 1:
-        raise ValueError(f"{fn}: num_splits must be at least 1, not {num_splits}")
-    part = out if num_splits == 1 else empty_like(q, (B, num_splits, QL * H, D), "f32")
-    part_lse = lse if num_splits == 1 else empty_like(q, (B, num_splits, QL * H), "f32")
+    slots = decode_slots(device_of(mod, q), threads, shared, regs)
+    fixed = None if num_splits is None else int(num_splits)
+    if fixed is not None and fixed < 1:
+        raise ValueError(f"{fn}: num_splits must be at least 1, not {fixed}")
     kw = dict(T=src.name, KT=kt.name, D=D, G=G, PAGE=page, TC=tc, QL=QL, shared=shared, **tiles)
-    mod.paged_decode[(num_splits, HK, B), threads](*args, flat(part, 1), flat(part_lse, 1), HK, max_pages,
-                                                   num_splits, sc, OUT=arrays.array_scalar_type(part).name,
-                                                   SPLIT=num_splits > 1, stream=stream_of(q), **kw)
-    if num_splits > 1:
-        merge_states(part, part_lse, out=out.reshape(B, QL * H, D), lse_out=lse.reshape(B, QL * H), target=target)
+    launch = _PagedLaunch(mod, q, (B, QL, H, HK, D), src.name, max_pages, page, sc, kw, threads, slots, fixed, fp8)
+    if key is not None and aligned and all(launch.kind.holds(x) and arrays.is_contiguous(x)
+                                           for x in inputs + (block_table, seq_lens)) \
+            and (not fp8 or all(_scale_direct(x, HK, launch.kind) for x in (k_scale, v_scale))):
+        remember(key, launch)
+    launch.run(args, out, lse, max_len)
     return (out, lse) if return_lse else out
 
 

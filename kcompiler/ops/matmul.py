@@ -311,12 +311,13 @@ def matmul(a: Any, b: Any, out: Any = None, epilogue: Epilogue | str | None = No
     aligned = K % 8 == 0 and ldb % 8 == 0 and N % 8 == 0 and all(data_ptr(x) % 16 == 0 for x in (fa, fb, fo))
     params = dict(T=src.name, OUT=dst.name, B_KMAJOR=b_kmajor, ALIGNED=aligned)
     kernel, pack = _epilogue_launch(mod, epilogue, ex, scales, a, out, tgt, params)
+    stream = _common.stream_of(a)  # torch's current stream: queued behind the caller's work, capturable
 
     def run(t: dict[str, int], c: Any = fo, kernel: Any = kernel, pack: tuple = pack, params: dict = params) -> None:
         threads = t["BM"] // t["WM"] * (t["BN"] // t["WN"]) * (64 if mfma else 32)
         grid = (-(-N // t["BN"]), -(-M // t["BM"]))
         kernel[grid, threads](fa, fb, c, M, N, K, K, ldb, N, *pack,
-                              shared=matmul_shared_bytes(t, src.size, b_kmajor, mfma), **params, **t)
+                              shared=matmul_shared_bytes(t, src.size, b_kmajor, mfma), stream=stream, **params, **t)
 
     if tiles is not None:
         t = dict(tiles)
@@ -346,7 +347,8 @@ def _autotuned_tiles(mod: Any, a: Any, run: Callable[..., None], fo: Any, ex: li
     plain = {k: v for k, v in params.items() if k != "EPI"}
     default = matmul_tiles(M, N, K, True, _common.device_of(mod, a).multiprocessor_count)
     return matmul_tuned_tiles(problem, lambda tt: run(tt, scratch, mod.matmul, (), plain), default,
-                              tune=tune if on_device else False, synchronize=mod.device.synchronize)
+                              tune=tune if on_device and not _common.capturing(a) else False,
+                              synchronize=mod.device.synchronize)
 
 
 def _operand_type(a: Any, b: Any) -> Any:

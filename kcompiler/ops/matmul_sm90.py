@@ -192,7 +192,10 @@ def prepare(mod: Any, a: Any, b: Any, out: Any, *, b_kmajor: bool = True, scale_
     head, tail, shared = args[:2], args[3:], shared_bytes(cfg, t)
 
     def go(c: Any) -> Any:
-        launch(*head, c.reshape(-1), *tail, shared=shared, stream=stream, **params)
+        # stream None: torch's current stream of c at each call (a kept plan may run under
+        # torch.cuda.graph or another torch.cuda.stream than where it was made)
+        launch(*head, c.reshape(-1), *tail, shared=shared,
+               stream=_common.stream_of(c) if stream is None else stream, **params)
         return c
     return go
 

@@ -2,6 +2,7 @@
 Hopper, std.mla_sm90 (FlashMLA's design)."""
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -9,11 +10,10 @@ import numpy as np
 from ..runtime import arrays
 from ..runtime.tensormap import cached_tensor_map
 from . import _common
-from ._common import (check_same, contiguous, data_ptr, device_of, empty_like, flat, hopper_reason_not, query_type,
-                      stream_of, target_for)
-
-
-from .decode import decode_lanes, decode_shared_bytes, decode_splits, merge_states, paged_lengths
+from ._common import (ArrayKind, check_same, contiguous, data_ptr, device_of, empty_like, flat, hopper_reason_not,
+                      query_type, target_for)
+from .decode import (PLANS, decode_lanes, decode_shared_bytes, decode_slots, max_len_of, paged_lengths, plan_key,
+                     remember, split_count)
 
 #: The fewest query heads for which ops.mla_decode's path 'auto' takes the Hopper kernel
 #: (stdlib/mla_sm90.kc: 64 heads a block as wgmma's M, fewer are padded). H100, B 32, 8192 keys, latent
@@ -57,7 +57,20 @@ def mla_decode(q_nope: Any, q_pe: Any, ckv_cache: Any, kpe_cache: Any, block_tab
       step), STAGES and OVERLAP instead of :data:`MLA_SM90_TILES`.
 
     Every block reads its sequence's latent rows once per group of heads (the groups after the first
-    mostly from L2). Raises TypeError / ValueError for dtypes and shapes that do not match."""
+    mostly from L2). Raises TypeError / ValueError for dtypes and shapes that do not match.
+
+    As :func:`paged_decode`, a call is prepared once by its arrays' kinds, shapes, dtypes and devices
+    and its options (kcompiler.ops.decode.PLANS): without ``max_seq_len``, seq_lens on a GPU is not
+    read (the splits are planned for the block table's capacity), so a call never waits for the
+    device and can be captured in a CUDA graph."""
+    key = plan_key("mla_decode", (q_nope, q_pe, ckv_cache, kpe_cache, block_table, seq_lens),
+                   (scale, num_splits, heads_per_block, warps, unroll, stages, tensor_cores, path,
+                    None if sm90_tiles is None else tuple(sorted(sm90_tiles.items())), target))
+    plan = PLANS.get(key) if key is not None else None
+    if plan is not None:
+        got = plan(q_nope, q_pe, ckv_cache, kpe_cache, block_table, seq_lens, max_seq_len)
+        if got is not None:
+            return got if return_lse else got[0]
     fn = "mla_decode"
     if path not in ("auto", "sm90", "generic"):
         raise ValueError(f"{fn}: path must be 'auto', 'sm90' or 'generic', not {path!r}")
@@ -77,16 +90,19 @@ def mla_decode(q_nope: Any, q_pe: Any, ckv_cache: Any, kpe_cache: Any, block_tab
                          f"ckv_cache {tuple(ckv_cache.shape)}, kpe_cache {tuple(kpe_cache.shape)}")
     if D % 16 or DR % 16 or DR == 0:
         raise ValueError(f"{fn}: D ({D}) and DR ({DR}) must be multiples of 16")
-    bt, sl, max_pages, max_seq_len = paged_lengths(block_table, seq_lens, max_seq_len, q_nope, page, fn)
-    q_nope, q_pe, ckv_cache, kpe_cache = (contiguous(x) for x in (q_nope, q_pe, ckv_cache, kpe_cache))
+    bt, sl, max_pages, max_len = paged_lengths(block_table, seq_lens, max_seq_len, q_nope, page, fn)
+    inputs = (q_nope, q_pe, ckv_cache, kpe_cache)
+    q_nope, q_pe, ckv_cache, kpe_cache = (contiguous(x) for x in inputs)
+    planned = key is not None and all(arrays.is_contiguous(x) for x in inputs + (block_table, seq_lens))
     generic_options = heads_per_block is not None or warps is not None or tensor_cores is not None
     if path == "sm90" or (path == "auto" and H >= MLA_SM90_MIN_HEADS and not generic_options):
         tgt = target_for(q_nope, target)
         tiles = {**MLA_SM90_TILES, **(sm90_tiles or {})}
         why = mla_sm90_reason_not(q_nope, q_pe, ckv_cache, kpe_cache, tiles, tgt)
         if why is None:
-            return _mla_decode_sm90(q_nope, q_pe, ckv_cache, kpe_cache, bt, sl, max_pages, max_seq_len, scale,
-                                    num_splits, return_lse, tiles, tgt)
+            return _mla_decode_sm90(q_nope, q_pe, ckv_cache, kpe_cache, bt, sl, max_pages, max_len, scale,
+                                    num_splits, return_lse, tiles, tgt, key=key if planned else None,
+                                    inputs=inputs + (block_table, seq_lens))
         if path == "sm90":
             raise RuntimeError(f"{fn}: the Hopper path cannot run here: {why}")
     mod = _common.attention_module(target_for(q_nope, target))
@@ -96,19 +112,114 @@ def mla_decode(q_nope: Any, q_pe: Any, ckv_cache: Any, kpe_cache: Any, block_tab
         raise ValueError(f"{fn}: the tensor-core path needs NVIDIA sm_80+, f16/bf16 arrays, 16-byte aligned")
     tc = can_tc if tensor_cores is None else bool(tensor_cores)
     G, warps, stages, shared, regs, kw = _generic_tiles(tc, H, D, DR, src.size, heads_per_block, warps, unroll, stages)
-    if num_splits is None:
-        num_splits = decode_splits(B * H // G, max_seq_len, device_of(mod, q_nope), warps * 32, shared, regs)
-    num_splits, out, lse, part, part_lse = _mla_outputs(q_nope, B, H, D, src.name, num_splits)
+    launch = _MlaLaunch(mod.mla_decode, mod, q_nope, (B, H, D, DR), src.name, page, max_pages, np.float32(scale),
+                        num_splits, G=G, threads=warps * 32,
+                        slots=decode_slots(device_of(mod, q_nope), warps * 32, shared, regs),
+                        kw=dict(D=D, DR=DR, G=G, PAGE=page, WARPS=warps, STAGES=stages, shared=shared, **kw))
+    # the flat views as the kernel reads them: a misaligned torch view copied (and then no plan)
+    args = (flat(q_nope, 64), flat(q_pe, 16), flat(ckv_cache, 64), flat(kpe_cache, 16))
+    planned = planned and all(a.data_ptr() == x.data_ptr() for a, x in zip(args, inputs)) \
+        if arrays.is_torch_tensor(q_nope) else planned
+    return _mla_run(launch, key if planned else None, inputs + (block_table, seq_lens), *args, bt, sl, max_len,
+                    return_lse)
+
+
+def _mla_run(launch: "_MlaLaunch", key: tuple | None, inputs: tuple, q_nope: Any, q_pe: Any, ckv: Any, kpe: Any,
+             bt: Any, sl: Any, max_len: int, return_lse: bool) -> Any:
+    """Run :func:`mla_decode`'s ``launch`` on checked arrays; kept as the plan under ``key`` where the
+    caller's ``inputs`` (the four arrays and the two tables, as given) are of its kind."""
+    B, H, D, _ = launch.dims
+    out = empty_like(q_nope, (B, H, D), launch.dtype)
+    lse = empty_like(q_nope, (B, H), "f32")
     if B == 0 or H == 0:
         return (out, lse) if return_lse else out
-    mod.mla_decode[(num_splits, H // G, B), warps * 32](
-        flat(q_nope, 64), flat(q_pe, 16), flat(ckv_cache, 64), flat(kpe_cache, 16), bt, sl, flat(part, 1),
-        flat(part_lse, 1), H // G, max_pages, num_splits, np.float32(scale), T=src.name,
-        OUT=arrays.array_scalar_type(part).name, D=D, DR=DR, G=G, PAGE=page, WARPS=warps, STAGES=stages,
-        SPLIT=num_splits > 1, shared=shared, stream=stream_of(q_nope), **kw)
-    if num_splits > 1:
-        merge_states(part, part_lse, out=out, lse_out=lse, target=target)
+    if key is not None and all(launch.kind.holds(x) for x in inputs):
+        remember(key, launch)
+    launch.run(q_nope, q_pe, ckv, kpe, bt, sl, out, lse, max_len)
     return (out, lse) if return_lse else out
+
+
+class _MlaLaunch:
+    """The launches of one :func:`mla_decode` shape on one path (its plan, kcompiler.ops.decode.PLANS):
+    std.attention's mla_decode over (splits, H / G, B) blocks (``G``, ``threads``, ``slots``, ``kw``) or
+    std.mla_sm90's over (head blocks, splits, B) (``tiles``, ``sms``), then merge_states (``merge_mod``'s)
+    after a split. Calling it checks what the plan's key does not say and launches (None: not for this
+    plan)."""
+
+    __slots__ = ("kernel", "merge", "kind", "dims", "dtype", "dt_out", "dt_f32", "page", "max_pages", "sc", "fixed",
+                 "G", "threads", "slots", "kw", "tiles", "sms", "kw_merge", "align")
+
+    def __init__(self, kernel: Any, merge_mod: Any, like: Any, dims: tuple, dtype: str, page: int, max_pages: int,
+                 sc: Any, num_splits: int | None, *, G: int = 0, threads: int = 384, slots: int = 0,
+                 kw: dict | None = None, tiles: dict | None = None, sms: int = 0):
+        if num_splits is not None and int(num_splits) < 1:
+            raise ValueError(f"mla_decode: num_splits must be at least 1, not {num_splits}")
+        self.kernel, self.merge, self.kind = kernel, merge_mod.merge_states, ArrayKind(like)
+        self.dims, self.dtype, self.page, self.max_pages, self.sc = dims, dtype, page, max_pages, sc
+        self.dt_out, self.dt_f32 = self.kind.dtype(dtype), self.kind.dtype("f32")
+        self.fixed = None if num_splits is None else int(num_splits)
+        self.G, self.threads, self.slots, self.tiles, self.sms = G, threads, slots, tiles, sms
+        B, H, D, DR = dims
+        if tiles is not None:
+            self.kw = dict(T=dtype, D=D, DR=DR, PAGE=page, BN=int(tiles["BN"]), STAGES=int(tiles["STAGES"]),
+                           OVERLAP=bool(tiles.get("OVERLAP", False)),
+                           shared=mla_sm90_shared_bytes(D, DR, tiles, 4 if dtype == "f32" else 2))
+            self.align = (16, 16, 16, 16)
+        else:
+            self.kw = dict(T=dtype, **kw)
+            self.align = (64, 16, 64, 16)
+        self.kw_merge = dict(T="f32", OUT=dtype, WARPS=4)
+
+    def splits(self, max_len: int) -> int:
+        """The split count for sequences of up to ``max_len`` keys (``num_splits`` if given)."""
+        B, H = self.dims[:2]
+        if self.fixed:
+            return self.fixed
+        if self.tiles is not None:
+            return _sm90_splits(B * -(-H // 64), max_len, self.sms, int(self.tiles["BN"]))
+        return split_count(B * H // self.G, max_len, self.slots)
+
+    def run(self, q_nope: Any, q_pe: Any, ckv: Any, kpe: Any, bt: Any, sl: Any, out: Any, lse: Any,
+            max_len: int) -> None:
+        """Launch on checked arrays, writing ``out`` and ``lse``; the split count for sequences of up
+        to ``max_len`` keys."""
+        B, H, D, _ = self.dims
+        n = self.splits(max_len)
+        part, part_lse = (out, lse) if n == 1 else \
+            (self.kind.empty((B, n, H, D), self.dt_f32), self.kind.empty((B, n, H), self.dt_f32))
+        stream = self.kind.stream()
+        out_t = self.dtype if n == 1 else "f32"
+        if self.tiles is not None:
+            rows = min(self.page, int(self.tiles["BN"]))
+            maps = (cached_tensor_map(q_nope, (1, 64, 64)), cached_tensor_map(q_pe, (1, 64, 64)),
+                    cached_tensor_map(ckv, (1, rows, 64)), cached_tensor_map(kpe, (1, rows, 64)))
+            self.kernel[(-(-H // 64), n, B), 384](*maps, bt, sl, part, part_lse, H, self.max_pages, n, self.sc,
+                                                  OUT=out_t, stream=stream, **self.kw)
+        else:
+            self.kernel[(n, H // self.G, B), self.threads](q_nope, q_pe, ckv, kpe, bt, sl, part, part_lse, H // self.G,
+                                                           self.max_pages, n, self.sc, OUT=out_t, SPLIT=n > 1,
+                                                           stream=stream, **self.kw)
+        if n > 1:
+            self.merge[-(-B * H // 4), 128](part, part_lse, out, lse, B, n, H, D, stream=stream, **self.kw_merge)
+
+    def __call__(self, q_nope: Any, q_pe: Any, ckv: Any, kpe: Any, bt: Any, sl: Any,
+                 max_seq_len: int | None) -> tuple | None:
+        kind = self.kind
+        ok = kind.contiguous
+        if not (ok(q_nope) and ok(q_pe) and ok(ckv) and ok(kpe) and ok(bt) and ok(sl)):
+            return None
+        if kind.cuda:
+            a = self.align
+            if q_nope.data_ptr() % a[0] or q_pe.data_ptr() % a[1] or ckv.data_ptr() % a[2] or kpe.data_ptr() % a[3]:
+                return None
+        capacity = self.max_pages * self.page
+        max_len = int(max_seq_len) if max_seq_len is not None else \
+            capacity if kind.cuda else max_len_of(sl, None, capacity, "mla_decode")
+        B, H, D, _ = self.dims
+        out = kind.empty((B, H, D), self.dt_out)
+        lse = kind.empty((B, H), self.dt_f32)
+        self.run(q_nope, q_pe, ckv, kpe, bt, sl, out, lse, max_len)
+        return out, lse
 
 
 def _generic_tiles(tc: bool, H: int, D: int, DR: int, itemsize: int, heads_per_block: int | None,
@@ -137,22 +248,6 @@ def _generic_tiles(tc: bool, H: int, D: int, DR: int, itemsize: int, heads_per_b
     lanes = decode_lanes(D, itemsize, DR, G)
     shared = decode_shared_bytes(D, itemsize, G, 1, warps, unroll, stages, lanes, DR)
     return G, warps, stages, shared, 48 + 8 * G * (D // lanes) // 4, dict(U=unroll, L=lanes)
-
-
-def _mla_outputs(like: Any, B: int, H: int, D: int, dtype: str, num_splits: int) -> tuple:
-    """(num_splits, out, lse, part, part_lse) of :func:`mla_decode`: the result (B, H, D) of ``dtype``
-    and its LSE (B, H) f32, arrays of ``like``'s kind, and what the kernel writes: those for one split,
-    else f32 partial states (B, num_splits, H, D) and their LSEs for merge_states. ValueError for
-    num_splits < 1."""
-    num_splits = int(num_splits)
-    if num_splits < 1:
-        raise ValueError(f"mla_decode: num_splits must be at least 1, not {num_splits}")
-    out = empty_like(like, (B, H, D), dtype)
-    lse = empty_like(like, (B, H), "f32")
-    if num_splits == 1:
-        return num_splits, out, lse, out, lse
-    return (num_splits, out, lse, empty_like(like, (B, num_splits, H, D), "f32"),
-            empty_like(like, (B, num_splits, H), "f32"))
 
 
 #: Tiles of std.mla_sm90 (the Hopper MLA decode): BN keys a step (a tile serves as K and V), STAGES
@@ -228,31 +323,21 @@ def mla_sm90_reason_not(q_nope: Any, q_pe: Any, ckv_cache: Any, kpe_cache: Any, 
 
 
 def _mla_decode_sm90(q_nope: Any, q_pe: Any, ckv: Any, kpe: Any, bt: Any, sl: Any, max_pages: int,
-                     max_seq_len: int, scale: float, num_splits: int | None, return_lse: bool, tiles: dict,
-                     target: str) -> Any:
+                     max_len: int, scale: float, num_splits: int | None, return_lse: bool, tiles: dict,
+                     target: str, *, key: tuple | None = None, inputs: tuple = ()) -> Any:
     """The launch of std.mla_sm90 (:func:`mla_decode` checked the arguments, ``bt`` the flat block
-    table, ``sl`` the lengths, both int32 of q's kind), with merge_states after a split."""
+    table, ``sl`` the lengths, both int32 of q's kind), with merge_states after a split; kept as the
+    plan under ``key`` (see :func:`_mla_run`)."""
     (B, H, D), DR, page = tuple(q_nope.shape), int(q_pe.shape[-1]), int(ckv.shape[1])
-    src = arrays.array_scalar_type(q_nope)
-    bn, st = int(tiles["BN"]), int(tiles["STAGES"])
-    shared = mla_sm90_shared_bytes(D, DR, tiles, src.size)
-    blocks = -(-H // 64)
     mod = _mla_sm90_module(target)
-    if num_splits is None:
-        num_splits = mla_sm90_splits(B * blocks, max_seq_len, device_of(mod, q_nope).multiprocessor_count, bn)
-    num_splits, out, lse, part, part_lse = _mla_outputs(q_nope, B, H, D, src.name, num_splits)
-    if B == 0 or H == 0:
-        return (out, lse) if return_lse else out
-    rows = min(page, bn)
-    maps = [cached_tensor_map(q_nope, (1, 64, 64)), cached_tensor_map(q_pe, (1, 64, 64)),
-            cached_tensor_map(ckv, (1, rows, 64)), cached_tensor_map(kpe, (1, rows, 64))]
-    mod.mla_decode_sm90[(blocks, num_splits, B), 384](
-        *maps, bt, sl, flat(part, 1), flat(part_lse, 1), H, max_pages, num_splits, np.float32(scale),
-        T=src.name, OUT=arrays.array_scalar_type(part).name, D=D, DR=DR, PAGE=page, BN=bn, STAGES=st,
-        OVERLAP=bool(tiles.get("OVERLAP", False)), shared=shared, stream=stream_of(q_nope))
-    if num_splits > 1:
-        merge_states(part, part_lse, out=out, lse_out=lse, target=target)
-    return (out, lse) if return_lse else out
+    launch = _MlaLaunch(mod.mla_decode_sm90, _common.attention_module(target), q_nope, (B, H, D, DR),
+                        arrays.array_scalar_type(q_nope).name, page, max_pages, np.float32(scale), num_splits,
+                        tiles=tiles, sms=device_of(mod, q_nope).multiprocessor_count)
+    return _mla_run(launch, key, inputs, q_nope, q_pe, ckv, kpe, bt, sl, max_len, return_lse)
+
+
+#: :func:`mla_sm90_splits` memoised (a decode step asks it again at each call).
+_sm90_splits = functools.lru_cache(maxsize=4096)(mla_sm90_splits)
 
 
 __all__ = ["MLA_SM90_MIN_HEADS", "MLA_SM90_TILES", "mla_decode", "mla_sm90_reason_not", "mla_sm90_shared_bytes",

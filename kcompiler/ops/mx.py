@@ -34,7 +34,7 @@ def mx_quantize(x: Any, fmt: str = "f8e4m3", *, target: str = "auto") -> tuple[A
         mod = _common.stdlib_module("mx", target_for(x, target))
         mod.mx_quantize[(n + 8191) // 8192, 256](flat(x), flat(codes), flat(scales), n, S=src.name,
                                                 T="i8" if fmt == "int8" else fmt, EMAX=MX.ELEMENTS[fmt],
-                                                INT=fmt == "int8")
+                                                INT=fmt == "int8", stream=_common.stream_of(x))
     return codes, scales
 
 

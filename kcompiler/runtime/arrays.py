@@ -1,15 +1,20 @@
 """What the runtime knows of the arrays and scalars users pass to kernels.
 
-Three kinds of array are accepted for a ``ptr<T>`` parameter:
+Four kinds of array are accepted for a ``ptr<T>`` parameter:
 
+- kcompiler's own :class:`~kcompiler.runtime.device_array.DeviceArray` (``kc.to_device``), passed
+  as its pointer on the device that holds it (another device's is refused);
 - numpy arrays (host memory; a GPU device copies them in before the launch and back after it);
 - objects with ``__cuda_array_interface__`` (CuPy, Numba, PyTorch CUDA tensors), passed as their
-  device pointer with no copy (spec: numba.readthedocs.io, "CUDA Array Interface", version 3);
+  device pointer with no copy (spec: numba.readthedocs.io, "CUDA Array Interface", version 3); one
+  that exports a ``stream`` is synchronised on it first (``cuStreamSynchronize``: the spec's
+  consumer rule, as numba applies it);
 - PyTorch tensors, recognised by type so that the launch path reads ``data_ptr()`` instead of building
   the interface dict on every call.
 
-An array must be C-contiguous and its dtype must be the pointee's scalar type (or, for a pointer to a
-vector, the vector's lane type). Scalars must fit their parameter's type. Every refusal is a TypeError
+An array must be C-contiguous, in native byte order and aligned to its element size, and its dtype
+must be the pointee's scalar type (or, for a pointer to a vector, the vector's lane type). A 0-d
+array is a one-element buffer; an empty one passes a pointer the kernel must not dereference. Scalars must fit their parameter's type. Every refusal is a TypeError
 or ValueError naming the kernel, the parameter, what was expected and what was given.
 """
 from __future__ import annotations
@@ -84,9 +89,14 @@ def is_torch_tensor(x: Any) -> bool:
     return t.__name__ in ("Tensor", "Parameter") and t.__module__.startswith("torch")
 
 
+def is_kc_array(x: Any) -> bool:
+    """Whether ``x`` is a kcompiler DeviceArray (runtime/device_array.py), without importing it."""
+    return getattr(type(x), "_kc_device_array", False) is True
+
+
 def array_scalar_type(x: Any) -> ScalarType | None:
     """The element type of an array argument, or None if ``x`` is not an array we accept."""
-    if isinstance(x, np.ndarray):
+    if isinstance(x, np.ndarray) or is_kc_array(x):
         return scalar_of_dtype(x.dtype)
     if is_torch_tensor(x):
         return scalar_of_dtype(x.dtype)
@@ -100,9 +110,9 @@ def array_scalar_type(x: Any) -> ScalarType | None:
 
 
 def is_array(x: Any) -> bool:
-    """Whether ``x`` is passed as an array: a numpy ndarray, a torch tensor or an object with
+    """Whether ``x`` is passed as an array: a numpy ndarray, a kcompiler DeviceArray, a torch tensor or an object with
     ``__cuda_array_interface__`` (CuPy, numba-cuda, ...)."""
-    return (isinstance(x, np.ndarray) or is_torch_tensor(x)
+    return (isinstance(x, np.ndarray) or is_kc_array(x) or is_torch_tensor(x)
             or hasattr(x, "__cuda_array_interface__"))
 
 
@@ -110,6 +120,10 @@ def describe(x: Any) -> str:
     """A short description of an argument for error messages: 'numpy array of float64', 'int 3'."""
     if isinstance(x, np.ndarray):
         return f"numpy array of {x.dtype}"
+    if is_kc_array(x):
+        from .device_array import device_name
+
+        return f"kcompiler DeviceArray of {x.dtype} on {device_name(x.device)}"
     if is_torch_tensor(x):
         return f"torch tensor of {x.dtype} on {x.device}"
     if hasattr(x, "__cuda_array_interface__"):
@@ -147,6 +161,8 @@ def is_contiguous(x: Any) -> bool:
     ``__cuda_array_interface__`` strides (None means contiguous; extents of 1 may have any stride)."""
     if isinstance(x, np.ndarray):
         return x.flags.c_contiguous
+    if is_kc_array(x):
+        return x.is_c_contiguous
     if is_torch_tensor(x):
         return x.is_contiguous()
     cai = x.__cuda_array_interface__
@@ -165,13 +181,44 @@ def device_pointer(x: Any) -> int:
     """The device address of a CUDA array (torch tensor or ``__cuda_array_interface__`` object)."""
     if is_torch_tensor(x):
         return x.data_ptr()
-    return int(x.__cuda_array_interface__["data"][0])
+    if is_kc_array(x):
+        return x.ptr
+    return cai_pointer(x.__cuda_array_interface__)
+
+
+def cai_pointer(cai: dict) -> int:
+    """The data pointer of a ``__cuda_array_interface__`` dict, after synchronising the stream it
+    exports, if any (version 3's "Synchronization": a consumer synchronises on ``stream`` before
+    using the data; 1 and 2 are the legacy and per-thread default streams, valid handles here)."""
+    s = cai.get("stream")
+    if s is not None:
+        from .device_array import sync_cuda_stream  # lazy: the driver only when a stream is exported
+
+        sync_cuda_stream(int(s))
+    return int(cai["data"][0])
+
+
+def kc_array_pointer(kernel: str, param: str, x: Any, target: str, ordinal: int) -> int:
+    """The pointer of DeviceArray ``x`` for a kernel running on device ``ordinal`` of ``target``
+    ('nvptx', 'amdgcn'). Raises TypeError naming the kernel and parameter when the array lives on
+    another device."""
+    d = x.device
+    if d.target != target or getattr(d, "ordinal", 0) != ordinal:
+        from .device_array import device_name
+
+        here = f"{'cuda' if target == 'nvptx' else 'hip'}:{ordinal}"
+        raise TypeError(f"{kernel}: parameter '{param}': the array is on {device_name(d)}, the kernel "
+                        f"runs on {here}; copy it there with kc.to_device(x, device='{here}')")
+    return x.ptr
 
 
 def is_device_array(x: Any) -> bool:
-    """Whether ``x`` lives in GPU memory (torch CUDA tensor or a ``__cuda_array_interface__`` object)."""
+    """Whether ``x`` lives in GPU memory (torch CUDA tensor, a kcompiler DeviceArray of a GPU, or a
+    ``__cuda_array_interface__`` object)."""
     if is_torch_tensor(x):
         return x.is_cuda
+    if is_kc_array(x):
+        return x.device.target != "cpu"
     return hasattr(x, "__cuda_array_interface__")
 
 
@@ -231,7 +278,29 @@ def check_array(kernel: str, param: str, t: PointerType, x: Any) -> None:
         raise TypeError(f"{where}, got {describe(x)}")
     if not is_contiguous(x):
         raise ValueError(f"{where}: the array given is not contiguous; pass a contiguous copy "
-                         f"(numpy.ascontiguousarray / tensor.contiguous())")
+                         f"(numpy.ascontiguousarray / tensor.contiguous() / device_array.copy())")
+    layout = _layout_problem(x)
+    if layout:
+        raise ValueError(f"{where}: {layout}")
+
+
+def _layout_problem(x: Any) -> str | None:
+    """What keeps a kernel from reading array ``x`` as its pointee type, beyond dtype and contiguity:
+    a non-native byte order or an address not a multiple of the element size. None if nothing."""
+    if isinstance(x, np.ndarray) or is_kc_array(x):
+        dt, addr = x.dtype, (x.ctypes.data if isinstance(x, np.ndarray) else x.ptr)
+    elif is_torch_tensor(x):
+        return None  # torch has native byte order and aligned storage
+    else:
+        cai = x.__cuda_array_interface__
+        dt, addr = np.dtype(cai["typestr"]), int(cai["data"][0])
+    if dt.byteorder == ">" or (dt.byteorder == "=" and not np.little_endian):
+        return (f"the array given is big-endian ({dt.str}); kernels read native (little-endian) "
+                f"values: pass x.astype(x.dtype.newbyteorder('='))")
+    if addr % dt.itemsize:
+        return (f"the array given is not aligned: its address 0x{addr:x} is not a multiple of its "
+                f"{dt.itemsize}-byte elements; pass an aligned copy (numpy.array(x), which aligns)")
+    return None
 
 
 def check_args(kernel: str, params: list, args: tuple) -> None:
@@ -253,5 +322,5 @@ def check_args(kernel: str, params: list, args: tuple) -> None:
 
 __all__ = ["scalar_of_dtype", "numpy_dtype", "arg_type", "array_scalar_type", "check_args",
            "check_array", "check_scalar", "describe", "is_array", "is_contiguous", "is_device_array",
-           "device_pointer", "is_torch_tensor", "scalar_range", "BOOL", "F16", "BF16", "F32", "F64",
+           "device_pointer", "cai_pointer", "kc_array_pointer", "is_kc_array", "is_torch_tensor", "scalar_range", "BOOL", "F16", "BF16", "F32", "F64",
            "I8", "I16", "I32", "I64", "U8", "U16", "U32", "U64"]

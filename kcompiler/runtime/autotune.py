@@ -11,6 +11,9 @@ interrupted leaves no entry, and the next call tunes from the start.
 
 ``KC_TUNE=0`` (or ``off``, ``false``, ``no``) turns tuning off: :func:`autotune` then returns the
 default without timing (a cached choice is still used).
+
+This module is the mechanism (a problem, candidates, a timing function); :func:`kcompiler.autotune`
+(:mod:`kcompiler.runtime.tuning`) applies it to a user's kernel.
 """
 from __future__ import annotations
 
@@ -59,7 +62,8 @@ def cached_choice(problem: dict[str, Any], candidates: Sequence[dict[str, Any]],
 
 def autotune(problem: dict[str, Any], candidates: Sequence[dict[str, Any]],
              time_fn: Callable[[dict[str, Any]], float], *, default: dict[str, Any] | None = None,
-             enabled: bool | None = None, cache: KernelCache | None = None, unit: str = "") -> dict[str, Any]:
+             enabled: bool | None = None, cache: KernelCache | None = None, unit: str = "",
+             label: str | None = None) -> dict[str, Any]:
     """The candidate to use for ``problem``: the cached choice; else, when tuning is ``enabled``
     (default: :func:`tuning_enabled`), the one ``time_fn`` measures fastest, recorded in ``cache``
     (default: the process's :data:`~kcompiler.runtime.cache.CACHE`); else ``default`` (default: the
@@ -67,7 +71,9 @@ def autotune(problem: dict[str, Any], candidates: Sequence[dict[str, Any]],
 
     ``problem``: a JSON-able description of the problem class (what the choice depends on).
     ``candidates``: JSON-able dicts (tile sizes, ...). ``time_fn(candidate)``: its run time in any
-    unit (smaller is better; ``unit`` names it in the progress lines, kcompiler.progress); it raises :class:`CandidateRejected` for a candidate that cannot run.
+    unit (smaller is better; ``unit`` names it in the progress lines, kcompiler.progress); it raises
+    :class:`CandidateRejected` for a candidate that cannot run. ``label``: what the progress lines
+    call the problem (default: ``problem`` on one line).
     Any other exception (or an interrupt) propagates and nothing is recorded. Raises
     :class:`TuningFailed` when every candidate is rejected, ValueError for an empty list."""
     cands = [dict(c) for c in candidates]
@@ -82,7 +88,7 @@ def autotune(problem: dict[str, Any], candidates: Sequence[dict[str, Any]],
         return fallback
 
     times: list[float | None] = []
-    with progress.step(f"autotuning {_brief(problem)}: timing {len(cands)} candidates"):
+    with progress.step(f"autotuning {label or _brief(problem)}: timing {len(cands)} candidates"):
         for i, c in enumerate(cands, 1):
             try:
                 t = float(time_fn(dict(c)))

@@ -20,16 +20,22 @@ multiple of 16). The CPU target compiles vector accesses with the element's alig
 array from numpy's allocator (16-byte aligned) never crashes the process; under ``check_bounds`` every
 access is checked for the alignment a GPU needs and a misaligned one is reported.
 
-Errors (out-of-bounds or misaligned accesses under ``check_bounds``, divergent barriers, launch limits) are raised as
+Errors (out-of-bounds or misaligned accesses and array indices out of range under ``check_bounds``,
+divergent barriers, deadlocks of spinning threads, launch limits) are raised as
 :class:`~kcompiler.runtime.device.LaunchError` naming the kernel, e.g.::
 
     kernel 'vadd': out-of-bounds store to 'out'[1000] (size 1000) at examples/vadd.kc:5:9,
     thread (8,0,0) block (3,0,0)
 
+A failed device ``assert`` raises :class:`~kcompiler.runtime.device.DeviceAssertionError` with the line
+the thread printed (the hostcall printf service keeps it: ``PrintfService.assertion_text``).
+
 Ctrl-C stops a launch on the main thread between blocks and at every barrier, warp operation or
 ``nanosleep`` of its threads, and raises KeyboardInterrupt (``runtime/interrupt.py``).
 
-Environment: ``KC_CPU_THREADS`` caps the worker threads (default: the host's CPU count).
+Environment: ``KC_CPU_THREADS`` caps the worker threads (default: the host's CPU count);
+``KC_CPU_DEADLOCK_SECONDS`` (default 10, 0: never) how long a block's runnable threads may all spin on
+unchanged atomics before the launch stops with a deadlock error (:func:`deadlock_seconds_from_env`).
 """
 from __future__ import annotations
 
@@ -51,7 +57,7 @@ from ..backends.cpu.target import (INFO_SYMBOL, MAX_BLOCK_DIM, MAX_GRID_DIM, MAX
 from ..ir.types import PointerType, ScalarType, TensorMapType, VectorType, sizeof
 from . import arrays, interrupt
 from .arrays import ArgMismatch
-from .device import Artifact, Device, LaunchError
+from .device import Artifact, Device, DeviceAssertionError, LaunchError
 from .stdio import flush_c_stdio
 from .printf_buffer import PrintfBuffer, buffer_bytes_from_env
 from .hostcall import HostcallBuffer, HostcallListener, packets_for
@@ -221,6 +227,18 @@ class CpuGraph:
         self.launches = None
 
 
+def _torch_host_view(x: Any) -> np.ndarray:
+    """A torch CPU tensor's memory as a numpy array (no copy): its own dtype where numpy has it, else
+    (bfloat16, the FP8 types, which ``Tensor.numpy()`` refuses) an integer dtype of its size, the same
+    bytes, which is all a launch reads off it (address and size)."""
+    try:
+        return x.numpy()
+    except TypeError:
+        import torch  # deferred: torch is optional; x is a torch tensor
+        same = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[x.element_size()]
+        return x.view(same).numpy()
+
+
 class CpuDevice(Device):
     """The host CPU as a kcompiler device (use :meth:`get`: one per process).
 
@@ -322,11 +340,16 @@ class CpuDevice(Device):
     @staticmethod
     def _pointer(kernel: str, param: str, t: PointerType, x: Any, copybacks: list) -> PointerArg:
         itemsize = sizeof(t.pointee.elem if isinstance(t.pointee, VectorType) else t.pointee)
-        if arrays.is_torch_tensor(x):
+        if arrays.is_kc_array(x):  # kc.to_device(..., device="cpu"): its numpy view
+            if x.device.target != "cpu":
+                raise TypeError(f"{kernel}: parameter '{param}': {arrays.describe(x)} lives in GPU "
+                                f"memory; the cpu target runs on host memory (x.copy_to_host())")
+            x = x.host_ndarray()
+        elif arrays.is_torch_tensor(x):
             if x.device.type != "cpu":
                 raise TypeError(f"{kernel}: parameter '{param}': the tensor is on {x.device}; the cpu "
                                 f"target runs on host memory (pass tensor.cpu())")
-            x = x.detach().numpy()
+            x = _torch_host_view(x.detach())
         elif not isinstance(x, np.ndarray):
             raise TypeError(f"{kernel}: parameter '{param}': {arrays.describe(x)} lives in GPU memory; "
                             f"the cpu target runs on host memory (pass a numpy array)")
@@ -414,12 +437,14 @@ class CpuDevice(Device):
         st.grid[0], st.grid[1], st.grid[2] = grid
         st.block[0], st.block[1], st.block[2] = block
         st.warp_size = handle.warp_size
+        st.deadlock_seconds = deadlock_seconds_from_env()
         run = _Scheduler.get()
         # Handing blocks to other threads costs tens of microseconds: small launches run here.
         threads = blocks * block[0] * block[1] * block[2]
         nworkers = min(self.workers, blocks, max(1, threads // SERIAL_THREADS))
         ptr = ctypes.addressof(st)
         interrupted: list[bool] = []
+        asserts_before = _hostcall[1].printf.assertion_serial if _hostcall is not None else 0
 
         def stop() -> None:  # Ctrl-C (runtime/interrupt.py): the scheduler sees the flag and returns
             interrupted.append(True)
@@ -437,7 +462,8 @@ class CpuDevice(Device):
         if interrupted:
             raise KeyboardInterrupt
         if st.err_kind != abi.ERR_NONE:
-            raise LaunchError(_error_message(handle, st, table, grid, block))
+            error = DeviceAssertionError if st.err_kind == abi.ERR_ASSERT else LaunchError
+            raise error(_error_message(handle, st, table, grid, block, asserts_before))
 
     def run(self, handle: CpuKernelHandle, artifact: Artifact, grid: Any, block: Any,
             args: Sequence[Any], shared: int = 0) -> None:
@@ -551,6 +577,27 @@ def _join(futures: list[Any], stop: Callable[[], None]) -> None:
         raise KeyboardInterrupt
 
 
+#: How long a block may make no progress before the launch stops with a deadlock (seconds).
+DEADLOCK_SECONDS = 10
+
+
+def deadlock_seconds_from_env() -> int:
+    """``KC_CPU_DEADLOCK_SECONDS``: how long (whole seconds) every runnable thread of a block may spin
+    on atomics whose value does not change before the launch stops with a deadlock error; 0 waits
+    forever (Ctrl-C still stops it). Default :data:`DEADLOCK_SECONDS`. Raises ValueError for a
+    value that is not a whole number from 0 to 2**31 - 1."""
+    text = os.environ.get("KC_CPU_DEADLOCK_SECONDS", "").strip()
+    if not text:
+        return DEADLOCK_SECONDS
+    try:
+        v = int(text)
+    except ValueError:
+        v = -1
+    if not 0 <= v < 2**31:
+        raise ValueError(f"KC_CPU_DEADLOCK_SECONDS={text!r}: expected whole seconds, 0 or more")
+    return v
+
+
 def _runtime_memory(handle: CpuKernelHandle) -> list[PointerArg]:
     """The memory the runtime itself hands ``handle``'s kernel for a launch, not passed as an
     argument (now: the hostcall buffer of a kernel that prints, whose address this writes into the
@@ -661,7 +708,7 @@ def _what(table: list[PointerArg], addr: int, n: int) -> str:
 
 
 def _error_message(h: CpuKernelHandle, st: abi.LaunchState, table: list[PointerArg], grid: tuple,
-                   block: tuple) -> str:
+                   block: tuple, asserts_before: int = 0) -> str:
     who = f"thread {_xyz(st.err_tid)} block {_xyz(st.err_bid)}"
     if st.err_kind == abi.ERR_MISALIGNED:
         access = abi.ACCESS_NAMES.get(st.err_access, "access to")
@@ -678,10 +725,52 @@ def _error_message(h: CpuKernelHandle, st: abi.LaunchState, table: list[PointerA
                 f"{_xyz(st.err_tid)} waits at the barrier at {_loc(h, st.err_loc)} while thread "
                 f"{_xyz(st.err_tid2)} waits at the one at {_loc(h, st.err_loc2)}; every thread of a block "
                 f"that has not returned must reach the same barrier (a GPU would hang or misbehave)")
+    if st.err_kind == abi.ERR_ASSERT:
+        return _assertion_message(h, st, asserts_before)
+    if st.err_kind == abi.ERR_INDEX:
+        access = abi.ACCESS_NAMES.get(st.err_access, "access to")
+        return (f"kernel '{h.name}': out-of-bounds {access} an array element at {_loc(h, st.err_loc)}, {who}: "
+                f"index {st.err_addr} is out of range for an array of {st.err_nbytes} elements")
+    if st.err_kind == abi.ERR_SHARED:
+        access = abi.ACCESS_NAMES.get(st.err_access, "access to")
+        static = (h.static_shared + 15) // 16 * 16  # where the dynamic part starts (scheduler.py)
+        off = st.err_addr
+        where = (f"dynamic shared memory at byte {off - static}" if off >= static
+                 else f"shared memory at byte {off}")
+        return (f"kernel '{h.name}': out-of-bounds {access} {where} ({st.err_nbytes} bytes) at "
+                f"{_loc(h, st.err_loc)}, {who}: the block has {h.static_shared} bytes of static shared "
+                f"memory and {st.dyn_shared} of dynamic shared memory (the launch's shared=)")
+    if st.err_kind == abi.ERR_DEADLOCK:
+        return _deadlock_message(h, st)
     if st.err_kind == abi.ERR_OUT_OF_MEMORY:
         return (f"kernel '{h.name}': out of host memory for a block of {block} threads "
                 f"({h.static_shared + st.dyn_shared} bytes of shared memory)")
     return f"kernel '{h.name}': failed with error {st.err_kind} ({who})"
+
+
+def _assertion_message(h: CpuKernelHandle, st: abi.LaunchState, since: int) -> str:
+    """The line the failing thread printed (ir/assertion.py), as the hostcall printf service kept it
+    during this launch (its ``assertion_serial`` was ``since`` before); where it did not
+    (printf="buffered" prints after the launch), the location and the thread."""
+    loc, block, thread = _loc(h, st.err_loc), tuple(st.err_bid), tuple(st.err_tid)
+    text = _hostcall[1].printf.assertion_text(loc, block, thread, since) if _hostcall is not None else None
+    if text is None:
+        return (f"kernel '{h.name}': device assertion failed at {loc}, thread {_xyz(thread)} block "
+                f"{_xyz(block)}; see the printed message")
+    return text if text.startswith(f"{loc}: kernel '{h.name}'") else f"kernel '{h.name}': {text}"
+
+
+def _deadlock_message(h: CpuKernelHandle, st: abi.LaunchState) -> str:
+    """ERR_DEADLOCK (scheduler.py): the block's threads that can run all spin on atomics whose value
+    does not change."""
+    spinning, waiting = st.err_nbytes, st.err_addr
+    first = f"thread {_xyz(st.err_tid)} at {_loc(h, st.err_loc)}"
+    others = (f", ..., thread {_xyz(st.err_tid2)} at {_loc(h, st.err_loc2)}" if spinning > 1 else "")
+    rest = f"; {waiting} other thread{'s' * (waiting != 1)} wait at a barrier or warp operation" if waiting else ""
+    return (f"kernel '{h.name}': deadlock in block {_xyz(st.err_bid)}: no progress for "
+            f"{st.deadlock_seconds} s: {spinning} thread{'s' * (spinning != 1)} spin on an atomic whose "
+            f"value does not change ({first}{others}){rest}: nothing in the block will change it "
+            f"(KC_CPU_DEADLOCK_SECONDS sets how long to wait)")
 
 
 __all__ = ["CpuDevice", "CpuKernelHandle", "PointerArg", "GUARD_BYTES"]

@@ -39,7 +39,7 @@ from ..backends.nvptx.archs import arch_of_cc as arch_of  # the arch names are t
 from ..ir.types import PointerType, ScalarType, TensorMapType, Type
 from . import arrays
 from .arrays import ArgMismatch
-from .device import Artifact, Device, LaunchError
+from .device import Artifact, Device, DeviceAssertionError, LaunchError
 from .stdio import flush_c_stdio
 from .marshal import STRUCT_CODES as _STRUCT, HostCopy, bf16_bits as _bf16_bits, device_pointer, \
     marshal_args, stream_handle
@@ -71,11 +71,29 @@ def _err_name(err: Any) -> str:
         return f"CUDA error {int(err)}"
 
 
+#: CUDA_ERROR_ASSERT (a device assert: CUDA's __assertfail) and CUDA_ERROR_ILLEGAL_INSTRUCTION (PTX
+#: ``trap``, which a failed kcompiler assert executes after printing its line).
+_ASSERT_ERRORS = (710, 715)
+
+
+def _failure(err: Any, what: str) -> LaunchError:
+    """The exception for CUDA error ``err`` in ``what``: DeviceAssertionError for a failed device
+    assert or trap (the context is unusable afterwards, as after a failed CUDA assert), else
+    LaunchError."""
+    if int(err) in _ASSERT_ERRORS:
+        return DeviceAssertionError(
+            f"{what}: {_err_name(err)}: device assertion failed (or the kernel trapped); see the printed "
+            f"message for the kernel, file:line:col, block and thread. The CUDA context cannot be used "
+            f"any more: every later CUDA call of this process fails (start a new process)")
+    return LaunchError(f"{what}: {_err_name(err)}")
+
+
 def _check(result: Any, what: str) -> Any:
-    """Unpack a cuda-python result tuple, raising LaunchError(what + the error's name)."""
+    """Unpack a cuda-python result tuple, raising LaunchError(what + the error's name), or
+    DeviceAssertionError (:func:`_failure`)."""
     err, *rest = result if isinstance(result, tuple) else (result,)
     if int(err) != 0:
-        raise LaunchError(f"{what}: {_err_name(err)}")
+        raise _failure(err, what)
     if not rest:
         return None
     return rest[0] if len(rest) == 1 else tuple(rest)
@@ -648,6 +666,13 @@ def _generate_launcher(dev: CudaDevice, h: CudaKernelHandle, artifact: Artifact,
                 lines.append(f"    if type({a}) is not T{i} or {a}.dtype != D{i} or not "
                              f"{a}.flags.c_contiguous: raise ArgMismatch")
                 values.append(f"{a}.data.ptr")
+            elif arrays.is_kc_array(x):  # kc.to_device arrays: their pointer, on this device only
+                if x.device is not dev:
+                    return None
+                env[f"D{i}"] = x.dtype
+                lines.append(f"    if type({a}) is not T{i} or {a}.dtype != D{i} or {a}.device is not dev "
+                             f"or not {a}.is_c_contiguous: raise ArgMismatch")
+                values.append(f"{a}.ptr")
             elif hasattr(x, "__cuda_array_interface__"):
                 env[f"D{i}"] = x.__cuda_array_interface__["typestr"]  # as spelt at the first call
                 lines.append(f"    if type({a}) is not T{i}: raise ArgMismatch")
@@ -729,7 +754,7 @@ def _cai_pointer(x: Any, typestr: str) -> int:
     cai = x.__cuda_array_interface__
     if cai["typestr"] != typestr or (cai.get("strides") is not None and not arrays.is_contiguous(x)):
         raise ArgMismatch
-    return cai["data"][0]
+    return arrays.cai_pointer(cai)  # synchronises an exported stream
 
 
 def _launch_failed(rc: int, dev: CudaDevice, h: CudaKernelHandle, grid: tuple, block: tuple,
@@ -741,6 +766,8 @@ def _launch_failed(rc: int, dev: CudaDevice, h: CudaKernelHandle, grid: tuple, b
         rc = retry()
         if rc == 0:
             return
+    if rc in _ASSERT_ERRORS:  # an earlier launch's assert, reported by this one
+        raise _failure(_drv.CUresult(rc), f"launching kernel '{h.name}'")
     hint = ""
     if rc in _CAPTURE_ERRORS:
         hint = ("; during a CUDA graph capture a launch must go to the capturing stream: under "

@@ -47,6 +47,14 @@ class LaunchError(RuntimeError):
     """A launch was refused or failed; the message names the kernel and the cause."""
 
 
+class DeviceAssertionError(LaunchError):
+    """A device ``assert`` failed in a launch: the message is the line the failing thread printed
+    (kernel, file:line:col, block, thread, condition, message; ir/assertion.py) where the runtime
+    could read it back, else names the kernel and says to see the printed message. On CUDA the
+    context is unusable afterwards (CUDA_ERROR_ASSERT, or ILLEGAL_INSTRUCTION for the trap), as
+    after a failed CUDA ``assert``: every later call on it fails, and the process must start anew."""
+
+
 _D = TypeVar("_D", bound="Device")
 _INSTANCES: dict[tuple[type, int], "Device"] = {}
 _INSTANCES_LOCK = threading.RLock()

@@ -48,6 +48,7 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from .cformat import CArg, format_c_bytes, format_spec, parse_format
+from ..ir import assertion
 
 # --- layout ------------------------------------------------------------------------------------------
 # buffer_t (ROCm device-libs ockl/src/hostcall_impl.cl, buffer_t; clr rocclr/device/devhostcall.hpp,
@@ -536,11 +537,18 @@ class PrintfService:
     ``string_advance`` ("length" or "printed", see :func:`decode_printf`) defaults to
     ``KC_HOSTCALL_STRING_ADVANCE`` (:func:`string_advance_from_env`), else "length"."""
 
+    #: How many failed asserts' lines :meth:`assertion_text` can still find.
+    MAX_ASSERTIONS = 256
+
     def __init__(self, stdout: Sink | None = None, stderr: Sink | None = None,
                  string_advance: str | None = None):
         self.stdout = stdout or _stream_sink("stdout")
         self.stderr = stderr or _stream_sink("stderr")
         self.string_advance = string_advance or string_advance_from_env()
+        #: (location, block, thread) -> (serial, the line of a failed device assert: ir/assertion.py)
+        self.assertions: dict[tuple, tuple[int, str]] = {}
+        #: How many failed asserts' lines this service has printed.
+        self.assertion_serial = 0
         if self.string_advance not in STRING_ADVANCES:
             raise ValueError(f"string_advance must be one of {STRING_ADVANCES}, not {string_advance!r}")
 
@@ -549,8 +557,23 @@ class PrintfService:
         if control & ~1:
             return -1
         out = format_c_bytes(fmt, args)
-        (self.stderr if control & 1 else self.stdout)(out.decode("utf-8", "replace"))
+        text = out.decode("utf-8", "replace")
+        who = assertion.parse(text)
+        if who is not None:  # a failed device assert's line: kept for the launch's exception
+            self.assertion_serial += 1
+            self.assertions[who] = (self.assertion_serial, text.rstrip("\n"))
+            while len(self.assertions) > self.MAX_ASSERTIONS:
+                self.assertions.pop(next(iter(self.assertions)))
+        (self.stderr if control & 1 else self.stdout)(text)
         return len(out)
+
+    def assertion_text(self, location: str, block: tuple, thread: tuple, since: int = 0) -> str | None:
+        """The line a failed device assert at ``location`` printed in ``block`` and ``thread`` (xyz
+        tuples), if this service printed it after the :attr:`assertion_serial` ``since`` (a launch
+        reads it before it starts: an earlier launch's line at the same place is not its own); the
+        last :data:`MAX_ASSERTIONS` are kept."""
+        serial, text = self.assertions.get((location, tuple(block), tuple(thread)), (0, None))
+        return text if serial > since else None
 
 
 # --- the listener ------------------------------------------------------------------------------------

@@ -118,6 +118,8 @@ def device_pointer(kernel: str, param: str, x: Any, copybacks: list, copy: type[
     to ``copybacks``; torch GPU tensors (``is_cuda``, also on ROCm) must be on device ``ordinal``;
     ``__cuda_array_interface__`` objects pass their pointer. Raises TypeError for a tensor on
     another device."""
+    if arrays.is_kc_array(x):  # kc.to_device: already in device memory
+        return arrays.kc_array_pointer(kernel, param, x, "amdgcn" if api == "HIP" else "nvptx", ordinal)
     if isinstance(x, np.ndarray):
         buf = copy(x, x.flags.writeable)
         copybacks.append(buf)
@@ -132,7 +134,7 @@ def device_pointer(kernel: str, param: str, x: Any, copybacks: list, copy: type[
         return buf.ptr
     if arrays.is_torch_tensor(x) and x.device.index not in (None, ordinal):
         raise TypeError(f"{kernel}: parameter '{param}': the tensor is on {x.device}, the kernel "
-                        f"runs on cuda:{ordinal}")
+                        f"runs on cuda:{ordinal}; move it there (tensor.to('cuda:{ordinal}'))")
     return arrays.device_pointer(x)
 
 

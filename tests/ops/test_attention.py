@@ -82,6 +82,16 @@ def qkv(B, Sq, Sk, H, HK, D, dtype):
             RNG.standard_normal((B, Sk, HK, D)).astype(DTYPES[dtype]))
 
 
+@pytest.fixture(autouse=True)
+def _fresh_decode_plans():
+    """No prepared decode call (ops.decode.PLANS) crosses tests: a plan keeps the module it launches,
+    and tests swap the standard library's modules for emulated ones."""
+    from kcompiler.ops import decode
+    decode.PLANS.clear()
+    yield
+    decode.PLANS.clear()
+
+
 @pytest.fixture(scope="module")
 def emulated():
     """std.attention on the CPU target with NVIDIA's warp-matrix instructions emulated: ops.attention
@@ -572,26 +582,43 @@ def test_mla_decode_tensor_cores_emulated(monkeypatch, emulated):
 
 
 @pytest.mark.gpu
-def test_decode_on_a_stream_and_in_a_cuda_graph_gpu():
-    """paged_decode (split, with merge_states) and mla_decode launch on torch's current stream: on a
-    side stream, and captured in a CUDA graph and replayed after the inputs changed, they give what an
-    eager call on the default stream gives for the same inputs."""
+@pytest.mark.parametrize("page", [16, 64])
+def test_decode_on_a_stream_and_in_a_cuda_graph_gpu(page):
+    """paged_decode (GQA 4:1 split with merge_states, MHA, GQA 8:1 on tensor cores, FP8 with number
+    scales, one of them first seen inside the capture) and mla_decode launch on torch's current
+    stream: on a side stream, and captured in a CUDA graph, with max_seq_len given and without it (then
+    seq_lens is not read on the host: no copy, no synchronisation inside the capture), and replayed
+    after q and seq_lens changed, they give what an eager call on the default stream gives for the
+    same inputs."""
     import torch
 
-    lens = [700, 1, 333]
-    HK, G, D, page = 2, 4, 128, 16
-    k_cache, v_cache, table, _ = paged_cache(lens, page, HK, D, np.float32)
-    kc, vc = torch.from_numpy(k_cache).cuda().bfloat16(), torch.from_numpy(v_cache).cuda().bfloat16()
+    lens, later = [700, 1, 333], [650, 1, 300]
+    D = 128
+    caches = {}
+    for HK, fp8 in ((2, False), (4, False), (1, False), (4, True)):
+        k_cache, v_cache, table, _ = paged_cache(lens, page, HK, D, np.float32)
+        kc, vc = torch.from_numpy(k_cache).cuda(), torch.from_numpy(v_cache).cuda()
+        caches[HK, fp8] = ((kc * 16).to(torch.float8_e4m3fn), (vc * 16).to(torch.float8_e4m3fn)) if fp8 else \
+            (kc.bfloat16(), vc.bfloat16())
     bt, sl = torch.from_numpy(table).cuda(), torch.tensor(lens, dtype=torch.int32, device="cuda")
-    q = torch.randn(len(lens), HK * G, D, device="cuda", dtype=torch.bfloat16)
+    q = torch.randn(len(lens), 8, D, device="cuda", dtype=torch.bfloat16)
     ckv = torch.randn(k_cache.shape[0], page, 512, device="cuda", dtype=torch.bfloat16)
     kpe = torch.randn(k_cache.shape[0], page, 64, device="cuda", dtype=torch.bfloat16)
     qn = torch.randn(len(lens), 16, 512, device="cuda", dtype=torch.bfloat16)
     qp = torch.randn(len(lens), 16, 64, device="cuda", dtype=torch.bfloat16)
+    fresh = 0.37 + page / 1000  # a scale no call has used before the capture
 
-    def run():
-        return (ops.paged_decode(q, kc, vc, bt, sl, num_splits=3, max_seq_len=max(lens)),
-                ops.mla_decode(qn, qp, ckv, kpe, bt, sl, scale=0.1, max_seq_len=max(lens)))
+    def run(first_in_capture=False):
+        outs = []
+        for given in (max(lens), None):
+            outs += [ops.paged_decode(q, *caches[2, False], bt, sl, num_splits=3, max_seq_len=given),
+                     ops.paged_decode(q, *caches[4, False], bt, sl, max_seq_len=given),
+                     ops.paged_decode(q, *caches[1, False], bt, sl, max_seq_len=given, tensor_cores=True),
+                     ops.paged_decode(q, *caches[4, True], bt, sl, k_scale=0.05, v_scale=0.07, max_seq_len=given),
+                     ops.mla_decode(qn, qp, ckv, kpe, bt, sl, scale=0.1, max_seq_len=given)]
+        if first_in_capture:
+            outs.append(ops.paged_decode(q, *caches[4, True], bt, sl, k_scale=fresh, v_scale=fresh))
+        return outs
 
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
@@ -600,15 +627,17 @@ def test_decode_on_a_stream_and_in_a_cuda_graph_gpu():
             run()
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            out = run()
+            out = run(first_in_capture=True)
     torch.cuda.current_stream().wait_stream(side)
     for x in (q, qn, qp):
         x.copy_(torch.randn_like(x))
+    sl.copy_(torch.tensor(later, dtype=torch.int32))
     graph.replay()
     torch.cuda.synchronize()
-    want = run()
-    for got, ref in zip(out, want):
-        assert torch.equal(got, ref)
+    want = run(first_in_capture=True)
+    assert len(out) == len(want) == 11
+    for i, (got, ref) in enumerate(zip(out, want)):
+        assert torch.isfinite(ref.float()).all() and torch.equal(got, ref), i
 
 
 def test_mla_decode_cpu():

@@ -26,6 +26,16 @@ from ..ptxas_util import needs_ptxas, ptxas
 from .test_attention import DTYPES, RNG, check, mla_reference, paged_cache
 
 
+@pytest.fixture(autouse=True)
+def _fresh_decode_plans():
+    """No prepared decode call (ops.decode.PLANS) crosses tests: a plan keeps the module it launches,
+    and tests swap the standard library's modules for emulated ones."""
+    from kcompiler.ops import decode
+    decode.PLANS.clear()
+    yield
+    decode.PLANS.clear()
+
+
 @pytest.fixture(scope="module")
 def emulated():
     """std.mla_sm90 on the CPU target with the Hopper instructions emulated."""
@@ -141,7 +151,7 @@ def test_mla_auto_takes_the_hopper_kernel_from_64_heads(monkeypatch, emulated):
     monkeypatch.setattr(ops_mla, "_mla_sm90_module", lambda target: emulated)
     ran = []
     sm90 = ops_mla._mla_decode_sm90
-    monkeypatch.setattr(ops_mla, "_mla_decode_sm90", lambda *a: ran.append(a[0].shape[1]) or sm90(*a))
+    monkeypatch.setattr(ops_mla, "_mla_decode_sm90", lambda *a, **k: ran.append(a[0].shape[1]) or sm90(*a, **k))
     lens = [37, 5]
     sl = np.array(lens, np.int32)
     for H, options, hopper in ((64, {}, True), (16, {}, False), (64, dict(heads_per_block=16), False)):

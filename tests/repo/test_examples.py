@@ -1,5 +1,7 @@
 """Every example under examples/ runs its driver on each target present (the CPU always, CUDA when a GPU
-is) and checks its result against numpy, on fresh random inputs each run."""
+is) and checks its result against numpy, on fresh random inputs each run. pipeline.py keeps its data
+in kcompiler device arrays (no torch or CuPy) and, where torch is installed, hands its result to torch
+by DLPack with the pointer checked equal."""
 from __future__ import annotations
 
 import importlib
@@ -13,7 +15,7 @@ import pytest
 from ..paths import EXAMPLES as EXAMPLES_DIR
 
 EXAMPLES = str(EXAMPLES_DIR)
-NAMES = ["vadd", "saxpy", "reduce", "sgemm", "softmax"]
+NAMES = ["vadd", "saxpy", "reduce", "sgemm", "softmax", "pipeline"]
 
 
 @pytest.fixture(scope="module")

@@ -255,14 +255,14 @@ def test_cuda_array_interface_objects_are_arrays():
     class Fake:
         def __init__(self, typestr, shape, strides=None):
             self.__cuda_array_interface__ = {"typestr": typestr, "shape": shape, "strides": strides,
-                                             "data": (1234, False), "version": 3}
+                                             "data": (4096, False), "version": 3}
     arrays.check_array("k", "p", PointerType(F32), Fake("<f4", (4, 4)))
     arrays.check_array("k", "p", PointerType(F32), Fake("<f4", (4, 4), (16, 4)))
     with pytest.raises(ValueError, match="not contiguous"):
         arrays.check_array("k", "p", PointerType(F32), Fake("<f4", (4, 4), (4, 16)))
     with pytest.raises(TypeError, match="got .*Fake of float16"):
         arrays.check_array("k", "p", PointerType(F32), Fake("<f2", (4,)))
-    assert arrays.device_pointer(Fake("<f4", (4,))) == 1234
+    assert arrays.device_pointer(Fake("<f4", (4,))) == 4096
 
 
 # --- specialisation -------------------------------------------------------------------------

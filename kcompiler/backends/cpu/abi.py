@@ -22,26 +22,32 @@ _CT = {"ptr": ctypes.c_void_p, "i64": ctypes.c_int64, "i32": ctypes.c_int32, "i3
 #: thread's frame memory, reused from block to block; ``wait``: why the thread is suspended (WAIT_*);
 #: ``site``: the barrier or warp operation it waits at (a location id, increasing in program order);
 #: ``wop``/``wsrc``/``wval``: the warp operation posted (WARP_*), its source lane and this lane's value;
-#: ``wres``: the result the scheduler writes back before resuming the thread.
+#: ``wres``: the result the scheduler writes back before resuming the thread. Spin-waits (the CPU
+#: target's ``spin_point``): ``spin_site``/``spin_val`` the last atomic read in a loop (location id + 1,
+#: 0: none; the value read), ``spin_n`` how many reads in a row found the value of the read before at
+#: the same site, ``spin_total`` the reads since the thread last yielded there, ``spin`` 1 when the
+#: thread yielded because the value it read had not changed (the scheduler's deadlock detection).
 THREAD_FIELDS: list[tuple[str, str]] = [
     ("frame", "ptr"), ("frame_buf", "ptr"), ("frame_cap", "i64"), ("launch", "ptr"),
     ("shared", "ptr"), ("dyn_shared", "ptr"), ("wval", "i64"), ("wres", "i64"),
     ("thread_id", "i32x3"), ("block_id", "i32x3"), ("block_dim", "i32x3"), ("grid_dim", "i32x3"),
     ("lane_id", "i32"), ("warp_id", "i32"), ("wait", "i32"), ("site", "i32"),
-    ("wop", "i32"), ("wsrc", "i32"), ("linear", "i32"), ("pad", "i32"),
+    ("wop", "i32"), ("wsrc", "i32"), ("linear", "i32"), ("spin", "i32"),
+    ("spin_val", "i64"), ("spin_site", "i32"), ("spin_n", "i32"), ("spin_total", "i32"), ("pad2", "i32"),
 ]
 
 #: Per-launch state. ``start(args, ctx)``: the kernel's thunk (unpacks ``args``, a buffer of 8-byte
 #: slots, and calls the kernel coroutine). ``table``/``ntable``: the bounds-check table, ``ntable``
 #: pairs {i64 begin, i64 end} of host arrays. ``err_*``: the first error (ERR_*), who hit it and where
 #: (``err_loc`` a location id; for a divergent barrier ``err_loc2``/``err_tid2`` the other thread's).
+#: ``deadlock_seconds``: how long a block may make no progress before ERR_DEADLOCK (0: forever).
 LAUNCH_FIELDS: list[tuple[str, str]] = [
     ("start", "ptr"), ("args", "ptr"), ("table", "ptr"), ("ntable", "i64"),
     ("static_shared", "i64"), ("dyn_shared", "i64"), ("next_block", "i64"), ("total_blocks", "i64"),
     ("err_addr", "i64"), ("err_nbytes", "i64"),
     ("grid", "i32x3"), ("block", "i32x3"), ("warp_size", "i32"), ("stop", "i32"),
     ("err_kind", "i32"), ("err_loc", "i32"), ("err_access", "i32"), ("err_loc2", "i32"),
-    ("err_tid", "i32x3"), ("err_bid", "i32x3"), ("err_tid2", "i32x3"), ("pad", "i32"),
+    ("err_tid", "i32x3"), ("err_bid", "i32x3"), ("err_tid2", "i32x3"), ("deadlock_seconds", "i32"),
 ]
 
 # ThreadContext.wait
@@ -50,6 +56,13 @@ WAIT_RUN, WAIT_BARRIER, WAIT_WARP, WAIT_DONE, WAIT_ERROR = 0, 1, 2, 3, 4
 WARP_SHUFFLE, WARP_BALLOT, WARP_ACTIVE_MASK, WARP_FIRST_LANE = 0, 1, 2, 3
 # LaunchState.err_kind
 ERR_NONE, ERR_BOUNDS, ERR_DIVERGENT_BARRIER, ERR_OUT_OF_MEMORY, ERR_MISALIGNED = 0, 1, 2, 3, 4
+#: A device assert failed (``err_loc``: the assert); an array index out of range under check_bounds
+#: (``err_addr``: the index, ``err_nbytes``: the array's length); no thread of a block could progress
+#: (ERR_DEADLOCK, see scheduler.py).
+ERR_ASSERT, ERR_INDEX, ERR_DEADLOCK = 5, 6, 7
+#: A shared-memory access outside the block's shared memory under check_bounds (``err_addr``: its
+#: offset from the start of the block's shared memory, ``err_nbytes``: its size).
+ERR_SHARED = 8
 # LaunchState.err_access
 ACCESS_LOAD, ACCESS_STORE, ACCESS_ATOMIC = 0, 1, 2
 ACCESS_NAMES = {ACCESS_LOAD: "load from", ACCESS_STORE: "store to", ACCESS_ATOMIC: "atomic on"}

@@ -13,13 +13,17 @@ resumption) and, per block:
      (sites number operations in program order, so lanes that diverged into a branch go before lanes
      waiting after it: the min-PC reconvergence heuristic) as the active lanes, computes every active
      lane's result (shuffle, ballot, active mask, first lane) and makes them runnable;
-   - a thread that yielded (``nanosleep``: a spin loop backing off) is runnable again at once; a
-     warp with such a lane does not release its warp operation yet (the lane may be on its way);
+   - a thread that yielded (``nanosleep``: a spin loop backing off, or a spin point: an atomic read in
+     a while loop that keeps finding the same value, ``CpuTarget.spin_point``) is runnable again at
+     once; a warp with such a lane does not release its warp operation yet (the lane may be on its way);
    - when no warp operation is pending and every live thread waits at a barrier, releases the barrier
      (threads that returned early no longer take part, as on sm_70+); live threads waiting at different
      barriers are a divergent barrier, which a GPU would hang on or run incorrectly: the launch stops
      with that error;
-   - resumes the runnable threads in order of their linear thread id.
+   - resumes the runnable threads in order of their linear thread id; a round in which every thread
+     resumed came back to a spin point having read an unchanged value is stalled, and stalled rounds
+     lasting the launch's ``deadlock_seconds`` (``time()``, looked at every CLOCK_EVERY rounds) stop
+     the launch with ERR_DEADLOCK.
 
 All threads of a block run on one host thread, so shared memory needs no host atomics; blocks run in
 parallel on the worker threads, so global atomics are real host atomics.
@@ -35,7 +39,7 @@ from typing import Iterator
 import llvmlite.binding as llvm
 from llvmlite import ir as ll
 
-from .abi import (ERR_DIVERGENT_BARRIER, ERR_OUT_OF_MEMORY, THREAD_TYPE, WAIT_BARRIER, WAIT_RUN,
+from .abi import (ERR_DEADLOCK, ERR_DIVERGENT_BARRIER, ERR_OUT_OF_MEMORY, THREAD_TYPE, WAIT_BARRIER, WAIT_RUN,
                   WAIT_WARP, WARP_ACTIVE_MASK, WARP_BALLOT, WARP_SHUFFLE,
                   launch_field, load_launch, load_thread, store_launch, store_thread)
 
@@ -150,6 +154,10 @@ def launch_stopped(b: ll.IRBuilder, launch: ll.Value) -> ll.Value:
     return b.icmp_unsigned("!=", v, c32(0))
 
 
+#: Stalled rounds between two looks at the clock (deadlock detection).
+CLOCK_EVERY = 1024
+
+
 class _SchedulerEmitter:
     """Writes ``kc_run_blocks`` step by step; each method emits one part of the module doc's algorithm.
 
@@ -167,6 +175,7 @@ class _SchedulerEmitter:
         self.free = declare(m, "free", ll.VoidType(), [PTR])
         self.resume = declare(m, "llvm.coro.resume", ll.VoidType(), [PTR])
         self.cttz = declare(m, "llvm.cttz.i64", I64, [I64, I1])
+        self.time = declare(m, "time", I64, [PTR])
 
         fn = self.fn = ll.Function(m, ll.FunctionType(ll.VoidType(), [PTR]), RUN_BLOCKS)
         fn.attributes.add("nounwind")
@@ -211,6 +220,9 @@ class _SchedulerEmitter:
         self.total = load_launch(b, L, "total_blocks")
         self.args = load_launch(b, L, "args")
         self.start = b.load(launch_field(b, L, "start"), typ=FunctionPointer(START_TYPE))
+        # stalled rounds in a row of the current block, and when the first of them ended (time())
+        self.stall_rounds = self.fb.var(I64, c64(0), "stall_rounds")
+        self.stall_start = self.fb.var(I64, c64(0), "stall_start")
 
     def allocate_block_state(self) -> None:
         """Allocates this worker's thread contexts (calloc) and shared memory (aligned_alloc); on
@@ -266,6 +278,7 @@ class _SchedulerEmitter:
         ramp = fn.append_basic_block("ramp")
         b.cbranch(b.icmp_unsigned(">=", blk, self.total), self.out, ramp)
         b.position_at_end(ramp)
+        self.stall_rounds.set(c64(0))
         gx, gy = b.zext(gdim[0], I64), b.zext(gdim[1], I64)
         bid = [b.trunc(b.urem(blk, gx), I32), b.trunc(b.urem(b.udiv(blk, gx), gy), I32),
                b.trunc(b.udiv(blk, b.mul(gx, gy)), I32)]
@@ -274,6 +287,8 @@ class _SchedulerEmitter:
             for d in range(3):
                 store_thread(b, c, "block_id", bid[d], d)
             store_thread(b, c, "wait", c32(WAIT_RUN))
+            for f in ("spin_site", "spin_n", "spin_total", "spin"):
+                store_thread(b, c, f, c32(0))
             b.call(self.start, [self.args, c])
             cont = fn.append_basic_block("ramp.cont")
             b.cbranch(launch_stopped(b, L), self.out, cont)
@@ -402,17 +417,76 @@ class _SchedulerEmitter:
 
     def resume_runnable(self) -> None:
         """The end of a round: resumes the runnable threads in linear-id order (leaving if the launch
-        stopped), then starts the next round."""
+        stopped), checks for a deadlock (:meth:`check_deadlock`), then starts the next round. A round
+        is stalled when every thread it resumed yielded again at a spin point having read the value
+        it read there before (ThreadContext.spin): none changed anything the others wait for."""
         b, fn = self.b, self.fn
         b.position_at_end(self.resume_all)
+        stalled = self.fb.var(I1, ll.Constant(I1, 1), "stalled")
         with self.fb.loop(c32(0), self.n, "t") as t:
             c = self.ctx_at(t)
             with self.fb.if_(b.icmp_unsigned("==", load_thread(b, c, "wait"), c32(WAIT_RUN)), "runnable"):
+                store_thread(b, c, "spin", c32(0))
                 b.call(self.resume, [load_thread(b, c, "frame")])
                 cont = fn.append_basic_block("resume.cont")
                 b.cbranch(launch_stopped(b, self.L), self.out, cont)
                 b.position_at_end(cont)
+                spun = b.and_(b.icmp_unsigned("==", load_thread(b, c, "wait"), c32(WAIT_RUN)),
+                              b.icmp_unsigned("!=", load_thread(b, c, "spin"), c32(0)))
+                stalled.set(b.and_(stalled.get(), spun))
+        self.check_deadlock(stalled.get())
         b.branch(self.sched)
+
+    def check_deadlock(self, stalled: ll.Value) -> None:
+        """Counts stalled rounds in a row; once they have lasted the launch's ``deadlock_seconds``
+        (looked at every CLOCK_EVERY rounds; 0: never), stops the launch with ERR_DEADLOCK naming the
+        first and last spinning thread and their sites, how many spin (``err_nbytes``) and how many
+        wait at a barrier or warp operation (``err_addr``)."""
+        b, fb, L = self.b, self.fb, self.L
+        rounds, start = self.stall_rounds, self.stall_start
+        null = ll.Constant(PTR, None)
+        limit = b.sext(load_launch(b, L, "deadlock_seconds"), I64)
+        with fb.if_(b.not_(stalled), "progress"):
+            rounds.set(c64(0))
+        with fb.if_(stalled, "stall"):
+            r = b.add(rounds.get(), c64(1))
+            rounds.set(r)
+            with fb.if_(b.icmp_unsigned("==", r, c64(1)), "stall.first"):
+                start.set(b.call(self.time, [null]))
+            look = b.and_(b.icmp_unsigned("==", b.and_(r, c64(CLOCK_EVERY - 1)), c64(0)),
+                          b.icmp_signed(">", limit, c64(0)))
+            with fb.if_(look, "stall.look"):
+                late = b.icmp_signed(">=", b.sub(b.call(self.time, [null]), start.get()), limit)
+                with fb.if_(late, "deadlock"):
+                    with fb.if_(claim_error(b, L), "deadlock.claim"):
+                        self._report_deadlock()
+                    b.branch(self.out)
+
+    def _report_deadlock(self) -> None:
+        """Fills the launch's ``err_*`` fields for ERR_DEADLOCK (see :meth:`check_deadlock`)."""
+        b, fb, L = self.b, self.fb, self.L
+        spinning = fb.var(I64, c64(0), "spinning")
+        waiting = fb.var(I64, c64(0), "waiting")
+        first = fb.var(I32, c32(-1), "first_spinning")
+        last = fb.var(I32, c32(0), "last_spinning")
+        with fb.loop(c32(0), self.n, "t") as t:
+            w = load_thread(b, self.ctx_at(t), "wait")
+            spins = b.icmp_unsigned("==", w, c32(WAIT_RUN))
+            waits = b.or_(b.icmp_unsigned("==", w, c32(WAIT_BARRIER)), b.icmp_unsigned("==", w, c32(WAIT_WARP)))
+            spinning.set(b.add(spinning.get(), b.zext(spins, I64)))
+            waiting.set(b.add(waiting.get(), b.zext(waits, I64)))
+            first.set(b.select(b.and_(spins, b.icmp_signed("<", first.get(), c32(0))), t, first.get()))
+            last.set(b.select(spins, t, last.get()))
+        c0, c1 = self.ctx_at(first.get()), self.ctx_at(last.get())
+        store_launch(b, L, "err_kind", c32(ERR_DEADLOCK))
+        store_launch(b, L, "err_loc", load_thread(b, c0, "site"))
+        store_launch(b, L, "err_loc2", load_thread(b, c1, "site"))
+        store_launch(b, L, "err_nbytes", spinning.get())
+        store_launch(b, L, "err_addr", waiting.get())
+        for d in range(3):
+            store_launch(b, L, "err_tid", load_thread(b, c0, "thread_id", d), d)
+            store_launch(b, L, "err_tid2", load_thread(b, c1, "thread_id", d), d)
+            store_launch(b, L, "err_bid", load_thread(b, c0, "block_id", d), d)
 
     def free_and_return(self) -> None:
         """The ``out`` block: frees the coroutine frames, contexts and shared memory this worker

@@ -50,8 +50,8 @@ from ...ir.types import AddressSpace
 from ..target import Target, local_name
 from . import approx, contract, coroutine, hopper, mfma, warp_matrix
 from .cpu_names import check_cpu_name
-from .abi import (ACCESS_ATOMIC, ACCESS_LOAD, ACCESS_STORE, ERR_BOUNDS, ERR_MISALIGNED, WAIT_BARRIER,
-                  WAIT_RUN, WAIT_WARP, WARP_ACTIVE_MASK, WARP_BALLOT, WARP_FIRST_LANE, WARP_SHUFFLE,
+from .abi import (ACCESS_ATOMIC, ACCESS_LOAD, ACCESS_STORE, ERR_ASSERT, ERR_BOUNDS, ERR_INDEX, ERR_MISALIGNED,
+                  ERR_SHARED, WAIT_BARRIER, WAIT_RUN, WAIT_WARP, WARP_ACTIVE_MASK, WARP_BALLOT, WARP_FIRST_LANE, WARP_SHUFFLE,
                   load_launch, load_thread, store_launch, store_thread)
 from .scheduler import START_TYPE, claim_error
 from ..llvm import initialize
@@ -342,6 +342,88 @@ class CpuTarget(Target):
         if co is not None:
             coroutine.suspend(co, ctx.b, WAIT_RUN, self._site(ctx))
 
+    #: Reads at one site in a row that find the value read there before, after which the thread
+    #: yields (spin_point): a spin-wait spins this often between yields.
+    SPIN_SAME = 8
+    #: Atomic reads in loops a thread makes between yields at most (a loop reading two flags in turn).
+    SPIN_READS = 4096
+
+    def spin_point(self, ctx: "LoweringContext", value: ll.Value, failed: ll.Value | None = None) -> None:
+        # The threads of a block share one host thread, switching only where they suspend: a thread
+        # spinning on a flag that another thread of its block sets would spin forever. It yields
+        # (WAIT_RUN, as nanosleep does) after SPIN_SAME reads in a row at this site found the value
+        # of the read before (it is waiting; a CAS: only where it failed), or after SPIN_READS atomic
+        # reads in while loops; ``spin`` tells the scheduler the first case, which counts towards a
+        # deadlock (scheduler.py). Only reads inside a while loop get here (a for loop is counted):
+        # such a read costs a few loads and stores of the ThreadContext, and a suspension point
+        # that keeps the loop's values in the coroutine frame.
+        co = self._coroutine(ctx, "an atomic in a loop")
+        if co is None:
+            return
+        b = ctx.b
+        site = self._site(ctx)
+        v = value if value.type == I64 else b.zext(value, I64)
+        tag = ll.Constant(I32, site + 1)
+        zero = ll.Constant(I32, 0)
+        same = b.and_(b.icmp_unsigned("==", load_thread(b, co.ctx, "spin_site"), tag),
+                      b.icmp_unsigned("==", load_thread(b, co.ctx, "spin_val"), v))
+        streak = b.select(same, b.add(load_thread(b, co.ctx, "spin_n"), ll.Constant(I32, 1)), zero)
+        total = b.add(load_thread(b, co.ctx, "spin_total"), ll.Constant(I32, 1))
+        waiting = b.icmp_unsigned(">=", streak, ll.Constant(I32, self.SPIN_SAME))
+        go = b.or_(waiting, b.icmp_unsigned(">=", total, ll.Constant(I32, self.SPIN_READS)))
+        if failed is not None:
+            go = b.and_(go, failed)
+        store_thread(b, co.ctx, "spin_site", tag)
+        store_thread(b, co.ctx, "spin_val", v)
+        store_thread(b, co.ctx, "spin_n", b.select(go, zero, streak))
+        store_thread(b, co.ctx, "spin_total", b.select(go, zero, total))
+        yield_ = b.append_basic_block("spin.yield")
+        cont = b.append_basic_block("spin.cont")
+        br = b.cbranch(go, yield_, cont)
+        br.set_weights([1, 64])
+        b.position_at_end(yield_)
+        store_thread(b, co.ctx, "spin", b.zext(waiting, I32))
+        coroutine.suspend(co, b, WAIT_RUN, site)
+        b.branch(cont)
+        b.position_at_end(cont)
+
+    def trap(self, ctx: "LoweringContext", reason: str, message: str = "", function: str = "") -> None:
+        # The launch stops with the error (the first one wins), the thread ends; the runtime raises
+        # DeviceAssertionError with the message the thread printed before.
+        co = self._coroutine(ctx, "assert")
+        b = ctx.b
+        if co is None:
+            super().trap(ctx, reason, message, function)
+            return
+        self._record_error(ctx, co, ERR_ASSERT, self._site(ctx))
+        b.branch(co.error)
+        b.position_at_end(b.append_basic_block("after_trap"))
+
+    def _record_error(self, ctx: "LoweringContext", co: coroutine.Coroutine, kind: int, site: int,
+                      addr: ll.Value | None = None, nbytes: ll.Value | None = None,
+                      access: int | None = None) -> None:
+        """Claim the launch's error (the first one wins) and fill its fields: ``kind`` (ERR_*), the
+        location id ``site``, this thread and block, and ``addr``/``nbytes``/``access`` if given."""
+        b = ctx.b
+        launch = load_thread(b, co.ctx, "launch")
+        record = b.append_basic_block("record_error")
+        done = b.append_basic_block("error_recorded")
+        b.cbranch(claim_error(b, launch), record, done)
+        b.position_at_end(record)
+        store_launch(b, launch, "err_kind", ll.Constant(I32, kind))
+        store_launch(b, launch, "err_loc", ll.Constant(I32, site))
+        if addr is not None:
+            store_launch(b, launch, "err_addr", addr)
+        if nbytes is not None:
+            store_launch(b, launch, "err_nbytes", nbytes)
+        if access is not None:
+            store_launch(b, launch, "err_access", ll.Constant(I32, access))
+        for d in range(3):
+            store_launch(b, launch, "err_tid", load_thread(b, co.ctx, "thread_id", d), d)
+            store_launch(b, launch, "err_bid", load_thread(b, co.ctx, "block_id", d), d)
+        b.branch(done)
+        b.position_at_end(done)
+
     def warp_sync(self, ctx: "LoweringContext", mask: ll.Value | None = None) -> None:
         # A warp operation is where the lanes of a warp meet: every active lane gets there first.
         self._warp_op(ctx, "warp_sync", WARP_ACTIVE_MASK, ll.Constant(I64, 0))
@@ -396,6 +478,47 @@ class CpuTarget(Target):
         cont = b.append_basic_block("checked")
         br = b.cbranch(ok, cont, co.error)
         br.set_weights([1 << 20, 1])
+        b.position_at_end(cont)
+
+    def check_index(self, ctx: "LoweringContext", index: ll.Value, count: int, op: Any) -> None:
+        # Out of range, the launch stops with ERR_INDEX (index, length, where, who) and the runtime
+        # raises LaunchError naming them.
+        co = self._coroutine(ctx, "a bounds-checked array access")
+        if co is None:
+            return
+        b = ctx.b
+        bad = b.append_basic_block("index_out_of_range")
+        cont = b.append_basic_block("index_checked")
+        br = b.cbranch(b.icmp_unsigned("<", index, ll.Constant(I64, count)), cont, bad)
+        br.set_weights([1 << 20, 1])
+        b.position_at_end(bad)
+        access = {"load": ACCESS_LOAD, "store": ACCESS_STORE}.get(getattr(op, "name", ""), ACCESS_ATOMIC)
+        self._record_error(ctx, co, ERR_INDEX, self._site(ctx, getattr(op, "span", None)),
+                           addr=index, nbytes=ll.Constant(I64, count), access=access)
+        b.branch(co.error)
+        b.position_at_end(cont)
+
+    def check_shared(self, ctx: "LoweringContext", ptr: ll.Value, nbytes: int, op: Any) -> None:
+        # The block's shared memory is [ThreadContext.shared, .dyn_shared + the launch's dynamic bytes).
+        co = self._coroutine(ctx, "a bounds-checked shared-memory access")
+        if co is None:
+            return
+        b = ctx.b
+        lo = b.ptrtoint(ptr, I64)
+        base = b.ptrtoint(load_thread(b, co.ctx, "shared"), I64)
+        end = b.add(b.ptrtoint(load_thread(b, co.ctx, "dyn_shared"), I64),
+                    load_launch(b, load_thread(b, co.ctx, "launch"), "dyn_shared"))
+        ok = b.and_(b.icmp_unsigned(">=", lo, base),
+                    b.icmp_unsigned("<=", b.add(lo, ll.Constant(I64, nbytes)), end))
+        bad = b.append_basic_block("shared_out_of_range")
+        cont = b.append_basic_block("shared_checked")
+        br = b.cbranch(ok, cont, bad)
+        br.set_weights([1 << 20, 1])
+        b.position_at_end(bad)
+        access = {"load": ACCESS_LOAD, "store": ACCESS_STORE}.get(getattr(op, "name", ""), ACCESS_ATOMIC)
+        self._record_error(ctx, co, ERR_SHARED, self._site(ctx, getattr(op, "span", None)),
+                           addr=b.sub(lo, base), nbytes=ll.Constant(I64, nbytes), access=access)
+        b.branch(co.error)
         b.position_at_end(cont)
 
     def _check_function(self, m: ll.Module) -> ll.Function:

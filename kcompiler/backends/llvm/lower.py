@@ -59,6 +59,9 @@ class LoweringContext:
         self.state: dict[str, Any] = {}
         self.values: dict[int, ll.Value] = {}
         self.loops: list[tuple[ll.Block, ll.Block]] = []  # (continue target, break target)
+        #: ``while`` loops around the op being lowered: only these can spin (a ``for`` is counted);
+        #: an atomic read inside one is a spin point (Target.spin_point)
+        self.while_depth = 0
         self.entry = fn.append_basic_block("entry")
         self.alloca_builder = ll.IRBuilder(self.entry)
         self.b = ll.IRBuilder(fn.append_basic_block("start"))
@@ -160,9 +163,13 @@ class Lowering(ArithmeticLowering, BitLowering, MemoryLowering, MachineLowering)
         raise TypeError(f"no LLVM type for {t}")
 
     def memtype(self, t: Type) -> ll.Type:
-        """The LLVM type of ``t`` in memory (bool is a byte there)."""
+        """The LLVM type of ``t`` in memory: bool is a byte there, and a vector whose lane count is
+        not a power of two is an array of its lanes (``vec<u8, 3>`` 3 bytes aligned as a lane,
+        CUDA's ``uchar3`` and a numpy ``(n, 3)`` array; LLVM would pad ``<3 x i8>`` to 4 bytes)."""
         if isinstance(t, ScalarType) and t.kind == "bool":
             return _I8
+        if isinstance(t, VectorType) and t.count & (t.count - 1):
+            return ll.ArrayType(self.memtype(t.elem), t.count)
         if isinstance(t, VectorType) and t.elem.kind == "bool":
             return ll.VectorType(_I8, t.count)
         return self.lltype(t)
@@ -390,11 +397,13 @@ class Lowering(ArithmeticLowering, BitLowering, MemoryLowering, MachineLowering)
         B.position_at_end(header)
         ctx.state.setdefault("_while_targets", []).append((body, exit_))
         ctx.loops.append((header, exit_))
+        ctx.while_depth += 1
         self.lower_region(ctx, op.regions[0])  # ends with `condition`
         ctx.state["_while_targets"].pop()
         B.position_at_end(body)
         self.lower_region(ctx, op.regions[1])
         ctx.loops.pop()
+        ctx.while_depth -= 1
         if not B.block.is_terminated:
             B.branch(header)
         B.position_at_end(exit_)

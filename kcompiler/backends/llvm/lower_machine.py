@@ -130,6 +130,9 @@ class MachineLowering:
     def op_nanosleep(self, ctx: LoweringContext, op: Op) -> None:
         self.target.nanosleep(ctx, self.v(ctx, op.operands[0]))
 
+    def op_trap(self, ctx: LoweringContext, op: Op) -> None:
+        self.target.trap(ctx, op.attrs["reason"], op.attrs.get("message", ""), op.attrs.get("function", ""))
+
     def op_hostcall_buffer(self, ctx: LoweringContext, op: Op) -> ll.Value:
         return self.target.hostcall_buffer(ctx)
 

@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING
 from llvmlite import ir as ll
 
 from ...ir.core import Op
-from ...ir.types import AddressSpace, ArrayType, PointerType, Type, elem_of, sizeof
+from ...ir.types import AddressSpace, ArrayType, PointerType, ScalarType, Type, elem_of, sizeof
 from ..target import LLVM_ORDERS, local_name, set_syncscope
-from .lltypes import _I64
+from .lltypes import _I32, _I64
 
 if TYPE_CHECKING:
     from .lower import LoweringContext
@@ -80,9 +80,29 @@ class MemoryLowering:
         return self.v(ctx, op.operands[0])  # opaque pointers: the pointee lives in the IR type only
 
     def _checked(self, ctx: LoweringContext, p: ll.Value, ptype: PointerType, op: Op) -> None:
-        if self.options.check_bounds and ptype.space in (AddressSpace.GLOBAL, AddressSpace.CONST):
+        if not self.options.check_bounds:
+            return
+        self._check_indices(ctx, op)
+        if ptype.space in (AddressSpace.GLOBAL, AddressSpace.CONST):
             self.target.check_access(ctx, p, sizeof(ptype.pointee), op, self.memtype(ptype.pointee),
                                      op.attrs.get("align"))
+        elif ptype.space == AddressSpace.SHARED:
+            self.target.check_shared(ctx, p, sizeof(ptype.pointee), op)
+
+    def _check_indices(self, ctx: LoweringContext, op: Op) -> None:
+        """Under ``check_bounds``: every index into a fixed-size array on the way to the address the
+        memory op ``op`` accesses (``a[i]``, ``m[i][j]``: the chain of ``elemptr`` on ``[T; N]``, through
+        ``ptrcast``) is below the array's length N (Target.check_index), in any address space: local
+        and shared arrays, which host-passed memory's check does not cover."""
+        v = op.operands[0]
+        while v.owner is not None and v.owner.name in ("elemptr", "ptrcast"):
+            o = v.owner
+            base = o.operands[0].type
+            if o.name == "elemptr" and isinstance(base.pointee, ArrayType):
+                i = o.operands[1]
+                self.target.check_index(ctx, self.index64(ctx, self.v(ctx, i), i.type),
+                                        base.pointee.count, op)
+            v = o.operands[0]
 
     def op_load(self, ctx: LoweringContext, op: Op) -> ll.Value:
         p = self.v(ctx, op.operands[0])
@@ -90,25 +110,54 @@ class MemoryLowering:
         self._checked(ctx, p, pt, op)
         t = op.result.type
         x = ctx.b.load(p, typ=self.memtype(t), align=self.target.access_align(self.memtype(t), op.attrs.get("align")))
-        if self.memtype(t) != self.lltype(t):  # bool in memory
-            x = ctx.b.trunc(x, self.lltype(t))
-        return x
+        return self.from_memory(ctx, x, t)
 
     def op_store(self, ctx: LoweringContext, op: Op) -> None:
         p, x = (self.v(ctx, v) for v in op.operands)
         pt = op.operands[0].type
         self._checked(ctx, p, pt, op)
         t = op.operands[1].type
-        if self.memtype(t) != self.lltype(t):
-            x = ctx.b.zext(x, self.memtype(t))
+        x = self.to_memory(ctx, x, t)
         ctx.b.store(x, p, align=self.target.access_align(self.memtype(t), op.attrs.get("align")))
+
+    def from_memory(self, ctx: LoweringContext, x: ll.Value, t: Type) -> ll.Value:
+        """A value of IR type ``t`` as loaded (``memtype``) into its register form (``lltype``):
+        bools truncated to i1, an array of lanes gathered into a vector."""
+        mt, rt = self.memtype(t), self.lltype(t)
+        if mt == rt:
+            return x
+        if isinstance(mt, ll.ArrayType):
+            lane = elem_of(t)
+            out: ll.Value = ll.Constant(rt, ll.Undefined)
+            for k in range(mt.count):
+                out = ctx.b.insert_element(out, self.from_memory(ctx, ctx.b.extract_value(x, k), lane),
+                                           ll.Constant(_I32, k))
+            return out
+        return ctx.b.trunc(x, rt)  # bool (or a vector of bools) in bytes
+
+    def to_memory(self, ctx: LoweringContext, x: ll.Value, t: Type) -> ll.Value:
+        """The inverse of :meth:`from_memory`: a register value of IR type ``t`` in its memory form."""
+        mt, rt = self.memtype(t), self.lltype(t)
+        if mt == rt:
+            return x
+        if isinstance(mt, ll.ArrayType):
+            lane = elem_of(t)
+            out: ll.Value = ll.Constant(mt, ll.Undefined)
+            for k in range(mt.count):
+                out = ctx.b.insert_value(out, self.to_memory(ctx, ctx.b.extract_element(x, ll.Constant(_I32, k)),
+                                                             lane), k)
+            return out
+        return ctx.b.zext(x, mt)
 
     def op_atomic(self, ctx: LoweringContext, op: Op) -> ll.Value:
         p, x = (self.v(ctx, v) for v in op.operands)
         t = elem_of(op.operands[1].type)
         self._checked(ctx, p, op.operands[0].type, op)
-        return self.target.atomic(ctx, op.attrs["op"], p, x, op.attrs["order"], op.attrs["scope"],
-                                  t.is_signed, t.is_float)
+        old = self.target.atomic(ctx, op.attrs["op"], p, x, op.attrs["order"], op.attrs["scope"],
+                                 t.is_signed, t.is_float)
+        if op.attrs["op"] == "exch" and ctx.while_depth and isinstance(old.type, ll.IntType):
+            self.target.spin_point(ctx, old)  # a spin lock: while atomic_exch(lock, 1) == 1 {}
+        return old
 
     def op_atomic_cas(self, ctx: LoweringContext, op: Op) -> ll.Value:
         p, c, n = (self.v(ctx, v) for v in op.operands)
@@ -118,8 +167,13 @@ class MemoryLowering:
             it = ll.IntType(t.bits)
             old = self.target.atomic_cas(ctx, p, ctx.b.bitcast(c, it), ctx.b.bitcast(n, it),
                                          op.attrs["order"], op.attrs["scope"])
+            if ctx.while_depth:
+                self.target.spin_point(ctx, old, ctx.b.icmp_unsigned("!=", old, ctx.b.bitcast(c, it)))
             return ctx.b.bitcast(old, c.type)
-        return self.target.atomic_cas(ctx, p, c, n, op.attrs["order"], op.attrs["scope"])
+        old = self.target.atomic_cas(ctx, p, c, n, op.attrs["order"], op.attrs["scope"])
+        if ctx.while_depth:  # a CAS loop, or a lock: yield where it failed (spin_point)
+            self.target.spin_point(ctx, old, ctx.b.icmp_unsigned("!=", old, c))
+        return old
 
     def op_atomic_load(self, ctx: LoweringContext, op: Op) -> ll.Value:
         p = self.v(ctx, op.operands[0])
@@ -128,6 +182,9 @@ class MemoryLowering:
         inst = ctx.b.load_atomic(p, LLVM_ORDERS[op.attrs["order"]], align=elem_of(op.result.type).bits // 8,
                                  typ=t)
         set_syncscope(inst, self.target.syncscope(op.attrs["scope"]))
+        rt = op.result.type
+        if ctx.while_depth and isinstance(rt, ScalarType):  # while atomic_load(flag) == 0 {}: spin_point
+            self.target.spin_point(ctx, inst if isinstance(t, ll.IntType) else ctx.b.bitcast(inst, ll.IntType(rt.bits)))
         return inst
 
     def op_atomic_store(self, ctx: LoweringContext, op: Op) -> None:

@@ -11,7 +11,8 @@ from typing import Any
 from llvmlite import ir as ll
 
 from ...ir.core import NORMAL_RANGE_MATH
-from ...ir.types import AddressSpace, TensorMapType, Type
+from ...ir.assertion import index_format
+from ...ir.types import I32, I64, AddressSpace, TensorMapType, Type
 from ..errors import UnsupportedOnTarget
 from ..llvm.lower import LoweringContext
 from ..target import Target
@@ -311,6 +312,35 @@ class NvptxTarget(Target):
         ctx.b.call(ctx.declare("llvm.nvvm.nanosleep", ll.VoidType(), [_I32]), [ns])
 
     # --- printf -----------------------------------------------------------------------------------
+    def trap(self, ctx: LoweringContext, reason: str, message: str = "", function: str = "") -> None:
+        """CUDA's ``__assertfail(message, file, line, function, 1)`` (what nvcc's ``assert`` calls; the
+        CUDA device runtime's, like vprintf): the driver prints its own line, ``file:line: function:
+        block: [x,y,z], thread: [x,y,z] Assertion `message` failed.``, after the lines printed before
+        it, and the launch fails with CUDA_ERROR_ASSERT, which the runtime raises as
+        DeviceAssertionError. A ``trap`` follows, in case it returns."""
+        b = ctx.b
+        generic = ll.PointerType()
+        span = ctx.current_span
+        gl = self.address_spaces[AddressSpace.GLOBAL]
+
+        def text(s: str) -> ll.Value:
+            return b.addrspacecast(ctx.string_constant(s, gl), generic)
+
+        fail = ctx.declare("__assertfail", ll.VoidType(), [generic, generic, _I32, generic, ll.IntType(64)])
+        b.call(fail, [text(message or reason), text(span.file.path if span is not None else "<unknown>"),
+                      ll.Constant(_I32, span.line if span is not None else 0),
+                      text(function or ctx.ir_fn.attrs.get("source_name", ctx.ir_fn.name)),
+                      ll.Constant(ll.IntType(64), 1)])
+        super().trap(ctx, reason, message, function)
+
+    def index_error(self, ctx: LoweringContext, index: ll.Value, count: int, op: Any) -> None:
+        # The line a failed assert prints (ir/assertion.py), through vprintf, before the trap.
+        name = ctx.ir_fn.attrs.get("source_name", ctx.ir_fn.name)
+        span = getattr(op, "span", None)
+        fmt = index_format(str(span) if span is not None else "<unknown>", name, getattr(op, "name", ""), count)
+        who = [self.special(ctx, reg, d) for reg in ("block_id", "thread_id") for d in "xyz"]
+        self.printf(ctx, fmt, who + [index], [I32] * 6 + [I64])
+
     def printf(self, ctx: LoweringContext, fmt: str, args: list[ll.Value], types: list[Type]) -> None:
         """CUDA's device printf, as clang lowers it (clang/lib/CodeGen/CGGPUBuiltin.cpp,
         packArgsIntoNVPTXFormatBuffer and EmitNVPTXDevicePrintfCallExpr): ``i32 vprintf(ptr format,

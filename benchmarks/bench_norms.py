@@ -1,0 +1,207 @@
+"""kcompiler.ops's norms, rotary embedding and gated activations on a CUDA GPU against torch eager and
+torch.compile'd versions of the same functions, in one run: GB/s of the bytes each op must move, and
+that as a % of a torch copy of the same bytes (copy_ of bytes / 2 into another buffer) timed the same
+way in the same run. One table per op; hidden 2048-8192, tokens 1-8192, bf16 by default.
+
+    python benchmarks/bench_norms.py [--ops rms_norm,rms_norm_residual,layer_norm,rotary,silu_and_mul,
+        gelu_and_mul] [--hidden 2048,4096,8192] [--tokens 1,16,128,1024,8192] [--dtype bf16]
+        [--timing graph|events] [--no-compile]
+
+Timing: 'graph' (default) captures 20 calls of each variant in a torch.cuda.CUDAGraph and times a
+replay with CUDA events (launch overhead out for all alike; a small working set stays in the 50 MB L2
+between calls, for the copy too); 'events' is triton.testing.do_bench (L2 flushed before each call,
+the host's launch time included). Each kcompiler result is checked against torch eager first.
+
+Bytes counted (s: element size): rms_norm 2 T n s + n s (x, out, weight); rms_norm_residual 4 T n s + n s
+(x, residual read and written, out); layer_norm 2 T n s + 2 n s; rotary (Llama's heads: n / 128 query
+heads, a quarter as many key heads, D = R = 128) q and k read and written, plus a cache row (f32) a token;
+silu_and_mul / gelu_and_mul 3 T n s (x of 2 n a row, out of n).
+
+torch.compile: one dynamic=True compile an op (mark_dynamic on the token dimension), so a sweep does not
+recompile a kernel a shape; --no-compile leaves it out.
+"""
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from kcompiler import ops  # noqa: E402
+
+EPS = 1e-6
+
+
+# --- the torch versions (eager; the same functions are torch.compile'd) ------------------------------
+
+def t_rms_norm(x, w):
+    return F.rms_norm(x, (x.shape[-1],), w, EPS)
+
+
+def t_rms_norm_residual(x, r, w):
+    h = x + r
+    r.copy_(h)
+    return F.rms_norm(h, (x.shape[-1],), w, EPS)
+
+
+def t_layer_norm(x, w, b):
+    return F.layer_norm(x, (x.shape[-1],), w, b, EPS)
+
+
+def t_rotary(q, k, pos, cache):
+    """vLLM's forward_native (NeoX style) in place on q (T, HQ, D) and k (T, HK, D)."""
+    cs = cache.index_select(0, pos)
+    cos, sin = cs.chunk(2, dim=-1)
+    cos, sin = cos.unsqueeze(-2), sin.unsqueeze(-2)
+    for x in (q, k):
+        x1, x2 = x.float().chunk(2, dim=-1)
+        x.copy_(torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1))
+    return q, k
+
+
+def t_silu_and_mul(x):
+    d = x.shape[-1] // 2
+    return F.silu(x[..., :d]) * x[..., d:]
+
+
+def t_gelu_and_mul(x):
+    d = x.shape[-1] // 2
+    return F.gelu(x[..., :d]) * x[..., d:]
+
+
+# --- one op's inputs and its three variants ----------------------------------------------------------
+
+def case(op, n, t, dt):
+    """(bytes moved, {label: fn()}, check()) for op at hidden n, t tokens."""
+    s = torch.finfo(dt).bits // 8
+    dev = "cuda"
+    if op.startswith("rms_norm") or op == "layer_norm":
+        x = torch.randn(t, n, device=dev, dtype=dt)
+        w = torch.randn(n, device=dev, dtype=dt)
+        if op == "rms_norm":
+            return 2 * t * n * s + n * s, {"kc": lambda: ops.rms_norm(x, w, EPS),
+                                            "eager": lambda: t_rms_norm(x, w),
+                                            "compiled": lambda: C["rms_norm"](x, w)}, (x, w)
+        if op == "layer_norm":
+            b = torch.randn(n, device=dev, dtype=dt)
+            return 2 * t * n * s + 2 * n * s, {"kc": lambda: ops.layer_norm(x, w, b, EPS),
+                                                "eager": lambda: t_layer_norm(x, w, b),
+                                                "compiled": lambda: C["layer_norm"](x, w, b)}, (x, w, b)
+        r = torch.randn(t, n, device=dev, dtype=dt)
+        return 4 * t * n * s + n * s, {"kc": lambda: ops.rms_norm(x, w, EPS, residual=r),
+                                        "eager": lambda: t_rms_norm_residual(x, r, w),
+                                        "compiled": lambda: C["rms_norm_residual"](x, r, w)}, (x, r, w)
+    if op == "rotary":
+        hq, d = n // 128, 128
+        hk = max(1, hq // 4)
+        q = torch.randn(t, hq, d, device=dev, dtype=dt)
+        k = torch.randn(t, hk, d, device=dev, dtype=dt)
+        pos = torch.randint(0, 8192, (t,), device=dev)
+        inv = 10000.0 ** (-torch.arange(0, d, 2, device=dev, dtype=torch.float64) / d)
+        ang = torch.arange(8192, device=dev, dtype=torch.float64)[:, None] * inv[None]
+        cache = torch.cat((ang.cos(), ang.sin()), -1).float()
+        return 2 * t * (hq + hk) * d * s + t * (d * 4 + 8), {
+            "kc": lambda: ops.rotary_embedding(q, k, pos, cache),
+            "eager": lambda: t_rotary(q, k, pos, cache),
+            "compiled": lambda: C["rotary"](q, k, pos, cache)}, (q, k, pos, cache)
+    x = torch.randn(t, 2 * n, device=dev, dtype=dt)
+    kc = ops.silu_and_mul if op == "silu_and_mul" else ops.gelu_and_mul
+    eager = t_silu_and_mul if op == "silu_and_mul" else t_gelu_and_mul
+    return 3 * t * n * s, {"kc": lambda: kc(x), "eager": lambda: eager(x), "compiled": lambda: C[op](x)}, (x,)
+
+
+C = {}
+
+
+def compiled(op):
+    fn = {"rms_norm": t_rms_norm, "rms_norm_residual": t_rms_norm_residual, "layer_norm": t_layer_norm,
+          "rotary": t_rotary, "silu_and_mul": t_silu_and_mul, "gelu_and_mul": t_gelu_and_mul}[op]
+    return torch.compile(fn, dynamic=True)
+
+
+def time_ms(fn, mode, reps=20):
+    """Milliseconds a call of fn: a CUDA graph of reps calls replayed (mode 'graph'), or do_bench."""
+    if mode == "events":
+        from triton.testing import do_bench
+        return do_bench(fn)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(reps):
+            fn()
+    g.replay()
+    torch.cuda.synchronize()
+    best = float("inf")
+    for _ in range(5):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        g.replay()
+        b.record()
+        torch.cuda.synchronize()
+        best = min(best, a.elapsed_time(b) / reps)
+    return best
+
+
+def check(op, inputs, dt):
+    """kc's result against torch eager's on fresh copies of the inputs."""
+    a = [x.clone() for x in inputs]
+    b = [x.clone() for x in inputs]
+    tol = dict(rtol=2e-2, atol=2e-2) if dt != torch.float32 else dict(rtol=1e-4, atol=1e-4)
+    if op == "rms_norm":
+        torch.testing.assert_close(ops.rms_norm(a[0], a[1], EPS), t_rms_norm(*b), **tol)
+    elif op == "rms_norm_residual":
+        torch.testing.assert_close(ops.rms_norm(a[0], a[2], EPS, residual=a[1]), t_rms_norm_residual(*b), **tol)
+        torch.testing.assert_close(a[1], b[1], **tol)
+    elif op == "layer_norm":
+        torch.testing.assert_close(ops.layer_norm(*a, EPS), t_layer_norm(*b), **tol)
+    elif op == "rotary":
+        ops.rotary_embedding(*a)
+        t_rotary(*b)
+        torch.testing.assert_close(a[0], b[0], **tol)
+        torch.testing.assert_close(a[1], b[1], **tol)
+    else:
+        kc = ops.silu_and_mul if op == "silu_and_mul" else ops.gelu_and_mul
+        eager = t_silu_and_mul if op == "silu_and_mul" else t_gelu_and_mul
+        torch.testing.assert_close(kc(a[0]), eager(b[0]), **tol)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ops", default="rms_norm,rms_norm_residual,layer_norm,rotary,silu_and_mul,gelu_and_mul")
+    ap.add_argument("--hidden", default="2048,4096,8192")
+    ap.add_argument("--tokens", default="1,16,128,1024,8192")
+    ap.add_argument("--dtype", default="bf16", choices=["bf16", "f16", "f32"])
+    ap.add_argument("--timing", default="graph", choices=["graph", "events"])
+    ap.add_argument("--no-compile", action="store_true")
+    args = ap.parse_args()
+    dt = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}[args.dtype]
+    torch._dynamo.config.cache_size_limit = 64
+    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, {args.dtype}, timing {args.timing}")
+    for op in args.ops.split(","):
+        if not args.no_compile:
+            C[op] = compiled(op)
+        print(f"\n{op}: GB/s (% of a torch copy of the same bytes)")
+        cols = ["kc", "eager"] + ([] if args.no_compile else ["compiled"])
+        print(f"{'hidden':>6} {'tokens':>6} {'copy':>8} " + " ".join(f"{c:>16}" for c in cols))
+        for n in map(int, args.hidden.split(",")):
+            for t in map(int, args.tokens.split(",")):
+                nbytes, runs, inputs = case(op, n, t, dt)
+                check(op, inputs, dt)
+                src = torch.empty(nbytes // 2 // 2, device="cuda", dtype=torch.int16)
+                dst = torch.empty_like(src)
+                copy = nbytes / time_ms(lambda: dst.copy_(src), args.timing) / 1e6
+                row = f"{n:>6} {t:>6} {copy:>8.1f} "
+                for c in cols:
+                    gbs = nbytes / time_ms(runs[c], args.timing) / 1e6
+                    row += f" {gbs:>7.1f} ({100 * gbs / copy:>4.0f}%)"
+                print(row, flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,167 @@
+"""Token sampling by std.sampling: :func:`sample` (greedy, top-k, top-p, min-p and their combinations,
+without sorting the vocabulary: one fused kernel a call) and its building blocks :func:`softmax`,
+:func:`top_k_mask_logits`, :func:`top_p_renorm_probs`."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..runtime import arrays
+from . import _common
+from ._common import empty_like, target_for
+
+#: Threads a block (a row). Fixed, never chosen by target: the order of every sum, hence the sampled
+#: token, depends on it, and the CPU target and a GPU must give the same token.
+SAMPLING_THREADS = 1024
+
+
+def _rows(x: Any, fn: str, kinds: tuple = ("f32", "f16", "bf16")) -> tuple[Any, int, int]:
+    """``x``'s scalar type, rows and vocabulary size (x 2-D with unit stride along the last axis, or
+    1-D: one row); TypeError / ValueError otherwise."""
+    src = arrays.array_scalar_type(x) if arrays.is_array(x) else None
+    if src is None or src.name not in kinds:
+        raise TypeError(f"{fn}: expected an array of {', '.join(kinds)}, not {arrays.describe(x)}")
+    shape = tuple(x.shape)
+    if len(shape) not in (1, 2) or shape[-1] == 0 or shape[-1] >= 2 ** 31:
+        raise ValueError(f"{fn}: expected a (batch, vocab) or (vocab,) array with 0 < vocab < 2^31, not {shape}")
+    return src, (shape[0] if len(shape) == 2 else 1), shape[-1]
+
+
+def _row_param(v: Any, like: Any, rows: int, dtype: str, name: str, fn: str) -> Any:
+    """Per-row parameter ``v`` (a scalar, or an array of ``rows``) as a contiguous 1-D array of ``dtype``
+    ('f32' or 'i32') of ``like``'s kind (numpy, or torch on its device)."""
+    np_dtype = np.float32 if dtype == "f32" else np.int32
+    if arrays.is_torch_tensor(like):
+        import torch  # deferred: torch is optional
+        tdt = torch.float32 if dtype == "f32" else torch.int32
+        t = torch.as_tensor(v, device=like.device).to(tdt)
+        t = t.expand(rows).contiguous() if t.dim() == 0 else t.contiguous()
+        out = t
+    else:
+        h = v.cpu().numpy() if arrays.is_torch_tensor(v) else np.asarray(v)
+        out = np.ascontiguousarray(np.broadcast_to(h, (rows,)) if h.ndim == 0 else h, np_dtype)
+    if tuple(out.shape) != (rows,):
+        raise ValueError(f"{fn}: {name} must be a scalar or have one value a row ({rows}), not shape "
+                         f"{tuple(out.shape)}")
+    return out
+
+
+def _u32_pair(v: int, name: str, fn: str) -> tuple[np.uint32, np.uint32]:
+    v = int(v)
+    if not 0 <= v < 2 ** 64:
+        raise ValueError(f"{fn}: {name} must be in [0, 2^64), not {v}")
+    return np.uint32(v & 0xFFFFFFFF), np.uint32(v >> 32)
+
+
+def _row_view(x: Any, rows: int, vocab: int) -> tuple[Any, int]:
+    """``x`` as an array the kernel indexes by row * ld + i, and ld (rows need not be packed)."""
+    x2 = x.reshape(rows, vocab) if len(tuple(x.shape)) == 1 else x
+    if arrays.is_torch_tensor(x2):
+        if x2.stride(-1) != 1:
+            x2 = x2.contiguous()
+        return x2, int(x2.stride(0))
+    x2 = np.ascontiguousarray(x2)
+    return x2, vocab
+
+
+def sample(logits: Any = None, *, probs: Any = None, temperature: Any = 1.0, top_k: Any = 0,
+           top_p: Any = 1.0, min_p: Any = 0.0, seed: int = 0, offset: int = 0, target: str = "auto") -> Any:
+    """One token a row from ``logits`` (softmax(logits / temperature)) or from ``probs`` (used as given,
+    need not sum to 1), restricted to the row's top-k, top-p and min-p sets: int32 indices of shape
+    (batch,) (a 0-d array for a 1-D row), of the input's kind. One fused kernel a call, a block a row,
+    no sort.
+
+    Inputs: (batch, vocab) or (vocab,) arrays of f32, f16 or bf16 (numpy, or torch on the CPU or a GPU).
+    Per-row parameters (a scalar, or an array of batch values): ``temperature`` (<= 0: greedy, the
+    lowest index of the row's maximum; from probs only its sign matters), ``top_k`` (<= 0 or >= vocab:
+    off), ``top_p`` (in (0, 1]; 1: off), ``min_p`` (keep w >= min_p * max w; 0: off). The allowed set
+    is the intersection, all three judged on the same softmax(logits / temperature) distribution (not
+    one after another), ties included: top-k keeps a token if fewer than top_k tokens have a larger
+    probability, top-p if the tokens more probable than it hold less than top_p of the mass. The token
+    is drawn from the distribution restricted to that set and renormalised.
+
+    Algorithm (std.sampling's ``sample``; FlashInfer's sorting-free rejection sampling): a pass for the
+    maximum, then rounds: draw a token j by inverse CDF with one uniform from the candidates (weights
+    above a pivot, initially all within min-p); one pass counts and sums the tokens more probable than
+    j; if j is within top-k and top-p it is returned, else the pivot rises to j's probability (no
+    lighter token can be allowed) and j is redrawn from the heavier ones, whose sums that pass formed.
+    Accepted draws are exactly distributed as the renormalised restricted distribution; the expected
+    number of rounds is O(log V) (each rejection discards the candidates lighter than a probability-
+    weighted draw, as in randomized quickselect), in practice 1-5; greedy rows and rows without top-k
+    and top-p take two passes.
+
+    Randomness: Philox 4x32-10 (std.random), round r of row b from lane r % 4 of
+    philox4x32_10(counter=(offset_lo, offset_hi, b, r // 4), key=(seed_lo, seed_hi)), u = (x & 0xFFFFFF)
+    * 2^-24; ``seed`` and ``offset`` are integers in [0, 2^64) (advance ``offset`` each step). The same
+    (seed, offset, inputs) give the same tokens on the CPU target and a GPU (every sum is a fixed
+    sequence of f32 operations, :data:`SAMPLING_THREADS` threads a row on every target).
+    Raises TypeError / ValueError for other dtypes or shapes, or both or neither of logits and probs."""
+    if (logits is None) == (probs is None):
+        raise ValueError("sample: give exactly one of logits and probs")
+    x = probs if logits is None else logits
+    src, rows, vocab = _rows(x, "sample")
+    one_row = len(tuple(x.shape)) == 1
+    out = empty_like(x, (rows,), "i32")
+    params = [_row_param(v, x, rows, d, n, "sample") for v, d, n in
+              ((temperature, "f32", "temperature"), (top_k, "i32", "top_k"), (top_p, "f32", "top_p"),
+               (min_p, "f32", "min_p"))]
+    s_lo, s_hi = _u32_pair(seed, "seed", "sample")
+    o_lo, o_hi = _u32_pair(offset, "offset", "sample")
+    x2, ld = _row_view(x, rows, vocab)
+    if rows:
+        mod = _common.stdlib_module("sampling", target_for(x, target))
+        mod.sample[rows, SAMPLING_THREADS](x2, out, *params, vocab, ld, s_lo, s_hi, o_lo, o_hi, T=src.name,
+                                            PROBS=logits is None, THREADS=SAMPLING_THREADS)
+    return out.reshape(()) if one_row else out
+
+
+def softmax(logits: Any, temperature: Any = 1.0, *, target: str = "auto") -> Any:
+    """softmax(logits / temperature) over the last axis, as f32 of the input's shape and kind; one
+    kernel, a block a row (three passes: max, sum, write; std.math's exp). ``temperature``: > 0, a
+    scalar or one a row. Raises TypeError / ValueError for other dtypes or shapes."""
+    src, rows, vocab = _rows(logits, "softmax")
+    out = empty_like(logits, tuple(logits.shape), "f32")
+    temp = _row_param(temperature, logits, rows, "f32", "temperature", "softmax")
+    x2, ld = _row_view(logits, rows, vocab)
+    if rows:
+        mod = _common.stdlib_module("sampling", target_for(logits, target))
+        mod.softmax[rows, SAMPLING_THREADS](x2, out, temp, vocab, ld, T=src.name, THREADS=SAMPLING_THREADS)
+    return out
+
+
+def top_k_mask_logits(logits: Any, top_k: Any, *, target: str = "auto") -> Any:
+    """``logits`` with every value outside its row's top-k set (the values with fewer than top_k larger
+    ones in the row: ties at the k-th value kept) replaced by -inf; same dtype, shape and kind. The
+    k-th value is found without sorting: a bisection over the 2^32 order-preserving keys of f32 (32
+    counting passes over the row, a block a row). ``top_k``: a scalar or one a row; <= 0 or >= vocab
+    keeps the row. Raises TypeError / ValueError for other dtypes or shapes."""
+    src, rows, vocab = _rows(logits, "top_k_mask_logits")
+    out = empty_like(logits, tuple(logits.shape), src.name)
+    k = _row_param(top_k, logits, rows, "i32", "top_k", "top_k_mask_logits")
+    x2, ld = _row_view(logits, rows, vocab)
+    if rows:
+        mod = _common.stdlib_module("sampling", target_for(logits, target))
+        mod.top_k_mask_logits[rows, SAMPLING_THREADS](x2, out, k, vocab, ld, T=src.name,
+                                                      THREADS=SAMPLING_THREADS)
+    return out
+
+
+def top_p_renorm_probs(probs: Any, top_p: Any, *, target: str = "auto") -> Any:
+    """``probs`` restricted to each row's top-p set (the tokens more probable than which the row holds
+    less than top_p of its mass; ties kept) and renormalised to sum 1; 0 elsewhere. f32 of the input's
+    shape and kind. The cut is found without sorting: a bisection over the f32 keys, 32 summing passes
+    (a block a row). ``top_p``: in (0, 1], a scalar or one a row; 1 only renormalises. Raises
+    TypeError / ValueError for other dtypes or shapes."""
+    src, rows, vocab = _rows(probs, "top_p_renorm_probs")
+    out = empty_like(probs, tuple(probs.shape), "f32")
+    p = _row_param(top_p, probs, rows, "f32", "top_p", "top_p_renorm_probs")
+    x2, ld = _row_view(probs, rows, vocab)
+    if rows:
+        mod = _common.stdlib_module("sampling", target_for(probs, target))
+        mod.top_p_renorm_probs[rows, SAMPLING_THREADS](x2, out, p, vocab, ld, T=src.name,
+                                                       THREADS=SAMPLING_THREADS)
+    return out
+
+
+__all__ = ["SAMPLING_THREADS", "sample", "softmax", "top_k_mask_logits", "top_p_renorm_probs"]
