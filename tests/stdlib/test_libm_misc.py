@@ -245,7 +245,7 @@ def test_gpu_cbrt_frexp_ilogb_on_every_f32_input():
                          torch.where(torch.isinf(x), torch.full_like(bits, 2 ** 31 - 1), torch.full_like(bits, -2 ** 31)))
         bad += int((g.long() != wg).sum())
     print(f"\ncbrt: max {worst:.4g} ulp, {100 * same_n / 2 ** 32:.5f}% correctly rounded; frexp/ilogb mismatches {bad}")
-    assert worst <= f.bound and bad == 0
+    assert worst <= f.bound + 2.0 ** -20 and bad == 0   # + the float64 reference's own error
 
 
 @pytest.mark.gpu
@@ -273,7 +273,7 @@ def test_gpu_hypot_nextafter_ldexp_on_random_pairs():
         wn = torch.nextafter(a, b)
         bad += int((~((nx == wn) & (torch.signbit(nx) == torch.signbit(wn)) | (torch.isnan(nx) & torch.isnan(wn)))).sum())
         k = (b.view(torch.int32).long() & 0xFFFFFFFF) % 600 - 300
-        wl = torch.ldexp(a.double(), k).float()      # exact in float64, one rounding to f32
+        wl = (a.double() * torch.exp2(k.double())).float()   # exact in float64, one rounding to f32
         bad += int((~((ld == wl) | (torch.isnan(ld) & torch.isnan(wl)))).sum())
     print(f"\nhypot: max {worst:.4g} ulp; nextafter/ldexp mismatches {bad}")
-    assert worst <= FUNCTIONS["hypot"].bound and bad == 0
+    assert worst <= FUNCTIONS["hypot"].bound + 2.0 ** -20 and bad == 0
