@@ -6,6 +6,9 @@ argument is computed lane by lane. Compiled with ``fast_math``, a call is the bu
 of the same name with ``fast_`` before it (``sin`` -> ``fast_sin``: NVIDIA's sin.approx.f32, AMD's
 v_sin_f32), except on f64, which stays accurate. The approximations themselves are the IR's math
 ops (builtins_math.py).
+
+Float ``%`` is lowered here too (:func:`float_rem`): a call of std.libm_rem's exact ``fmod`` on every
+target, instead of LLVM's ``frem``, which NVPTX expands to the inexact ``x - trunc(x / y) * y``.
 """
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ from ..ir.types import SCALARS, VectorType
 from .builtin_registry import builtin
 from .builtins import ACCURATE_MATH
 from .builtins_math import math_operands
-from .program import MATH_ALIAS
+from .program import MATH_ALIAS, std_module
 from .values import Poison
 
 #: The accurate functions std.math has no f64 version of (yet).
@@ -47,4 +50,24 @@ def _accurate(fl, f, e, kw):
     for i in range(t.count):
         lane = fl.b.extract(x, fl.b.const(i, SCALARS["i32"]))
         lanes.append(fl.b.call(fn.name, [lane], fn.ret))
+    return fl.b.vec_build(lanes)
+
+
+def float_rem(fl, x: Value, y: Value, span) -> Value:
+    """``x % y`` for floats ``x`` and ``y`` of one type (f16, bf16, f32, f64, or vectors of them, lane
+    by lane): C's ``fmod``, exact, as a call of std.libm_rem's ``fmod[T]`` (loaded on the first
+    float `%`: program.std_module). Raises Poison where the instantiation failed (its error is
+    already reported)."""
+    t = x.type
+    et = t.elem if isinstance(t, VectorType) else t
+    mod = std_module(fl.L.program, "libm_rem")
+    fn = fl.L.instance(mod, mod.fns["fmod"], {"T": et}, span, fl)
+    if fn is None:
+        raise Poison()
+    if not isinstance(t, VectorType):
+        return fl.b.call(fn.name, [x, y], fn.ret)
+    lanes: list[Value] = []
+    for i in range(t.count):
+        k = fl.b.const(i, SCALARS["i32"])
+        lanes.append(fl.b.call(fn.name, [fl.b.extract(x, k), fl.b.extract(y, k)], fn.ret))
     return fl.b.vec_build(lanes)

@@ -73,6 +73,11 @@ class FnLowering(StatementLowering, ExpressionLowering):
         return ", from ".join(parts)
 
     def fail(self, msg: str, span: SourceSpan | None, hint: str | None = None):
+        if span is not None and span.file.path.startswith("<std>/") and self.called_from[0] is not None \
+                and not (hint or "").startswith("in "):
+            # an error inside a standard-library fn: say which call of the program's led there
+            chain = f"in {self.call_chain()}"
+            hint = f"{hint}; {chain}" if hint else chain
         self.L.error(msg, span, hint)
         raise Poison()
 

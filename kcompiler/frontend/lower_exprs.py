@@ -15,6 +15,7 @@ from ..ir.types import (BOOL, F32, I32, SCALARS, ArrayType, PointerType, ScalarT
 from . import ast as A
 from . import builtins as B
 from . import fn_params, lower_arrays, structs
+from .builtins_libm import float_rem
 from .semantic import (CV, SemanticError, adapts, convert_cv, default_type, fits, fold_binary, fold_unary,
                        promote, widens)
 from .values import (POISON, ArrayValue, BuiltinRef, FnRef, LanePlace, ModuleRef, Place, Poison, RegRef, TargetHas, TargetRef,
@@ -387,6 +388,8 @@ class ExpressionLowering:
         if op in arith:
             if et.is_bool:
                 self.fail(f"cannot apply '{op}' to bool", span, hint="convert it: i32(b)")
+            if op == "%" and et.is_float:
+                return float_rem(self, x, y, span)
             return self.b.binary(arith[op], x, y)
         if op in bits:
             if et.is_float:

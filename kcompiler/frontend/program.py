@@ -412,6 +412,38 @@ def _module_file(imp: A.Import, importer: SourceModule) -> tuple[Path | None, st
     return base.joinpath(*imp.path).with_suffix(".kc"), name
 
 
+def std_module(program: Program, name: str) -> SourceModule:
+    """Standard-library module ``std.<name>`` of ``program``, loaded now if the program has not
+    imported it: for the lowering, which finds out only from the operand types that it needs one
+    (float `%` is std.libm_rem's fmod: builtins_libm.float_rem), so that a program whose `%` are
+    all integer ones parses nothing more. The module must import nothing itself. Raises
+    CompileError if the standard library is missing or the module does not parse or check."""
+    d = stdlib_dir()
+    if d is None:
+        raise CompileError(f"the standard library (std.{name}) is not installed")
+    fpath = d / f"{name}.kc"
+    key = str(fpath.resolve())
+    m = program.modules.get(key)
+    if m is not None:
+        return m
+    diag = Diagnostics()
+    mfile = SourceFile(f"<std>/{name}.kc", fpath.read_text(encoding="utf-8"))
+    tree = parse(mfile, diag)
+    diag.check()
+    assert tree is not None and not tree.imports, name
+    m = SourceModule(f"std.{name}", key, mfile, tree, f"std_{name}__")
+    for decl in tree.decls:
+        m.fns.setdefault(decl.name, decl)
+    for c in tree.consts:
+        m.consts.setdefault(c.name, c)
+    Checker(diag).check_module(m)
+    for decl in tree.decls:
+        _check_defaults(decl, diag)
+    diag.check()
+    program.modules[key] = m
+    return m
+
+
 def load_program(source: str, path: str = "<string>", keep_going: bool = False) -> Program:
     """Parse ``source`` (the text of file ``path``), load what it imports (``import std.math`` reads the
     stdlib's math.kc; ``import mylib`` reads mylib.kc beside ``path``), and check every declaration.

@@ -72,6 +72,21 @@ def _gelu_tanh(xp: Any, x: Any) -> Any:
     return x / (1.0 + xp.exp(-2.0 * u))          # x/2 (1 + tanh u), without 1 + tanh's cancellation
 
 
+def _cbrt(xp: Any, x: Any) -> Any:
+    # |x|^(1/3) with 1/3 rounded: relative error |ln x| 2^-54 / 3, below 2^-27 ulp of an f32 result
+    return xp.copysign(xp.abs(x) ** (1.0 / 3.0), x)
+
+
+def _remainder(xp: Any, x: Any, y: Any) -> Any:
+    # IEEE remainder of f32 operands, exact in float64: fmod(|x|, 2|y|) in [0, 2|y|) (exact), minus |y|
+    # where above |y|/2 and again where then at least |y|/2 (ties to the even quotient), x's sign
+    ay = xp.abs(y)
+    r = xp.fmod(xp.abs(x), 2.0 * ay)
+    r = xp.where(r > 0.5 * ay, r - ay, r)
+    r = xp.where(r >= 0.5 * ay, r - ay, r)
+    return r * xp.copysign(xp.ones_like(x), x)
+
+
 _LN10 = 2.302585092994046
 
 FUNCTIONS: dict[str, MathFunction] = {f.name: f for f in [
@@ -104,6 +119,10 @@ FUNCTIONS: dict[str, MathFunction] = {f.name: f for f in [
     MathFunction("gelu", lambda xp, x: 0.5 * x * xp.erfc(-x * 0.7071067811865476), 2, None, (-15, 15),
                  vectors=2),
     MathFunction("gelu_tanh", _gelu_tanh, 1, None, (-15, 15)),
+    MathFunction("cbrt", _cbrt, 0.5, 1, (-1e3, 1e3), f64=True),
+    MathFunction("hypot", lambda xp, x, y: xp.hypot(x, y), 0.5, 3, (-1e4, 1e4), arity=2, f64=True),
+    MathFunction("fmod", lambda xp, x, y: xp.fmod(x, y), 0, 0, (-1e4, 1e4), arity=2, f64=True),
+    MathFunction("remainder", _remainder, 0, 0, (-1e4, 1e4), arity=2, f64=True),
     MathFunction("softplus", lambda xp, x: xp.logaddexp(xp.zeros_like(x), x), 1.5, None, (-110, 100)),
 ]}
 

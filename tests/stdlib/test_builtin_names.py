@@ -82,6 +82,21 @@ def test_cpu_approximations_model_the_documented_error(cpu_module, name):
     np.testing.assert_array_equal(f.view(np.uint32), f2.view(np.uint32))
 
 
+#: The vendors' documented bounds (the CPU model's amplitude is each less the f32 rounding's share):
+#: CUDA C++ Programming Guide, "Intrinsic Functions", __sinf / __cosf in [-pi, pi]; PTX ISA 9.7.3.20
+#: lg2 (absolute in (0.5, 2), relative outside), 9.7.3.22 tanh.approx.f32 (relative 2^-11 over the
+#: whole range; 2^-10.987 is the f16 form's absolute bound, 9.7.4.9), 9.7.3.16 rsqrt.
+DOCUMENTED = {"fast_sin": ("abs", 2.0 ** -21.41), "fast_cos": ("abs", 2.0 ** -21.19), "fast_log2": ("log", 2.0 ** -22),
+              "fast_tanh": ("rel", 2.0 ** -11), "fast_rsqrt": ("rel", 2.0 ** -22.9)}
+
+
+@pytest.mark.parametrize("name", list(DOCUMENTED))
+def test_model_bounds_are_the_documented_ones(name):
+    kind, bound = approx.BOUNDS[name]
+    dkind, doc = DOCUMENTED[name]
+    assert kind == dkind and 0 < doc - bound <= 2.0 ** -24, (name, bound, doc)
+
+
 def test_cpu_sin_approximation_is_far_from_libm_where_the_gpu_is():
     """The H100's sin.approx at x = 3.7e-6 is off by 7.5e5 ulp (issue 22): an absolute error near a
     zero of sin. The CPU target's fast_sin is off there too; sin is not."""

@@ -17,16 +17,23 @@ vendors' documented ones for the NVIDIA instructions, the tighter of NVIDIA's an
 promise a program may rely on:
 
 - ``fast_sin``, ``fast_cos``: absolute 2^-21.41 and 2^-21.19 for x in [-pi, pi] (CUDA C++
-  Programming Guide, "Intrinsic Functions", __sinf and __cosf, which are sin/cos.approx.f32; "larger
-  otherwise": the model keeps the in-range bound everywhere, the GPU's error grows with |x|).
-- ``fast_log2``: absolute 2^-22 for x in [0.5, 2], otherwise below 2 ulp (__log2f:
-  lg2.approx.f32): modelled as 2^-22 max(1, |log2 x|).
-- ``fast_exp2``: 2 ulp (ex2.approx.f32; CUDA's __expf, ex2.approx of a rounded product, "2 +
-  floor(|1.173 x|)" ulp): relative 2^-22.
-- ``fast_tanh``: relative 2^-10.987 (PTX ISA, "tanh": tanh.approx.f32, sm_75+).
-- ``fast_rsqrt``: relative 2^-22.9 (PTX ISA, "rsqrt": rsqrt.approx.f32).
-- ``fast_rcp``: 1 ulp (PTX ISA, "rcp": rcp.approx.f32, "maximum ulp error is 1 across the full
-  range"): relative 2^-23.
+  Programming Guide, Mathematical Functions appendix, "Intrinsic Functions", __sinf and __cosf,
+  which are sin/cos.approx.f32). The PTX ISA (section 9.7.3.18 "Floating Point Instructions: sin",
+  9.7.3.19 "cos") bounds the instructions by 2^-20.5 absolute in [-2pi, 2pi] and 2^-14.7 in
+  [-100pi, 100pi], best effort beyond: the model keeps the [-pi, pi] bound everywhere, smaller
+  than the GPU's error outside it.
+- ``fast_log2``: absolute 2^-22 for x in (0.5, 2), otherwise relative 2^-22 (PTX ISA 9.7.3.20
+  "lg2": lg2.approx.f32; the Guide's __log2f: 2^-22 absolute in [0.5, 2], 2 ulp otherwise):
+  modelled as 2^-22 max(1, |log2 x|).
+- ``fast_exp2``: 2 ulp from the correctly rounded result over the full range (PTX ISA 9.7.3.21
+  "ex2": ex2.approx.f32; the Guide's __expf, ex2.approx of a rounded product, "2 +
+  floor(abs(1.173 * x))" ulp): relative 2^-23.5 before the rounding.
+- ``fast_tanh``: relative 2^-11 over the whole range (PTX ISA 9.7.3.22 "tanh": tanh.approx.f32,
+  sm_75+; 2^-10.987 is the absolute bound of the f16 form, 9.7.4.9).
+- ``fast_rsqrt``: relative 2^-22.9 over the positive finite range (PTX ISA 9.7.3.16 "rsqrt":
+  rsqrt.approx.f32).
+- ``fast_rcp``: 1 ulp (PTX ISA 9.7.3.13 "rcp": rcp.approx.f32, "maximum ulp error is 1 across the
+  full range"): relative 2^-25 before the rounding.
 
 The CPU target's ``approx_error`` option (a fixed relative factor on fast_rcp and fast_rsqrt, to
 check code correcting them against a worst case) replaces the model for those two.
@@ -50,7 +57,7 @@ BOUNDS: dict[str, tuple[str, float]] = {
     "fast_cos": ("abs", 2.0 ** -21.19 - 2.0 ** -25),
     "fast_log2": ("log", 2.0 ** -22 - 2.0 ** -24),
     "fast_exp2": ("rel", 2.0 ** -23.5),
-    "fast_tanh": ("rel", 2.0 ** -10.987 - 2.0 ** -24),
+    "fast_tanh": ("rel", 2.0 ** -11 - 2.0 ** -24),
     "fast_rsqrt": ("rel", 2.0 ** -22.9 - 2.0 ** -24),
     "fast_rcp": ("rel", 2.0 ** -25),
 }
