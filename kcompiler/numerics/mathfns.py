@@ -78,12 +78,15 @@ def _cbrt(xp: Any, x: Any) -> Any:
 
 
 def _remainder(xp: Any, x: Any, y: Any) -> Any:
-    # IEEE remainder of f32 operands, exact in float64: fmod(|x|, 2|y|) in [0, 2|y|) (exact), minus |y|
-    # where above |y|/2 and again where then at least |y|/2 (ties to the even quotient), x's sign
+    # IEEE remainder of f32 operands, exact in float64: r = fmod(|x|, 2|y|) in [0, 2|y|) (exact; the
+    # quotient so far even), minus |y| where r > |y|/2 (an odd quotient), and minus |y| once more where
+    # that left r >= |y|/2 (r was at least 3|y|/2; at exactly 3|y|/2 the tie goes to the even quotient,
+    # as it does at exactly |y|/2, which stays); x's sign
     ay = xp.abs(y)
     r = xp.fmod(xp.abs(x), 2.0 * ay)
-    r = xp.where(r > 0.5 * ay, r - ay, r)
-    r = xp.where(r >= 0.5 * ay, r - ay, r)
+    odd = r > 0.5 * ay
+    r = xp.where(odd, r - ay, r)
+    r = xp.where(odd & (r >= 0.5 * ay), r - ay, r)
     return r * xp.copysign(xp.ones_like(x), x)
 
 
