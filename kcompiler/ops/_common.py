@@ -174,7 +174,8 @@ def zeros_i32(like: Any) -> Any:
 
 #: torch dtypes of the language's types. FP6 and FP4 have none: torch's float4_e2m1fn_x2 holds two
 #: codes a byte, kcompiler one, so results of those types are numpy arrays only.
-TORCH_DTYPES = {"i8": "int8", "u8": "uint8", "f8e4m3": "float8_e4m3fn", "f8e5m2": "float8_e5m2",
+TORCH_DTYPES = {"bool": "bool", "i8": "int8", "u8": "uint8", "i16": "int16", "u16": "uint16", "i32": "int32",
+                "u32": "uint32", "i64": "int64", "u64": "uint64", "f8e4m3": "float8_e4m3fn", "f8e5m2": "float8_e5m2",
                 "f8e4m3fnuz": "float8_e4m3fnuz", "f8e5m2fnuz": "float8_e5m2fnuz", "e8m0": "float8_e8m0fnu",
                 "f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "float64"}
 
@@ -183,7 +184,8 @@ def torch_dtype(name: str) -> Any:
     """The torch dtype of the language's type ``name``; TypeError where torch has none."""
     import torch  # deferred: torch is optional
     if name not in TORCH_DTYPES or not hasattr(torch, TORCH_DTYPES[name]):
-        raise TypeError(f"no torch dtype holds {name} one value a byte: pass numpy arrays for {name} results")
+        raise TypeError(f"torch has no dtype for {name} (FP6 and FP4 are one code a byte here, two in torch's "
+                        f"float4_e2m1fn_x2): pass numpy arrays for {name} results")
     return getattr(torch, TORCH_DTYPES[name])
 
 
