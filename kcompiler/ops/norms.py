@@ -52,8 +52,10 @@ class _Rows:
                 v = None
             if v is None or (n > 1 and v.stride(1) != 1):
                 v, self.copied = a.contiguous().view(self.rows, n), True
-            self.arg = v
             self.ld = v.stride(0) if self.rows > 1 else n
+            # the launch takes contiguous arrays: rows apart by ld (a view of a fused qkv tensor) go as
+            # the one contiguous span of memory from the first row's start to the last row's end
+            self.arg = v if self.ld == n else v.as_strided(((self.rows - 1) * self.ld + n,), (1,))
         else:
             c = _common.contiguous(a)
             self.copied = c is not a
