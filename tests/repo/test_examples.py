@@ -15,7 +15,7 @@ import pytest
 from ..paths import EXAMPLES as EXAMPLES_DIR
 
 EXAMPLES = str(EXAMPLES_DIR)
-NAMES = ["vadd", "saxpy", "reduce", "sgemm", "softmax", "pipeline"]
+NAMES = ["vadd", "saxpy", "reduce", "sgemm", "softmax", "pipeline", "raybox"]
 
 
 @pytest.fixture(scope="module")
