@@ -5,7 +5,7 @@ and vectors) travel as 32-bit words.
 from __future__ import annotations
 
 from ..ir import Value
-from ..ir.types import BOOL, I32, SCALARS, U64, PointerType, ScalarType, VectorType, sizeof
+from ..ir.types import BOOL, I32, SCALARS, U64, PointerType, ScalarType, StructType, VectorType, sizeof
 from . import ast as A
 from .builtin_registry import builtin
 from .semantic import CV, fits
@@ -13,11 +13,12 @@ from .values import VOIDV, type_desc
 
 
 def _warp_value(fl, a: A.Expr, what: str) -> Value:
-    """Argument ``a`` of a warp builtin: a value of at most 16 bytes (``sizeof``), scalar or vector."""
+    """Argument ``a`` of a warp builtin: a value of at most 16 bytes (``sizeof``), scalar, vector or
+    struct (moved as its bytes, padding included)."""
     v = fl._value(a)
     t = v.type
-    if isinstance(t, PointerType) or not isinstance(t, (ScalarType, VectorType)):
-        fl.fail(f"{what} takes a scalar or vector of at most 16 bytes, found {t}", a.span)
+    if isinstance(t, PointerType) or not isinstance(t, (ScalarType, VectorType, StructType)):
+        fl.fail(f"{what} takes a scalar, vector or struct of at most 16 bytes, found {t}", a.span)
     if isinstance(t, VectorType) and t.elem.is_bool:
         fl.fail(f"{what} cannot take {t}: bool has no bit layout", a.span, hint="convert it: vec<u8, N>(v)")
     if sizeof(t) > 16:

@@ -379,7 +379,7 @@ def _t_atomic(op: Op, fn: Function, m: Module) -> None:
 
 def _t_shuffle(op: Op, fn: Function, m: Module) -> None:
     v, lane = (x.type for x in op.operands)
-    _req(_is_num(v), f"shuffle of {v}")
+    _req(_is_num(v) or isinstance(v, StructType), f"shuffle of {v}")
     _req(_is_int_scalar(lane), f"shuffle lane of type {lane} is not an integer")
     _req(_res(op) == v, f"shuffle of {v} gives {_res(op)}")
 

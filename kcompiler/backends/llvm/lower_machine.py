@@ -83,7 +83,7 @@ class MachineLowering:
                 return [ib]
             wv = B.bitcast(ib, words_t)
         else:
-            slot = ctx.alloca(words_t)
+            slot = self.opaque(ctx.alloca(words_t))  # opaque: the value stored is not a <k x i32>
             B.store(ll.Constant(words_t, None), slot)
             B.store(x, slot)
             wv = B.load(slot, typ=words_t)
@@ -96,16 +96,19 @@ class MachineLowering:
         if t == BOOL:
             return B.trunc(words[0], _I1)
         size, k = sizeof(t), len(words)
-        if k == 1:
-            ib = words[0]
-        else:
+        if not _bitcastable(lt):  # an aggregate (a struct): through a private slot, as _as_words
             wv: ll.Value = ll.Constant(ll.VectorType(_I32, k), ll.Undefined)
             for i, w in enumerate(words):
                 wv = B.insert_element(wv, w, ll.Constant(_I32, i))
-            if not _bitcastable(lt):
-                slot = ctx.alloca(wv.type)
-                B.store(wv, slot)
-                return B.load(slot, typ=lt)
+            slot = self.opaque(ctx.alloca(wv.type))
+            B.store(wv, slot)
+            return B.load(slot, typ=lt)
+        if k == 1:
+            ib = words[0]
+        else:
+            wv = ll.Constant(ll.VectorType(_I32, k), ll.Undefined)
+            for i, w in enumerate(words):
+                wv = B.insert_element(wv, w, ll.Constant(_I32, i))
             ib = B.bitcast(wv, ll.IntType(32 * k))
         if ib.type.width > size * 8:
             ib = B.trunc(ib, ll.IntType(size * 8))
