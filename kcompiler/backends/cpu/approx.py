@@ -10,8 +10,11 @@ correctly rounded answer, and the same input always gives the same result:
 
     r = f(x) + e(x) * b * (|f(x)| for a relative bound, max(1, |f(x)|) for fast_log2, 1 for sin/cos)
 
-``e(x)`` in [-1, 1) is a hash of the f32 bits of x (a multiply-xorshift mixer: neighbouring inputs
-get unrelated errors), then rounded once to the operand type. Zero and non-finite results (sin(0) = 0,
+``e(x)`` in [-1, 1) is a hash of the f32 bits of |x| (a multiply-xorshift mixer: neighbouring inputs
+get unrelated errors), applied with the sign of f(x), so that odd and even functions keep their
+symmetry bit for bit (fast_sin(-x) = -fast_sin(x), fast_rcp(-x) = -fast_rcp(x), fast_cos(-x) =
+fast_cos(x), as the GPUs' sign-magnitude instructions give and as libm's tanf, which divides by
+fast_rcp_normal, relies on), then rounded once to the operand type. Zero and non-finite results (sin(0) = 0,
 log2(0) = -inf, sin(inf) = NaN, rcp(0) = inf) are kept as they are. The bounds ``b`` (:data:`BOUNDS`) are the
 vendors' documented ones for the NVIDIA instructions, the tighter of NVIDIA's and AMD's being no
 promise a program may rely on:
@@ -103,7 +106,10 @@ def approximate(ctx: "LoweringContext", fn: str, x: ll.Value, exact) -> ll.Value
         scale = b.fmul(ctx.call_intrinsic("llvm.maxnum", [mag, _const(f64, 1.0)]), _const(f64, bound))
     else:
         scale = b.fmul(mag, _const(f64, bound))
-    moved = b.fadd(r, b.fmul(unit_hash(ctx, x32), scale))
+    i32 = ll.VectorType(ll.IntType(32), n) if n else ll.IntType(32)
+    ax32 = b.bitcast(b.and_(b.bitcast(x32, i32), _const(i32, 0x7FFFFFFF)), f32)  # |x|: the sign does not hash
+    sign = ctx.call_intrinsic("llvm.copysign", [_const(f64, 1.0), r])
+    moved = b.fadd(r, b.fmul(b.fmul(unit_hash(ctx, ax32), scale), sign))
     finite = b.and_(b.fcmp_ordered("<", mag, _const(f64, float("inf"))),
                     b.fcmp_ordered("!=", mag, _const(f64, 0.0)))
     out = b.select(finite, moved, r)
