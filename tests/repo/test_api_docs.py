@@ -17,9 +17,12 @@ import sys
 import zlib
 from pathlib import Path
 
-import myst_parser  # noqa: F401 - docs/conf.py's Markdown reader: declared in the test extra
 import pytest
-import sphinx  # noqa: F401 - the builder: declared in the test extra
+
+# docs/conf.py's Markdown reader and the builder: declared in the test extra (CI has them); a machine
+# without them (the GPU machine, which reaches no registry) skips the file instead of failing to collect
+pytest.importorskip("myst_parser")
+pytest.importorskip("sphinx")
 
 import kcompiler
 import kcompiler.ops
