@@ -35,6 +35,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from . import cuda_driver
 from ..backends.nvptx.archs import arch_of_cc as arch_of  # the arch names are the backend's data
 from ..ir.types import PointerType, ScalarType, StructType, TensorMapType, Type
 from . import arrays
@@ -132,61 +133,6 @@ def detected_arch(ordinal: int = 0) -> str | None:
     if ordinal >= device_count():
         return None
     return CudaDevice.get(ordinal).arch
-
-
-# --- libcuda through ctypes, for the launch path --------------------------------------------------
-
-_libcuda: Any = None
-_launch_ex: Any = None
-
-
-def _launch_fn() -> Callable[..., int]:
-    """libcuda's cuLaunchKernel through ctypes (pointer arguments typed, so 64-bit handles pass)."""
-    global _libcuda
-    if _libcuda is None:
-        lib = ctypes.CDLL("libcuda.so.1")
-        f = lib.cuLaunchKernel
-        f.restype = ctypes.c_int
-        u = ctypes.c_uint
-        f.argtypes = [ctypes.c_void_p, u, u, u, u, u, u, u, ctypes.c_void_p, ctypes.c_void_p,
-                      ctypes.c_void_p]
-        _libcuda = f
-    return _libcuda
-
-
-def _launch_ex_fn() -> Callable[..., int]:
-    """libcuda's cuLaunchKernelEx(config*, function, params**, extra**) through ctypes, with no
-    argtypes: the fast launchers pass prebuilt ``c_void_p`` objects, the cheapest ctypes call."""
-    global _launch_ex
-    if _launch_ex is None:
-        f = ctypes.CDLL("libcuda.so.1").cuLaunchKernelEx
-        f.restype = ctypes.c_int
-        _launch_ex = f
-    return _launch_ex
-
-
-def use_driver_library(lib: Any) -> None:
-    """Send the launch path's driver calls (cuLaunchKernel, cuLaunchKernelEx) to ``lib``, a
-    ``ctypes.CDLL`` with those symbols, instead of ``libcuda.so.1``: for measuring and testing the
-    host side of a launch on a machine without a GPU (benchmarks/bench_launch_host.py). Launchers
-    made earlier keep the library they were made with."""
-    global _libcuda, _launch_ex
-    _libcuda = _launch_ex = None
-    f = lib.cuLaunchKernel
-    f.restype = ctypes.c_int
-    u = ctypes.c_uint
-    f.argtypes = [ctypes.c_void_p, u, u, u, u, u, u, u, ctypes.c_void_p, ctypes.c_void_p,
-                  ctypes.c_void_p]
-    _libcuda = f
-    _launch_ex = lib.cuLaunchKernelEx
-    _launch_ex.restype = ctypes.c_int
-
-
-#: CUlaunchConfig (cuda.h, CUDA >= 11.8): grid x/y/z, block x/y/z, sharedMemBytes (7 u32), hStream
-#: at offset 32, attrs (pointer) and numAttrs (u32) left zero; 56 bytes. The fast launchers keep one
-#: in front of the parameter slots and fill both with a single struct.pack_into.
-_LAUNCH_CONFIG = "7I4xQ16x"
-_LAUNCH_CONFIG_SIZE = 56
 
 
 def _stream_handle(stream: Any) -> int:
@@ -562,10 +508,10 @@ class CudaDevice(Device):
             raise LaunchError(f"kernel '{handle.name}' prints with printf=\"buffered\", which waits for "
                               f"the launch: it cannot be captured in a CUDA graph")
         pp = ctypes.addressof(ptrs)
-        rc = _launch_fn()(handle.address, *grid, *block, shared, s, pp, None)
+        rc = cuda_driver.launch_fn()(handle.address, *grid, *block, shared, s, pp, None)
         if rc:
             _launch_failed(rc, self, handle, grid, block, shared,
-                           lambda: _launch_fn()(handle.address, *grid, *block, shared, s, pp, None))
+                           lambda: cuda_driver.launch_fn()(handle.address, *grid, *block, shared, s, pp, None))
         if handle.printf_buffered:  # its lines now, as the HIP runtime prints after the kernel
             self.synchronize()
 
@@ -725,14 +671,14 @@ def _generate_launcher(dev: CudaDevice, h: CudaKernelHandle, artifact: Artifact,
             return None
     # One buffer: the launch configuration, then the parameter slots (8 bytes each). The
     # configuration is packed again only when it differs from the last launch's.
-    cfg = struct.Struct("=" + _LAUNCH_CONFIG)
-    st = _param_struct(artifact, _LAUNCH_CONFIG_SIZE)
+    cfg = struct.Struct("=" + cuda_driver.LAUNCH_CONFIG)
+    st = _param_struct(artifact, cuda_driver.LAUNCH_CONFIG_SIZE)
     buf = ctypes.create_string_buffer(cfg.size + st.size + 64)
     pad = -ctypes.addressof(buf) % 64  # tensor maps 64-aligned in host memory, as in the layout
     base = ctypes.addressof(buf) + pad
-    ptrs = (ctypes.c_void_p * max(n, 1))(*[base + off for off in _param_offsets(artifact, _LAUNCH_CONFIG_SIZE)])
+    ptrs = (ctypes.c_void_p * max(n, 1))(*[base + off for off in _param_offsets(artifact, cuda_driver.LAUNCH_CONFIG_SIZE)])
     # cuLaunchKernelEx(&config, function, params, NULL) as one prepared call of no arguments
-    call = bound_call(_launch_ex_fn(), base, h.address, ctypes.addressof(ptrs), 0)
+    call = bound_call(cuda_driver.launch_ex_fn(), base, h.address, ctypes.addressof(ptrs), 0)
     env.update(pack=st.pack_into, packcfg=cfg.pack_into, PAD=pad, buf=buf, ptrs=ptrs, CALL=call,
                CUR=CURRENT, CAPTURES=_CAPTURES, LAST=[None, None, None, None],
                OWNER=threading.get_ident(), get_ident=threading.get_ident)
@@ -747,7 +693,7 @@ def _generate_launcher(dev: CudaDevice, h: CudaKernelHandle, artifact: Artifact,
         "    if grid is not LAST[0] or block is not LAST[1] or shared != LAST[2] or s != LAST[3]:",
         "        packcfg(buf, PAD, *grid, *block, shared, s)",
         "        LAST[:] = grid, block, shared, s",
-        *([f"    pack(buf, PAD + {_LAUNCH_CONFIG_SIZE}, {', '.join(values)})"] if values else []),
+        *([f"    pack(buf, PAD + {cuda_driver.LAUNCH_CONFIG_SIZE}, {', '.join(values)})"] if values else []),
         "    rc = CALL()",
         "    if rc: _fail(rc, dev, H, grid, block, shared, CALL)",
     ]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import subprocess
+import importlib
 import sys
 
 import numpy as np
@@ -188,12 +189,17 @@ kernel axpb[T: type](x: ptr<T>, out: ptr<T>, a: f32, b: f32, n: i32) {
         bad(x)
 
 
-def test_torch_op_example_runs_on_the_cpu():
+def _example():
+    """examples/torch_op.py (a script of the checkout beside its _driver.py, not an installed module)."""
     sys.path.insert(0, str(ROOT / "examples"))
     try:
-        import torch_op as example
+        return importlib.import_module("torch_op")
     finally:
         sys.path.remove(str(ROOT / "examples"))
+
+
+def test_torch_op_example_runs_on_the_cpu():
+    example = _example()
     assert " ok on cpu" in example.run("cpu", n=1000)
 
 
@@ -277,9 +283,5 @@ def test_ops_opcheck_on_cuda():
 
 @pytest.mark.gpu
 def test_torch_op_example_runs_on_cuda():
-    sys.path.insert(0, str(ROOT / "examples"))
-    try:
-        import torch_op as example
-    finally:
-        sys.path.remove(str(ROOT / "examples"))
+    example = _example()
     assert " ok on cuda" in example.run("cuda", n=100_003)

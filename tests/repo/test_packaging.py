@@ -167,7 +167,6 @@ def _test_imports() -> dict[str, list[str]]:
     """Top-level names of the third-party modules imported by tests/ (outside try/except ImportError;
     pytest.importorskip is optional by construction), each with where."""
     found: dict[str, list[str]] = {}
-    local = {p.stem for d in ("benchmarks", "examples") for p in (ROOT / d).glob("*.py")}  # the checkout's own scripts
     for f in sorted((ROOT / "tests").rglob("*.py")):
         def visit(node: ast.AST, guarded: bool) -> None:
             for ch in ast.iter_child_nodes(node):
@@ -180,7 +179,7 @@ def _test_imports() -> dict[str, list[str]]:
                     continue
                 for n in names:
                     top = n.split(".")[0]
-                    if not guarded and top not in sys.stdlib_module_names and top not in ("kcompiler", "tests") and top not in local:
+                    if not guarded and top not in sys.stdlib_module_names and top not in ("kcompiler", "tests"):
                         found.setdefault(top, []).append(f"{f.relative_to(ROOT)}:{ch.lineno}")
         visit(ast.parse(f.read_text()), False)
     return found

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import shutil
 import struct
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -19,8 +20,17 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import bench_launch_host as bench  # noqa: E402
+
+
+def _load_bench():
+    """benchmarks/bench_launch_host.py (a script of the checkout, not an installed module), by path."""
+    spec = importlib.util.spec_from_file_location("bench_launch_host", ROOT / "benchmarks" / "bench_launch_host.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+bench = _load_bench()
 
 STUB = r"""
 #include <string.h>
@@ -113,10 +123,10 @@ def setup(stub, monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", torch)
     mod = bench.make_module(stub)
     yield mod, torch
-    from kcompiler.runtime import cuda
+    from kcompiler.runtime import cuda_driver
 
-    monkeypatch.setattr(cuda, "_libcuda", None)
-    monkeypatch.setattr(cuda, "_launch_ex", None)
+    monkeypatch.setattr(cuda_driver, "_libcuda", None)
+    monkeypatch.setattr(cuda_driver, "_launch_ex", None)
 
 
 def test_fast_launcher_packs_config_and_parameters(setup, stub):
