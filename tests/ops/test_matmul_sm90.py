@@ -39,12 +39,15 @@ SM90_KERNELS = [
     dict(T="bf16", OUT="bf16", BK=64, BN=128, CONSUMERS=1, STAGES=8, GROUP_M=1),
     dict(T="f8e4m3", OUT="bf16", BK=128, BN=256, CONSUMERS=2, STAGES=4, SCALE=1),
     dict(T="f8e5m2", OUT="f16", BK=128, BN=256, CONSUMERS=2, STAGES=4, SCALE=2),
+    dict(T="bf16", OUT="bf16", BK=64, BN=256, CONSUMERS=2, STAGES=5, GROUP_M=16, PINGPONG=True),
+    dict(T="f8e4m3", OUT="bf16", BK=128, BN=128, CONSUMERS=2, STAGES=6, SCALE=1, PINGPONG=True, WG_M=2, SPLIT_K=2),
 ]
 
 
 @needs_ptxas
 @pytest.mark.parametrize("params", SM90_KERNELS, ids=lambda p: f"{p['T']}-{p['OUT']}-{p['BN']}x{p['CONSUMERS']}-"
-                                                             f"{'kn' if p.get('B_KMAJOR') is False else 'nk'}")
+                                                             f"{'kn' if p.get('B_KMAJOR') is False else 'nk'}"
+                                                             f"{'-pp' if p.get('PINGPONG') else ''}")
 def test_matmul_sm90_assembles(params, tmp_path):
     """std.matmul_sm90 assembles for sm_90a with no spills and no serialised wgmma (ptxas warns
     C7510-C7520 when it has to fence wgmma for register reasons), with setmaxnreg honoured; an
@@ -52,6 +55,8 @@ def test_matmul_sm90_assembles(params, tmp_path):
     ptx = emit_file(stdlib_dir() / "matmul_sm90.kc", "asm", "nvptx", "sm_90a", kernel="matmul_sm90", comptime=params)
     k = 16 if params["T"] in ("bf16", "f16") else 32
     assert f"wgmma.mma_async.sync.aligned.m64n{params['BN']}k{k}.f32" in ptx
+    # 4 wgmmas a k-step (BK / K: 32 bytes each of a 128-byte row), for each of WG_M m64 row blocks (ping-pong)
+    assert ptx.count("wgmma.mma_async") == 4 * params.get("WG_M", 1)
     if k == 16:
         assert (", p, 1, 1, 0, 1;" in ptx) == (params.get("B_KMAJOR") is False)
     assert "cp.async.bulk.tensor.2d" in ptx and "mbarrier.try_wait.parity" in ptx
@@ -221,6 +226,34 @@ def test_emulated_split_k(split_k, out_t):
     b = rng.standard_normal((N, K)).astype(ml_dtypes.bfloat16)
     out = np.full((M, N), np.nan, {"f32": np.float32, "bf16": ml_dtypes.bfloat16}[out_t])
     matmul_sm90.run(_emulated(), a, b, out, config=matmul_sm90.CONFIGS["64x128"], sms=3, split_k=split_k)
+    a64, b64 = a.astype(np.float64), b.astype(np.float64).T
+    _check64(out, a64 @ b64, K, np.abs(a64) @ np.abs(b64))
+
+
+PINGPONG_CASES = [  # (M, N, K), config, B K-major, split-K, blocks
+    ((70, 264, 200), "pp64x256", True, 3, 3),  # 2 x 2 tiles in 3 shares: 4 units a block, 2 a consumer
+    ((200, 136, 136), "pp128x128", False, 1, 2),  # WG_M = 2 (two m64 wgmmas a k-slice), N-major B
+]
+
+
+@pytest.mark.parametrize("shape, config, b_kmajor, split_k, sms", PINGPONG_CASES,
+                         ids=[f"{c[1]}-{'nk' if c[2] else 'kn'}-split{c[3]}" for c in PINGPONG_CASES])
+def test_emulated_pingpong(shape, config, b_kmajor, split_k, sms):
+    """Ping-pong (PINGPONG): the block's units alternate between its two consumer warpgroups, each
+    skipping the other's k-steps in the one stage ring (a wrong count there, or a wrong arrival
+    count on the empty barriers, hangs or reads another unit's stage), on odd sizes, with split-K's
+    fix-up and an N-major B; against numpy in float64."""
+    import ml_dtypes
+    import numpy as np
+
+    from kcompiler.ops import matmul_sm90
+    M, N, K = shape
+    rng = np.random.default_rng()
+    a = rng.standard_normal((M, K)).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((N, K)).astype(ml_dtypes.bfloat16)
+    out = np.full((M, N), np.nan, np.float32)
+    matmul_sm90.run(_emulated(), a, b if b_kmajor else np.ascontiguousarray(b.T), out, b_kmajor=b_kmajor,
+                    config=matmul_sm90.CONFIGS[config], sms=sms, split_k=split_k)
     a64, b64 = a.astype(np.float64), b.astype(np.float64).T
     _check64(out, a64 @ b64, K, np.abs(a64) @ np.abs(b64))
 
@@ -466,7 +499,8 @@ def test_ops_matmul_hopper(shape, dtype, out_dtype, b_kmajor):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("config", ["128x256", "128x128", "64x128", "64x64", "64x128/4"])
+@pytest.mark.parametrize("config", ["128x256", "128x128", "64x128", "64x64", "64x128/4", "pp64x256", "pp128x128",
+                                    "pp64x256/3"])
 @pytest.mark.parametrize("b_kmajor", [True, False])
 def test_every_config(config, b_kmajor):
     import torch
