@@ -53,7 +53,10 @@ UNTYPED = frozenset({
     "cp_async_commit", "cp_async_wait", "wgmma_fence", "wgmma_commit", "wgmma_wait", "wgmma_desc",
     "tma_load", "mbarrier_init", "mbarrier_arrive", "mbarrier_arrive_expect_tx", "mbarrier_try_wait",
     "mbarrier_wait", "fence_proxy_async", "setmaxnreg_inc", "setmaxnreg_dec", "launch_bounds",
-    "compile_error", "printf", "assert"})
+    "compile_error", "printf", "assert",
+    # thread-block clusters (tests/backends/nvptx/test_cluster_builtins.py)
+    "cluster_dims", "cluster_ctarank", "cluster_arrive", "cluster_wait", "mbarrier_arrive_cluster",
+    "tma_load_multicast"})
 
 
 @dataclass(frozen=True)

@@ -158,6 +158,20 @@ _FNS = [
               doc="setmaxnreg_dec[N](): the warpgroup's registers a thread shrink to N"),
     BuiltinFn("launch_bounds", 1, 2, doc="launch_bounds(max_threads, min_blocks = 1): in a kernel, the most "
                                          "threads of a block and the fewest blocks a multiprocessor holds"),
+    # --- thread-block clusters (hopper_cluster.py; one block, to port with the Hopper builtins) ---
+    BuiltinFn("cluster_dims", 1, 3, doc="cluster_dims(x, y = 1, z = 1): in a kernel, launch it in clusters of "
+                                        "x * y * z blocks (at most 8; the grid a multiple of it)"),
+    BuiltinFn("cluster_ctarank", 0, 0, doc="cluster_ctarank() -> u32: this block's rank in its cluster"),
+    BuiltinFn("cluster_arrive", 0, 0, doc="cluster_arrive(): arrive on the cluster barrier (release)"),
+    BuiltinFn("cluster_wait", 0, 0, doc="cluster_wait(): wait until every thread of the cluster's blocks "
+                                        "has arrived (acquire)"),
+    BuiltinFn("mbarrier_arrive_cluster", 2, 2,
+              doc="mbarrier_arrive_cluster(bar: ptr<u64, shared>, rank: u32): one arrival on the mbarrier at "
+                  "bar's offset in block rank of the cluster"),
+    BuiltinFn("tma_load_multicast", 5, 9,
+              doc="tma_load_multicast(dst, map, bar, mask: u16, c0, ...): tma_load's box into dst of every "
+                  "block of the cluster whose rank's bit is set in mask, each completing on its bar"),
+    # ---
     BuiltinFn("compile_error", 1, 1, doc='compile_error("message"): a compile error at this call when '
                                          'the code around it is compiled (in a comptime if branch taken)'),
     # Variadic: the checker and the lowering check the count against the format (printf_format.py).

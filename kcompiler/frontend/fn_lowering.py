@@ -21,7 +21,7 @@ from . import fn_params, lower_arrays, structs
 # Importing the builtins' modules registers their handlers in REGISTRY.
 from . import (builtins_assert, builtins_atomic, builtins_bits, builtins_comptime, builtins_convert,  # noqa: F401
                builtins_hostcall, builtins_libm, builtins_math, builtins_memory, builtins_printf, builtins_sync,
-               builtins_warp, hopper, mfma,
+               builtins_warp, hopper, hopper_cluster, mfma,
                warp_matrix)
 from .builtin_registry import REGISTRY
 from .comptime_defaults import MissingParam, bind_defaults
