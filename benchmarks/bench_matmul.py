@@ -26,7 +26,7 @@ codes and scales bit for bit against ops.mx_quantize of the same kernel's f32 re
 the small-M products twice, as the main table does (launch by launch: the host's work per call counts
 where it exceeds the kernel's) and replayed from a CUDA graph (triton.testing.do_bench_cudagraph: the
 device's time alone), ours through kcompiler.ops.matmul_sm90.run with its default choices.
-``--variants`` times the Hopper kernel's compile-time variants (VARIANTS: stages, BN, ping-pong) on
+``--variants`` times the Hopper kernel's compile-time variants (VARIANTS: stages, BN, ping-pong, clusters) on
 the LLM shapes of issue 23 (VARIANT_SHAPES) beside cuBLAS, each checked against torch first (and its
 largest difference from the default's result shown as "d"), in one run of a few minutes.
 """
@@ -266,9 +266,10 @@ def time_mx() -> list:
     return rows
 
 
-#: --variants: the Hopper kernel's compile-time variants, as overrides of a configuration of
-#: kcompiler.ops.matmul_sm90.CONFIGS (None: the default choice, matmul_sm90.choose). 128x256 cannot
-#: take 5 stages (245,840 bytes of shared memory > 227 KiB).
+#: --variants: the Hopper kernel's compile-time variants, as (a configuration of
+#: kcompiler.ops.matmul_sm90.CONFIGS, overrides of its parameters[, matmul_sm90.run's keywords]);
+#: None: the default choice (matmul_sm90.choose). 128x256 cannot take 5 stages (245,840 bytes of
+#: shared memory > 227 KiB). "c2": clusters of 2 blocks along M sharing B by TMA multicast.
 VARIANTS = {"default": None,
             "128x256/3st": ("128x256", dict(STAGES=3)),
             "128x256/4st": ("128x256", dict(STAGES=4)),
@@ -276,7 +277,13 @@ VARIANTS = {"default": None,
             "pp64x256/4st": ("pp64x256", dict(STAGES=4)),
             "pp64x256/5st": ("pp64x256", dict(STAGES=5)),
             "pp128x128/5st": ("pp128x128", dict(STAGES=5)),
-            "pp128x128/6st": ("pp128x128", dict(STAGES=6))}
+            "pp128x128/6st": ("pp128x128", dict(STAGES=6)),
+            "c2x128x256": ("c2x128x256", {}),
+            "c2x128x256/3st": ("c2x128x256", dict(STAGES=3)),
+            "c2pp128x128": ("c2pp128x128", {}),
+            "c2pp64x256/5st": ("pp64x256", dict(STAGES=5, CLUSTER_M=2)),
+            # a grid of fewer blocks, in case not every multiprocessor takes a block of a pair
+            "c2x128x256/g128": ("c2x128x256", {}, dict(sms=128))}
 VARIANT_SHAPES = [("bf16", 1024, 14336, 4096), ("bf16", 4096, 14336, 4096), ("bf16", 8192, 14336, 4096),
                   ("bf16", 4096, 4096, 4096), ("f8e4m3", 1024, 14336, 4096)]
 
@@ -313,6 +320,8 @@ def time_variants(names: list[str] | None = None) -> list:
             cfg = default_cfg if v is None else {**matmul_sm90.CONFIGS[v[0]], **v[1]}
             out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
             extra = dict(scale_a=one, scale_b=one, scale=1) if fp8 else {}
+            if v is not None and len(v) > 2:
+                extra.update(v[2])
 
             def ours():
                 return matmul_sm90.run(mod, a, w, out, config=cfg, stream=torch.cuda.current_stream(), **extra)

@@ -23,14 +23,18 @@ from . import _common
 #: BM = 64 * CONSUMERS rows by BN columns (:func:`tile_m`); STAGES fill about 192 KiB of shared memory.
 #: The "pp" ones are ping-pong (PINGPONG: each of the 2 consumer warpgroups takes whole tiles of BM = 64
 #: * WG_M rows, every other one of the block's, so that one's epilogue overlaps the other's
-#: mainloop); not chosen by :func:`choose` until measured (benchmarks/bench_matmul.py --variants).
+#: mainloop); "c2" ones run in clusters of 2 blocks along M (CLUSTER_M: the blocks of a cluster share
+#: the B tile, each loading half of it by TMA multicast; sm_90 only, no split-K). Neither is chosen by
+#: :func:`choose` until measured (benchmarks/bench_matmul.py --variants).
 #: :func:`choose` picks among :data:`CHOICES` only.
 CONFIGS = {"128x256": dict(BN=256, CONSUMERS=2, STAGES=4, GROUP_M=8),
            "128x128": dict(BN=128, CONSUMERS=2, STAGES=6, GROUP_M=8),
            "64x128": dict(BN=128, CONSUMERS=1, STAGES=8, GROUP_M=4),
            "64x64": dict(BN=64, CONSUMERS=1, STAGES=8, GROUP_M=4),
            "pp64x256": dict(BN=256, CONSUMERS=2, STAGES=5, GROUP_M=16, PINGPONG=True),
-           "pp128x128": dict(BN=128, CONSUMERS=2, STAGES=6, GROUP_M=8, PINGPONG=True, WG_M=2)}
+           "pp128x128": dict(BN=128, CONSUMERS=2, STAGES=6, GROUP_M=8, PINGPONG=True, WG_M=2),
+           "c2x128x256": dict(BN=256, CONSUMERS=2, STAGES=4, GROUP_M=8, CLUSTER_M=2),
+           "c2pp128x128": dict(BN=128, CONSUMERS=2, STAGES=6, GROUP_M=8, PINGPONG=True, WG_M=2, CLUSTER_M=2)}
 
 #: The configurations :func:`choose` uses. Every one of :data:`CONFIGS` has run correctly on an H100
 #: (tests/ops/test_matmul_sm90.py, test_every_config, K-major and N-major B, 2026-11-23); 64x64 was the
@@ -148,8 +152,9 @@ def prepare(mod: Any, a: Any, b: Any, out: Any, *, b_kmajor: bool = True, scale_
     whose f32 partial products the kernel adds up itself (in share order: deterministic) before the
     epilogue and the store, through a workspace kept per device (:func:`_split_workspace`; launches
     on several streams at once must not split); not with ``block``; None (default):
-    :func:`choose_split`, 1 with ``block``. numpy arrays run on the CPU target's emulation (``mod``
-    compiled with ``target_options={"emulate_wgmma": True}``).
+    :func:`choose_split`, 1 with ``block``; a configuration with CLUSTER_M > 1 takes no split
+    (ValueError) and rounds the grid down to whole clusters. numpy arrays run on the CPU target's
+    emulation (``mod`` compiled with ``target_options={"emulate_wgmma": True}``; no clusters there).
 
     Returns the launch as a callable ``go(c)`` (returns c): it computes the product into ``c``, ``out``
     or an array like it (shape, strides, dtype, device, 16-byte alignment), with everything else fixed
@@ -165,10 +170,17 @@ def prepare(mod: Any, a: Any, b: Any, out: Any, *, b_kmajor: bool = True, scale_
     cfg = dict(config) if config is not None else choose(M, N, K, sms)
     bk = BK[t]
     bm = tile_m(cfg)
+    cm = cfg.get("CLUSTER_M", 1)
     ta = cached_tensor_map(a, (bm, bk))
-    tb = cached_tensor_map(b, (cfg["BN"], bk) if b_kmajor else (bk, 64))
+    # clusters: each block of a cluster loads its 1 / CLUSTER_M of the B tile (multicast to all)
+    tb = cached_tensor_map(b, (cfg["BN"] // cm, bk) if b_kmajor else (bk, 64))
     tiles = -(-M // bm) * -(-N // cfg["BN"])
     grid = max(1, min(tiles, sms))
+    if cm > 1:  # whole clusters, each on CLUSTER_M tiles of a column at once
+        grid = max(cm, min(-(-M // (bm * cm)) * -(-N // cfg["BN"]) * cm, sms // cm * cm))
+        if split_k not in (None, 1):
+            raise ValueError("matmul_sm90.run: clusters (CLUSTER_M > 1) do not split K")
+        split_k = 1
     if split_k is None:
         split_k = choose_split(M, N, K, cfg, bk, sms) if block is None else 1
     if scale_a is None:
@@ -290,24 +302,31 @@ import std.epilogue as kc_std_epilogue
 kernel matmul_sm90_epilogue[T: type, OUT: type, BK: i32, BN: i32, CONSUMERS: i32, STAGES: i32, GROUP_M: i32,
                             SCALE: i32, ALIGNED: bool, B_KMAJOR: bool, X: type, Y: type,
                             EPI: fn(acc: f32, row: i32, col: i32, ld: i32, x: ptr<X>, y: ptr<Y>, s: f32) -> f32,
-                            SPLIT_K: i32 = 1, PINGPONG: bool = false, WG_M: i32 = 1](
+                            SPLIT_K: i32 = 1, PINGPONG: bool = false, WG_M: i32 = 1, CLUSTER_M: i32 = 1](
         ta: tensor_map, tb: tensor_map, c: ptr<OUT>, M: i32, N: i32, K: i32, ldc: i32, sa: ptr<f32>,
         sb: ptr<f32>, x: ptr<X>, y: ptr<Y>, s: f32, ws: ptr<f32>, counts: ptr<u32>) {
     launch_bounds(128 * (CONSUMERS + 1), 1);
+    comptime if CLUSTER_M > 1 {
+        cluster_dims(CLUSTER_M);
+    }
     kc_std_matmul_sm90.gemm_sm90[T, OUT, BK, BN, CONSUMERS, STAGES, GROUP_M, SCALE, ALIGNED, B_KMAJOR, SPLIT_K, X, Y,
-                                 EPI, OUT, 0, kc_std_epilogue.block_identity, PINGPONG, WG_M](
+                                 EPI, OUT, 0, kc_std_epilogue.block_identity, PINGPONG, WG_M, CLUSTER_M](
         ta, tb, c, M, N, K, ldc, sa, sb, x, y, s, c, ws, counts);
 }
 kernel matmul_sm90_block_epilogue[T: type, OUT: type, BK: i32, BN: i32, CONSUMERS: i32, STAGES: i32, GROUP_M: i32,
                                   SCALE: i32, ALIGNED: bool, B_KMAJOR: bool, X: type, Y: type,
                                   EPI: fn(acc: f32, row: i32, col: i32, ld: i32, x: ptr<X>, y: ptr<Y>, s: f32) -> f32,
-                                  Z: type, BLOCK: i32, BEPI: fn, PINGPONG: bool = false, WG_M: i32 = 1](
+                                  Z: type, BLOCK: i32, BEPI: fn, PINGPONG: bool = false, WG_M: i32 = 1,
+                                  CLUSTER_M: i32 = 1](
         ta: tensor_map, tb: tensor_map, c: ptr<OUT>, M: i32, N: i32, K: i32, ldc: i32, sa: ptr<f32>,
         sb: ptr<f32>, x: ptr<X>, y: ptr<Y>, s: f32, z: ptr<Z>) {
     launch_bounds(128 * (CONSUMERS + 1), 1);
+    comptime if CLUSTER_M > 1 {
+        cluster_dims(CLUSTER_M);
+    }
     kc_std_matmul_sm90.gemm_sm90[T, OUT, BK, BN, CONSUMERS, STAGES, GROUP_M, SCALE, ALIGNED, B_KMAJOR, 1, X, Y, EPI,
-                                 Z, BLOCK, BEPI, PINGPONG, WG_M](ta, tb, c, M, N, K, ldc, sa, sb, x, y, s, z, sa,
-                                                 bitcast[ptr<u32>](sb));
+                                 Z, BLOCK, BEPI, PINGPONG, WG_M, CLUSTER_M](
+        ta, tb, c, M, N, K, ldc, sa, sb, x, y, s, z, sa, bitcast[ptr<u32>](sb));
 }
 """
 
