@@ -33,14 +33,16 @@ MOE_GEMM_TILES = {8: dict(MT=1, KW=4, U=2), 16: dict(MT=1, KW=4, U=2), 32: dict(
 
 def moe_block_m(tokens: int, top_k: int, num_experts: int) -> int:
     """The tile of token slots (the routing's ``block_m``) for ``tokens`` tokens choosing ``top_k`` of
-    ``num_experts`` experts: the smallest of 8, 16, 32, 64 at least the mean number of assignments an
-    expert (tokens * top_k / num_experts), so that a decode batch pads each expert's run to few slots
-    (the weights are read once a tile: padding costs MMA work, not weight bytes), capped at 64."""
+    ``num_experts`` experts: the smallest of 8, 16, 32 at least the mean number of assignments an expert
+    (tokens * top_k / num_experts), so that a decode batch pads each expert's run to few slots (the
+    weights are read once a tile: padding costs MMA work, not weight bytes); 32 above that (at 64 the
+    MXFP4 gate/up kernel spills registers on sm_90: 255 registers and 60 bytes of spill stores, ptxas
+    13.0, where 32 uses 186 and none)."""
     mean = tokens * top_k / max(num_experts, 1)
-    for bm in (8, 16, 32):
+    for bm in (8, 16):
         if mean <= bm:
             return bm
-    return 64
+    return 32
 
 
 def moe_gemm_tiles(block_m: int) -> dict[str, int]:

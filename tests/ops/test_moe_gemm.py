@@ -30,6 +30,8 @@ from kcompiler.frontend.program import stdlib_dir
 from kcompiler.ops import moe_gemm as moe_gemm_mod
 from kcompiler.ops.moe_types import ExpertWeights, MoERouting, dequantize_reference
 
+from ..ptxas_util import needs_ptxas, ptxas
+
 U = 2.0 ** -24  # f32's unit roundoff
 
 
@@ -233,7 +235,7 @@ def test_plans():
     assert ops.moe_block_m(1, 4, 32) == 8
     assert ops.moe_block_m(64, 4, 32) == 8
     assert ops.moe_block_m(100, 4, 32) == 16
-    assert ops.moe_block_m(4096, 4, 32) == 64
+    assert ops.moe_block_m(4096, 4, 32) == 32
     t = ops.moe_gemm_tiles(24)
     assert t["BM"] == 24 and t == dict(BM=24, **ops.MOE_GEMM_TILES[32])
     with pytest.raises(ValueError, match="multiple of 8"):
@@ -306,3 +308,23 @@ def test_gpu_gpt_oss_shapes(fmt, T):
     Y, bY, out, bout = ref_down(Hh, w2, r)
     check(ops.moe_gemm_down(H, dw2, dr).cpu().numpy(), out, bout, f"{fmt} cuda down atomic")
     check(ops.moe_gemm_down(H, dw2, dr, reduce="separate").cpu().numpy(), Y, bY, f"{fmt} cuda down separate")
+
+
+@needs_ptxas
+@pytest.mark.parametrize("kernel, W, WS, BM", [("moe_gemm1", "u8", "u8", 8), ("moe_gemm1", "f8e4m3", "f32", 32),
+                                               ("moe_gemm2", "bf16", "f32", 16)])
+def test_ptx_assembles(kernel, W, WS, BM):
+    """sm_90a PTX of the tensor-core path: mma.sync and 16-byte weight loads present, the decode on
+    bf16x2 words (MXFP4: the scale multiplies), no calls, and ptxas accepts it without spilling at the
+    planned tiles."""
+    from kcompiler import pipeline
+
+    tiles = ops.moe_gemm_tiles(BM)
+    ptx = pipeline.emit_file(stdlib_dir() / "moe_gemm.kc", "asm", target="nvptx", arch="sm_90a", kernel=kernel,
+                             comptime=dict(W=W, WS=WS, MMA=True, **tiles))
+    assert "mma.sync.aligned.m16n8k16" in ptx and "ld.global.v4" in ptx
+    assert "call" not in ptx and ".func" not in ptx
+    if W == "u8":
+        assert "mul.bf16x2" in ptx or "fma.rn.bf16x2" in ptx
+    log = ptxas(ptx, verbose=True)
+    assert "0 bytes spill stores" in log, log
