@@ -35,14 +35,14 @@ except ImportError:  # pragma: no cover - depends on the checkout
     moe_gemm = None
 
 #: Routing modes (:func:`moe_route`).
-MODES = ("softmax_topk", "topk_softmax")
+MOE_MODES = ("softmax_topk", "topk_softmax")
 #: Most experts :func:`moe_route` takes (a warp a token, 8 logits a lane) and most choices a token.
-ROUTE_MAX_EXPERTS = 256
-ROUTE_MAX_TOP_K = 8
+MOE_ROUTE_MAX_EXPERTS = 256
+MOE_ROUTE_MAX_TOP_K = 8
 #: Most experts :func:`moe_align` takes (a block's shared counters).
-ALIGN_MAX_EXPERTS = 1024
+MOE_ALIGN_MAX_EXPERTS = 1024
 #: Assignments a block of the alignment's counting and scattering kernels walks.
-ALIGN_CHUNK = 128
+MOE_ALIGN_CHUNK = 128
 #: The format code of each weight format in std.moe's SIMT GEMMs.
 _FMT = {"bf16": 0, "fp8": 1, "mxfp4": 2}
 FLOATS = ("f32", "f16", "bf16")
@@ -88,8 +88,8 @@ def moe_route(router_logits: Any, top_k: int, *, mode: str = "softmax_topk", ren
               target: str = "auto") -> tuple[Any, Any]:
     """Each token's ``top_k`` experts and their weights from its router logits.
 
-    ``router_logits``: (T, E) of f32, bf16 or f16, 1 <= E <= :data:`ROUTE_MAX_EXPERTS`;
-    1 <= ``top_k`` <= min(E, :data:`ROUTE_MAX_TOP_K`). Returns ``(topk_ids, topk_weights)``: int32 and
+    ``router_logits``: (T, E) of f32, bf16 or f16, 1 <= E <= :data:`MOE_ROUTE_MAX_EXPERTS`;
+    1 <= ``top_k`` <= min(E, :data:`MOE_ROUTE_MAX_TOP_K`). Returns ``(topk_ids, topk_weights)``: int32 and
     float32 arrays of shape (T, top_k) of the input's kind, the experts in order of decreasing logit,
     ties to the lower expert index.
 
@@ -108,15 +108,15 @@ def moe_route(router_logits: Any, top_k: int, *, mode: str = "softmax_topk", ren
     another dtype, ValueError for bad shapes, ``top_k`` or ``mode``."""
     fn = "moe_route"
     src = _float_type(router_logits, fn, "router_logits")
-    if mode not in MODES:
-        raise ValueError(f"{fn}: mode must be one of {MODES}, not {mode!r}")
+    if mode not in MOE_MODES:
+        raise ValueError(f"{fn}: mode must be one of {MOE_MODES}, not {mode!r}")
     x, ld = _rows_2d(router_logits, fn, "router_logits")
     tokens, experts = (int(d) for d in x.shape)
-    if not 1 <= experts <= ROUTE_MAX_EXPERTS:
-        raise ValueError(f"{fn}: 1 to {ROUTE_MAX_EXPERTS} experts (router_logits' columns), not {experts}")
-    if not isinstance(top_k, (int, np.integer)) or not 1 <= top_k <= min(experts, ROUTE_MAX_TOP_K):
-        raise ValueError(f"{fn}: top_k must be an integer in [1, {min(experts, ROUTE_MAX_TOP_K)}] "
-                         f"(at most the experts, {experts}, and {ROUTE_MAX_TOP_K}), not {top_k!r}")
+    if not 1 <= experts <= MOE_ROUTE_MAX_EXPERTS:
+        raise ValueError(f"{fn}: 1 to {MOE_ROUTE_MAX_EXPERTS} experts (router_logits' columns), not {experts}")
+    if not isinstance(top_k, (int, np.integer)) or not 1 <= top_k <= min(experts, MOE_ROUTE_MAX_TOP_K):
+        raise ValueError(f"{fn}: top_k must be an integer in [1, {min(experts, MOE_ROUTE_MAX_TOP_K)}] "
+                         f"(at most the experts, {experts}, and {MOE_ROUTE_MAX_TOP_K}), not {top_k!r}")
     top_k = int(top_k)
     ids = empty_like(x, (tokens, top_k), "i32")
     weights = empty_like(x, (tokens, top_k), "f32")
@@ -137,7 +137,7 @@ def moe_align(topk_ids: Any, topk_weights: Any, num_experts: int, block_m: int, 
     """The tokens' choices grouped by expert for a grouped GEMM (vLLM's ``moe_align_block_size``).
 
     ``topk_ids``: int32 (T, top_k); ``topk_weights``: float32 (T, top_k) of the same kind (kept in the
-    result for the down projection); ``num_experts``: E, 1 to :data:`ALIGN_MAX_EXPERTS`; ``block_m``:
+    result for the down projection); ``num_experts``: E, 1 to :data:`MOE_ALIGN_MAX_EXPERTS`; ``block_m``:
     the rows of a GEMM tile (>= 1). Returns a :class:`~kcompiler.ops.moe_types.MoERouting` whose
     arrays are of the input's kind and computed on the device (the host reads nothing back):
 
@@ -150,7 +150,7 @@ def moe_align(topk_ids: Any, topk_weights: Any, num_experts: int, block_m: int, 
     - ``num_tiles`` (1,): the tiles in use.
 
     Ids outside [0, E) are left out (their assignments appear nowhere: expert parallelism's experts of
-    another rank). Three small kernels (std.moe: count per chunk of :data:`ALIGN_CHUNK` assignments,
+    another rank). Three small kernels (std.moe: count per chunk of :data:`MOE_ALIGN_CHUNK` assignments,
     scan in one block, scatter a warp a chunk). Raises TypeError / ValueError for bad dtypes, shapes
     or sizes."""
     fn = "moe_align"
@@ -162,8 +162,8 @@ def moe_align(topk_ids: Any, topk_weights: Any, num_experts: int, block_m: int, 
         raise TypeError(f"{fn}: topk_weights must be a float32 array of topk_ids' shape "
                         f"{tuple(topk_ids.shape)}, not {arrays.describe(topk_weights)}")
     _same_kind(topk_weights, topk_ids, fn, "topk_weights")
-    if not isinstance(num_experts, (int, np.integer)) or not 1 <= num_experts <= ALIGN_MAX_EXPERTS:
-        raise ValueError(f"{fn}: num_experts must be in [1, {ALIGN_MAX_EXPERTS}], not {num_experts!r}")
+    if not isinstance(num_experts, (int, np.integer)) or not 1 <= num_experts <= MOE_ALIGN_MAX_EXPERTS:
+        raise ValueError(f"{fn}: num_experts must be in [1, {MOE_ALIGN_MAX_EXPERTS}], not {num_experts!r}")
     if not isinstance(block_m, (int, np.integer)) or block_m < 1:
         raise ValueError(f"{fn}: block_m must be a positive integer, not {block_m!r}")
     tokens, top_k = (int(d) for d in topk_ids.shape)
@@ -176,17 +176,17 @@ def moe_align(topk_ids: Any, topk_weights: Any, num_experts: int, block_m: int, 
     sorted_ids = empty_like(ids, (slots,), "i32")
     tile_expert = empty_like(ids, (slots // bm,), "i32")
     num_tiles = empty_like(ids, (1,), "i32")
-    chunks = max(1, -(-n // ALIGN_CHUNK))
+    chunks = max(1, -(-n // MOE_ALIGN_CHUNK))
     counts = empty_like(ids, (chunks * e,), "i32")
     mod = _common.stdlib_module("moe", target_for(ids, target))
     stream = stream_of(ids)
     flat = ids.reshape(-1)
     mod.moe_align_count[chunks, 128](flat, n, e, counts, sorted_ids, slots, n, tile_expert, slots // bm,
-                                     CHUNK=ALIGN_CHUNK, stream=stream)
+                                     CHUNK=MOE_ALIGN_CHUNK, stream=stream)
     mod.moe_align_scan[1, max(64, 1 << (e - 1).bit_length())](counts, chunks, e, bm, tile_expert, num_tiles,
                                                               stream=stream)
     # 64 threads: one wavefront of 64, or two warps of 32 of which the first works
-    mod.moe_align_scatter[chunks, 64](flat, n, e, counts, sorted_ids, CHUNK=ALIGN_CHUNK, stream=stream)
+    mod.moe_align_scatter[chunks, 64](flat, n, e, counts, sorted_ids, CHUNK=MOE_ALIGN_CHUNK, stream=stream)
     return MoERouting(topk_ids=topk_ids, topk_weights=topk_weights, sorted_ids=sorted_ids,
                       tile_expert=tile_expert, num_tiles=num_tiles, block_m=bm, top_k=top_k, num_experts=e)
 
@@ -263,16 +263,17 @@ def _kernel_weights(w: ExpertWeights) -> tuple[Any, Any]:
     return data, s
 
 
-def simt_block_m(tokens: int, top_k: int, num_experts: int) -> int:
+def moe_simt_block_m(tokens: int, top_k: int, num_experts: int) -> int:
     """The tile rows of std.moe's SIMT GEMMs (and so the routing's ``block_m`` on that path): 16, 32
     or 64, the smallest at least the mean assignments an expert (fewer padding rows for decode)."""
     mean = tokens * top_k / max(1, num_experts)
     return 16 if mean <= 16 else 32 if mean <= 32 else 64
 
 
-#: Columns of a SIMT GEMM tile (std.moe's BN) and threads a block.
-SIMT_BN = 64
-SIMT_THREADS = 256
+#: Columns of a tile of std.moe's SIMT GEMMs (BN).
+MOE_SIMT_BN = 64
+#: Threads a block of std.moe's SIMT GEMMs (its GEMM_THREADS).
+MOE_SIMT_THREADS = 256
 
 
 def moe(x: Any, router_logits: Any, w_gate_up: Any, w_down: Any, top_k: int, *, mode: str = "softmax_topk",
@@ -280,22 +281,21 @@ def moe(x: Any, router_logits: Any, w_gate_up: Any, w_down: Any, top_k: int, *, 
     """A mixture-of-experts MLP layer with SwiGLU experts: ``out[t] = sum_j w_tj * (silu(x[t] Wg[e]^T) *
     (x[t] Wu[e]^T)) Wd[e]^T`` over token t's top_k experts e = e_tj with weights w_tj.
 
-    Args:
-        x: (T, H) activations, f32, bf16 or f16.
-        router_logits: (T, E) router logits (f32, bf16, f16), routed by :func:`moe_route` with
-            ``mode`` ('softmax_topk' or 'topk_softmax', defined there) and ``renormalize``.
-        w_gate_up: :class:`~kcompiler.ops.moe_types.ExpertWeights` of shape (E, 2 I, H) (rows [0, I)
-            the gate, [I, 2 I) the up projection), or a plain bf16 (E, 2 I, H) array; bf16, FP8 with
-            per-channel scales, or MXFP4 (K = H a multiple of 32).
-        w_down: ExpertWeights (or bf16 array) of shape (E, H, I); MXFP4 needs I a multiple of 32.
-        top_k: experts a token, 1 to min(E, 8).
-        reduce: 'atomic' (GEMM2 adds each weighted row into the token's f32 row with atomic adds: the
-            order of a token's top_k additions, hence the last bits, may vary from run to run on a GPU)
-            or 'separate' (GEMM2 writes the T * top_k weighted rows, :func:`moe_sum` adds them in order
-            j: reproducible).
-        gemm: 'auto' (kcompiler.ops.moe_gemm's tensor-core grouped GEMMs where the target has 'mma'
-            and that module is present, else std.moe's SIMT ones), 'simt' or 'mma' (force one).
-        target: as every op ('auto': where x lives).
+    - ``x``: (T, H) activations, f32, bf16 or f16.
+    - ``router_logits``: (T, E) router logits (f32, bf16, f16), routed by :func:`moe_route` with
+      ``mode`` ('softmax_topk' or 'topk_softmax', defined there) and ``renormalize``.
+    - ``w_gate_up``: :class:`~kcompiler.ops.moe_types.ExpertWeights` of shape (E, 2 I, H) (rows
+      [0, I) the gate, [I, 2 I) the up projection), or a plain bf16 (E, 2 I, H) array; bf16, FP8 with
+      per-channel scales, or MXFP4 (H a multiple of 32).
+    - ``w_down``: ExpertWeights (or a bf16 array) of shape (E, H, I); MXFP4 needs I a multiple of 32.
+    - ``top_k``: experts a token, 1 to min(E, 8).
+    - ``reduce``: 'atomic' (GEMM2 adds each weighted row into the token's f32 row with atomic adds:
+      the order of a token's top_k additions, hence the last bits, may vary from run to run on a GPU)
+      or 'separate' (GEMM2 writes the T * top_k weighted rows, :func:`moe_sum` adds them in order j:
+      reproducible).
+    - ``gemm``: 'auto' (kcompiler.ops.moe_gemm's tensor-core grouped GEMMs where the target has
+      'mma' and that module is present, else std.moe's SIMT ones), 'simt' or 'mma' (force one).
+    - ``target``: as every op ('auto': where x lives).
 
     Returns (T, H) in x's dtype and kind. The data flow is the module's (route -> align -> GEMM1 +
     SwiGLU -> GEMM2 (+ reduce)); all of it queued on the device, the host waits for nothing. On the
@@ -341,26 +341,26 @@ def moe(x: Any, router_logits: Any, w_gate_up: Any, w_down: Any, top_k: int, *, 
         if reduce == "separate":
             return moe_sum(y, top_k, dtype=src.name, target=target)
         return y if arrays.array_scalar_type(y) == src else moe_sum(y, 1, dtype=src.name, target=target)
-    bm = simt_block_m(tokens, top_k, e)
+    bm = moe_simt_block_m(tokens, top_k, e)
     routing = moe_align(ids, wts, e, bm, target=target)
     n = tokens * top_k
     tiles = int(routing.tile_expert.shape[0])
     gdata, gscales = _kernel_weights(wg)
     ddata, dscales = _kernel_weights(wd)
     h = empty_like(x, (n, inter), src.name)
-    mod.moe_gemm1_simt[(tiles, -(-inter // SIMT_BN)), SIMT_THREADS](
+    mod.moe_gemm1_simt[(tiles, -(-inter // MOE_SIMT_BN)), MOE_SIMT_THREADS](
         x, gdata, gscales, routing.sorted_ids, routing.tile_expert, routing.num_tiles, h, n, top_k, hidden, inter,
-        FMT=_FMT[wg.format], BM=bm, BN=SIMT_BN, stream=stream)
+        FMT=_FMT[wg.format], BM=bm, BN=MOE_SIMT_BN, stream=stream)
     flat_w = wts.reshape(-1)
     separate = reduce == "separate"
     acc = empty_like(x, (n, hidden), "f32") if separate else _zeros(x, (tokens, hidden), "f32")
-    mod.moe_gemm2_simt[(tiles, -(-hidden // SIMT_BN)), SIMT_THREADS](
+    mod.moe_gemm2_simt[(tiles, -(-hidden // MOE_SIMT_BN)), MOE_SIMT_THREADS](
         h, ddata, dscales, routing.sorted_ids, routing.tile_expert, routing.num_tiles, flat_w, acc, n, top_k,
-        inter, hidden, FMT=_FMT[wd.format], BM=bm, SEPARATE=separate, BN=SIMT_BN, stream=stream)
+        inter, hidden, FMT=_FMT[wd.format], BM=bm, SEPARATE=separate, BN=MOE_SIMT_BN, stream=stream)
     if separate:
         return moe_sum(acc, top_k, dtype=src.name, target=target)
     return acc if src.name == "f32" else moe_sum(acc, 1, dtype=src.name, target=target)
 
 
-__all__ = ["ALIGN_CHUNK", "ALIGN_MAX_EXPERTS", "MODES", "ROUTE_MAX_EXPERTS", "ROUTE_MAX_TOP_K", "SIMT_BN",
-           "SIMT_THREADS", "moe", "moe_align", "moe_route", "moe_sum", "simt_block_m"]
+__all__ = ["MOE_ALIGN_CHUNK", "MOE_ALIGN_MAX_EXPERTS", "MOE_MODES", "MOE_ROUTE_MAX_EXPERTS", "MOE_ROUTE_MAX_TOP_K",
+           "MOE_SIMT_BN", "MOE_SIMT_THREADS", "moe", "moe_align", "moe_route", "moe_simt_block_m", "moe_sum"]
