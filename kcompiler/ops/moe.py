@@ -293,8 +293,9 @@ def moe(x: Any, router_logits: Any, w_gate_up: Any, w_down: Any, top_k: int, *, 
       the order of a token's top_k additions, hence the last bits, may vary from run to run on a GPU)
       or 'separate' (GEMM2 writes the T * top_k weighted rows, :func:`moe_sum` adds them in order j:
       reproducible).
-    - ``gemm``: 'auto' (kcompiler.ops.moe_gemm's tensor-core grouped GEMMs where the target has
-      'mma' and that module is present, else std.moe's SIMT ones), 'simt' or 'mma' (force one).
+    - ``gemm``: 'auto' (kcompiler.ops.moe_gemm's tensor-core grouped GEMMs for bf16 activations where
+      the target has 'mma' and that module is present, else std.moe's SIMT ones), 'simt' or 'mma'
+      (force one; 'mma' takes bf16 x only).
     - ``target``: as every op ('auto': where x lives).
 
     Returns (T, H) in x's dtype and kind. The data flow is the module's (route -> align -> GEMM1 +
@@ -302,7 +303,7 @@ def moe(x: Any, router_logits: Any, w_gate_up: Any, w_down: Any, top_k: int, *, 
     SIMT path the intermediate h (T * top_k, I) is held in x's dtype (f32 for f32 x), sums in f32.
     Raises TypeError for bad dtypes or kinds (weights must be of x's kind and device), ValueError for
     inconsistent shapes, ``top_k``, ``mode``, ``reduce`` or ``gemm``, RuntimeError for gemm='mma'
-    where the tensor-core path is not available."""
+    where kcompiler.ops.moe_gemm is not available."""
     fn = "moe"
     src = _float_type(x, fn, "x")
     if reduce not in ("atomic", "separate"):
@@ -329,9 +330,12 @@ def moe(x: Any, router_logits: Any, w_gate_up: Any, w_down: Any, top_k: int, *, 
         return _zeros(x, (tokens, hidden), src.name)
     tgt = target_for(x, target)
     mod = _common.stdlib_module("moe", tgt)
-    use_mma = gemm == "mma" or (gemm == "auto" and moe_gemm is not None and mod.target_has("mma"))
+    use_mma = gemm == "mma" or (gemm == "auto" and moe_gemm is not None and mod.target_has("mma")
+                                and src.name == "bf16")
     if use_mma and moe_gemm is None:
         raise RuntimeError(f"{fn}: gemm='mma' needs kcompiler.ops.moe_gemm, which this installation lacks")
+    if use_mma and src.name != "bf16":
+        raise TypeError(f"{fn}: gemm='mma' (kcompiler.ops.moe_gemm) takes bf16 activations, not {src.name}")
     x = _common.contiguous(x)
     stream = stream_of(x)
     if use_mma:
