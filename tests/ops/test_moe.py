@@ -387,3 +387,24 @@ def test_route_and_align_on_cuda_equal_the_cpu_target():
     y = torch.randn(4000, 2880, device="cuda", dtype=torch.bfloat16)
     torch.testing.assert_close(ops.moe_sum(y, 4), y.float().view(1000, 4, 2880).sum(1).to(torch.bfloat16),
                                rtol=2 ** -7, atol=1e-5)
+
+
+def test_route_and_align_with_wavefronts_of_64(monkeypatch):
+    """The kernels take the warp size from the target (AMD CDNA's wavefront of 64 on the CPU target):
+    routing's lanes hold 4 logits of 256, the scatter's block is one wavefront (the SIMT GEMMs use no
+    warp operations)."""
+    import functools
+
+    from kcompiler import compile_file
+    from kcompiler.frontend.program import stdlib_dir
+    from kcompiler.ops import _common
+
+    w64 = functools.lru_cache(None)(lambda name, target: compile_file(
+        stdlib_dir() / f"{name}.kc", target="cpu", target_options={"warp_size": 64}))
+    monkeypatch.setattr(_common, "stdlib_module", w64)
+    logits = (RNG.standard_normal((300, 256)) * 3).astype(np.float32)
+    ids, _ = check_route(logits, 8, "softmax_topk", False)
+    r = ops.moe_align(ids, np.ones(ids.shape, np.float32), 256, 16, target="cpu")
+    want = align_ref(ids, 256, 16)
+    np.testing.assert_array_equal(r.sorted_ids, want[0])
+    assert int(r.num_tiles[0]) == want[2]
