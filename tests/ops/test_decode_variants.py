@@ -109,3 +109,31 @@ def test_tc_decode_variant_ptx(variant):
     log = ptxas(ptx, verbose=True)
     assert " 0 bytes spill stores" in log, log
     assert int(re.search(r"Used (\d+) registers", log).group(1)) <= 168, log
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("page", [16, 64])
+def test_tc_decode_variants_gpu(page):
+    """Every variant (and ops' default) on the GPU at GQA 8:1 and 16:1, D 128: odd lengths over many
+    pages and steps, one key, none (LSE -inf, output 0); the split choice's own count and 3 splits."""
+    import torch
+
+    lens = [1, 4097, 333, 0, 2048, 77]
+    D = 128
+    for HK, G in ((4, 8), (2, 16)):
+        k_cache, v_cache, table, _ = paged_cache(lens, page, HK, D, np.float32)
+        kc_t, vc_t = torch.from_numpy(k_cache).cuda().bfloat16(), torch.from_numpy(v_cache).cuda().bfloat16()
+        kc, vc = kc_t.float().cpu().numpy(), vc_t.float().cpu().numpy()
+        dense = [(kc[table[b, :-(-n // page)]].reshape(-1, HK, D)[:n],
+                  vc[table[b, :-(-n // page)]].reshape(-1, HK, D)[:n]) for b, n in enumerate(lens)]
+        q = torch.randn(len(lens), HK * G, D, device="cuda", dtype=torch.bfloat16)
+        ref, ref_lse = decode_reference(q.float().cpu().numpy(), dense, D ** -0.5)
+        for variant in [None] + list(ops.DECODE_TC_VARIANTS):
+            for splits in (None, 3):
+                out, lse = ops.paged_decode(q, kc_t, vc_t, torch.from_numpy(table).cuda(),
+                                            torch.tensor(lens, dtype=torch.int32, device="cuda"), num_splits=splits,
+                                            tensor_cores=True, tc_tiles=variant, return_lse=True)
+                try:
+                    check(out.cpu().float().numpy(), lse.cpu().numpy(), ref, ref_lse, vc, "bf16")
+                except AssertionError as e:
+                    raise AssertionError(f"variant {variant}, G {G}, page {page}, splits {splits}: {e}") from None
