@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
+from ..ir.builtin_surface import add_provider as add_builtin_provider
 from ..ir.intrinsics import add_provider as add_intrinsic_provider
 
 #: The package's own backends, by folder under ``kcompiler/backends``; the first is ``kc compile``'s
@@ -73,6 +74,10 @@ class Backend:
         intrinsics: import path of the module that registers the backend's target intrinsics
             (``kcompiler.ir.intrinsics.register_intrinsics``; intrinsics named ``"<name>.*"``), imported
             at the first lookup of such a name; None for a backend without any.
+        builtins: import path of the module that adds the backend's builtins to the kernel language
+            (``kcompiler.ir.builtin_surface.register_builtins``: ``wgmma``, ``mfma``...), imported
+            when the frontend first resolves a name that the language does not declare; None for a
+            backend without any. Every registered backend's are seen, whatever the target.
 
     Raises ValueError for an empty name, an arch list without the default arch, or a binary
     kind without a suffix.
@@ -94,6 +99,7 @@ class Backend:
     cache_tag: str = ""
     arch_help: str = ""
     intrinsics: str | None = None
+    builtins: str | None = None
 
     def __post_init__(self) -> None:
         if not self.name or self.name != self.name.lower():
@@ -250,3 +256,18 @@ def _provide_intrinsics(name: str) -> None:
 
 
 add_intrinsic_provider(_provide_intrinsics)
+
+
+_builtins_loaded: set[str] = set()
+
+
+def _provide_builtins() -> None:
+    """Import the language-builtin module of every backend not asked yet (a backend registered
+    later is asked at the next lookup of an unknown name)."""
+    for rec in backends():
+        if rec.builtins and rec.builtins not in _builtins_loaded:
+            load_object(rec.builtins)
+            _builtins_loaded.add(rec.builtins)
+
+
+add_builtin_provider(_provide_builtins)
