@@ -74,10 +74,11 @@ class Backend:
         intrinsics: import path of the module that registers the backend's target intrinsics
             (``kcompiler.ir.intrinsics.register_intrinsics``; intrinsics named ``"<name>.*"``), imported
             at the first lookup of such a name; None for a backend without any.
-        builtins: import path of the module that adds the backend's builtins to the kernel language
-            (``kcompiler.ir.builtin_surface.register_builtins``: ``wgmma``, ``mfma``...), imported
-            when the frontend first resolves a name that the language does not declare; None for a
-            backend without any. Every registered backend's are seen, whatever the target.
+        builtins: import path of the backend's builtins of the kernel language, a tuple of
+            ``kcompiler.ir.builtin_surface.SurfaceBuiltin`` (``wgmma``, ``mfma``...): ``"pkg.mod:BUILTINS"``
+            (or a module exporting ``BUILTINS``), imported when the frontend first resolves a name
+            that the language does not declare; None for a backend without any. Every registered
+            backend's are seen, whatever the target.
 
     Raises ValueError for an empty name, an arch list without the default arch, or a binary
     kind without a suffix.
@@ -258,16 +259,23 @@ def _provide_intrinsics(name: str) -> None:
 add_intrinsic_provider(_provide_intrinsics)
 
 
-_builtins_loaded: set[str] = set()
+_builtins_cache: tuple[tuple[Backend, ...], tuple[Any, ...]] | None = None
 
 
-def _provide_builtins() -> None:
-    """Import the language-builtin module of every backend not asked yet (a backend registered
-    later is asked at the next lookup of an unknown name)."""
-    for rec in backends():
-        if rec.builtins and rec.builtins not in _builtins_loaded:
-            load_object(rec.builtins)
-            _builtins_loaded.add(rec.builtins)
+def _provide_builtins() -> tuple[Any, ...]:
+    """The language builtins of every registered backend (``Backend.builtins``), in registry order;
+    each backend's object imported at the first call that sees it."""
+    global _builtins_cache
+    with _lock:
+        recs = backends()
+        if _builtins_cache is None or _builtins_cache[0] != recs:
+            found: list[Any] = []
+            for rec in recs:
+                if rec.builtins:
+                    obj = load_object(rec.builtins)
+                    found.extend(getattr(obj, "BUILTINS", obj))
+            _builtins_cache = (recs, tuple(found))
+        return _builtins_cache[1]
 
 
 add_builtin_provider(_provide_builtins)

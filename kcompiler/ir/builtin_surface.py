@@ -13,21 +13,22 @@ values, located errors, the target, and ``emit`` of the backend's target intrins
         call.require_feature("amdgcn.mfma")
         return call.emit("amdgcn.mfma", (a, b, c), c.type, shape="32x32x8")
 
-    register_builtins(SurfaceBuiltin("mfma", _mfma, 3, 3, doc="mfma(a, b, c) -> ..."))
+    BUILTINS = (SurfaceBuiltin("mfma", _mfma, 3, 3, doc="mfma(a, b, c) -> ..."),)
 
-The backend's module of such records is named by its ``Backend`` record's ``builtins`` field; the
-backend registry installs a provider (:func:`add_provider`) that imports the modules of every
-registered backend, so that the frontend, resolving a name, sees every backend's builtins whatever
-the target (a kernel for the CPU target still checks ``wgmma`` inside a dead ``comptime if
-target.has("wgmma")`` branch). This module, a stage before the backends and the frontend, imports
-neither. The names the language itself declares (frontend/builtins.py) take precedence.
+A backend's tuple of records is named by its ``Backend`` record's ``builtins`` field; the backend
+registry installs a provider (:func:`add_provider`) that gives those of every registered backend, so
+that the frontend, resolving a name, sees every backend's builtins whatever the target (a kernel for
+the CPU target still checks ``wgmma`` inside a dead ``comptime if target.has("wgmma")`` branch), and
+a backend's leave with it (``unregister_backend``). This module, a stage before the backends and the
+frontend, imports neither. The names the language itself declares (frontend/builtins.py) take
+precedence.
 """
 from __future__ import annotations
 
 import importlib
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, NoReturn, Protocol, Union
+from typing import Any, Callable, Iterable, Mapping, NoReturn, Protocol, Union
 
 from .core import Value
 from .types import Type
@@ -178,56 +179,43 @@ class SurfaceBuiltin:
         return getattr(importlib.import_module(module), attr)
 
 
-_REGISTRY: dict[str, SurfaceBuiltin] = {}
-_PROVIDERS: list[Callable[[], None]] = []
+_REGISTERED: list[SurfaceBuiltin] = []
+_PROVIDERS: list[Callable[[], Iterable[SurfaceBuiltin]]] = []
 _LOCK = threading.RLock()
 
 
 def register_builtins(*records: SurfaceBuiltin) -> None:
-    """Add builtins to the language. A name registered again by an equal record is kept; raises
-    ValueError for a name another record already has (two backends cannot both define it)."""
+    """Add builtins to the language directly (a backend's usually come from a provider instead, so
+    that they leave with their backend)."""
     with _LOCK:
-        for r in records:
-            old = _REGISTRY.get(r.name)
-            if old is not None and old != r:
-                raise ValueError(f"builtin {r.name!r} is registered twice (check {_where(old.check)} and "
-                                 f"{_where(r.check)})")
-            _REGISTRY[r.name] = r
+        _REGISTERED.extend(r for r in records if r not in _REGISTERED)
 
 
-def _where(check: Check | str) -> str:
-    return check if isinstance(check, str) else f"{check.__module__}:{check.__qualname__}"
-
-
-def add_provider(provider: Callable[[], None]) -> None:
-    """``provider()`` is called when a name is not found (and by :func:`builtins`); it registers the
-    builtins of sources it has not asked yet."""
+def add_provider(provider: Callable[[], Iterable[SurfaceBuiltin]]) -> None:
+    """``provider()`` gives the builtins of its sources as they are now (the backend registry's:
+    those of every registered backend); asked at each :func:`builtins`, so it should be cheap."""
     with _LOCK:
         if provider not in _PROVIDERS:
             _PROVIDERS.append(provider)
 
 
-def _ask_providers() -> None:
-    for provider in list(_PROVIDERS):
-        provider()
+def builtins() -> Mapping[str, SurfaceBuiltin]:
+    """Every builtin the backends contribute, by name: the providers' in the order they were added,
+    then those of :func:`register_builtins`. A name given twice keeps its first record (as a target
+    name keeps its first backend)."""
+    with _LOCK:
+        out: dict[str, SurfaceBuiltin] = {}
+        for provider in list(_PROVIDERS):
+            for r in provider():
+                out.setdefault(r.name, r)
+        for r in _REGISTERED:
+            out.setdefault(r.name, r)
+        return out
 
 
 def lookup(name: str) -> SurfaceBuiltin | None:
-    """The builtin named ``name``, asking the providers if it is not registered yet; None if none
-    knows it."""
-    with _LOCK:
-        found = _REGISTRY.get(name)
-        if found is None:
-            _ask_providers()
-            found = _REGISTRY.get(name)
-        return found
-
-
-def builtins() -> Mapping[str, SurfaceBuiltin]:
-    """Every builtin the backends contribute, by name (the providers asked first)."""
-    with _LOCK:
-        _ask_providers()
-        return dict(_REGISTRY)
+    """The builtin named ``name``, or None if no backend contributes it."""
+    return builtins().get(name)
 
 
 __all__ = ["At", "BuiltinCall", "Check", "Constant", "SurfaceBuiltin", "add_provider", "builtins", "lookup",

@@ -1,6 +1,6 @@
-"""The AMD backend's builtin of the kernel language (kcompiler.ir.builtin_surface), registered when
-the frontend first resolves a name the language itself does not declare (the Backend record's
-``builtins`` field names this module): ``mfma``, CDNA's matrix fused multiply-add for one wavefront
+"""The AMD backend's builtin of the kernel language (kcompiler.ir.builtin_surface), read when the
+frontend first resolves a name the language itself does not declare (the Backend record's
+``builtins`` field names :data:`BUILTINS`): ``mfma``, CDNA's matrix fused multiply-add for one wavefront
 (comptime ``target.has("mfma")``; ``"mfma_fp8"`` on gfx942/gfx950, ``"mfma_gfx950"`` for gfx950's
 forms), type-checked against :class:`~kcompiler.ir.builtin_surface.BuiltinCall` (located errors for
 fragment types that form no instruction, for FP8 of the wrong flavour and for a target without the
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...ir.builtin_surface import BuiltinCall, SurfaceBuiltin, register_builtins
+from ...ir.builtin_surface import BuiltinCall, SurfaceBuiltin
 from ...ir.core import Value
 from ...ir.types import BF16, F16, F32, VectorType
 from .intrinsics import MFMA_FORMS
@@ -85,7 +85,7 @@ def check_mfma(call: BuiltinCall) -> Value | None:
     return call.emit("amdgcn.mfma", [a, b, c], VectorType(F32, cn), shape=shape)
 
 
-#: The AMD builtins.
+#: The AMD builtins (what the Backend record names).
 BUILTINS = (
     SurfaceBuiltin("mfma", check_mfma, 3, 3,
                    doc="mfma(a, b, c) -> c's type: D = A * B + C for one wavefront of 64 lanes, each "
@@ -93,7 +93,5 @@ BUILTINS = (
                        "vec<f32, 4> (16x16x16); vec<bf16|f16, 8> (gfx950: 32x32x16, 16x16x32); FP8 "
                        "vec<F8, 8> (32x32x16, 16x16x32) or vec<F8, 32> (gfx950: 32x32x64, 16x16x128)"),
 )
-
-register_builtins(*BUILTINS)
 
 __all__ = ["BUILTINS", "F8_BY_FLAVOUR", "check_mfma"]

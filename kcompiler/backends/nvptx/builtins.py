@@ -1,6 +1,6 @@
-"""The NVIDIA backend's builtins of the kernel language (kcompiler.ir.builtin_surface), registered
-when the frontend first resolves a name the language itself does not declare (the Backend record's
-``builtins`` field names this module):
+"""The NVIDIA backend's builtins of the kernel language (kcompiler.ir.builtin_surface), read when the
+frontend first resolves a name the language itself does not declare (the Backend record's
+``builtins`` field names :data:`BUILTINS`):
 
 - warp-level matrix operations and asynchronous copies, sm_80+ (comptime ``target.has("mma")``,
   ``"ldmatrix"``, ``"cp_async"``; ``"mma_fp8"`` for the FP8 form, sm_89+): ``mma_sync``, ``ldmatrix``,
@@ -13,7 +13,7 @@ Each record's ``doc`` is the hint of its arity errors and what docs/LANGUAGE.md 
 """
 from __future__ import annotations
 
-from ...ir.builtin_surface import SurfaceBuiltin, register_builtins
+from ...ir.builtin_surface import SurfaceBuiltin
 from . import builtins_hopper as hopper
 from . import builtins_mma as mma
 
@@ -81,6 +81,7 @@ HOPPER = (
                    doc="setmaxnreg_dec[N](): the warpgroup's registers a thread shrink to N"),
 )
 
-register_builtins(*WARP_MATRIX, *HOPPER)
+#: Every NVIDIA builtin (what the Backend record names).
+BUILTINS = (*WARP_MATRIX, *HOPPER)
 
-__all__ = ["HOPPER", "WARP_MATRIX"]
+__all__ = ["BUILTINS", "HOPPER", "WARP_MATRIX"]
