@@ -4,7 +4,8 @@ through the handler each has in builtin_registry.py's table.
 
 These are the vendor-neutral names. The builtins of one vendor's instructions (``wgmma``,
 ``mma_sync``, ``mfma``...) are contributed by the backends (:mod:`kcompiler.ir.builtin_surface`) and
-found by :func:`function`, after the names here."""
+found by :func:`vendor_function`, after every other name (the checker's and the lowering's name
+resolution)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -109,7 +110,7 @@ _FNS = [
                   "overflows and infinities to the largest finite value instead of NaN/Inf"),
     BuiltinFn("dynamic_shared", 0, 0, brackets="required", doc="dynamic_shared[T]() -> ptr<T, shared>"),
     # The vendors' builtins (wgmma, mma_sync, mfma...) are not declared here: each backend contributes
-    # its own (kcompiler.ir.builtin_surface; backends/<name>/builtins.py), found by function() below.
+    # its own (kcompiler.ir.builtin_surface; backends/<name>/builtins.py), found by vendor_function() below.
     # A kernel's launch bounds: every GPU backend reads the IR function's max_threads / min_blocks (NVIDIA's
     # .maxntid / .minnctapersm, AMD's amdgpu-flat-work-group-size); builtins_kernel.py checks them.
     BuiltinFn("launch_bounds", 1, 2, doc="launch_bounds(max_threads, min_blocks = 1): in a kernel, the most "
@@ -161,12 +162,6 @@ def vendor_function(name: str) -> BuiltinFn | None:
         fn = _FROM_SURFACE[rec] = BuiltinFn(rec.name, rec.min_args, rec.max_args, tuple(rec.kwargs),
                                             _BRACKETS[rec.brackets], rec.doc, rec.bracket_what, surface=rec)
     return fn
-
-
-def function(name: str) -> BuiltinFn | None:
-    """The builtin function ``name``: the language's own (:data:`FUNCTIONS`) or a backend's
-    (:func:`vendor_function`); None if neither."""
-    return FUNCTIONS.get(name) or vendor_function(name)
 
 
 def all_names() -> frozenset[str]:

@@ -2,7 +2,7 @@
 (:mod:`kcompiler.ir.builtin_surface`: ``wgmma``, ``mma_sync``, ``mfma``...): :class:`SurfaceCall`
 implements :class:`~kcompiler.ir.builtin_surface.BuiltinCall` over the function being lowered, and
 :func:`lower_surface` dispatches a call to its record's check. The frontend names no vendor builtin:
-it finds them by name through :func:`kcompiler.frontend.builtins.function`.
+it finds them by name through :func:`kcompiler.frontend.builtins.vendor_function`.
 """
 from __future__ import annotations
 

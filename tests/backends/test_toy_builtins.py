@@ -105,3 +105,11 @@ def test_surface_record_is_checked():
         builtin_surface.SurfaceBuiltin("x", lambda c: None, 2, 1)
     r = builtin_surface.SurfaceBuiltin("x", "tests.toy_backend.builtins:check_dot")
     assert r.handler() is toy_backend.builtins.check_dot  # an import path, loaded at first use
+
+
+def test_frontend_messages_name_no_vendor_feature():
+    """The frontend's examples of a feature name are neutral (the features are the backends')."""
+    msg = _error("kernel k(o: ptr<i32>) { comptime if target.has(1) { o[0] = 1; } }", target="cpu")
+    assert 'target.has takes a string: target.has("feature")' in msg
+    msg = _error("kernel k(o: ptr<i32>) { comptime if target.has() { o[0] = 1; } }", target="cpu")
+    assert "target.has takes one argument: a feature name" in msg and 'target.has("feature")' in msg
