@@ -240,10 +240,12 @@ def _attention_fa2(q: Any, k: Any, v: Any, out: Any, lse: Any, p: _Prefill, caus
 #: causal D 128 OVERLAP forms (at most 16 bytes).
 #: An entry may also give CONSUMERS (1 to 3 consumer warpgroups of 64 query rows: BM = 64 * CONSUMERS rows
 #: a block; default 2) and BLOCKS_PER_SM (1 or 2: the registers are shared out for that many resident
-#: blocks; default 1); benchmarks/bench_attention_variants.py times them (SM90_VARIANTS).
+#: blocks; default 1); benchmarks/bench_attention_variants.py times them (SM90_VARIANTS). D 64 without a
+#: mask takes 3 consumers since 2026-11-27: geometric mean 1.14x SDPA flash against 1.03x for the
+#: OVERLAP + PINGPONG 2-warpgroup form over B16 H16 S1024 and B4 H16 S8192 (RESULTS.md).
 ATTENTION_SM90_TILES = {(128, False): dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=False),
                         (128, True): dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=False),
-                        (64, False): dict(BN=128, STAGES=2, OVERLAP=True, PINGPONG=True),
+                        (64, False): dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=False, CONSUMERS=3),
                         (64, True): dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=False)}
 
 
