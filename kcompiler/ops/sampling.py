@@ -9,11 +9,18 @@ import numpy as np
 
 from ..runtime import arrays
 from . import _common
-from ._common import empty_like, target_for
+from ._common import data_ptr, empty_like, target_for
 
 #: Threads a block (a row). Fixed, never chosen by target: the order of every sum, hence the sampled
 #: token, depends on it, and the CPU target and a GPU must give the same token.
 SAMPLING_THREADS = 1024
+
+#: (VEC, U) by input dtype: each thread owns runs of VEC contiguous elements (16 bytes: one wide load
+#: where the rows are 16-byte aligned) and a loop iteration loads U of them before using any (see
+#: stdlib/sampling.kc). VEC fixes the order of the sums, hence the tokens, the same on every target; U
+#: changes only the loads. (1, 1) is the scalar path (the kernels' first version): the benchmark
+#: swaps this table to time it.
+SAMPLING_LOADS = {"f32": (4, 4), "f16": (8, 2), "bf16": (8, 2)}
 
 
 def _rows(x: Any, fn: str, kinds: tuple = ("f32", "f16", "bf16")) -> tuple[Any, int, int]:
@@ -52,6 +59,23 @@ def _u32_pair(v: int, name: str, fn: str) -> tuple[np.uint32, np.uint32]:
     if not 0 <= v < 2 ** 64:
         raise ValueError(f"{fn}: {name} must be in [0, 2^64), not {v}")
     return np.uint32(v & 0xFFFFFFFF), np.uint32(v >> 32)
+
+
+def kernel_params(dtype: str, ld: int, address: int = 0) -> dict:
+    """std.sampling's THREADS, VEC, U and ALIGNED for rows of scalar type ``dtype`` ('f32', 'f16' or
+    'bf16') with row stride ``ld`` elements, the first at device address ``address`` (0: a host array,
+    copied to aligned device memory or read in place by the CPU target): VEC and U from
+    :data:`SAMPLING_LOADS` by dtype (never by target), ALIGNED when every row starts 16-byte aligned
+    (address and ld * element size multiples of 16: a GPU's wide load needs it; it changes no bits,
+    only whether a vector is one load or VEC)."""
+    vec, unroll = SAMPLING_LOADS[dtype]
+    size = {"f32": 4, "f16": 2, "bf16": 2}[dtype]
+    aligned = vec > 1 and vec * size <= 16 and (ld * size) % 16 == 0 and address % 16 == 0
+    return dict(THREADS=SAMPLING_THREADS, VEC=vec, U=unroll, ALIGNED=aligned)
+
+
+def _loads(src: Any, x2: Any, ld: int) -> dict:
+    return kernel_params(src.name, ld, data_ptr(x2))
 
 
 def _row_view(x: Any, rows: int, vocab: int) -> tuple[Any, int]:
@@ -112,7 +136,7 @@ def sample(logits: Any = None, *, probs: Any = None, temperature: Any = 1.0, top
     if rows:
         mod = _common.stdlib_module("sampling", target_for(x, target))
         mod.sample[rows, SAMPLING_THREADS](x2, out, *params, vocab, ld, s_lo, s_hi, o_lo, o_hi, T=src.name,
-                                            PROBS=logits is None, THREADS=SAMPLING_THREADS)
+                                            PROBS=logits is None, **_loads(src, x2, ld))
     return out.reshape(()) if one_row else out
 
 
@@ -126,7 +150,7 @@ def softmax(logits: Any, temperature: Any = 1.0, *, target: str = "auto") -> Any
     x2, ld = _row_view(logits, rows, vocab)
     if rows:
         mod = _common.stdlib_module("sampling", target_for(logits, target))
-        mod.softmax[rows, SAMPLING_THREADS](x2, out, temp, vocab, ld, T=src.name, THREADS=SAMPLING_THREADS)
+        mod.softmax[rows, SAMPLING_THREADS](x2, out, temp, vocab, ld, T=src.name, **_loads(src, x2, ld))
     return out
 
 
@@ -142,8 +166,7 @@ def top_k_mask_logits(logits: Any, top_k: Any, *, target: str = "auto") -> Any:
     x2, ld = _row_view(logits, rows, vocab)
     if rows:
         mod = _common.stdlib_module("sampling", target_for(logits, target))
-        mod.top_k_mask_logits[rows, SAMPLING_THREADS](x2, out, k, vocab, ld, T=src.name,
-                                                      THREADS=SAMPLING_THREADS)
+        mod.top_k_mask_logits[rows, SAMPLING_THREADS](x2, out, k, vocab, ld, T=src.name, **_loads(src, x2, ld))
     return out
 
 
@@ -159,9 +182,8 @@ def top_p_renorm_probs(probs: Any, top_p: Any, *, target: str = "auto") -> Any:
     x2, ld = _row_view(probs, rows, vocab)
     if rows:
         mod = _common.stdlib_module("sampling", target_for(probs, target))
-        mod.top_p_renorm_probs[rows, SAMPLING_THREADS](x2, out, p, vocab, ld, T=src.name,
-                                                       THREADS=SAMPLING_THREADS)
+        mod.top_p_renorm_probs[rows, SAMPLING_THREADS](x2, out, p, vocab, ld, T=src.name, **_loads(src, x2, ld))
     return out
 
 
-__all__ = ["SAMPLING_THREADS", "sample", "softmax", "top_k_mask_logits", "top_p_renorm_probs"]
+__all__ = ["SAMPLING_LOADS", "SAMPLING_THREADS", "kernel_params", "sample", "softmax", "top_k_mask_logits", "top_p_renorm_probs"]

@@ -171,7 +171,7 @@ def test_same_tokens_with_nvptx_contraction():
     out = np.empty(rows, np.int32)
     mod.sample[rows, S.SAMPLING_THREADS](logits, out, temp, k, p, mp, vocab, vocab, np.uint32(11), np.uint32(0),
                                          np.uint32(4), np.uint32(0), T="f32", PROBS=False,
-                                         THREADS=S.SAMPLING_THREADS)
+                                         **S.kernel_params("f32", vocab))
     np.testing.assert_array_equal(out, S.sample(logits, temperature=temp, top_k=k, top_p=p, min_p=mp, seed=11,
                                                 offset=4, target="cpu"))
 
