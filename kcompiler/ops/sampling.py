@@ -79,12 +79,17 @@ def _loads(src: Any, x2: Any, ld: int) -> dict:
 
 
 def _row_view(x: Any, rows: int, vocab: int) -> tuple[Any, int]:
-    """``x`` as an array the kernel indexes by row * ld + i, and ld (rows need not be packed)."""
+    """``x`` as an array the kernel indexes by row * ld + i, and ld (rows need not be packed: a torch
+    view with unit stride along the vocabulary is passed as the 1-D span from its first element to its
+    last, which the launcher takes as contiguous; its address may then be misaligned)."""
     x2 = x.reshape(rows, vocab) if len(tuple(x.shape)) == 1 else x
     if arrays.is_torch_tensor(x2):
-        if x2.stride(-1) != 1:
+        if x2.stride(-1) != 1 or x2.stride(0) < 0:
             x2 = x2.contiguous()
-        return x2, int(x2.stride(0))
+        ld = int(x2.stride(0)) if rows > 1 else vocab
+        if not x2.is_contiguous():
+            x2 = x2.as_strided(((rows - 1) * ld + vocab,), (1,))
+        return x2, ld
     x2 = np.ascontiguousarray(x2)
     return x2, vocab
 
