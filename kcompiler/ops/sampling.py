@@ -124,7 +124,13 @@ def sample(logits: Any = None, *, probs: Any = None, temperature: Any = 1.0, top
     philox4x32_10(counter=(offset_lo, offset_hi, b, r // 4), key=(seed_lo, seed_hi)), u = (x & 0xFFFFFF)
     * 2^-24; ``seed`` and ``offset`` are integers in [0, 2^64) (advance ``offset`` each step). The same
     (seed, offset, inputs) give the same tokens on the CPU target and a GPU (every sum is a fixed
-    sequence of f32 operations, :data:`SAMPLING_THREADS` threads a row on every target).
+    sequence of f32 operations, :data:`SAMPLING_THREADS` threads a row and :data:`SAMPLING_LOADS`'s
+    runs on every target).
+
+    Memory: every pass streams the row in runs of 16 bytes (4 f32 or 8 bf16/f16 elements a thread,
+    several runs loaded before any is used; one wide load a run where the rows are 16-byte aligned),
+    so a single block, all that works at batch 1, keeps enough bytes in flight. A torch view with unit
+    stride along the vocabulary is read in place.
     Raises TypeError / ValueError for other dtypes or shapes, or both or neither of logits and probs."""
     if (logits is None) == (probs is None):
         raise ValueError("sample: give exactly one of logits and probs")
