@@ -60,6 +60,22 @@ def _u32_pair(v: int, name: str, fn: str) -> tuple[np.uint32, np.uint32]:
         raise ValueError(f"{fn}: {name} must be in [0, 2^64), not {v}")
     return np.uint32(v & 0xFFFFFFFF), np.uint32(v >> 32)
 
+#: When :func:`sample` splits each row over several blocks (std.sampling's ``sample_split``: a block a
+#: chunk of ``chunk`` elements reads it for its maximum and weight sum, the row's last block finishes;
+#: one launch): batches of at most ``max_rows`` rows with a vocabulary of at least 2 * ``chunk``. A
+#: choice by (batch, vocabulary) only, never by target; the tokens differ from the unsplit kernel's for
+#: the same seed. ``max_rows`` 0: never (until the H100 benchmark says where it pays).
+SAMPLING_SPLIT = {"max_rows": 0, "chunk": 8192}
+
+
+def split_chunks(rows: int, vocab: int) -> int:
+    """How many blocks :func:`sample` gives a row of ``vocab`` in a batch of ``rows`` (1: unsplit), by
+    :data:`SAMPLING_SPLIT`; the chunk length is a multiple of 16 elements."""
+    chunk = -(-int(SAMPLING_SPLIT["chunk"]) // 16) * 16
+    if rows > int(SAMPLING_SPLIT["max_rows"]) or vocab < 2 * chunk:
+        return 1
+    return -(-vocab // chunk)
+
 
 def kernel_params(dtype: str, ld: int, address: int = 0) -> dict:
     """std.sampling's THREADS, VEC, U and ALIGNED for rows of scalar type ``dtype`` ('f32', 'f16' or
@@ -76,6 +92,14 @@ def kernel_params(dtype: str, ld: int, address: int = 0) -> dict:
 
 def _loads(src: Any, x2: Any, ld: int) -> dict:
     return kernel_params(src.name, ld, data_ptr(x2))
+
+
+def _zeros_i32(like: Any, n: int) -> Any:
+    """n int32 zeros of ``like``'s kind (torch: filled on its device)."""
+    if arrays.is_torch_tensor(like):
+        import torch  # deferred: torch is optional
+        return torch.zeros(n, dtype=torch.int32, device=like.device)
+    return np.zeros(n, np.int32)
 
 
 def _row_view(x: Any, rows: int, vocab: int) -> tuple[Any, int]:
@@ -144,7 +168,17 @@ def sample(logits: Any = None, *, probs: Any = None, temperature: Any = 1.0, top
     s_lo, s_hi = _u32_pair(seed, "seed", "sample")
     o_lo, o_hi = _u32_pair(offset, "offset", "sample")
     x2, ld = _row_view(x, rows, vocab)
-    if rows:
+    chunks = split_chunks(rows, vocab)
+    if rows and chunks > 1:
+        mod = _common.stdlib_module("sampling", target_for(x, target))
+        cl = -(-int(SAMPLING_SPLIT["chunk"]) // 16) * 16
+        part_m, part_s = empty_like(x, (rows * chunks,), "f32"), empty_like(x, (rows * chunks,), "f32")
+        part_i = empty_like(x, (rows * chunks,), "i32")
+        arrive = _zeros_i32(x, rows)
+        mod.sample_split[(chunks, rows), SAMPLING_THREADS](
+            x2, out, *params, vocab, ld, s_lo, s_hi, o_lo, o_hi, cl, part_m, part_i, part_s, arrive, T=src.name,
+            PROBS=logits is None, **_loads(src, x2, ld))
+    elif rows:
         mod = _common.stdlib_module("sampling", target_for(x, target))
         mod.sample[rows, SAMPLING_THREADS](x2, out, *params, vocab, ld, s_lo, s_hi, o_lo, o_hi, T=src.name,
                                             PROBS=logits is None, **_loads(src, x2, ld))
@@ -197,4 +231,4 @@ def top_p_renorm_probs(probs: Any, top_p: Any, *, target: str = "auto") -> Any:
     return out
 
 
-__all__ = ["SAMPLING_LOADS", "SAMPLING_THREADS", "kernel_params", "sample", "softmax", "top_k_mask_logits", "top_p_renorm_probs"]
+__all__ = ["SAMPLING_LOADS", "SAMPLING_SPLIT", "SAMPLING_THREADS", "kernel_params", "split_chunks", "sample", "softmax", "top_k_mask_logits", "top_p_renorm_probs"]

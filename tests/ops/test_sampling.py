@@ -241,6 +241,7 @@ def test_kernels_assemble_for_sm90():
     from kcompiler.pipeline import emit_file
     for name, params in (("sample", dict(T="bf16", PROBS=False)), ("sample", dict(T="f32", PROBS=True)),
                          ("sample", dict(T="f32", PROBS=False, VEC=1, U=1)),
+                         ("sample_split", dict(T="bf16", PROBS=False)),
                          ("softmax", dict(T="f16")), ("top_k_mask_logits", dict(T="bf16")),
                          ("top_p_renorm_probs", dict(T="f32"))):
         params = {**S.kernel_params(params["T"], 1024), **params}    # the host's VEC, U, ALIGNED

@@ -1,9 +1,9 @@
-"""std.sampling's vector loads (each thread owns runs of VEC contiguous elements, U runs loaded a loop
-iteration, one wide load a run where rows are 16-byte aligned): odd vocabularies (a partial run, a
-partial tile), rows not 16-byte aligned, f32 and bf16, top-k/top-p/min-p combinations. The sampled token
-is checked against the sorting reference of test_sampling.py; U and the alignment must change no bit
-(they change only how elements are loaded), and a strided or misaligned view must draw what its packed
-copy draws."""
+"""std.sampling's paths: the vector loads (each thread owns runs of VEC contiguous elements, U runs
+loaded a loop iteration, one wide load a run where rows are 16-byte aligned) on odd vocabularies (a
+partial run, a partial tile), rows not 16-byte aligned, f32 and bf16, top-k/top-p/min-p combinations;
+and sample_split (a row over several blocks). The sampled token is checked against the sorting
+reference of test_sampling.py; U and the alignment must change no bit (they change only how elements
+are loaded), and a strided or misaligned view must draw what its packed copy draws."""
 from __future__ import annotations
 
 import ml_dtypes
@@ -13,7 +13,7 @@ import pytest
 import kcompiler as kc
 from kcompiler.frontend.program import stdlib_dir
 from kcompiler.ops import sampling as S
-from .test_sampling import chi_square_p, grid_logits, ref_allowed, ref_probs
+from .test_sampling import chi_square_p, distribution_case, grid_logits, ref_allowed, ref_probs
 
 BF16 = ml_dtypes.bfloat16
 TNAME = {np.dtype(np.float32): "f32", np.dtype(BF16): "bf16"}
@@ -170,3 +170,82 @@ def test_cuda_draws_the_cpu_tokens_on_vector_paths(dtype):
                                       err_msg=f"packed {vocab}")
         y = S.softmax(t[:, 1:].contiguous(), params[0]).cpu().numpy()
         np.testing.assert_array_equal(y, S.softmax(np.ascontiguousarray(logits[:, 1:]), params[0], target="cpu"))
+
+
+# --- sample_split: a row over several blocks --------------------------------------------------------
+
+@pytest.fixture
+def split_small(monkeypatch):
+    """ops.sample splits every row of 32 or more elements into chunks of 16."""
+    monkeypatch.setitem(S.SAMPLING_SPLIT, "max_rows", 10 ** 6)
+    monkeypatch.setitem(S.SAMPLING_SPLIT, "chunk", 16)
+
+
+def test_split_chunks_policy(monkeypatch):
+    monkeypatch.setitem(S.SAMPLING_SPLIT, "max_rows", 8)
+    monkeypatch.setitem(S.SAMPLING_SPLIT, "chunk", 1000)          # rounded up to 1008
+    assert S.split_chunks(8, 2016) == 2 and S.split_chunks(8, 2017) == 3
+    assert S.split_chunks(9, 10 ** 5) == 1 and S.split_chunks(1, 2015) == 1
+    monkeypatch.setitem(S.SAMPLING_SPLIT, "max_rows", 0)
+    assert S.split_chunks(1, 10 ** 6) == 1
+
+
+@pytest.mark.slow(sample=1)
+@pytest.mark.parametrize("probs", [False, True], ids=["logits", "probs"])
+def test_split_distribution_matches_renormalised(split_small, probs):
+    """Chi-square (2000 draws, p > 0.001) through the split kernel's chunk pick (temperature only):
+    vocabulary 37 in three chunks of 16, ties across chunks."""
+    assert S.split_chunks(2000, 37) == 3
+    rng = np.random.default_rng(25)
+    row = rng.normal(0, 1.5, 37).astype(np.float32)
+    row[[4, 20, 36]] = row[2]
+    p = ref_probs(row[None], [0.8])
+    kw = dict(probs=np.repeat(p.astype(np.float32), 2000, 0)) if probs else dict(
+        logits=np.repeat(row[None], 2000, 0), temperature=0.8)
+    counts = np.bincount(S.sample(**kw, seed=4321, offset=0, target="cpu"), minlength=37)
+    assert chi_square_p(counts, p[0] * counts.sum()) > 1e-3
+
+
+@pytest.mark.parametrize("dtype", [np.float32, BF16], ids=["f32", "bf16"])
+def test_split_token_in_allowed_set(split_small, dtype):
+    """Odd vocabularies split in chunks of 16, a strided view among them: greedy is the lowest index
+    of the maximum, every token lies in the allowed set, the view draws what its copy draws."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(31)
+    for vocab in (33, 1001):
+        rows = 16
+        logits = grid_logits(rng, rows, vocab + 1, dtype)
+        logits[0, 3] = logits[0, vocab] = 9.0                  # a tie at the maximum across chunks
+        params = row_params(rng, rows, vocab)
+        view = to_torch(torch, logits)[:, 1:]
+        packed = np.ascontiguousarray(logits[:, 1:])
+        want = np.argmax(packed.astype(np.float32), 1)
+        np.testing.assert_array_equal(S.sample(packed, temperature=0.0, target="cpu"), want)
+        ok = ref_allowed(ref_probs(packed.astype(np.float32), params[0]), *params[1:])
+        for off in range(3):
+            kw = dict(temperature=params[0], top_k=params[1], top_p=params[2], min_p=params[3], seed=5, offset=off)
+            tok = S.sample(packed, target="cpu", **kw)
+            assert ok[np.arange(rows), tok].all(), (vocab, off)
+            np.testing.assert_array_equal(S.sample(view, **kw).numpy(), tok)
+
+
+@pytest.mark.gpu
+def test_split_cuda_draws_the_cpu_tokens(monkeypatch):
+    """The split kernel at its default chunk on CUDA draws the CPU target's tokens (f32 and bf16, a
+    misaligned view, temperature only and filtered rows), and 10^6 draws match the distribution."""
+    torch = pytest.importorskip("torch")
+    monkeypatch.setitem(S.SAMPLING_SPLIT, "max_rows", 64)
+    rng = np.random.default_rng(41)
+    for dtype in (np.float32, BF16):
+        for vocab in (32003, 128256):
+            rows = 8
+            logits = grid_logits(rng, rows, vocab + 1, dtype) + rng.normal(0, 1e-2, (rows, vocab + 1)).astype(dtype)
+            params = row_params(rng, rows, vocab)
+            assert S.split_chunks(rows, vocab) > 1
+            kw = dict(temperature=params[0], top_k=params[1], top_p=params[2], min_p=params[3], seed=8, offset=2)
+            cpu = S.sample(np.ascontiguousarray(logits[:, 1:]), target="cpu", **kw)
+            t = to_torch(torch, logits).cuda()[:, 1:]
+            np.testing.assert_array_equal(S.sample(t, **kw).cpu().numpy(), cpu, err_msg=f"{dtype} {vocab}")
+    monkeypatch.setitem(S.SAMPLING_SPLIT, "max_rows", 10 ** 6)
+    monkeypatch.setitem(S.SAMPLING_SPLIT, "chunk", 16)
+    distribution_case(100_000, 10, "cuda")
