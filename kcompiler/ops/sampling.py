@@ -155,6 +155,13 @@ def sample(logits: Any = None, *, probs: Any = None, temperature: Any = 1.0, top
     several runs loaded before any is used; one wide load a run where the rows are 16-byte aligned),
     so a single block, all that works at batch 1, keeps enough bytes in flight. A torch view with unit
     stride along the vocabulary is read in place.
+
+    Split rows (:data:`SAMPLING_SPLIT`, :func:`split_chunks`: small batches, large vocabularies; off
+    by default): still one launch, grid (chunks, batch). Each block reads its chunk twice (maximum, then
+    weight sum); the row's last block to finish picks a chunk by the chunk sums and reads that chunk
+    once more for the token (temperature only: 2 passes over V spread over the chunks' blocks, plus
+    one chunk); rows with top-k / top-p / min-p then run the rounds above in that one block (the
+    maximum is known: the rounds' passes remain, each over the whole row by one block).
     Raises TypeError / ValueError for other dtypes or shapes, or both or neither of logits and probs."""
     if (logits is None) == (probs is None):
         raise ValueError("sample: give exactly one of logits and probs")
