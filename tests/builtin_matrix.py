@@ -1,7 +1,8 @@
 """The builtin x type x target matrix (issue 19): one small kernel per (builtin, type), all of a
 target's kernels in one source, one per line, so that a diagnostic's line names its case.
 
-Every builtin of ``kcompiler.frontend.builtins.FUNCTIONS`` that takes values is here with every
+Every builtin of ``kcompiler.frontend.builtins.FUNCTIONS`` (and of the backends, ``wgmma``, ``mfma``...:
+``kcompiler.ir.builtin_surface``) that takes values is here with every
 scalar type and every vector of them (lengths :data:`VEC_LENS`), plus the arithmetic operators and
 the vendor matrix builtins with the types they are documented for (and a wrong one). Builtins that
 take no typed value (barrier, fence, ...) are listed in :data:`UNTYPED` so that a new builtin fails
@@ -213,7 +214,7 @@ def sample(cs: list[Case] | None = None) -> list[int]:
 
 
 def covered_builtins() -> set[str]:
-    """The FUNCTIONS names the matrix exercises."""
+    """The builtin names (the language's and the backends') the matrix exercises."""
     return {c.builtin for c in cases() if not c.builtin.startswith("op_")}
 
 

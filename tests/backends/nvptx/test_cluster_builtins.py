@@ -1,4 +1,4 @@
-"""The thread-block cluster builtins of the NVPTX backend (frontend/hopper_cluster.py,
+"""The thread-block cluster builtins of the NVPTX backend (backends/nvptx/builtins_cluster.py,
 backends/nvptx/cluster.py): cluster_dims, cluster_ctarank, cluster_arrive / cluster_wait,
 mbarrier_arrive_cluster and tma_load_multicast, the PTX each lowers to (PTX ISA 8.x; checked with
 FileCheck) assembled by ptxas for sm_90a, and the located errors for misuse and for targets without
