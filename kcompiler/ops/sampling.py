@@ -20,7 +20,7 @@ SAMPLING_THREADS = 1024
 #: stdlib/sampling.kc). VEC fixes the order of the sums, hence the tokens, the same on every target; U
 #: changes only the loads. (1, 1) is the scalar path (the kernels' first version): the benchmark
 #: swaps this table to time it.
-SAMPLING_LOADS = {"f32": (4, 4), "f16": (8, 2), "bf16": (8, 2)}
+SAMPLING_LOADS = {"f32": (4, 2), "f16": (8, 2), "bf16": (8, 2)}  # U: H100 2026-11-27, bench_sampling.py
 
 
 def _rows(x: Any, fn: str, kinds: tuple = ("f32", "f16", "bf16")) -> tuple[Any, int, int]:
@@ -39,6 +39,9 @@ def _row_param(v: Any, like: Any, rows: int, dtype: str, name: str, fn: str) -> 
     """Per-row parameter ``v`` (a scalar, or an array of ``rows``) as a contiguous 1-D array of ``dtype``
     ('f32' or 'i32') of ``like``'s kind (numpy, or torch on its device)."""
     np_dtype = np.float32 if dtype == "f32" else np.int32
+    if isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool):
+        # a scalar: a cached device array (no host-to-device copy a call)
+        return _common.const_fill(v, rows, like, dtype)
     if arrays.is_torch_tensor(like):
         import torch  # deferred: torch is optional
         tdt = torch.float32 if dtype == "f32" else torch.int32
@@ -72,7 +75,7 @@ def split_chunks(rows: int, vocab: int) -> int:
     """How many blocks :func:`sample` gives a row of ``vocab`` in a batch of ``rows`` (1: unsplit), by
     :data:`SAMPLING_SPLIT`; the chunk length is a multiple of 16 elements."""
     chunk = -(-int(SAMPLING_SPLIT["chunk"]) // 16) * 16
-    if rows > int(SAMPLING_SPLIT["max_rows"]) or vocab < 2 * chunk:
+    if rows > min(int(SAMPLING_SPLIT["max_rows"]), 65535) or vocab < 2 * chunk:  # grid.y <= 65535
         return 1
     return -(-vocab // chunk)
 
