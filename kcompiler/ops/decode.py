@@ -346,25 +346,8 @@ def paged_decode(q: Any, k_cache: Any, v_cache: Any, block_table: Any, seq_lens:
         if got is not None:
             return got if return_lse else got[0]
     fn = "paged_decode"
-    src = query_type(q, fn)
-    kt = arrays.array_scalar_type(k_cache) if arrays.is_array(k_cache) else None
-    if kt is None or kt.name not in (src.name, "f8e4m3") or arrays.array_scalar_type(v_cache) != kt:
-        raise TypeError(f"{fn}: k_cache and v_cache must both be of q's dtype ({src}) or f8e4m3, not "
-                        f"{arrays.describe(k_cache)} and {arrays.describe(v_cache)}")
-    fp8 = kt.name == "f8e4m3"
-    if fp8 and (k_scale is None or v_scale is None):
-        raise ValueError(f"{fn}: an FP8 cache needs k_scale and v_scale")
-    if len(q.shape) not in (3, 4) or len(k_cache.shape) != 4 or tuple(v_cache.shape) != tuple(k_cache.shape):
-        raise ValueError(f"{fn}: q must be (B, Hq, D) or (B, QL, Hq, D) and both caches (pages, page_size, Hkv, D),"
-                         f" not {tuple(q.shape)}, {tuple(k_cache.shape)} and {tuple(v_cache.shape)}")
+    src, kt, fp8, (B, QL, H, D, page, HK) = _decode_shapes(q, k_cache, v_cache, k_scale, v_scale, fn)
     qshape = tuple(q.shape)
-    (B, QL, H, D), (_, page, HK, Dk) = (qshape if len(qshape) == 4 else (qshape[0], 1) + qshape[1:]), \
-        tuple(k_cache.shape)
-    if Dk != D or D % 16:
-        raise ValueError(f"{fn}: the head dimension must be a multiple of 16 and equal in q and the caches "
-                         f"({D}, {Dk})")
-    if HK == 0 or H % HK:
-        raise ValueError(f"{fn}: q's {H} heads must be a multiple of the cache's {HK} (grouped-query attention)")
     bt, sl, max_pages, max_len = paged_lengths(block_table, seq_lens, max_seq_len, q, page, fn)
     inputs = (q, k_cache, v_cache)
     q, k_cache, v_cache = contiguous(q), contiguous(k_cache), contiguous(v_cache)
@@ -407,6 +390,32 @@ def paged_decode(q: Any, k_cache: Any, v_cache: Any, block_table: Any, seq_lens:
         remember(key, launch)
     launch.run(args, out, lse, max_len)
     return (out, lse) if return_lse else out
+
+
+def _decode_shapes(q: Any, k_cache: Any, v_cache: Any, k_scale: Any, v_scale: Any,
+                   fn: str) -> tuple[Any, Any, bool, tuple[int, int, int, int, int, int]]:
+    """:func:`paged_decode`'s checks of q and the caches: (q's scalar type, the caches', whether they
+    are FP8, (B, QL, Hq, D, page_size, Hkv)). Raises TypeError and ValueError as it documents."""
+    src = query_type(q, fn)
+    kt = arrays.array_scalar_type(k_cache) if arrays.is_array(k_cache) else None
+    if kt is None or kt.name not in (src.name, "f8e4m3") or arrays.array_scalar_type(v_cache) != kt:
+        raise TypeError(f"{fn}: k_cache and v_cache must both be of q's dtype ({src}) or f8e4m3, not "
+                        f"{arrays.describe(k_cache)} and {arrays.describe(v_cache)}")
+    fp8 = kt.name == "f8e4m3"
+    if fp8 and (k_scale is None or v_scale is None):
+        raise ValueError(f"{fn}: an FP8 cache needs k_scale and v_scale")
+    if len(q.shape) not in (3, 4) or len(k_cache.shape) != 4 or tuple(v_cache.shape) != tuple(k_cache.shape):
+        raise ValueError(f"{fn}: q must be (B, Hq, D) or (B, QL, Hq, D) and both caches (pages, page_size, Hkv, D),"
+                         f" not {tuple(q.shape)}, {tuple(k_cache.shape)} and {tuple(v_cache.shape)}")
+    qshape = tuple(q.shape)
+    (B, QL, H, D), (_, page, HK, Dk) = (qshape if len(qshape) == 4 else (qshape[0], 1) + qshape[1:]), \
+        tuple(k_cache.shape)
+    if Dk != D or D % 16:
+        raise ValueError(f"{fn}: the head dimension must be a multiple of 16 and equal in q and the caches "
+                         f"({D}, {Dk})")
+    if HK == 0 or H % HK:
+        raise ValueError(f"{fn}: q's {H} heads must be a multiple of the cache's {HK} (grouped-query attention)")
+    return src, kt, fp8, (B, QL, H, D, page, HK)
 
 
 def _tc_tiles(tc_tiles: dict[str, Any] | str | None, G: int, D: int, itemsize: int,
