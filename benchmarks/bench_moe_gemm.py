@@ -13,9 +13,11 @@ T top_k 2I H (gate/up), 2 T top_k H I (down).
 Timing: a CUDA graph of the calls replayed and timed with CUDA events (launch overhead out, for torch
 too). So that weights do not stay in the 50 MB L2 between calls, the graph cycles over several
 routings whose experts differ (up to 8, as many as cover the experts or pass 200 MB); the copy anchor is
-a 1 GiB copy_ (bytes read + written counted once, as a copy's bandwidth is usually quoted: its read
-rate). The weights are random codes (FP8 codes from normal values, MXFP4 random nibbles and scales
-2^-8 .. 2^-4): quantising gpt-oss-sized weights on the host would take minutes.
+a 1 GiB copy_ counted as bytes read + bytes written over its time (benchmarks/RESULTS.md's convention,
+the HBM rate a memory-bound kernel can reach), and "%copy" is the weight bytes read a second as a % of
+it. MXFP4 runs both decodes of the tensor-core path ("mul", the default, and "shift", the earlier one:
+rows marked "(shift)") in the same run. The weights are random codes (FP8 codes from normal values,
+MXFP4 random nibbles and scales 2^-8 .. 2^-4): quantising gpt-oss-sized weights on the host would take minutes.
 """
 import argparse
 import os
@@ -115,7 +117,7 @@ def time_ms(fns, reps=10):
 def copy_gbs():
     src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
     dst = torch.empty_like(src)
-    return (1 << 30) / time_ms([lambda: dst.copy_(src)], 5) / 1e6
+    return 2 * (1 << 30) / time_ms([lambda: dst.copy_(src)], 5) / 1e6  # read + written
 
 
 def main():
@@ -128,7 +130,8 @@ def main():
     tokens = [1, 64, 1024] if args.quick else [int(t) for t in args.tokens.split(",")]
     shapes = ["gpt-oss"] if args.quick else args.shapes.split(",")
     copy = copy_gbs()
-    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}; device copy {copy:.0f} GB/s")
+    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}; device copy {copy:.0f} GB/s "
+          f"(bytes read + written)")
     g = torch.Generator(device="cuda").manual_seed(0)
     rng = np.random.default_rng(0)
     for shape in shapes:
@@ -137,7 +140,7 @@ def main():
             w13, d13, b13 = weights(E, 2 * I, Hd, fmt, g)
             w2, d2, b2 = weights(E, Hd, I, fmt, g)
             print(f"\n{shape} (E={E}, top_k={top_k}, H={Hd}, I={I}) {fmt}: ms, TFLOP/s, weight GB/s (% of copy)")
-            print(f"{'T':>5} {'op':>16} {'kc ms':>8} {'TFLOP/s':>8} {'GB/s':>7} {'%copy':>6} {'torch ms':>9} {'torch/kc':>8}")
+            print(f"{'T':>5} {'op':>20} {'kc ms':>8} {'TFLOP/s':>8} {'GB/s':>7} {'%copy':>6} {'torch ms':>9} {'torch/kc':>8}")
             for T in tokens:
                 bm = ops.moe_block_m(T, top_k, E)
                 numel = T * top_k
@@ -178,11 +181,18 @@ def main():
                     "down separate": ([lambda i=i: ops.moe_gemm_down(hs[i], w2, rs[i], reduce="separate", out=ys[i])
                                        for i in range(nr)], None, 2 * numel * Hd * I, hit * b2),
                 }
+                if fmt == "mxfp4":  # the earlier decode, same run
+                    runs["swiglu (shift)"] = (
+                        [lambda i=i: ops.moe_gemm_swiglu(x, w13, rs[i], out=hs[i], decode="shift") for i in range(nr)],
+                        None, 2 * numel * 2 * I * Hd, hit * b13)
+                    runs["down atomic (shift)"] = (
+                        [lambda i=i: ops.moe_gemm_down(hs[i], w2, rs[i], out=outs[i].zero_(), decode="shift")
+                         for i in range(nr)], None, 2 * numel * Hd * I, hit * b2)
                 for name, (kc, tr, flops, nbytes) in runs.items():
                     ms = time_ms(kc)
                     tms = time_ms(tr) if tr is not None else float("nan")
                     gbs = nbytes / ms / 1e6
-                    print(f"{T:>5} {name:>16} {ms:>8.4f} {flops / ms / 1e9:>8.1f} {gbs:>7.0f} {100 * gbs / copy:>5.0f}% "
+                    print(f"{T:>5} {name:>20} {ms:>8.4f} {flops / ms / 1e9:>8.1f} {gbs:>7.0f} {100 * gbs / copy:>5.0f}% "
                           f"{tms:>9.4f} {tms / ms:>8.2f}", flush=True)
             del w13, d13, w2, d2
             torch.cuda.empty_cache()

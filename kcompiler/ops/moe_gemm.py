@@ -116,8 +116,20 @@ def _bf16_2d(a: Any, fn: str, name: str) -> None:
         raise TypeError(f"{fn}: {name} must be a 2-D bf16 array, not {arrays.describe(a)}")
 
 
+#: MXFP4 decodes of the tensor-core path (std.moe_gemm's compile-time DEC): "mul" (the default: a
+#: pair of nibbles isolated by an AND, moved into place by one integer multiply, a second AND) and
+#: "shift" (two shifts and ANDs a word, the earlier decode, kept for comparison in benchmarks).
+MOE_MXFP4_DECODES = {"mul": 1, "shift": 0}
+
+
+def _decode(decode: str, fn: str) -> int:
+    if decode not in MOE_MXFP4_DECODES:
+        raise ValueError(f"{fn}: decode must be one of {sorted(MOE_MXFP4_DECODES)}, not {decode!r}")
+    return MOE_MXFP4_DECODES[decode]
+
+
 def moe_gemm_swiglu(x: Any, w_gate_up: ExpertWeights, routing: MoERouting, *, out: Any = None,
-                    target: str = "auto") -> Any:
+                    target: str = "auto", decode: str = "mul") -> Any:
     """The gate/up projection of a MoE layer with SwiGLU fused: for every assignment a = t * top_k + j
     (token t's j-th expert e), ``H[a] = silu(x[t] @ Wg[e]^T) * (x[t] @ Wu[e]^T)``.
 
@@ -126,10 +138,13 @@ def moe_gemm_swiglu(x: Any, w_gate_up: ExpertWeights, routing: MoERouting, *, ou
     bf16 exactly in registers). ``routing``: a :class:`MoERouting` of T tokens over E experts whose
     ``block_m`` is a multiple of 8 (:func:`moe_block_m`). Products of bf16 values, summed in f32, the
     SiLU by std.math's silu, H rounded once to bf16. Returns H, bf16 (T * top_k, I) of x's kind (or
-    ``out``, filled; rows of assignments not in the routing are left alone).
+    ``out``, filled; rows of assignments not in the routing are left alone). ``decode``: the MXFP4
+    decode of the tensor-core path (:data:`MOE_MXFP4_DECODES`; the same values either way).
 
-    Raises TypeError for other dtypes or kinds, ValueError for shapes that do not match."""
+    Raises TypeError for other dtypes or kinds, ValueError for shapes that do not match or an unknown
+    ``decode``."""
     fn = "moe_gemm_swiglu"
+    dec = _decode(decode, fn)
     _bf16_2d(x, fn, "x")
     E, N, K = w_gate_up.shape
     if N % 2 or N == 0:
@@ -154,12 +169,13 @@ def moe_gemm_swiglu(x: Any, w_gate_up: ExpertWeights, routing: MoERouting, *, ou
         return out
     grid = (-(-inter // (16 * tiles["MT"])), ntiles)
     mod.moe_gemm1[grid, 32 * tiles["KW"]](x, data, scales, routing.sorted_ids, routing.tile_expert, routing.num_tiles,
-                                         out, numel, routing.top_k, inter, K, MMA=mma, stream=stream_of(x), **tiles)
+                                         out, numel, routing.top_k, inter, K, MMA=mma, DEC=dec, stream=stream_of(x),
+                                         **tiles)
     return out
 
 
 def moe_gemm_down(h: Any, w_down: ExpertWeights, routing: MoERouting, *, reduce: str = "atomic", out: Any = None,
-                  out_dtype: str = "f32", target: str = "auto") -> Any:
+                  out_dtype: str = "f32", target: str = "auto", decode: str = "mul") -> Any:
     """The down projection of a MoE layer, weighted by the routing: for every assignment a = t * top_k
     + j (token t's j-th expert e, weight p = routing.topk_weights[t, j]), ``Y[a] = p * (h[a] @
     Wd[e]^T)``.
@@ -173,11 +189,13 @@ def moe_gemm_down(h: Any, w_down: ExpertWeights, routing: MoERouting, *, reduce:
     (the caller zero-fills it, or passes what the sum should be added to: a residual, a shared
     expert's output). The order of the adds varies from run to run (f32 rounding differs in the last
     bits). ``reduce="separate"``: ``out`` (T * top_k, Hd) of ``out_dtype`` ('f32' or 'bf16', rounded
-    once) gets Y, for a separate sum over each token's top_k rows. Returns ``out``.
+    once) gets Y, for a separate sum over each token's top_k rows. Returns ``out``. ``decode``: as
+    for :func:`moe_gemm_swiglu`.
 
-    Raises TypeError for other dtypes or kinds, ValueError for shapes that do not match or another
-    ``reduce``."""
+    Raises TypeError for other dtypes or kinds, ValueError for shapes that do not match, another
+    ``reduce`` or an unknown ``decode``."""
     fn = "moe_gemm_down"
+    dec = _decode(decode, fn)
     if reduce not in ("atomic", "separate"):
         raise ValueError(f"{fn}: reduce must be 'atomic' or 'separate', not {reduce!r}")
     if out_dtype not in ("f32", "bf16"):
@@ -212,8 +230,8 @@ def moe_gemm_down(h: Any, w_down: ExpertWeights, routing: MoERouting, *, reduce:
     grid = (-(-hidden // (16 * tiles["MT"])), ntiles)
     mod.moe_gemm2[grid, 32 * tiles["KW"]](h, data, scales, routing.sorted_ids, routing.tile_expert, routing.num_tiles,
                                          routing.topk_weights, out, numel, top_k, hidden, K, MMA=mma, ATOMIC=atomic,
-                                         OUT=_scalar(out), stream=stream_of(h), **tiles)
+                                         OUT=_scalar(out), DEC=dec, stream=stream_of(h), **tiles)
     return out
 
 
-__all__ = ["MOE_GEMM_TILES", "MOE_VALUES_PER_LOAD", "moe_block_m", "moe_gemm_down", "moe_gemm_swiglu", "moe_gemm_tiles"]
+__all__ = ["MOE_GEMM_TILES", "MOE_MXFP4_DECODES", "MOE_VALUES_PER_LOAD", "moe_block_m", "moe_gemm_down", "moe_gemm_swiglu", "moe_gemm_tiles"]

@@ -217,6 +217,29 @@ def test_mxfp4_scale_edges(path):
     check(H, want, bound, f"mxfp4 {path} edge scales")
 
 
+@pytest.mark.parametrize("decode", ["mul", "shift"])
+def test_mxfp4_decode_exact(path, decode):
+    """Every E2M1 code (all 16, signed zero and the subnormal 0.5 included) at E8M0 scales 0, 1, 126,
+    127, 128 (the largest the first bf16 factor holds alone), 129, 200, 254 (values past bf16's range:
+    inf) and 255 (NaN), against kcompiler.numerics.mx's f32 decoding: row n of the down projection's
+    weights holds code n % 16 in all 32 elements of its one block, scale number n // 16, and a token
+    of ones sums them: 32 times the value, exact in f32 (a power of two times the value), inf (past
+    f32's range) or NaN where the reference is."""
+    from kcompiler.numerics import mx
+    scales = [0, 1, 126, 127, 128, 129, 200, 254, 255]
+    N, K = 16 * len(scales), 32
+    codes = np.repeat((np.arange(N) % 16).astype(np.uint8)[:, None], K, 1)
+    s = np.repeat(np.array(scales, np.uint8), 16)[:, None]
+    w = ExpertWeights.mxfp4(mx.pack_fp4(codes)[None], s[None])
+    r = make_routing(np.zeros((1, 1), np.int64), np.ones((1, 1), np.float32), 1, 8)
+    got = ops.moe_gemm_down(bf16(np.ones((1, K))), w, r, reduce="separate", target="cpu", decode=decode)[0]
+    with np.errstate(over="ignore"):
+        vals = mx.dequantize(codes.view(ml_dtypes.float4_e2m1fn), s, "f4e2m1")
+        want = (np.float32(32) * vals[:, 0]).astype(np.float64)  # f32 sums overflow past 2^128
+    assert np.isinf(want).any() and np.isnan(want).any() and (want == 2.0 ** -123).any()  # edges covered
+    np.testing.assert_array_equal(np.asarray(got, np.float64), want, err_msg=f"{path} {decode}")
+
+
 def test_atomic_adds_into_given_out():
     rng = np.random.default_rng(4)
     T, top_k, E, K, N = 3, 2, 4, 32, 16
@@ -257,6 +280,8 @@ def test_errors():
         ops.moe_gemm_swiglu(x, weights(rng, 5, 32, 32, "bf16"), r, target="cpu")
     with pytest.raises(TypeError, match="ExpertWeights"):
         ops.moe_gemm_swiglu(x, np.zeros((4, 32, 32)), r, target="cpu")
+    with pytest.raises(ValueError, match="decode"):
+        ops.moe_gemm_swiglu(x, w, r, target="cpu", decode="lut")
     with pytest.raises(ValueError, match="reduce"):
         ops.moe_gemm_down(bf16(np.zeros((6, 16))), w, r, reduce="sum", target="cpu")
     with pytest.raises(ValueError, match=r"h must have shape"):
