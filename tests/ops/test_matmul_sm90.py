@@ -635,6 +635,28 @@ def test_every_config(config, b_kmajor):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("config", ["pp64x256", "pp128x128", "c2pp128x128"])
+@pytest.mark.parametrize("stages", [4, 5])
+def test_pingpong_many_units(config, stages):
+    """Ping-pong on the H100 with many units a block (a grid of 16 blocks over 16 x 23 or 8 x 23 tiles,
+    units of 40 k-steps, many times STAGES): both consumers on several units, skipping the other's
+    k-steps (the launch failed here before the consumers' order barrier); against torch in float64."""
+    import torch
+
+    from kcompiler.ops import matmul_sm90
+    from kcompiler.ops._common import stdlib_module
+    _sm90(torch)
+    M, N, K = 1000, 2900, 2560
+    a = torch.randn(M, K, device="cuda").to(torch.bfloat16)
+    b = torch.randn(N, K, device="cuda").to(torch.bfloat16)
+    out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+    matmul_sm90.run(stdlib_module("matmul_sm90", "cuda"), a, b, out, config=dict(matmul_sm90.CONFIGS[config],
+                    STAGES=stages), sms=16, split_k=1)
+    torch.cuda.synchronize()
+    _reference_check(out, a, b.T)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("config", ["128x256", "pp64x256", "pp128x128", "c2x128x256", "c2pp128x128"])
 @pytest.mark.parametrize("per_row", [False, True])
 def test_fp8_variants(config, per_row):
