@@ -638,7 +638,7 @@ def test_every_config(config, b_kmajor):
 @pytest.mark.parametrize("config", ["pp64x256", "pp128x128", "c2pp128x128"])
 @pytest.mark.parametrize("stages", [4, 5])
 def test_pingpong_many_units(config, stages):
-    """Ping-pong on the H100 with many units a block (a grid of 16 blocks over 16 x 23 or 8 x 23 tiles,
+    """Ping-pong on the H100 with many units a block (a grid of 16 blocks over 16 x 12 or 8 x 23 tiles,
     units of 40 k-steps, many times STAGES): both consumers on several units, skipping the other's
     k-steps (the launch failed here before the consumers' order barrier); against torch in float64."""
     import torch
