@@ -49,8 +49,10 @@ _NORM_TILES_MMA = {64: dict(BM=64, BN=64, BK=32, WM=32, WN=32, STAGES=3),
 _NORM_TILES_SIMT = {64: dict(BM=64, BN=64, BK=32, WM=32, WN=32, STAGES=2),
                     128: dict(BM=64, BN=128, BK=32, WM=32, WN=64, STAGES=2),
                     256: dict(BM=32, BN=256, BK=32, WM=16, WN=128, STAGES=2)}
-#: std.matmul_sm90's configuration of the RMSNorm epilogue by that BN.
-_NORM_CONFIGS_SM90 = {64: "64x64", 128: "64x128", 256: "128x256"}
+#: std.matmul_sm90's configuration of the RMSNorm epilogue by that BN (one consumer warpgroup). Rows
+#: of 129 to 256 take std.matmul's tensor-core path instead: with BN = 256 the Hopper store spills
+#: (ptxas -v: the 128 accumulators of h, the weights and the residual's addresses beside them).
+_NORM_CONFIGS_SM90 = {64: "64x64", 128: "64x128"}
 
 
 def rms_norm_epilogue(weight: Any, eps: float = 1e-6, residual: Any = None, *,
@@ -91,8 +93,8 @@ def fused_matmul(a: Any, b: Any, out: Any, ep: _mm.Epilogue, out_dtype: Any, til
                          f"BN = {tiles['BN']}")
     out, dst = _mm._matmul_out(a, out, out_dtype, src, M, N)
     x, y = _mm._epilogue_inputs(ep, a, M, N)
-    if fuse == 4 and arrays.is_torch_tensor(y) == arrays.is_torch_tensor(out) and data_ptr(y) != 0 \
-            and data_ptr(y) == data_ptr(out):
+    if fuse == 4 and (np.shares_memory(y, out) if isinstance(out, np.ndarray) and isinstance(y, np.ndarray)
+                      else data_ptr(y) == data_ptr(out)):
         raise ValueError(f"matmul: epilogue {ep.fn} writes the residual and the result: they must not be one array")
     if M == 0 or N == 0:
         return out
@@ -105,7 +107,7 @@ def fused_matmul(a: Any, b: Any, out: Any, ep: _mm.Epilogue, out_dtype: Any, til
     unread = _mm._unread_input(a)
     xs = x if x is not None else unread
     ys = y if y is not None else unread
-    if tiles is None and arrays.is_torch_tensor(a) and a.is_cuda and (b_kmajor or not gated):
+    if tiles is None and arrays.is_torch_tensor(a) and a.is_cuda and (b_kmajor if gated else N <= 128):
         mod90 = _common.stdlib_module("matmul_sm90", tgt)
         if matmul_sm90.reason_not(mod90, a, b, out, b_kmajor) is None:
             cfg = None if gated else matmul_sm90.CONFIGS[_NORM_CONFIGS_SM90[_norm_bn(N)]]
