@@ -28,8 +28,8 @@ from .cast import cast
 from .decode import (DECODE_SIMT, DECODE_TC_SINGLE, DECODE_TC_TILES, decode_lanes, decode_shared_bytes, decode_splits,
                      merge_states, paged_decode)
 from .math import MATH_KERNEL, math, math_kernel, math_launch, math_vectors
-from .matmul import (BLOCK_EPILOGUES, EPILOGUES, FUSED_EPILOGUES, MATMUL_TILES, MATMUL_TUNE_CANDIDATES, Epilogue, matmul,
-                     matmul_shared_bytes, matmul_tiles, matmul_tuned_tiles, scaled_matmul)
+from .matmul import (BLOCK_EPILOGUES, EPILOGUES, FUSED_EPILOGUES, MATMUL_TILES, MATMUL_TUNE_CANDIDATES, Epilogue,
+                     matmul, matmul_shared_bytes, matmul_tiles, matmul_tuned_tiles, scaled_matmul)
 from .matmul_fused import rms_norm_epilogue
 from .mla import (MLA_SM90_MIN_HEADS, MLA_SM90_TILES, mla_decode, mla_sm90_reason_not, mla_sm90_shared_bytes,
                   mla_sm90_splits)
@@ -38,8 +38,8 @@ from .sampling import SAMPLING_THREADS, sample, softmax, top_k_mask_logits, top_
 from .mx import (mx_dequantize, mx_quantize, nvfp4_dequantize, nvfp4_quantize, pack_fp4, pack_fp6, unpack_fp4,
                  unpack_fp6)
 
-__all__ = ["ATTENTION_MFMA_TILES", "ATTENTION_SIMT_TILES", "ATTENTION_SM90_TILES", "ATTENTION_TILES",
-           "BLOCK_EPILOGUES", "DECODE_SIMT", "DECODE_TC_SINGLE", "DECODE_TC_TILES", "EPILOGUES", "FUSED_EPILOGUES", "MATH_KERNEL",
+__all__ = ["ATTENTION_MFMA_TILES", "ATTENTION_SIMT_TILES", "ATTENTION_SM90_TILES", "ATTENTION_TILES", "BLOCK_EPILOGUES",
+           "DECODE_SIMT", "DECODE_TC_SINGLE", "DECODE_TC_TILES", "EPILOGUES", "FUSED_EPILOGUES", "MATH_KERNEL",
            "MATMUL_TILES", "MATMUL_TUNE_CANDIDATES", "MLA_SM90_MIN_HEADS", "MLA_SM90_TILES", "SAMPLING_THREADS",
            "Epilogue", "attention", "attention_shared_bytes", "attention_sm90_reason_not",
            "attention_sm90_shared_bytes", "cast", "decode_lanes", "decode_shared_bytes", "decode_splits",
@@ -47,8 +47,8 @@ __all__ = ["ATTENTION_MFMA_TILES", "ATTENTION_SIMT_TILES", "ATTENTION_SM90_TILES
            "matmul_shared_bytes", "matmul_sm90", "matmul_tiles", "matmul_tuned_tiles", "merge_states", "mla_decode",
            "mla_sm90_reason_not", "mla_sm90_shared_bytes", "mla_sm90_splits", "mx_dequantize", "mx_quantize",
            "nvfp4_dequantize", "nvfp4_quantize", "pack_fp4", "pack_fp6", "paged_decode", "rms_norm",
-           "rms_norm_epilogue", "rotary_embedding", "sample", "scaled_matmul", "silu_and_mul", "softmax", "top_k_mask_logits",
-           "top_p_renorm_probs", "unpack_fp4", "unpack_fp6"]
+           "rms_norm_epilogue", "rotary_embedding", "sample", "scaled_matmul", "silu_and_mul", "softmax",
+           "top_k_mask_logits", "top_p_renorm_probs", "unpack_fp4", "unpack_fp6"]
 
 
 def __getattr__(name: str) -> Any:

@@ -519,5 +519,5 @@ def scaled_matmul(a: Any, b: Any, scale_a: Any, scale_b: Any, *, out_dtype: Any 
     return matmul_sm90.scaled_matmul(a, b, scale_a, scale_b, out_dtype=out_dtype, out=out)
 
 
-__all__ = ["BLOCK_EPILOGUES", "EPILOGUES", "FUSED_EPILOGUES", "Epilogue", "MATMUL_TILES", "MATMUL_TUNE_CANDIDATES", "matmul",
-           "matmul_shared_bytes", "matmul_tiles", "matmul_tuned_tiles", "scaled_matmul"]
+__all__ = ["BLOCK_EPILOGUES", "EPILOGUES", "FUSED_EPILOGUES", "Epilogue", "MATMUL_TILES", "MATMUL_TUNE_CANDIDATES",
+           "matmul", "matmul_shared_bytes", "matmul_tiles", "matmul_tuned_tiles", "scaled_matmul"]

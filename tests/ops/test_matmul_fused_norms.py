@@ -218,7 +218,8 @@ def test_rms_norm_mma_emulated(emulated_mma, fuse, kmajor, M, N, K):
 
 @pytest.fixture(scope="module")
 def emulated_sm90():
-    return kc.compile_file(stdlib_dir() / "matmul_sm90.kc", target="cpu", target_options={"emulate_wgmma": True})
+    opts = {"emulate_wgmma": True}
+    return kc.compile_file(stdlib_dir() / "matmul_sm90.kc", target="cpu", target_options=opts)
 
 
 @pytest.mark.parametrize("config, M, N, K, split", [("64x64", 70, 40, 72, 1), ("128x128", 130, 45, 40, 2)])
@@ -229,7 +230,8 @@ def test_gated_sm90_emulated(emulated_sm90, config, M, N, K, split):
     w = RNG.standard_normal((2 * N, K)).astype(ml_dtypes.bfloat16)
     c = np.full((M, N), np.nan, np.float32)
     matmul_sm90.run(emulated_sm90, a, w, c, config=matmul_sm90.CONFIGS[config], sms=3, split_k=split,
-                    epilogue=("epilogue.identity", c.reshape(-1), c.reshape(-1), 1.0), fuse=(1, "epilogue.silu_and_mul"))
+                    epilogue=("epilogue.identity", c.reshape(-1), c.reshape(-1), 1.0),
+                    fuse=(1, "epilogue.silu_and_mul"))
     check_gated(c, a, w, "silu_and_mul")
 
 
