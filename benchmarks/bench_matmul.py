@@ -4,6 +4,7 @@ TMA, wgmma, warp specialisation, persistent tiles); elsewhere the Ampere one (cp
 mma.sync).
 
     python benchmarks/bench_matmul.py [--quick | --small] [--json OUT.json] [--sass] [--configs] [--mx] [--graphs]
+                                      [--variants [NAME,NAME]]
 
 Each case is checked first (relative Frobenius error against torch's result, which must be under 1e-2
 for bf16 and 3e-2 for FP8), then timed: the median of triton.testing.do_bench (CUDA events, warm-up
@@ -25,6 +26,9 @@ codes and scales bit for bit against ops.mx_quantize of the same kernel's f32 re
 the small-M products twice, as the main table does (launch by launch: the host's work per call counts
 where it exceeds the kernel's) and replayed from a CUDA graph (triton.testing.do_bench_cudagraph: the
 device's time alone), ours through kcompiler.ops.matmul_sm90.run with its default choices.
+``--variants`` times the Hopper kernel's compile-time variants (VARIANTS: stages, BN, ping-pong, clusters) on
+the LLM shapes of issue 23 (VARIANT_SHAPES) beside cuBLAS, each checked against torch first (and its
+largest difference from the default's result shown as "d"), in one run of a few minutes.
 """
 from __future__ import annotations
 
@@ -262,6 +266,82 @@ def time_mx() -> list:
     return rows
 
 
+#: --variants: the Hopper kernel's compile-time variants, as (a configuration of
+#: kcompiler.ops.matmul_sm90.CONFIGS, overrides of its parameters[, matmul_sm90.run's keywords]);
+#: None: the default choice (matmul_sm90.choose). 128x256 cannot take 5 stages (245,840 bytes of
+#: shared memory > 227 KiB). "c2": clusters of 2 blocks along M sharing B by TMA multicast.
+VARIANTS = {"default": None,
+            "128x256/3st": ("128x256", dict(STAGES=3)),
+            "128x256/4st": ("128x256", dict(STAGES=4)),
+            "128x128/6st": ("128x128", {}),
+            "pp64x256/4st": ("pp64x256", dict(STAGES=4)),
+            "pp64x256/5st": ("pp64x256", dict(STAGES=5)),
+            "pp128x128/5st": ("pp128x128", dict(STAGES=5)),
+            "pp128x128/6st": ("pp128x128", dict(STAGES=6)),
+            "c2x128x256": ("c2x128x256", {}),
+            "c2x128x256/3st": ("c2x128x256", dict(STAGES=3)),
+            "c2pp128x128": ("c2pp128x128", {}),
+            "c2pp64x256/5st": ("pp64x256", dict(STAGES=5, CLUSTER_M=2)),
+            # a grid of fewer blocks, in case not every multiprocessor takes a block of a pair
+            "c2x128x256/g128": ("c2x128x256", {}, dict(sms=128))}
+VARIANT_SHAPES = [("bf16", 1024, 14336, 4096), ("bf16", 4096, 14336, 4096), ("bf16", 8192, 14336, 4096),
+                  ("bf16", 4096, 4096, 4096), ("f8e4m3", 1024, 14336, 4096)]
+
+
+def time_variants(names: list[str] | None = None) -> list:
+    """Each of :data:`VARIANTS` (or those of ``names``) on :data:`VARIANT_SHAPES` (B K-major, bf16
+    results; FP8 with per-tensor scales), beside cuBLAS (torch.matmul, torch._scaled_mm) in the same
+    process, TFLOP/s and ratios. Every variant's result is checked before it is timed: relative
+    Frobenius error against torch's under 1e-2 (bf16) or 3e-2 (FP8), and its largest difference from
+    the default variant's result printed; a mismatch stops the run (SystemExit)."""
+    from kcompiler.ops import matmul_sm90
+    from kcompiler.ops._common import stdlib_module
+
+    mod = stdlib_module("matmul_sm90", "cuda")
+    variants = {n: VARIANTS[n] for n in (names or VARIANTS)}
+    rows = []
+    for dt, m, n, k in VARIANT_SHAPES:
+        fp8 = dt == "f8e4m3"
+        a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn if fp8 else torch.bfloat16)
+        w = torch.randn(n, k, device="cuda").to(a.dtype)
+        one = torch.ones((), device="cuda")
+        if fp8:
+            def theirs():
+                return torch._scaled_mm(a, w.T, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+        else:
+            def theirs():
+                return torch.matmul(a, w.T)
+        want = theirs()
+        t_cublas = bench(theirs)
+        default_cfg = matmul_sm90.choose(m, n, k)
+        ref = None
+        line = [f"cuBLAS {tflops(m, n, k, t_cublas):.0f}"]
+        for name, v in variants.items():
+            cfg = default_cfg if v is None else {**matmul_sm90.CONFIGS[v[0]], **v[1]}
+            out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+            extra = dict(scale_a=one, scale_b=one, scale=1) if fp8 else {}
+            if v is not None and len(v) > 2:
+                extra.update(v[2])
+
+            def ours():
+                return matmul_sm90.run(mod, a, w, out, config=cfg, stream=torch.cuda.current_stream(), **extra)
+            ours()
+            torch.cuda.synchronize()
+            err = rel_err(out, want)
+            if ref is None:
+                ref = out.clone()
+            diff = (out.float() - ref.float()).abs().max().item()
+            if not err < (3e-2 if fp8 else 1e-2) or not torch.isfinite(out).all():
+                raise SystemExit(f"variant {name} ({cfg}) is WRONG at {dt} {m}x{n}x{k}: relative error {err:.2e} "
+                                 f"against torch, max |difference| from the default {diff:.3g}")
+            t = bench(ours)
+            rows.append(dict(dtype=dt, M=m, N=n, K=k, variant=name, config=cfg, ours=tflops(m, n, k, t),
+                             cublas=tflops(m, n, k, t_cublas), err=err, diff_default=diff))
+            line.append(f"{name} {tflops(m, n, k, t):.0f} ({t_cublas / t:.2f}x, d {diff:.1g})")
+        print(f"variants {dt} {m}x{n}x{k}: " + ", ".join(line), flush=True)
+    return rows
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--quick", action="store_true", help="a few sizes only")
@@ -271,7 +351,13 @@ def main() -> None:
     p.add_argument("--configs", action="store_true", help="time each Hopper tile configuration, then stop")
     p.add_argument("--mx", action="store_true", help="time the fused MXFP8 cast, then stop")
     p.add_argument("--graphs", action="store_true", help="time small M from CUDA graphs too, then stop")
+    p.add_argument("--variants", nargs="?", const="", metavar="NAME,NAME",
+                   help="time the Hopper kernel's variants (VARIANTS; all, or those named) beside cuBLAS, then stop")
     args = p.parse_args()
+    if args.variants is not None:
+        names = [x for x in args.variants.split(",") if x] or None
+        write_json(args.json, {"device": torch.cuda.get_device_name(), "variants": time_variants(names)})
+        return
     if args.configs:
         time_configs()
         return

@@ -1,7 +1,8 @@
 """The builtin x type x target matrix (issue 19): one small kernel per (builtin, type), all of a
 target's kernels in one source, one per line, so that a diagnostic's line names its case.
 
-Every builtin of ``kcompiler.frontend.builtins.FUNCTIONS`` that takes values is here with every
+Every builtin of ``kcompiler.frontend.builtins.FUNCTIONS`` (and of the backends, ``wgmma``, ``mfma``...:
+``kcompiler.ir.builtin_surface``) that takes values is here with every
 scalar type and every vector of them (lengths :data:`VEC_LENS`), plus the arithmetic operators and
 the vendor matrix builtins with the types they are documented for (and a wrong one). Builtins that
 take no typed value (barrier, fence, ...) are listed in :data:`UNTYPED` so that a new builtin fails
@@ -53,7 +54,10 @@ UNTYPED = frozenset({
     "cp_async_commit", "cp_async_wait", "wgmma_fence", "wgmma_commit", "wgmma_wait", "wgmma_desc",
     "tma_load", "mbarrier_init", "mbarrier_arrive", "mbarrier_arrive_expect_tx", "mbarrier_try_wait",
     "mbarrier_wait", "fence_proxy_async", "setmaxnreg_inc", "setmaxnreg_dec", "launch_bounds",
-    "compile_error", "printf", "assert"})
+    "compile_error", "printf", "assert",
+    # thread-block clusters (tests/backends/nvptx/test_cluster_builtins.py)
+    "cluster_dims", "cluster_ctarank", "cluster_arrive", "cluster_wait", "mbarrier_arrive_cluster",
+    "tma_load_multicast"})
 
 
 @dataclass(frozen=True)
@@ -210,7 +214,7 @@ def sample(cs: list[Case] | None = None) -> list[int]:
 
 
 def covered_builtins() -> set[str]:
-    """The FUNCTIONS names the matrix exercises."""
+    """The builtin names (the language's and the backends') the matrix exercises."""
     return {c.builtin for c in cases() if not c.builtin.startswith("op_")}
 
 

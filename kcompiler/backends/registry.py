@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
+from ..ir.builtin_surface import add_provider as add_builtin_provider
 from ..ir.intrinsics import add_provider as add_intrinsic_provider
 
 #: The package's own backends, by folder under ``kcompiler/backends``; the first is ``kc compile``'s
@@ -73,6 +74,11 @@ class Backend:
         intrinsics: import path of the module that registers the backend's target intrinsics
             (``kcompiler.ir.intrinsics.register_intrinsics``; intrinsics named ``"<name>.*"``), imported
             at the first lookup of such a name; None for a backend without any.
+        builtins: import path of the backend's builtins of the kernel language, a tuple of
+            ``kcompiler.ir.builtin_surface.SurfaceBuiltin`` (``wgmma``, ``mfma``...): ``"pkg.mod:BUILTINS"``
+            (or a module exporting ``BUILTINS``), imported when the frontend first resolves a name
+            that the language does not declare; None for a backend without any. Every registered
+            backend's are seen, whatever the target.
 
     Raises ValueError for an empty name, an arch list without the default arch, or a binary
     kind without a suffix.
@@ -94,6 +100,7 @@ class Backend:
     cache_tag: str = ""
     arch_help: str = ""
     intrinsics: str | None = None
+    builtins: str | None = None
 
     def __post_init__(self) -> None:
         if not self.name or self.name != self.name.lower():
@@ -250,3 +257,25 @@ def _provide_intrinsics(name: str) -> None:
 
 
 add_intrinsic_provider(_provide_intrinsics)
+
+
+_builtins_cache: tuple[tuple[Backend, ...], tuple[Any, ...]] | None = None
+
+
+def _provide_builtins() -> tuple[Any, ...]:
+    """The language builtins of every registered backend (``Backend.builtins``), in registry order;
+    each backend's object imported at the first call that sees it."""
+    global _builtins_cache
+    with _lock:
+        recs = backends()
+        if _builtins_cache is None or _builtins_cache[0] != recs:
+            found: list[Any] = []
+            for rec in recs:
+                if rec.builtins:
+                    obj = load_object(rec.builtins)
+                    found.extend(getattr(obj, "BUILTINS", obj))
+            _builtins_cache = (recs, tuple(found))
+        return _builtins_cache[1]
+
+
+add_builtin_provider(_provide_builtins)

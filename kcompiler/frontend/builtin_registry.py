@@ -18,8 +18,10 @@ checked against the builtin's declaration); it returns an IR value, a compile-ti
 The handlers live by concept: builtins_math.py, builtins_libm.py (the accurate math names),
 builtins_bits.py, builtins_convert.py, builtins_memory.py,
 builtins_atomic.py, builtins_sync.py, builtins_warp.py, builtins_hostcall.py, builtins_printf.py,
-builtins_comptime.py, and the vendors' warp_matrix.py, mfma.py and hopper.py. fn_lowering.py imports
-them all, which registers them.
+builtins_comptime.py, builtins_kernel.py (launch_bounds). fn_lowering.py imports them all, which
+registers them. The builtins of one vendor's instructions (``wgmma``, ``mfma``...) are no handlers
+here: the backends contribute them as records (kcompiler.ir.builtin_surface), lowered through the
+one adapter in builtins_surface.py.
 """
 from __future__ import annotations
 

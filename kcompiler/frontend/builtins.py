@@ -1,10 +1,17 @@
 """The names every kernel-language file sees without an import: machine builtins, math, memory
 access and the scalar types. The checker uses the arities here; the lowering gives them meaning
-through the handler each has in builtin_registry.py's table."""
+through the handler each has in builtin_registry.py's table.
+
+These are the vendor-neutral names. The builtins of one vendor's instructions (``wgmma``,
+``mma_sync``, ``mfma``...) are contributed by the backends (:mod:`kcompiler.ir.builtin_surface`) and
+found by :func:`vendor_function`, after every other name (the checker's and the lowering's name
+resolution)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
+from ..ir import builtin_surface
 from ..ir.core import ATOMIC_OPS, MATH_FUNCTIONS, MEMORY_ORDERS, SCOPES
 from ..ir.types import SCALARS
 
@@ -22,6 +29,9 @@ class BuiltinFn:
     doc: str = ""
     #: what the brackets hold, for messages ("cp_async_wait needs a count in brackets")
     bracket_what: str = "a type"
+    #: the backend's record (kcompiler.ir.builtin_surface.SurfaceBuiltin) for a vendor builtin, whose
+    #: check lowers its calls (builtins_surface.py); None for the language's own
+    surface: Any = field(default=None, compare=False, repr=False)
 
 
 _MATH_DOCS = {
@@ -99,63 +109,10 @@ _FNS = [
               doc="convert[T](x, saturate = false): T(x); into an 8-bit float, saturate = true clamps "
                   "overflows and infinities to the largest finite value instead of NaN/Inf"),
     BuiltinFn("dynamic_shared", 0, 0, brackets="required", doc="dynamic_shared[T]() -> ptr<T, shared>"),
-    # Warp-level matrix operations and asynchronous copies: NVIDIA sm_80+ (comptime target.has("mma"),
-    # "ldmatrix", "cp_async"; "mma_fp8" for the FP8 form, sm_89+). backends/nvptx/mma.py gives the
-    # fragment layouts (PTX ISA 8.x, "Matrix Fragments for mma.m16n8k16 / m16n8k32", "ldmatrix").
-    BuiltinFn("mma_sync", 3, 3, doc="mma_sync(a, b, c) -> vec<f32, 4>: D = A * B + C for one warp, each lane "
-                                    "holding its fragments: m16n8k16 with a: vec<bf16, 8>, b: vec<bf16, 4> (or "
-                                    "f16), c: vec<f32, 4>; m16n8k32 with a: vec<f8e4m3, 16>, b: vec<f8e4m3, 8> "
-                                    "(or f8e5m2, sm_89+)"),
-    BuiltinFn("ldmatrix", 1, 1, ("trans",), brackets="required",
-              doc="ldmatrix[vec<T, N>](p: ptr<T, shared>, trans = false) -> vec<T, N>: one warp loads N / 2 "
-                  "(16-bit T; N / 4 for 8-bit T) 8x8 matrices, lane l giving the address of row l % 8 of "
-                  "matrix l / 8; trans (16-bit T) transposes each"),
-    BuiltinFn("cp_async", 3, 4, doc="cp_async(dst: ptr<T, shared>, src: ptr<T>, bytes[, src_bytes]): copy bytes "
-                                    "(4, 8 or 16, a compile-time value) from global to shared memory "
-                                    "asynchronously; only src_bytes (default bytes) are read, the rest of dst "
-                                    "is zero-filled"),
-    BuiltinFn("cp_async_commit", 0, 0, doc="cp_async_commit(): close this thread's group of cp_async copies"),
-    BuiltinFn("cp_async_wait", 0, 0, brackets="required", bracket_what="a count",
-              doc="cp_async_wait[N](): wait until at most N of this thread's committed cp_async groups are "
-                  "pending (then barrier() before other threads read the data)"),
-    # AMD CDNA matrix fused multiply-add (comptime target.has("mfma"); "mfma_fp8" on gfx942/gfx950,
-    # "mfma_gfx950" for gfx950's forms); frontend/mfma.py lists the forms, backends/amdgcn/mfma.py
-    # gives the operand layouts (CDNA3 ISA, "Matrix Arithmetic Instructions").
-    BuiltinFn("mfma", 3, 3, doc="mfma(a, b, c) -> c's type: D = A * B + C for one wavefront of 64 lanes, each "
-                                "holding its fragments: a, b vec<bf16|f16, 4> with c vec<f32, 16> (32x32x8) or "
-                                "vec<f32, 4> (16x16x16); vec<bf16|f16, 8> (gfx950: 32x32x16, 16x16x32); FP8 "
-                                "vec<F8, 8> (32x32x16, 16x16x32) or vec<F8, 32> (gfx950: 32x32x64, 16x16x128)"),
-    # Hopper: warpgroup MMA, TMA, mbarriers, setmaxnreg (comptime target.has("wgmma"), "tma", "mbarrier",
-    # "setmaxnreg"); frontend/hopper.py checks them, backends/nvptx/wgmma.py and tma.py give the PTX.
-    BuiltinFn("wgmma", 3, 3, ("accumulate", "trans_b"), brackets="required", bracket_what="the input type(s)",
-              doc="wgmma[T(, TB)](a_desc: u64, b_desc: u64, acc: vec<f32, N / 2>, accumulate = true, trans_b = "
-                  "false) -> vec<f32, N / 2>: D (64 x N) = A (64 x K) * B (K x N) (+ acc) by one warpgroup; K is "
-                  "16 for bf16/f16, 32 for f8e4m3/f8e5m2; A and B in shared memory (wgmma_desc)"),
-    BuiltinFn("wgmma_fence", 0, 0, doc="wgmma_fence(): order the accumulators' register accesses before wgmma"),
-    BuiltinFn("wgmma_commit", 0, 0, doc="wgmma_commit(): close the warpgroup's pending wgmmas into a group"),
-    BuiltinFn("wgmma_wait", 0, 0, brackets="required", bracket_what="a group count",
-              doc="wgmma_wait[N](): wait until at most N of the warpgroup's wgmma groups are pending"),
-    BuiltinFn("wgmma_desc", 1, 1, ("swizzle", "lbo", "sbo"),
-              doc="wgmma_desc(p: ptr<T, shared>, swizzle = 128, lbo = 16, sbo = 1024) -> u64: the matrix "
-                  "descriptor of the tile at p (1024-byte aligned for a swizzle)"),
-    BuiltinFn("tma_load", 4, 8, doc="tma_load(dst: ptr<T, shared>, map: tensor_map, bar: ptr<u64, shared>, c0, "
-                                    "...): copy the map's box at coordinates (c0 innermost) into dst; bar "
-                                    "receives its bytes (mbarrier_arrive_expect_tx)"),
-    BuiltinFn("mbarrier_init", 2, 2, doc="mbarrier_init(bar: ptr<u64, shared>, count: u32)"),
-    BuiltinFn("mbarrier_arrive", 1, 1, doc="mbarrier_arrive(bar: ptr<u64, shared>)"),
-    BuiltinFn("mbarrier_arrive_expect_tx", 2, 2,
-              doc="mbarrier_arrive_expect_tx(bar: ptr<u64, shared>, bytes: u32): arrive, and make the phase "
-                  "wait for that many more bytes of TMA copies"),
-    BuiltinFn("mbarrier_try_wait", 2, 2, doc="mbarrier_try_wait(bar, parity: u32) -> bool: whether the phase "
-                                             "of that parity has completed"),
-    BuiltinFn("mbarrier_wait", 2, 2, doc="mbarrier_wait(bar, parity: u32): wait until the phase of that parity "
-                                         "has completed"),
-    BuiltinFn("fence_proxy_async", 0, 0, doc="fence_proxy_async(): order this thread's shared-memory writes "
-                                             "before TMA / wgmma accesses to them"),
-    BuiltinFn("setmaxnreg_inc", 0, 0, brackets="required", bracket_what="a register count",
-              doc="setmaxnreg_inc[N](): the warpgroup's registers a thread grow to N (a kernel with launch_bounds)"),
-    BuiltinFn("setmaxnreg_dec", 0, 0, brackets="required", bracket_what="a register count",
-              doc="setmaxnreg_dec[N](): the warpgroup's registers a thread shrink to N"),
+    # The vendors' builtins (wgmma, mma_sync, mfma...) are not declared here: each backend contributes
+    # its own (kcompiler.ir.builtin_surface; backends/<name>/builtins.py), found by vendor_function() below.
+    # A kernel's launch bounds: every GPU backend reads the IR function's max_threads / min_blocks (NVIDIA's
+    # .maxntid / .minnctapersm, AMD's amdgpu-flat-work-group-size); builtins_kernel.py checks them.
     BuiltinFn("launch_bounds", 1, 2, doc="launch_bounds(max_threads, min_blocks = 1): in a kernel, the most "
                                          "threads of a block and the fewest blocks a multiprocessor holds"),
     BuiltinFn("compile_error", 1, 1, doc='compile_error("message"): a compile error at this call when '
@@ -188,3 +145,25 @@ ORDERS = MEMORY_ORDERS
 FENCE_SCOPES = SCOPES
 
 ALL_NAMES = frozenset(FUNCTIONS) | VALUES | frozenset(TYPES) | {"range"}
+
+
+_BRACKETS = {"none": "no", "optional": "yes", "required": "required"}
+_FROM_SURFACE: dict[Any, BuiltinFn] = {}
+
+
+def vendor_function(name: str) -> BuiltinFn | None:
+    """The builtin ``name`` that a backend contributes (any registered backend's, whatever the target:
+    kcompiler.ir.builtin_surface), as a declaration; None if none does."""
+    rec = builtin_surface.lookup(name)
+    if rec is None:
+        return None
+    fn = _FROM_SURFACE.get(rec)
+    if fn is None:
+        fn = _FROM_SURFACE[rec] = BuiltinFn(rec.name, rec.min_args, rec.max_args, tuple(rec.kwargs),
+                                            _BRACKETS[rec.brackets], rec.doc, rec.bracket_what, surface=rec)
+    return fn
+
+
+def all_names() -> frozenset[str]:
+    """Every name a file sees without an import, the backends' builtins included (for suggestions)."""
+    return ALL_NAMES | frozenset(builtin_surface.builtins())

@@ -397,6 +397,9 @@ class Checker:
             return ("value", name, None)
         if name == "range":
             return ("range", None, None)
+        vendor = B.vendor_function(name)  # a backend's builtin, whatever the target: after every other name
+        if vendor is not None:
+            return ("builtin", vendor, None)
         return None
 
     def check_expr(self, ctx: _Ctx, e: A.Expr) -> None:
@@ -407,7 +410,7 @@ class Checker:
             if g is None:
                 cands = [n for s in ctx.scopes for n in s] + list(ctx.module.fns) + list(ctx.module.imports) \
                     + list(ctx.module.consts) \
-                    + list(B.ALL_NAMES)
+                    + list(B.all_names())
                 self.unknown(f"unknown name '{e.id}'", e.span, hint=suggest(e.id, cands))
             elif g[0] == "range":
                 self.error("range(...) is only used in a for loop", e.span,
@@ -536,7 +539,7 @@ class Checker:
                     self.error(f"target.{f.name} is not a function", f.span)
                 elif len(e.args) != 1 or e.kwargs:
                     self.error("target.has takes one argument: a feature name", e.span,
-                               hint='target.has("wgmma")')
+                               hint='target.has("feature")')
             return
         kind, obj, mod = callee
         if kind == "builtin":

@@ -20,10 +20,10 @@ from . import builtins as B
 from . import fn_params, lower_arrays, structs
 # Importing the builtins' modules registers their handlers in REGISTRY.
 from . import (builtins_assert, builtins_atomic, builtins_bits, builtins_comptime, builtins_convert,  # noqa: F401
-               builtins_hostcall, builtins_libm, builtins_math, builtins_memory, builtins_printf, builtins_sync,
-               builtins_warp, hopper, mfma,
-               warp_matrix)
+               builtins_hostcall, builtins_kernel, builtins_libm, builtins_math, builtins_memory, builtins_printf,
+               builtins_sync, builtins_warp)
 from .builtin_registry import REGISTRY
+from .builtins_surface import lower_surface
 from .comptime_defaults import MissingParam, bind_defaults
 from .lower_exprs import ExpressionLowering
 from .lower_stmts import StatementLowering
@@ -468,7 +468,8 @@ class FnLowering(StatementLowering, ExpressionLowering):
 
     def builtin(self, f: BuiltinRef, e: A.Call) -> Any:
         """Call ``e`` of builtin ``f``: its arity, keyword and bracket arguments checked against
-        builtins.py's declaration, then lowered by the handler registered for it (builtin_registry.py)."""
+        its declaration, then lowered by the handler registered for it (builtin_registry.py), or, for a
+        builtin a backend contributes, by its record's check (builtins_surface.py)."""
         fn = f.fn
         n = len(e.args)
         if not fn.min_args <= n <= fn.max_args:
@@ -483,7 +484,8 @@ class FnLowering(StatementLowering, ExpressionLowering):
             kw[k.name] = k
         if fn.brackets == "required" and f.targs is None:
             self.fail(f"{fn.name} needs {fn.bracket_what} in brackets", e.func.span, hint=fn.doc or None)
-        return REGISTRY.handler(fn.name)(self, f, e, kw)
+        handler = REGISTRY.handler(fn.name) if fn.surface is None else lower_surface
+        return handler(self, f, e, kw)
 
     def _str_kw(self, kw: dict, name: str, allowed: tuple, default: str) -> str:
         k = kw.get(name)

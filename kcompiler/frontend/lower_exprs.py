@@ -82,6 +82,9 @@ class ExpressionLowering:
             if sd.cparams:
                 return _GenericStruct(sd)
             return TypeRef(structs.instantiate(self, sd, None, e.span))
+        vendor = B.vendor_function(e.id)  # a backend's builtin (wgmma, mfma...): after every other name
+        if vendor is not None:
+            return BuiltinRef(vendor, None, e.span)
         self.fail(f"unknown name '{e.id}'", e.span)
 
     def expr_struct_lit(self, e: A.StructLit) -> Any:
@@ -205,7 +208,7 @@ class ExpressionLowering:
                 self.fail("target.has takes one argument: a feature name", e.span)
             v = self.comptime_value(e.args[0], "a feature name")
             if not (isinstance(v, CV) and v.kind == "str"):
-                self.fail("target.has takes a string: target.has(\"wgmma\")", e.args[0].span)
+                self.fail("target.has takes a string: target.has(\"feature\")", e.args[0].span)
             return CV(bool(self.target.has(v.value)), BOOL)
         if isinstance(f, RegRef):
             self.fail(f"{f.name} is not a function", e.func.span, hint=f"write {f.name}.x")

@@ -3,8 +3,8 @@
 memory, references to types, modules, fns, builtins and special registers, the target object, the
 value of a call that returns nothing, and the poison that abandons a statement after its error.
 
-The lowering (fn_lowering.py, lower_stmts.py, lower_exprs.py), the builtins (builtins_*.py, hopper.py,
-warp_matrix.py, mfma.py) and the helpers (fn_params.py, printf lowering) share these; this module
+The lowering (fn_lowering.py, lower_stmts.py, lower_exprs.py), the builtins (builtins_*.py, the backends'
+through builtins_surface.py) and the helpers (fn_params.py, printf lowering) share these; this module
 imports none of them.
 """
 from __future__ import annotations

@@ -45,7 +45,7 @@ class Intrinsic:
         lower: import path ``"pkg.mod:function"`` of ``function(target, ctx, op, args) -> ll.Value |
             None``, the LLVM lowering on the backend's own targets (``args``: the operands' LLVM values).
         emulate: import path of the CPU target's emulation, same signature; None if none.
-        tables: data the frontend's builtin reads through the registry (e.g. MFMA's forms).
+        tables: data of the instruction for those who read it through the registry (e.g. MFMA's forms).
         needs: ``Target.has`` feature -> what it is and which chips have it, for the frontend's
             "not available on this target" message (``{"wgmma": "warpgroup MMA (wgmma, NVIDIA
             sm_90a)"}``): ``feature`` and any other feature a form of it needs (FP8 ``mma_fp8``). The

@@ -136,19 +136,27 @@ def const_f32(value: float, n: int, like: Any) -> Any:
     device, filled there: no copy from the host). Made once and kept (up to 256 of them); never cached
     while torch's current stream is capturing a CUDA graph (the fill would run only at replay, and
     the memory would belong to the graph's pool): a fresh one is made then, as every call did."""
+    return const_fill(value, n, like, "f32")
+
+
+def const_fill(value: float | int, n: int, like: Any, dtype: str = "f32") -> Any:
+    """:func:`const_f32` for ``dtype`` 'f32' or 'i32' (the same cache; the arrays must not be
+    written). Raises KeyError for another dtype."""
+    np_dtype = {"f32": np.float32, "i32": np.int32}[dtype]
+    value = float(value) if dtype == "f32" else int(value)
     if not arrays.is_torch_tensor(like):
-        key = (float(value), n, None)
+        key = (dtype, value, n, None)
         t = _CONSTS.get(key)
         if t is None:
-            t = np.full(n, value, np.float32)
+            t = np.full(n, value, np_dtype)
             if len(_CONSTS) < 256:
                 _CONSTS[key] = t
         return t
     import torch  # deferred: torch is optional
-    key = (float(value), n, like.device)
+    key = (dtype, value, n, like.device)
     t = _CONSTS.get(key)
     if t is None:
-        t = torch.full((n,), float(value), dtype=torch.float32, device=like.device)
+        t = torch.full((n,), value, dtype=torch.float32 if dtype == "f32" else torch.int32, device=like.device)
         if len(_CONSTS) < 256 and not (like.is_cuda and torch.cuda.is_current_stream_capturing()):
             _CONSTS[key] = t
     return t

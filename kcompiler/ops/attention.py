@@ -3,6 +3,7 @@ or, on Hopper, std.attention_sm90 (FlashAttention-3's design)."""
 from __future__ import annotations
 
 import dataclasses
+from collections import OrderedDict
 from typing import Any
 
 import numpy as np
@@ -10,8 +11,9 @@ import numpy as np
 from ..runtime import arrays
 from ..runtime.tensormap import cached_tensor_map
 from . import _common
-from ._common import (check_same, contiguous, data_ptr, empty_like, flat, hopper_reason_not, host_ints, index_array,
-                      query_type, target_for)
+from ._common import (ArrayKind, capturing, check_same, contiguous, data_ptr, empty_like, flat, hopper_reason_not,
+                      host_ints, index_array, query_type, target_for)
+from .decode import plan_key
 
 
 #: Prefill tiles of std.attention on tensor cores, by head dimension: BM query rows a block (BM / WARPS
@@ -71,7 +73,20 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | No
     defaults: BM, BN, WARPS, STAGES for std.attention (:data:`ATTENTION_TILES`; given with path
     'auto', they choose std.attention), BN, STAGES, OVERLAP, PINGPONG for the Hopper kernel
     (:data:`ATTENTION_SM90_TILES`). Raises TypeError for other dtypes, ValueError for shapes that do
-    not match."""
+    not match.
+
+    A call on the Hopper path without variable lengths keeps its host work (:data:`PLANS`): a later
+    call on arrays of the same kinds, shapes, dtypes and devices, with the same options, checks
+    contiguity and alignment, allocates the result and launches, without the other checks and
+    choices."""
+    key = None
+    if cu_seqlens_q is None and cu_seqlens_k is None and path != "fa2":
+        key = _sm90_plan_key(q, k, v, causal, scale, layout, tiles, path, target)
+        plan = PLANS.get(key) if key is not None else None
+        if plan is not None:
+            got = plan(q, k, v)
+            if got is not None:
+                return got if return_lse else got[0]
     fn = "attention"
     src = query_type(q, fn)
     check_same("k", k, src, fn)
@@ -98,7 +113,12 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | No
         tgt = target_for(q, target)
         why = attention_sm90_reason_not(q, k, v, out, p.D, p.Sk, p.ends is not None, tgt)
         if why is None:
-            _attention_sm90(q, k, v, out, lse, p, layout, causal, scale, tiles, tgt)
+            plan = _Sm90Plan(q, p, layout, causal, scale, tiles, tgt)
+            plan.run(q, k, v, out, lse, p.ends)
+            if key is not None and p.ends is None and not capturing(q):
+                PLANS[key] = plan
+                if len(PLANS) > _PLANS_MAX:
+                    PLANS.popitem(last=False)
             return (out, lse) if return_lse else out
         if path == "sm90":
             raise RuntimeError(f"{fn}: the Hopper path cannot run here: {why}")
@@ -218,17 +238,23 @@ def _attention_fa2(q: Any, k: Any, v: Any, out: Any, lse: Any, p: _Prefill, caus
 #: OVERLAP 380 (310-322), OVERLAP + PINGPONG 372 (315), 3 stages 415 (351). At D 64 OVERLAP + PINGPONG
 #: 301 (causal 215), sequential 283 (causal 246). Registers (ptxas, sm_90a): no spill but in the
 #: causal D 128 OVERLAP forms (at most 16 bytes).
+#: An entry may also give CONSUMERS (1 to 3 consumer warpgroups of 64 query rows: BM = 64 * CONSUMERS rows
+#: a block; default 2) and BLOCKS_PER_SM (1 or 2: the registers are shared out for that many resident
+#: blocks; default 1); benchmarks/bench_attention_variants.py times them (SM90_VARIANTS). D 64 without a
+#: mask takes 3 consumers since 2026-11-27: geometric mean 1.14x SDPA flash against 1.03x for the
+#: OVERLAP + PINGPONG 2-warpgroup form over B16 H16 S1024 and B4 H16 S8192 (RESULTS.md).
 ATTENTION_SM90_TILES = {(128, False): dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=False),
                         (128, True): dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=False),
-                        (64, False): dict(BN=128, STAGES=2, OVERLAP=True, PINGPONG=True),
+                        (64, False): dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=False, CONSUMERS=3),
                         (64, True): dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=False)}
 
 
 def attention_sm90_shared_bytes(tiles: dict[str, Any], head_dim: int, itemsize: int = 2) -> int:
     """Dynamic shared memory of std.attention_sm90 in bytes (the formula stated in
-    stdlib/attention_sm90.kc): Q's 128 rows and STAGES tiles of BN rows of K and of V, D elements each,
-    then 3 + 4 * STAGES mbarriers."""
-    return (128 + 2 * tiles["STAGES"] * tiles["BN"]) * head_dim * itemsize + 8 * (3 + 4 * tiles["STAGES"])
+    stdlib/attention_sm90.kc): Q's BM = 64 * CONSUMERS rows (CONSUMERS default 2) and STAGES tiles of BN
+    rows of K and of V, D elements each, then 3 + 4 * STAGES mbarriers."""
+    bm = 64 * tiles.get("CONSUMERS", 2)
+    return (bm + 2 * tiles["STAGES"] * tiles["BN"]) * head_dim * itemsize + 8 * (3 + 4 * tiles["STAGES"])
 
 
 def _attention_sm90_module(target: str) -> Any:
@@ -267,23 +293,76 @@ def _bhsd_view(x: Any, layout: str, end: int | None) -> Any:
     return x.permute(0, 2, 1, 3) if arrays.is_torch_tensor(x) else x.transpose(0, 2, 1, 3)
 
 
-def _attention_sm90(q: Any, k: Any, v: Any, out: Any, lse: Any, p: _Prefill, layout: str, causal: bool,
-                    scale: float, tiles: dict | None, target: str) -> None:
-    """The launch of std.attention_sm90 (:func:`attention` checked the arguments)."""
-    t = dict(ATTENTION_SM90_TILES[(p.D, bool(causal))])
-    if tiles is not None:
-        t.update(tiles)
-    ends = p.ends
-    maps = [cached_tensor_map(_bhsd_view(x, layout, None if ends is None else ends[i > 0]), (1, 1, box, 64))
-            for i, (x, box) in enumerate(((q, 128), (k, t["BN"]), (v, t["BN"])))]
-    mod = _attention_sm90_module(target)
-    s = p.strides
-    grid = (-(-p.Sq // 128), p.H, p.B)
-    mod.attention_prefill_sm90[grid, 384](
-        *maps, flat(out, 1), flat(lse, 1), p.cq, p.ck, p.Sq, p.Sk, p.H // p.HK, s["o_sb"], s["o_ss"], s["o_sh"],
-        p.l_sb, p.l_sh, np.float32(scale), T=arrays.array_scalar_type(q).name, D=p.D, CAUSAL=bool(causal),
-        VARLEN=ends is not None, shared=attention_sm90_shared_bytes(t, p.D), stream=_common.stream_of(q), **t)
+#: Prepared calls of :func:`attention` on the Hopper path (:class:`_Sm90Plan`) by :func:`_sm90_plan_key`,
+#: the least recently made dropped past 256. A plan holds no array but the kernel's unused cu_seqlens
+#: stand-ins; its tensor maps come from runtime.tensormap's cache (by address) at each call.
+PLANS: "OrderedDict[tuple, _Sm90Plan]" = OrderedDict()
+_PLANS_MAX = 256
 
 
-__all__ = ["ATTENTION_MFMA_TILES", "ATTENTION_SIMT_TILES", "ATTENTION_SM90_TILES", "ATTENTION_TILES", "attention",
-           "attention_shared_bytes", "attention_sm90_reason_not", "attention_sm90_shared_bytes"]
+def _sm90_plan_key(q: Any, k: Any, v: Any, causal: bool, scale: Any, layout: str, tiles: Any, path: str,
+                   target: str) -> tuple | None:
+    """The key of a prepared Hopper-path call (:data:`PLANS`): the arrays' kinds, shapes, dtypes and
+    devices, the options, and the default tiles of (D, causal) (so that a change of
+    :data:`ATTENTION_SM90_TILES` takes effect); None where something is not hashable or not an array."""
+    try:
+        d = q.shape[-1]
+        tkey = None if tiles is None else tuple(sorted(tiles.items()))
+        dflt = ATTENTION_SM90_TILES.get((d, bool(causal)))
+        return plan_key("attention", (q, k, v), (bool(causal), scale, layout, tkey, path, target,
+                                                 None if dflt is None else tuple(sorted(dflt.items()))))
+    except (AttributeError, TypeError, IndexError):
+        return None
+
+
+class _Sm90Plan:
+    """The launch of std.attention_sm90 for one shape (:func:`attention` checked the arguments): the
+    tiles, grid, block, shared memory, scalars and compile-time values, fixed at the first call.
+    ``run`` launches on checked arrays; calling the plan checks what its key does not say (contiguity,
+    16-byte alignment on a GPU), allocates O and the LSE and runs (None: not for this plan)."""
+
+    __slots__ = ("kind", "launch", "scalars", "kw", "shared", "boxes", "layout", "cq", "ck", "shapes", "dtypes",
+                 "cuda")
+
+    def __init__(self, q: Any, p: _Prefill, layout: str, causal: bool, scale: float, tiles: dict | None,
+                 target: str):
+        t = dict(ATTENTION_SM90_TILES[(p.D, bool(causal))])
+        if tiles is not None:
+            t.update(tiles)
+        c = t.get("CONSUMERS", 2)
+        mod = _attention_sm90_module(target)
+        s = p.strides
+        self.kind = ArrayKind(q)
+        self.cuda = self.kind.cuda
+        self.launch = mod.attention_prefill_sm90[(-(-p.Sq // (64 * c)), p.H, p.B), 128 * (c + 1)]
+        self.scalars = (p.Sq, p.Sk, p.H // p.HK, s["o_sb"], s["o_ss"], s["o_sh"], p.l_sb, p.l_sh, np.float32(scale))
+        self.kw = dict(T=arrays.array_scalar_type(q).name, D=p.D, CAUSAL=bool(causal), VARLEN=p.ends is not None, **t)
+        self.shared = attention_sm90_shared_bytes(t, p.D)
+        self.boxes = (64 * c, t["BN"], t["BN"])
+        self.layout = layout
+        self.cq, self.ck = p.cq, p.ck
+        self.shapes = (tuple(q.shape), p.lse_shape)
+        self.dtypes = (self.kind.dtype(self.kw["T"]), self.kind.dtype("f32"))
+
+    def run(self, q: Any, k: Any, v: Any, out: Any, lse: Any, ends: tuple[int, int] | None = None) -> None:
+        """Launch on ``q``, ``k``, ``v`` (contiguous, of the plan's shapes; varlen's used rows ``ends``),
+        writing ``out`` and ``lse``."""
+        maps = [cached_tensor_map(_bhsd_view(x, self.layout, None if ends is None else ends[i > 0]),
+                                  (1, 1, box, 64)) for i, (x, box) in enumerate(zip((q, k, v), self.boxes))]
+        self.launch(*maps, flat(out, 1), flat(lse, 1), self.cq, self.ck, *self.scalars, shared=self.shared,
+                    stream=self.kind.stream(), **self.kw)
+
+    def __call__(self, q: Any, k: Any, v: Any) -> tuple | None:
+        ok = self.kind.contiguous
+        if not (ok(q) and ok(k) and ok(v)):
+            return None
+        if self.cuda and (q.data_ptr() | k.data_ptr() | v.data_ptr()) % 16:
+            return None
+        out = self.kind.empty(self.shapes[0], self.dtypes[0])
+        lse = self.kind.empty(self.shapes[1], self.dtypes[1])
+        self.run(q, k, v, out, lse)
+        return out, lse
+
+
+__all__ = ["ATTENTION_MFMA_TILES", "ATTENTION_SIMT_TILES", "ATTENTION_SM90_TILES", "ATTENTION_TILES", "PLANS",
+           "attention", "attention_shared_bytes", "attention_sm90_reason_not", "attention_sm90_shared_bytes"]

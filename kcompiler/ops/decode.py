@@ -19,12 +19,45 @@ from ._common import (ArrayKind, const_f32, contiguous, data_ptr, device_of, emp
 #: types, more (grouped-query attention, several query tokens), and FP8.
 DECODE_SIMT = {"mha": dict(WARPS=4, U=4, STAGES=3), "gqa": dict(WARPS=4, U=2, STAGES=3),
                "fp8": dict(WARPS=4, U=8, STAGES=3)}
-#: The tensor-core decode: RING (std.attention's paged_decode_ring: warps with private cp.async rings of
-#: BN keys a step, STAGES deep; else paged_decode_tc: one warp a block, prefill_mma's tiles of BN
-#: keys) and its tiles.
-DECODE_TC_TILES = dict(RING=True, WARPS=4, BN=32, STAGES=2)
+#: The tensor-core decode's variants by name (``tc_tiles`` may name one): RING (std.attention's
+#: paged_decode_ring: WARPS warps with private cp.async rings of BN keys a step, STAGES deep; else
+#: paged_decode_tc: one warp a block, prefill_mma's tiles, :data:`DECODE_TC_SINGLE`), EAGER (a warp
+#: refills the slot it read last before waiting for the next: STAGES steps of copies in flight while
+#: it waits, not STAGES - 1) and MIN_WAVES (the split choice, :func:`split_count`: 1, split until the
+#: blocks fill the resident slots at least once; 0.9, a single wave filling 90 % of them stays unsplit
+#: and needs no merge_states pass). Shared memory at D 128 bf16, blocks an H100 SM holds: "ring" 140
+#: KB, 1; "bn16" 72 KB, 3 (12 warps an SM); "bn16_s3" 106 KB, 2; "w8" 136 KB, 1 of 8 warps; "s3" 208
+#: KB, 1 (two steps in flight a warp without EAGER). benchmarks/bench_decode_variants.py times them.
+DECODE_TC_VARIANTS = {
+    "ring": dict(RING=True, WARPS=4, BN=32, STAGES=2),
+    "ring_1wave": dict(RING=True, WARPS=4, BN=32, STAGES=2, MIN_WAVES=0.9),
+    "eager": dict(RING=True, WARPS=4, BN=32, STAGES=2, EAGER=True),
+    "eager_1wave": dict(RING=True, WARPS=4, BN=32, STAGES=2, EAGER=True, MIN_WAVES=0.9),
+    "s3": dict(RING=True, WARPS=4, BN=32, STAGES=3),
+    "bn16": dict(RING=True, WARPS=4, BN=16, STAGES=2, EAGER=True),
+    "bn16_1wave": dict(RING=True, WARPS=4, BN=16, STAGES=2, EAGER=True, MIN_WAVES=0.9),
+    "bn16_s3": dict(RING=True, WARPS=4, BN=16, STAGES=3, EAGER=True),
+    "w8": dict(RING=True, WARPS=8, BN=16, STAGES=2, EAGER=True),
+}
+#: The tensor-core decode's default variant (:data:`DECODE_TC_VARIANTS`) by G, the query heads a KV
+#: head: the entry of the least key at or above G (the last one past them). The measured choice
+#: (benchmarks/RESULTS.md) is this one line.
+DECODE_TC_DEFAULT = {4: "ring", 8: "ring_1wave", 16: "ring"}  # 8: H100 2026-11-27, 92-93 % vs 87-88 % of copy
 #: paged_decode_tc's tiles where RING is false.
 DECODE_TC_SINGLE = dict(BN=64, STAGES=2)
+
+
+def decode_tc_tiles(G: int, tc_tiles: dict[str, Any] | str | None = None) -> dict[str, Any]:
+    """The tensor-core decode's tiles for ``G`` query heads a KV head: ``tc_tiles`` (a name of
+    :data:`DECODE_TC_VARIANTS`, or keys over the default) over the variant :data:`DECODE_TC_DEFAULT`
+    gives G. ValueError for an unknown name."""
+    if isinstance(tc_tiles, str):
+        if tc_tiles not in DECODE_TC_VARIANTS:
+            raise ValueError(f"paged_decode: tc_tiles {tc_tiles!r} is none of {sorted(DECODE_TC_VARIANTS)}")
+        return dict(DECODE_TC_VARIANTS[tc_tiles])
+    keys = sorted(DECODE_TC_DEFAULT)
+    name = DECODE_TC_DEFAULT[next((k for k in keys if k >= G), keys[-1])]
+    return {**DECODE_TC_VARIANTS[name], **(tc_tiles or {})}
 
 
 def decode_splits(units: int, max_len: int, device: Device, threads: int, shared: int, regs: int,
@@ -49,15 +82,18 @@ def decode_slots(device: Device, threads: int, shared: int, regs: int) -> int:
 
 
 @functools.lru_cache(maxsize=4096)
-def split_count(units: int, max_len: int, slots: int, min_chunk: int = 256, max_splits: int = 64) -> int:
+def split_count(units: int, max_len: int, slots: int, min_chunk: int = 256, max_splits: int = 64,
+                min_waves: float = 1.0) -> int:
     """:func:`decode_splits` for ``slots`` resident blocks (:func:`decode_slots`); memoised, since a
-    decode step asks it again at each call."""
+    decode step asks it again at each call. ``min_waves``: the least number of waves (blocks over
+    slots) a split count is taken for (below 1: one partly filled wave, used to 90 % or more, is
+    enough, e.g. 128 blocks on 132 slots stay unsplit)."""
     most = max(1, min(max_splits, -(-int(max_len) // min_chunk)))
     best, best_use = 1, 0.0
     for s in range(1, most + 1):
         waves = units * s / slots
         use = waves / -(-units * s // slots)
-        if waves >= 1 and use >= 0.9:
+        if waves >= min_waves and use >= 0.9:
             return s
         if use > best_use + 0.02:
             best, best_use = s, use
@@ -196,23 +232,23 @@ class _PagedLaunch:
     calling it checks what the plan's key does not say, then runs (None: not for this plan)."""
 
     __slots__ = ("kernel", "merge", "kind", "dims", "dt_out", "dt_f32", "max_pages", "capacity", "sc", "kw_one",
-                 "kw_split", "kw_merge", "threads", "slots", "fixed", "fp8")
+                 "kw_split", "kw_merge", "threads", "slots", "fixed", "fp8", "waves")
 
     def __init__(self, mod: Any, like: Any, dims: tuple, dtype: str, max_pages: int, page: int, sc: Any, kw: dict,
-                 threads: int, slots: int, fixed: int | None, fp8: bool):
+                 threads: int, slots: int, fixed: int | None, fp8: bool, waves: float = 1.0):
         self.kernel, self.merge, self.kind = mod.paged_decode, mod.merge_states, ArrayKind(like)
         self.dims, self.max_pages, self.capacity, self.sc = dims, max_pages, max_pages * page, sc
         self.dt_out, self.dt_f32 = self.kind.dtype(dtype), self.kind.dtype("f32")
         self.kw_one = dict(kw, OUT=dtype, SPLIT=False)
         self.kw_split = dict(kw, OUT="f32", SPLIT=True)
         self.kw_merge = dict(T="f32", OUT=dtype, WARPS=4)
-        self.threads, self.slots, self.fixed, self.fp8 = threads, slots, fixed, fp8
+        self.threads, self.slots, self.fixed, self.fp8, self.waves = threads, slots, fixed, fp8, waves
 
     def run(self, args: tuple, out: Any, lse: Any, max_len: int) -> None:
         """Launch on ``args`` (q, the caches, the block table, seq_lens, the scales: checked arrays),
         writing ``out`` and ``lse``; the split count for sequences of up to ``max_len`` keys."""
         B, QL, H, HK, D = self.dims
-        n = self.fixed or split_count(B * HK, max_len, self.slots)
+        n = self.fixed or split_count(B * HK, max_len, self.slots, min_waves=self.waves)
         stream = self.kind.stream()
         if n == 1:
             self.kernel[(1, HK, B), self.threads](*args, out, lse, HK, self.max_pages, 1, self.sc, stream=stream,
@@ -253,7 +289,7 @@ def paged_decode(q: Any, k_cache: Any, v_cache: Any, block_table: Any, seq_lens:
                  scale: float | None = None, k_scale: Any = None, v_scale: Any = None,
                  num_splits: int | None = None, max_seq_len: int | None = None, return_lse: bool = False,
                  warps: int | None = None, unroll: int | None = None, stages: int | None = None,
-                 tensor_cores: bool | None = None, tc_tiles: dict[str, int] | None = None,
+                 tensor_cores: bool | None = None, tc_tiles: dict[str, Any] | str | None = None,
                  target: str = "auto") -> Any:
     """Decode attention of one query token a sequence over a paged KV cache (stdlib/attention.kc):
     ``softmax(scale * q k^T) v`` over the first ``seq_lens[b]`` tokens of sequence b.
@@ -287,9 +323,10 @@ def paged_decode(q: Any, k_cache: Any, v_cache: Any, block_table: Any, seq_lens:
       m16 tile, G <= 16; one query token; a cache of q's dtype, f16 or bf16; NVIDIA sm_80+), for
       grouped-query attention, where the SIMT path spends 4 shuffles a key and query head. Default:
       where G >= 4 and the target has it (benchmarks/RESULTS.md), the SIMT path otherwise.
-      ``tc_tiles``: its kernel and tiles, default :data:`DECODE_TC_TILES` (RING: warps streaming
-      their own keys through cp.async rings; RING False: one warp a block on prefill_mma's tiles,
-      :data:`DECODE_TC_SINGLE`).
+      ``tc_tiles``: its kernel, tiles and split choice, a name of :data:`DECODE_TC_VARIANTS` or keys
+      over the default for G (:data:`DECODE_TC_DEFAULT`, :func:`decode_tc_tiles`): RING, warps
+      streaming their own keys through cp.async rings (WARPS, BN, STAGES, EAGER, MIN_WAVES); RING
+      False, one warp a block on prefill_mma's tiles (:data:`DECODE_TC_SINGLE`).
 
     numpy in, numpy out; torch in, torch out. Raises TypeError for other dtypes and ValueError for
     shapes that do not match.
@@ -301,32 +338,16 @@ def paged_decode(q: Any, k_cache: Any, v_cache: Any, block_table: Any, seq_lens:
     without the checks and choices."""
     key = plan_key("paged_decode", (q, k_cache, v_cache, block_table, seq_lens),
                    (scale, _scale_key(k_scale), _scale_key(v_scale), num_splits, warps, unroll, stages, tensor_cores,
-                    None if tc_tiles is None else tuple(sorted(tc_tiles.items())), target))
+                    tc_tiles if tc_tiles is None or isinstance(tc_tiles, str) else tuple(sorted(tc_tiles.items())),
+                    target))
     plan = PLANS.get(key) if key is not None else None
     if plan is not None:
         got = plan(q, k_cache, v_cache, block_table, seq_lens, k_scale, v_scale, max_seq_len)
         if got is not None:
             return got if return_lse else got[0]
     fn = "paged_decode"
-    src = query_type(q, fn)
-    kt = arrays.array_scalar_type(k_cache) if arrays.is_array(k_cache) else None
-    if kt is None or kt.name not in (src.name, "f8e4m3") or arrays.array_scalar_type(v_cache) != kt:
-        raise TypeError(f"{fn}: k_cache and v_cache must both be of q's dtype ({src}) or f8e4m3, not "
-                        f"{arrays.describe(k_cache)} and {arrays.describe(v_cache)}")
-    fp8 = kt.name == "f8e4m3"
-    if fp8 and (k_scale is None or v_scale is None):
-        raise ValueError(f"{fn}: an FP8 cache needs k_scale and v_scale")
-    if len(q.shape) not in (3, 4) or len(k_cache.shape) != 4 or tuple(v_cache.shape) != tuple(k_cache.shape):
-        raise ValueError(f"{fn}: q must be (B, Hq, D) or (B, QL, Hq, D) and both caches (pages, page_size, Hkv, D),"
-                         f" not {tuple(q.shape)}, {tuple(k_cache.shape)} and {tuple(v_cache.shape)}")
+    src, kt, fp8, (B, QL, H, D, page, HK) = _decode_shapes(q, k_cache, v_cache, k_scale, v_scale, fn)
     qshape = tuple(q.shape)
-    (B, QL, H, D), (_, page, HK, Dk) = (qshape if len(qshape) == 4 else (qshape[0], 1) + qshape[1:]), \
-        tuple(k_cache.shape)
-    if Dk != D or D % 16:
-        raise ValueError(f"{fn}: the head dimension must be a multiple of 16 and equal in q and the caches "
-                         f"({D}, {Dk})")
-    if HK == 0 or H % HK:
-        raise ValueError(f"{fn}: q's {H} heads must be a multiple of the cache's {HK} (grouped-query attention)")
     bt, sl, max_pages, max_len = paged_lengths(block_table, seq_lens, max_seq_len, q, page, fn)
     inputs = (q, k_cache, v_cache)
     q, k_cache, v_cache = contiguous(q), contiguous(k_cache), contiguous(v_cache)
@@ -348,8 +369,10 @@ def paged_decode(q: Any, k_cache: Any, v_cache: Any, block_table: Any, seq_lens:
         raise ValueError(f"{fn}: the tensor-core path needs NVIDIA sm_80+, f16/bf16 q and cache, one query token, "
                          f"at most 16 query heads a KV head and 16-byte aligned arrays")
     tc = can_tc and (G >= 4 if tensor_cores is None else bool(tensor_cores))
+    waves = 1.0
     if tc:
-        tiles, threads, regs, shared = _tc_tiles(tc_tiles, D, src.size, fn)
+        tiles, threads, regs, shared = _tc_tiles(tc_tiles, G, D, src.size, fn)
+        waves = tiles.pop("MIN_WAVES", 1.0)
     else:
         cfg = DECODE_SIMT["fp8" if fp8 else "gqa" if G * QL > 2 else "mha"]
         tiles, threads, regs, shared = _simt_tiles(warps or cfg["WARPS"], unroll or cfg["U"], stages or cfg["STAGES"],
@@ -359,7 +382,8 @@ def paged_decode(q: Any, k_cache: Any, v_cache: Any, block_table: Any, seq_lens:
     if fixed is not None and fixed < 1:
         raise ValueError(f"{fn}: num_splits must be at least 1, not {fixed}")
     kw = dict(T=src.name, KT=kt.name, D=D, G=G, PAGE=page, TC=tc, QL=QL, shared=shared, **tiles)
-    launch = _PagedLaunch(mod, q, (B, QL, H, HK, D), src.name, max_pages, page, sc, kw, threads, slots, fixed, fp8)
+    launch = _PagedLaunch(mod, q, (B, QL, H, HK, D), src.name, max_pages, page, sc, kw, threads, slots, fixed, fp8,
+                          waves)
     if key is not None and aligned and all(launch.kind.holds(x) and arrays.is_contiguous(x)
                                            for x in inputs + (block_table, seq_lens)) \
             and (not fp8 or all(_scale_direct(x, HK, launch.kind) for x in (k_scale, v_scale))):
@@ -368,20 +392,49 @@ def paged_decode(q: Any, k_cache: Any, v_cache: Any, block_table: Any, seq_lens:
     return (out, lse) if return_lse else out
 
 
-def _tc_tiles(tc_tiles: dict[str, int] | None, D: int, itemsize: int, fn: str) -> tuple[dict, int, int, int]:
-    """(tiles, threads, registers a thread, shared bytes) of the tensor-core decode: ``tc_tiles`` over
-    :data:`DECODE_TC_TILES` (RING: paged_decode_ring) or :data:`DECODE_TC_SINGLE` (paged_decode_tc)."""
-    tiles = {**DECODE_TC_TILES, **(tc_tiles or {})}
-    if tiles["RING"]:
-        tiles = {k: int(tiles[k]) for k in ("WARPS", "BN", "STAGES")}
-        if min(tiles.values()) < 1 or tiles["BN"] % 16:
-            raise ValueError(f"{fn}: tc_tiles: WARPS and STAGES at least 1, BN a multiple of 16, not {tiles}")
-        tiles["RING"] = True
+def _decode_shapes(q: Any, k_cache: Any, v_cache: Any, k_scale: Any, v_scale: Any,
+                   fn: str) -> tuple[Any, Any, bool, tuple[int, int, int, int, int, int]]:
+    """:func:`paged_decode`'s checks of q and the caches: (q's scalar type, the caches', whether they
+    are FP8, (B, QL, Hq, D, page_size, Hkv)). Raises TypeError and ValueError as it documents."""
+    src = query_type(q, fn)
+    kt = arrays.array_scalar_type(k_cache) if arrays.is_array(k_cache) else None
+    if kt is None or kt.name not in (src.name, "f8e4m3") or arrays.array_scalar_type(v_cache) != kt:
+        raise TypeError(f"{fn}: k_cache and v_cache must both be of q's dtype ({src}) or f8e4m3, not "
+                        f"{arrays.describe(k_cache)} and {arrays.describe(v_cache)}")
+    fp8 = kt.name == "f8e4m3"
+    if fp8 and (k_scale is None or v_scale is None):
+        raise ValueError(f"{fn}: an FP8 cache needs k_scale and v_scale")
+    if len(q.shape) not in (3, 4) or len(k_cache.shape) != 4 or tuple(v_cache.shape) != tuple(k_cache.shape):
+        raise ValueError(f"{fn}: q must be (B, Hq, D) or (B, QL, Hq, D) and both caches (pages, page_size, Hkv, D),"
+                         f" not {tuple(q.shape)}, {tuple(k_cache.shape)} and {tuple(v_cache.shape)}")
+    qshape = tuple(q.shape)
+    (B, QL, H, D), (_, page, HK, Dk) = (qshape if len(qshape) == 4 else (qshape[0], 1) + qshape[1:]), \
+        tuple(k_cache.shape)
+    if Dk != D or D % 16:
+        raise ValueError(f"{fn}: the head dimension must be a multiple of 16 and equal in q and the caches "
+                         f"({D}, {Dk})")
+    if HK == 0 or H % HK:
+        raise ValueError(f"{fn}: q's {H} heads must be a multiple of the cache's {HK} (grouped-query attention)")
+    return src, kt, fp8, (B, QL, H, D, page, HK)
+
+
+def _tc_tiles(tc_tiles: dict[str, Any] | str | None, G: int, D: int, itemsize: int,
+              fn: str) -> tuple[dict, int, int, int]:
+    """(tiles, threads, registers a thread, shared bytes) of the tensor-core decode of ``G`` query
+    heads a KV head: :func:`decode_tc_tiles` (RING: paged_decode_ring, with MIN_WAVES for the split
+    choice) or :data:`DECODE_TC_SINGLE` (paged_decode_tc)."""
+    given = decode_tc_tiles(G, tc_tiles)
+    if given["RING"]:
+        tiles = {k: int(given[k]) for k in ("WARPS", "BN", "STAGES")}
+        waves = float(given.get("MIN_WAVES", 1.0))
+        if min(tiles.values()) < 1 or tiles["BN"] % 16 or not 0 < waves <= 64:
+            raise ValueError(f"{fn}: tc_tiles: WARPS and STAGES at least 1, BN a multiple of 16, MIN_WAVES in (0, 64],"
+                             f" not {given}")
         shared = 16 * (D + 8) * itemsize + max(tiles["WARPS"] * tiles["STAGES"] * 2 * tiles["BN"] * (D + 8)
                                                * itemsize, tiles["WARPS"] * 16 * (D + 2) * 4)
+        tiles.update(RING=True, EAGER=bool(given.get("EAGER", False)), MIN_WAVES=waves)
         return tiles, tiles["WARPS"] * 32, 168, shared
-    tiles = {**DECODE_TC_SINGLE, **{k: v for k, v in (tc_tiles or {}).items() if k in ("BN", "STAGES")},
-             "BM": 16, "RING": False}
+    tiles = {**DECODE_TC_SINGLE, **{k: v for k, v in given.items() if k in ("BN", "STAGES")}, "BM": 16, "RING": False}
     return tiles, 32, 255, (tiles["BM"] + 2 * tiles["STAGES"] * tiles["BN"]) * (D + 8) * itemsize
 
 
@@ -438,5 +491,5 @@ def merge_states(v: Any, s: Any, *, out: Any = None, lse_out: Any = None, out_dt
     return out, lse_out
 
 
-__all__ = ["DECODE_SIMT", "DECODE_TC_SINGLE", "DECODE_TC_TILES", "decode_lanes", "decode_shared_bytes", "decode_splits",
-           "merge_states", "paged_decode"]
+__all__ = ["DECODE_SIMT", "DECODE_TC_DEFAULT", "DECODE_TC_SINGLE", "DECODE_TC_VARIANTS", "decode_lanes",
+           "decode_shared_bytes", "decode_splits", "decode_tc_tiles", "merge_states", "paged_decode"]

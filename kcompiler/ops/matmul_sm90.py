@@ -20,12 +20,21 @@ from ..runtime.tensormap import cached_tensor_map
 from . import _common
 
 #: Tile configurations (the kernel's compile-time parameters besides T, OUT, BK), largest first:
-#: BM = 64 * CONSUMERS rows by BN columns; STAGES fill about 192 KiB of shared memory. :func:`choose`
-#: picks among :data:`CHOICES` only.
+#: BM = 64 * CONSUMERS rows by BN columns (:func:`tile_m`); STAGES fill about 192 KiB of shared memory.
+#: The "pp" ones are ping-pong (PINGPONG: each of the 2 consumer warpgroups takes whole tiles of BM = 64
+#: * WG_M rows, every other one of the block's, so that one's epilogue overlaps the other's
+#: mainloop); "c2" ones run in clusters of 2 blocks along M (CLUSTER_M: the blocks of a cluster share
+#: the B tile, each loading half of it by TMA multicast; sm_90 only, no split-K). Neither is chosen by
+#: :func:`choose` until measured (benchmarks/bench_matmul.py --variants).
+#: :func:`choose` picks among :data:`CHOICES` only.
 CONFIGS = {"128x256": dict(BN=256, CONSUMERS=2, STAGES=4, GROUP_M=8),
            "128x128": dict(BN=128, CONSUMERS=2, STAGES=6, GROUP_M=8),
            "64x128": dict(BN=128, CONSUMERS=1, STAGES=8, GROUP_M=4),
-           "64x64": dict(BN=64, CONSUMERS=1, STAGES=8, GROUP_M=4)}
+           "64x64": dict(BN=64, CONSUMERS=1, STAGES=8, GROUP_M=4),
+           "pp64x256": dict(BN=256, CONSUMERS=2, STAGES=5, GROUP_M=16, PINGPONG=True),
+           "pp128x128": dict(BN=128, CONSUMERS=2, STAGES=6, GROUP_M=8, PINGPONG=True, WG_M=2),
+           "c2x128x256": dict(BN=256, CONSUMERS=2, STAGES=4, GROUP_M=8, CLUSTER_M=2),
+           "c2pp128x128": dict(BN=128, CONSUMERS=2, STAGES=6, GROUP_M=8, PINGPONG=True, WG_M=2, CLUSTER_M=2)}
 
 #: The configurations :func:`choose` uses. Every one of :data:`CONFIGS` has run correctly on an H100
 #: (tests/ops/test_matmul_sm90.py, test_every_config, K-major and N-major B, 2026-11-23); 64x64 was the
@@ -37,11 +46,16 @@ CHOICES = ("128x256", "64x128", "64x64")
 BK = {"bf16": 64, "f16": 64, "f8e4m3": 128, "f8e5m2": 128}
 
 
+def tile_m(cfg: dict) -> int:
+    """The rows BM of a tile (and of the A box) of configuration ``cfg``: 64 * CONSUMERS (both
+    consumer warpgroups on one tile), or 64 * WG_M with PINGPONG (each consumer on tiles of its own)."""
+    return 64 * (cfg.get("WG_M", 1) if cfg.get("PINGPONG") else cfg["CONSUMERS"])
+
+
 def shared_bytes(cfg: dict, t: str) -> int:
     """Dynamic shared memory of std.matmul_sm90 (the formula stated in the .kc file): the stages'
     A and B tiles (each BK elements of 128 bytes a row) and two mbarriers a stage."""
-    bm = 64 * cfg["CONSUMERS"]
-    return cfg["STAGES"] * (bm + cfg["BN"]) * 128 + 16 * cfg["STAGES"]
+    return cfg["STAGES"] * (tile_m(cfg) + cfg["BN"]) * 128 + 16 * cfg["STAGES"]
 
 
 def choose(M: int, N: int, K: int, sms: int = Device.multiprocessor_count) -> dict:
@@ -52,9 +66,9 @@ def choose(M: int, N: int, K: int, sms: int = Device.multiprocessor_count) -> di
     M <= 64."""
     for name in CHOICES:
         cfg = CONFIGS[name]
-        if M <= 64 and cfg["CONSUMERS"] > 1:
+        if M <= 64 and tile_m(cfg) > 64:
             continue  # a second consumer would multiply rows of zeros
-        tiles = -(-M // (64 * cfg["CONSUMERS"])) * -(-N // cfg["BN"])
+        tiles = -(-M // tile_m(cfg)) * -(-N // cfg["BN"])
         if tiles >= 0.8 * sms:
             return dict(cfg)
     return dict(CONFIGS[CHOICES[-1]])
@@ -67,7 +81,7 @@ def choose_split(M: int, N: int, K: int, cfg: dict, bk: int, sms: int = Device.m
     --configs): shares of 32 k-steps or more pay for the fix-up (M = 16, bf16: N = K = 4096 24 TFLOP/s
     with 64x64 tiles in 2 shares against 22 unsplit; K = 14336 34 against 29), shorter ones do not
     (FP8 at K = 4096, 32 k-steps of 128: 33 in 2 shares against 38), nor does M = 128 (128 tiles)."""
-    tiles = -(-M // (64 * cfg["CONSUMERS"])) * -(-N // cfg["BN"])
+    tiles = -(-M // tile_m(cfg)) * -(-N // cfg["BN"])
     if 2 * tiles > sms:
         return 1
     return max(1, min(4, sms // tiles, -(-K // bk) // 32))
@@ -138,8 +152,9 @@ def prepare(mod: Any, a: Any, b: Any, out: Any, *, b_kmajor: bool = True, scale_
     whose f32 partial products the kernel adds up itself (in share order: deterministic) before the
     epilogue and the store, through a workspace kept per device (:func:`_split_workspace`; launches
     on several streams at once must not split); not with ``block``; None (default):
-    :func:`choose_split`, 1 with ``block``. numpy arrays run on the CPU target's emulation (``mod``
-    compiled with ``target_options={"emulate_wgmma": True}``).
+    :func:`choose_split`, 1 with ``block``; a configuration with CLUSTER_M > 1 takes no split
+    (ValueError) and rounds the grid down to whole clusters. numpy arrays run on the CPU target's
+    emulation (``mod`` compiled with ``target_options={"emulate_wgmma": True}``; no clusters there).
 
     ``fuse``: None, or (FUSE, GLU), std.epilogue's fused row-wise epilogues (with ``epilogue``, whose
     x, y and s they read; no scales, no ``block``): FUSE 1, a gated activation GLU ('epilogue.silu_and_mul',
@@ -163,14 +178,21 @@ def prepare(mod: Any, a: Any, b: Any, out: Any, *, b_kmajor: bool = True, scale_
     sms = sms or (_common.device_of(mod, a).multiprocessor_count if arrays.is_torch_tensor(a) else 8)
     cfg = dict(config) if config is not None else choose(M, 2 * N if gated else N, K, sms)
     bk = BK[t]
-    bm = 64 * cfg["CONSUMERS"]
+    bm = tile_m(cfg)
+    cm = cfg.get("CLUSTER_M", 1)
     ta = cached_tensor_map(a, (bm, bk))
-    if gated:
+    if gated:  # cooperative, without clusters (the kernel's FUSE rule)
         tb = cached_tensor_map(b.reshape(2, N, K), (1, cfg["BN"] // 2, bk))
     else:
-        tb = cached_tensor_map(b, (cfg["BN"], bk) if b_kmajor else (bk, 64))
+        # clusters: each block of a cluster loads its 1 / CLUSTER_M of the B tile (multicast to all)
+        tb = cached_tensor_map(b, (cfg["BN"] // cm, bk) if b_kmajor else (bk, 64))
     tiles = -(-M // bm) * -(-N // (cfg["BN"] // 2 if gated else cfg["BN"]))
     grid = max(1, min(tiles, sms))
+    if cm > 1:  # whole clusters, each on CLUSTER_M tiles of a column at once
+        grid = max(cm, min(-(-M // (bm * cm)) * -(-N // cfg["BN"]) * cm, sms // cm * cm))
+        if split_k not in (None, 1):
+            raise ValueError("matmul_sm90.run: clusters (CLUSTER_M > 1) do not split K")
+        split_k = 1
     if split_k is None:
         split_k = choose_split(M, 2 * N if gated else N, K, cfg, bk, sms) \
             if block is None and (fuse is None or gated) else 1
@@ -182,7 +204,7 @@ def prepare(mod: Any, a: Any, b: Any, out: Any, *, b_kmajor: bool = True, scale_
     if split_k > 1:
         if block is not None:
             raise ValueError("matmul_sm90.run: split-K does not take a block epilogue")
-        ws, counts = _split_workspace(a, tiles * 128 * cfg["CONSUMERS"], split_k * cfg["BN"] // 2)
+        ws, counts = _split_workspace(a, tiles * 2 * bm, split_k * cfg["BN"] // 2)  # a slot a thread of a tile
         tiles *= split_k
         grid = max(1, min(tiles, sms))
         params["SPLIT_K"] = int(split_k)
@@ -295,24 +317,31 @@ import std.epilogue as kc_std_epilogue
 kernel matmul_sm90_epilogue[T: type, OUT: type, BK: i32, BN: i32, CONSUMERS: i32, STAGES: i32, GROUP_M: i32,
                             SCALE: i32, ALIGNED: bool, B_KMAJOR: bool, X: type, Y: type,
                             EPI: fn(acc: f32, row: i32, col: i32, ld: i32, x: ptr<X>, y: ptr<Y>, s: f32) -> f32,
-                            SPLIT_K: i32 = 1](
+                            SPLIT_K: i32 = 1, PINGPONG: bool = false, WG_M: i32 = 1, CLUSTER_M: i32 = 1](
         ta: tensor_map, tb: tensor_map, c: ptr<OUT>, M: i32, N: i32, K: i32, ldc: i32, sa: ptr<f32>,
         sb: ptr<f32>, x: ptr<X>, y: ptr<Y>, s: f32, ws: ptr<f32>, counts: ptr<u32>) {
     launch_bounds(128 * (CONSUMERS + 1), 1);
+    comptime if CLUSTER_M > 1 {
+        cluster_dims(CLUSTER_M);
+    }
     kc_std_matmul_sm90.gemm_sm90[T, OUT, BK, BN, CONSUMERS, STAGES, GROUP_M, SCALE, ALIGNED, B_KMAJOR, SPLIT_K, X, Y,
-                                 EPI, OUT, 0, kc_std_epilogue.block_identity](
+                                 EPI, OUT, 0, kc_std_epilogue.block_identity, PINGPONG, WG_M, CLUSTER_M](
         ta, tb, c, M, N, K, ldc, sa, sb, x, y, s, c, ws, counts);
 }
 kernel matmul_sm90_block_epilogue[T: type, OUT: type, BK: i32, BN: i32, CONSUMERS: i32, STAGES: i32, GROUP_M: i32,
                                   SCALE: i32, ALIGNED: bool, B_KMAJOR: bool, X: type, Y: type,
                                   EPI: fn(acc: f32, row: i32, col: i32, ld: i32, x: ptr<X>, y: ptr<Y>, s: f32) -> f32,
-                                  Z: type, BLOCK: i32, BEPI: fn](
+                                  Z: type, BLOCK: i32, BEPI: fn, PINGPONG: bool = false, WG_M: i32 = 1,
+                                  CLUSTER_M: i32 = 1](
         ta: tensor_map, tb: tensor_map, c: ptr<OUT>, M: i32, N: i32, K: i32, ldc: i32, sa: ptr<f32>,
         sb: ptr<f32>, x: ptr<X>, y: ptr<Y>, s: f32, z: ptr<Z>) {
     launch_bounds(128 * (CONSUMERS + 1), 1);
+    comptime if CLUSTER_M > 1 {
+        cluster_dims(CLUSTER_M);
+    }
     kc_std_matmul_sm90.gemm_sm90[T, OUT, BK, BN, CONSUMERS, STAGES, GROUP_M, SCALE, ALIGNED, B_KMAJOR, 1, X, Y, EPI,
-                                 Z, BLOCK, BEPI](ta, tb, c, M, N, K, ldc, sa, sb, x, y, s, z, sa,
-                                                 bitcast[ptr<u32>](sb));
+                                 Z, BLOCK, BEPI, PINGPONG, WG_M, CLUSTER_M](
+        ta, tb, c, M, N, K, ldc, sa, sb, x, y, s, z, sa, bitcast[ptr<u32>](sb));
 }
 """
 
@@ -490,4 +519,4 @@ def scaled_matmul_cpu(a: Any, b: Any, scale_a: Any, scale_b: Any, *, out_dtype: 
 
 __all__ = ["BK", "CHOICES", "CONFIGS", "PLANS", "choose", "choose_split", "epilogue_module", "operand_b",
            "plan_key", "prepare", "reason_not", "remember", "run", "scaled_matmul", "scaled_matmul_cpu",
-           "shared_bytes"]
+           "shared_bytes", "tile_m"]

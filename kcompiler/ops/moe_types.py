@@ -127,20 +127,21 @@ class MoERouting:
 
     T tokens each choose ``top_k`` experts; assignment ``a = t * top_k + j`` is token t's j-th choice.
 
-    Attributes:
-        topk_ids: i32 ``(T, top_k)``, the experts chosen (distinct within a row).
-        topk_weights: f32 ``(T, top_k)``, their weights in the output sum.
-        sorted_ids: i32 ``(P,)``: the assignments grouped by expert, each expert's run padded to a
-            multiple of ``block_m`` with the sentinel ``T * top_k`` (no row); P is an upper bound,
-            ``T * top_k + E * (block_m - 1)`` rounded up to ``block_m``, and slots past the last
-            tile hold the sentinel.
-        tile_expert: i32 ``(P // block_m,)``: the expert of each tile of ``block_m`` slots; -1 past
-            the tiles in use.
-        num_tiles: i32 ``(1,)``: the tiles in use (on the device: the GEMMs read it there, so the
-            host never waits for the routing).
-        block_m: the rows of a GEMM tile the layout is padded for.
-        top_k: choices a token.
-        num_experts: E.
+    Attributes (fields):
+
+    - ``topk_ids``: i32 ``(T, top_k)``, the experts chosen (distinct within a row).
+    - ``topk_weights``: f32 ``(T, top_k)``, their weights in the output sum.
+    - ``sorted_ids``: i32 ``(P,)``: the assignments grouped by expert, each expert's run padded to a
+      multiple of ``block_m`` with the sentinel ``T * top_k`` (no row); P is an upper bound,
+      ``T * top_k + E * (block_m - 1)`` rounded up to ``block_m``, and slots past the last tile hold
+      the sentinel.
+    - ``tile_expert``: i32 ``(P // block_m,)``: the expert of each tile of ``block_m`` slots; -1 past
+      the tiles in use.
+    - ``num_tiles``: i32 ``(1,)``: the tiles in use (on the device: the GEMMs read it there, so the
+      host never waits for the routing).
+    - ``block_m``: the rows of a GEMM tile the layout is padded for.
+    - ``top_k``: choices a token.
+    - ``num_experts``: E.
     """
 
     topk_ids: Any

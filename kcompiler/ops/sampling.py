@@ -9,11 +9,18 @@ import numpy as np
 
 from ..runtime import arrays
 from . import _common
-from ._common import empty_like, target_for
+from ._common import data_ptr, empty_like, target_for
 
 #: Threads a block (a row). Fixed, never chosen by target: the order of every sum, hence the sampled
 #: token, depends on it, and the CPU target and a GPU must give the same token.
 SAMPLING_THREADS = 1024
+
+#: (VEC, U) by input dtype: each thread owns runs of VEC contiguous elements (16 bytes: one wide load
+#: where the rows are 16-byte aligned) and a loop iteration loads U of them before using any (see
+#: stdlib/sampling.kc). VEC fixes the order of the sums, hence the tokens, the same on every target; U
+#: changes only the loads. (1, 1) is the scalar path (the kernels' first version): the benchmark
+#: swaps this table to time it.
+SAMPLING_LOADS = {"f32": (4, 2), "f16": (8, 2), "bf16": (8, 2)}  # U: H100 2026-11-27, bench_sampling.py
 
 
 def _rows(x: Any, fn: str, kinds: tuple = ("f32", "f16", "bf16")) -> tuple[Any, int, int]:
@@ -32,6 +39,9 @@ def _row_param(v: Any, like: Any, rows: int, dtype: str, name: str, fn: str) -> 
     """Per-row parameter ``v`` (a scalar, or an array of ``rows``) as a contiguous 1-D array of ``dtype``
     ('f32' or 'i32') of ``like``'s kind (numpy, or torch on its device)."""
     np_dtype = np.float32 if dtype == "f32" else np.int32
+    if isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool):
+        # a scalar: a cached device array (no host-to-device copy a call)
+        return _common.const_fill(v, rows, like, dtype)
     if arrays.is_torch_tensor(like):
         import torch  # deferred: torch is optional
         tdt = torch.float32 if dtype == "f32" else torch.int32
@@ -53,14 +63,60 @@ def _u32_pair(v: int, name: str, fn: str) -> tuple[np.uint32, np.uint32]:
         raise ValueError(f"{fn}: {name} must be in [0, 2^64), not {v}")
     return np.uint32(v & 0xFFFFFFFF), np.uint32(v >> 32)
 
+#: When :func:`sample` splits each row over several blocks (std.sampling's ``sample_split``: a block a
+#: chunk of ``chunk`` elements reads it for its maximum and weight sum, the row's last block finishes;
+#: one launch): batches of at most ``max_rows`` rows with a vocabulary of at least 2 * ``chunk``. A
+#: choice by (batch, vocabulary) only, never by target; the tokens differ from the unsplit kernel's for
+#: the same seed. ``max_rows`` 0: never (until the H100 benchmark says where it pays).
+SAMPLING_SPLIT = {"max_rows": 0, "chunk": 8192}
+
+
+def split_chunks(rows: int, vocab: int) -> int:
+    """How many blocks :func:`sample` gives a row of ``vocab`` in a batch of ``rows`` (1: unsplit), by
+    :data:`SAMPLING_SPLIT`; the chunk length is a multiple of 16 elements."""
+    chunk = -(-int(SAMPLING_SPLIT["chunk"]) // 16) * 16
+    if rows > min(int(SAMPLING_SPLIT["max_rows"]), 65535) or vocab < 2 * chunk:  # grid.y <= 65535
+        return 1
+    return -(-vocab // chunk)
+
+
+def kernel_params(dtype: str, ld: int, address: int = 0) -> dict:
+    """std.sampling's THREADS, VEC, U and ALIGNED for rows of scalar type ``dtype`` ('f32', 'f16' or
+    'bf16') with row stride ``ld`` elements, the first at device address ``address`` (0: a host array,
+    copied to aligned device memory or read in place by the CPU target): VEC and U from
+    :data:`SAMPLING_LOADS` by dtype (never by target), ALIGNED when every row starts 16-byte aligned
+    (address and ld * element size multiples of 16: a GPU's wide load needs it; it changes no bits,
+    only whether a vector is one load or VEC)."""
+    vec, unroll = SAMPLING_LOADS[dtype]
+    size = {"f32": 4, "f16": 2, "bf16": 2}[dtype]
+    aligned = vec > 1 and vec * size <= 16 and (ld * size) % 16 == 0 and address % 16 == 0
+    return dict(THREADS=SAMPLING_THREADS, VEC=vec, U=unroll, ALIGNED=aligned)
+
+
+def _loads(src: Any, x2: Any, ld: int) -> dict:
+    return kernel_params(src.name, ld, data_ptr(x2))
+
+
+def _zeros_i32(like: Any, n: int) -> Any:
+    """n int32 zeros of ``like``'s kind (torch: filled on its device)."""
+    if arrays.is_torch_tensor(like):
+        import torch  # deferred: torch is optional
+        return torch.zeros(n, dtype=torch.int32, device=like.device)
+    return np.zeros(n, np.int32)
+
 
 def _row_view(x: Any, rows: int, vocab: int) -> tuple[Any, int]:
-    """``x`` as an array the kernel indexes by row * ld + i, and ld (rows need not be packed)."""
+    """``x`` as an array the kernel indexes by row * ld + i, and ld (rows need not be packed: a torch
+    view with unit stride along the vocabulary is passed as the 1-D span from its first element to its
+    last, which the launcher takes as contiguous; its address may then be misaligned)."""
     x2 = x.reshape(rows, vocab) if len(tuple(x.shape)) == 1 else x
     if arrays.is_torch_tensor(x2):
-        if x2.stride(-1) != 1:
+        if x2.stride(-1) != 1 or x2.stride(0) < 0:
             x2 = x2.contiguous()
-        return x2, int(x2.stride(0))
+        ld = int(x2.stride(0)) if rows > 1 else vocab
+        if not x2.is_contiguous():
+            x2 = x2.as_strided(((rows - 1) * ld + vocab,), (1,))
+        return x2, ld
     x2 = np.ascontiguousarray(x2)
     return x2, vocab
 
@@ -95,7 +151,20 @@ def sample(logits: Any = None, *, probs: Any = None, temperature: Any = 1.0, top
     philox4x32_10(counter=(offset_lo, offset_hi, b, r // 4), key=(seed_lo, seed_hi)), u = (x & 0xFFFFFF)
     * 2^-24; ``seed`` and ``offset`` are integers in [0, 2^64) (advance ``offset`` each step). The same
     (seed, offset, inputs) give the same tokens on the CPU target and a GPU (every sum is a fixed
-    sequence of f32 operations, :data:`SAMPLING_THREADS` threads a row on every target).
+    sequence of f32 operations, :data:`SAMPLING_THREADS` threads a row and :data:`SAMPLING_LOADS`'s
+    runs on every target).
+
+    Memory: every pass streams the row in runs of 16 bytes (4 f32 or 8 bf16/f16 elements a thread,
+    several runs loaded before any is used; one wide load a run where the rows are 16-byte aligned),
+    so a single block, all that works at batch 1, keeps enough bytes in flight. A torch view with unit
+    stride along the vocabulary is read in place.
+
+    Split rows (:data:`SAMPLING_SPLIT`, :func:`split_chunks`: small batches, large vocabularies; off
+    by default): still one launch, grid (chunks, batch). Each block reads its chunk twice (maximum, then
+    weight sum); the row's last block to finish picks a chunk by the chunk sums and reads that chunk
+    once more for the token (temperature only: 2 passes over V spread over the chunks' blocks, plus
+    one chunk); rows with top-k / top-p / min-p then run the rounds above in that one block (the
+    maximum is known: the rounds' passes remain, each over the whole row by one block).
     Raises TypeError / ValueError for other dtypes or shapes, or both or neither of logits and probs."""
     if (logits is None) == (probs is None):
         raise ValueError("sample: give exactly one of logits and probs")
@@ -109,10 +178,20 @@ def sample(logits: Any = None, *, probs: Any = None, temperature: Any = 1.0, top
     s_lo, s_hi = _u32_pair(seed, "seed", "sample")
     o_lo, o_hi = _u32_pair(offset, "offset", "sample")
     x2, ld = _row_view(x, rows, vocab)
-    if rows:
+    chunks = split_chunks(rows, vocab)
+    if rows and chunks > 1:
+        mod = _common.stdlib_module("sampling", target_for(x, target))
+        cl = -(-int(SAMPLING_SPLIT["chunk"]) // 16) * 16
+        part_m, part_s = empty_like(x, (rows * chunks,), "f32"), empty_like(x, (rows * chunks,), "f32")
+        part_i = empty_like(x, (rows * chunks,), "i32")
+        arrive = _zeros_i32(x, rows)
+        mod.sample_split[(chunks, rows), SAMPLING_THREADS](
+            x2, out, *params, vocab, ld, s_lo, s_hi, o_lo, o_hi, cl, part_m, part_i, part_s, arrive, T=src.name,
+            PROBS=logits is None, **_loads(src, x2, ld))
+    elif rows:
         mod = _common.stdlib_module("sampling", target_for(x, target))
         mod.sample[rows, SAMPLING_THREADS](x2, out, *params, vocab, ld, s_lo, s_hi, o_lo, o_hi, T=src.name,
-                                            PROBS=logits is None, THREADS=SAMPLING_THREADS)
+                                            PROBS=logits is None, **_loads(src, x2, ld))
     return out.reshape(()) if one_row else out
 
 
@@ -126,7 +205,7 @@ def softmax(logits: Any, temperature: Any = 1.0, *, target: str = "auto") -> Any
     x2, ld = _row_view(logits, rows, vocab)
     if rows:
         mod = _common.stdlib_module("sampling", target_for(logits, target))
-        mod.softmax[rows, SAMPLING_THREADS](x2, out, temp, vocab, ld, T=src.name, THREADS=SAMPLING_THREADS)
+        mod.softmax[rows, SAMPLING_THREADS](x2, out, temp, vocab, ld, T=src.name, **_loads(src, x2, ld))
     return out
 
 
@@ -142,8 +221,7 @@ def top_k_mask_logits(logits: Any, top_k: Any, *, target: str = "auto") -> Any:
     x2, ld = _row_view(logits, rows, vocab)
     if rows:
         mod = _common.stdlib_module("sampling", target_for(logits, target))
-        mod.top_k_mask_logits[rows, SAMPLING_THREADS](x2, out, k, vocab, ld, T=src.name,
-                                                      THREADS=SAMPLING_THREADS)
+        mod.top_k_mask_logits[rows, SAMPLING_THREADS](x2, out, k, vocab, ld, T=src.name, **_loads(src, x2, ld))
     return out
 
 
@@ -159,9 +237,8 @@ def top_p_renorm_probs(probs: Any, top_p: Any, *, target: str = "auto") -> Any:
     x2, ld = _row_view(probs, rows, vocab)
     if rows:
         mod = _common.stdlib_module("sampling", target_for(probs, target))
-        mod.top_p_renorm_probs[rows, SAMPLING_THREADS](x2, out, p, vocab, ld, T=src.name,
-                                                       THREADS=SAMPLING_THREADS)
+        mod.top_p_renorm_probs[rows, SAMPLING_THREADS](x2, out, p, vocab, ld, T=src.name, **_loads(src, x2, ld))
     return out
 
 
-__all__ = ["SAMPLING_THREADS", "sample", "softmax", "top_k_mask_logits", "top_p_renorm_probs"]
+__all__ = ["SAMPLING_LOADS", "SAMPLING_SPLIT", "SAMPLING_THREADS", "kernel_params", "split_chunks", "sample", "softmax", "top_k_mask_logits", "top_p_renorm_probs"]

@@ -168,22 +168,25 @@ def _tune(t: Any) -> bool | None:
 def _define() -> None:
     """Define the operators (torch.library.custom_op) and their fake implementations."""
     import torch  # deferred: torch is optional
-    from torch import Tensor
 
     lib = NAMESPACE
-    Dtype = Optional[torch.dtype]
 
     def op(name: str) -> Callable:
         # the schema is given: this module's annotations are strings (from __future__ import annotations)
         return torch.library.custom_op(f"{lib}::{name}", mutates_args=(), schema=_SCHEMAS[name])
 
-    # the functions (kcompiler.ops.attention is the function, which shadows its module)
-    from .attention import attention as attention_fn
-    from .cast import cast as cast_fn
-    from .decode import merge_states as merge_states_fn, paged_decode as paged_decode_fn
+    _define_matmul(torch, op)
+    _define_attention(torch, op)
+    _define_conversions(torch, op)
+
+
+def _define_matmul(torch: Any, op: Callable) -> None:
+    """kcompiler::matmul and kcompiler::scaled_matmul."""
+    from torch import Tensor
+
     from .matmul import BLOCK_EPILOGUES, Epilogue, matmul as matmul_fn, scaled_matmul as scaled_matmul_fn
-    from .mla import mla_decode as mla_decode_fn
-    from .mx import mx_quantize as mx_quantize_fn
+
+    Dtype = Optional[torch.dtype]
 
     @op("matmul")
     def matmul_op(a: Tensor, b: Tensor, epilogue: Optional[str], x: Optional[Tensor], y: Optional[Tensor],
@@ -215,6 +218,18 @@ def _define() -> None:
     @scaled_matmul_op.register_fake
     def _(a, b, scale_a, scale_b, out_dtype):
         return a.new_empty((a.shape[0], b.shape[1]), dtype=out_dtype or torch.bfloat16)
+
+
+def _define_attention(torch: Any, op: Callable) -> None:
+    """kcompiler::attention, paged_decode, merge_states and mla_decode."""
+    from torch import Tensor
+
+    # the functions (kcompiler.ops.attention is the function, which shadows its module)
+    from .attention import attention as attention_fn
+    from .decode import merge_states as merge_states_fn, paged_decode as paged_decode_fn
+    from .mla import mla_decode as mla_decode_fn
+
+    Dtype = Optional[torch.dtype]
 
     @op("attention")
     def attention_op(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: Optional[float],
@@ -269,6 +284,14 @@ def _define() -> None:
         B, H, D = q_nope.shape
         return q_nope.new_empty((B, H, D)), q_nope.new_empty((B, H), dtype=torch.float32)
 
+
+def _define_conversions(torch: Any, op: Callable) -> None:
+    """kcompiler::cast and kcompiler::mx_quantize."""
+    from torch import Tensor
+
+    from .cast import cast as cast_fn
+    from .mx import mx_quantize as mx_quantize_fn
+
     @op("cast")
     def cast_op(x: Tensor, dtype: torch.dtype, saturate: bool) -> Tensor:
         return cast_fn(x, dtype, saturate=saturate, target=_target(x))
@@ -289,7 +312,6 @@ def _define() -> None:
         torch._check(fmt in _MX_CODES, lambda: f"kcompiler::mx_quantize: no torch dtype for {fmt} codes")
         codes = torch.empty_like(x, dtype=getattr(torch, _MX_CODES[fmt]), memory_format=torch.contiguous_format)
         return codes, x.new_empty((*x.shape[:-1], x.shape[-1] // 32), dtype=torch.float8_e8m0fnu)
-
 
 def _host(t: Any) -> Any:
     """A torch CPU tensor as a numpy array of its kernel type (ml_dtypes for bf16 and FP8), no copy."""

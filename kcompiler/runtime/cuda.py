@@ -600,75 +600,12 @@ def _generate_launcher(dev: CudaDevice, h: CudaKernelHandle, artifact: Artifact,
     if n:
         lines.append(f"    {''.join(f'a{i}, ' for i in range(n))}= args")
     values = []
-    torch = sys.modules.get("torch")
-    cupy = sys.modules.get("cupy")
     for i, (p, x) in enumerate(zip(params, args)):
-        t = p.type
-        a = f"a{i}"
-        if isinstance(t, PointerType):
-            tx = type(x)
-            env[f"T{i}"] = tx
-            if torch is not None and isinstance(x, torch.Tensor):
-                if not x.is_cuda or x.device.index != dev.ordinal:
-                    return None
-                env[f"D{i}"] = x.dtype
-                # get_device(): -1 on the host, else the CUDA device's index (one call, both checks)
-                lines.append(f"    if type({a}) is not T{i} or {a}.dtype is not D{i} or "
-                             f"{a}.get_device() != {dev.ordinal} or not {a}.is_contiguous(): "
-                             f"raise ArgMismatch")
-                values.append(f"{a}.data_ptr()")
-            elif cupy is not None and isinstance(x, cupy.ndarray):
-                env[f"D{i}"] = x.dtype
-                lines.append(f"    if type({a}) is not T{i} or {a}.dtype != D{i} or not "
-                             f"{a}.flags.c_contiguous: raise ArgMismatch")
-                values.append(f"{a}.data.ptr")
-            elif arrays.is_kc_array(x):  # kc.to_device arrays: their pointer, on this device only
-                if x.device is not dev:
-                    return None
-                env[f"D{i}"] = x.dtype
-                lines.append(f"    if type({a}) is not T{i} or {a}.dtype != D{i} or {a}.device is not dev "
-                             f"or not {a}.is_c_contiguous: raise ArgMismatch")
-                values.append(f"{a}.ptr")
-            elif hasattr(x, "__cuda_array_interface__"):
-                env[f"D{i}"] = x.__cuda_array_interface__["typestr"]  # as spelt at the first call
-                lines.append(f"    if type({a}) is not T{i}: raise ArgMismatch")
-                values.append(f"_cai_ptr({a}, D{i})")
-            else:
-                return None  # numpy and host tensors are copied: the general path
-        elif isinstance(t, TensorMapType):
-            env[f"T{i}"] = type(x)
-            lines.append(f"    if type({a}) is not T{i} or {a}.kind != 'cuda': raise ArgMismatch")
-            values.append(f"{a}.raw")
-        elif isinstance(t, ScalarType) and t.name in _STRUCT:
-            # The Python types accepted: the language's natural ones, plus the numpy scalar type of
-            # this first call (np.float32(alpha) is common); struct packs numpy scalars as numbers.
-            tx = type(x)
-            if t.is_bool:
-                ok = {bool, np.bool_}
-            elif t.is_int:
-                ok = {int} | ({tx} if issubclass(tx, np.integer) else set())
-            else:
-                ok = {int, float} | ({tx} if issubclass(tx, (np.integer, np.floating)) else set())
-            env[f"S{i}"] = frozenset(ok)
-            cond = f"type({a}) is not int" if ok == {int} else f"type({a}) not in S{i}"
-            if t.is_int:
-                lo, hi = arrays.scalar_range(t)
-                cond += f" or not {lo} <= {a} <= {hi}"
-            elif t.name in ("f16", "bf16", "f32"):
-                # out-of-range floats take the general path, which explains the refusal
-                big = {"f16": 65504.0, "bf16": 3.3895313892515355e38, "f32": 3.4028234663852886e38}
-                cond += f" or abs({a}) > {big[t.name]!r}"
-            lines.append(f"    if {cond}: raise ArgMismatch")
-            if t.name == "bf16":
-                values.append(f"_bf16_bits({a})")
-            elif t.is_bool:
-                values.append(f"bool({a})")
-            elif t.is_float:
-                values.append(f"float({a})")
-            else:
-                values.append(f"int({a})" if len(ok) > 1 else a)
-        else:
-            return None
+        got = _launcher_arg(dev, i, p.type, x, env)
+        if got is None:
+            return None  # the general path
+        lines.append(got[0])
+        values.append(got[1])
     # One buffer: the launch configuration, then the parameter slots (8 bytes each). The
     # configuration is packed again only when it differs from the last launch's.
     cfg = struct.Struct("=" + cuda_driver.LAUNCH_CONFIG)
@@ -702,6 +639,84 @@ def _generate_launcher(dev: CudaDevice, h: CudaKernelHandle, artifact: Artifact,
     fn = env["launch"]
     fn.source = src  # for debugging: print(kernel.last_launcher.source)
     return fn
+
+
+def _launcher_arg(dev: CudaDevice, i: int, t: Any, x: Any, env: dict[str, Any]) -> tuple[str, str] | None:
+    """The launcher's check of argument ``i`` (parameter type ``t``; ``x`` its value at this first
+    call) and the expression of its parameter slot, as (line, value); what the check needs goes into
+    ``env``. None where this argument takes the general path."""
+    a = f"a{i}"
+    if isinstance(t, PointerType):
+        return _launcher_pointer(dev, i, x, env)
+    if isinstance(t, TensorMapType):
+        env[f"T{i}"] = type(x)
+        return f"    if type({a}) is not T{i} or {a}.kind != 'cuda': raise ArgMismatch", f"{a}.raw"
+    if isinstance(t, ScalarType) and t.name in _STRUCT:
+        return _launcher_scalar(i, t, x, env)
+    return None
+
+
+def _launcher_pointer(dev: CudaDevice, i: int, x: Any, env: dict[str, Any]) -> tuple[str, str] | None:
+    """:func:`_launcher_arg` of a pointer: a torch, CuPy, kc.to_device or CUDA-array-interface array
+    on this device (numpy and host tensors are copied: the general path)."""
+    a = f"a{i}"
+    torch = sys.modules.get("torch")
+    cupy = sys.modules.get("cupy")
+    env[f"T{i}"] = type(x)
+    if torch is not None and isinstance(x, torch.Tensor):
+        if not x.is_cuda or x.device.index != dev.ordinal:
+            return None
+        env[f"D{i}"] = x.dtype
+        # get_device(): -1 on the host, else the CUDA device's index (one call, both checks)
+        return (f"    if type({a}) is not T{i} or {a}.dtype is not D{i} or "
+                f"{a}.get_device() != {dev.ordinal} or not {a}.is_contiguous(): "
+                f"raise ArgMismatch"), f"{a}.data_ptr()"
+    if cupy is not None and isinstance(x, cupy.ndarray):
+        env[f"D{i}"] = x.dtype
+        return (f"    if type({a}) is not T{i} or {a}.dtype != D{i} or not "
+                f"{a}.flags.c_contiguous: raise ArgMismatch"), f"{a}.data.ptr"
+    if arrays.is_kc_array(x):  # kc.to_device arrays: their pointer, on this device only
+        if x.device is not dev:
+            return None
+        env[f"D{i}"] = x.dtype
+        return (f"    if type({a}) is not T{i} or {a}.dtype != D{i} or {a}.device is not dev "
+                f"or not {a}.is_c_contiguous: raise ArgMismatch"), f"{a}.ptr"
+    if hasattr(x, "__cuda_array_interface__"):
+        env[f"D{i}"] = x.__cuda_array_interface__["typestr"]  # as spelt at the first call
+        return f"    if type({a}) is not T{i}: raise ArgMismatch", f"_cai_ptr({a}, D{i})"
+    return None
+
+
+def _launcher_scalar(i: int, t: ScalarType, x: Any, env: dict[str, Any]) -> tuple[str, str]:
+    """:func:`_launcher_arg` of a scalar. The Python types accepted: the language's natural ones,
+    plus the numpy scalar type of this first call (np.float32(alpha) is common); struct packs numpy
+    scalars as numbers."""
+    a = f"a{i}"
+    tx = type(x)
+    if t.is_bool:
+        ok = {bool, np.bool_}
+    elif t.is_int:
+        ok = {int} | ({tx} if issubclass(tx, np.integer) else set())
+    else:
+        ok = {int, float} | ({tx} if issubclass(tx, (np.integer, np.floating)) else set())
+    env[f"S{i}"] = frozenset(ok)
+    cond = f"type({a}) is not int" if ok == {int} else f"type({a}) not in S{i}"
+    if t.is_int:
+        lo, hi = arrays.scalar_range(t)
+        cond += f" or not {lo} <= {a} <= {hi}"
+    elif t.name in ("f16", "bf16", "f32"):
+        # out-of-range floats take the general path, which explains the refusal
+        big = {"f16": 65504.0, "bf16": 3.3895313892515355e38, "f32": 3.4028234663852886e38}
+        cond += f" or abs({a}) > {big[t.name]!r}"
+    if t.name == "bf16":
+        value = f"_bf16_bits({a})"
+    elif t.is_bool:
+        value = f"bool({a})"
+    elif t.is_float:
+        value = f"float({a})"
+    else:
+        value = f"int({a})" if len(ok) > 1 else a
+    return f"    if {cond}: raise ArgMismatch", value
 
 
 def _cai_pointer(x: Any, typestr: str) -> int:

@@ -13,7 +13,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import kcompiler.backends  # noqa: F401 (installs the provider of the backends' builtins)
 from kcompiler.frontend.builtins import FUNCTIONS
+from kcompiler.ir import builtin_surface
 
 from .. import builtin_matrix as M
 from ..conftest import _full_sweeps
@@ -36,7 +38,10 @@ def outcomes():
 
 
 def test_every_builtin_is_in_the_matrix():
-    missing = set(FUNCTIONS) - M.covered_builtins() - M.UNTYPED
+    """The language's builtins and every backend's (wgmma, mfma...)."""
+    vendor = set(builtin_surface.builtins())
+    assert {"wgmma", "mma_sync", "mfma"} <= vendor
+    missing = (set(FUNCTIONS) | vendor) - M.covered_builtins() - M.UNTYPED
     assert not missing, f"add these builtins to tests/builtin_matrix.py (or to UNTYPED): {sorted(missing)}"
 
 

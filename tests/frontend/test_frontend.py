@@ -589,8 +589,7 @@ def test_every_declared_builtin_has_exactly_one_registered_handler():
     from kcompiler.frontend.builtin_registry import REGISTRY
 
     assert set(REGISTRY.handlers) == set(B.FUNCTIONS)
-    assert REGISTRY.handler("mfma").__module__ == "kcompiler.frontend.mfma"
-    assert REGISTRY.handler("wgmma").__module__ == "kcompiler.frontend.hopper"
+    assert REGISTRY.handler("launch_bounds").__module__ == "kcompiler.frontend.builtins_kernel"
     assert REGISTRY.handler("atomic_cas").__module__ == "kcompiler.frontend.builtins_atomic"
 
 
@@ -606,14 +605,14 @@ def test_registering_an_undeclared_or_taken_builtin_name_is_refused():
 
 
 def test_the_lowering_helpers_do_not_import_lowering_py():
-    """values.py, the builtin handlers, the vendor builtins and fn_params.py get the lowering object as
+    """values.py, the builtin handlers, the backends' builtins' adapter and fn_params.py get the lowering object as
     an argument: importing them (in a fresh interpreter) loads neither lowering.py nor fn_lowering.py."""
     import subprocess
     import sys
 
     mods = ["values", "builtin_registry", "builtins_math", "builtins_convert", "builtins_memory",
             "builtins_atomic", "builtins_sync", "builtins_warp", "builtins_hostcall", "builtins_printf",
-            "builtins_comptime", "hopper", "mfma", "warp_matrix", "fn_params", "lower_stmts", "lower_exprs"]
+            "builtins_comptime", "builtins_kernel", "builtins_surface", "fn_params", "lower_stmts", "lower_exprs"]
     code = ("import sys\n" + "".join(f"import kcompiler.frontend.{m}\n" for m in mods) +
             "print(sorted(m for m in sys.modules if m in ('kcompiler.frontend.lowering', "
             "'kcompiler.frontend.fn_lowering')))")

@@ -356,7 +356,7 @@ GPU_KERNELS = [
     ("attention_prefill", dict(T="f16", D=128, CAUSAL=True, VARLEN=True, ALIGNED=True, **ops.ATTENTION_TILES[128])),
     ("paged_decode", dict(T="bf16", KT="bf16", OUT="f32", D=128, G=8, PAGE=16, SPLIT=True, TC=True)),
     ("paged_decode", dict(T="bf16", KT="bf16", OUT="f32", D=128, G=4, PAGE=16, SPLIT=True, TC=True, RING=True,
-                          **{k: v for k, v in ops.DECODE_TC_TILES.items() if k != "RING"})),
+                          **{k: v for k, v in ops.decode_tc_tiles(4).items() if k not in ("RING", "MIN_WAVES")})),
     ("mla_decode", dict(T="bf16", OUT="f32", D=512, DR=64, G=16, PAGE=64, SPLIT=True, TC=True)),
     ("paged_decode", dict(T="bf16", KT="f8e4m3", OUT="f32", D=128, G=8, PAGE=64, SPLIT=True,
                           L=ops.decode_lanes(128, 1, rows=8), STAGES=3)),

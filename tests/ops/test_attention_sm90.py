@@ -108,6 +108,14 @@ def emulated():
     return kc.compile_file(stdlib_dir() / "attention_sm90.kc", target="cpu", target_options={"emulate_wgmma": True})
 
 
+@pytest.fixture(autouse=True)
+def fresh_plans(monkeypatch):
+    """Each test starts with no prepared Hopper-path call (ops.attention's PLANS): one made on the
+    emulated module must not serve another test's call."""
+    from collections import OrderedDict
+    monkeypatch.setattr(ops_attention, "PLANS", OrderedDict())
+
+
 # (B, Sq, Sk, H, HK, D, causal, layout): odd lengths, Sq != Sk both ways (the causal diagonal off the
 # corner, rows that see no key), more than one tile of keys and of queries, GQA 2:1, both layouts
 EMU_SHAPES = [(2, 37, 53, 2, 1, 64, False, "bshd"), (1, 150, 131, 2, 2, 64, True, "bhsd"),
@@ -148,6 +156,68 @@ def test_prefill_sm90_tiles_emulated(monkeypatch, emulated, tiles):
     out, lse = ops.attention(q, k, v, causal=True, return_lse=True, path="sm90", tiles=tiles, target="cpu")
     ref, ref_lse = reference(q, k, v, True, 64 ** -0.5)
     check(out, lse, ref, ref_lse, v, "bf16")
+
+
+# (tiles, (B, Sq, Sk, H, HK, D, causal)): the block shapes of benchmarks/bench_attention_variants.py
+# (CONSUMERS 1 to 3: 64 to 192 query rows a block; BLOCKS_PER_SM 2: the registers shared out for two
+# resident blocks), each with more than one block of queries and more than STAGES tiles of keys
+VARIANTS = [(dict(CONSUMERS=3), (1, 211, 150, 2, 1, 64, False)),
+            (dict(CONSUMERS=3, BN=64, OVERLAP=True), (1, 200, 133, 2, 2, 64, True)),
+            (dict(BN=64, BLOCKS_PER_SM=2), (1, 150, 290, 2, 1, 64, True)),
+            (dict(CONSUMERS=1, BLOCKS_PER_SM=2, OVERLAP=True), (1, 77, 290, 2, 1, 64, True)),
+            (dict(CONSUMERS=3, BN=64), (1, 200, 100, 1, 1, 128, True))]
+
+
+@pytest.mark.parametrize("tiles,shape", VARIANTS, ids=lambda x: "-".join(f"{k}{int(v)}" for k, v in x.items())
+                         if isinstance(x, dict) else "x".join(map(str, x[:6])) + ("-causal" if x[6] else "-full"))
+def test_prefill_sm90_variants_emulated(monkeypatch, emulated, tiles, shape):
+    """The block shapes other than the default's two consumer warpgroups (one to three consumers, two
+    blocks a multiprocessor) on the emulation: BM = 64 * CONSUMERS rows a block, the consumers' count
+    on the empty barriers, causal with Sq != Sk, GQA."""
+    from kcompiler import ops
+
+    from .test_attention import check, qkv, reference
+    B, Sq, Sk, H, HK, D, causal = shape
+    monkeypatch.setattr(ops_attention, "_attention_sm90_module", lambda target: emulated)
+    q, k, v = qkv(B, Sq, Sk, H, HK, D, "bf16")
+    out, lse = ops.attention(q, k, v, causal=causal, return_lse=True, path="sm90", tiles=tiles, target="cpu")
+    ref, ref_lse = reference(q, k, v, causal, D ** -0.5)
+    check(out, lse, ref, ref_lse, v, "bf16")
+
+
+def test_prefill_sm90_plans_emulated(monkeypatch, emulated):
+    """A repeated call takes the prepared launch (ops.attention's PLANS): no shape checks the second
+    time, the same result; a non-contiguous q, a new default in ATTENTION_SM90_TILES and other
+    tiles are not served by it."""
+    from kcompiler import ops
+
+    from .test_attention import check, qkv, reference
+    monkeypatch.setattr(ops_attention, "_attention_sm90_module", lambda target: emulated)
+    q, k, v = qkv(1, 20, 33, 2, 1, 64, "bf16")
+    first, lse1 = ops.attention(q, k, v, causal=True, return_lse=True, path="sm90", target="cpu")
+    assert len(ops_attention.PLANS) == 1
+    checks = []
+    real = ops_attention._prefill_shapes
+    monkeypatch.setattr(ops_attention, "_prefill_shapes", lambda *a: checks.append(1) or real(*a))
+    again, lse2 = ops.attention(q, k, v, causal=True, return_lse=True, path="sm90", target="cpu")
+    assert not checks and again is not first
+    np.testing.assert_array_equal(again, first)
+    np.testing.assert_array_equal(lse2, lse1)
+    # a non-contiguous q (same shape): the plan declines, the checks run, the result is right
+    qs = np.asfortranarray(q)
+    out = ops.attention(qs, k, v, causal=True, path="sm90", target="cpu")
+    assert checks
+    np.testing.assert_array_equal(out, first)
+    # new defaults and explicit tiles: new plans
+    monkeypatch.setitem(ops_attention.ATTENTION_SM90_TILES, (64, True), dict(BN=64, STAGES=3, OVERLAP=False,
+                                                                              PINGPONG=False))
+    checks.clear()
+    out, lse = ops.attention(q, k, v, causal=True, return_lse=True, path="sm90", target="cpu")
+    assert checks and len(ops_attention.PLANS) == 2
+    ref, ref_lse = reference(q, k, v, True, 64 ** -0.5)
+    check(out, lse, ref, ref_lse, v, "bf16")
+    ops.attention(q, k, v, causal=True, path="sm90", tiles=dict(CONSUMERS=1), target="cpu")
+    assert len(ops_attention.PLANS) == 3
 
 
 def test_prefill_sm90_varlen_emulated(monkeypatch, emulated):
@@ -196,6 +266,54 @@ def test_prefill_sm90_ptx(D, overlap, pingpong):
         assert spill <= (16 if causal and overlap and D == 128 else 0), log
 
 
+#: (tiles, D, spill stores in bytes causal / not): the block shapes of bench_attention_variants.py's
+#: SM90_VARIANTS as ptxas reported them when they were added (sm_90a, approx_ftz), none with a
+#: serialised wgmma
+PTX_VARIANTS = [(dict(CONSUMERS=3, OVERLAP=False), 64, (64, 0)), (dict(CONSUMERS=3, BN=64, OVERLAP=True), 64, (0, 0)),
+                (dict(BN=64, BLOCKS_PER_SM=2, OVERLAP=False), 64, (20, 0)),
+                (dict(CONSUMERS=1, BLOCKS_PER_SM=2, OVERLAP=True), 64, (0, 0)),
+                (dict(CONSUMERS=3, BN=64), 128, (0, 0)), (dict(CONSUMERS=3, BN=64, OVERLAP=True), 128, (4, 0)),
+                (dict(CONSUMERS=1, BLOCKS_PER_SM=2, BN=64), 128, (0, 0)),
+                (dict(CONSUMERS=1, BLOCKS_PER_SM=2, BN=64, OVERLAP=True), 128, (0, 0))]
+
+
+@needs_ptxas
+@pytest.mark.slow(sample=3)
+@pytest.mark.parametrize("tiles,D,spills", PTX_VARIANTS, ids=lambda x: "-".join(
+    f"{k}{int(v)}" for k, v in x.items()) if isinstance(x, dict) else str(x))
+def test_prefill_sm90_variants_ptx(tiles, D, spills):
+    """The variants' PTX assembles for sm_90a: block of 128 (CONSUMERS + 1) threads, the registers
+    shared out for BLOCKS_PER_SM blocks (setmaxnreg), no serialised wgmma, spills within the bounds
+    measured when they were added (benchmarks/bench_attention_variants.py prints them)."""
+    from kcompiler.backends.nvptx.target import NvptxTarget
+    from kcompiler.frontend.program import stdlib_dir
+    from kcompiler.pipeline import emit_file
+    c, n = tiles.get("CONSUMERS", 2), tiles.get("BLOCKS_PER_SM", 1)
+    r = 65536 // (128 * (c + 1) * n) // 8 * 8
+    for causal, bound in zip((True, False), spills):
+        ptx = emit_file(stdlib_dir() / "attention_sm90.kc", "asm", NvptxTarget("sm_90a", approx_ftz=True),
+                        kernel="attention_prefill_sm90", comptime=dict(T="bf16", D=D, CAUSAL=causal, **tiles))
+        assert f".maxntid {128 * (c + 1)}" in ptx and f".minnctapersm {n}" in ptx
+        assert f"setmaxnreg.inc.sync.aligned.u32 {min(r + (r - 24) // c, 256) // 8 * 8};" in ptx
+        log = ptxas(ptx, "sm_90a", verbose=True)
+        assert "C7514" not in log and "serialized" not in log, log
+        assert f"Used {r} registers" in log, log
+        spill = int(log.split(" bytes spill stores")[0].rsplit(None, 1)[-1])
+        assert spill <= bound, log
+
+
+def test_prefill_sm90_variant_errors():
+    """Block shapes the kernel does not have are a located compile error, not a bad launch."""
+    from kcompiler.backends.nvptx.target import NvptxTarget
+    from kcompiler.frontend.program import stdlib_dir
+    from kcompiler.pipeline import emit_file
+    for bad in (dict(CONSUMERS=4), dict(CONSUMERS=3, BLOCKS_PER_SM=2), dict(BLOCKS_PER_SM=3)):
+        with pytest.raises(kc.CompileError, match="CONSUMERS 1 to 3") as e:
+            emit_file(stdlib_dir() / "attention_sm90.kc", "asm", NvptxTarget("sm_90a"),
+                      kernel="attention_prefill_sm90", comptime=dict(T="bf16", D=64, **bad))
+        assert "attention_sm90.kc:" in str(e.value)
+
+
 # --- on the GPU: against torch's SDPA in float64 ---------------------------------------------------------
 
 GPU_SHAPES = [("bf16", (3, 301, 517, 8, 2), "bshd"), ("f16", (2, 1000, 1000, 4, 4), "bhsd"),
@@ -226,8 +344,11 @@ def test_prefill_sm90_gpu(D, causal):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("tiles", [dict(OVERLAP=True), dict(OVERLAP=True, PINGPONG=True), dict(BN=64, STAGES=3),
-                                   dict(BN=192, STAGES=2, OVERLAP=True, PINGPONG=True)],
-                         ids=["overlap", "pingpong", "bn64-3stages", "bn192-pingpong"])
+                                   dict(BN=192, STAGES=2, OVERLAP=True, PINGPONG=True), dict(CONSUMERS=3, BN=64),
+                                   dict(CONSUMERS=3, BN=64, OVERLAP=True), dict(BN=64, BLOCKS_PER_SM=2),
+                                   dict(CONSUMERS=1, BLOCKS_PER_SM=2, OVERLAP=True), dict(BN=192, STAGES=2)],
+                         ids=["overlap", "pingpong", "bn64-3stages", "bn192-pingpong", "3consumers-bn64",
+                              "3consumers-bn64-overlap", "bn64-2blocks", "1consumer-2blocks-overlap", "bn192"])
 def test_prefill_sm90_tiles_gpu(tiles):
     """The other tile choices the benchmark times, on the GPU (D 128 and 64, causal)."""
     import torch
@@ -240,6 +361,32 @@ def test_prefill_sm90_tiles_gpu(tiles):
         k, v = (torch.randn(2, 1234, 2, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
         out, lse = ops.attention(q, k, v, causal=True, return_lse=True, path="sm90", tiles=tiles)
         ref, ref_lse = sdpa64(q, k, v, True, D ** -0.5)
+        check(out.cpu().float().numpy(), lse.cpu().numpy(), ref.cpu().numpy(), ref_lse.cpu().numpy(),
+              v.cpu().float().numpy(), "bf16")
+
+
+@pytest.mark.gpu
+def test_prefill_sm90_plans_gpu():
+    """A repeated call (ops.attention's PLANS) on the GPU: the same result, and right on other tensors
+    of the same shape (new addresses: new tensor maps), on a side stream too."""
+    import torch
+
+    from kcompiler import ops
+
+    from .test_attention import check, sdpa64
+    ops_attention.PLANS.clear()
+    for _ in range(2):
+        q = torch.randn(2, 333, 4, 64, device="cuda", dtype=torch.bfloat16)
+        k, v = (torch.randn(2, 400, 2, 64, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        first = ops.attention(q, k, v, causal=True, path="sm90")
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            out, lse = ops.attention(q, k, v, causal=True, return_lse=True, path="sm90")
+        torch.cuda.current_stream().wait_stream(s)
+        assert len(ops_attention.PLANS) == 1
+        assert torch.equal(out, first)
+        ref, ref_lse = sdpa64(q, k, v, True, 64 ** -0.5)
         check(out.cpu().float().numpy(), lse.cpu().numpy(), ref.cpu().numpy(), ref_lse.cpu().numpy(),
               v.cpu().float().numpy(), "bf16")
 

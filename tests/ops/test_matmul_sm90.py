@@ -39,12 +39,19 @@ SM90_KERNELS = [
     dict(T="bf16", OUT="bf16", BK=64, BN=128, CONSUMERS=1, STAGES=8, GROUP_M=1),
     dict(T="f8e4m3", OUT="bf16", BK=128, BN=256, CONSUMERS=2, STAGES=4, SCALE=1),
     dict(T="f8e5m2", OUT="f16", BK=128, BN=256, CONSUMERS=2, STAGES=4, SCALE=2),
+    dict(T="bf16", OUT="bf16", BK=64, BN=256, CONSUMERS=2, STAGES=5, GROUP_M=16, PINGPONG=True),
+    dict(T="f8e4m3", OUT="bf16", BK=128, BN=128, CONSUMERS=2, STAGES=6, SCALE=1, PINGPONG=True, WG_M=2, SPLIT_K=2),
+    dict(T="bf16", OUT="bf16", BK=64, BN=256, CONSUMERS=2, STAGES=4, CLUSTER_M=2),
+    dict(T="bf16", OUT="f32", BK=64, BN=128, CONSUMERS=2, STAGES=6, PINGPONG=True, WG_M=2, CLUSTER_M=2, B_KMAJOR=False),
+    dict(T="f8e4m3", OUT="bf16", BK=128, BN=256, CONSUMERS=2, STAGES=4, SCALE=2, CLUSTER_M=2),
 ]
 
 
 @needs_ptxas
 @pytest.mark.parametrize("params", SM90_KERNELS, ids=lambda p: f"{p['T']}-{p['OUT']}-{p['BN']}x{p['CONSUMERS']}-"
-                                                             f"{'kn' if p.get('B_KMAJOR') is False else 'nk'}")
+                                                             f"{'kn' if p.get('B_KMAJOR') is False else 'nk'}"
+                                                             f"{'-pp' if p.get('PINGPONG') else ''}"
+                                                             f"{'-c2' if p.get('CLUSTER_M') else ''}")
 def test_matmul_sm90_assembles(params, tmp_path):
     """std.matmul_sm90 assembles for sm_90a with no spills and no serialised wgmma (ptxas warns
     C7510-C7520 when it has to fence wgmma for register reasons), with setmaxnreg honoured; an
@@ -52,6 +59,12 @@ def test_matmul_sm90_assembles(params, tmp_path):
     ptx = emit_file(stdlib_dir() / "matmul_sm90.kc", "asm", "nvptx", "sm_90a", kernel="matmul_sm90", comptime=params)
     k = 16 if params["T"] in ("bf16", "f16") else 32
     assert f"wgmma.mma_async.sync.aligned.m64n{params['BN']}k{k}.f32" in ptx
+    # 4 wgmmas a k-step (BK / K: 32 bytes each of a 128-byte row), for each of WG_M m64 row blocks (ping-pong)
+    assert ptx.count("wgmma.mma_async") == 4 * params.get("WG_M", 1)
+    # clusters: launched in pairs, B's halves multicast, stages released in both blocks of the pair
+    cluster = params.get("CLUSTER_M", 1) == 2
+    assert (".reqnctapercluster 2, 1, 1" in ptx) == cluster and ("multicast::cluster" in ptx) == cluster
+    assert ("mapa.shared::cluster" in ptx) == cluster and ("barrier.cluster.wait" in ptx) == cluster
     if k == 16:
         assert (", p, 1, 1, 0, 1;" in ptx) == (params.get("B_KMAJOR") is False)
     assert "cp.async.bulk.tensor.2d" in ptx and "mbarrier.try_wait.parity" in ptx
@@ -67,6 +80,16 @@ def test_matmul_sm90_epilogue_assembles(tmp_path):
                     comptime=dict(T="bf16", OUT="bf16", X="bf16", EPI="epilogue.bias_relu"))
     log = ptxas(ptx, verbose=True)
     assert " 0 bytes spill stores" in log and "C75" not in log, log
+
+
+def test_clusters_refused_on_the_cpu_target():
+    """CLUSTER_M = 2 needs thread-block clusters, which the CPU target does not emulate: a located
+    error there (its tests run CLUSTER_M = 1; the H100 runs the pairs, test_every_config)."""
+    from kcompiler.backends import get_target
+    with pytest.raises(CompileError, match="CLUSTER_M is 1, or 2") as ei:
+        emit_file(stdlib_dir() / "matmul_sm90.kc", "llvm", get_target("cpu", emulate_wgmma=True), kernel="matmul_sm90",
+                  comptime=dict(T="bf16", CLUSTER_M=2))
+    assert "matmul_sm90.kc:" in str(ei.value)
 
 
 def test_config_choice():
@@ -147,6 +170,38 @@ def test_host_launch_matches_kernel(monkeypatch, epilogue):
     assert [str(p.type) for p in art.params][:3] == ["tensor_map", "tensor_map", "ptr<f32>"]
 
 
+def test_host_launch_clusters(monkeypatch):
+    """Clusters of 2 along M: the grid whole pairs (rounded down to the blocks given), each block's B
+    box half the tile's rows, no split-K (a located ValueError for one asked for)."""
+    import kcompiler as kc
+    import ml_dtypes
+    import numpy as np
+
+    from kcompiler.ops import matmul_sm90
+    from kcompiler.runtime.tensormap import TensorMap
+
+    boxes = []
+
+    def fake_map(x, box):
+        boxes.append(tuple(box))
+        return TensorMap(bytes(128), 0, "bf16", x.shape, box, 128, None)
+    monkeypatch.setattr(matmul_sm90, "cached_tensor_map", fake_map)
+    M, N, K = 300, 520, 264  # 3 rows of 128-row tiles: 2 pairs, one of them half past M; 3 columns
+    a = np.zeros((M, K), ml_dtypes.bfloat16)
+    b = np.zeros((N, K), ml_dtypes.bfloat16)
+    out = np.zeros((M, N), np.float32)
+    mod = _CheckedLaunches(kc.compile_file(stdlib_dir() / "matmul_sm90.kc", target="nvptx", arch="sm_90a"))
+    cfg = matmul_sm90.CONFIGS["c2x128x256"]
+    for sms, grid in ((132, 12), (7, 6)):
+        boxes.clear()
+        matmul_sm90.run(mod, a, b, out, config=cfg, sms=sms)
+        (_, (g, block), shared, params, _), = mod.launches[-1:]
+        assert g == grid and block == 384 and params["CLUSTER_M"] == 2 and params.get("SPLIT_K", 1) == 1
+        assert boxes == [(128, 64), (128, 64)]  # A: 128 rows; B: 128 of the tile's 256
+    with pytest.raises(ValueError, match="clusters"):
+        matmul_sm90.run(mod, a, b, out, config=cfg, split_k=2)
+
+
 # --- on the CPU target's emulation of wgmma, TMA and mbarriers (backends/cpu/hopper.py) ------------------
 
 _EMU: dict = {}
@@ -221,6 +276,34 @@ def test_emulated_split_k(split_k, out_t):
     b = rng.standard_normal((N, K)).astype(ml_dtypes.bfloat16)
     out = np.full((M, N), np.nan, {"f32": np.float32, "bf16": ml_dtypes.bfloat16}[out_t])
     matmul_sm90.run(_emulated(), a, b, out, config=matmul_sm90.CONFIGS["64x128"], sms=3, split_k=split_k)
+    a64, b64 = a.astype(np.float64), b.astype(np.float64).T
+    _check64(out, a64 @ b64, K, np.abs(a64) @ np.abs(b64))
+
+
+PINGPONG_CASES = [  # (M, N, K), config, B K-major, split-K, blocks
+    ((70, 264, 200), "pp64x256", True, 3, 3),  # 2 x 2 tiles in 3 shares: 4 units a block, 2 a consumer
+    ((200, 136, 136), "pp128x128", False, 1, 2),  # WG_M = 2 (two m64 wgmmas a k-slice), N-major B
+]
+
+
+@pytest.mark.parametrize("shape, config, b_kmajor, split_k, sms", PINGPONG_CASES,
+                         ids=[f"{c[1]}-{'nk' if c[2] else 'kn'}-split{c[3]}" for c in PINGPONG_CASES])
+def test_emulated_pingpong(shape, config, b_kmajor, split_k, sms):
+    """Ping-pong (PINGPONG): the block's units alternate between its two consumer warpgroups, each
+    skipping the other's k-steps in the one stage ring (a wrong count there, or a wrong arrival
+    count on the empty barriers, hangs or reads another unit's stage), on odd sizes, with split-K's
+    fix-up and an N-major B; against numpy in float64."""
+    import ml_dtypes
+    import numpy as np
+
+    from kcompiler.ops import matmul_sm90
+    M, N, K = shape
+    rng = np.random.default_rng()
+    a = rng.standard_normal((M, K)).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((N, K)).astype(ml_dtypes.bfloat16)
+    out = np.full((M, N), np.nan, np.float32)
+    matmul_sm90.run(_emulated(), a, b if b_kmajor else np.ascontiguousarray(b.T), out, b_kmajor=b_kmajor,
+                    config=matmul_sm90.CONFIGS[config], sms=sms, split_k=split_k)
     a64, b64 = a.astype(np.float64), b.astype(np.float64).T
     _check64(out, a64 @ b64, K, np.abs(a64) @ np.abs(b64))
 
@@ -466,7 +549,8 @@ def test_ops_matmul_hopper(shape, dtype, out_dtype, b_kmajor):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("config", ["128x256", "128x128", "64x128", "64x64", "64x128/4"])
+@pytest.mark.parametrize("config", ["128x256", "128x128", "64x128", "64x64", "64x128/4", "pp64x256", "pp128x128",
+                                    "pp64x256/3", "c2x128x256", "c2pp128x128"])
 @pytest.mark.parametrize("b_kmajor", [True, False])
 def test_every_config(config, b_kmajor):
     import torch
@@ -485,6 +569,31 @@ def test_every_config(config, b_kmajor):
                     config=matmul_sm90.CONFIGS[name], split_k=int(split or 1))
     torch.cuda.synchronize()
     _reference_check(out, a, b.T if b_kmajor else b)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("config", ["128x256", "pp64x256", "pp128x128", "c2x128x256", "c2pp128x128"])
+@pytest.mark.parametrize("per_row", [False, True])
+def test_fp8_variants(config, per_row):
+    """FP8 (e4m3, BK = 128) through each variant (ping-pong, clusters) on an odd shape, scaled per tensor
+    or per row / column, against torch in float64; 3 row-tiles of 128 leave the second pair of a
+    cluster half past M."""
+    import torch
+
+    from kcompiler.ops import matmul_sm90
+    from kcompiler.ops._common import stdlib_module
+    _sm90(torch)
+    M, N, K = 333, 1000, 528
+    a = (torch.randn(M, K, device="cuda") * 2).to(torch.float8_e4m3fn)
+    w = (torch.randn(N, K, device="cuda") * 2).to(torch.float8_e4m3fn)
+    sa = torch.rand(M if per_row else 1, device="cuda") + 0.5
+    sb = torch.rand(N if per_row else 1, device="cuda") + 0.5
+    out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+    matmul_sm90.run(stdlib_module("matmul_sm90", "cuda"), a, w, out, scale_a=sa, scale_b=sb,
+                    scale=2 if per_row else 1, config=matmul_sm90.CONFIGS[config], split_k=1)
+    torch.cuda.synchronize()
+    scale = sa.double()[:, None] * sb.double()[None, :] if per_row else sa.double() * sb.double()
+    _reference_check(out, a.float(), w.float().T, fp8=True, scale=scale)
 
 
 @pytest.mark.gpu

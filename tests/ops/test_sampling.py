@@ -171,7 +171,7 @@ def test_same_tokens_with_nvptx_contraction():
     out = np.empty(rows, np.int32)
     mod.sample[rows, S.SAMPLING_THREADS](logits, out, temp, k, p, mp, vocab, vocab, np.uint32(11), np.uint32(0),
                                          np.uint32(4), np.uint32(0), T="f32", PROBS=False,
-                                         THREADS=S.SAMPLING_THREADS)
+                                         **S.kernel_params("f32", vocab))
     np.testing.assert_array_equal(out, S.sample(logits, temperature=temp, top_k=k, top_p=p, min_p=mp, seed=11,
                                                 offset=4, target="cpu"))
 
@@ -240,12 +240,17 @@ def test_bad_input_is_a_python_error():
 def test_kernels_assemble_for_sm90():
     from kcompiler.pipeline import emit_file
     for name, params in (("sample", dict(T="bf16", PROBS=False)), ("sample", dict(T="f32", PROBS=True)),
+                         ("sample", dict(T="f32", PROBS=False, VEC=1, U=1)),
+                         ("sample_split", dict(T="bf16", PROBS=False)),
                          ("softmax", dict(T="f16")), ("top_k_mask_logits", dict(T="bf16")),
                          ("top_p_renorm_probs", dict(T="f32"))):
+        params = {**S.kernel_params(params["T"], 1024), **params}    # the host's VEC, U, ALIGNED
         ptx = emit_file(stdlib_dir() / "sampling.kc", "asm", "nvptx", "sm_90a", kernel=name, comptime=params)
         log = ptxas(ptx, verbose=True)
         regs = int(re.search(r"Used (\d+) registers", log).group(1))
         assert ".maxntid 1024" in ptx and regs <= 64, (name, log)  # 1024 threads fit the 64K registers
+        # one 16-byte load a run where the rows are aligned (none on the scalar path)
+        assert (re.search(r"ld\.global(\.nc)?\.v4\.(b32|f32|u32)", ptx) is not None) == (params["VEC"] > 1), name
 
 
 def test_torch_tensors_in_int32_tensor_out():

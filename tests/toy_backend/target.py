@@ -17,6 +17,13 @@ class ToyTarget(CpuTarget):
         self.arch = arch
         self.features = self.features | ARCHS[arch]
 
+    def lowers_intrinsic(self, intrinsic) -> bool:
+        """Its own intrinsics (``toy.*``, by their LLVM lowering) and the CPU target's emulations."""
+        return (intrinsic.backend == self.name and self.has(intrinsic.feature)) or super().lowers_intrinsic(intrinsic)
+
+    def intrinsic_lowering(self, intrinsic) -> str:
+        return intrinsic.lower if intrinsic.backend == self.name else super().intrinsic_lowering(intrinsic)
+
 
 class ToyDevice(CpuDevice):
     """The CPU emulator, running the toy's kernels."""

@@ -29,7 +29,7 @@ BACKEND = Backend(
     archs={arch: features for arch, (_, features) in ARCHS.items()}, default_arch="gfx942",
     detect_arch=detect_arch, device="kcompiler.runtime.hip:HipDevice",
     binary_kind="hsaco", binary_suffixes=(".hsaco", ".co"), asm_kind="AMDGCN assembly", asm_suffixes=(".s",),
-    intrinsics="kcompiler.backends.amdgcn.intrinsics",
+    intrinsics="kcompiler.backends.amdgcn.intrinsics", builtins="kcompiler.backends.amdgcn.builtins:BUILTINS",
 )
 
 #: Names re-exported from the modules that load llvmlite, imported at first use.

@@ -38,7 +38,7 @@ BACKEND = Backend(
     archs=ARCHS, default_arch="sm_90", detect_arch=detect_arch,
     device="kcompiler.runtime.cuda:CudaDevice",
     binary_kind="cubin", binary_suffixes=(".cubin",), asm_kind="PTX", asm_suffixes=(".ptx",),
-    intrinsics="kcompiler.backends.nvptx.intrinsics",
+    intrinsics="kcompiler.backends.nvptx.intrinsics", builtins="kcompiler.backends.nvptx.builtins:BUILTINS",
 )
 
 __all__ = ["ARCHS", "BACKEND", "detect_arch"]

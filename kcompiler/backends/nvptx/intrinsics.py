@@ -19,13 +19,18 @@ nvptx.tma.load                     tma_load      tma              dst, map, bar,
 nvptx.mbarrier.*                   mbarrier_*    mbarrier         bar: ptr<u64, shared>, [u32]
 nvptx.setmaxnreg                   setmaxnreg_*  setmaxnreg       (none); n, increase
 nvptx.fence.proxy_async            fence_pro...  tma              (none)
+nvptx.cluster.ctarank              cluster_ct... cluster          (none) -> u32
+nvptx.cluster.arrive / wait        cluster_a...  cluster          (none)
+nvptx.mbarrier.arrive_cluster      mbarrier_...  cluster          bar: ptr<u64, shared>, rank: u32
+nvptx.tma.load_multicast           tma_load_...  cluster          dst, map, bar, mask: u16, c0, ... (1 to 5)
 =================================  ============  ===============  =========================================
 """
 from __future__ import annotations
 
-from ...ir.core import Op
+from ...ir.core import Op, Value
 from ...ir.intrinsics import Intrinsic, bits, count_attr, pointer, register_intrinsics, require, result_type
-from ...ir.types import BF16, BOOL, F16, F32, F8E4M3, F8E5M2, I32, U32, U64, AddressSpace, ScalarType, VectorType
+from ...ir.types import (BF16, BOOL, F16, F32, F8E4M3, F8E5M2, I32, U16, U32, U64, AddressSpace, ScalarType,
+                         VectorType)
 
 #: Shapes of ``nvptx.mma.sync`` (PTX ``mma.sync.aligned.<shape>.row.col.f32.<a>.<b>.f32``).
 MMA_SHAPES = ("m16n8k16", "m16n8k32")
@@ -115,15 +120,38 @@ def _t_wgmma_desc(op: Op) -> None:
     require(result_type(op) == U64, f"wgmma_desc gives u64, not {result_type(op)}")
 
 
+def _t_tma_operands(op: Op, name: str, dst: Value, m: Value, bar: Value, coords: list[Value]) -> None:
+    require(1 <= len(coords) <= 5, f"{name} with {len(coords)} coordinates (1 to 5)")
+    d = pointer(dst, "destination")
+    require(d.space == AddressSpace.SHARED, f"{name} into {d} (needs a shared pointer)")
+    require(str(m.type) == "tensor_map", f"{name} map of type {m.type} (needs tensor_map)")
+    b = pointer(bar, "mbarrier")
+    require(b.space == AddressSpace.SHARED and b.pointee == U64, f"{name} completing on {b} (needs ptr<u64, shared>)")
+    for c in coords:
+        require(c.type == I32, f"{name} coordinate of type {c.type} (needs i32)")
+
+
 def _t_tma_load(op: Op) -> None:
-    require(3 < len(op.operands) <= 8, f"tma_load with {len(op.operands) - 3} coordinates (1 to 5)")
-    d = pointer(op.operands[0], "destination")
-    require(d.space == AddressSpace.SHARED, f"tma_load into {d} (needs a shared pointer)")
-    require(str(op.operands[1].type) == "tensor_map", f"tma_load map of type {op.operands[1].type} (needs tensor_map)")
-    b = pointer(op.operands[2], "mbarrier")
-    require(b.space == AddressSpace.SHARED and b.pointee == U64, f"tma_load completing on {b} (needs ptr<u64, shared>)")
-    for c in op.operands[3:]:
-        require(c.type == I32, f"tma_load coordinate of type {c.type} (needs i32)")
+    require(len(op.operands) > 3, f"tma_load with {len(op.operands) - 3} coordinates (1 to 5)")
+    _t_tma_operands(op, "tma_load", *op.operands[:3], list(op.operands[3:]))
+
+
+def _t_tma_load_multicast(op: Op) -> None:
+    require(len(op.operands) > 4, f"tma_load_multicast with {len(op.operands) - 4} coordinates (1 to 5)")
+    mask = op.operands[3]
+    require(mask.type == U16, f"tma_load_multicast mask of type {mask.type} (needs u16: a bit a block rank)")
+    _t_tma_operands(op, "tma_load_multicast", *op.operands[:3], list(op.operands[4:]))
+
+
+def _t_cluster(op: Op) -> None:
+    name = op.attrs["intrinsic"]
+    if name == "nvptx.cluster.ctarank":
+        require(result_type(op) == U32, f"cluster_ctarank gives u32, not {result_type(op)}")
+    elif name == "nvptx.mbarrier.arrive_cluster":
+        p = pointer(op.operands[0], "mbarrier")
+        require(p.space == AddressSpace.SHARED and p.pointee == U64,
+                f"mbarrier_arrive_cluster on {p} (needs a ptr<u64, shared>)")
+        require(op.operands[1].type == U32, f"mbarrier_arrive_cluster rank of type {op.operands[1].type} (needs u32)")
 
 
 def _t_setmaxnreg(op: Op) -> None:
@@ -142,13 +170,15 @@ FEATURE_DOCS = {
     "tma": "the TMA copy engine (NVIDIA sm_90)",
     "mbarrier": "mbarriers with transaction counts (NVIDIA sm_90)",
     "setmaxnreg": "setmaxnreg (NVIDIA sm_90a)",
+    "cluster": "thread-block clusters (NVIDIA sm_90)",
 }
 
 
 def _hopper(name: str, builtin: str, feature: str, operands: int | None, **kw) -> Intrinsic:
+    # clusters have no CPU emulation (the CPU target lacks the feature: the frontend refuses them there)
+    emulate = None if feature == "cluster" else f"{_CPU}.hopper:emulate"
     return Intrinsic(name=f"nvptx.{name}", builtin=builtin, feature=feature, operands=operands,
-                     lower=f"{_HERE}.hopper:lower", emulate=f"{_CPU}.hopper:emulate",
-                     needs={feature: FEATURE_DOCS[feature]}, **kw)
+                     lower=f"{_HERE}.hopper:lower", emulate=emulate, needs={feature: FEATURE_DOCS[feature]}, **kw)
 
 
 def _warp(name: str, builtin: str, feature: str, operands: int, function: str, **kw) -> Intrinsic:
@@ -203,6 +233,18 @@ INTRINSICS = (
             doc="the warpgroup's register budget a thread becomes attr n (increase: bool)"),
     _hopper("fence.proxy_async", "fence_proxy_async", "tma", 0,
             doc="order generic-proxy shared-memory accesses before async-proxy ones"),
+    _hopper("cluster.ctarank", "cluster_ctarank", "cluster", 0, result=True, type_rule=_t_cluster,
+            doc="-> u32: the block's rank in its cluster"),
+    _hopper("cluster.arrive", "cluster_arrive", "cluster", 0,
+            doc="arrive on the cluster barrier (release; every thread of the cluster's blocks)"),
+    _hopper("cluster.wait", "cluster_wait", "cluster", 0,
+            doc="wait until every thread of the cluster has arrived (acquire)"),
+    _hopper("mbarrier.arrive_cluster", "mbarrier_arrive_cluster", "cluster", 2, type_rule=_t_cluster,
+            doc="bar: ptr<u64, shared>, rank: u32: one arrival on the mbarrier at bar's offset in block rank "
+                "of the cluster"),
+    _hopper("tma.load_multicast", "tma_load_multicast", "cluster", None, type_rule=_t_tma_load_multicast,
+            doc="dst, map, bar, mask: u16, c0: i32, ...: tma_load's box into dst of every block of the "
+                "cluster whose rank's bit is set in mask, each completing on its bar"),
 )
 
 register_intrinsics(*INTRINSICS)

@@ -134,7 +134,9 @@ class NvptxTarget(Target):
         in place (its uses take the generic address through ``cvta.param``; PTX ISA 8.x, "Kernel
         Function Parameter Attributes"), what TMA reads a CUtensorMap from. The IR function's
         ``max_threads`` / ``min_blocks`` attributes (``launch_bounds``) become ``.maxntid`` and
-        ``.minnctapersm``, which cap the registers a thread gets at entry (setmaxnreg needs that)."""
+        ``.minnctapersm``, which cap the registers a thread gets at entry (setmaxnreg needs that);
+        ``cluster_dims`` (``cluster_dims(x, y, z)``) becomes ``.explicitcluster`` and
+        ``.reqnctapercluster x, y, z`` (launches in clusters of that shape: cluster.py)."""
         ctx.fn.calling_convention = "ptx_kernel"
         for arg, p in zip(ctx.fn.args, ctx.ir_fn.params):
             if isinstance(p.type, TensorMapType):
@@ -145,6 +147,9 @@ class NvptxTarget(Target):
         for key, v in (("nvvm.maxntid", attrs_of.get("max_threads")), ("nvvm.minctasm", attrs_of.get("min_blocks"))):
             if v is not None:
                 set.add(ctx.fn.attributes, f'"{key}"="{int(v)}"')  # a string attribute llvmlite does not list
+        dims = attrs_of.get("cluster_dims")  # cluster_dims(x, y, z): .explicitcluster, .reqnctapercluster x, y, z
+        if dims is not None:
+            set.add(ctx.fn.attributes, '"nvvm.cluster_dim"="{},{},{}"'.format(*(int(d) for d in dims)))
 
     # --- the machine ------------------------------------------------------------------------------
     def _sreg(self, ctx: LoweringContext, name: str) -> ll.Value:

@@ -1,0 +1,184 @@
+"""The Hopper prefill's variants (std.attention_sm90's tiles and block shapes) on the shapes of issue 23,
+beside torch SDPA's flash (FlashAttention-2) and cuDNN backends, all in one process on one GPU.
+
+    python benchmarks/bench_attention_variants.py [--json OUT.json] [--shapes 0,2] [--jobs 16]
+
+For each shape (SHAPES: B, H, S, D, causal; bf16, layout (B, H, S, D)) it prints TFLOP/s (4 B H S^2 D
+operations, half when causal) of SDPA flash, SDPA cuDNN, ops.attention's default on the Hopper path
+(kcompiler.ops.ATTENTION_SM90_TILES) and each variant of SM90_VARIANTS[D], with the ratios to flash
+and cuDNN; every call is first checked against SDPA flash (relative Frobenius error, < 2e-2 to count).
+Times: medians of triton's do_bench (host work included, as a caller sees it). For the default also
+the host's share: microseconds a call spends in Python before returning (the launch is asynchronous)
+and the device time alone from a CUDA graph replay (do_bench_cudagraph); where the first is close to
+the do_bench time, the host bounds the call, not the kernel.
+
+At the end, per (D, causal), the variant with the best geometric mean over that key's shapes and the
+one-line change of ATTENTION_SM90_TILES it suggests. The kernels are compiled first, in --jobs
+processes (the disk cache then serves the timing process), so that one run stays within ~2.5 min.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import multiprocessing
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+#: (B, H, S, D, causal): issue 23's prefill rows and the short and long ends of its grid
+SHAPES = [(16, 16, 1024, 64, False), (8, 16, 2048, 128, True), (4, 32, 4096, 128, False),
+          (4, 32, 4096, 128, True), (1, 32, 512, 128, False), (4, 16, 8192, 64, False)]
+
+#: (name, tiles) timed beside the default, by head dimension. CONSUMERS: consumer warpgroups of 64
+#: query rows (BM = 64 * CONSUMERS; default 2); BLOCKS_PER_SM: blocks a multiprocessor holds, the
+#: registers shared out for them (default 1). Registers and spills (ptxas, sm_90a, causal / not):
+#: tests/ops/test_attention_sm90.py's PTX_VARIANTS.
+SM90_VARIANTS = {
+    64: [("2wg BN128 seq", dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=False)),
+         ("2wg BN128 pingpong", dict(BN=128, STAGES=2, OVERLAP=True, PINGPONG=True)),
+         ("2wg BN192 seq", dict(BN=192, STAGES=2, OVERLAP=False, PINGPONG=False)),
+         ("3wg BN128 seq", dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=False, CONSUMERS=3)),
+         ("3wg BN64 overlap", dict(BN=64, STAGES=2, OVERLAP=True, PINGPONG=False, CONSUMERS=3)),
+         ("2wg BN64 seq x2 blocks", dict(BN=64, STAGES=2, OVERLAP=False, PINGPONG=False, BLOCKS_PER_SM=2)),
+         ("1wg BN128 overlap x2 blocks", dict(BN=128, STAGES=2, OVERLAP=True, PINGPONG=False, CONSUMERS=1,
+                                              BLOCKS_PER_SM=2))],
+    128: [("2wg BN128 seq", dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=False)),
+          ("3wg BN64 seq", dict(BN=64, STAGES=2, OVERLAP=False, PINGPONG=False, CONSUMERS=3)),
+          ("3wg BN64 overlap", dict(BN=64, STAGES=2, OVERLAP=True, PINGPONG=False, CONSUMERS=3)),
+          ("1wg BN64 seq x2 blocks", dict(BN=64, STAGES=2, OVERLAP=False, PINGPONG=False, CONSUMERS=1,
+                                          BLOCKS_PER_SM=2)),
+          ("1wg BN64 overlap x2 blocks", dict(BN=64, STAGES=2, OVERLAP=True, PINGPONG=False, CONSUMERS=1,
+                                              BLOCKS_PER_SM=2))],
+}
+
+
+def _compile(job: tuple) -> str:
+    """Compile one specialisation of std.attention_sm90 for the GPU (in a worker process: the disk
+    cache keeps it for the timing process). Returns what failed, or ''."""
+    D, causal, tiles = job
+    try:
+        from kcompiler.ops import _common
+        from kcompiler.ops.attention import ATTENTION_SM90_TILES
+        t = dict(ATTENTION_SM90_TILES[(D, causal)], **tiles)
+        mod = _common.ftz_module("attention_sm90", "cuda")
+        mod.attention_prefill_sm90.specialize(T="bf16", D=D, CAUSAL=causal, VARLEN=False, **t)
+        return ""
+    except Exception as e:  # noqa: BLE001 - reported; the timing process reports it again
+        return f"{D} {causal} {tiles}: {type(e).__name__}: {str(e)[:200]}"
+
+
+def precompile(shapes: list, jobs: int) -> None:
+    """Every (D, causal, tiles) the run will launch, compiled in ``jobs`` spawned processes."""
+    todo = sorted({(D, c, tuple(sorted(t.items()))) for _, _, _, D, c in shapes
+                   for t in [{}] + [t for _, t in SM90_VARIANTS[D]]}, key=str)
+    t0 = time.perf_counter()
+    with multiprocessing.get_context("spawn").Pool(jobs) as pool:
+        for err in pool.imap_unordered(_compile, [(D, c, dict(t)) for D, c, t in todo]):
+            if err:
+                print(f"  compile failed: {err}", flush=True)
+    print(f"compiled {len(todo)} specialisations in {time.perf_counter() - t0:.0f} s ({jobs} processes)", flush=True)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--json", help="write the results here")
+    p.add_argument("--shapes", help="indices into SHAPES, comma-separated (default: all)")
+    p.add_argument("--jobs", type=int, default=min(16, os.cpu_count() or 1), help="compile processes")
+    args = p.parse_args()
+    shapes = [SHAPES[int(i)] for i in args.shapes.split(",")] if args.shapes else SHAPES
+    precompile(shapes, args.jobs)
+
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from triton.testing import do_bench, do_bench_cudagraph
+
+    from kcompiler import ops
+
+    def bench(fn) -> float:
+        return do_bench(fn, warmup=10, rep=100, return_mode="median")
+
+    def rel(a, b) -> float:
+        return ((a.float() - b.float()).norm() / b.float().norm()).item()
+
+    def host_us(fn, n: int = 30) -> float:
+        """Median microseconds a call takes to return (the host's work; the launch is asynchronous)."""
+        torch.cuda.synchronize()
+        ts = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            fn()
+            ts.append(time.perf_counter() - t0)
+        torch.cuda.synchronize()
+        return sorted(ts)[n // 2] * 1e6
+
+    dev = torch.cuda.get_device_name()
+    results: dict = {"device": dev, "rows": []}
+    scores: dict = {}  # (D, causal) -> name -> [flash / ours ratios]
+    print(f"{dev}; TFLOP/s, x = time of the peer / ours (> 1: we are faster)", flush=True)
+    for B, H, S, D, causal in shapes:
+        q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+        flops = 4 * B * H * S * S * D / (2 if causal else 1)
+        tf = lambda ms: flops / ms / 1e9  # noqa: E731
+        sdpa = lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)  # noqa: E731,B023
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            want = sdpa()
+            t_flash = bench(sdpa)
+        try:
+            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                t_cudnn = bench(sdpa)
+        except RuntimeError as e:
+            print(f"  cuDNN attention unavailable: {str(e)[:120]}")
+            t_cudnn = float("nan")
+        name = f"B{B} H{H} S{S} D{D} {'causal' if causal else 'full'}"
+        print(f"{name}: SDPA flash {tf(t_flash):.0f}, cuDNN {tf(t_cudnn):.0f}", flush=True)
+        row = dict(shape=name, flash_tflops=tf(t_flash), cudnn_tflops=tf(t_cudnn), variants={})
+        for vname, tiles in [("default", None)] + SM90_VARIANTS[D]:
+            def call(tiles=tiles):
+                return ops.attention(q, k, v, causal=causal, layout="bhsd", tiles=tiles, path="sm90")  # noqa: B023
+            try:
+                err = rel(call(), want)
+                t = bench(call)
+            except Exception as e:  # noqa: BLE001 - one failed variant must not end the run
+                print(f"  {vname:28s} FAILED {type(e).__name__}: {str(e)[:200]}", flush=True)
+                continue
+            extra = ""
+            entry = dict(tiles=tiles, ms=t, tflops=tf(t), rel_err=err, vs_flash=t_flash / t, vs_cudnn=t_cudnn / t)
+            if tiles is None:
+                hu = host_us(call)
+                tg = do_bench_cudagraph(call, rep=100, return_mode="median")
+                entry.update(host_us=hu, graph_ms=tg, graph_tflops=tf(tg))
+                extra = f"; host {hu:.0f} us a call, device alone (CUDA graph) {tf(tg):.0f} TFLOP/s ({tg * 1e3:.0f} us)"
+            ok = err < 2e-2
+            print(f"  {vname:28s} {tf(t):5.0f} TFLOP/s ({t * 1e3:7.1f} us) x{t_flash / t:.2f} flash "
+                  f"x{t_cudnn / t:.2f} cuDNN, error {err:.1e}{'' if ok else ' WRONG'}{extra}", flush=True)
+            row["variants"][vname] = entry
+            if ok:
+                scores.setdefault((D, causal), {}).setdefault(vname, []).append(t_flash / t)
+        results["rows"].append(row)
+        del q, k, v, want
+        torch.cuda.empty_cache()
+
+    print("\nBest per (D, causal), geometric mean of x flash over its shapes (variants timed on every shape):")
+    best_tiles = {}
+    for (D, causal), by in sorted(scores.items()):
+        n = max(len(r) for r in by.values())
+        full = {name: math.exp(sum(map(math.log, r)) / len(r)) for name, r in by.items() if len(r) == n}
+        for name, g in sorted(full.items(), key=lambda x: -x[1]):
+            print(f"  D{D} {'causal' if causal else 'full'}: {name:28s} x{g:.2f}")
+        name = max(full, key=full.get)
+        tiles = dict(ops.ATTENTION_SM90_TILES[(D, causal)]) if name == "default" else \
+            dict(dict(SM90_VARIANTS[D])[name])
+        best_tiles[f"{D},{causal}"] = tiles
+        print(f"  -> ATTENTION_SM90_TILES[({D}, {causal})] = dict({', '.join(f'{k}={v}' for k, v in tiles.items())})"
+              f"{'  (unchanged)' if name == 'default' else ''}")
+    results["best_tiles"] = best_tiles
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

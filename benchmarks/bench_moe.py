@@ -1,0 +1,177 @@
+"""kcompiler.ops.moe on a CUDA GPU against torch's reference mixture of experts (a loop over the experts
+with torch.matmul on bf16 weights) and, where it imports, Triton's triton_kernels (matmul_ogs), in one
+run: milliseconds, TFLOP/s, and the rate at which the experts' weights are read as a % of a
+device-to-device copy measured in the same run.
+
+    python benchmarks/bench_moe.py [--quick] [--tokens 1,16,64,512,4096] [--formats bf16,fp8,mxfp4]
+        [--configs 32x2880x2880,128x4096x1536] [--top-k 4] [--reduce atomic|separate] [--gemm auto|simt]
+
+Configs are E x H x I (experts, hidden, intermediate): gpt-oss's 32 x 2880 x 2880 and a 128-expert
+4096 / 1536 layer. --quick: tokens 1, 64, 512 on the first config, formats bf16 and mxfp4 (about a
+minute). Activations bf16, routing softmax then top-k renormalised (the torch reference's).
+
+FLOPs: 6 T top_k H I (the gate/up GEMM 2 T k H 2I, the down GEMM 2 T k I H). Weight bytes: those of the
+experts the routing touches (gate/up and down, scales included), read once; "% copy" compares their
+rate with a torch copy_ of 1 GiB (bytes read + written / time), the HBM rate a memory-bound kernel can
+reach. Timing: CUDA events around 10 calls after 3 warm-up calls, best of 3 (the torch reference
+synchronises with the host inside, so no CUDA graph for any of them). kcompiler's result is checked
+against the torch reference on the same (dequantised) weights first.
+"""
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from kcompiler import ops  # noqa: E402
+from kcompiler.ops.moe_types import ExpertWeights  # noqa: E402
+
+#: E2M1 values of the 16 codes (OCP MX v1.0 §5.3.3).
+E2M1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0]
+
+
+def make_weights(e, n, k, fmt):
+    """(ExpertWeights on the GPU, the same values as bf16 (E, N, K) for the torch reference, bytes)."""
+    if fmt == "mxfp4":
+        packed = torch.randint(0, 256, (e, n, k // 2), dtype=torch.uint8, device="cuda")
+        scales = torch.randint(119, 123, (e, n, k // 32), dtype=torch.uint8, device="cuda")
+        lut = torch.tensor(E2M1, device="cuda")
+        vals = torch.empty(e, n, k, device="cuda", dtype=torch.bfloat16)
+        for i in range(e):  # an expert at a time: the int64 codes of all would be 8 bytes a weight
+            codes = torch.stack((packed[i] & 15, packed[i] >> 4), -1).reshape(n, k).long()
+            vals[i] = lut[codes] * torch.exp2(scales[i].float() - 127).repeat_interleave(32, -1)
+        return ExpertWeights.mxfp4(packed, scales), vals, packed.numel() + scales.numel()
+    w = torch.randn(e, n, k, device="cuda", dtype=torch.bfloat16) * 0.03
+    if fmt == "bf16":
+        return ExpertWeights.bf16(w), w, w.numel() * 2
+    s = (w.float().abs().amax(-1) / 448.0).clamp_min(1e-12)
+    codes = (w.float() / s[..., None]).to(torch.float8_e4m3fn)
+    deq = (codes.float() * s[..., None]).to(torch.bfloat16)
+    return ExpertWeights.fp8(codes, s), deq, codes.numel() + s.numel() * 4
+
+
+def torch_moe(x, logits, wg, wd, top_k):
+    """The reference: softmax, top-k, renormalise; per expert gather, matmul, SwiGLU, matmul, index_add."""
+    t, h = x.shape
+    inter = wg.shape[1] // 2
+    p = torch.softmax(logits.float(), -1)
+    w, ids = torch.topk(p, top_k, -1)
+    w = w / w.sum(-1, keepdim=True)
+    out = torch.zeros(t, h, dtype=torch.float32, device=x.device)
+    for e in range(wg.shape[0]):
+        tok, j = torch.where(ids == e)
+        if tok.numel() == 0:
+            continue
+        gu = x[tok] @ wg[e].T
+        a = F.silu(gu[:, :inter]) * gu[:, inter:]
+        out.index_add_(0, tok, (a @ wd[e].T).float() * w[tok, j, None])
+    return out.to(x.dtype)
+
+
+def triton_kernels_fn(x, logits, wg, wd, top_k):
+    """Triton's triton_kernels MoE (routing + two matmul_ogs, its own fused SwiGLU) on bf16 weights, or
+    the reason it cannot run here."""
+    try:
+        from triton_kernels.matmul_ogs import FnSpecs, FusedActivation, PrecisionConfig, matmul_ogs
+        from triton_kernels.routing import routing
+        from triton_kernels.swiglu import swiglu_fn
+    except ImportError:
+        return None, "not installed"
+    try:
+        w1 = wg.transpose(1, 2).contiguous()   # (E, H, 2 I): its K-major layout
+        w2 = wd.transpose(1, 2).contiguous()
+        act = FusedActivation(FnSpecs("swiglu", swiglu_fn, ("alpha", "limit")), (1.0, None), 2)
+        pc = PrecisionConfig()
+
+        def run():
+            rd, gi, si = routing(logits, top_k, sm_first=False)
+            h = matmul_ogs(x, w1, None, rd, gather_indx=gi, precision_config=pc, fused_activation=act)
+            return matmul_ogs(h, w2, None, rd, scatter_indx=si, precision_config=pc, gammas=rd.gate_scal)
+        run()
+        return run, None
+    except Exception as err:  # noqa: BLE001 - its API moves between versions: report, go on
+        return None, f"failed: {type(err).__name__}: {err}"[:120]
+
+
+def time_ms(fn, reps=10):
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    best = float("inf")
+    for _ in range(3):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(reps):
+            fn()
+        b.record()
+        torch.cuda.synchronize()
+        best = min(best, a.elapsed_time(b) / reps)
+    return best
+
+
+def copy_gbs():
+    src = torch.empty(1 << 29, device="cuda", dtype=torch.int16)   # 1 GiB, far past the L2
+    dst = torch.empty_like(src)
+    return 2 * src.numel() * 2 / time_ms(lambda: dst.copy_(src)) / 1e6
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--tokens", default="1,16,64,512,4096")
+    ap.add_argument("--formats", default="bf16,fp8,mxfp4")
+    ap.add_argument("--configs", default="32x2880x2880,128x4096x1536")
+    ap.add_argument("--top-k", type=int, default=4)
+    ap.add_argument("--reduce", default="atomic", choices=["atomic", "separate"])
+    ap.add_argument("--gemm", default="auto", choices=["auto", "simt", "mma"])
+    args = ap.parse_args()
+    if args.quick:
+        args.tokens, args.formats, args.configs = "1,64,512", "bf16,mxfp4", args.configs.split(",")[0]
+    k = args.top_k
+    torch.manual_seed(0)
+    copy = copy_gbs()
+    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, top_k {k}, reduce {args.reduce}, "
+          f"gemm {args.gemm}; copy {copy:.0f} GB/s (read + write)")
+    for cfg in args.configs.split(","):
+        e, hid, inter = (int(v) for v in cfg.split("x"))
+        print(f"\nE {e}, H {hid}, I {inter}: ms, TFLOP/s, weight GB/s (% of copy)")
+        print(f"{'T':>5} {'format':>6} {'kc ms':>8} {'TFLOP/s':>8} {'GB/s':>7} {'%copy':>6} {'torch ms':>9} "
+              f"{'x torch':>8} {'triton_kernels ms':>18}")
+        weights = {}
+        for fmt in args.formats.split(","):
+            wg, wg_ref, bg = make_weights(e, 2 * inter, hid, fmt)
+            wd, wd_ref, bd = make_weights(e, hid, inter, fmt)
+            weights[fmt] = (wg, wd, wg_ref, wd_ref, (bg + bd) / e)
+        for t in map(int, args.tokens.split(",")):
+            x = torch.randn(t, hid, device="cuda", dtype=torch.bfloat16)
+            logits = torch.randn(t, e, device="cuda", dtype=torch.float32)
+            touched = torch.unique(torch.topk(logits, k, -1).indices).numel()
+            flops = 6 * t * k * hid * inter
+            ref_ms = tk = None
+            for fmt in args.formats.split(","):
+                wg, wd, wg_ref, wd_ref, per_expert = weights[fmt]
+                kc = lambda: ops.moe(x, logits, wg, wd, k, reduce=args.reduce, gemm=args.gemm)  # noqa: E731
+                ref = torch_moe(x, logits, wg_ref, wd_ref, k).float()
+                got = kc().float()
+                err = float((got - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
+                if err > 3e-2:
+                    print(f"{t:>5} {fmt:>6} WRONG: max error {err:.3g} of the largest |output|")
+                    continue
+                ms = time_ms(kc)
+                if ref_ms is None:  # the reference's time is the same for every format (bf16 weights)
+                    ref_ms = time_ms(lambda: torch_moe(x, logits, wg_ref, wd_ref, k))
+                    fn, why = triton_kernels_fn(x, logits, weights[fmt][2], weights[fmt][3], k) \
+                        if fmt == "bf16" else (None, "bf16 only")
+                    tk = f"{time_ms(fn):.3f}" if fn else why
+                gbs = touched * per_expert / ms / 1e6
+                print(f"{t:>5} {fmt:>6} {ms:>8.3f} {flops / ms / 1e9:>8.1f} {gbs:>7.0f} {100 * gbs / copy:>5.0f}% "
+                      f"{ref_ms:>9.3f} {ref_ms / ms:>7.2f}x {tk if fmt == 'bf16' else '':>18}", flush=True)
+            del x, logits
+        del weights
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,202 @@
+"""kcompiler.ops.moe_gemm_swiglu and moe_gemm_down (std.moe_gemm) on a CUDA GPU against torch's reference
+(a loop over the experts hit, torch.matmul on the dequantised bf16 weights), in one run: for each
+shape, weight format and token count, the time, TFLOP/s and the weight bytes streamed per second as a %
+of a device-to-device copy measured in the same run.
+
+    python benchmarks/bench_moe_gemm.py [--quick] [--tokens 1,4,16,64,256,1024,4096]
+        [--shapes gpt-oss,4096x1536] [--formats bf16,fp8,mxfp4]
+
+Shapes: 'gpt-oss' E = 32, top_k 4, H = 2880, I = 2880; '4096x1536' E = 128, top_k 4, H = 4096,
+I = 1536. Weight bytes touched = experts hit x each expert's bytes (codes and scales). FLOPs: 2
+T top_k 2I H (gate/up), 2 T top_k H I (down).
+
+Timing: a CUDA graph of the calls replayed and timed with CUDA events (launch overhead out, for torch
+too). So that weights do not stay in the 50 MB L2 between calls, the graph cycles over several
+routings whose experts differ (up to 8, as many as cover the experts or pass 200 MB); the copy anchor is
+a 1 GiB copy_ counted as bytes read + bytes written over its time (benchmarks/RESULTS.md's convention,
+the HBM rate a memory-bound kernel can reach), and "%copy" is the weight bytes read a second as a % of
+it. MXFP4 runs both decodes of the tensor-core path ("mul", the default, and "shift", the earlier one:
+rows marked "(shift)") in the same run. The weights are random codes (FP8 codes from normal values,
+MXFP4 random nibbles and scales 2^-8 .. 2^-4): quantising gpt-oss-sized weights on the host would take minutes.
+"""
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from kcompiler import ops  # noqa: E402
+from kcompiler.ops.moe_types import ExpertWeights, MoERouting  # noqa: E402
+
+SHAPES = {"gpt-oss": dict(E=32, top_k=4, H=2880, I=2880), "4096x1536": dict(E=128, top_k=4, H=4096, I=1536)}
+E2M1 = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0])
+
+
+def routing(ids: np.ndarray, w: np.ndarray, E: int, bm: int) -> MoERouting:
+    """vLLM's aligned layout on the host (as tests/ops/test_moe_gemm.py builds it), moved to the GPU."""
+    T, top_k = ids.shape
+    numel = T * top_k
+    flat = ids.reshape(-1)
+    order = np.argsort(flat, kind="stable")
+    counts = np.bincount(flat, minlength=E)
+    sid, tiles, pos = [], [], 0
+    for e in range(E):
+        a = order[pos:pos + counts[e]].tolist()
+        pos += counts[e]
+        n = -(-len(a) // bm) * bm
+        sid += a + [numel] * (n - len(a))
+        tiles += [e] * (n // bm)
+    P = MoERouting.padded_slots(T, top_k, E, bm)
+    used = len(tiles)
+    sid += [numel] * (P - len(sid))
+    tiles += [-1] * (P // bm - used)
+    c = lambda a, dt: torch.from_numpy(np.asarray(a, dt)).cuda()  # noqa: E731
+    return MoERouting(c(ids, np.int32), c(w, np.float32), c(sid, np.int32), c(tiles, np.int32), c([used], np.int32),
+                      bm, top_k, E)
+
+
+def weights(E, N, K, fmt, g):
+    """(ExpertWeights on the GPU, dequantised bf16 (E, N, K), bytes an expert)."""
+    if fmt == "bf16":
+        d = (torch.randn(E, N, K, device="cuda", generator=g) * 0.02).bfloat16()
+        return ExpertWeights.bf16(d), d, N * K * 2
+    if fmt == "fp8":
+        d = (torch.randn(E, N, K, device="cuda", generator=g) * 64).to(torch.float8_e4m3fn)
+        s = torch.rand(E, N, device="cuda", generator=g) * 1e-3 + 1e-4
+        return ExpertWeights.fp8(d, s), (d.float() * s[..., None]).bfloat16(), N * K + N * 4
+    p = torch.randint(0, 256, (E, N, K // 2), device="cuda", dtype=torch.uint8, generator=g)
+    s = torch.randint(119, 124, (E, N, K // 32), device="cuda", dtype=torch.uint8, generator=g)
+    lut = E2M1.cuda()
+    vals = torch.stack([lut[(p & 15).long()], lut[(p >> 4).long()]], -1).reshape(E, N, K)
+    deq = (vals.view(E, N, K // 32, 32) * torch.exp2(s.float() - 127)[..., None]).reshape(E, N, K).bfloat16()
+    return ExpertWeights.mxfp4(p, s), deq, N * K // 2 + N * K // 32
+
+
+def torch_swiglu(x, w13, groups, top_k, I, h):
+    for e, a in groups:
+        gu = x[a // top_k] @ w13[e].T
+        h[a] = torch.nn.functional.silu(gu[:, :I]) * gu[:, I:]
+    return h
+
+
+def torch_down(h, w2, groups, topw, top_k, out):
+    out.zero_()
+    for e, a in groups:
+        out.index_add_(0, a // top_k, (h[a] @ w2[e].T).float() * topw[a, None])
+    return out
+
+
+def time_ms(fns, reps=10):
+    """Milliseconds a call, the calls cycling over fns (one a routing) in a CUDA graph."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for f in fns:
+            f()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    n = max(reps, len(fns))
+    with torch.cuda.graph(g):
+        for i in range(n):
+            fns[i % len(fns)]()
+    g.replay()
+    torch.cuda.synchronize()
+    best = float("inf")
+    for _ in range(5):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        g.replay()
+        b.record()
+        torch.cuda.synchronize()
+        best = min(best, a.elapsed_time(b) / n)
+    return best
+
+
+def copy_gbs():
+    src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    return 2 * (1 << 30) / time_ms([lambda: dst.copy_(src)], 5) / 1e6  # read + written
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="tokens 1, 64, 1024 on gpt-oss only")
+    ap.add_argument("--tokens", default="1,4,16,64,256,1024,4096")
+    ap.add_argument("--shapes", default="gpt-oss,4096x1536")
+    ap.add_argument("--formats", default="bf16,fp8,mxfp4")
+    args = ap.parse_args()
+    tokens = [1, 64, 1024] if args.quick else [int(t) for t in args.tokens.split(",")]
+    shapes = ["gpt-oss"] if args.quick else args.shapes.split(",")
+    copy = copy_gbs()
+    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}; device copy {copy:.0f} GB/s "
+          f"(bytes read + written)")
+    g = torch.Generator(device="cuda").manual_seed(0)
+    rng = np.random.default_rng(0)
+    for shape in shapes:
+        E, top_k, Hd, I = (SHAPES[shape][k] for k in ("E", "top_k", "H", "I"))
+        for fmt in args.formats.split(","):
+            w13, d13, b13 = weights(E, 2 * I, Hd, fmt, g)
+            w2, d2, b2 = weights(E, Hd, I, fmt, g)
+            print(f"\n{shape} (E={E}, top_k={top_k}, H={Hd}, I={I}) {fmt}: ms, TFLOP/s, weight GB/s (% of copy)")
+            print(f"{'T':>5} {'op':>20} {'kc ms':>8} {'TFLOP/s':>8} {'GB/s':>7} {'%copy':>6} {'torch ms':>9} {'torch/kc':>8}")
+            for T in tokens:
+                bm = ops.moe_block_m(T, top_k, E)
+                numel = T * top_k
+                hit_one = min(E, numel)
+                nr = max(1, min(8, E // max(hit_one, 1), int(200e6 // max(hit_one * b13, 1))))
+                perm = [rng.permutation(E) for _ in range(nr)]
+                # routing i draws its experts from a slice of permutation i (disjoint sets where they fit)
+                rs = []
+                for i in range(nr):
+                    pool = perm[i][: max(top_k, min(E, hit_one))] if numel < E else perm[i]
+                    ids = np.stack([rng.choice(pool, top_k, replace=False) for _ in range(T)])
+                    rs.append(routing(ids, rng.random((T, top_k)) + 0.1, E, bm))
+                hit = float(np.mean([len(np.unique(r.topk_ids.cpu().numpy())) for r in rs]))
+                x = torch.randn(T, Hd, device="cuda").bfloat16()
+                hs = [torch.empty(numel, I, device="cuda", dtype=torch.bfloat16) for _ in rs]
+                outs = [torch.zeros(T, Hd, device="cuda") for _ in rs]
+                ys = [torch.empty(numel, Hd, device="cuda") for _ in rs]
+                groups = []
+                for r in rs:
+                    flat = r.topk_ids.reshape(-1)
+                    groups.append([(int(e), torch.nonzero(flat == e).reshape(-1)) for e in torch.unique(flat).tolist()])
+                # correctness first (the bf16 reference's rounding differs: loose bounds)
+                h = ops.moe_gemm_swiglu(x, w13, rs[0], out=hs[0])
+                ht = torch_swiglu(x, d13, groups[0], top_k, I, torch.empty_like(h))
+                torch.testing.assert_close(h.float(), ht.float(), rtol=3e-2, atol=3e-2 * ht.float().abs().max().item())
+                o = ops.moe_gemm_down(h, w2, rs[0], out=outs[0].zero_())
+                ot = torch_down(h, d2, groups[0], rs[0].topk_weights.reshape(-1), top_k, torch.empty_like(o))
+                torch.testing.assert_close(o, ot, rtol=3e-2, atol=3e-2 * ot.abs().max().item())
+                runs = {
+                    "swiglu": ([lambda i=i: ops.moe_gemm_swiglu(x, w13, rs[i], out=hs[i]) for i in range(nr)],
+                               [lambda i=i: torch_swiglu(x, d13, groups[i], top_k, I, hs[i]) for i in range(nr)],
+                               2 * numel * 2 * I * Hd, hit * b13),
+                    "down atomic": ([lambda i=i: ops.moe_gemm_down(hs[i], w2, rs[i], out=outs[i].zero_())
+                                     for i in range(nr)],
+                                    [lambda i=i: torch_down(hs[i], d2, groups[i], rs[i].topk_weights.reshape(-1), top_k,
+                                                            outs[i]) for i in range(nr)],
+                                    2 * numel * Hd * I, hit * b2),
+                    "down separate": ([lambda i=i: ops.moe_gemm_down(hs[i], w2, rs[i], reduce="separate", out=ys[i])
+                                       for i in range(nr)], None, 2 * numel * Hd * I, hit * b2),
+                }
+                if fmt == "mxfp4":  # the earlier decode, same run
+                    runs["swiglu (shift)"] = (
+                        [lambda i=i: ops.moe_gemm_swiglu(x, w13, rs[i], out=hs[i], decode="shift") for i in range(nr)],
+                        None, 2 * numel * 2 * I * Hd, hit * b13)
+                    runs["down atomic (shift)"] = (
+                        [lambda i=i: ops.moe_gemm_down(hs[i], w2, rs[i], out=outs[i].zero_(), decode="shift")
+                         for i in range(nr)], None, 2 * numel * Hd * I, hit * b2)
+                for name, (kc, tr, flops, nbytes) in runs.items():
+                    ms = time_ms(kc)
+                    tms = time_ms(tr) if tr is not None else float("nan")
+                    gbs = nbytes / ms / 1e6
+                    print(f"{T:>5} {name:>20} {ms:>8.4f} {flops / ms / 1e9:>8.1f} {gbs:>7.0f} {100 * gbs / copy:>5.0f}% "
+                          f"{tms:>9.4f} {tms / ms:>8.2f}", flush=True)
+            del w13, d13, w2, d2
+            torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()

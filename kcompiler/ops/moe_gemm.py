@@ -1,0 +1,237 @@
+"""kcompiler.ops.moe_gemm: the two grouped GEMMs of a mixture-of-experts layer, by std.moe_gemm's kernels
+(stdlib/moe_gemm.kc): the gate/up projection with SwiGLU fused in its epilogue (:func:`moe_gemm_swiglu`)
+and the down projection weighted by the routing weights (:func:`moe_gemm_down`), reduced over a token's
+experts by f32 atomic adds or written per assignment for a separate sum. One launch each over every
+(expert, tile) pair of a :class:`~kcompiler.ops.moe_types.MoERouting`; expert weights in bf16, FP8 with
+per-channel scales or MXFP4 (:class:`~kcompiler.ops.moe_types.ExpertWeights`).
+
+The routing's ``block_m`` is the GEMMs' tile of token slots: :func:`moe_block_m` gives the one these
+kernels want for a batch, :func:`moe_gemm_tiles` the rest of the tiling. Where the target has NVIDIA's
+mma.sync (``target_has("mma")``: sm_80 and later, or the CPU target's ``emulate_mma``) and K is a
+multiple of the values a 16-byte weight load holds (8 bf16, 16 FP8, 32 MXFP4) the tensor-core path runs,
+else the SIMT one (the CPU target, AMD)."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..runtime import arrays
+from . import _common
+from ._common import data_ptr, empty_like, stream_of, target_for
+from .moe_types import ExpertWeights, MoERouting
+
+#: K a lane's 16-byte weight load holds, by format (the tensor-core path needs K a multiple of it).
+MOE_VALUES_PER_LOAD = {"bf16": 8, "fp8": 16, "mxfp4": 32}
+
+#: Tiling by block_m: MT m16 tiles of weight rows a block (16 MT output features), KW warps splitting
+#: K, U chunks of weight loads in flight a warp. Small tiles (decode) get 4 warps a block so that a
+#: batch of a few tokens still puts enough loads in flight (one tile an expert).
+MOE_GEMM_TILES = {8: dict(MT=1, KW=4, U=2), 16: dict(MT=1, KW=4, U=2), 32: dict(MT=1, KW=2, U=2),
+                  64: dict(MT=1, KW=2, U=1)}
+
+
+def moe_block_m(tokens: int, top_k: int, num_experts: int) -> int:
+    """The tile of token slots (the routing's ``block_m``) for ``tokens`` tokens choosing ``top_k`` of
+    ``num_experts`` experts: the smallest of 8, 16, 32 at least the mean number of assignments an expert
+    (tokens * top_k / num_experts), so that a decode batch pads each expert's run to few slots (the
+    weights are read once a tile: padding costs MMA work, not weight bytes); 32 above that (at 64 the
+    MXFP4 gate/up kernel spills registers on sm_90: 255 registers and 60 bytes of spill stores, ptxas
+    13.0, where 32 uses 186 and none)."""
+    mean = tokens * top_k / max(num_experts, 1)
+    for bm in (8, 16):
+        if mean <= bm:
+            return bm
+    return 32
+
+
+def moe_gemm_tiles(block_m: int) -> dict[str, int]:
+    """The compile-time tiling (``BM``, ``MT``, ``KW``, ``U``) of std.moe_gemm's kernels for a routing
+    of ``block_m`` (a multiple of 8): :data:`MOE_GEMM_TILES`' entry, that of the next size up for other
+    multiples of 8. Raises ValueError for a block_m that is not a positive multiple of 8."""
+    if block_m <= 0 or block_m % 8:
+        raise ValueError(f"moe_gemm: the routing's block_m must be a positive multiple of 8, not {block_m}")
+    for bm in sorted(MOE_GEMM_TILES):
+        if block_m <= bm:
+            return dict(BM=block_m, **MOE_GEMM_TILES[bm])
+    return dict(BM=block_m, **MOE_GEMM_TILES[64])
+
+
+def _scalar(a: Any) -> str | None:
+    t = arrays.array_scalar_type(a) if arrays.is_array(a) else None
+    return t.name if t is not None else None
+
+
+def _weights(w: ExpertWeights, like: Any, fn: str) -> tuple[Any, Any]:
+    """(data, scales) arguments of the kernel for ``w``: scales as f32 (FP8), uint8 E8M0 bytes (MXFP4),
+    or an unused one-element f32 array (bf16)."""
+    if not isinstance(w, ExpertWeights):
+        raise TypeError(f"{fn}: weights must be an ExpertWeights, not {type(w).__name__}")
+    if arrays.is_torch_tensor(like) != arrays.is_torch_tensor(w.data):
+        raise TypeError(f"{fn}: the weights must be arrays of the activations' kind ({arrays.describe(like)}), "
+                        f"not {arrays.describe(w.data)}")
+    data = _common.contiguous(w.data)
+    if w.format == "bf16":
+        return data, _common.const_f32(0.0, 1, like)
+    scales = _common.contiguous(w.scales)
+    if w.format == "mxfp4" and _scalar(scales) != "u8":
+        scales = scales.view(np.uint8) if not arrays.is_torch_tensor(scales) else scales.view(_common.torch_dtype("u8"))
+    return data, scales
+
+
+def _routing(r: MoERouting, fn: str, num_experts: int, like: Any) -> tuple[int, int]:
+    """(padded slots P, tiles) of routing ``r``, checked against the weights' experts."""
+    if not isinstance(r, MoERouting):
+        raise TypeError(f"{fn}: routing must be a MoERouting, not {type(r).__name__}")
+    if r.num_experts != num_experts:
+        raise ValueError(f"{fn}: the routing is for {r.num_experts} experts, the weights hold {num_experts}")
+    for name in ("sorted_ids", "tile_expert", "num_tiles"):
+        a = getattr(r, name)
+        if _scalar(a) != "i32" or len(a.shape) != 1:
+            raise TypeError(f"{fn}: routing.{name} must be a 1-D int32 array, not {arrays.describe(a)}")
+        if arrays.is_torch_tensor(like) != arrays.is_torch_tensor(a):
+            raise TypeError(f"{fn}: routing.{name} must be an array of the activations' kind")
+    if _scalar(r.topk_weights) != "f32":
+        raise TypeError(f"{fn}: routing.topk_weights must hold f32, not {arrays.describe(r.topk_weights)}")
+    p = int(r.sorted_ids.shape[0])
+    if p % r.block_m or int(r.tile_expert.shape[0]) != p // r.block_m:
+        raise ValueError(f"{fn}: routing.sorted_ids ({p} slots) must be whole tiles of block_m = {r.block_m}, one "
+                         f"routing.tile_expert entry each (found {int(r.tile_expert.shape[0])})")
+    return p, p // r.block_m
+
+
+def _launch_common(x: Any, w: ExpertWeights, routing: MoERouting, K: int, target: str, fn: str) -> tuple:
+    """(module, data, scales, tiles, mma, tiles in the grid) for a launch on activations ``x``."""
+    data, scales = _weights(w, x, fn)
+    tiles = moe_gemm_tiles(routing.block_m)
+    _, ntiles = _routing(routing, fn, w.shape[0], x)
+    mod = _common.stdlib_module("moe_gemm", target_for(x, target))
+    vpl = MOE_VALUES_PER_LOAD[w.format]
+    mma = bool(mod.target_has("mma") and K % vpl == 0 and data_ptr(data) % 16 == 0 and data_ptr(x) % 16 == 0)
+    return mod, data, scales, tiles, mma, ntiles
+
+
+def _bf16_2d(a: Any, fn: str, name: str) -> None:
+    if _scalar(a) != "bf16" or len(a.shape) != 2:
+        raise TypeError(f"{fn}: {name} must be a 2-D bf16 array, not {arrays.describe(a)}")
+
+
+#: MXFP4 decodes of the tensor-core path (std.moe_gemm's compile-time DEC): "mul" (the default: a
+#: pair of nibbles isolated by an AND, moved into place by one integer multiply, a second AND) and
+#: "shift" (two shifts and ANDs a word, the earlier decode, kept for comparison in benchmarks).
+MOE_MXFP4_DECODES = {"mul": 1, "shift": 0}
+
+
+def _decode(decode: str, fn: str) -> int:
+    if decode not in MOE_MXFP4_DECODES:
+        raise ValueError(f"{fn}: decode must be one of {sorted(MOE_MXFP4_DECODES)}, not {decode!r}")
+    return MOE_MXFP4_DECODES[decode]
+
+
+def moe_gemm_swiglu(x: Any, w_gate_up: ExpertWeights, routing: MoERouting, *, out: Any = None,
+                    target: str = "auto", decode: str = "mul") -> Any:
+    """The gate/up projection of a MoE layer with SwiGLU fused: for every assignment a = t * top_k + j
+    (token t's j-th expert e), ``H[a] = silu(x[t] @ Wg[e]^T) * (x[t] @ Wu[e]^T)``.
+
+    ``x``: bf16 (T, H). ``w_gate_up``: :class:`ExpertWeights` of shape (E, 2 I, H), gate rows [0, I),
+    up rows [I, 2 I); bf16, FP8 (the channel scales multiply the f32 sums) or MXFP4 (dequantised to
+    bf16 exactly in registers). ``routing``: a :class:`MoERouting` of T tokens over E experts whose
+    ``block_m`` is a multiple of 8 (:func:`moe_block_m`). Products of bf16 values, summed in f32, the
+    SiLU by std.math's silu, H rounded once to bf16. Returns H, bf16 (T * top_k, I) of x's kind (or
+    ``out``, filled; rows of assignments not in the routing are left alone). ``decode``: the MXFP4
+    decode of the tensor-core path (:data:`MOE_MXFP4_DECODES`; the same values either way).
+
+    Raises TypeError for other dtypes or kinds, ValueError for shapes that do not match or an unknown
+    ``decode``."""
+    fn = "moe_gemm_swiglu"
+    dec = _decode(decode, fn)
+    _bf16_2d(x, fn, "x")
+    E, N, K = w_gate_up.shape
+    if N % 2 or N == 0:
+        raise ValueError(f"{fn}: w_gate_up must have 2 I rows (gate then up), not {N}")
+    inter = N // 2
+    T = int(x.shape[0])
+    if int(x.shape[1]) != K:
+        raise ValueError(f"{fn}: x has {int(x.shape[1])} features, the weights take K = {K}")
+    if routing.tokens != T:
+        raise ValueError(f"{fn}: the routing is for {routing.tokens} tokens, x has {T}")
+    numel = T * routing.top_k
+    if out is None:
+        out = empty_like(x, (numel, inter), "bf16")
+    else:
+        _bf16_2d(out, fn, "out")
+        if tuple(out.shape) != (numel, inter) or not arrays.is_contiguous(out):
+            raise ValueError(f"{fn}: out must be a contiguous bf16 array of shape {(numel, inter)}, "
+                             f"not {tuple(out.shape)}")
+    x = _common.contiguous(x)
+    mod, data, scales, tiles, mma, ntiles = _launch_common(x, w_gate_up, routing, K, target, fn)
+    if numel == 0 or ntiles == 0:
+        return out
+    grid = (-(-inter // (16 * tiles["MT"])), ntiles)
+    mod.moe_gemm1[grid, 32 * tiles["KW"]](x, data, scales, routing.sorted_ids, routing.tile_expert, routing.num_tiles,
+                                         out, numel, routing.top_k, inter, K, MMA=mma, DEC=dec, stream=stream_of(x),
+                                         **tiles)
+    return out
+
+
+def moe_gemm_down(h: Any, w_down: ExpertWeights, routing: MoERouting, *, reduce: str = "atomic", out: Any = None,
+                  out_dtype: str = "f32", target: str = "auto", decode: str = "mul") -> Any:
+    """The down projection of a MoE layer, weighted by the routing: for every assignment a = t * top_k
+    + j (token t's j-th expert e, weight p = routing.topk_weights[t, j]), ``Y[a] = p * (h[a] @
+    Wd[e]^T)``.
+
+    ``h``: bf16 (T * top_k, I) (:func:`moe_gemm_swiglu`'s H). ``w_down``: :class:`ExpertWeights` of
+    shape (E, Hd, I), any format. Products of bf16 values summed in f32, times the FP8 channel scale
+    and p in f32.
+
+    ``reduce="atomic"``: the sum over a token's experts in the same kernel, by f32 atomic adds into
+    ``out`` f32 (T, Hd): a new array is zero-filled here first; a given ``out`` is added into as it is
+    (the caller zero-fills it, or passes what the sum should be added to: a residual, a shared
+    expert's output). The order of the adds varies from run to run (f32 rounding differs in the last
+    bits). ``reduce="separate"``: ``out`` (T * top_k, Hd) of ``out_dtype`` ('f32' or 'bf16', rounded
+    once) gets Y, for a separate sum over each token's top_k rows. Returns ``out``. ``decode``: as
+    for :func:`moe_gemm_swiglu`.
+
+    Raises TypeError for other dtypes or kinds, ValueError for shapes that do not match, another
+    ``reduce`` or an unknown ``decode``."""
+    fn = "moe_gemm_down"
+    dec = _decode(decode, fn)
+    if reduce not in ("atomic", "separate"):
+        raise ValueError(f"{fn}: reduce must be 'atomic' or 'separate', not {reduce!r}")
+    if out_dtype not in ("f32", "bf16"):
+        raise ValueError(f"{fn}: out_dtype must be 'f32' or 'bf16', not {out_dtype!r}")
+    _bf16_2d(h, fn, "h")
+    E, hidden, K = w_down.shape
+    T, top_k = routing.tokens, routing.top_k
+    numel = T * top_k
+    if tuple(h.shape) != (numel, K):
+        raise ValueError(f"{fn}: h must have shape (T * top_k, I) = {(numel, K)}, not {tuple(h.shape)}")
+    atomic = reduce == "atomic"
+    if atomic:
+        oshape, odt = (T, hidden), "f32"
+    else:
+        oshape, odt = (numel, hidden), out_dtype
+    if out is None:
+        out = empty_like(h, oshape, odt)
+        if atomic:
+            if arrays.is_torch_tensor(out):
+                out.zero_()
+            else:
+                out.fill(0)
+    else:
+        if (_scalar(out) != odt if atomic else _scalar(out) not in ("f32", "bf16")) or tuple(out.shape) != oshape \
+                or not arrays.is_contiguous(out):
+            raise ValueError(f"{fn}: out must be a contiguous {'f32' if atomic else 'f32 or bf16'} array of shape "
+                             f"{oshape}, not {arrays.describe(out)}")
+    h = _common.contiguous(h)
+    mod, data, scales, tiles, mma, ntiles = _launch_common(h, w_down, routing, K, target, fn)
+    if numel == 0 or ntiles == 0:
+        return out
+    grid = (-(-hidden // (16 * tiles["MT"])), ntiles)
+    mod.moe_gemm2[grid, 32 * tiles["KW"]](h, data, scales, routing.sorted_ids, routing.tile_expert, routing.num_tiles,
+                                         routing.topk_weights, out, numel, top_k, hidden, K, MMA=mma, ATOMIC=atomic,
+                                         OUT=_scalar(out), DEC=dec, stream=stream_of(h), **tiles)
+    return out
+
+
+__all__ = ["MOE_GEMM_TILES", "MOE_MXFP4_DECODES", "MOE_VALUES_PER_LOAD", "moe_block_m", "moe_gemm_down", "moe_gemm_swiglu", "moe_gemm_tiles"]

@@ -1,0 +1,355 @@
+"""kcompiler.ops.moe_gemm_swiglu / moe_gemm_down (std.moe_gemm) on the CPU target against float64
+references built from ``dequantize_reference``: bf16, FP8 (per-channel) and MXFP4 expert weights, the
+SIMT path and the tensor-core path (the CPU target's ``emulate_mma``, every access bounds-checked), odd
+sizes (T = 1, 3, 17; K a multiple of 32, not of 64; I not a multiple of the 16-row tile), experts that
+get no token, MXFP4 scales at the edges (0, above 128, NaN). GPU tests (marked ``gpu``) run the
+gpt-oss-like shapes on CUDA tensors.
+
+The routing is built here by a small numpy routine (sort the assignments by expert, pad each expert's
+run to block_m with the sentinel T * top_k), independent of ops/moe.py.
+
+Tolerances: the kernels multiply bf16 operands (x, H, and the weights, whose bf16 dequantisation is
+exact for every format: an E2M1 or E4M3 value times a power of two fits bf16's 8 significant bits), so
+every product is exact in f32, and sum K of them in f32: the sum's error is at most K 2^-24 sum|x w|
+(the recursive-summation bound, any order; the tensor core's internal order is not specified). The
+FP8 channel scale and the routing weight are f32 multiplies (2^-24 each). SwiGLU's SiLU is std.math's
+(a few ulp of f32) and H is rounded once to bf16 (2^-9 relative); the bounds below add these terms per
+element, with the sums' error propagated through silu(g) u (|silu'| <= 1.1).
+"""
+from __future__ import annotations
+
+import functools
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import kcompiler as kc
+from kcompiler import ops
+from kcompiler.frontend.program import stdlib_dir
+from kcompiler.ops import moe_gemm as moe_gemm_mod
+from kcompiler.ops.moe_types import ExpertWeights, MoERouting, dequantize_reference
+
+from ..ptxas_util import needs_ptxas, ptxas
+
+U = 2.0 ** -24  # f32's unit roundoff
+
+
+def make_routing(topk_ids: np.ndarray, topk_weights: np.ndarray, num_experts: int, block_m: int) -> MoERouting:
+    """vLLM's moe_align_block_size layout, in numpy: assignments a = t * top_k + j grouped by expert
+    (ascending a within an expert), each run padded to a multiple of block_m with T * top_k."""
+    T, top_k = topk_ids.shape
+    numel = T * top_k
+    flat = topk_ids.reshape(-1)
+    ids, tiles = [], []
+    for e in range(num_experts):
+        a = np.nonzero(flat == e)[0].tolist()
+        n = -(-len(a) // block_m) * block_m
+        ids += a + [numel] * (n - len(a))
+        tiles += [e] * (n // block_m)
+    P = MoERouting.padded_slots(T, top_k, num_experts, block_m)
+    ids += [numel] * (P - len(ids))
+    tiles += [-1] * (P // block_m - len(tiles))
+    return MoERouting(topk_ids.astype(np.int32), topk_weights.astype(np.float32), np.array(ids, np.int32),
+                      np.array(tiles, np.int32), np.array([len([t for t in tiles if t >= 0])], np.int32), block_m,
+                      top_k, num_experts)
+
+
+def random_routing(rng, T: int, top_k: int, E: int, block_m: int, used: int | None = None) -> MoERouting:
+    """Each token picks top_k distinct experts among the first ``used`` (the rest get no token)."""
+    used = E if used is None else used
+    ids = np.stack([rng.choice(used, top_k, replace=False) for _ in range(T)]).reshape(T, top_k)
+    w = rng.random((T, top_k)).astype(np.float32) + 0.25
+    return make_routing(ids, w, E, block_m)
+
+
+def bf16(a) -> np.ndarray:
+    return np.asarray(a, np.float32).astype(ml_dtypes.bfloat16)
+
+
+def ref_swiglu(x, w: ExpertWeights, r: MoERouting):
+    """(H float64, bound): silu(x[t] Wg[e]^T) * (x[t] Wu[e]^T) for every assignment, and its error
+    bound per element (see the module docstring)."""
+    W = dequantize_reference(w)
+    I = W.shape[1] // 2
+    K = W.shape[2]
+    xr = np.asarray(x).astype(np.float64)
+    flat = r.topk_ids.reshape(-1)
+    H = np.zeros((flat.size, I))
+    bound = np.zeros_like(H)
+    for a, e in enumerate(flat):
+        xa = xr[a // r.top_k]
+        g, u = W[e, :I] @ xa, W[e, I:] @ xa
+        ga, ua = np.abs(W[e, :I]) @ np.abs(xa), np.abs(W[e, I:]) @ np.abs(xa)
+        s = g / (1 + np.exp(-g))
+        H[a] = s * u
+        dg, du = (K + 2) * U * ga, (K + 2) * U * ua
+        bound[a] = 2.0 ** -8 * np.abs(H[a]) + 1.1 * dg * (np.abs(u) + du) + np.abs(s) * du + 1e-30
+    return H, bound
+
+
+def ref_down(h, w: ExpertWeights, r: MoERouting):
+    """(Y float64 (T * top_k, Hd), bound of each Y element, out float64 (T, Hd), its bound)."""
+    W = dequantize_reference(w)
+    K = W.shape[2]
+    hr = np.asarray(h).astype(np.float64)
+    flat = r.topk_ids.reshape(-1)
+    p = r.topk_weights.reshape(-1).astype(np.float64)
+    Y = np.zeros((flat.size, W.shape[1]))
+    bY = np.zeros_like(Y)
+    for a, e in enumerate(flat):
+        Y[a] = p[a] * (W[e] @ hr[a])
+        bY[a] = (K + 3) * U * p[a] * (np.abs(W[e]) @ np.abs(hr[a])) + 1e-30
+    T = r.tokens
+    out = Y.reshape(T, r.top_k, -1).sum(1)
+    bout = bY.reshape(T, r.top_k, -1).sum(1) + r.top_k * U * np.abs(Y).reshape(T, r.top_k, -1).sum(1)
+    return Y, bY, out, bout
+
+
+def check(got, want, bound, what):
+    got = np.asarray(got).astype(np.float64)
+    nan = np.isnan(want)
+    assert (np.isnan(got) == nan).all(), f"{what}: NaN where the reference has none, or the reverse"
+    err = np.abs(got - want)[~nan]
+    bad = err > bound[~nan]
+    assert not bad.any(), f"{what}: {bad.sum()} of {err.size} beyond the bound, worst {np.max(err - bound[~nan]):.3g}"
+
+
+@functools.lru_cache(maxsize=None)
+def _module(mma: bool):
+    opts = {"emulate_mma": True} if mma else {}
+    # every global access checked as a GPU would fault on it (in bounds; 16-byte loads aligned)
+    return kc.compile_file(stdlib_dir() / "moe_gemm.kc", target="cpu", target_options=opts, check_bounds=True)
+
+
+@pytest.fixture(params=["simt", "mma"])
+def path(request, monkeypatch):
+    """The path under test: ops' module replaced by one compiled with bounds checks (and emulate_mma)."""
+    mod = _module(request.param == "mma")
+    monkeypatch.setattr(moe_gemm_mod._common, "stdlib_module", lambda name, target: mod)
+    return request.param
+
+
+def weights(rng, E, N, K, fmt, scale=0.3):
+    return ExpertWeights.quantize(rng.standard_normal((E, N, K)) * scale, fmt)
+
+
+FORMATS = ["bf16", "fp8", "mxfp4"]
+
+#: (T, top_k, E, experts used, H (= K of the gate/up GEMM), I, block_m)
+CASES = [(3, 2, 6, 4, 96, 40, 8),   # K = 96: a partial chunk on every path; I = 40: a partial 16-row tile
+         (1, 1, 4, 4, 160, 24, 8),  # one token
+         (17, 4, 8, 5, 96, 16, 16),  # three experts get nothing
+         (17, 4, 4, 4, 32, 40, 32)]  # block_m 32: the tensor-core path loads x on demand (FP8, MXFP4)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_swiglu(path, fmt):
+    T, top_k, E, used, Hd, I, bm = CASES[0]
+    rng = np.random.default_rng(1)
+    x = bf16(rng.standard_normal((T, Hd)))
+    w = weights(rng, E, 2 * I, Hd, fmt)
+    r = random_routing(rng, T, top_k, E, bm, used)
+    H = ops.moe_gemm_swiglu(x, w, r, target="cpu")
+    assert H.dtype == ml_dtypes.bfloat16 and H.shape == (T * top_k, I)
+    want, bound = ref_swiglu(x, w, r)
+    check(H, want, bound, f"{fmt} {path}")
+
+
+@pytest.mark.parametrize("fmt, reduce", [("bf16", "atomic"), ("fp8", "separate"), ("mxfp4", "atomic"),
+                                         ("mxfp4", "separate")])
+def test_down(path, fmt, reduce):
+    T, top_k, E, used, Hd, I, bm = CASES[0]
+    rng = np.random.default_rng(2)
+    K, N = 64 + 32, 40  # I = 96 as K, Hd = 40 rows
+    h = bf16(rng.standard_normal((T * top_k, K)))
+    w = weights(rng, E, N, K, fmt)
+    r = random_routing(rng, T, top_k, E, bm, used)
+    Y, bY, out, bout = ref_down(h, w, r)
+    got = ops.moe_gemm_down(h, w, r, reduce=reduce, target="cpu")
+    if reduce == "atomic":
+        assert got.dtype == np.float32 and got.shape == (T, N)
+        check(got, out, bout, f"{fmt} {path} atomic")
+    else:
+        assert got.dtype == np.float32 and got.shape == (T * top_k, N)
+        check(got, Y, bY, f"{fmt} {path} separate")
+
+
+@pytest.mark.slow(sample=2)
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("case", range(1, len(CASES)))
+def test_layer_sweep(path, fmt, case):
+    """Both GEMMs, chained as a layer runs them, on the other shapes: H from the kernel (bf16) feeds the
+    down projection; its reference takes the same H."""
+    T, top_k, E, used, Hd, I, bm = CASES[case]
+    rng = np.random.default_rng(10 + case)
+    x = bf16(rng.standard_normal((T, Hd)))
+    w1 = weights(rng, E, 2 * I, Hd, fmt)
+    w2 = weights(rng, E, Hd, I, fmt) if I % 32 == 0 or fmt != "mxfp4" else weights(rng, E, Hd, 32 * (I // 32 + 1), fmt)
+    r = random_routing(rng, T, top_k, E, bm, used)
+    H = ops.moe_gemm_swiglu(x, w1, r, target="cpu")
+    want, bound = ref_swiglu(x, w1, r)
+    check(H, want, bound, f"{fmt} {path} swiglu")
+    K2 = w2.shape[2]
+    h = H if K2 == I else bf16(np.concatenate([H.astype(np.float32), np.ones((H.shape[0], K2 - I), np.float32)], 1))
+    Y, bY, out, bout = ref_down(h, w2, r)
+    check(ops.moe_gemm_down(h, w2, r, target="cpu"), out, bout, f"{fmt} {path} down atomic")
+    got = ops.moe_gemm_down(h, w2, r, reduce="separate", out_dtype="bf16", target="cpu")
+    check(got, Y, bY + 2.0 ** -8 * np.abs(Y), f"{fmt} {path} down separate bf16")
+
+
+def test_mxfp4_scale_edges(path):
+    """E8M0 scales 0 (2^-127), above 128 (the tensor-core path's second factor), 255 (NaN: the whole
+    block's values, so its rows' sums, are NaN) against the reference's decoding."""
+    T, top_k, E, Hd, I = 3, 2, 4, 96, 16
+    rng = np.random.default_rng(3)
+    x = bf16(rng.standard_normal((T, Hd)) * 2.0 ** -10)
+    w = weights(rng, E, 2 * I, Hd, "mxfp4")
+    s = rng.integers(120, 140, size=np.asarray(w.scales).shape).astype(np.uint8)
+    s[:, 0, 0] = 0
+    s[:, 3, 1] = 255
+    s[:, I + 5, 2] = 255
+    w = ExpertWeights.mxfp4(w.data, s)
+    r = random_routing(rng, T, top_k, E, 8)
+    H = ops.moe_gemm_swiglu(x, w, r, target="cpu")
+    want, bound = ref_swiglu(x, w, r)
+    assert np.isnan(want[:, 3]).all() and np.isnan(want[:, 5]).all()
+    check(H, want, bound, f"mxfp4 {path} edge scales")
+
+
+@pytest.mark.parametrize("decode", ["mul", "shift"])
+def test_mxfp4_decode_exact(path, decode):
+    """Every E2M1 code (all 16, signed zero and the subnormal 0.5 included) at E8M0 scales 0, 1, 126,
+    127, 128 (the largest the first bf16 factor holds alone), 129, 200, 254 (values past bf16's range:
+    inf) and 255 (NaN), against kcompiler.numerics.mx's f32 decoding: row n of the down projection's
+    weights holds code n % 16 in all 32 elements of its one block, scale number n // 16, and a token
+    of ones sums them: 32 times the value, exact in f32 (a power of two times the value), inf (past
+    f32's range) or NaN where the reference is."""
+    from kcompiler.numerics import mx
+    scales = [0, 1, 126, 127, 128, 129, 200, 254, 255]
+    N, K = 16 * len(scales), 32
+    codes = np.repeat((np.arange(N) % 16).astype(np.uint8)[:, None], K, 1)
+    s = np.repeat(np.array(scales, np.uint8), 16)[:, None]
+    w = ExpertWeights.mxfp4(mx.pack_fp4(codes)[None], s[None])
+    r = make_routing(np.zeros((1, 1), np.int64), np.ones((1, 1), np.float32), 1, 8)
+    got = ops.moe_gemm_down(bf16(np.ones((1, K))), w, r, reduce="separate", target="cpu", decode=decode)[0]
+    with np.errstate(over="ignore"):
+        vals = mx.dequantize(codes.view(ml_dtypes.float4_e2m1fn), s, "f4e2m1")
+        want = (np.float32(32) * vals[:, 0]).astype(np.float64)  # f32 sums overflow past 2^128
+    assert np.isinf(want).any() and np.isnan(want).any() and (want == 2.0 ** -123).any()  # edges covered
+    np.testing.assert_array_equal(np.asarray(got, np.float64), want, err_msg=f"{path} {decode}")
+
+
+def test_atomic_adds_into_given_out():
+    rng = np.random.default_rng(4)
+    T, top_k, E, K, N = 3, 2, 4, 32, 16
+    h = bf16(rng.standard_normal((T * top_k, K)))
+    w = weights(rng, E, N, K, "bf16")
+    r = random_routing(rng, T, top_k, E, 8)
+    base = rng.standard_normal((T, N)).astype(np.float32)
+    out = base.copy()
+    got = ops.moe_gemm_down(h, w, r, out=out, target="cpu")
+    assert got is out
+    _, _, want, bound = ref_down(h, w, r)
+    check(out, want + base, bound + 4 * U * np.abs(want + base), "atomic into a given out")
+
+
+def test_plans():
+    assert ops.moe_block_m(1, 4, 32) == 8
+    assert ops.moe_block_m(64, 4, 32) == 8
+    assert ops.moe_block_m(100, 4, 32) == 16
+    assert ops.moe_block_m(4096, 4, 32) == 32
+    t = ops.moe_gemm_tiles(24)
+    assert t["BM"] == 24 and t == dict(BM=24, **ops.MOE_GEMM_TILES[32])
+    with pytest.raises(ValueError, match="multiple of 8"):
+        ops.moe_gemm_tiles(12)
+
+
+def test_errors():
+    rng = np.random.default_rng(5)
+    x = bf16(rng.standard_normal((3, 32)))
+    w = weights(rng, 4, 32, 32, "bf16")
+    r = random_routing(rng, 3, 2, 4, 8)
+    with pytest.raises(TypeError, match="x must be a 2-D bf16"):
+        ops.moe_gemm_swiglu(x.astype(np.float32), w, r, target="cpu")
+    with pytest.raises(ValueError, match="features"):
+        ops.moe_gemm_swiglu(bf16(np.zeros((3, 64))), w, r, target="cpu")
+    with pytest.raises(ValueError, match="tokens"):
+        ops.moe_gemm_swiglu(bf16(np.zeros((4, 32))), w, r, target="cpu")
+    with pytest.raises(ValueError, match="experts"):
+        ops.moe_gemm_swiglu(x, weights(rng, 5, 32, 32, "bf16"), r, target="cpu")
+    with pytest.raises(TypeError, match="ExpertWeights"):
+        ops.moe_gemm_swiglu(x, np.zeros((4, 32, 32)), r, target="cpu")
+    with pytest.raises(ValueError, match="decode"):
+        ops.moe_gemm_swiglu(x, w, r, target="cpu", decode="lut")
+    with pytest.raises(ValueError, match="reduce"):
+        ops.moe_gemm_down(bf16(np.zeros((6, 16))), w, r, reduce="sum", target="cpu")
+    with pytest.raises(ValueError, match=r"h must have shape"):
+        ops.moe_gemm_down(bf16(np.zeros((3, 16))), w, r, target="cpu")
+    bad = MoERouting(r.topk_ids, r.topk_weights, r.sorted_ids, r.tile_expert, r.num_tiles, 12, 2, 4)
+    with pytest.raises(ValueError, match="multiple of 8"):
+        ops.moe_gemm_swiglu(x, w, bad, target="cpu")
+
+
+# --- on the GPU (the lead's H100) --------------------------------------------------------------------
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("T", [1, 16, 300])
+def test_gpu_gpt_oss_shapes(fmt, T):
+    """E = 32, top_k = 4, H = 2880, I = 1440 (gpt-oss's hidden, half its intermediate: the references
+    are float64 on the host) on CUDA tensors, the tensor-core path, both reductions."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    E, top_k, Hd, I = 32, 4, 2880, 1440
+    rng = np.random.default_rng(T)
+    bm = ops.moe_block_m(T, top_k, E)
+    r = random_routing(rng, T, top_k, E, bm)
+    x = bf16(rng.standard_normal((T, Hd)))
+    w1 = weights(rng, E, 2 * I, Hd, fmt, 0.05)
+    w2 = weights(rng, E, Hd, I, fmt, 0.05)
+
+    def cuda(a):
+        if a is None:
+            return None
+        a = np.asarray(a)
+        if a.dtype == ml_dtypes.bfloat16:
+            return torch.from_numpy(a.view(np.int16)).cuda().view(torch.bfloat16)
+        if a.dtype == ml_dtypes.float8_e4m3fn:
+            return torch.from_numpy(a.view(np.uint8)).cuda().view(torch.float8_e4m3fn)
+        if a.dtype == ml_dtypes.float8_e8m0fnu:
+            return torch.from_numpy(a.view(np.uint8)).cuda()
+        return torch.from_numpy(a).cuda()
+
+    dw1 = ExpertWeights(w1.format, cuda(w1.data), cuda(w1.scales))
+    dw2 = ExpertWeights(w2.format, cuda(w2.data), cuda(w2.scales))
+    dr = MoERouting(cuda(r.topk_ids), cuda(r.topk_weights), cuda(r.sorted_ids), cuda(r.tile_expert), cuda(r.num_tiles),
+                    r.block_m, r.top_k, r.num_experts)
+    H = ops.moe_gemm_swiglu(cuda(x), dw1, dr)
+    Hh = H.view(torch.int16).cpu().numpy().view(ml_dtypes.bfloat16)
+    want, bound = ref_swiglu(x, w1, r)
+    check(Hh, want, bound, f"{fmt} cuda swiglu")
+    Y, bY, out, bout = ref_down(Hh, w2, r)
+    check(ops.moe_gemm_down(H, dw2, dr).cpu().numpy(), out, bout, f"{fmt} cuda down atomic")
+    check(ops.moe_gemm_down(H, dw2, dr, reduce="separate").cpu().numpy(), Y, bY, f"{fmt} cuda down separate")
+
+
+@needs_ptxas
+@pytest.mark.parametrize("kernel, W, WS, BM", [("moe_gemm1", "u8", "u8", 8), ("moe_gemm1", "f8e4m3", "f32", 32),
+                                               ("moe_gemm2", "bf16", "f32", 16)])
+def test_ptx_assembles(kernel, W, WS, BM):
+    """sm_90a PTX of the tensor-core path: mma.sync and 16-byte weight loads present, the decode on
+    bf16x2 words (MXFP4: the scale multiplies), no calls, and ptxas accepts it without spilling at the
+    planned tiles."""
+    from kcompiler import pipeline
+
+    tiles = ops.moe_gemm_tiles(BM)
+    ptx = pipeline.emit_file(stdlib_dir() / "moe_gemm.kc", "asm", target="nvptx", arch="sm_90a", kernel=kernel,
+                             comptime=dict(W=W, WS=WS, MMA=True, **tiles))
+    assert "mma.sync.aligned.m16n8k16" in ptx and "ld.global.v4" in ptx
+    assert "call" not in ptx and ".func" not in ptx
+    if W == "u8":
+        assert "mul.bf16x2" in ptx or "fma.rn.bf16x2" in ptx
+    log = ptxas(ptx, verbose=True)
+    assert "0 bytes spill stores" in log, log
