@@ -4,7 +4,7 @@ TMA, wgmma, warp specialisation, persistent tiles); elsewhere the Ampere one (cp
 mma.sync).
 
     python benchmarks/bench_matmul.py [--quick | --small] [--json OUT.json] [--sass] [--configs] [--mx] [--graphs]
-                                      [--variants [NAME,NAME]]
+                                      [--variants [NAME,NAME] [--in-process]]
 
 Each case is checked first (relative Frobenius error against torch's result, which must be under 1e-2
 for bf16 and 3e-2 for FP8), then timed: the median of triton.testing.do_bench (CUDA events, warm-up
@@ -28,7 +28,9 @@ where it exceeds the kernel's) and replayed from a CUDA graph (triton.testing.do
 device's time alone), ours through kcompiler.ops.matmul_sm90.run with its default choices.
 ``--variants`` times the Hopper kernel's compile-time variants (VARIANTS: stages, BN, ping-pong, clusters) on
 the LLM shapes of issue 23 (VARIANT_SHAPES) beside cuBLAS, each checked against torch first (and its
-largest difference from the default's result shown as "d"), in one run of a few minutes.
+largest difference from the first variant's result of its process shown as "d"), each variant in a
+process of its own where several are named (a crash is reported as FAILED and the run goes on; its
+name is printed before it runs; ``--in-process``: all in one).
 """
 from __future__ import annotations
 
@@ -288,16 +290,43 @@ VARIANT_SHAPES = [("bf16", 1024, 14336, 4096), ("bf16", 4096, 14336, 4096), ("bf
                   ("bf16", 4096, 4096, 4096), ("f8e4m3", 1024, 14336, 4096)]
 
 
+def time_variants_isolated(names: list[str] | None = None) -> list:
+    """:func:`time_variants` of each of :data:`VARIANTS` (or those of ``names``) in a process of its own
+    (this script with ``--variants NAME --in-process``), one after the other: a variant that crashes
+    (a CUDA fault poisons its process's context) or computes a wrong result is reported as FAILED with
+    its exit status, and the others still run. Returns the rows of those that ran, and a row
+    ``dict(variant=NAME, failed=STATUS)`` for each that did not; the children print as they go."""
+    rows = []
+    for name in names or VARIANTS:
+        print(f"variant {name}: starting (own process)", flush=True)
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "rows.json")
+            r = subprocess.run([sys.executable, os.path.abspath(__file__), "--variants", name, "--in-process",
+                                "--json", path])
+            if r.returncode != 0 or not os.path.exists(path):
+                print(f"variant {name}: FAILED (exit status {r.returncode}; its output is above)", flush=True)
+                rows.append(dict(variant=name, failed=r.returncode))
+                continue
+            with open(path) as f:
+                rows += json.load(f)["variants"]
+    return rows
+
+
 def time_variants(names: list[str] | None = None) -> list:
     """Each of :data:`VARIANTS` (or those of ``names``) on :data:`VARIANT_SHAPES` (B K-major, bf16
-    results; FP8 with per-tensor scales), beside cuBLAS (torch.matmul, torch._scaled_mm) in the same
-    process, TFLOP/s and ratios. Every variant's result is checked before it is timed: relative
-    Frobenius error against torch's under 1e-2 (bf16) or 3e-2 (FP8), and its largest difference from
-    the default variant's result printed; a mismatch stops the run (SystemExit)."""
+    results; FP8 with per-tensor scales), beside cuBLAS (torch.matmul, torch._scaled_mm) in this
+    process, TFLOP/s and ratios; each variant's name is printed (flushed) before it runs, so that a
+    crash names it. Every variant's result is checked before it is timed: relative Frobenius error
+    against torch's under 1e-2 (bf16) or 3e-2 (FP8), and its largest difference from the first
+    variant's result of the run (the default's where it is first) printed; a mismatch stops the run
+    (SystemExit). :func:`time_variants_isolated` runs each in a process of its own."""
     from kcompiler.ops import matmul_sm90
     from kcompiler.ops._common import stdlib_module
 
     mod = stdlib_module("matmul_sm90", "cuda")
+    unknown = [n for n in names or () if n not in VARIANTS]
+    if unknown:
+        raise SystemExit(f"unknown variants {unknown}; VARIANTS: {', '.join(VARIANTS)}")
     variants = {n: VARIANTS[n] for n in (names or VARIANTS)}
     rows = []
     for dt, m, n, k in VARIANT_SHAPES:
@@ -325,6 +354,7 @@ def time_variants(names: list[str] | None = None) -> list:
 
             def ours():
                 return matmul_sm90.run(mod, a, w, out, config=cfg, stream=torch.cuda.current_stream(), **extra)
+            print(f"variant {name} {dt} {m}x{n}x{k} ({cfg}) ...", flush=True)
             ours()
             torch.cuda.synchronize()
             err = rel_err(out, want)
@@ -352,11 +382,15 @@ def main() -> None:
     p.add_argument("--mx", action="store_true", help="time the fused MXFP8 cast, then stop")
     p.add_argument("--graphs", action="store_true", help="time small M from CUDA graphs too, then stop")
     p.add_argument("--variants", nargs="?", const="", metavar="NAME,NAME",
-                   help="time the Hopper kernel's variants (VARIANTS; all, or those named) beside cuBLAS, then stop")
+                   help="time the Hopper kernel's variants (VARIANTS; all, or those named) beside cuBLAS, then stop; "
+                        "each in a process of its own where there are several")
+    p.add_argument("--in-process", action="store_true", help="--variants: all in this process")
     args = p.parse_args()
     if args.variants is not None:
         names = [x for x in args.variants.split(",") if x] or None
-        write_json(args.json, {"device": torch.cuda.get_device_name(), "variants": time_variants(names)})
+        several = names is None or len(names) > 1
+        timer = time_variants_isolated if several and not args.in_process else time_variants
+        write_json(args.json, {"device": torch.cuda.get_device_name(), "variants": timer(names)})
         return
     if args.configs:
         time_configs()

@@ -54,8 +54,9 @@ def tile_m(cfg: dict) -> int:
 
 def shared_bytes(cfg: dict, t: str) -> int:
     """Dynamic shared memory of std.matmul_sm90 (the formula stated in the .kc file): the stages'
-    A and B tiles (each BK elements of 128 bytes a row) and two mbarriers a stage."""
-    return cfg["STAGES"] * (tile_m(cfg) + cfg["BN"]) * 128 + 16 * cfg["STAGES"]
+    A and B tiles (each BK elements of 128 bytes a row), two mbarriers a stage and, ping-pong, the
+    consumers' two order mbarriers."""
+    return cfg["STAGES"] * (tile_m(cfg) + cfg["BN"]) * 128 + 16 * cfg["STAGES"] + 16 * bool(cfg.get("PINGPONG"))
 
 
 def choose(M: int, N: int, K: int, sms: int = Device.multiprocessor_count) -> dict:

@@ -308,6 +308,41 @@ def test_emulated_pingpong(shape, config, b_kmajor, split_k, sms):
     _check64(out, a64 @ b64, K, np.abs(a64) @ np.abs(b64))
 
 
+PINGPONG_MANY_UNITS = [  # (M, N, K), config, STAGES, B K-major, split-K, blocks
+    ((192, 256, 256), "pp64x256", 2, True, 1, 1),  # 3 units in one block (odd), 4 k-steps each = 2 rounds
+    ((320, 512, 512), "pp64x256", 2, True, 1, 3),  # 10 units over 3 blocks (4, 3, 3), 8 k-steps each
+    ((320, 384, 384), "pp128x128", 3, False, 1, 2),  # WG_M = 2, N-major B, 9 units over 2 blocks
+    ((192, 256, 512), "pp64x256", 2, True, 2, 2),  # split-K: 6 shares of 4 k-steps over 2 blocks
+]
+
+
+@pytest.mark.parametrize("shape, config, stages, b_kmajor, split_k, sms", PINGPONG_MANY_UNITS,
+                         ids=[f"{c[1]}-{c[2]}st-{'nk' if c[3] else 'kn'}-split{c[4]}-{c[5]}blocks"
+                              for c in PINGPONG_MANY_UNITS])
+def test_emulated_pingpong_many_units(shape, config, stages, b_kmajor, split_k, sms, monkeypatch):
+    """Ping-pong with several units a block, both consumers on several of them, an odd count among
+    them, and units of at least 2 STAGES k-steps: a consumer that skips the other's unit then waits on
+    full[s] for a phase P while the fill of phase P - 1 may still be pending, which a parity wait takes
+    for P unless the consumers' order barrier makes it wait for the other's unit first (the H100's
+    "unspecified launch failure" at 1024 x 14336 x 4096 before that barrier; here: a stale stage read
+    or a deadlock, which the emulation reports after KC_CPU_DEADLOCK_SECONDS). Against numpy in
+    float64, the output poisoned first."""
+    import ml_dtypes
+    import numpy as np
+
+    from kcompiler.ops import matmul_sm90
+    monkeypatch.setenv("KC_CPU_DEADLOCK_SECONDS", "3")
+    M, N, K = shape
+    rng = np.random.default_rng()
+    a = rng.standard_normal((M, K)).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((N, K)).astype(ml_dtypes.bfloat16)
+    out = np.full((M, N), np.nan, np.float32)
+    matmul_sm90.run(_emulated(), a, b if b_kmajor else np.ascontiguousarray(b.T), out, b_kmajor=b_kmajor,
+                    config=dict(matmul_sm90.CONFIGS[config], STAGES=stages), sms=sms, split_k=split_k)
+    a64, b64 = a.astype(np.float64), b.astype(np.float64).T
+    _check64(out, a64 @ b64, K, np.abs(a64) @ np.abs(b64))
+
+
 def _fp8_operands(rng, fmt: str, M: int, N: int, K: int, per_row: bool):
     """Random FP8 ``fmt`` (an ml_dtypes name) a (M, K) and b (N, K), and f32 scales in [0.5, 1.5):
     one each, or per row of A and per column of C with ``per_row``."""
@@ -458,6 +493,34 @@ def test_emulated_mbarrier_phases():
     assert out.tolist() == [1, 0, 0]
 
 
+def test_emulated_mbarrier_wait_deadlock_is_reported(monkeypatch):
+    """An mbarrier_wait that nothing can end (here: the phase awaits an arrival no thread makes) stops
+    the emulated launch with the CPU target's deadlock error naming the wait's line, instead of
+    spinning for ever (a kernel's mbarrier bug then fails a test rather than hanging it)."""
+    import numpy as np
+
+    import kcompiler as kc
+    from kcompiler.runtime.device import LaunchError
+    src = """
+    kernel k(out: ptr<u32>) {
+        let bar = bitcast[ptr<u64, shared>](dynamic_shared[u64]());
+        if thread_id.x == 0 {
+            mbarrier_init(bar, 2);
+        }
+        barrier();
+        mbarrier_arrive(bar);
+        mbarrier_wait(bar, 0);
+        out[thread_id.x] = 1u32;
+    }
+    """
+    monkeypatch.setenv("KC_CPU_DEADLOCK_SECONDS", "1")
+    mod = kc.compile(src, target="cpu", target_options={"emulate_wgmma": True})
+    out = np.zeros(1, np.uint32)
+    with pytest.raises(LaunchError, match=r"deadlock in block \(0,0,0\).*<string>:9:"):
+        mod.k[1, 1](out, shared=16)
+    mod.k[1, 2](np.zeros(2, np.uint32), shared=16)  # two arrivals: the phase completes
+
+
 def test_tma_strides():
     """An axis of one element gets a packed stride (torch reports any for it)."""
     from kcompiler.runtime.tensormap import tma_strides
@@ -569,6 +632,28 @@ def test_every_config(config, b_kmajor):
                     config=matmul_sm90.CONFIGS[name], split_k=int(split or 1))
     torch.cuda.synchronize()
     _reference_check(out, a, b.T if b_kmajor else b)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("config", ["pp64x256", "pp128x128", "c2pp128x128"])
+@pytest.mark.parametrize("stages", [4, 5])
+def test_pingpong_many_units(config, stages):
+    """Ping-pong on the H100 with many units a block (a grid of 16 blocks over 16 x 12 or 8 x 23 tiles,
+    units of 40 k-steps, many times STAGES): both consumers on several units, skipping the other's
+    k-steps (the launch failed here before the consumers' order barrier); against torch in float64."""
+    import torch
+
+    from kcompiler.ops import matmul_sm90
+    from kcompiler.ops._common import stdlib_module
+    _sm90(torch)
+    M, N, K = 1000, 2900, 2560
+    a = torch.randn(M, K, device="cuda").to(torch.bfloat16)
+    b = torch.randn(N, K, device="cuda").to(torch.bfloat16)
+    out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+    matmul_sm90.run(stdlib_module("matmul_sm90", "cuda"), a, b, out, config=dict(matmul_sm90.CONFIGS[config],
+                    STAGES=stages), sms=16, split_k=1)
+    torch.cuda.synchronize()
+    _reference_check(out, a, b.T)
 
 
 @pytest.mark.gpu

@@ -19,7 +19,9 @@ What each does here (the PTX semantics are stated in backends/nvptx/wgmma.py and
   transaction count (32-62, signed) and the phase parity (63). A phase completes when no arrival and
   no byte is pending; ``mbarrier_try_wait(bar, parity)`` is true once the phase of that parity has
   completed (the current phase's parity differs); ``mbarrier_wait`` yields to the other threads until
-  then. The threads of a block share a host thread, so each operation is atomic.
+  then (a spin point: a block whose every thread waits on unchanging barriers stops the launch with
+  the CPU target's deadlock error). The threads of a block share a host thread, so each operation is
+  atomic.
 - ``wgmma``: each thread computes its own N / 2 elements of D (wgmma's D fragment) from A and B in
   shared memory, decoding the descriptors as PTX's canonical layouts ("Shared Memory Matrix Layout",
   "Strides"): K-major, element (row, k) at ``start + (row % 8) * S + (row / 8) * SBO + k * size``;
@@ -345,7 +347,9 @@ def emulate(target: "CpuTarget", ctx: "LoweringContext", op: Any, args: list[ll.
         ok = b.call(mbar, [args[0], _c(_TRY_WAIT, I32), args[1]])
         b.cbranch(b.icmp_unsigned("!=", ok, _c(0, I32)), done, again)
         b.position_at_end(again)
-        target.nanosleep(ctx, _c(0, I32))  # a yield to the block's other threads
+        # a yield to the block's other threads; a spin point, so that a wait no thread can end (every
+        # thread of the block waiting, the barriers unchanged) stops the launch as a deadlock
+        target.spin_point(ctx, b.load(args[0], typ=I64))
         b.branch(head)
         b.position_at_end(done)
     else:
