@@ -6,6 +6,7 @@ way in the same run. One table per op; hidden 2048-8192, tokens 1-8192, bf16 by 
     python benchmarks/bench_norms.py [--ops rms_norm,rms_norm_residual,layer_norm,rotary,silu_and_mul,
         gelu_and_mul] [--hidden 2048,4096,8192] [--tokens 1,16,128,1024,8192] [--dtype bf16]
         [--timing graph|events] [--no-compile]
+    python benchmarks/bench_norms.py --fused [--quick]   # SwiGLU and RMSNorm fused into ops.matmul (< 2 min)
 
 Timing: 'graph' (default) captures 20 calls of each variant in a torch.cuda.CUDAGraph and times a
 replay with CUDA events (launch overhead out for all alike; a small working set stays in the 50 MB L2
@@ -16,6 +17,11 @@ Bytes counted (s: element size): rms_norm 2 T n s + n s (x, out, weight); rms_no
 (x, residual read and written, out); layer_norm 2 T n s + 2 n s; rotary (Llama's heads: n / 128 query
 heads, a quarter as many key heads, D = R = 128) q and k read and written, plus a cache row (f32) a token;
 silu_and_mul / gelu_and_mul 3 T n s (x of 2 n a row, out of n).
+
+--fused: the matmul epilogues (kcompiler.ops.matmul_fused) against the same matmul followed by the separate
+kernel, and torch eager: SwiGLU (F.silu(x @ Wg.T) * (x @ Wu.T)) for M 1-4096 with the intermediate size N
+14336 or 1536 and K 4096; RMSNorm of the output rows with the residual added and written back at N 128 and
+256 (a row must fit one tile), ms a call.
 
 torch.compile: one dynamic=True compile an op (mark_dynamic on the token dimension), so a sweep does not
 recompile a kernel a shape; --no-compile leaves it out.
@@ -171,8 +177,77 @@ def check(op, inputs, dt):
         torch.testing.assert_close(kc(a[0]), eager(b[0]), **tol)
 
 
+# --- fused into the matmul: gated activations and RMSNorm as ops.matmul epilogues ---------------------
+
+def fused_section(args, dt):
+    """ops.matmul + a separate ops.silu_and_mul (or ops.rms_norm) against the fused epilogue
+    (ops.matmul(x, w_gate_up.T, epilogue='silu_and_mul'), ops.rms_norm_epilogue), torch eager beside:
+    ms a call and the fused variant's speedup over the separate pair."""
+    ms = [1, 128, 4096] if args.quick else [1, 16, 128, 1024, 4096]
+    print("\nSwiGLU: x @ w_gate_up.T then silu_and_mul (separate) vs the matmul epilogue (fused); ms")
+    print(f"{'N':>6} {'K':>5} {'M':>5} {'separate':>9} {'fused':>9} {'eager':>9} {'speedup':>8} {'vs eager':>8}")
+    for n, k in ((14336, 4096), (1536, 4096)):
+        w = torch.randn(2 * n, k, device="cuda", dtype=dt) / k ** 0.5
+        wg, wu = w[:n], w[n:]
+        for m in ms:
+            x = torch.randn(m, k, device="cuda", dtype=dt)
+            h = torch.empty(m, 2 * n, device="cuda", dtype=dt)
+            o = torch.empty(m, n, device="cuda", dtype=dt)
+
+            def separate():
+                ops.matmul(x, w.T, out=h)
+                return ops.silu_and_mul(h, out=o)
+
+            def fused():
+                return ops.matmul(x, w.T, out=o, epilogue="silu_and_mul")
+
+            def eager():
+                return F.silu(x @ wg.T) * (x @ wu.T)
+
+            ref = eager().float()
+            for f in (separate, fused):
+                torch.testing.assert_close(f().float(), ref, rtol=3e-2, atol=3e-2)
+            t = [time_ms(f, args.timing) for f in (separate, fused, eager)]
+            print(f"{n:>6} {k:>5} {m:>5} {t[0]:>9.4f} {t[1]:>9.4f} {t[2]:>9.4f} {t[0] / t[1]:>7.2f}x "
+                  f"{t[2] / t[1]:>7.2f}x", flush=True)
+    print("\nRMSNorm of the output rows (+ residual, written back): matmul then ops.rms_norm (separate) vs the "
+          "matmul epilogue (fused); ms")
+    print(f"{'N':>6} {'K':>5} {'M':>5} {'separate':>9} {'fused':>9} {'eager':>9} {'speedup':>8} {'vs eager':>8}")
+    for n, k in ((128, 4096), (256, 4096)):
+        w = torch.randn(n, k, device="cuda", dtype=dt) / k ** 0.5
+        nw = torch.rand(n, device="cuda", dtype=dt) + 0.5
+        for m in ms:
+            x = torch.randn(m, k, device="cuda", dtype=dt)
+            r = torch.randn(m, n, device="cuda", dtype=dt)
+            h = torch.empty(m, n, device="cuda", dtype=dt)
+            o = torch.empty(m, n, device="cuda", dtype=dt)
+            ep = ops.rms_norm_epilogue(nw, EPS, r, write_residual=True)
+
+            def separate():
+                ops.matmul(x, w.T, out=h)
+                return ops.rms_norm(h, nw, EPS, residual=r, out=o)
+
+            def fused():
+                return ops.matmul(x, w.T, out=o, epilogue=ep)
+
+            def eager():
+                return t_rms_norm_residual(x @ w.T, r, nw)
+
+            r0 = r.clone()
+            ref = eager().float()
+            for f in (separate, fused):
+                r.copy_(r0)
+                torch.testing.assert_close(f().float(), ref, rtol=3e-2, atol=3e-2)
+            t = [time_ms(f, args.timing) for f in (separate, fused, eager)]
+            print(f"{n:>6} {k:>5} {m:>5} {t[0]:>9.4f} {t[1]:>9.4f} {t[2]:>9.4f} {t[0] / t[1]:>7.2f}x "
+                  f"{t[2] / t[1]:>7.2f}x", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
+    ap.add_argument("--fused", action="store_true",
+                    help="only the section of gated activations and RMSNorm fused into the matmul")
+    ap.add_argument("--quick", action="store_true", help="fewer sizes (M 1, 128, 4096 in the fused section)")
     ap.add_argument("--ops", default="rms_norm,rms_norm_residual,layer_norm,rotary,silu_and_mul,gelu_and_mul")
     ap.add_argument("--hidden", default="2048,4096,8192")
     ap.add_argument("--tokens", default="1,16,128,1024,8192")
@@ -183,6 +258,9 @@ def main():
     dt = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}[args.dtype]
     torch._dynamo.config.cache_size_limit = 64
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, {args.dtype}, timing {args.timing}")
+    if args.fused:
+        fused_section(args, dt)
+        return
     for op in args.ops.split(","):
         if not args.no_compile:
             C[op] = compiled(op)

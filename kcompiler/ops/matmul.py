@@ -144,6 +144,13 @@ EPILOGUES: dict[str, tuple[str | None, str | None]] = {
     "gelu_rp": (None, None), "silu_rp": (None, None), "bias_gelu_rp": ("N", None), "bias_silu_rp": ("N", None),
 }
 
+#: std.epilogue's row-wise fused epilogues (kcompiler.ops.matmul_fused states them), with the shapes
+#: of the x and y each reads as :data:`EPILOGUES` gives them (N: C's columns): gated activations of a
+#: (K, 2 N) gate-and-up b, and RMSNorm of C's rows (x the weight, y a residual, s the epsilon).
+FUSED_EPILOGUES: dict[str, tuple[str | None, str | None]] = {
+    "silu_and_mul": (None, None), "gelu_and_mul": (None, None), "gelu_tanh_and_mul": (None, None),
+    "rms_norm": ("N", None), "add_rms_norm": ("N", "MN"), "fused_add_rms_norm": ("N", "MN")}
+
 #: std.epilogue's block epilogues (blocks of 32 columns of a row) and the element type of the result
 #: each gives: MXFP8, with an (M, N / 32) matrix of E8M0 scales beside it.
 BLOCK_EPILOGUES: dict[str, str] = {"to_mxfp8_e4m3": "f8e4m3", "to_mxfp8_e5m2": "f8e5m2"}
@@ -201,7 +208,7 @@ def _apart_from(x: Any, out: Any) -> Any:
 def _epilogue_inputs(ep: Epilogue, a: Any, M: int, N: int) -> list[Any]:
     """``ep``'s x and y, checked (kind, dtype, contiguity; a stock epilogue's shapes) and flattened;
     None for one it does not read."""
-    want = EPILOGUES.get(ep.fn, (None, None)) if ep.source is None else ("any", "any")
+    want = EPILOGUES.get(ep.fn, FUSED_EPILOGUES.get(ep.fn, (None, None))) if ep.source is None else ("any", "any")
     shapes = {"N": (N,), "M": (M,), "MN": (M, N)}
     got = []
     for name, x, w in (("x", ep.x, want[0]), ("y", ep.y, want[1])):
@@ -245,6 +252,12 @@ def matmul(a: Any, b: Any, out: Any = None, epilogue: Epilogue | str | None = No
     (ml_dtypes float8_e8m0fnu / torch float8_e8m0fnu; uint8 accepted in ``out``), as
     :func:`mx_quantize` gives them; ``out`` is then None or such a pair. N must be a multiple of 32.
 
+    Fused row-wise epilogues (:data:`FUSED_EPILOGUES`, kcompiler.ops.matmul_fused): 'silu_and_mul',
+    'gelu_and_mul', 'gelu_tanh_and_mul' take ``b`` (K, 2 N), the gate's columns then the up
+    projection's (``w_gate_up.T`` of a merged (2 N, K) weight), and return (M, N) ``act(a @ b[:, :N])
+    * (a @ b[:, N:])``; ``epilogue=ops.rms_norm_epilogue(weight, eps, residual)`` returns RMSNorm of
+    the rows of ``a @ b`` (N at most 256: a row inside one block's tile; ValueError otherwise).
+
     On NVIDIA GPUs f16 and bf16 run on the
     tensor cores (mma.sync, ldmatrix, cp.async; stdlib/matmul.kc), f32 and every other target on
     the SIMT path. On an sm_90 GPU (H100), torch CUDA tensors whose rows are multiples of 16 bytes
@@ -279,6 +292,9 @@ def matmul(a: Any, b: Any, out: Any = None, epilogue: Epilogue | str | None = No
             return plan(out)
     src, (M, K), N = _operand_type(a, b), tuple(a.shape), int(b.shape[1])
     epilogue = _checked_epilogue(epilogue)
+    if epilogue is not None and epilogue.source is None and epilogue.fn in FUSED_EPILOGUES:
+        from . import matmul_fused  # deferred: it builds on this module
+        return matmul_fused.fused_matmul(a, b, out, epilogue, out_dtype, tiles, tune, target)
     block = epilogue.block if epilogue is not None else None
     scales = None
     if block is not None:
@@ -381,9 +397,10 @@ def _checked_epilogue(epilogue: Epilogue | str | None) -> Epilogue | None:
         return None
     if epilogue.source is None and epilogue.fn in BLOCK_EPILOGUES:
         epilogue = dataclasses.replace(epilogue, fn="identity", block=epilogue.fn)
-    if epilogue.source is None and epilogue.fn not in EPILOGUES:
-        raise ValueError(f"matmul: no stock epilogue {epilogue.fn!r}; the stock ones: {', '.join(EPILOGUES)} "
-                         f"and the block ones {', '.join(BLOCK_EPILOGUES)} (or pass source=... defining it)")
+    if epilogue.source is None and epilogue.fn not in EPILOGUES and epilogue.fn not in FUSED_EPILOGUES:
+        raise ValueError(f"matmul: no stock epilogue {epilogue.fn!r}; the stock ones: {', '.join(EPILOGUES)}, "
+                         f"the fused ones {', '.join(FUSED_EPILOGUES)} and the block ones {', '.join(BLOCK_EPILOGUES)} "
+                         "(or pass source=... defining it)")
     if epilogue.block is not None and epilogue.block not in BLOCK_EPILOGUES:
         raise ValueError(f"matmul: no block epilogue {epilogue.block!r}; the block epilogues: "
                          f"{', '.join(BLOCK_EPILOGUES)}")
@@ -502,5 +519,5 @@ def scaled_matmul(a: Any, b: Any, scale_a: Any, scale_b: Any, *, out_dtype: Any 
     return matmul_sm90.scaled_matmul(a, b, scale_a, scale_b, out_dtype=out_dtype, out=out)
 
 
-__all__ = ["BLOCK_EPILOGUES", "EPILOGUES", "Epilogue", "MATMUL_TILES", "MATMUL_TUNE_CANDIDATES", "matmul",
-           "matmul_shared_bytes", "matmul_tiles", "matmul_tuned_tiles", "scaled_matmul"]
+__all__ = ["BLOCK_EPILOGUES", "EPILOGUES", "FUSED_EPILOGUES", "Epilogue", "MATMUL_TILES", "MATMUL_TUNE_CANDIDATES",
+           "matmul", "matmul_shared_bytes", "matmul_tiles", "matmul_tuned_tiles", "scaled_matmul"]

@@ -137,7 +137,7 @@ def run(mod: Any, a: Any, b: Any, out: Any, **options: Any) -> Any:
 def prepare(mod: Any, a: Any, b: Any, out: Any, *, b_kmajor: bool = True, scale_a: Any = None,
             scale_b: Any = None, scale: int = 0, config: dict | None = None, epilogue: tuple | None = None,
             block: tuple | None = None, stream: Any = None, sms: int | None = None,
-            split_k: int | None = None) -> Callable[[Any], Any]:
+            split_k: int | None = None, fuse: tuple | None = None) -> Callable[[Any], Any]:
     """``out = EPI(scale * (a @ B))`` by std.matmul_sm90 (``mod``: that module, compiled for CUDA, or a
     module of a user's epilogue that defines kernel matmul_sm90_epilogue, :func:`epilogue_module`):
     a (M, K) and b (B as (N, K) with ``b_kmajor``, else (K, N)) of one dtype of :data:`BK`, out (M, N)
@@ -157,6 +157,12 @@ def prepare(mod: Any, a: Any, b: Any, out: Any, *, b_kmajor: bool = True, scale_
     (ValueError) and rounds the grid down to whole clusters. numpy arrays run on the CPU target's
     emulation (``mod`` compiled with ``target_options={"emulate_wgmma": True}``; no clusters there).
 
+    ``fuse``: None, or (FUSE, GLU), std.epilogue's fused row-wise epilogues (with ``epilogue``, whose
+    x, y and s they read; no scales, no ``block``): FUSE 1, a gated activation GLU ('epilogue.silu_and_mul',
+    ...): b is the K-major (2 N, K) gate-and-up weight (gate rows first), out (M, N), read through a
+    3-D tensor map of b as (2, N, K) (two boxes of BN / 2 rows a stage; K a multiple of 8); FUSE 2 to 4,
+    RMSNorm of out's rows, which ``config``'s BN must hold (N <= BN; never split).
+
     Returns the launch as a callable ``go(c)`` (returns c): it computes the product into ``c``, ``out``
     or an array like it (shape, strides, dtype, device, 16-byte alignment), with everything else fixed
     now: the tensor maps of a and B (their addresses, shapes and strides; not their contents, which
@@ -165,17 +171,23 @@ def prepare(mod: Any, a: Any, b: Any, out: Any, *, b_kmajor: bool = True, scale_
     launches for repeated calls on the same operands (their host work then is the launch alone)."""
     M, K = (int(s) for s in a.shape)
     N = int(b.shape[0] if b_kmajor else b.shape[1])
+    gated = fuse is not None and fuse[0] == 1
+    if gated:
+        N //= 2  # C's columns: half of B's
     t = arrays.array_scalar_type(a).name
     o = arrays.array_scalar_type(out).name
     sms = sms or (_common.device_of(mod, a).multiprocessor_count if arrays.is_torch_tensor(a) else 8)
-    cfg = dict(config) if config is not None else choose(M, N, K, sms)
+    cfg = dict(config) if config is not None else choose(M, 2 * N if gated else N, K, sms)
     bk = BK[t]
     bm = tile_m(cfg)
     cm = cfg.get("CLUSTER_M", 1)
     ta = cached_tensor_map(a, (bm, bk))
-    # clusters: each block of a cluster loads its 1 / CLUSTER_M of the B tile (multicast to all)
-    tb = cached_tensor_map(b, (cfg["BN"] // cm, bk) if b_kmajor else (bk, 64))
-    tiles = -(-M // bm) * -(-N // cfg["BN"])
+    if gated:  # cooperative, without clusters (the kernel's FUSE rule)
+        tb = cached_tensor_map(b.reshape(2, N, K), (1, cfg["BN"] // 2, bk))
+    else:
+        # clusters: each block of a cluster loads its 1 / CLUSTER_M of the B tile (multicast to all)
+        tb = cached_tensor_map(b, (cfg["BN"] // cm, bk) if b_kmajor else (bk, 64))
+    tiles = -(-M // bm) * -(-N // (cfg["BN"] // 2 if gated else cfg["BN"]))
     grid = max(1, min(tiles, sms))
     if cm > 1:  # whole clusters, each on CLUSTER_M tiles of a column at once
         grid = max(cm, min(-(-M // (bm * cm)) * -(-N // cfg["BN"]) * cm, sms // cm * cm))
@@ -183,7 +195,8 @@ def prepare(mod: Any, a: Any, b: Any, out: Any, *, b_kmajor: bool = True, scale_
             raise ValueError("matmul_sm90.run: clusters (CLUSTER_M > 1) do not split K")
         split_k = 1
     if split_k is None:
-        split_k = choose_split(M, N, K, cfg, bk, sms) if block is None else 1
+        split_k = choose_split(M, 2 * N if gated else N, K, cfg, bk, sms) \
+            if block is None and (fuse is None or gated) else 1
     if scale_a is None:
         scale_a = scale_b = _dummy_f32(a.device if arrays.is_torch_tensor(a) else None)  # not read (scale 0)
     aligned = arrays.device_pointer(out) % 16 == 0 and N % 2 == 0 if arrays.is_device_array(out) else N % 2 == 0
@@ -210,6 +223,8 @@ def prepare(mod: Any, a: Any, b: Any, out: Any, *, b_kmajor: bool = True, scale_
         fn, x, y, s = epilogue
         kernel = mod.matmul_sm90_epilogue
         params["EPI"] = fn
+        if fuse is not None:
+            params.update(FUSE=int(fuse[0]), GLU=fuse[1])
         args += [x, y, float(s), ws, counts]
     launch = kernel[grid, 128 * (cfg["CONSUMERS"] + 1)]
     head, tail, shared = args[:2], args[3:], shared_bytes(cfg, t)

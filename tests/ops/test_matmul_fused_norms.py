@@ -1,0 +1,309 @@
+"""The row-wise fused epilogues of ops.matmul (kcompiler/ops/matmul_fused.py, std.epilogue's FUSE):
+gated activations of a (K, 2 N) gate-and-up b (silu_and_mul, gelu_and_mul, gelu_tanh_and_mul) and
+RMSNorm of the output rows (with a residual added, and written back), against numpy in float64 on
+fresh random inputs of odd shapes (M 1, 7, 130; N not a multiple of the tile; K odd multiples of 8),
+bf16 and f16 operands.
+
+On the CPU target: ops.matmul (the SIMT path), std.matmul's tensor-core path under emulate_mma
+(every access bounds checked), std.matmul_sm90 under emulate_wgmma; the sm_90a PTX of both kernels
+assembled by ptxas; the errors. On an H100 (marked gpu): ops.matmul on torch tensors, the Hopper path
+(K-major b) and the mma.sync path (row-major b, or tiles given).
+
+Tolerances: the product's f32 accumulation error e = 4 K u32 (|a| @ |b|) (tests/ops/test_matmul.py);
+gated: act(g) u carries |act'(g)| e_g |u| + |act(g)| e_u (|act'| < 1.2) plus a few f32 roundings (8
+u32) and the output's rounding; RMSNorm: h's error e (plus one ulp of the residual's type where h is
+rounded to it, which a different f32 sum may round the other way) carried through h / rms(h) as e /
+rms + |h| / rms times the row's relative error of rms (at most sum |h| e / sum h^2), then 16 u32 of
+f32 work and the output's rounding.
+"""
+from __future__ import annotations
+
+import math
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import kcompiler as kc
+from kcompiler import ops, pipeline
+from kcompiler.frontend.program import stdlib_dir
+from kcompiler.ops import matmul_sm90
+
+from ..ptxas_util import needs_ptxas, ptxas
+
+RNG = np.random.default_rng()
+U32 = 2.0 ** -24
+DT = {"bf16": ml_dtypes.bfloat16, "f16": np.float16, "f32": np.float32}
+EPS = 1e-5
+
+
+def _u(dtype) -> float:
+    return float(ml_dtypes.finfo(dtype).eps) / 2
+
+
+def _silu(x):
+    return x / (1 + np.exp(-x))
+
+
+def _gelu(x):
+    return 0.5 * x * (1 + np.vectorize(math.erf)(x / math.sqrt(2)))
+
+
+def _gelu_tanh(x):
+    return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+ACTS = {"silu_and_mul": _silu, "gelu_and_mul": _gelu, "gelu_tanh_and_mul": _gelu_tanh}
+
+
+def _check(c, ref, tol):
+    got = c.astype(np.float64)
+    assert np.isfinite(got).all(), "an element left unwritten (NaN poison) or not finite"
+    err = np.abs(got - ref)
+    worst = np.unravel_index(np.argmax(err - tol), err.shape)
+    assert (err <= tol).all(), f"C{list(worst)} = {got[worst]}, want {ref[worst]} ({err[worst]:.3g} > {tol[worst]:.3g})"
+
+
+def check_gated(c, a, w, name):
+    """c against act(a @ Wg^T) * (a @ Wu^T), w the (2 N, K) weight (module docstring's tolerance)."""
+    N, K = w.shape[0] // 2, a.shape[1]
+    a64, w64 = a.astype(np.float64), w.astype(np.float64)
+    p, e = a64 @ w64.T, 4 * K * U32 * (np.abs(a64) @ np.abs(w64).T)
+    g, u, eg, eu = p[:, :N], p[:, N:], e[:, :N], e[:, N:]
+    act = ACTS[name](g)
+    ref = act * u
+    tol = 1.2 * eg * np.abs(u) + np.abs(act) * eu + (8 * U32 + _u(c.dtype)) * (np.abs(ref) + np.abs(g * u)) + 1e-30
+    _check(c, ref, tol)
+
+
+def norm_reference(a, w, weight, residual):
+    """(reference, tolerance of the result, h, one ulp of h's type) of RMSNorm over the rows of a @ w^T,
+    with the residual (of its type) added first where given (module docstring)."""
+    K = a.shape[1]
+    a64, w64 = a.astype(np.float64), w.astype(np.float64)
+    p, e = a64 @ w64.T, 4 * K * U32 * (np.abs(a64) @ np.abs(w64).T)
+    h, ulp = p, 0.0
+    if residual is not None:
+        h = (p + residual.astype(np.float64)).astype(residual.dtype).astype(np.float64)
+        # one ulp of h's type (subnormals: the smallest step)
+        ulp = np.maximum(2 * _u(residual.dtype) * np.abs(h), float(ml_dtypes.finfo(residual.dtype).smallest_subnormal))
+        e = e + ulp
+    rms = np.sqrt((h * h).mean(1, keepdims=True) + EPS)
+    wt = np.abs(weight.astype(np.float64))
+    rel = (np.abs(h) * e).sum(1, keepdims=True) / (h * h).sum(1, keepdims=True).clip(1e-300)
+    ref = h / rms * weight.astype(np.float64)
+    tol = wt * (e / rms + np.abs(h) / rms * rel) + 16 * U32 * wt * np.abs(h) / rms
+    return ref, tol, h, ulp
+
+
+# --- ops.matmul on the CPU target (the SIMT path) ----------------------------------------------------------
+
+GATED_CASES = [  # (name, M, N, K, dtype, b K-major)
+    ("silu_and_mul", 1, 21, 40, "bf16", True),
+    ("gelu_and_mul", 7, 37, 24, "f16", False),
+    ("gelu_tanh_and_mul", 130, 45, 72, "bf16", True),
+]
+
+
+@pytest.mark.parametrize("name, M, N, K, dt, kmajor", GATED_CASES)
+def test_gated_cpu(name, M, N, K, dt, kmajor):
+    a = RNG.standard_normal((M, K)).astype(DT[dt])
+    w = RNG.standard_normal((2 * N, K)).astype(DT[dt])
+    b = w.T if kmajor else np.ascontiguousarray(w.T)
+    c = ops.matmul(a, b, epilogue=name, out_dtype=np.float32, target="cpu")
+    assert c.shape == (M, N)
+    check_gated(c, a, w, name)
+    c16 = ops.matmul(a, b, epilogue=ops.Epilogue(name), target="cpu")  # rounded once into a's dtype
+    assert c16.dtype == a.dtype
+    check_gated(c16, a, w, name)
+
+
+NORM_CASES = [  # (M, N, K, dtype, residual: None / "read" / "write", out dtype)
+    (1, 45, 40, "bf16", None, "f32"),
+    (7, 100, 24, "f16", "read", "f16"),
+    (130, 200, 56, "bf16", "write", "bf16"),
+]
+
+
+@pytest.mark.parametrize("M, N, K, dt, res, out", NORM_CASES)
+def test_rms_norm_cpu(M, N, K, dt, res, out):
+    a = RNG.standard_normal((M, K)).astype(DT[dt])
+    w = RNG.standard_normal((N, K)).astype(DT[dt])
+    weight = RNG.uniform(0.5, 1.5, N).astype(np.float32)
+    r = RNG.standard_normal((M, N)).astype(DT[dt]) if res else None
+    r0 = None if r is None else r.copy()
+    ep = ops.rms_norm_epilogue(weight, EPS, r, write_residual=res == "write")
+    assert ep.fn == {None: "rms_norm", "read": "add_rms_norm", "write": "fused_add_rms_norm"}[res]
+    c = ops.matmul(a, w.T, epilogue=ep, out_dtype=DT[out], target="cpu")
+    ref, tol, h, ulp = norm_reference(a, w, weight, r0)
+    _check(c, ref, tol + _u(c.dtype) * np.abs(ref))
+    if res == "write":  # the rounded sum, within the one ulp a different f32 sum may round it by
+        _check(r, h, ulp)
+    elif r is not None:
+        np.testing.assert_array_equal(r.view(np.uint16), r0.view(np.uint16))  # read, not written
+
+
+def test_fused_misuse():
+    a = np.ones((4, 16), np.float32)
+    with pytest.raises(ValueError, match="b has 7 columns, an odd number"):
+        ops.matmul(a, np.ones((16, 7), np.float32), epilogue="silu_and_mul", target="cpu")
+    with pytest.raises(ValueError, match=r"N = 300 exceeds the widest tile \(BN = 256\)"):
+        ops.matmul(a, np.ones((16, 300), np.float32), epilogue=ops.rms_norm_epilogue(np.ones(300, np.float32)),
+                   target="cpu")
+    with pytest.raises(ValueError, match="N = 100 exceeds the tile's BN = 64"):
+        ops.matmul(a, np.ones((16, 100), np.float32), epilogue=ops.rms_norm_epilogue(np.ones(100, np.float32)),
+                   tiles=dict(BM=64, BN=64, BK=32, WM=32, WN=32, STAGES=2), target="cpu")
+    with pytest.raises(ValueError, match=r"reads x, an array of shape \(6,\)"):
+        ops.matmul(a, np.ones((16, 6), np.float32), epilogue="rms_norm", target="cpu")
+    with pytest.raises(ValueError, match="takes no block epilogue"):
+        ops.matmul(a, np.ones((16, 64), np.float32), epilogue=ops.Epilogue("silu_and_mul", block="to_mxfp8_e4m3"),
+                   target="cpu")
+    r = np.ones((4, 6), np.float32)
+    with pytest.raises(ValueError, match="must not be one array"):
+        ops.matmul(a, np.ones((16, 6), np.float32), out=r,
+                   epilogue=ops.rms_norm_epilogue(np.ones(6, np.float32), residual=r, write_residual=True),
+                   target="cpu")
+
+
+# --- std.matmul's tensor-core path under emulate_mma ------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def emulated_mma():
+    return kc.compile_file(stdlib_dir() / "matmul.kc", target="cpu", target_options={"emulate_mma": True},
+                           check_bounds=True)
+
+
+def _launch_mma(mod, a, b, c, kmajor, tiles, NL, x, y, s, **params):
+    M, K = a.shape
+    N = c.shape[1]
+    threads = tiles["BM"] // tiles["WM"] * (tiles["BN"] // tiles["WN"]) * 32
+    grid = (-(-NL // tiles["BN"]), -(-M // tiles["BM"]))
+    aligned = K % 8 == 0 and N % 8 == 0
+    mod.matmul_epilogue[grid, threads](a, b, c, M, N, K, K, b.shape[1] if not kmajor else K, N, x, y, np.float32(s),
+                                       T=params.pop("T"), B_KMAJOR=kmajor, ALIGNED=aligned,
+                                       shared=ops.matmul_shared_bytes(tiles, 2, kmajor), **params, **tiles)
+
+
+@pytest.mark.parametrize("kmajor, M, N, K", [(True, 37, 21, 40), (False, 33, 48, 72)], ids=["nk-odd", "kn-aligned"])
+def test_gated_mma_emulated(emulated_mma, kmajor, M, N, K):
+    tiles = dict(BM=32, BN=64, BK=16, WM=16, WN=32, STAGES=2)
+    a = RNG.standard_normal((M, K)).astype(ml_dtypes.bfloat16)
+    w = RNG.standard_normal((2 * N, K)).astype(ml_dtypes.bfloat16)
+    c = np.full((M, N), np.nan, np.float32)
+    un = np.zeros(1, np.float32)
+    _launch_mma(emulated_mma, a, w if kmajor else np.ascontiguousarray(w.T), c, kmajor, tiles, 16 * -(-N // 8), un, un,
+                1.0, T="bf16", OUT="f32", FUSE=1, GLU="epilogue.gelu_and_mul")
+    check_gated(c, a, w, "gelu_and_mul")
+
+
+@pytest.mark.parametrize("fuse, kmajor, M, N, K", [(2, True, 37, 45, 40), (4, False, 70, 64, 24)],
+                         ids=["rms-nk-odd", "fused-add-kn"])
+def test_rms_norm_mma_emulated(emulated_mma, fuse, kmajor, M, N, K):
+    """BN = 64 over 4 warps of 16 columns: a row's squares summed across the warps in shared memory."""
+    tiles = dict(BM=32, BN=64, BK=16, WM=16, WN=16, STAGES=2)
+    a = RNG.standard_normal((M, K)).astype(ml_dtypes.bfloat16)
+    w = RNG.standard_normal((N, K)).astype(ml_dtypes.bfloat16)
+    weight = RNG.uniform(0.5, 1.5, N).astype(np.float32)
+    r = RNG.standard_normal((M, N)).astype(ml_dtypes.bfloat16)
+    r0 = r.copy()
+    c = np.full((M, N), np.nan, ml_dtypes.bfloat16)
+    _launch_mma(emulated_mma, a, w if kmajor else np.ascontiguousarray(w.T), c, kmajor, tiles, N, weight, r, EPS,
+                T="bf16", OUT="bf16", EPI="epilogue.identity", FUSE=fuse)
+    ref, tol, h, ulp = norm_reference(a, w, weight, r0 if fuse == 4 else None)
+    _check(c, ref, tol + _u(c.dtype) * np.abs(ref))
+    if fuse == 4:
+        _check(r, h, ulp)
+
+
+# --- std.matmul_sm90 under emulate_wgmma --------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def emulated_sm90():
+    opts = {"emulate_wgmma": True}
+    return kc.compile_file(stdlib_dir() / "matmul_sm90.kc", target="cpu", target_options=opts)
+
+
+@pytest.mark.parametrize("config, M, N, K, split", [("64x64", 70, 40, 72, 1), ("128x128", 130, 45, 40, 2)])
+def test_gated_sm90_emulated(emulated_sm90, config, M, N, K, split):
+    """Two TMA boxes of B a stage (a 3-D map of the weight as (2, N, K), zero-filled past N in each half),
+    persistent tiles over 3 blocks, split-K's fix-up applying the gate to the sum."""
+    a = RNG.standard_normal((M, K)).astype(ml_dtypes.bfloat16)
+    w = RNG.standard_normal((2 * N, K)).astype(ml_dtypes.bfloat16)
+    c = np.full((M, N), np.nan, np.float32)
+    matmul_sm90.run(emulated_sm90, a, w, c, config=matmul_sm90.CONFIGS[config], sms=3, split_k=split,
+                    epilogue=("epilogue.identity", c.reshape(-1), c.reshape(-1), 1.0),
+                    fuse=(1, "epilogue.silu_and_mul"))
+    check_gated(c, a, w, "silu_and_mul")
+
+
+def test_rms_norm_sm90_emulated(emulated_sm90):
+    M, N, K = 70, 45, 72
+    a = RNG.standard_normal((M, K)).astype(np.float16)
+    w = RNG.standard_normal((N, K)).astype(np.float16)
+    weight = RNG.uniform(0.5, 1.5, N).astype(np.float32)
+    r = RNG.standard_normal((M, N)).astype(np.float16)
+    r0 = r.copy()
+    c = np.full((M, N), np.nan, np.float16)
+    matmul_sm90.run(emulated_sm90, a, w, c, config=matmul_sm90.CONFIGS["64x64"], sms=2,
+                    epilogue=("epilogue.identity", weight, r.reshape(-1), EPS), fuse=(4, "epilogue.silu_and_mul"))
+    ref, tol, h, ulp = norm_reference(a, w, weight, r0)
+    _check(c, ref, tol + _u(c.dtype) * np.abs(ref))
+    _check(r, h, ulp)
+
+
+@needs_ptxas
+@pytest.mark.parametrize("kernel_file, kernel, params", [
+    ("matmul.kc", "matmul_epilogue", dict(T="bf16", OUT="bf16", ALIGNED=True, B_KMAJOR=True, FUSE=1)),
+    ("matmul.kc", "matmul_epilogue", dict(T="bf16", OUT="bf16", ALIGNED=True, Y="bf16", FUSE=4)),
+    ("matmul_sm90.kc", "matmul_sm90_epilogue", dict(T="bf16", OUT="bf16", FUSE=1, GLU="epilogue.gelu_and_mul")),
+    ("matmul_sm90.kc", "matmul_sm90_epilogue", dict(T="bf16", OUT="bf16", Y="bf16", BN=128, CONSUMERS=1, FUSE=4)),
+], ids=["mma-gated", "mma-norm", "wgmma-gated", "wgmma-norm"])
+def test_fused_ptx_assembles(kernel_file, kernel, params):
+    """sm_90a: the fused epilogues inlined (no calls), without spills."""
+    ptx = pipeline.emit_file(stdlib_dir() / kernel_file, "asm", target="nvptx", arch="sm_90a", kernel=kernel,
+                             comptime=params)
+    assert "call" not in ptx and ".func" not in ptx
+    if params["FUSE"] == 4:
+        assert "shfl.sync.bfly" in ptx
+    log = ptxas(ptx, verbose=True)
+    assert "0 bytes spill stores" in log, log
+
+
+# --- on the GPU ---------------------------------------------------------------------------------------------
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("M", [1, 7, 130, 1000])
+@pytest.mark.parametrize("layout", ["nk", "kn"])
+def test_gated_gpu(M, layout):
+    """K-major b (w.T) takes the Hopper path on an H100, row-major b the mma.sync path."""
+    import torch
+    N, K = 1000, 264
+    a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(2 * N, K, device="cuda", dtype=torch.bfloat16)
+    b = w.T if layout == "nk" else w.T.contiguous()
+    for name in ACTS:
+        c = ops.matmul(a, b, epilogue=name, out_dtype=torch.float32)
+        torch.cuda.synchronize()
+        check_gated(c.cpu().numpy(), a.float().cpu().numpy(), w.float().cpu().numpy(), name)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("M, N", [(1, 64), (130, 100), (1000, 256)])
+@pytest.mark.parametrize("mma", [False, True], ids=["auto", "mma"])
+def test_rms_norm_gpu(M, N, mma):
+    import torch
+    K = 264
+    a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(N, K, device="cuda", dtype=torch.bfloat16)
+    weight = torch.rand(N, device="cuda", dtype=torch.float32) + 0.5
+    r = torch.randn(M, N, device="cuda", dtype=torch.bfloat16)
+    r0 = r.clone()
+    tiles = dict(BM=64, BN=256, BK=32, WM=32, WN=64, STAGES=3) if mma else None
+    c = ops.matmul(a, w.T, epilogue=ops.rms_norm_epilogue(weight, EPS, r, write_residual=True), tiles=tiles)
+    torch.cuda.synchronize()
+    ref, tol, h, ulp = norm_reference(a.float().cpu().numpy().astype(ml_dtypes.bfloat16),
+                                      w.float().cpu().numpy().astype(ml_dtypes.bfloat16), weight.cpu().numpy(),
+                                      r0.float().cpu().numpy().astype(ml_dtypes.bfloat16))
+    got = c.float().cpu().numpy()
+    _check(got, ref, tol + 2.0 ** -8 * np.abs(ref))
+    assert (np.abs(r.double().cpu().numpy() - h) <= ulp).all()
