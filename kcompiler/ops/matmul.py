@@ -231,6 +231,19 @@ def _epilogue_inputs(ep: Epilogue, a: Any, M: int, N: int) -> list[Any]:
     return got
 
 
+def _hopper_plan(a: Any, b: Any, out: Any, out_dtype: Any, plain: bool) -> tuple[Any, Any]:
+    """(key, plan) of :func:`matmul`'s kept Hopper launch for these operands (kcompiler.ops.matmul_sm90
+    .PLANS); (None, None) unless the call is ``plain`` (no epilogue, tiles, tune or target), and a
+    None plan where none is kept yet."""
+    if not plain:
+        return None, None
+    try:
+        key = matmul_sm90.plan_key("matmul", (a, b), out, out_dtype)
+        return key, (matmul_sm90.PLANS.get(key) if key is not None else None)
+    except TypeError:  # an unhashable out_dtype: matmul's checks say what is wrong
+        return None, None
+
+
 def matmul(a: Any, b: Any, out: Any = None, epilogue: Epilogue | str | None = None, *, out_dtype: Any = None,
            tiles: dict[str, int] | None = None, tune: bool | None = None, target: str = "auto") -> Any:
     """``a @ b`` by std.matmul: f32 accumulation, one rounding into the result's dtype; with an
@@ -281,15 +294,10 @@ def matmul(a: Any, b: Any, out: Any = None, epilogue: Epilogue | str | None = No
     A product without epilogue, tiles, tune or target on the Hopper path keeps its launch
     (kcompiler.ops.matmul_sm90.PLANS): a later call on the same operands (the same addresses, shapes,
     strides, dtypes; an ``out`` like the first one's) skips the checks and the choices."""
-    key = None
-    if epilogue is None and tiles is None and tune is None and target == "auto":
-        try:
-            key = matmul_sm90.plan_key("matmul", (a, b), out, out_dtype)
-            plan = matmul_sm90.PLANS.get(key) if key is not None else None
-        except TypeError:  # an unhashable out_dtype: the checks below say what is wrong
-            key = plan = None
-        if plan is not None:
-            return plan(out)
+    key, plan = _hopper_plan(a, b, out, out_dtype, epilogue is None and tiles is None and tune is None
+                             and target == "auto")
+    if plan is not None:
+        return plan(out)
     src, (M, K), N = _operand_type(a, b), tuple(a.shape), int(b.shape[1])
     epilogue = _checked_epilogue(epilogue)
     if epilogue is not None and epilogue.source is None and epilogue.fn in FUSED_EPILOGUES:
