@@ -60,7 +60,7 @@ def check_route(logits, top_k, mode, renormalize):
     return ids, w
 
 
-@pytest.mark.slow(sample=10)
+@pytest.mark.slow(sample=4)
 @pytest.mark.parametrize("dt", ["f32", "bf16"])
 @pytest.mark.parametrize("e,top_k", [(4, 1), (4, 4), (8, 2), (32, 4), (65, 8), (128, 6), (256, 8), (1, 1)])
 @pytest.mark.parametrize("mode", ["softmax_topk", "topk_softmax"])
@@ -135,7 +135,7 @@ def random_ids(t, k, e):
     return np.stack([RNG.choice(e, k, replace=False, p=p) for _ in range(t)]).astype(np.int32).reshape(t, k)
 
 
-@pytest.mark.slow(sample=8)
+@pytest.mark.slow(sample=4)
 @pytest.mark.parametrize("t,k,e", [(1, 1, 1), (1, 4, 8), (7, 2, 4), (33, 4, 8), (300, 4, 33), (100, 8, 256),
                                    (5, 2, 1000), (2000, 1, 3)])
 @pytest.mark.parametrize("bm", [1, 4, 16, 64])
@@ -249,7 +249,7 @@ def check_moe(fmt, t, e, top_k, mode, hid=96, inter=160, dt="f32", reduce="atomi
     return x, logits, wg, wd, got
 
 
-@pytest.mark.slow(sample=6)
+@pytest.mark.slow(sample=3)
 @pytest.mark.parametrize("fmt", ["bf16", "fp8", "mxfp4"])
 @pytest.mark.parametrize("t", [1, 5, 33])
 @pytest.mark.parametrize("e", [4, 8])

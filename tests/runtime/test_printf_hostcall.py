@@ -124,6 +124,7 @@ FIELD_CASES = [
 ]
 
 
+@pytest.mark.slow(sample=1)  # one warp size by default (80 s each on CI's 2 cores); -m slow: both
 @pytest.mark.parametrize("warp", [32, 64])
 def test_cpu_printf_matches_snprintf(tmp_path, warp):
     """Every case of the conformance list and of FIELD_CASES, printed through hostcall on the CPU
