@@ -29,7 +29,7 @@ from ._common import data_ptr, empty_like, stream_of, target_for
 from .moe_types import ExpertWeights, MoERouting
 from .norms import _vec
 
-from . import moe_gemm
+from . import moe_gemm, moe_sm90
 
 #: Routing modes (:func:`moe_route`).
 MOE_MODES = ("softmax_topk", "topk_softmax")
@@ -292,7 +292,10 @@ def moe(x: Any, router_logits: Any, w_gate_up: Any, w_down: Any, top_k: int, *, 
       reproducible).
     - ``gemm``: 'auto' (kcompiler.ops.moe_gemm's tensor-core grouped GEMMs for bf16 activations where
       the target has 'mma', else std.moe's SIMT ones), 'simt' or 'mma'
-      (force one; 'mma' takes bf16 x only).
+      (force one; 'mma' takes bf16 x only), or 'sm90' (opt-in, not chosen by 'auto' until measured:
+      kcompiler.ops.moe_sm90's grouped GEMMs of std.matmul_sm90, TMA + wgmma, for prefill-sized T on
+      an sm_90 GPU or numpy arrays on the CPU target's emulation; bf16 weights, H and I multiples of 8;
+      the sum is always the ordered one, ``reduce`` is not used).
     - ``target``: as every op ('auto': where x lives).
 
     Returns (T, H) in x's dtype and kind. The data flow is the module's (route -> align -> GEMM1 +
@@ -304,8 +307,8 @@ def moe(x: Any, router_logits: Any, w_gate_up: Any, w_down: Any, top_k: int, *, 
     src = _float_type(x, fn, "x")
     if reduce not in ("atomic", "separate"):
         raise ValueError(f"{fn}: reduce must be 'atomic' or 'separate', not {reduce!r}")
-    if gemm not in ("auto", "simt", "mma"):
-        raise ValueError(f"{fn}: gemm must be 'auto', 'simt' or 'mma', not {gemm!r}")
+    if gemm not in ("auto", "simt", "mma", "sm90"):
+        raise ValueError(f"{fn}: gemm must be 'auto', 'simt', 'mma' or 'sm90', not {gemm!r}")
     if len(tuple(x.shape)) != 2:
         raise ValueError(f"{fn}: x must be (T, H), not of shape {tuple(x.shape)}")
     tokens, hidden = (int(d) for d in x.shape)
@@ -324,6 +327,12 @@ def moe(x: Any, router_logits: Any, w_gate_up: Any, w_down: Any, top_k: int, *, 
     ids, wts = moe_route(router_logits, top_k, mode=mode, renormalize=renormalize, target=target)
     if tokens == 0 or hidden == 0:
         return _zeros(x, (tokens, hidden), src.name)
+    if gemm == "sm90":
+        why = moe_sm90.reason_not(x, wg, wd)
+        if why is not None:
+            raise (TypeError if "takes" in why else ValueError)(f"{fn}: {why}")
+        routing = moe_align(ids, wts, e, moe_sm90.BLOCK_M, target=target)
+        return moe_sm90.moe_sm90(x, routing, wg, wd, target=target)
     tgt = target_for(x, target)
     mod = _common.stdlib_module("moe", tgt)
     use_mma = gemm == "mma" or (gemm == "auto" and mod.target_has("mma")
