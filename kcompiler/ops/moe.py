@@ -302,7 +302,8 @@ def moe(x: Any, router_logits: Any, w_gate_up: Any, w_down: Any, top_k: int, *, 
     SwiGLU -> GEMM2 (+ reduce)); all of it queued on the device, the host waits for nothing. On the
     SIMT path the intermediate h (T * top_k, I) is held in x's dtype (f32 for f32 x), sums in f32.
     Raises TypeError for bad dtypes or kinds (weights must be of x's kind and device), ValueError for
-    inconsistent shapes, ``top_k``, ``mode``, ``reduce`` or ``gemm``."""
+    inconsistent shapes, ``top_k``, ``mode``, ``reduce`` or ``gemm``; 'sm90' also as
+    kcompiler.ops.moe_sm90.reason_not says (RuntimeError on a GPU without wgmma)."""
     fn = "moe"
     src = _float_type(x, fn, "x")
     if reduce not in ("atomic", "separate"):
@@ -330,7 +331,7 @@ def moe(x: Any, router_logits: Any, w_gate_up: Any, w_down: Any, top_k: int, *, 
     if gemm == "sm90":
         why = moe_sm90.reason_not(x, wg, wd)
         if why is not None:
-            raise (TypeError if "takes" in why else ValueError)(f"{fn}: {why}")
+            raise why[0](f"{fn}: {why[1]}")
         routing = moe_align(ids, wts, e, moe_sm90.BLOCK_M, target=target)
         return moe_sm90.moe_sm90(x, routing, wg, wd, target=target)
     tgt = target_for(x, target)

@@ -44,21 +44,21 @@ BLOCK_M = matmul_sm90.tile_m(matmul_sm90.CONFIGS[CONFIG])
 THREADS = 128
 
 
-def reason_not(x: Any, wg: ExpertWeights, wd: ExpertWeights) -> str | None:
-    """Why this path cannot run ops.moe on ``x`` with these weights, or None: bf16 weights, H and I
-    multiples of 8, torch CUDA tensors on an sm_90 GPU or numpy arrays (the CPU target's emulation)."""
+def reason_not(x: Any, wg: ExpertWeights, wd: ExpertWeights) -> tuple[type, str] | None:
+    """Why this path cannot run ops.moe on ``x`` with these weights, as (the exception to raise,
+    the message), or None: it takes bf16 weights (TypeError), H and I multiples of 8 (ValueError),
+    torch CUDA tensors (on an sm_90 GPU, else RuntimeError) or numpy arrays (the CPU target's
+    emulation; TypeError for other arrays)."""
     if wg.format != "bf16" or wd.format != "bf16":
-        return f"gemm='sm90' takes bf16 weights (not {wg.format} and {wd.format}) for now"
+        return TypeError, f"gemm='sm90' takes bf16 weights (not {wg.format} and {wd.format}) for now"
     e, n2, h = wg.shape
     if h % 8 or (n2 // 2) % 8:
-        return f"gemm='sm90' needs H ({h}) and I ({n2 // 2}) multiples of 8 (TMA's 16-byte rows)"
-    if arrays.is_torch_tensor(x):
-        if not x.is_cuda:
-            return "gemm='sm90' takes torch CUDA tensors or numpy arrays"
+        return ValueError, f"gemm='sm90' needs H ({h}) and I ({n2 // 2}) multiples of 8 (TMA's 16-byte rows)"
+    if arrays.is_torch_tensor(x) and x.is_cuda:
         if not _common.stdlib_module("matmul_sm90", "cuda").target_has("wgmma"):
-            return "gemm='sm90' needs an sm_90 GPU (wgmma, TMA)"
+            return RuntimeError, "gemm='sm90' needs an sm_90 GPU (wgmma, TMA)"
     elif not isinstance(x, np.ndarray):
-        return "gemm='sm90' takes torch CUDA tensors or numpy arrays"
+        return TypeError, "gemm='sm90' takes torch CUDA tensors or numpy arrays"
     return None
 
 

@@ -148,7 +148,7 @@ def test_moe_sm90_errors():
 
 
 @needs_ptxas
-@pytest.mark.parametrize("fuse", [0, 1], ids=["plain", "gated"])
+@pytest.mark.parametrize("fuse", [pytest.param(0, marks=pytest.mark.slow(sample=0)), 1], ids=["plain", "gated"])
 def test_grouped_ptx_assembles(fuse):
     """sm_90a: the grouped variants inlined, 3-D / 4-D TMA copies, without spills."""
     ptx = pipeline.emit_file(stdlib_dir() / "matmul_sm90.kc", "asm", target="nvptx", arch="sm_90a",
