@@ -96,6 +96,29 @@ def test_grouped_gemm_cpu(gated, sms):
     assert np.all(err <= 2 * tol + UB * np.abs(ref) + 2.0 ** -126), float(np.max(err - 2 * tol - UB * np.abs(ref)))
 
 
+def test_gather_pads_with_zero_rows_and_inverts_the_order():
+    """std.moe_sm90's gather: slot p of the tiles in use holds x[a // top_k] in bf16 for its assignment
+    a (and inv[a] = p), a padding slot zeros; the slots past the tiles in use keep what they held."""
+    from kcompiler.ops import _common
+    t_n, k, e_n, hid = 29, 2, 5, 72
+    x = RNG.standard_normal((t_n, hid)).astype(np.float32)
+    ids = np.stack([RNG.choice([0, 2, 3, 4], k, replace=False) for _ in range(t_n)]).astype(np.int32)
+    routing = ops.moe_align(ids, np.ones(ids.shape, np.float32), e_n, moe_sm90.BLOCK_M, target="cpu")
+    P = routing.sorted_ids.shape[0]
+    xp = np.full((P, hid), np.nan, BF16)
+    inv = np.full(t_n * k, -1, np.int32)
+    _common.stdlib_module("moe_sm90", "cpu").moe_sm90_gather[P, moe_sm90.THREADS](
+        x, hid, routing.sorted_ids, routing.num_tiles, moe_sm90.BLOCK_M, t_n * k, k, hid, xp, inv, T="f32", VEC=4)
+    used = int(routing.num_tiles[0]) * moe_sm90.BLOCK_M
+    sid = routing.sorted_ids[:used]
+    real = sid < t_n * k
+    assert used < P and np.isnan(f64(xp[used:])).all()
+    np.testing.assert_array_equal(f64(xp[:used][real]), f64(x[sid[real] // k].astype(BF16)))
+    assert (f64(xp[:used][~real]) == 0).all() and (~real).any()
+    np.testing.assert_array_equal(np.sort(inv), np.sort(np.nonzero(real)[0]))
+    np.testing.assert_array_equal(sid[inv], np.arange(t_n * k))
+
+
 # --- the layer -----------------------------------------------------------------------------------------
 
 def check_layer(t_n, e_n, k, hid, inter, dt=BF16, empty_expert=None):
