@@ -40,6 +40,10 @@ MOE_ROUTE_MAX_TOP_K = 8
 MOE_ALIGN_MAX_EXPERTS = 1024
 #: Assignments a block of the alignment's counting and scattering kernels walks.
 MOE_ALIGN_CHUNK = 128
+#: Most assignments (tokens x top_k) that :func:`moe_route_align` (and so :func:`moe`) routes and aligns
+#: in one launch of one block (std.moe's ``moe_route_align``, its FUSED_MAX); more take the four launches
+#: of :func:`moe_route` and :func:`moe_align`.
+MOE_FUSED_MAX_ASSIGNMENTS = 1024
 #: The format code of each weight format in std.moe's SIMT GEMMs.
 _FMT = {"bf16": 0, "fp8": 1, "mxfp4": 2}
 FLOATS = ("f32", "f16", "bf16")
@@ -103,28 +107,79 @@ def moe_route(router_logits: Any, top_k: int, *, mode: str = "softmax_topk", ren
     exp(l_j - max l) / sum over the chosen.) A NaN logit counts as -inf; a row of only -inf / NaN
     logits counts as all equal. One warp a token (std.moe's ``moe_route``). Raises TypeError for
     another dtype, ValueError for bad shapes, ``top_k`` or ``mode``."""
-    fn = "moe_route"
+    x, ld, kw = _route_args(router_logits, top_k, mode, renormalize, "moe_route")
+    tokens, experts = (int(d) for d in x.shape)
+    ids = empty_like(x, (tokens, kw["TOPK"]), "i32")
+    weights = empty_like(x, (tokens, kw["TOPK"]), "f32")
+    if tokens:
+        mod = _common.stdlib_module("moe", target_for(x, target))
+        mod.moe_route[_route_config(tokens)](x, ld, ids, weights, tokens, experts, stream=stream_of(x), **kw)
+    return ids, weights
+
+
+def _route_args(router_logits: Any, top_k: Any, mode: str, renormalize: bool, fn: str) -> tuple[Any, int, dict]:
+    """The checked router logits (2-D, unit stride along rows), their row stride and std.moe's
+    compile-time values of the routing (T, EMAX, TOPK, FULL); TypeError / ValueError as
+    :func:`moe_route` says."""
     src = _float_type(router_logits, fn, "router_logits")
     if mode not in MOE_MODES:
         raise ValueError(f"{fn}: mode must be one of {MOE_MODES}, not {mode!r}")
     x, ld = _rows_2d(router_logits, fn, "router_logits")
-    tokens, experts = (int(d) for d in x.shape)
+    experts = int(x.shape[1])
     if not 1 <= experts <= MOE_ROUTE_MAX_EXPERTS:
         raise ValueError(f"{fn}: 1 to {MOE_ROUTE_MAX_EXPERTS} experts (router_logits' columns), not {experts}")
     if not isinstance(top_k, (int, np.integer)) or not 1 <= top_k <= min(experts, MOE_ROUTE_MAX_TOP_K):
         raise ValueError(f"{fn}: top_k must be an integer in [1, {min(experts, MOE_ROUTE_MAX_TOP_K)}] "
                          f"(at most the experts, {experts}, and {MOE_ROUTE_MAX_TOP_K}), not {top_k!r}")
-    top_k = int(top_k)
-    ids = empty_like(x, (tokens, top_k), "i32")
-    weights = empty_like(x, (tokens, top_k), "f32")
-    if tokens:
-        mod = _common.stdlib_module("moe", target_for(x, target))
-        full = mode == "softmax_topk" and not renormalize
-        # 128 threads: 4 tokens a block with warps of 32, 2 with 64 (the kernel strides over the rest)
-        mod.moe_route[-(-tokens // 4), 128](x, ld, ids, weights, tokens, experts, T=src.name,
-                                            EMAX=-(-experts // 32) * 32, TOPK=top_k, FULL=full,
-                                            stream=stream_of(x))
-    return ids, weights
+    return x, ld, dict(T=src.name, EMAX=-(-experts // 32) * 32, TOPK=int(top_k),
+                       FULL=mode == "softmax_topk" and not renormalize)
+
+
+def _route_config(tokens: int) -> tuple[int, int]:
+    """std.moe's moe_route launch: 128 threads, 4 tokens a block with warps of 32, 2 with 64 (the
+    kernel strides over the rest)."""
+    return -(-tokens // 4), 128
+
+
+def _fused_threads(tokens: int) -> int:
+    """Threads of std.moe's moe_route_align block: a warp of 32 a token, 256 to FUSED_MAX (1024)."""
+    return min(MOE_FUSED_MAX_ASSIGNMENTS, max(256, 1 << max(0, tokens * 32 - 1).bit_length()))
+
+
+def moe_route_align(router_logits: Any, top_k: int, block_m: int, *, mode: str = "softmax_topk",
+                    renormalize: bool = True, fused: bool | None = None, target: str = "auto") -> MoERouting:
+    """:func:`moe_route` then :func:`moe_align` (E = router_logits' columns): the same
+    :class:`~kcompiler.ops.moe_types.MoERouting`, bit for bit (ids, weights, sorted_ids, tile_expert,
+    num_tiles), in fewer launches.
+
+    ``fused``: None (the default) takes std.moe's ``moe_route_align`` — one launch of one block that
+    routes the tokens (a warp a token, moe_route's code) and builds the whole layout in shared memory
+    — where T * top_k <= :data:`MOE_FUSED_MAX_ASSIGNMENTS`, and the four launches of moe_route and
+    moe_align (count, scan, scatter) above that; True insists on the one launch (ValueError where T *
+    top_k is larger), False on the four. Arguments and errors as :func:`moe_route` and
+    :func:`moe_align` (``block_m`` >= 1)."""
+    fn = "moe_route_align"
+    x, ld, kw = _route_args(router_logits, top_k, mode, renormalize, fn)
+    if not isinstance(block_m, (int, np.integer)) or block_m < 1:
+        raise ValueError(f"{fn}: block_m must be a positive integer, not {block_m!r}")
+    tokens, e = (int(d) for d in x.shape)
+    k, bm = kw["TOPK"], int(block_m)
+    small = tokens * k <= MOE_FUSED_MAX_ASSIGNMENTS
+    if fused and not small:
+        raise ValueError(f"{fn}: fused routing takes at most {MOE_FUSED_MAX_ASSIGNMENTS} assignments, not "
+                         f"{tokens} x {k}")
+    if not (small if fused is None else fused):
+        ids, wts = moe_route(x, k, mode=mode, renormalize=renormalize, target=target)
+        return moe_align(ids, wts, e, bm, target=target)
+    slots = MoERouting.padded_slots(tokens, k, e, bm)
+    ids, wts = empty_like(x, (tokens, k), "i32"), empty_like(x, (tokens, k), "f32")
+    sorted_ids, tile_expert = empty_like(x, (slots,), "i32"), empty_like(x, (slots // bm,), "i32")
+    num_tiles = empty_like(x, (1,), "i32")
+    mod = _common.stdlib_module("moe", target_for(x, target))
+    mod.moe_route_align[1, _fused_threads(tokens)](x, ld, ids, wts, tokens, e, bm, sorted_ids, slots, tile_expert,
+                                                   slots // bm, num_tiles, wts, 0, stream=stream_of(x), **kw)
+    return MoERouting(topk_ids=ids, topk_weights=wts, sorted_ids=sorted_ids, tile_expert=tile_expert,
+                      num_tiles=num_tiles, block_m=bm, top_k=k, num_experts=e)
 
 
 # --- alignment -----------------------------------------------------------------------------------------
@@ -360,5 +415,5 @@ def moe(x: Any, router_logits: Any, w_gate_up: Any, w_down: Any, top_k: int, *, 
     return acc if src.name == "f32" else moe_sum(acc, 1, dtype=src.name, target=target)
 
 
-__all__ = ["MOE_ALIGN_CHUNK", "MOE_ALIGN_MAX_EXPERTS", "MOE_MODES", "MOE_ROUTE_MAX_EXPERTS", "MOE_ROUTE_MAX_TOP_K",
-           "MOE_SIMT_BN", "MOE_SIMT_THREADS", "moe", "moe_align", "moe_route", "moe_simt_block_m", "moe_sum"]
+__all__ = ["MOE_ALIGN_CHUNK", "MOE_ALIGN_MAX_EXPERTS", "MOE_FUSED_MAX_ASSIGNMENTS", "MOE_MODES", "MOE_ROUTE_MAX_EXPERTS", "MOE_ROUTE_MAX_TOP_K",
+           "MOE_SIMT_BN", "MOE_SIMT_THREADS", "moe", "moe_align", "moe_route", "moe_route_align", "moe_simt_block_m", "moe_sum"]
