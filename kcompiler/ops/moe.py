@@ -181,7 +181,8 @@ def moe_route_align(router_logits: Any, top_k: int, block_m: int, *, mode: str =
     num_tiles = empty_like(x, (1,), "i32")
     mod = _common.stdlib_module("moe", target_for(x, target))
     mod.moe_route_align[1, _fused_threads(tokens)](x, ld, ids, wts, tokens, e, bm, sorted_ids, slots, tile_expert,
-                                                   slots // bm, num_tiles, wts, 0, stream=stream_of(x), **kw)
+                                                   slots // bm, num_tiles, _common.const_f32(0.0, 1, x), 0,
+                                                   stream=stream_of(x), **kw)
     return MoERouting(topk_ids=ids, topk_weights=wts, sorted_ids=sorted_ids, tile_expert=tile_expert,
                       num_tiles=num_tiles, block_m=bm, top_k=k, num_experts=e)
 
