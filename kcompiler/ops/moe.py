@@ -363,7 +363,13 @@ def moe(x: Any, router_logits: Any, w_gate_up: Any, w_down: Any, top_k: int, *, 
     - ``target``: as every op ('auto': where x lives).
 
     Returns (T, H) in x's dtype and kind. The data flow is the module's (route -> align -> GEMM1 +
-    SwiGLU -> GEMM2 (+ reduce)); all of it queued on the device, the host waits for nothing. On the
+    SwiGLU -> GEMM2 (+ reduce)); all of it queued on the device, the host waits for nothing. Up to
+    :data:`MOE_FUSED_MAX_ASSIGNMENTS` assignments, routing and alignment are one launch
+    (:func:`moe_route_align`), which also zeroes the atomic sums. The host's work is prepared once a
+    shape (``PLANS``: by the kinds, shapes, dtypes and devices of x, the logits and the weights' arrays,
+    and the options): a later call checks contiguity and alignment, allocates the result and launches,
+    with the scratch (routing, h, f32 sums; up to 16 MiB) kept a stream, and no copy between host and
+    device. On the
     SIMT path the intermediate h (T * top_k, I) is held in x's dtype (f32 for f32 x), sums in f32.
     Raises TypeError for bad dtypes or kinds (weights must be of x's kind and device), ValueError for
     inconsistent shapes, ``top_k``, ``mode``, ``reduce`` or ``gemm``."""
