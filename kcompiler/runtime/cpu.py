@@ -185,6 +185,34 @@ class _GuardedCopy:
             self.host.reshape(-1).view(np.uint8)[:] = self.view
 
 
+def _on_guarded_copies(args: Sequence[Any], guarded: list[_GuardedCopy]) -> list[Any]:
+    """``args`` with each array argument moved onto a guarded copy (``check_bounds``), the copies
+    appended to ``guarded``. Arguments whose memory overlaps (one array passed twice, overlapping
+    views) share one copy of the span they cover, each at its own offset in it: a copy an argument,
+    each written back in turn, would let a later one undo the writes made through an earlier one."""
+    out = list(args)
+    arrays = sorted((a.address, i) for i, a in enumerate(args) if isinstance(a, PointerArg) and a.array is not None)
+    group: list[int] = []
+    end = 0
+    for address, i in arrays + [(None, None)]:
+        if group and (address is None or address >= end):
+            lo = args[group[0]].address
+            if len(group) == 1:
+                host = args[group[0]].array
+            else:  # the span's bytes, as one array (the arguments' arrays are alive in args)
+                host = np.ctypeslib.as_array((ctypes.c_uint8 * (end - lo)).from_address(lo))
+            g = _GuardedCopy(host, True)
+            guarded.append(g)
+            for j in group:
+                a = args[j]
+                out[j] = PointerArg(g.address + (a.address - lo), a.nbytes, a.itemsize, a.name)
+            group = []
+        if address is not None:
+            group.append(i)
+            end = max(end, address + args[i].nbytes) if len(group) > 1 else address + args[i].nbytes
+    return out
+
+
 class _KeepAlive:
     """A copy-back that only keeps a temporary alive until the launch is over."""
 
@@ -374,12 +402,10 @@ class CpuDevice(Device):
         buf = ctypes.create_string_buffer(max(handle.arg_bytes, 8))
         table: list[PointerArg] = []
         guarded: list[_GuardedCopy] = []
+        if handle.check_bounds:
+            args = _on_guarded_copies(args, guarded)
         for (off, size), a in zip(handle.params, args):
             if isinstance(a, PointerArg):
-                if handle.check_bounds and a.array is not None:
-                    g = _GuardedCopy(a.array, True)
-                    guarded.append(g)
-                    a = PointerArg(g.address, a.nbytes, a.itemsize, a.name)
                 struct.pack_into("Q", buf, off, a.address)
                 table.append(a)
             else:
