@@ -91,6 +91,8 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | No
     if is_fp8(q):
         if cu_seqlens_q is not None or cu_seqlens_k is not None:
             raise ValueError("attention: FP8 attention takes no variable lengths (cu_seqlens) yet")
+        if path == "fa2":
+            raise ValueError("attention: FP8 attention has the Hopper path only (path 'auto' or 'sm90')")
         return attention_fp8(q, k, v, causal=causal, scale=scale, layout=layout, return_lse=return_lse, tiles=tiles,
                              target=target, descale_q=descale_q, descale_k=descale_k, descale_v=descale_v,
                              out_dtype=out_dtype)

@@ -163,6 +163,8 @@ def test_fp8_errors(monkeypatch, emulated):
     with pytest.raises(ValueError, match="variable lengths"):
         ops.attention(q[0], k[0], v[0], cu_seqlens_q=np.array([0, 8], np.int32),
                       cu_seqlens_k=np.array([0, 8], np.int32), target="cpu")
+    with pytest.raises(ValueError, match="Hopper path only"):
+        ops.attention(q, k, v, path="fa2", target="cpu")
     with pytest.raises(TypeError, match="k must be an array of f8e4m3"):
         ops.attention(q, k.astype(ml_dtypes.bfloat16), v, target="cpu")
     monkeypatch.setattr(ops_attention, "_attention_sm90_module", lambda target: emulated)
