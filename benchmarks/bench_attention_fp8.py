@@ -22,10 +22,10 @@ from triton.testing import do_bench
 
 from kcompiler import ops
 
-#: FP8 tile candidates (ops.attention's tiles for the Hopper kernel)
-FP8_TILES = [dict(BN=128), dict(BN=128, STAGES=3), dict(BN=256), dict(BN=128, OVERLAP=True),
-             dict(BN=128, OVERLAP=True, PINGPONG=True), dict(BN=256, OVERLAP=True, PINGPONG=True),
-             dict(BN=128, CONSUMERS=3)]
+#: FP8 tile candidates (ops.attention's tiles for the Hopper kernel); none spills (ptxas, sm_90a: BN 256
+#: and CONSUMERS 3 do, so they are not timed)
+FP8_TILES = [dict(BN=128), dict(BN=128, STAGES=3), dict(BN=128, OVERLAP=True),
+             dict(BN=128, OVERLAP=True, PINGPONG=True), dict(BN=128, STAGES=3, OVERLAP=True, PINGPONG=True)]
 
 
 def bench(fn) -> float:

@@ -14,7 +14,9 @@ from ._common import check_same, contiguous, empty_like, flat, hopper_reason_not
 
 #: Tiles of the FP8 Hopper prefill by causal (D 128 only): BN keys a step (128 or 256: whole slabs of
 #: V^T's 128-byte rows), STAGES K/V buffers, OVERLAP, PINGPONG, CONSUMERS as ATTENTION_SM90_TILES.
-#: Not yet measured on the H100 (benchmarks/bench_attention.py --fp8 times them).
+#: Not yet measured on the H100 (benchmarks/bench_attention.py --fp8 times them). Registers (ptxas,
+#: sm_90a, a consumer 240): BN 128 in 2 or 3 stages, sequential or OVERLAP + PINGPONG, spill nothing; BN 256
+#: spills 4-9 KB (S's 128 f32 a thread beside O's 64) and CONSUMERS 3 (160 registers) 0.2-2 KB.
 ATTENTION_FP8_TILES = {False: dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=False),
                        True: dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=False)}
 
