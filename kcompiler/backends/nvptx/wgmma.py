@@ -23,7 +23,7 @@ to 16 bits, are one such A fragment (FlashAttention's P = softmax(S) feeding O +
 ``{a0, a1, a2, a3}`` too, no tB): 16 elements, 4 to a register, lower k in lower bytes, the layout of
 mma.sync m16n8k32's A fragment ("Matrix Fragments for wgmma.m64nNk32", the A figure for .e4m3/.e5m2;
 mma.py): a0 (row 16w + g, k 4t .. 4t + 3), a1 (row + 8, same k), a2 (row, k 16 + 4t ..), a3 (row + 8,
-k 16 + 4t ..).
+k 16 + 4t ..); CUTLASS's GMMA::ALayout_64x32 (cute/atom/mma_traits_sm90_gmma.hpp) says the same.
 
 ``wgmma.fence.sync.aligned`` orders register accesses to D before a wgmma; ``wgmma.commit_group`` closes
 the warpgroup's pending wgmmas into a group; ``wgmma.wait_group N`` waits until at most N groups are
