@@ -247,3 +247,13 @@ def test_fp8_prefill_gpu(causal):
         eps = 2.0 ** -12 * seff * float((np.abs(q64).max(axis=(0, 1, 2)) * np.abs(k64).max(axis=(0, 1, 2))).sum())
         check_fp8(out.float().cpu().numpy(), lse.cpu().numpy(),
                   reference_fp8(q64, k64, v64, causal, 128 ** -0.5, dq, dk, dv, score_eps=eps))
+
+
+def test_fp8_torch_op_refused():
+    """torch_ops.attention (torch.ops.kcompiler.attention's Python entry) refuses e4m3 tensors with a
+    TypeError naming ops.attention, which takes them with their descales."""
+    torch = pytest.importorskip("torch")
+    from kcompiler.ops import torch_ops
+    q = torch.zeros(1, 8, 2, 128, dtype=torch.float8_e4m3fn)
+    with pytest.raises(TypeError, match="kcompiler.ops.attention for FP8"):
+        torch_ops.attention(q, q, q)
