@@ -21,7 +21,7 @@ device's copy bandwidth, all measured in this run. Each measured call is first c
   synchronisation between calls), by do_bench, and replayed from a CUDA graph; TB/s and % of the copy
   bandwidth. MLA's defaults (pages of 64, H 16 and 128) likewise.
 - mla: DeepSeek's MLA decode (latent 512 + rope 64, pages of 64), B 32, H 16 and 128, 8192 keys: the
-  Hopper kernel (std.mla_sm90) beside std.attention's mma.sync one, TB/s of cache and TFLOP/s.
+  Hopper kernel (std.mla_sm90) beside std.mla's mma.sync one, TB/s of cache and TFLOP/s.
 """
 import argparse
 import json
@@ -394,7 +394,7 @@ def mla(results: dict, bw: float, quick: bool = False, first: int | None = None)
     TB/s of the latent cache read once (the kernel reads it once per group of heads_per_block heads,
     the later groups mostly from L2) and TFLOP/s counting 2 (D + DR) + 2 D operations a key and head
     (q . [c, k_pe] and p c), the measure of a compute-bound kernel at many heads. The Hopper kernel
-    (std.mla_sm90, path 'sm90', the default on an H100) beside std.attention's mma.sync kernel (path
+    (std.mla_sm90, path 'sm90', the default on an H100) beside std.mla's mma.sync kernel (path
     'generic', the default before it), then other tiles and splits of each; the SIMT one at 16 heads.
     --quick: the two defaults."""
     B, S, D, DR, page = 32, 8192, 512, 64, 64
