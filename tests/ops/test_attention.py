@@ -413,6 +413,7 @@ def test_approx_ftz_option(tmp_path):
     assert "ex2.approx.f32" in plain and ".ftz" not in plain
 
 
+@pytest.mark.slow(sample=1)  # ~19 s an arch on CI's cores; -m slow: both
 @pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
 def test_amd_code_objects(arch):
     """Every kernel compiles and links into a code object for gfx942 and gfx950, the prefill on the

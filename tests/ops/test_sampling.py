@@ -236,21 +236,24 @@ def test_bad_input_is_a_python_error():
         S.sample(x, seed=-1, target="cpu")
 
 
+SM90_KERNELS = [("sample", dict(T="bf16", PROBS=False)), ("sample", dict(T="f32", PROBS=True)),
+                ("sample", dict(T="f32", PROBS=False, VEC=1, U=1)), ("sample_split", dict(T="bf16", PROBS=False)),
+                ("softmax", dict(T="f16")), ("top_k_mask_logits", dict(T="bf16")),
+                ("top_p_renorm_probs", dict(T="f32"))]
+
+
 @needs_ptxas
-def test_kernels_assemble_for_sm90():
+@pytest.mark.slow(sample=3)  # ~5 s a kernel on CI's cores; -m slow: all seven
+@pytest.mark.parametrize("name, params", SM90_KERNELS, ids=[f"{k}-{p['T']}-{len(p)}" for k, p in SM90_KERNELS])
+def test_kernels_assemble_for_sm90(name, params):
     from kcompiler.pipeline import emit_file
-    for name, params in (("sample", dict(T="bf16", PROBS=False)), ("sample", dict(T="f32", PROBS=True)),
-                         ("sample", dict(T="f32", PROBS=False, VEC=1, U=1)),
-                         ("sample_split", dict(T="bf16", PROBS=False)),
-                         ("softmax", dict(T="f16")), ("top_k_mask_logits", dict(T="bf16")),
-                         ("top_p_renorm_probs", dict(T="f32"))):
-        params = {**S.kernel_params(params["T"], 1024), **params}    # the host's VEC, U, ALIGNED
-        ptx = emit_file(stdlib_dir() / "sampling.kc", "asm", "nvptx", "sm_90a", kernel=name, comptime=params)
-        log = ptxas(ptx, verbose=True)
-        regs = int(re.search(r"Used (\d+) registers", log).group(1))
-        assert ".maxntid 1024" in ptx and regs <= 64, (name, log)  # 1024 threads fit the 64K registers
-        # one 16-byte load a run where the rows are aligned (none on the scalar path)
-        assert (re.search(r"ld\.global(\.nc)?\.v4\.(b32|f32|u32)", ptx) is not None) == (params["VEC"] > 1), name
+    params = {**S.kernel_params(params["T"], 1024), **params}    # the host's VEC, U, ALIGNED
+    ptx = emit_file(stdlib_dir() / "sampling.kc", "asm", "nvptx", "sm_90a", kernel=name, comptime=params)
+    log = ptxas(ptx, verbose=True)
+    regs = int(re.search(r"Used (\d+) registers", log).group(1))
+    assert ".maxntid 1024" in ptx and regs <= 64, (name, log)  # 1024 threads fit the 64K registers
+    # one 16-byte load a run where the rows are aligned (none on the scalar path)
+    assert (re.search(r"ld\.global(\.nc)?\.v4\.(b32|f32|u32)", ptx) is not None) == (params["VEC"] > 1), name
 
 
 def test_torch_tensors_in_int32_tensor_out():

@@ -141,9 +141,13 @@ def test_cpu_printf_matches_snprintf(tmp_path, warp):
         check_cases(outs[mode], cases)
 
 
-def test_cpu_string_fields_read_the_same_under_both_advances(tmp_path):
+@pytest.mark.slow
+def test_cpu_string_fields_read_the_same_under_both_advances(tmp_path, full_sweep):
     """FIELD_CASES alone (a short run, and the one that fails when the device leaves a %s field to
-    the host): the same text, snprintf's, under both ways of stepping past a string."""
+    the host): the same text, snprintf's, under both ways of stepping past a string. By default
+    test_cpu_printf_matches_snprintf's sample runs these cases (CI time); -m slow runs this too."""
+    if not full_sweep:
+        pytest.skip("FIELD_CASES run inside test_cpu_printf_matches_snprintf; -m slow runs them alone too")
     src, kernels = split_source(cases=FIELD_CASES)
     outs = by_mode(run(tmp_path, src, kernels, cases_arrays(FIELD_CASES), "cpu", modes=("printed", "length")))
     for mode in ("printed", "length"):
