@@ -100,10 +100,11 @@ def _routing(r: MoERouting, fn: str, num_experts: int, like: Any) -> tuple[int, 
     return p, p // r.block_m
 
 
-def _launch_common(x: Any, w: ExpertWeights, routing: MoERouting, K: int, target: str, fn: str) -> tuple:
+def _launch_common(x: Any, w: ExpertWeights, routing: MoERouting, K: int, target: str, fn: str,
+                   tuning: Any = None) -> tuple:
     """(module, data, scales, tiles, mma, tiles in the grid) for a launch on activations ``x``."""
     data, scales = _weights(w, x, fn)
-    tiles = moe_gemm_tiles(routing.block_m)
+    tiles = _tuned(moe_gemm_tiles(routing.block_m), tuning, fn)
     _, ntiles = _routing(routing, fn, w.shape[0], x)
     mod = _common.stdlib_module("moe_gemm", target_for(x, target))
     vpl = MOE_VALUES_PER_LOAD[w.format]
@@ -117,9 +118,31 @@ def _bf16_2d(a: Any, fn: str, name: str) -> None:
 
 
 #: MXFP4 decodes of the tensor-core path (std.moe_gemm's compile-time DEC): "mul" (the default: a
-#: pair of nibbles isolated by an AND, moved into place by one integer multiply, a second AND) and
-#: "shift" (two shifts and ANDs a word, the earlier decode, kept for comparison in benchmarks).
-MOE_MXFP4_DECODES = {"mul": 1, "shift": 0}
+#: pair of nibbles isolated by an AND, moved into place by one integer multiply, a second AND; the
+#: second scale factor of scales above 128 multiplied under a predicate), "split" (the same decode,
+#: each step compiled twice: a pass with one scale multiply a word and a one-instruction factor, taken
+#: where no scale of the warp's step is above 128 or NaN, and a pass with both factors) and "shift"
+#: (two shifts and ANDs a word, the earlier decode, kept for comparison in benchmarks).
+MOE_MXFP4_DECODES = {"mul": 1, "shift": 0, "split": 2}
+
+#: Compile-time parameters :func:`moe_gemm_swiglu` / :func:`moe_gemm_down` take in ``tuning`` (benchmark
+#: variants of the tensor-core path), with the values each may have: the tiling (``MT``, ``KW``, ``U``:
+#: :data:`MOE_GEMM_TILES`), ``CHK`` (1, the default: every weight load checked against K and the rows;
+#: 0: rows past the matrix read its last row instead, whose sums are dropped, and steps whose chunks
+#: all lie inside K load without checks) and ``PF`` (0, the default; 1: the next step's weight, scale
+#: and x loads are issued before this step's decode and MMAs, twice the registers for them).
+MOE_TUNING_KEYS = {"MT": (1, 2), "KW": (1, 2, 4, 8), "U": (1, 2, 3, 4), "CHK": (0, 1), "PF": (0, 1)}
+
+
+def _tuned(tiles: dict[str, int], tuning: Any, fn: str) -> dict[str, int]:
+    """``tiles`` with ``tuning``'s overrides (:data:`MOE_TUNING_KEYS`); ValueError for another key or value."""
+    out = dict(tiles)
+    for k, v in dict(tuning or {}).items():
+        if k not in MOE_TUNING_KEYS or v not in MOE_TUNING_KEYS[k] or isinstance(v, bool):
+            raise ValueError(f"{fn}: tuning {k}={v!r} is not one of "
+                             f"{', '.join(f'{n} in {vs}' for n, vs in MOE_TUNING_KEYS.items())}")
+        out[k] = int(v)
+    return out
 
 
 def _decode(decode: str, fn: str) -> int:
@@ -129,7 +152,7 @@ def _decode(decode: str, fn: str) -> int:
 
 
 def moe_gemm_swiglu(x: Any, w_gate_up: ExpertWeights, routing: MoERouting, *, out: Any = None,
-                    target: str = "auto", decode: str = "mul") -> Any:
+                    target: str = "auto", decode: str = "mul", tuning: Any = None) -> Any:
     """The gate/up projection of a MoE layer with SwiGLU fused: for every assignment a = t * top_k + j
     (token t's j-th expert e), ``H[a] = silu(x[t] @ Wg[e]^T) * (x[t] @ Wu[e]^T)``.
 
@@ -140,9 +163,11 @@ def moe_gemm_swiglu(x: Any, w_gate_up: ExpertWeights, routing: MoERouting, *, ou
     SiLU by std.math's silu, H rounded once to bf16. Returns H, bf16 (T * top_k, I) of x's kind (or
     ``out``, filled; rows of assignments not in the routing are left alone). ``decode``: the MXFP4
     decode of the tensor-core path (:data:`MOE_MXFP4_DECODES`; the same values either way).
+    ``tuning``: a mapping of compile-time overrides (:data:`MOE_TUNING_KEYS`; the same values either
+    way), for benchmarks.
 
-    Raises TypeError for other dtypes or kinds, ValueError for shapes that do not match or an unknown
-    ``decode``."""
+    Raises TypeError for other dtypes or kinds, ValueError for shapes that do not match, an unknown
+    ``decode`` or ``tuning``."""
     fn = "moe_gemm_swiglu"
     dec = _decode(decode, fn)
     _bf16_2d(x, fn, "x")
@@ -164,7 +189,7 @@ def moe_gemm_swiglu(x: Any, w_gate_up: ExpertWeights, routing: MoERouting, *, ou
             raise ValueError(f"{fn}: out must be a contiguous bf16 array of shape {(numel, inter)}, "
                              f"not {tuple(out.shape)}")
     x = _common.contiguous(x)
-    mod, data, scales, tiles, mma, ntiles = _launch_common(x, w_gate_up, routing, K, target, fn)
+    mod, data, scales, tiles, mma, ntiles = _launch_common(x, w_gate_up, routing, K, target, fn, tuning)
     if numel == 0 or ntiles == 0:
         return out
     grid = (-(-inter // (16 * tiles["MT"])), ntiles)
@@ -175,7 +200,7 @@ def moe_gemm_swiglu(x: Any, w_gate_up: ExpertWeights, routing: MoERouting, *, ou
 
 
 def moe_gemm_down(h: Any, w_down: ExpertWeights, routing: MoERouting, *, reduce: str = "atomic", out: Any = None,
-                  out_dtype: str = "f32", target: str = "auto", decode: str = "mul") -> Any:
+                  out_dtype: str = "f32", target: str = "auto", decode: str = "mul", tuning: Any = None) -> Any:
     """The down projection of a MoE layer, weighted by the routing: for every assignment a = t * top_k
     + j (token t's j-th expert e, weight p = routing.topk_weights[t, j]), ``Y[a] = p * (h[a] @
     Wd[e]^T)``.
@@ -189,11 +214,11 @@ def moe_gemm_down(h: Any, w_down: ExpertWeights, routing: MoERouting, *, reduce:
     (the caller zero-fills it, or passes what the sum should be added to: a residual, a shared
     expert's output). The order of the adds varies from run to run (f32 rounding differs in the last
     bits). ``reduce="separate"``: ``out`` (T * top_k, Hd) of ``out_dtype`` ('f32' or 'bf16', rounded
-    once) gets Y, for a separate sum over each token's top_k rows. Returns ``out``. ``decode``: as
-    for :func:`moe_gemm_swiglu`.
+    once) gets Y, for a separate sum over each token's top_k rows. Returns ``out``. ``decode``,
+    ``tuning``: as for :func:`moe_gemm_swiglu`.
 
     Raises TypeError for other dtypes or kinds, ValueError for shapes that do not match, another
-    ``reduce`` or an unknown ``decode``."""
+    ``reduce``, an unknown ``decode`` or ``tuning``."""
     fn = "moe_gemm_down"
     dec = _decode(decode, fn)
     if reduce not in ("atomic", "separate"):
@@ -224,7 +249,7 @@ def moe_gemm_down(h: Any, w_down: ExpertWeights, routing: MoERouting, *, reduce:
             raise ValueError(f"{fn}: out must be a contiguous {'f32' if atomic else 'f32 or bf16'} array of shape "
                              f"{oshape}, not {arrays.describe(out)}")
     h = _common.contiguous(h)
-    mod, data, scales, tiles, mma, ntiles = _launch_common(h, w_down, routing, K, target, fn)
+    mod, data, scales, tiles, mma, ntiles = _launch_common(h, w_down, routing, K, target, fn, tuning)
     if numel == 0 or ntiles == 0:
         return out
     grid = (-(-hidden // (16 * tiles["MT"])), ntiles)
@@ -234,4 +259,4 @@ def moe_gemm_down(h: Any, w_down: ExpertWeights, routing: MoERouting, *, reduce:
     return out
 
 
-__all__ = ["MOE_GEMM_TILES", "MOE_MXFP4_DECODES", "MOE_VALUES_PER_LOAD", "moe_block_m", "moe_gemm_down", "moe_gemm_swiglu", "moe_gemm_tiles"]
+__all__ = ["MOE_GEMM_TILES", "MOE_MXFP4_DECODES", "MOE_TUNING_KEYS", "MOE_VALUES_PER_LOAD", "moe_block_m", "moe_gemm_down", "moe_gemm_swiglu", "moe_gemm_tiles"]

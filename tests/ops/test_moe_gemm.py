@@ -217,7 +217,7 @@ def test_mxfp4_scale_edges(path):
     check(H, want, bound, f"mxfp4 {path} edge scales")
 
 
-@pytest.mark.parametrize("decode", ["mul", "shift"])
+@pytest.mark.parametrize("decode", ["mul", "split", pytest.param("shift", marks=pytest.mark.slow(sample=0))])
 def test_mxfp4_decode_exact(path, decode):
     """Every E2M1 code (all 16, signed zero and the subnormal 0.5 included) at E8M0 scales 0, 1, 126,
     127, 128 (the largest the first bf16 factor holds alone), 129, 200, 254 (values past bf16's range:
@@ -238,6 +238,67 @@ def test_mxfp4_decode_exact(path, decode):
         want = (np.float32(32) * vals[:, 0]).astype(np.float64)  # f32 sums overflow past 2^128
     assert np.isinf(want).any() and np.isnan(want).any() and (want == 2.0 ** -123).any()  # edges covered
     np.testing.assert_array_equal(np.asarray(got, np.float64), want, err_msg=f"{path} {decode}")
+
+
+#: Benchmark variants of the tensor-core path (benchmarks/bench_moe_gemm.py --variants): (decode, tuning).
+VARIANTS = {"split chk0 pf": ("split", dict(CHK=0, PF=1)), "split": ("split", {}), "mul chk0": ("mul", dict(CHK=0)),
+            "split chk0 U4 KW2": ("split", dict(CHK=0, U=4, KW=2)), "split chk0 pf U1": ("split", dict(CHK=0, PF=1, U=1)),
+            "mul pf MT2": ("mul", dict(PF=1, MT=2))}
+
+
+def _mxfp4_variant_case(rng, E, N, K):
+    """MXFP4 weights whose scales mix blocks below 128, above it and NaN, so that DEC = 2 takes both
+    of its passes (a warp's step with and without a scale above 128)."""
+    w = weights(rng, E, N, K, "mxfp4")
+    s = rng.integers(115, 128, size=np.asarray(w.scales).shape).astype(np.uint8)
+    s[:, 1, 0] = 131   # row 1's first block: above 128 (the steps of chunk 0 take the second pass)
+    s[:, 6, -1] = 255  # NaN in the last block of row 6 (a partial chunk where K % 128 != 0)
+    return ExpertWeights.mxfp4(w.data, s)
+
+
+def _variant(variant, fn, *args, **kw):
+    decode, tuning = VARIANTS[variant]
+    return fn(*args, target="cpu", decode=decode, tuning=tuning, **kw)
+
+
+@pytest.mark.parametrize("variant", ["split chk0 pf"])
+def test_mxfp4_variant_swiglu(variant, monkeypatch):
+    """The tensor-core path's benchmark variants (DEC = 2's two passes, CHK = 0's unchecked steps and
+    clamped rows, PF = 1's loads a step ahead) on the CPU target (emulate_mma, every access
+    bounds-checked) against the float64 reference: K = 96 (a partial chunk), I = 40 (a partial
+    16-row tile), empty slots, NaN and above-128 scales. The sweep over the other variants and the
+    down projection is test_mxfp4_variant_sweep."""
+    monkeypatch.setattr(moe_gemm_mod._common, "stdlib_module", lambda name, target: _module(True))
+    T, top_k, E, used, Hd, I, bm = CASES[0]
+    rng = np.random.default_rng(20)
+    x = bf16(rng.standard_normal((T, Hd)))
+    w = _mxfp4_variant_case(rng, E, 2 * I, Hd)
+    r = random_routing(rng, T, top_k, E, bm, used)
+    H = _variant(variant, ops.moe_gemm_swiglu, x, w, r)
+    want, bound = ref_swiglu(x, w, r)
+    assert np.isnan(want).any()
+    check(H, want, bound, f"mxfp4 {variant} swiglu")
+
+
+@pytest.mark.slow(sample=0)  # a compile a case; test_mxfp4_variant_swiglu runs the combined variant by default
+@pytest.mark.parametrize("variant", list(VARIANTS))
+@pytest.mark.parametrize("case", [0, 3])
+def test_mxfp4_variant_sweep(variant, case, monkeypatch):
+    """Every variant, both GEMMs, on CASES 0 (block_m 8) and 3 (block_m 32, x loaded on demand)."""
+    monkeypatch.setattr(moe_gemm_mod._common, "stdlib_module", lambda name, target: _module(True))
+    T, top_k, E, used, Hd, I, bm = CASES[case]
+    rng = np.random.default_rng(21 + case)
+    x = bf16(rng.standard_normal((T, Hd)))
+    w1 = _mxfp4_variant_case(rng, E, 2 * I, Hd)
+    r = random_routing(rng, T, top_k, E, bm, used)
+    H = _variant(variant, ops.moe_gemm_swiglu, x, w1, r)
+    want, bound = ref_swiglu(x, w1, r)
+    check(H, want, bound, f"mxfp4 {variant} swiglu")
+    K2 = 32 * (I // 32 + 1)
+    h = bf16(rng.standard_normal((T * top_k, K2)))
+    w2 = _mxfp4_variant_case(rng, E, Hd, K2)
+    Y, bY, out, bout = ref_down(h, w2, r)
+    check(_variant(variant, ops.moe_gemm_down, h, w2, r, reduce="separate"), Y, bY, f"mxfp4 {variant} down")
 
 
 def test_atomic_adds_into_given_out():
@@ -284,6 +345,9 @@ def test_errors():
         ops.moe_gemm_swiglu(x, w, r, target="cpu", decode="lut")
     with pytest.raises(ValueError, match="reduce"):
         ops.moe_gemm_down(bf16(np.zeros((6, 16))), w, r, reduce="sum", target="cpu")
+    for bad_tuning in ({"PF": 2}, {"XX": 1}, {"CHK": True}, {"U": 5}):
+        with pytest.raises(ValueError, match="tuning"):
+            ops.moe_gemm_swiglu(x, w, r, target="cpu", tuning=bad_tuning)
     with pytest.raises(ValueError, match=r"h must have shape"):
         ops.moe_gemm_down(bf16(np.zeros((3, 16))), w, r, target="cpu")
     bad = MoERouting(r.topk_ids, r.topk_weights, r.sorted_ids, r.tile_expert, r.num_tiles, 12, 2, 4)
