@@ -26,7 +26,8 @@ import numpy as np
 from ..runtime import arrays
 from . import _common
 from ._common import data_ptr, empty_like, stream_of, target_for
-from .moe_types import ExpertWeights, MoERouting
+from .moe_types import ExpertWeights, MoERouting, MXActivations
+from .mx import mx_dequantize
 from .norms import _vec
 
 from . import moe_gemm
@@ -278,7 +279,9 @@ def moe(x: Any, router_logits: Any, w_gate_up: Any, w_down: Any, top_k: int, *, 
     """A mixture-of-experts MLP layer with SwiGLU experts: ``out[t] = sum_j w_tj * (silu(x[t] Wg[e]^T) *
     (x[t] Wu[e]^T)) Wd[e]^T`` over token t's top_k experts e = e_tj with weights w_tj.
 
-    - ``x``: (T, H) activations, f32, bf16 or f16.
+    - ``x``: (T, H) activations, f32, bf16 or f16, or MXFP8 (:class:`~kcompiler.ops.moe_types.MXActivations`:
+      decoded to bf16 in registers by the tensor-core GEMM, dequantised to bf16 first for the SIMT
+      one; the result is bf16).
     - ``router_logits``: (T, E) router logits (f32, bf16, f16), routed by :func:`moe_route` with
       ``mode`` ('softmax_topk' or 'topk_softmax', defined there) and ``renormalize``.
     - ``w_gate_up``: :class:`~kcompiler.ops.moe_types.ExpertWeights` of shape (E, 2 I, H) (rows
@@ -301,6 +304,9 @@ def moe(x: Any, router_logits: Any, w_gate_up: Any, w_down: Any, top_k: int, *, 
     Raises TypeError for bad dtypes or kinds (weights must be of x's kind and device), ValueError for
     inconsistent shapes, ``top_k``, ``mode``, ``reduce`` or ``gemm``."""
     fn = "moe"
+    xq = x if isinstance(x, MXActivations) else None   # MXFP8: x stands in (bf16, unread) until a GEMM needs it
+    if xq is not None:
+        x = empty_like(xq.codes, xq.shape, "bf16")
     src = _float_type(x, fn, "x")
     if reduce not in ("atomic", "separate"):
         raise ValueError(f"{fn}: reduce must be 'atomic' or 'separate', not {reduce!r}")
@@ -334,11 +340,13 @@ def moe(x: Any, router_logits: Any, w_gate_up: Any, w_down: Any, top_k: int, *, 
     stream = stream_of(x)
     if use_mma:
         routing = moe_align(ids, wts, e, moe_gemm.moe_block_m(tokens, top_k, e), target=target)
-        h = moe_gemm.moe_gemm_swiglu(x, wg, routing, target=target)
+        h = moe_gemm.moe_gemm_swiglu(x if xq is None else xq, wg, routing, target=target)
         y = moe_gemm.moe_gemm_down(h, wd, routing, reduce=reduce, target=target)
         if reduce == "separate":
             return moe_sum(y, top_k, dtype=src.name, target=target)
         return y if arrays.array_scalar_type(y) == src else moe_sum(y, 1, dtype=src.name, target=target)
+    if xq is not None:
+        x = mx_dequantize(xq.codes, xq.scales_as("e8m0"), "bf16", target=target)
     bm = moe_simt_block_m(tokens, top_k, e)
     routing = moe_align(ids, wts, e, bm, target=target)
     n = tokens * top_k

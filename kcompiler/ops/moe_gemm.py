@@ -19,7 +19,7 @@ import numpy as np
 from ..runtime import arrays
 from . import _common
 from ._common import data_ptr, empty_like, stream_of, target_for
-from .moe_types import ExpertWeights, MoERouting
+from .moe_types import ExpertWeights, MoERouting, MXActivations
 
 #: K a lane's 16-byte weight load holds, by format (the tensor-core path needs K a multiple of it).
 MOE_VALUES_PER_LOAD = {"bf16": 8, "fp8": 16, "mxfp4": 32}
@@ -151,12 +151,27 @@ def _decode(decode: str, fn: str) -> int:
     return MOE_MXFP4_DECODES[decode]
 
 
+def _activations(x: Any, fn: str) -> tuple[Any, Any]:
+    """(codes or bf16 values, the kernel's scale argument) of activations ``x``: a bf16 (T, H) array
+    (its scales argument a one-element u8 array, unread) or an :class:`MXActivations` (its E8M0
+    scales as u8 bytes)."""
+    if isinstance(x, MXActivations):
+        return _common.contiguous(x.codes), _common.contiguous(x.scales_as("u8"))
+    _bf16_2d(x, fn, "x")
+    x = _common.contiguous(x)
+    one = empty_like(x, (1,), "u8")
+    return x, one
+
+
 def moe_gemm_swiglu(x: Any, w_gate_up: ExpertWeights, routing: MoERouting, *, out: Any = None,
                     target: str = "auto", decode: str = "mul", tuning: Any = None) -> Any:
     """The gate/up projection of a MoE layer with SwiGLU fused: for every assignment a = t * top_k + j
     (token t's j-th expert e), ``H[a] = silu(x[t] @ Wg[e]^T) * (x[t] @ Wu[e]^T)``.
 
-    ``x``: bf16 (T, H). ``w_gate_up``: :class:`ExpertWeights` of shape (E, 2 I, H), gate rows [0, I),
+    ``x``: bf16 (T, H), or :class:`~kcompiler.ops.moe_types.MXActivations` (MXFP8: E4M3 codes and
+    E8M0 scales per 32 along H), whose values the kernel decodes to bf16 in registers as it loads them
+    (exactly: an E4M3 value times a power of two fits bf16 unless past its range; Hopper's mma.sync
+    has no FP8 x bf16 product). ``w_gate_up``: :class:`ExpertWeights` of shape (E, 2 I, H), gate rows [0, I),
     up rows [I, 2 I); bf16, FP8 (the channel scales multiply the f32 sums) or MXFP4 (dequantised to
     bf16 exactly in registers). ``routing``: a :class:`MoERouting` of T tokens over E experts whose
     ``block_m`` is a multiple of 8 (:func:`moe_block_m`). Products of bf16 values, summed in f32, the
@@ -170,7 +185,7 @@ def moe_gemm_swiglu(x: Any, w_gate_up: ExpertWeights, routing: MoERouting, *, ou
     ``decode`` or ``tuning``."""
     fn = "moe_gemm_swiglu"
     dec = _decode(decode, fn)
-    _bf16_2d(x, fn, "x")
+    x, xsc = _activations(x, fn)
     E, N, K = w_gate_up.shape
     if N % 2 or N == 0:
         raise ValueError(f"{fn}: w_gate_up must have 2 I rows (gate then up), not {N}")
@@ -188,12 +203,11 @@ def moe_gemm_swiglu(x: Any, w_gate_up: ExpertWeights, routing: MoERouting, *, ou
         if tuple(out.shape) != (numel, inter) or not arrays.is_contiguous(out):
             raise ValueError(f"{fn}: out must be a contiguous bf16 array of shape {(numel, inter)}, "
                              f"not {tuple(out.shape)}")
-    x = _common.contiguous(x)
     mod, data, scales, tiles, mma, ntiles = _launch_common(x, w_gate_up, routing, K, target, fn, tuning)
     if numel == 0 or ntiles == 0:
         return out
     grid = (-(-inter // (16 * tiles["MT"])), ntiles)
-    mod.moe_gemm1[grid, 32 * tiles["KW"]](x, data, scales, routing.sorted_ids, routing.tile_expert, routing.num_tiles,
+    mod.moe_gemm1[grid, 32 * tiles["KW"]](x, xsc, data, scales, routing.sorted_ids, routing.tile_expert, routing.num_tiles,
                                          out, numel, routing.top_k, inter, K, MMA=mma, DEC=dec, stream=stream_of(x),
                                          **tiles)
     return out

@@ -28,7 +28,7 @@ import kcompiler as kc
 from kcompiler import ops
 from kcompiler.frontend.program import stdlib_dir
 from kcompiler.ops import moe_gemm as moe_gemm_mod
-from kcompiler.ops.moe_types import ExpertWeights, MoERouting, dequantize_reference
+from kcompiler.ops.moe_types import ExpertWeights, MoERouting, MXActivations, dequantize_reference
 
 from ..ptxas_util import needs_ptxas, ptxas
 
@@ -301,6 +301,72 @@ def test_mxfp4_variant_sweep(variant, case, monkeypatch):
     check(_variant(variant, ops.moe_gemm_down, h, w2, r, reduce="separate"), Y, bY, f"mxfp4 {variant} down")
 
 
+def _mx_x(rng, T, Hd):
+    """MXFP8 activations whose blocks span scales 2^-20 .. 2^20 (one block NaN), and their float64 values."""
+    raw = rng.standard_normal((T, Hd)) * 2.0 ** rng.integers(-20, 21, size=(T, Hd // 32)).repeat(32, 1)
+    xq = MXActivations.quantize(raw)
+    s = np.asarray(xq.scales).view(np.uint8).copy()
+    s[0, -1] = 255
+    xq = MXActivations.mxfp8(xq.codes, s)
+    return xq, xq.dequantize_reference()
+
+
+def _mxfp8_case(path, fmt, seed):
+    T, top_k, E, used, Hd, I, bm = CASES[0]
+    rng = np.random.default_rng(seed)
+    xq, xv = _mx_x(rng, T, Hd)
+    w = weights(rng, E, 2 * I, Hd, fmt)
+    r = random_routing(rng, T, top_k, E, bm, used)
+    H = ops.moe_gemm_swiglu(xq, w, r, target="cpu")
+    want, bound = ref_swiglu(xv, w, r)
+    assert np.isnan(want).any() and not np.isnan(want).all()
+    check(H, want, bound, f"{fmt} {path} MXFP8 x")
+
+
+@pytest.mark.parametrize("path", ["mma"], indirect=True)
+def test_mxfp8_activations(path):
+    """MXFP8 x (E4M3 codes, an E8M0 scale per 32, OCP MX v1.0) into the gate/up GEMM, decoded in registers,
+    against the float64 reference on the exactly dequantised x: scales over 2^-20 .. 2^20 (the products
+    exact in f32 either way), a NaN scale (that token's rows NaN), K = 96 (a partial chunk)."""
+    _mxfp8_case(path, "mxfp4", 30)
+
+
+@pytest.mark.slow(sample=0)  # a compile a case; test_mxfp8_activations runs the tensor-core path by default
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_mxfp8_activations_sweep(path, fmt):
+    _mxfp8_case(path, fmt, 31)
+
+
+@pytest.mark.parametrize("gemm", ["auto", pytest.param("mma", marks=pytest.mark.slow(sample=0))])
+def test_moe_layer_takes_mxfp8_activations(gemm):
+    """ops.moe with MXFP8 x gives the bits it gives for x's exact bf16 values (the CPU target: 'auto'
+    dequantises x for std.moe's SIMT GEMMs; 'mma' is std.moe_gemm's SIMT path decoding x itself; the
+    same f32 operations in the same order either way)."""
+    rng = np.random.default_rng(32)
+    T, E, Hd, I, top_k = 5, 4, 64, 32, 2
+    xq, xv = _mx_x(rng, T, Hd)
+    s = np.asarray(xq.scales).view(np.uint8).copy()
+    s[0, -1] = 127  # no NaN here: compare bits
+    xq = MXActivations.mxfp8(xq.codes, s)
+    xv = xq.dequantize_reference()
+    logits = rng.standard_normal((T, E)).astype(np.float32)
+    wg, wd = weights(rng, E, 2 * I, Hd, "mxfp4"), weights(rng, E, Hd, I, "mxfp4")
+    got = ops.moe(xq, logits, wg, wd, top_k, gemm=gemm, target="cpu")
+    want = ops.moe(bf16(xv), logits, wg, wd, top_k, gemm=gemm, target="cpu")
+    assert got.dtype == ml_dtypes.bfloat16 and np.abs(np.asarray(want, np.float64)).max() > 0
+    np.testing.assert_array_equal(np.asarray(got).view(np.uint16), np.asarray(want).view(np.uint16))
+
+
+def test_mxfp8_activations_errors():
+    codes = np.zeros((2, 64), ml_dtypes.float8_e4m3fn)
+    with pytest.raises(TypeError, match="f8e4m3"):
+        MXActivations.mxfp8(codes.view(np.uint8), np.zeros((2, 2), np.uint8))
+    with pytest.raises(ValueError, match="multiple of 32"):
+        MXActivations.mxfp8(codes, np.zeros((2, 3), np.uint8))
+    with pytest.raises(TypeError, match="E8M0"):
+        MXActivations.mxfp8(codes, np.zeros((2, 2), np.float32))
+
+
 def test_atomic_adds_into_given_out():
     rng = np.random.default_rng(4)
     T, top_k, E, K, N = 3, 2, 4, 32, 16
@@ -397,6 +463,47 @@ def test_gpu_gpt_oss_shapes(fmt, T):
     Y, bY, out, bout = ref_down(Hh, w2, r)
     check(ops.moe_gemm_down(H, dw2, dr).cpu().numpy(), out, bout, f"{fmt} cuda down atomic")
     check(ops.moe_gemm_down(H, dw2, dr, reduce="separate").cpu().numpy(), Y, bY, f"{fmt} cuda down separate")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("T", [1, 64, 300])
+def test_gpu_mxfp8_activations_and_variants(T):
+    """On CUDA tensors, gpt-oss's H = 2880 (I = 1440), MXFP4 weights: MXFP8 x (ops.mx_quantize on the
+    device) gives the bits that its bf16 values (ops.mx_dequantize) give, the in-register decode being
+    exact; every benchmark variant (VARIANTS) gives the bits of the default decode with the variant's
+    KW (the warps' split of K fixes the order of the f32 sums; the variants otherwise change loads,
+    branches and scale factors, not the order) for gate/up and the separate down projection."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    E, top_k, Hd, I = 32, 4, 2880, 1440
+    rng = np.random.default_rng(40 + T)
+    bm = ops.moe_block_m(T, top_k, E)
+    r = random_routing(rng, T, top_k, E, bm)
+    dr = MoERouting(*(torch.from_numpy(np.asarray(a)).cuda() for a in (r.topk_ids, r.topk_weights, r.sorted_ids,
+                                                                       r.tile_expert, r.num_tiles)),
+                    r.block_m, r.top_k, r.num_experts)
+
+    def mx(w):
+        s = rng.integers(118, 132, size=np.asarray(w.scales).shape).astype(np.uint8)  # some above 128
+        return ExpertWeights.mxfp4(torch.from_numpy(np.asarray(w.data)).cuda(), torch.from_numpy(s).cuda())
+
+    w1 = mx(weights(rng, E, 2 * I, Hd, "mxfp4", 0.05))
+    w2 = mx(weights(rng, E, Hd, I, "mxfp4", 0.05))
+    x = torch.from_numpy(rng.standard_normal((T, Hd)).astype(np.float32)).cuda()
+    codes, scales = ops.mx_quantize(x, "f8e4m3")
+    xb = ops.mx_dequantize(codes, scales, "bf16")
+    H = ops.moe_gemm_swiglu(xb, w1, dr)
+    assert torch.equal(ops.moe_gemm_swiglu(MXActivations.mxfp8(codes, scales), w1, dr).view(torch.int16),
+                       H.view(torch.int16))
+    for name, (decode, tuning) in VARIANTS.items():
+        kw = {k: v for k, v in tuning.items() if k == "KW"}
+        Hd_ = ops.moe_gemm_swiglu(xb, w1, dr, tuning=kw)
+        Hv = ops.moe_gemm_swiglu(xb, w1, dr, decode=decode, tuning=tuning)
+        assert torch.equal(Hv.view(torch.int16), Hd_.view(torch.int16)), name
+        Yd = ops.moe_gemm_down(H, w2, dr, reduce="separate", tuning=kw)
+        Yv = ops.moe_gemm_down(H, w2, dr, reduce="separate", decode=decode, tuning=tuning)
+        assert torch.equal(Yv, Yd), name
 
 
 @needs_ptxas
