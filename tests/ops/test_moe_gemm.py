@@ -507,17 +507,22 @@ def test_gpu_mxfp8_activations_and_variants(T):
 
 
 @needs_ptxas
-@pytest.mark.parametrize("kernel, W, WS, BM", [("moe_gemm1", "u8", "u8", 8), ("moe_gemm1", "f8e4m3", "f32", 32),
-                                               ("moe_gemm2", "bf16", "f32", 16)])
-def test_ptx_assembles(kernel, W, WS, BM):
+@pytest.mark.parametrize("kernel, W, WS, BM, extra", [
+    ("moe_gemm1", "u8", "u8", 8, {}), ("moe_gemm1", "f8e4m3", "f32", 32, {}), ("moe_gemm2", "bf16", "f32", 16, {}),
+    # the heaviest benchmark variant: MXFP8 x, DEC 2's two passes, unchecked steps, loads a step ahead
+    ("moe_gemm1", "u8", "u8", 8, dict(X="f8e4m3", DEC=2, CHK=0, PF=1))],
+    ids=["gemm1-mxfp4", "gemm1-fp8", "gemm2-bf16", "gemm1-mxfp4-mxfp8x-split-chk0-pf"])
+def test_ptx_assembles(kernel, W, WS, BM, extra):
     """sm_90a PTX of the tensor-core path: mma.sync and 16-byte weight loads present, the decode on
-    bf16x2 words (MXFP4: the scale multiplies), no calls, and ptxas accepts it without spilling at the
-    planned tiles."""
+    bf16x2 words (MXFP4: the scale multiplies; MXFP8 x: prmt), no calls, and ptxas accepts it without
+    spilling at the planned tiles."""
     from kcompiler import pipeline
 
     tiles = ops.moe_gemm_tiles(BM)
     ptx = pipeline.emit_file(stdlib_dir() / "moe_gemm.kc", "asm", target="nvptx", arch="sm_90a", kernel=kernel,
-                             comptime=dict(W=W, WS=WS, MMA=True, **tiles))
+                             comptime=dict(W=W, WS=WS, MMA=True, **tiles, **extra))
+    if "X" in extra:
+        assert "prmt.b32" in ptx
     assert "mma.sync.aligned.m16n8k16" in ptx and "ld.global.v4" in ptx
     assert "call" not in ptx and ".func" not in ptx
     if W == "u8":
