@@ -6,6 +6,10 @@ device-to-device copy measured in the same run.
     python benchmarks/bench_moe.py [--quick] [--tokens 1,16,64,512,4096] [--formats bf16,fp8,mxfp4]
         [--configs 32x2880x2880,128x4096x1536] [--top-k 4] [--reduce atomic|separate] [--gemm auto|simt]
 
+--small: the decode rows instead (gpt-oss's E 32, top_k 4, H = I = 2880; T 1, 4, 16, 64; bf16 and MXFP4):
+routing + alignment (ops.moe_route_align), the two GEMMs alone (ops.moe_gemm_swiglu + moe_gemm_down on a
+ready routing), the whole layer (ops.moe, host time included) and torch's loop reference, ms each.
+
 Configs are E x H x I (experts, hidden, intermediate): gpt-oss's 32 x 2880 x 2880 and a 128-expert
 4096 / 1536 layer. --quick: tokens 1, 64, 512 on the first config, formats bf16 and mxfp4 (about a
 minute). Activations bf16, routing softmax then top-k renormalised (the torch reference's).
@@ -117,8 +121,31 @@ def copy_gbs():
     return 2 * src.numel() * 2 / time_ms(lambda: dst.copy_(src)) / 1e6
 
 
+def small_rows(top_k=4):
+    """The decode rows of --small (module docstring)."""
+    e, hid, inter = 32, 2880, 2880
+    print(f"{torch.cuda.get_device_name()}: E {e}, H {hid}, I {inter}, top_k {top_k}, ms a call")
+    print(f"{'T':>4} {'format':>6} {'route+align':>12} {'GEMMs':>8} {'layer':>8} {'torch':>8}")
+    for fmt in ("bf16", "mxfp4"):
+        wg, wg_ref, _ = make_weights(e, 2 * inter, hid, fmt)
+        wd, wd_ref, _ = make_weights(e, hid, inter, fmt)
+        for t in (1, 4, 16, 64):
+            x = torch.randn(t, hid, device="cuda", dtype=torch.bfloat16)
+            logits = torch.randn(t, e, device="cuda", dtype=torch.float32)
+            bm = ops.moe_block_m(t, top_k, e)
+            ra = time_ms(lambda: ops.moe_route_align(logits, top_k, bm))
+            r = ops.moe_route_align(logits, top_k, bm)
+            gm = time_ms(lambda: ops.moe_gemm_down(ops.moe_gemm_swiglu(x, wg, r), wd, r))
+            layer = time_ms(lambda: ops.moe(x, logits, wg, wd, top_k))
+            ref = time_ms(lambda: torch_moe(x, logits, wg_ref, wd_ref, top_k))
+            print(f"{t:>4} {fmt:>6} {ra:>12.4f} {gm:>8.4f} {layer:>8.4f} {ref:>8.4f}", flush=True)
+        del wg, wd, wg_ref, wd_ref
+        torch.cuda.empty_cache()
+
+
 def main():
     ap = argparse.ArgumentParser()
+    ap.add_argument("--small", action="store_true")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--tokens", default="1,16,64,512,4096")
     ap.add_argument("--formats", default="bf16,fp8,mxfp4")
@@ -127,6 +154,8 @@ def main():
     ap.add_argument("--reduce", default="atomic", choices=["atomic", "separate"])
     ap.add_argument("--gemm", default="auto", choices=["auto", "simt", "mma"])
     args = ap.parse_args()
+    if args.small:
+        return small_rows(args.top_k)
     if args.quick:
         args.tokens, args.formats, args.configs = "1,64,512", "bf16,mxfp4", args.configs.split(",")[0]
     k = args.top_k

@@ -54,7 +54,7 @@ def mla_decode(q_nope: Any, q_pe: Any, ckv_cache: Any, kpe_cache: Any, block_tab
       where it can run, H is at least :data:`MLA_SM90_MIN_HEADS` (64: below, the mma.sync kernel's
       16-row tiles were faster on the H100) and none of ``heads_per_block``, ``warps``,
       ``tensor_cores`` is given; else 'generic'. ``sm90_tiles``: the Hopper kernel's BN (keys a
-      step), STAGES and OVERLAP instead of :data:`MLA_SM90_TILES`.
+      step), STAGES and OVERLAP (and the diagnostic PROBE) instead of :data:`MLA_SM90_TILES`.
 
     Every block reads its sequence's latent rows once per group of heads (the groups after the first
     mostly from L2). Raises TypeError / ValueError for dtypes and shapes that do not match.
@@ -162,7 +162,7 @@ class _MlaLaunch:
         B, H, D, DR = dims
         if tiles is not None:
             self.kw = dict(T=dtype, D=D, DR=DR, PAGE=page, BN=int(tiles["BN"]), STAGES=int(tiles["STAGES"]),
-                           OVERLAP=bool(tiles.get("OVERLAP", False)),
+                           OVERLAP=bool(tiles.get("OVERLAP", False)), PROBE=int(tiles.get("PROBE", 0)),
                            shared=mla_sm90_shared_bytes(D, DR, tiles, 4 if dtype == "f32" else 2))
             self.align = (16, 16, 16, 16)
         else:
@@ -254,8 +254,10 @@ def _generic_tiles(tc: bool, H: int, D: int, DR: int, itemsize: int, heads_per_b
 #: tiles in the ring, OVERLAP (the softmax warpgroup issues S_j = Q K_j^T with P_{j-1} V_{j-1} and runs
 #: tile j's softmax under the latter; needs 2 stages). FlashMLA's tiles (64 keys, 2 stages); at D 512 +
 #: DR 64 they fill shared memory (:func:`mla_sm90_shared_bytes`: 229,672 bytes of sm_90's 232,448).
-#: Not yet timed on a GPU.
-MLA_SM90_TILES = dict(BN=64, STAGES=2, OVERLAP=False)
+#: Not yet timed on a GPU. PROBE: a timing diagnostic, 0 (the kernel) unless
+#: benchmarks/bench_mla_variants.py asks for 1 (the tiles streamed through the ring, nothing computed:
+#: the result is 0 and the LSE -inf) or 2 (no P V: the result is 0, the LSE right); see the kernel's header.
+MLA_SM90_TILES = dict(BN=64, STAGES=2, OVERLAP=False, PROBE=0)
 
 
 def mla_sm90_shared_bytes(D: int, DR: int, tiles: dict[str, int], itemsize: int = 2) -> int:
@@ -306,6 +308,8 @@ def mla_sm90_reason_not(q_nope: Any, q_pe: Any, ckv_cache: Any, kpe_cache: Any, 
         return "the Hopper path computes f16 and bf16"
     if D % 128 or D > 512 or DR % 64 or DR == 0:
         return f"the Hopper path takes D a multiple of 128 up to 512 and DR of 64, not {D} and {DR}"
+    if tiles.get("PROBE", 0) not in (0, 1, 2) or (tiles.get("PROBE") and tiles.get("OVERLAP")):
+        return f"sm90_tiles: PROBE is 0, 1 or 2, and 0 with OVERLAP, not {tiles}"
     if bn % 16 or not 16 <= bn <= 256 or st < 1 or (tiles.get("OVERLAP") and st < 2):
         return f"sm90_tiles: BN a multiple of 16 from 16 to 256 and STAGES at least 1 (2 with OVERLAP), not {tiles}"
     if page % 8 or page > 256 or (page % bn and bn % page):

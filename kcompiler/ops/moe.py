@@ -19,13 +19,17 @@ the same kind, kernels on torch's current stream). Weights are :class:`~kcompile
 ExpertWeights` (bf16, FP8 with per-channel scales, MXFP4) of the inputs' kind."""
 from __future__ import annotations
 
+import weakref
+from collections import OrderedDict
 from typing import Any
 
 import numpy as np
 
+from ..ir.types import SCALARS
 from ..runtime import arrays
 from . import _common
-from ._common import data_ptr, empty_like, stream_of, target_for
+from ._common import ArrayKind, data_ptr, empty_like, stream_of, target_for
+from .decode import plan_key as decode_plan_key
 from .moe_types import ExpertWeights, MoERouting, MXActivations
 from .mx import mx_dequantize
 from .norms import _vec
@@ -41,6 +45,10 @@ MOE_ROUTE_MAX_TOP_K = 8
 MOE_ALIGN_MAX_EXPERTS = 1024
 #: Assignments a block of the alignment's counting and scattering kernels walks.
 MOE_ALIGN_CHUNK = 128
+#: Most assignments (tokens x top_k) that :func:`moe_route_align` (and so :func:`moe`) routes and aligns
+#: in one launch of one block (std.moe's ``moe_route_align``, its FUSED_MAX); more take the four launches
+#: of :func:`moe_route` and :func:`moe_align`.
+MOE_FUSED_MAX_ASSIGNMENTS = 1024
 #: The format code of each weight format in std.moe's SIMT GEMMs.
 _FMT = {"bf16": 0, "fp8": 1, "mxfp4": 2}
 FLOATS = ("f32", "f16", "bf16")
@@ -104,28 +112,80 @@ def moe_route(router_logits: Any, top_k: int, *, mode: str = "softmax_topk", ren
     exp(l_j - max l) / sum over the chosen.) A NaN logit counts as -inf; a row of only -inf / NaN
     logits counts as all equal. One warp a token (std.moe's ``moe_route``). Raises TypeError for
     another dtype, ValueError for bad shapes, ``top_k`` or ``mode``."""
-    fn = "moe_route"
+    x, ld, kw = _route_args(router_logits, top_k, mode, renormalize, "moe_route")
+    tokens, experts = (int(d) for d in x.shape)
+    ids = empty_like(x, (tokens, kw["TOPK"]), "i32")
+    weights = empty_like(x, (tokens, kw["TOPK"]), "f32")
+    if tokens:
+        mod = _common.stdlib_module("moe", target_for(x, target))
+        mod.moe_route[_route_config(tokens)](x, ld, ids, weights, tokens, experts, stream=stream_of(x), **kw)
+    return ids, weights
+
+
+def _route_args(router_logits: Any, top_k: Any, mode: str, renormalize: bool, fn: str) -> tuple[Any, int, dict]:
+    """The checked router logits (2-D, unit stride along rows), their row stride and std.moe's
+    compile-time values of the routing (T, EMAX, TOPK, FULL); TypeError / ValueError as
+    :func:`moe_route` says."""
     src = _float_type(router_logits, fn, "router_logits")
     if mode not in MOE_MODES:
         raise ValueError(f"{fn}: mode must be one of {MOE_MODES}, not {mode!r}")
     x, ld = _rows_2d(router_logits, fn, "router_logits")
-    tokens, experts = (int(d) for d in x.shape)
+    experts = int(x.shape[1])
     if not 1 <= experts <= MOE_ROUTE_MAX_EXPERTS:
         raise ValueError(f"{fn}: 1 to {MOE_ROUTE_MAX_EXPERTS} experts (router_logits' columns), not {experts}")
     if not isinstance(top_k, (int, np.integer)) or not 1 <= top_k <= min(experts, MOE_ROUTE_MAX_TOP_K):
         raise ValueError(f"{fn}: top_k must be an integer in [1, {min(experts, MOE_ROUTE_MAX_TOP_K)}] "
                          f"(at most the experts, {experts}, and {MOE_ROUTE_MAX_TOP_K}), not {top_k!r}")
-    top_k = int(top_k)
-    ids = empty_like(x, (tokens, top_k), "i32")
-    weights = empty_like(x, (tokens, top_k), "f32")
-    if tokens:
-        mod = _common.stdlib_module("moe", target_for(x, target))
-        full = mode == "softmax_topk" and not renormalize
-        # 128 threads: 4 tokens a block with warps of 32, 2 with 64 (the kernel strides over the rest)
-        mod.moe_route[-(-tokens // 4), 128](x, ld, ids, weights, tokens, experts, T=src.name,
-                                            EMAX=-(-experts // 32) * 32, TOPK=top_k, FULL=full,
-                                            stream=stream_of(x))
-    return ids, weights
+    return x, ld, dict(T=src.name, EMAX=-(-experts // 32) * 32, TOPK=int(top_k),
+                       FULL=mode == "softmax_topk" and not renormalize)
+
+
+def _route_config(tokens: int) -> tuple[int, int]:
+    """std.moe's moe_route launch: 128 threads, 4 tokens a block with warps of 32, 2 with 64 (the
+    kernel strides over the rest)."""
+    return -(-tokens // 4), 128
+
+
+def _fused_threads(tokens: int) -> int:
+    """Threads of std.moe's moe_route_align block: a warp of 32 a token, 256 to FUSED_MAX (1024)."""
+    return min(MOE_FUSED_MAX_ASSIGNMENTS, max(256, 1 << max(0, tokens * 32 - 1).bit_length()))
+
+
+def moe_route_align(router_logits: Any, top_k: int, block_m: int, *, mode: str = "softmax_topk",
+                    renormalize: bool = True, fused: bool | None = None, target: str = "auto") -> MoERouting:
+    """:func:`moe_route` then :func:`moe_align` (E = router_logits' columns): the same
+    :class:`~kcompiler.ops.moe_types.MoERouting`, bit for bit (ids, weights, sorted_ids, tile_expert,
+    num_tiles), in fewer launches.
+
+    ``fused``: None (the default) takes std.moe's ``moe_route_align`` — one launch of one block that
+    routes the tokens (a warp a token, moe_route's code) and builds the whole layout in shared memory
+    — where T * top_k <= :data:`MOE_FUSED_MAX_ASSIGNMENTS`, and the four launches of moe_route and
+    moe_align (count, scan, scatter) above that; True insists on the one launch (ValueError where T *
+    top_k is larger), False on the four. Arguments and errors as :func:`moe_route` and
+    :func:`moe_align` (``block_m`` >= 1)."""
+    fn = "moe_route_align"
+    x, ld, kw = _route_args(router_logits, top_k, mode, renormalize, fn)
+    if not isinstance(block_m, (int, np.integer)) or block_m < 1:
+        raise ValueError(f"{fn}: block_m must be a positive integer, not {block_m!r}")
+    tokens, e = (int(d) for d in x.shape)
+    k, bm = kw["TOPK"], int(block_m)
+    small = tokens * k <= MOE_FUSED_MAX_ASSIGNMENTS
+    if fused and not small:
+        raise ValueError(f"{fn}: fused routing takes at most {MOE_FUSED_MAX_ASSIGNMENTS} assignments, not "
+                         f"{tokens} x {k}")
+    if not (small if fused is None else fused):
+        ids, wts = moe_route(x, k, mode=mode, renormalize=renormalize, target=target)
+        return moe_align(ids, wts, e, bm, target=target)
+    slots = MoERouting.padded_slots(tokens, k, e, bm)
+    ids, wts = empty_like(x, (tokens, k), "i32"), empty_like(x, (tokens, k), "f32")
+    sorted_ids, tile_expert = empty_like(x, (slots,), "i32"), empty_like(x, (slots // bm,), "i32")
+    num_tiles = empty_like(x, (1,), "i32")
+    mod = _common.stdlib_module("moe", target_for(x, target))
+    mod.moe_route_align[1, _fused_threads(tokens)](x, ld, ids, wts, tokens, e, bm, sorted_ids, slots, tile_expert,
+                                                   slots // bm, num_tiles, _common.const_f32(0.0, 1, x), 0,
+                                                   stream=stream_of(x), **kw)
+    return MoERouting(topk_ids=ids, topk_weights=wts, sorted_ids=sorted_ids, tile_expert=tile_expert,
+                      num_tiles=num_tiles, block_m=bm, top_k=k, num_experts=e)
 
 
 # --- alignment -----------------------------------------------------------------------------------------
@@ -219,16 +279,23 @@ def moe_sum(y: Any, top_k: int, *, dtype: str | None = None, out: Any = None, ta
     if rows == 0 or h == 0:
         return out
     y = _common.contiguous(y)
-    osize = arrays.array_scalar_type(out).size
+    mod = _common.stdlib_module("moe", target_for(y, target))
+    launch, kw = _sum_launch(mod, y, out, rows, h, int(top_k))
+    launch(y, out, h, stream=stream_of(y), **kw)
+    return out
+
+
+def _sum_launch(mod: Any, y: Any, out: Any, rows: int, h: int, top_k: int) -> tuple[Any, dict]:
+    """std.moe's moe_sum launch (``kernel[grid, block]``) and compile-time values for y (rows *
+    top_k, h) and out (rows, h): vectors of up to 16 bytes that divide h and fit both addresses."""
+    src, osize = arrays.array_scalar_type(y), arrays.array_scalar_type(out).size
     vec = _vec(src.size, (h,), (data_ptr(y),))
     while vec > 1 and (16 // osize < vec or h % vec or data_ptr(out) % (vec * osize)):
         vec //= 2
     cols = -(-h // vec)
     block = 256 if cols >= 256 else max(64, -(-cols // 64) * 64)
-    mod = _common.stdlib_module("moe", target_for(y, target))
-    mod.moe_sum[(rows, -(-cols // block)), block](y, out, h, T=src.name, O=name, VEC=vec, TOPK=int(top_k),
-                                                  stream=stream_of(y))
-    return out
+    return mod.moe_sum[(rows, -(-cols // block)), block], dict(T=src.name, O=arrays.array_scalar_type(out).name,
+                                                               VEC=vec, TOPK=top_k)
 
 
 # --- the layer -----------------------------------------------------------------------------------------
@@ -281,7 +348,7 @@ def moe(x: Any, router_logits: Any, w_gate_up: Any, w_down: Any, top_k: int, *, 
 
     - ``x``: (T, H) activations, f32, bf16 or f16, or MXFP8 (:class:`~kcompiler.ops.moe_types.MXActivations`:
       decoded to bf16 in registers by the tensor-core GEMM, dequantised to bf16 first for the SIMT
-      one; the result is bf16).
+      one; the result is bf16; see :func:`_moe_mxfp8`).
     - ``router_logits``: (T, E) router logits (f32, bf16, f16), routed by :func:`moe_route` with
       ``mode`` ('softmax_topk' or 'topk_softmax', defined there) and ``renormalize``.
     - ``w_gate_up``: :class:`~kcompiler.ops.moe_types.ExpertWeights` of shape (E, 2 I, H) (rows
@@ -299,14 +366,27 @@ def moe(x: Any, router_logits: Any, w_gate_up: Any, w_down: Any, top_k: int, *, 
     - ``target``: as every op ('auto': where x lives).
 
     Returns (T, H) in x's dtype and kind. The data flow is the module's (route -> align -> GEMM1 +
-    SwiGLU -> GEMM2 (+ reduce)); all of it queued on the device, the host waits for nothing. On the
+    SwiGLU -> GEMM2 (+ reduce)); all of it queued on the device, the host waits for nothing. Up to
+    :data:`MOE_FUSED_MAX_ASSIGNMENTS` assignments, routing and alignment are one launch
+    (:func:`moe_route_align`), which also zeroes the atomic sums. The host's work is prepared once a
+    shape (``PLANS``: by the kinds, shapes, dtypes and devices of x, the logits and the weights' arrays,
+    and the options): a later call checks contiguity and alignment, allocates the result and launches,
+    with the scratch (routing, h, f32 sums; up to 16 MiB) kept a stream, and no copy between host and
+    device. On the
     SIMT path the intermediate h (T * top_k, I) is held in x's dtype (f32 for f32 x), sums in f32.
     Raises TypeError for bad dtypes or kinds (weights must be of x's kind and device), ValueError for
     inconsistent shapes, ``top_k``, ``mode``, ``reduce`` or ``gemm``."""
+    if isinstance(x, MXActivations):
+        return _moe_mxfp8(x, router_logits, w_gate_up, w_down, top_k, mode=mode, renormalize=renormalize,
+                          reduce=reduce, gemm=gemm, target=target)
+    key = _plan_key(x, router_logits, w_gate_up, w_down, (top_k, mode, bool(renormalize), reduce, gemm, target))
+    plan = PLANS.get(key) if key is not None else None
+    if plan is not None:
+        got = plan(x, router_logits, w_gate_up, w_down)
+        if got is not None:
+            return got
+    inputs = (x, router_logits)
     fn = "moe"
-    xq = x if isinstance(x, MXActivations) else None   # MXFP8: x stands in (bf16, unread) until a GEMM needs it
-    if xq is not None:
-        x = empty_like(xq.codes, xq.shape, "bf16")
     src = _float_type(x, fn, "x")
     if reduce not in ("atomic", "separate"):
         raise ValueError(f"{fn}: reduce must be 'atomic' or 'separate', not {reduce!r}")
@@ -327,7 +407,7 @@ def moe(x: Any, router_logits: Any, w_gate_up: Any, w_down: Any, top_k: int, *, 
     if tuple(router_logits.shape) != (tokens, e):
         raise ValueError(f"{fn}: router_logits must be (T, E) = {(tokens, e)}, not {tuple(router_logits.shape)}")
     _same_kind(router_logits, x, fn, "router_logits")
-    ids, wts = moe_route(router_logits, top_k, mode=mode, renormalize=renormalize, target=target)
+    _route_args(router_logits, top_k, mode, renormalize, fn)
     if tokens == 0 or hidden == 0:
         return _zeros(x, (tokens, hidden), src.name)
     tgt = target_for(x, target)
@@ -336,37 +416,248 @@ def moe(x: Any, router_logits: Any, w_gate_up: Any, w_down: Any, top_k: int, *, 
                                 and src.name == "bf16")
     if use_mma and src.name != "bf16":
         raise TypeError(f"{fn}: gemm='mma' (kcompiler.ops.moe_gemm) takes bf16 activations, not {src.name}")
-    x = _common.contiguous(x)
-    stream = stream_of(x)
-    if use_mma:
-        routing = moe_align(ids, wts, e, moe_gemm.moe_block_m(tokens, top_k, e), target=target)
-        h = moe_gemm.moe_gemm_swiglu(x if xq is None else xq, wg, routing, target=target)
-        y = moe_gemm.moe_gemm_down(h, wd, routing, reduce=reduce, target=target)
-        if reduce == "separate":
-            return moe_sum(y, top_k, dtype=src.name, target=target)
-        return y if arrays.array_scalar_type(y) == src else moe_sum(y, 1, dtype=src.name, target=target)
-    if xq is not None:
-        x = mx_dequantize(xq.codes, xq.scales_as("e8m0"), "bf16", target=target)
-    bm = moe_simt_block_m(tokens, top_k, e)
-    routing = moe_align(ids, wts, e, bm, target=target)
-    n = tokens * top_k
-    tiles = int(routing.tile_expert.shape[0])
-    gdata, gscales = _kernel_weights(wg)
-    ddata, dscales = _kernel_weights(wd)
-    h = empty_like(x, (n, inter), src.name)
-    mod.moe_gemm1_simt[(tiles, -(-inter // MOE_SIMT_BN)), MOE_SIMT_THREADS](
-        x, gdata, gscales, routing.sorted_ids, routing.tile_expert, routing.num_tiles, h, n, top_k, hidden, inter,
-        FMT=_FMT[wg.format], BM=bm, BN=MOE_SIMT_BN, stream=stream)
-    flat_w = wts.reshape(-1)
-    separate = reduce == "separate"
-    acc = empty_like(x, (n, hidden), "f32") if separate else _zeros(x, (tokens, hidden), "f32")
-    mod.moe_gemm2_simt[(tiles, -(-hidden // MOE_SIMT_BN)), MOE_SIMT_THREADS](
-        h, ddata, dscales, routing.sorted_ids, routing.tile_expert, routing.num_tiles, flat_w, acc, n, top_k,
-        inter, hidden, FMT=_FMT[wd.format], BM=bm, SEPARATE=separate, BN=MOE_SIMT_BN, stream=stream)
-    if separate:
-        return moe_sum(acc, top_k, dtype=src.name, target=target)
-    return acc if src.name == "f32" else moe_sum(acc, 1, dtype=src.name, target=target)
+    x, logits = _common.contiguous(x), _common.contiguous(router_logits)
+    plan = _MoEPlan(mod, x, logits, wg, wd, int(top_k), mode, renormalize, reduce, use_mma, tgt)
+    conv = plan.weights(w_gate_up, w_down)
+    if key is not None and plan.aligned(x, *conv) and all(arrays.is_contiguous(a) for a in inputs) \
+            and not (data_ptr(x) | data_ptr(conv[0]) | data_ptr(conv[2])) % 16:
+        PLANS[key] = plan
+        if len(PLANS) > _PLANS_MAX:
+            PLANS.popitem(last=False)
+    return plan.run(x, logits, w_gate_up, w_down)
 
 
-__all__ = ["MOE_ALIGN_CHUNK", "MOE_ALIGN_MAX_EXPERTS", "MOE_MODES", "MOE_ROUTE_MAX_EXPERTS", "MOE_ROUTE_MAX_TOP_K",
-           "MOE_SIMT_BN", "MOE_SIMT_THREADS", "moe", "moe_align", "moe_route", "moe_simt_block_m", "moe_sum"]
+def _moe_mxfp8(xq: MXActivations, router_logits: Any, w_gate_up: Any, w_down: Any, top_k: int, *, mode: str,
+               renormalize: bool, reduce: str, gemm: str, target: str) -> Any:
+    """:func:`moe` for MXFP8 activations (bf16 result): where kcompiler.ops.moe_gemm's tensor-core GEMMs
+    run (``gemm`` 'mma', or 'auto' on a target with 'mma'), its gate/up GEMM decodes x in registers;
+    elsewhere x is dequantised to bf16 (``ops.mx_dequantize``, exact) for :func:`moe`."""
+    codes = xq.codes
+    if gemm not in ("auto", "simt", "mma") or not (gemm == "mma" or (
+            gemm == "auto" and _common.stdlib_module("moe", target_for(codes, target)).target_has("mma"))):
+        x = mx_dequantize(codes, xq.scales_as("e8m0"), "bf16", target=target)
+        return moe(x, router_logits, w_gate_up, w_down, top_k, mode=mode, renormalize=renormalize, reduce=reduce,
+                   gemm=gemm, target=target)
+    fn = "moe"
+    tokens, hidden = xq.shape
+    wg = _weights(w_gate_up, fn, "w_gate_up", codes)
+    wd = _weights(w_down, fn, "w_down", codes)
+    e, n2, k1 = wg.shape
+    if k1 != hidden or n2 % 2 or n2 == 0 or wd.shape != (e, hidden, n2 // 2):
+        raise ValueError(f"{fn}: w_gate_up must be (E, 2 I, H) and w_down (E, H, I) with H = {hidden} (x's columns), "
+                         f"not {wg.shape} and {wd.shape}")
+    if reduce not in ("atomic", "separate"):
+        raise ValueError(f"{fn}: reduce must be 'atomic' or 'separate', not {reduce!r}")
+    if tuple(router_logits.shape) != (tokens, e):
+        raise ValueError(f"{fn}: router_logits must be (T, E) = {(tokens, e)}, not {tuple(router_logits.shape)}")
+    ids, wts = moe_route(router_logits, top_k, mode=mode, renormalize=renormalize, target=target)
+    if tokens == 0:
+        return empty_like(codes, (0, hidden), "bf16")
+    routing = moe_align(ids, wts, e, moe_gemm.moe_block_m(tokens, top_k, e), target=target)
+    h = moe_gemm.moe_gemm_swiglu(xq, wg, routing, target=target)
+    y = moe_gemm.moe_gemm_down(h, wd, routing, reduce=reduce, target=target)
+    return moe_sum(y, top_k if reduce == "separate" else 1, dtype="bf16", target=target)
+
+
+# --- prepared calls ------------------------------------------------------------------------------------
+
+#: Prepared calls of :func:`moe` (:class:`_MoEPlan`) by :func:`_plan_key` (the kinds, shapes, dtypes and
+#: devices of x, the router logits and the weights' arrays, and the options), the least recently made
+#: dropped past 64.
+PLANS: "OrderedDict[tuple, _MoEPlan]" = OrderedDict()
+_PLANS_MAX = 64
+#: Largest scratch (routing, h, the f32 sums) a plan keeps between calls, bytes; larger problems
+#: allocate theirs at each call (through torch's caching allocator on a GPU), where it costs little
+#: beside the GEMMs.
+_SCRATCH_KEPT = 16 << 20
+
+
+def _plan_key(x: Any, logits: Any, wg: Any, wd: Any, options: tuple) -> tuple | None:
+    """The key of a prepared :func:`moe` call, or None where an argument is not a plain array or the
+    options are not hashable."""
+    arrs = [x, logits]
+    fmts = []
+    for w in (wg, wd):
+        if isinstance(w, ExpertWeights):
+            arrs.append(w.data)
+            if w.scales is not None:
+                arrs.append(w.scales)
+            fmts.append(w.format)
+        else:
+            arrs.append(w)
+            fmts.append(None)
+    return decode_plan_key("moe", tuple(arrs), options + tuple(fmts))
+
+
+class _MoEPlan:
+    """:func:`moe` for one shape, prepared (its arguments checked once): the routing's and GEMMs'
+    launches (``kernel[grid, block]`` objects), their compile-time values and sizes, and the scratch
+    arrays kept between calls (:data:`_SCRATCH_KEPT`), one set a stream (a stream runs its calls in
+    order, so a call's scratch is free when the next one starts on that stream; none is kept while
+    torch captures a CUDA graph). :meth:`run` launches on checked arrays; calling the plan checks what
+    :data:`PLANS`' key does not say (contiguity, 16-byte alignment where the tensor-core GEMMs want it),
+    then runs (None: not for this plan). Launches a call: routing and alignment 1 (up to
+    :data:`MOE_FUSED_MAX_ASSIGNMENTS` assignments; it also zeroes the atomic sums) or 4 (and a zero
+    fill), the two GEMMs, and the sum or conversion into the result's dtype unless the f32 sums are
+    the result."""
+
+    def __init__(self, mod: Any, x: Any, logits: Any, wg: ExpertWeights, wd: ExpertWeights, top_k: int, mode: str,
+                 renormalize: bool, reduce: str, use_mma: bool, target: str):
+        self.kind = kind = ArrayKind(x)
+        self.mod, self.mma = mod, use_mma
+        src = arrays.array_scalar_type(x).name
+        t, hidden = (int(d) for d in x.shape)
+        e, n2, _ = wg.shape
+        inter, n = n2 // 2, t * top_k
+        self.sizes = (t, hidden, inter, e, top_k, n)
+        _, ld, self.route_kw = _route_args(logits, top_k, mode, renormalize, "moe")
+        self.ld = ld
+        self.wfmt = (wg.format, wd.format)
+        self.fused = n <= MOE_FUSED_MAX_ASSIGNMENTS
+        bm = moe_gemm.moe_block_m(t, top_k, e) if use_mma else moe_simt_block_m(t, top_k, e)
+        self.bm, self.slots = bm, MoERouting.padded_slots(t, top_k, e, bm)
+        tiles = self.slots // bm
+        self.separate = reduce == "separate"
+        atomic = not self.separate
+        acc_shape = (n, hidden) if self.separate else (t, hidden)
+        # the f32 sums are the result for f32 x on the SIMT path (atomic): a new array each call
+        self.acc_is_out = atomic and not use_mma and src == "f32"
+        chunks = max(1, -(-n // MOE_ALIGN_CHUNK))
+        h_dt = "bf16" if use_mma else src
+        spec = [("ids", (t, top_k), "i32"), ("wts", (t, top_k), "f32"), ("sorted", (self.slots,), "i32"),
+                ("tile_expert", (tiles,), "i32"), ("num_tiles", (1,), "i32"), ("h", (n, inter), h_dt)]
+        if not self.fused:
+            spec.append(("counts", (chunks * e,), "i32"))
+        if not self.acc_is_out:
+            spec.append(("acc", acc_shape, "f32"))
+        self.spec = [(name, shape, kind.dtype(dt)) for name, shape, dt in spec]
+        nbytes = sum(int(np.prod(shape)) * SCALARS[dt].size for _, shape, dt in spec)
+        self.keep = nbytes <= _SCRATCH_KEPT
+        self.scratch: dict = {}
+        self.acc_shape, self.out_shape, self.out_dt = acc_shape, (t, hidden), kind.dtype(src)
+        self.f32 = kind.dtype("f32")
+        # routing and alignment
+        self.zero_n = t * hidden if atomic and self.fused else 0
+        if self.fused:
+            nt = _fused_threads(t)
+            zblocks = min(-(-self.zero_n // (nt * 4)), 512)
+            self.l_route = mod.moe_route_align[1 + zblocks, nt]
+        else:
+            self.l_route = mod.moe_route[_route_config(t)]
+            self.chunks = chunks
+            self.l_count = mod.moe_align_count[chunks, 128]
+            self.l_scan = mod.moe_align_scan[1, max(64, 1 << (e - 1).bit_length())]
+            self.l_scatter = mod.moe_align_scatter[chunks, 64]
+        # the GEMMs
+        self.weights(wg, wd)
+        gdata, gscales, ddata, dscales = self.wconv
+        if use_mma:
+            gmod = _common.stdlib_module("moe_gemm", target)
+            tk = moe_gemm.moe_gemm_tiles(bm)
+            dec = moe_gemm.MOE_MXFP4_DECODES["mul"]
+            has = gmod.target_has("mma")
+            self.mma1 = bool(has and hidden % moe_gemm.MOE_VALUES_PER_LOAD[wg.format] == 0
+                             and data_ptr(gdata) % 16 == 0 and data_ptr(x) % 16 == 0)
+            self.mma2 = bool(has and inter % moe_gemm.MOE_VALUES_PER_LOAD[wd.format] == 0
+                             and data_ptr(ddata) % 16 == 0)
+            self.l_g1 = gmod.moe_gemm1[(-(-inter // (16 * tk["MT"])), tiles), 32 * tk["KW"]]
+            self.kw_g1 = dict(MMA=self.mma1, DEC=dec, **tk)
+            self.xsc = kind.empty((1,), kind.dtype("u8"))   # std.moe_gemm's MXFP8 scales of x: unread for bf16 x
+            self.l_g2 = gmod.moe_gemm2[(-(-hidden // (16 * tk["MT"])), tiles), 32 * tk["KW"]]
+            self.kw_g2 = dict(MMA=self.mma2, ATOMIC=atomic, OUT="f32", DEC=dec, **tk)
+        else:
+            self.mma1 = self.mma2 = False
+            self.l_g1 = mod.moe_gemm1_simt[(tiles, -(-inter // MOE_SIMT_BN)), MOE_SIMT_THREADS]
+            self.kw_g1 = dict(FMT=_FMT[wg.format], BM=bm, BN=MOE_SIMT_BN)
+            self.l_g2 = mod.moe_gemm2_simt[(tiles, -(-hidden // MOE_SIMT_BN)), MOE_SIMT_THREADS]
+            self.kw_g2 = dict(FMT=_FMT[wd.format], BM=bm, SEPARATE=self.separate, BN=MOE_SIMT_BN)
+        # the sum (separate) or the conversion of the f32 sums into x's dtype
+        self.l_sum = None
+        if not self.acc_is_out:
+            y = kind.empty(acc_shape, self.f32)
+            out = kind.empty(self.out_shape, self.out_dt)
+            self.l_sum, self.kw_sum = _sum_launch(mod, y, out, t, hidden, top_k if self.separate else 1)
+
+    def weights(self, wg: Any, wd: Any) -> tuple:
+        """The GEMMs' (data, scales) of both weights (kept for the last weights passed, by identity)."""
+        last = getattr(self, "wlast", None)
+        if last is not None and last[0]() is wg and last[1]() is wd:
+            return self.wconv
+        g = _weights(wg, "moe", "w_gate_up", wg.data if isinstance(wg, ExpertWeights) else wg)
+        d = _weights(wd, "moe", "w_down", g.data)
+        conv = moe_gemm._weights if self.mma else (lambda w, like, fn: _kernel_weights(w))
+        self.wconv = (*conv(g, g.data, "moe"), *conv(d, d.data, "moe"))
+        try:
+            self.wlast = (weakref.ref(wg), weakref.ref(wd))
+        except TypeError:
+            self.wlast = None
+        return self.wconv
+
+    def aligned(self, x: Any, gdata: Any, gscales: Any, ddata: Any, dscales: Any) -> bool:
+        """Whether the plan's tensor-core choices hold for these arrays (16-byte aligned where they
+        said so) and the weights' arrays are contiguous (used in place, not copied)."""
+        ok = self.kind.contiguous
+        if not (ok(gdata) and ok(gscales) and ok(ddata) and ok(dscales)):
+            return False
+        return not ((self.mma1 and (data_ptr(x) | data_ptr(gdata)) % 16) or (self.mma2 and data_ptr(ddata) % 16))
+
+    def _scratch(self, stream: Any, x: Any) -> dict:
+        bufs = self.scratch.get(stream) if self.keep else None
+        if bufs is None:
+            bufs = {name: self.kind.empty(shape, dt) for name, shape, dt in self.spec}
+            if self.keep and len(self.scratch) < 4 and not _common.capturing(x):
+                self.scratch[stream] = bufs
+        return bufs
+
+    def __call__(self, x: Any, logits: Any, wg: Any, wd: Any) -> Any:
+        ok = self.kind.contiguous
+        if not (ok(x) and ok(logits)):
+            return None
+        if not self.aligned(x, *self.weights(wg, wd)):
+            return None
+        return self.run(x, logits, wg, wd)
+
+    def run(self, x: Any, logits: Any, wg: Any, wd: Any) -> Any:
+        """The layer on checked, contiguous arrays of the plan's shapes: returns the (T, H) result."""
+        t, hidden, inter, e, top_k, n = self.sizes
+        stream = self.kind.stream()
+        b = self._scratch(stream, x)
+        ids, wts, sorted_ids, tile_expert, num_tiles, h = (b["ids"], b["wts"], b["sorted"], b["tile_expert"],
+                                                           b["num_tiles"], b["h"])
+        acc = self.kind.empty(self.acc_shape, self.f32) if self.acc_is_out else b["acc"]
+        slots, tiles, bm = self.slots, self.slots // self.bm, self.bm
+        if self.fused:
+            self.l_route(logits, self.ld, ids, wts, t, e, bm, sorted_ids, slots, tile_expert, tiles, num_tiles,
+                         acc, self.zero_n, stream=stream, **self.route_kw)
+        else:
+            self.l_route(logits, self.ld, ids, wts, t, e, stream=stream, **self.route_kw)
+            flat, counts = ids.reshape(-1), b["counts"]
+            self.l_count(flat, n, e, counts, sorted_ids, slots, n, tile_expert, tiles, CHUNK=MOE_ALIGN_CHUNK,
+                         stream=stream)
+            self.l_scan(counts, self.chunks, e, bm, tile_expert, num_tiles, stream=stream)
+            self.l_scatter(flat, n, e, counts, sorted_ids, CHUNK=MOE_ALIGN_CHUNK, stream=stream)
+            if not self.separate:
+                if self.kind.torch:
+                    acc.zero_()
+                else:
+                    acc.fill(0)
+        gdata, gscales, ddata, dscales = self.weights(wg, wd)
+        if self.mma:
+            self.l_g1(x, self.xsc, gdata, gscales, sorted_ids, tile_expert, num_tiles, h, n, top_k, inter, hidden,
+                      stream=stream, **self.kw_g1)
+            self.l_g2(h, ddata, dscales, sorted_ids, tile_expert, num_tiles, wts, acc, n, top_k, hidden, inter,
+                      stream=stream, **self.kw_g2)
+        else:
+            self.l_g1(x, gdata, gscales, sorted_ids, tile_expert, num_tiles, h, n, top_k, hidden, inter,
+                      stream=stream, **self.kw_g1)
+            self.l_g2(h, ddata, dscales, sorted_ids, tile_expert, num_tiles, wts, acc, n, top_k, inter, hidden,
+                      stream=stream, **self.kw_g2)
+        if self.l_sum is None:
+            return acc
+        out = self.kind.empty(self.out_shape, self.out_dt)
+        self.l_sum(acc, out, hidden, stream=stream, **self.kw_sum)
+        return out
+
+
+__all__ = ["MOE_ALIGN_CHUNK", "MOE_ALIGN_MAX_EXPERTS", "MOE_FUSED_MAX_ASSIGNMENTS", "MOE_MODES", "MOE_ROUTE_MAX_EXPERTS", "MOE_ROUTE_MAX_TOP_K",
+           "MOE_SIMT_BN", "MOE_SIMT_THREADS", "moe", "moe_align", "moe_route", "moe_route_align", "moe_simt_block_m", "moe_sum"]

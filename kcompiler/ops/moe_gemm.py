@@ -207,8 +207,8 @@ def moe_gemm_swiglu(x: Any, w_gate_up: ExpertWeights, routing: MoERouting, *, ou
     if numel == 0 or ntiles == 0:
         return out
     grid = (-(-inter // (16 * tiles["MT"])), ntiles)
-    mod.moe_gemm1[grid, 32 * tiles["KW"]](x, xsc, data, scales, routing.sorted_ids, routing.tile_expert, routing.num_tiles,
-                                         out, numel, routing.top_k, inter, K, MMA=mma, DEC=dec, stream=stream_of(x),
+    mod.moe_gemm1[grid, 32 * tiles["KW"]](x, xsc, data, scales, routing.sorted_ids, routing.tile_expert,
+                                         routing.num_tiles, out, numel, routing.top_k, inter, K, MMA=mma, DEC=dec, stream=stream_of(x),
                                          **tiles)
     return out
 

@@ -1,7 +1,7 @@
 """The data a mixture-of-experts layer passes between its kernels: the experts' weights in one of three
 formats (:class:`ExpertWeights`), activations quantised as MXFP8 (:class:`MXActivations`) and the
-routing of tokens to experts in the layout the grouped GEMMs read (:class:`MoERouting`). ops/moe.py (routing, alignment, reduction, ``ops.moe``) and
-ops/moe_gemm.py (the grouped GEMMs) both speak these; :func:`dequantize_reference` is the float64
+routing of tokens to experts in the layout the grouped GEMMs read (:class:`MoERouting`). ops/moe.py
+(routing, alignment, reduction, ``ops.moe``) and ops/moe_gemm.py (the grouped GEMMs) both speak these; :func:`dequantize_reference` is the float64
 reference the tests compare against.
 
 Weight layout: E experts, each an ``(N, K)`` matrix (a Linear layer's weight: out = x @ W^T), stacked

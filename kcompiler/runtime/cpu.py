@@ -66,11 +66,8 @@ from ..backends.cpu.scheduler import RUN_BLOCKS, build_scheduler_module
 from ..backends.llvm import optimize
 from ..backends.cpu import builtins
 from .printf_buffer import read_format_table
+from .cpu_guard import GUARD_BYTES, GuardedCopy, on_guarded_copies
 
-#: Bytes of unused memory on each side of an array copied under ``check_bounds``.
-GUARD_BYTES = 4096
-#: The alignment of arrays copied under ``check_bounds`` (bytes): cudaMalloc's guarantee.
-DEVICE_ALIGN = 256
 #: Launches of fewer GPU threads than this per worker run on the calling thread alone.
 SERIAL_THREADS = 2048
 
@@ -161,28 +158,6 @@ class _Scheduler:
                 cls._engine.finalize_object()
                 cls._fn = _RUN_BLOCKS_TYPE(cls._engine.get_function_address(RUN_BLOCKS))
             return cls._fn
-
-
-class _GuardedCopy:
-    """An array's copy between guard zones (``check_bounds``); calling it copies the data back into
-    the array (if writeable)."""
-
-    __slots__ = ("buf", "view", "host", "writeback", "address")
-
-    def __init__(self, host: np.ndarray, writeback: bool):
-        flat = host.reshape(-1).view(np.uint8)
-        self.buf = np.zeros(flat.nbytes + 2 * GUARD_BYTES + DEVICE_ALIGN, dtype=np.uint8)
-        # The copy starts DEVICE_ALIGN-aligned, as a GPU allocation does: misaligned accesses the
-        # check reports are the kernel's, not numpy's allocator's.
-        start = GUARD_BYTES + (-(self.buf.ctypes.data + GUARD_BYTES)) % DEVICE_ALIGN
-        self.view = self.buf[start: start + flat.nbytes]
-        self.view[:] = flat
-        self.host, self.writeback = host, writeback
-        self.address = self.buf.ctypes.data + start
-
-    def __call__(self) -> None:
-        if self.writeback and self.view.nbytes:
-            self.host.reshape(-1).view(np.uint8)[:] = self.view
 
 
 class _KeepAlive:
@@ -373,13 +348,11 @@ class CpuDevice(Device):
                               f"on guarded copies made for one launch: it cannot be captured in a graph")
         buf = ctypes.create_string_buffer(max(handle.arg_bytes, 8))
         table: list[PointerArg] = []
-        guarded: list[_GuardedCopy] = []
+        guarded: list[GuardedCopy] = []
+        if handle.check_bounds:
+            args = on_guarded_copies(args, guarded)
         for (off, size), a in zip(handle.params, args):
             if isinstance(a, PointerArg):
-                if handle.check_bounds and a.array is not None:
-                    g = _GuardedCopy(a.array, True)
-                    guarded.append(g)
-                    a = PointerArg(g.address, a.nbytes, a.itemsize, a.name)
                 struct.pack_into("Q", buf, off, a.address)
                 table.append(a)
             else:

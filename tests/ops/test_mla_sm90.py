@@ -81,7 +81,9 @@ EMU_CASES = [(128, 64, 16, 20, [37, 0, 70, 129], dict(BN=64, STAGES=2), 1),
              (128, 128, 64, 16, [300, 5], dict(BN=64, STAGES=1), 1),
              (128, 64, 16, 8, [150, 33], dict(BN=16, STAGES=2), 4),
              (128, 64, 16, 20, [37, 0, 70, 129], dict(BN=64, STAGES=2, OVERLAP=True), 1),
-             (256, 64, 64, 70, [1, 200, 64], dict(BN=32, STAGES=3, OVERLAP=True), 2)]
+             (256, 64, 64, 70, [1, 200, 64], dict(BN=32, STAGES=3, OVERLAP=True), 2),
+             (128, 64, 16, 20, [37, 0, 70, 129], dict(BN=16, STAGES=8), 1),
+             (256, 64, 64, 70, [1, 200, 64], dict(BN=32, STAGES=4, OVERLAP=True), 3)]
 
 
 @pytest.mark.slow(sample=3)
@@ -99,6 +101,45 @@ def test_mla_sm90_emulated(monkeypatch, emulated, case):
     assert out.shape == (len(lens), H, D) and out.dtype == DTYPES["bf16"] and lse.shape == (len(lens), H)
     ref, ref_lse = mla_reference(q_nope, q_pe, ckv, kpe, table, lens, page, scale)
     check(out, lse, ref, ref_lse, finite_rows(ckv, table, lens, page), "bf16")
+
+
+def test_mla_sm90_four_stages_emulated(monkeypatch, emulated):
+    """Tiles of 32 keys in a ring of 4 (bench_mla_variants.py's candidate for the memory-bound 16 heads:
+    at D 512 + 64 it holds 3 tiles in flight, 110 KB, where 64 x 2 holds one, 74 KB), pages of 16 (two
+    boxes a tile), odd lengths, two splits, against float64."""
+    monkeypatch.setattr(ops_mla, "_mla_sm90_module", lambda target: emulated)
+    lens = [37, 0, 70, 129]
+    q_nope, q_pe, ckv, kpe, table = mla_inputs(lens, 20, 128, 64, 16)
+    out, lse = ops.mla_decode(q_nope, q_pe, ckv, kpe, table, np.array(lens, np.int32), scale=0.07, num_splits=2,
+                              return_lse=True, path="sm90", sm90_tiles=dict(BN=32, STAGES=4), target="cpu")
+    ref, ref_lse = mla_reference(q_nope, q_pe, ckv, kpe, table, lens, 16, 0.07)
+    check(out, lse, ref, ref_lse, finite_rows(ckv, table, lens, 16), "bf16")
+
+
+def test_mla_sm90_probes_emulated(monkeypatch, emulated):
+    """The timing diagnostics (sm90_tiles PROBE) end, on the emulation, with what they promise: PROBE 1
+    (tiles streamed, nothing computed) O = 0 and the LSE -inf; PROBE 2 (S and the softmax, no P V) O = 0
+    and the LSE of float64 within test_attention.check's bound, merged over 3 splits; PROBE with
+    OVERLAP refused."""
+    monkeypatch.setattr(ops_mla, "_mla_sm90_module", lambda target: emulated)
+    lens = [37, 0, 70, 129]
+    q_nope, q_pe, ckv, kpe, table = mla_inputs(lens, 20, 128, 64, 16)
+    sl = np.array(lens, np.int32)
+    _, ref_lse = mla_reference(q_nope, q_pe, ckv, kpe, table, lens, 16, 0.07)
+    for probe, splits in ((1, 1), (2, 3)):
+        out, lse = ops.mla_decode(q_nope, q_pe, ckv, kpe, table, sl, scale=0.07, num_splits=splits, return_lse=True,
+                                  path="sm90", sm90_tiles=dict(PROBE=probe), target="cpu")
+        assert not np.asarray(out, np.float64).any(), probe
+        if probe == 1:
+            assert np.isneginf(lse).all()
+            continue
+        fin = np.isfinite(ref_lse)
+        assert (np.isneginf(lse) == ~fin).all()
+        lerr = np.abs(np.asarray(lse, np.float64)[fin] - ref_lse[fin])
+        assert (lerr <= 1e-5 + np.abs(ref_lse[fin]) * 2.0 ** -20).all(), lerr.max()
+    with pytest.raises(RuntimeError, match="PROBE is 0, 1 or 2"):
+        ops.mla_decode(q_nope, q_pe, ckv, kpe, table, sl, scale=0.07, path="sm90", target="cpu",
+                       sm90_tiles=dict(PROBE=1, OVERLAP=True))
 
 
 def test_mla_sm90_deepseek_shape_emulated(monkeypatch, emulated):
@@ -167,8 +208,11 @@ def test_mla_auto_takes_the_hopper_kernel_from_64_heads(monkeypatch, emulated):
 @pytest.mark.parametrize("params", [dict(T="bf16", OUT="f32", PAGE=64), dict(T="bf16", OUT="bf16", PAGE=64),
                                     dict(T="f16", OUT="f32", PAGE=16),
                                     dict(T="bf16", OUT="f32", PAGE=64, OVERLAP=True),
-                                    dict(T="bf16", OUT="f32", PAGE=16, BN=32, STAGES=3, OVERLAP=True)],
-                         ids=["bf16-split", "bf16", "f16-page16", "overlap", "overlap-bn32"])
+                                    dict(T="bf16", OUT="f32", PAGE=16, BN=32, STAGES=3, OVERLAP=True),
+                                    dict(T="bf16", OUT="f32", PAGE=64, BN=32, STAGES=4),
+                                    pytest.param(dict(T="bf16", OUT="f32", PAGE=64, PROBE=2),
+                                                 marks=pytest.mark.slow)],
+                         ids=["bf16-split", "bf16", "f16-page16", "overlap", "overlap-bn32", "bn32x4", "probe2"])
 def test_mla_sm90_ptx(params):
     """sm_90a PTX of the kernel at D 512 + 64 (built as ops builds it: approx_ftz) assembles with ptxas;
     3-D TMA copies, wgmma with A from registers (P V of the softmax warpgroup) and from shared memory
@@ -180,8 +224,9 @@ def test_mla_sm90_ptx(params):
                     kernel="mla_decode_sm90", comptime=params)
     assert "cp.async.bulk.tensor.3d" in ptx and "setmaxnreg.inc.sync.aligned.u32 240" in ptx
     lines = [x for x in ptx.splitlines() if "wgmma.mma_async" in x]
-    assert any("m64n256k16" in x and "}, {" in x for x in lines)  # A from registers
-    assert any("m64n256k16" in x and "}, {" not in x for x in lines)  # A from shared memory
+    if not params.get("PROBE"):  # PROBE 2 (a diagnostic) leaves P V out
+        assert any("m64n256k16" in x and "}, {" in x for x in lines)  # A from registers
+        assert any("m64n256k16" in x and "}, {" not in x for x in lines)  # A from shared memory
     log = ptxas(ptx, "sm_90a", verbose=True)
     assert "C7514" not in log and "C7513" not in log and "C7511" not in log and "serialized" not in log, log
     spill = int(log.split(" bytes spill stores")[0].rsplit(None, 1)[-1])
@@ -230,7 +275,9 @@ def test_mla_sm90_gpu(H, page):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("tiles", [dict(OVERLAP=True), dict(BN=32, STAGES=3), dict(BN=32, STAGES=3, OVERLAP=True),
-                                   dict(BN=16, STAGES=4)], ids=["overlap", "bn32", "bn32-overlap", "bn16"])
+                                   dict(BN=16, STAGES=4), dict(BN=32, STAGES=4), dict(BN=32, STAGES=4, OVERLAP=True),
+                                   dict(BN=16, STAGES=8)],
+                         ids=["overlap", "bn32", "bn32-overlap", "bn16", "bn32x4", "bn32x4-overlap", "bn16x8"])
 def test_mla_sm90_tiles_gpu(tiles):
     """The other tiles the benchmark times, on the H100 (128 heads, pages of 16 and 64, f16)."""
     import torch

@@ -242,7 +242,8 @@ def test_mxfp4_decode_exact(path, decode):
 
 #: Benchmark variants of the tensor-core path (benchmarks/bench_moe_gemm.py --variants): (decode, tuning).
 VARIANTS = {"split chk0 pf": ("split", dict(CHK=0, PF=1)), "split": ("split", {}), "mul chk0": ("mul", dict(CHK=0)),
-            "split chk0 U4 KW2": ("split", dict(CHK=0, U=4, KW=2)), "split chk0 pf U1": ("split", dict(CHK=0, PF=1, U=1)),
+            "split chk0 U4 KW2": ("split", dict(CHK=0, U=4, KW=2)),
+            "split chk0 pf U1": ("split", dict(CHK=0, PF=1, U=1)),
             "mul pf MT2": ("mul", dict(PF=1, MT=2))}
 
 

@@ -249,3 +249,30 @@ def test_split_cuda_draws_the_cpu_tokens(monkeypatch):
     monkeypatch.setitem(S.SAMPLING_SPLIT, "max_rows", 10 ** 6)
     monkeypatch.setitem(S.SAMPLING_SPLIT, "chunk", 16)
     distribution_case(100_000, 10, "cuda")
+
+
+# --- AMD: the same kernels for gfx942 (checked statically: no AMD GPU here) -----------------------------------
+
+SAMPLING_KERNELS = [(k, t) for k in ("sample", "sample_split", "softmax", "top_k_mask_logits", "top_p_renorm_probs")
+                    for t in ("bf16", "f32")]
+
+
+@pytest.mark.slow(sample=2)  # ~5 s a kernel on CI's cores; -m slow: all ten
+@pytest.mark.parametrize("kernel, T", SAMPLING_KERNELS, ids=[f"{k}-{t}" for k, t in SAMPLING_KERNELS])
+def test_sampling_kernels_build_for_gfx942(kernel, T):
+    """Each std.sampling kernel with the loads ops.sample chooses (:data:`SAMPLING_LOADS`, rows 16-byte
+    aligned) compiles for gfx942 with LLVM's AMDGPU backend: 16-byte global loads, no scratch (nothing
+    spilled to private memory), and at most 128 VGPRs, so that a workgroup of SAMPLING_THREADS (1024
+    work-items, 16 wavefronts of 64 on 4 SIMDs of 512 VGPRs a lane) fits one compute unit (AMDGPUUsage,
+    "AMDGPU Kernel Descriptor" / the code object's .vgpr_count)."""
+    import re
+    from kcompiler import pipeline
+    params = dict(S.kernel_params(T, 4096), T=T)
+    if kernel.startswith("sample"):
+        params["PROBS"] = False
+    asm = pipeline.emit_file(stdlib_dir() / "sampling.kc", "asm", target="amdgcn", arch="gfx942", kernel=kernel,
+                             comptime=params)
+    assert "global_load_dwordx4" in asm
+    assert ".private_segment_fixed_size: 0" in asm and ".vgpr_spill_count: 0" in asm
+    vgprs = int(re.search(r"\.vgpr_count:\s+(\d+)", asm).group(1))
+    assert vgprs <= 4 * 512 * 64 // S.SAMPLING_THREADS, vgprs  # 4 SIMDs x 512 VGPRs x 64 lanes a CU

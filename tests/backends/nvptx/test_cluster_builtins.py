@@ -50,7 +50,7 @@ def test_cluster_ptx():
         CHECK: barrier.cluster.wait.acquire;
         CHECK: cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [{{%r[0-9]+}}], [{{%rd[0-9]+}}, {{{%r[0-9]+}}, {{%r[0-9]+}}}], [{{%r[0-9]+}}], {{%rs[0-9]+}};
         CHECK: mapa.shared::cluster.u32 ra, {{%r[0-9]+}}, {{%r[0-9]+}};
-        CHECK-NEXT: mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];
+        CHECK-NEXT: mbarrier.arrive.shared::cluster.b64 _, [ra];
     """)
 
 
