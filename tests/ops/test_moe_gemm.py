@@ -338,7 +338,7 @@ def test_mxfp8_activations_sweep(path, fmt):
     _mxfp8_case(path, fmt, 31)
 
 
-@pytest.mark.parametrize("gemm", ["auto", pytest.param("mma", marks=pytest.mark.slow(sample=0))])
+@pytest.mark.parametrize("gemm", ["mma", pytest.param("auto", marks=pytest.mark.slow(sample=0))])
 def test_moe_layer_takes_mxfp8_activations(gemm):
     """ops.moe with MXFP8 x gives the bits it gives for x's exact bf16 values (the CPU target: 'auto'
     dequantises x for std.moe's SIMT GEMMs; 'mma' is std.moe_gemm's SIMT path decoding x itself; the
