@@ -511,7 +511,8 @@ def test_gpu_mxfp8_activations_and_variants(T):
 @pytest.mark.parametrize("kernel, W, WS, BM, extra", [
     ("moe_gemm1", "u8", "u8", 8, {}), ("moe_gemm1", "f8e4m3", "f32", 32, {}), ("moe_gemm2", "bf16", "f32", 16, {}),
     # the heaviest benchmark variant: MXFP8 x, DEC 2's two passes, unchecked steps, loads a step ahead
-    ("moe_gemm1", "u8", "u8", 8, dict(X="f8e4m3", DEC=2, CHK=0, PF=1))],
+    # (-m slow: CI's time; ptxas 13.0 gives it 254 registers, no spills)
+    pytest.param("moe_gemm1", "u8", "u8", 8, dict(X="f8e4m3", DEC=2, CHK=0, PF=1), marks=pytest.mark.slow(sample=0))],
     ids=["gemm1-mxfp4", "gemm1-fp8", "gemm2-bf16", "gemm1-mxfp4-mxfp8x-split-chk0-pf"])
 def test_ptx_assembles(kernel, W, WS, BM, extra):
     """sm_90a PTX of the tensor-core path: mma.sync and 16-byte weight loads present, the decode on
