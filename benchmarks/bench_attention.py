@@ -4,6 +4,7 @@ device's copy bandwidth, all measured in this run. Each measured call is first c
 
     python benchmarks/bench_attention.py [--quick] [--json OUT.json] [--only prefill|decode|mla|decode+mla]
     python benchmarks/bench_attention.py --only decode+mla --per-call --json per_call.json
+    python benchmarks/bench_attention.py --fp8 [--quick]   (FP8 prefill: bench_attention_fp8.py)
 
 - prefill: B 4, H 32, S 4096, D 128, bf16, causal and not; TFLOP/s with 4 B H S^2 D operations (half
   that when causal), the usual count. Both of ops.attention's NVIDIA paths: std.attention
@@ -20,7 +21,7 @@ device's copy bandwidth, all measured in this run. Each measured call is first c
   synchronisation between calls), by do_bench, and replayed from a CUDA graph; TB/s and % of the copy
   bandwidth. MLA's defaults (pages of 64, H 16 and 128) likewise.
 - mla: DeepSeek's MLA decode (latent 512 + rope 64, pages of 64), B 32, H 16 and 128, 8192 keys: the
-  Hopper kernel (std.mla_sm90) beside std.attention's mma.sync one, TB/s of cache and TFLOP/s.
+  Hopper kernel (std.mla_sm90) beside std.mla's mma.sync one, TB/s of cache and TFLOP/s.
 """
 import argparse
 import json
@@ -393,7 +394,7 @@ def mla(results: dict, bw: float, quick: bool = False, first: int | None = None)
     TB/s of the latent cache read once (the kernel reads it once per group of heads_per_block heads,
     the later groups mostly from L2) and TFLOP/s counting 2 (D + DR) + 2 D operations a key and head
     (q . [c, k_pe] and p c), the measure of a compute-bound kernel at many heads. The Hopper kernel
-    (std.mla_sm90, path 'sm90', the default on an H100) beside std.attention's mma.sync kernel (path
+    (std.mla_sm90, path 'sm90', the default on an H100) beside std.mla's mma.sync kernel (path
     'generic', the default before it), then other tiles and splits of each; the SIMT one at 16 heads.
     --quick: the two defaults."""
     B, S, D, DR, page = 32, 8192, 512, 64, 64
@@ -463,7 +464,17 @@ def main() -> None:
                         "beside do_bench and a CUDA graph, pages of 16 and 64 (decode_per_call)")
     p.add_argument("--first", type=int, help="only the first N SIMT decode and MLA configurations")
     p.add_argument("--no-copy", action="store_true", help="skip the copy-bandwidth measurement (prefill only)")
+    p.add_argument("--fp8", action="store_true", help="only the FP8 prefill rows (bench_attention_fp8.py): ours "
+                   "FP8 beside our bf16 and cuDNN")
     args = p.parse_args()
+    if args.fp8:
+        from bench_attention_fp8 import prefill_fp8
+        results = {"device": torch.cuda.get_device_name()}
+        prefill_fp8(results, args.quick)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(results, f, indent=1)
+        return
     dev = torch.cuda.get_device_name()
     results: dict = {"device": dev}
     bw = float("nan") if args.no_copy else copy_bandwidth()

@@ -4,7 +4,14 @@ run: milliseconds, TFLOP/s, and the rate at which the experts' weights are read 
 device-to-device copy measured in the same run.
 
     python benchmarks/bench_moe.py [--quick] [--tokens 1,16,64,512,4096] [--formats bf16,fp8,mxfp4]
-        [--configs 32x2880x2880,128x4096x1536] [--top-k 4] [--reduce atomic|separate] [--gemm auto|simt]
+        [--configs 32x2880x2880,128x4096x1536] [--top-k 4] [--reduce atomic|separate] [--gemm auto|simt|mma|sm90]
+    python benchmarks/bench_moe.py --sm90 [--tokens 1024,4096]
+
+--sm90: the Hopper path (ops.moe(gemm="sm90"): std.matmul_sm90's grouped GEMMs, TMA + wgmma) against
+the default path (gemm="auto") and torch at prefill sizes, bf16 weights, on gpt-oss's shape (E 32, top_k
+4, H = I = 2880) and a Mixtral-like one (E 8, top_k 2, H 4096, I 14336): the layer's ms and TFLOP/s for
+each, and the sm90 path's two grouped GEMMs alone (TFLOP/s of the rows computed: T top_k of them,
+not the padding), tokens 1024 and 4096 unless --tokens says otherwise.
 
 --small: the decode rows instead (gpt-oss's E 32, top_k 4, H = I = 2880; T 1, 4, 16, 64; bf16 and MXFP4):
 routing + alignment (ops.moe_route_align), the two GEMMs alone (ops.moe_gemm_swiglu + moe_gemm_down on a
@@ -152,10 +159,15 @@ def main():
     ap.add_argument("--configs", default="32x2880x2880,128x4096x1536")
     ap.add_argument("--top-k", type=int, default=4)
     ap.add_argument("--reduce", default="atomic", choices=["atomic", "separate"])
-    ap.add_argument("--gemm", default="auto", choices=["auto", "simt", "mma"])
+    ap.add_argument("--gemm", default="auto", choices=["auto", "simt", "mma", "sm90"])
+    ap.add_argument("--sm90", action="store_true")
     args = ap.parse_args()
     if args.small:
         return small_rows(args.top_k)
+    if args.sm90:
+        given = args.tokens != ap.get_default("tokens")
+        sm90_table([int(t) for t in (args.tokens if given else "1024,4096").split(",")])
+        return
     if args.quick:
         args.tokens, args.formats, args.configs = "1,64,512", "bf16,mxfp4", args.configs.split(",")[0]
     k = args.top_k
@@ -199,6 +211,51 @@ def main():
                       f"{ref_ms:>9.3f} {ref_ms / ms:>7.2f}x {tk if fmt == 'bf16' else '':>18}", flush=True)
             del x, logits
         del weights
+        torch.cuda.empty_cache()
+
+
+def sm90_table(tokens):
+    """The --sm90 table (the module docstring)."""
+    from kcompiler.ops import moe_sm90
+    from kcompiler.ops._common import stdlib_module
+    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}: ops.moe gemm='sm90' against gemm='auto' "
+          "and torch, bf16; ms and TFLOP/s (6 T top_k H I FLOPs)")
+    gmod = stdlib_module("matmul_sm90", "cuda")
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    for name, e, k, hid, inter in (("gpt-oss", 32, 4, 2880, 2880), ("mixtral", 8, 2, 4096, 14336)):
+        wg, wg_ref, _ = make_weights(e, 2 * inter, hid, "bf16")
+        wd, wd_ref, _ = make_weights(e, hid, inter, "bf16")
+        print(f"\n{name}: E {e}, top_k {k}, H {hid}, I {inter}")
+        print(f"{'T':>5} {'sm90 ms':>8} {'TFLOP/s':>8} {'auto ms':>8} {'TFLOP/s':>8} {'torch ms':>9} {'TFLOP/s':>8} "
+              f"{'GEMM1 TFLOP/s':>14} {'GEMM2 TFLOP/s':>14}")
+        for t in tokens:
+            x = torch.randn(t, hid, device="cuda", dtype=torch.bfloat16)
+            logits = torch.randn(t, e, device="cuda", dtype=torch.float32)
+            flops = 6 * t * k * hid * inter
+            ref = torch_moe(x, logits, wg_ref, wd_ref, k).float()
+            runs = {g: (lambda g=g: ops.moe(x, logits, wg, wd, k, gemm=g)) for g in ("sm90", "auto")}
+            row = f"{t:>5}"
+            for g, fn in runs.items():
+                err = float((fn().float() - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
+                if err > 3e-2:
+                    row += f" {'WRONG':>8} {err:>8.2g}"
+                    continue
+                ms = time_ms(fn)
+                row += f" {ms:>8.3f} {flops / ms / 1e9:>8.1f}"
+            ms = time_ms(lambda: torch_moe(x, logits, wg_ref, wd_ref, k))
+            row += f" {ms:>9.3f} {flops / ms / 1e9:>8.1f}"
+            # the grouped GEMMs alone, on the routing and operands of one call
+            ids, w = ops.moe_route(logits, k)
+            routing = ops.moe_align(ids, w, e, moe_sm90.BLOCK_M)
+            P = routing.sorted_ids.shape[0]
+            xp = torch.randn(P, hid, device="cuda", dtype=torch.bfloat16)
+            h = torch.empty(P, inter, device="cuda", dtype=torch.bfloat16)
+            y = torch.empty(P, hid, device="cuda", dtype=torch.bfloat16)
+            g1 = time_ms(lambda: moe_sm90.grouped_gemm(gmod, xp, wg.data, routing, h, gated=True, sms=sms))
+            g2 = time_ms(lambda: moe_sm90.grouped_gemm(gmod, h, wd.data, routing, y, gated=False, sms=sms))
+            row += f" {4 * t * k * hid * inter / g1 / 1e9:>14.1f} {2 * t * k * hid * inter / g2 / 1e9:>14.1f}"
+            print(row, flush=True)
+        del wg, wd, wg_ref, wd_ref
         torch.cuda.empty_cache()
 
 

@@ -4,7 +4,7 @@ ops.math's 4-element kernel, against torch, in one run on a CUDA GPU.
     python benchmarks/bench_trig_variants.py [--only sin,cos,tan] [--check]
 
 Each variant is the library's text with a few lines replaced, compiled as the kernel's own functions
-(the library has no imports of its own), on the 2^28-element f32 array of bench_math.py's speed table
+(libm_trig.kc with libm_pio2.kc's argument reduction, its only import, inlined: _library), on the 2^28-element f32 array of bench_math.py's speed table
 (uniform in [-2, 2): every element takes the Cody-Waite path). Variants:
 
   current        stdlib/libm_trig.kc as it is
@@ -56,6 +56,17 @@ import kcompiler as kc  # noqa: E402
 from kcompiler.ops import MATH_KERNEL  # noqa: E402
 
 LIB = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "stdlib", "libm_trig.kc")
+PIO2 = os.path.join(os.path.dirname(LIB), "libm_pio2.kc")
+
+
+def _library() -> str:
+    """stdlib/libm_trig.kc as one file: libm_pio2.kc's functions first, then libm_trig.kc without its
+    import of them and with their calls unqualified (so a variant may replace a function of either)."""
+    with open(PIO2) as fh:
+        pio2 = fh.read()
+    with open(LIB) as fh:
+        trig = fh.read().replace("import std.libm_pio2 as pio2\n", "")
+    return pio2 + "\n" + re.sub(r"\bpio2\.(?=\w+\()", "", trig)
 
 
 def _no_branch(text: str) -> str:
@@ -205,8 +216,7 @@ def params(fn: str) -> dict:
 
 
 def source(variant: str, fn: str) -> str:
-    with open(LIB) as fh:
-        text = VARIANTS[variant](fh.read())
+    text = VARIANTS[variant](_library())
     kernel = MATH_KERNEL.replace("import std.math\n", "")  # FN given at compile: params(fn)
     if variant.endswith("@lb8"):
         kernel = kernel.replace("n: i64) {\n", "n: i64) {\n    launch_bounds(256, 8);\n", 1)

@@ -1,6 +1,6 @@
-"""One launch each of std.attention's decode kernels at bench_attention.py's shapes, for Nsight Compute:
+"""One launch each of the decode kernels (std.decode, std.mla) at bench_attention.py's shapes, for Nsight Compute:
 the GQA 4:1 tensor-core ring (two tile choices), the MHA SIMT ring, and MLA at 16 and 128 heads (the
-Hopper kernel mla_decode_sm90, then std.attention's mma.sync one).
+Hopper kernel mla_decode_sm90, then std.mla's mma.sync one).
 
     ncu --clock-control none -k regex:"paged_decode|mla_decode" --section SpeedOfLight \\
         --section Occupancy --section WarpStateStats --section LaunchStats python3 benchmarks/profile_decode.py

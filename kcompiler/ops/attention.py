@@ -13,6 +13,7 @@ from ..runtime.tensormap import cached_tensor_map
 from . import _common
 from ._common import (ArrayKind, capturing, check_same, contiguous, data_ptr, empty_like, flat, hopper_reason_not,
                       host_ints, index_array, query_type, target_for)
+from .attention_fp8 import attention_fp8, is_fp8
 from .decode import plan_key
 
 
@@ -45,7 +46,8 @@ def attention_shared_bytes(tiles: dict[str, int], head_dim: int, itemsize: int, 
 def attention(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None = None,
               cu_seqlens_q: Any = None, cu_seqlens_k: Any = None, max_seqlen_q: int | None = None,
               layout: str = "bshd", return_lse: bool = False, tiles: dict[str, int] | None = None,
-              path: str = "auto", target: str = "auto") -> Any:
+              path: str = "auto", target: str = "auto", descale_q: Any = None, descale_k: Any = None,
+              descale_v: Any = None, out_dtype: str = "bf16") -> Any:
     """Softmax attention, flash-attention style (stdlib/attention.kc; no S x S matrix is formed):
     ``softmax(scale * q k^T [+ causal mask]) v`` per batch entry and query head, f32 accumulation,
     the result in q's dtype; with ``return_lse``, also the log-sum-exp of each row (f32, natural log,
@@ -75,10 +77,25 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | No
     (:data:`ATTENTION_SM90_TILES`). Raises TypeError for other dtypes, ValueError for shapes that do
     not match.
 
+    FP8: q, k and v of float8 e4m3 (ml_dtypes.float8_e4m3fn, torch.float8_e4m3fn) take the Hopper
+    kernel's FP8 form (:func:`kcompiler.ops.attention_fp8.attention_fp8`: D 128, no variable lengths,
+    an sm_90 GPU; ValueError elsewhere) with FlashAttention-3's ``descale_q``, ``descale_k``,
+    ``descale_v`` (floats, or arrays of one element or of shape (B, Hkv); default 1): the scores are
+    ``scale * descale_q * descale_k * q k^T``, the result times ``descale_v``, of ``out_dtype`` ('bf16'
+    or 'f16'; these four are ignored for 16-bit inputs).
+
     A call on the Hopper path without variable lengths keeps its host work (:data:`PLANS`): a later
     call on arrays of the same kinds, shapes, dtypes and devices, with the same options, checks
     contiguity and alignment, allocates the result and launches, without the other checks and
     choices."""
+    if is_fp8(q):
+        if cu_seqlens_q is not None or cu_seqlens_k is not None:
+            raise ValueError("attention: FP8 attention takes no variable lengths (cu_seqlens) yet")
+        if path == "fa2":
+            raise ValueError("attention: FP8 attention has the Hopper path only (path 'auto' or 'sm90')")
+        return attention_fp8(q, k, v, causal=causal, scale=scale, layout=layout, return_lse=return_lse, tiles=tiles,
+                             target=target, descale_q=descale_q, descale_k=descale_k, descale_v=descale_v,
+                             out_dtype=out_dtype)
     key = None
     if cu_seqlens_q is None and cu_seqlens_k is None and path != "fa2":
         key = _sm90_plan_key(q, k, v, causal, scale, layout, tiles, path, target)
@@ -322,7 +339,7 @@ class _Sm90Plan:
     16-byte alignment on a GPU), allocates O and the LSE and runs (None: not for this plan)."""
 
     __slots__ = ("kind", "launch", "scalars", "kw", "shared", "boxes", "layout", "cq", "ck", "shapes", "dtypes",
-                 "cuda")
+                 "cuda", "descale")
 
     def __init__(self, q: Any, p: _Prefill, layout: str, causal: bool, scale: float, tiles: dict | None,
                  target: str):
@@ -341,6 +358,7 @@ class _Sm90Plan:
         self.boxes = (64 * c, t["BN"], t["BN"])
         self.layout = layout
         self.cq, self.ck = p.cq, p.ck
+        self.descale = _common.const_f32(1.0, 1, q)  # FP8's descale factors: not read for 16-bit T
         self.shapes = (tuple(q.shape), p.lse_shape)
         self.dtypes = (self.kind.dtype(self.kw["T"]), self.kind.dtype("f32"))
 
@@ -349,8 +367,8 @@ class _Sm90Plan:
         writing ``out`` and ``lse``."""
         maps = [cached_tensor_map(_bhsd_view(x, self.layout, None if ends is None else ends[i > 0]),
                                   (1, 1, box, 64)) for i, (x, box) in enumerate(zip((q, k, v), self.boxes))]
-        self.launch(*maps, flat(out, 1), flat(lse, 1), self.cq, self.ck, *self.scalars, shared=self.shared,
-                    stream=self.kind.stream(), **self.kw)
+        self.launch(*maps, flat(out, 1), flat(lse, 1), self.cq, self.ck, *self.scalars, self.descale,
+                    shared=self.shared, stream=self.kind.stream(), **self.kw)
 
     def __call__(self, q: Any, k: Any, v: Any) -> tuple | None:
         ok = self.kind.contiguous

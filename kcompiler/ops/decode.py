@@ -1,5 +1,5 @@
-"""Decode attention over a paged KV cache by std.attention (split-KV, FlashDecoding), and merge_states,
-which combines the splits' partial states."""
+"""Decode attention over a paged KV cache by std.decode (split-KV, FlashDecoding), and merge_states
+(std.merge_states), which combines the splits' partial states."""
 from __future__ import annotations
 
 import functools
@@ -19,7 +19,7 @@ from ._common import (ArrayKind, const_f32, contiguous, data_ptr, device_of, emp
 #: types, more (grouped-query attention, several query tokens), and FP8.
 DECODE_SIMT = {"mha": dict(WARPS=4, U=4, STAGES=3), "gqa": dict(WARPS=4, U=2, STAGES=3),
                "fp8": dict(WARPS=4, U=8, STAGES=3)}
-#: The tensor-core decode's variants by name (``tc_tiles`` may name one): RING (std.attention's
+#: The tensor-core decode's variants by name (``tc_tiles`` may name one): RING (std.decode's
 #: paged_decode_ring: WARPS warps with private cp.async rings of BN keys a step, STAGES deep; else
 #: paged_decode_tc: one warp a block, prefill_mma's tiles, :data:`DECODE_TC_SINGLE`), EAGER (a warp
 #: refills the slot it read last before waiting for the next: STAGES steps of copies in flight while
@@ -118,7 +118,7 @@ def decode_lanes(D: int, itemsize: int, DR: int = 0, rows: int = 1) -> int:
 
 def decode_shared_bytes(D: int, itemsize: int, G: int, QL: int, warps: int, unroll: int, stages: int, lanes: int,
                         DR: int = 0) -> int:
-    """Dynamic shared memory of the SIMT decode (stdlib/attention.kc): the larger of the warps' rings
+    """Dynamic shared memory of the SIMT decode (stdlib/decode.kc): the larger of the warps' rings
     of cache rows and the merge of the groups' states."""
     ring = warps * stages * (32 // lanes) * unroll * (D + DR if DR else 2 * D) * itemsize
     merge = warps * (32 // lanes) * QL * G * (D + 2) * 4
@@ -228,15 +228,16 @@ def remember(key: tuple | None, plan: Callable[..., Any]) -> None:
 
 class _PagedLaunch:
     """The launches of one :func:`paged_decode` shape (its plan, :data:`PLANS`): the decode kernel over
-    (splits, Hkv, B) blocks and, after a split, merge_states. ``run`` launches on checked arguments;
+    (splits, Hkv, B) blocks (``mod``'s paged_decode, std.decode) and, after a split, merge_states
+    (``merge_mod``'s, std.merge_states). ``run`` launches on checked arguments;
     calling it checks what the plan's key does not say, then runs (None: not for this plan)."""
 
     __slots__ = ("kernel", "merge", "kind", "dims", "dt_out", "dt_f32", "max_pages", "capacity", "sc", "kw_one",
                  "kw_split", "kw_merge", "threads", "slots", "fixed", "fp8", "waves")
 
-    def __init__(self, mod: Any, like: Any, dims: tuple, dtype: str, max_pages: int, page: int, sc: Any, kw: dict,
-                 threads: int, slots: int, fixed: int | None, fp8: bool, waves: float = 1.0):
-        self.kernel, self.merge, self.kind = mod.paged_decode, mod.merge_states, ArrayKind(like)
+    def __init__(self, mod: Any, merge_mod: Any, like: Any, dims: tuple, dtype: str, max_pages: int, page: int,
+                 sc: Any, kw: dict, threads: int, slots: int, fixed: int | None, fp8: bool, waves: float = 1.0):
+        self.kernel, self.merge, self.kind = mod.paged_decode, merge_mod.merge_states, ArrayKind(like)
         self.dims, self.max_pages, self.capacity, self.sc = dims, max_pages, max_pages * page, sc
         self.dt_out, self.dt_f32 = self.kind.dtype(dtype), self.kind.dtype("f32")
         self.kw_one = dict(kw, OUT=dtype, SPLIT=False)
@@ -291,7 +292,7 @@ def paged_decode(q: Any, k_cache: Any, v_cache: Any, block_table: Any, seq_lens:
                  warps: int | None = None, unroll: int | None = None, stages: int | None = None,
                  tensor_cores: bool | None = None, tc_tiles: dict[str, Any] | str | None = None,
                  target: str = "auto") -> Any:
-    """Decode attention of one query token a sequence over a paged KV cache (stdlib/attention.kc):
+    """Decode attention of one query token a sequence over a paged KV cache (stdlib/decode.kc):
     ``softmax(scale * q k^T) v`` over the first ``seq_lens[b]`` tokens of sequence b.
 
     - q: (B, Hq, D) of f16, bf16 or f32; the result has q's shape and dtype; with ``return_lse`` also
@@ -359,7 +360,8 @@ def paged_decode(q: Any, k_cache: Any, v_cache: Any, block_table: Any, seq_lens:
     vs = _f32_vector(v_scale, HK, q, "v_scale", fn) if fp8 else lse
     if B == 0 or H == 0:
         return (out, lse) if return_lse else out
-    mod = _common.attention_module(target_for(q, target))
+    tgt = target_for(q, target)
+    mod = _common.ftz_module("decode", tgt)
     sc = np.float32(D ** -0.5 if scale is None else scale)
     args = (flat(q, 16), flat(k_cache, 16), flat(v_cache, 16), bt, sl, flat(ks, 1), flat(vs, 1))
     aligned = all(data_ptr(x) % 16 == 0 for x in args[:3] + (out,))
@@ -382,8 +384,8 @@ def paged_decode(q: Any, k_cache: Any, v_cache: Any, block_table: Any, seq_lens:
     if fixed is not None and fixed < 1:
         raise ValueError(f"{fn}: num_splits must be at least 1, not {fixed}")
     kw = dict(T=src.name, KT=kt.name, D=D, G=G, PAGE=page, TC=tc, QL=QL, shared=shared, **tiles)
-    launch = _PagedLaunch(mod, q, (B, QL, H, HK, D), src.name, max_pages, page, sc, kw, threads, slots, fixed, fp8,
-                          waves)
+    launch = _PagedLaunch(mod, _common.ftz_module("merge_states", tgt), q, (B, QL, H, HK, D), src.name, max_pages,
+                          page, sc, kw, threads, slots, fixed, fp8, waves)
     if key is not None and aligned and all(launch.kind.holds(x) and arrays.is_contiguous(x)
                                            for x in inputs + (block_table, seq_lens)) \
             and (not fp8 or all(_scale_direct(x, HK, launch.kind) for x in (k_scale, v_scale))):
@@ -453,7 +455,7 @@ def _simt_tiles(warps: int, unroll: int, stages: int, D: int, itemsize: int, G: 
 
 def merge_states(v: Any, s: Any, *, out: Any = None, lse_out: Any = None, out_dtype: Any = None,
                  target: str = "auto") -> tuple[Any, Any]:
-    """Combine S attention states of each row into one (stdlib/attention.kc's merge_states;
+    """Combine S attention states of each row into one (stdlib/merge_states.kc;
     FlashInfer's ``merge_states``, with natural-log LSEs): ``v`` (N, S, H, D), each state's output
     normalised over its own keys, ``s`` (N, S, H) f32 their log-sum-exps (-inf: no keys); returns
     ``(o, lse)``, o (N, H, D) = sum_s exp(s_s - lse) v_s and lse (N, H) = log sum_s exp(s_s), exactly
@@ -483,7 +485,7 @@ def merge_states(v: Any, s: Any, *, out: Any = None, lse_out: Any = None, out_dt
     if N * H == 0 or D == 0:
         return out, lse_out
     v, s = contiguous(v), contiguous(s)
-    mod = _common.attention_module(target_for(v, target))
+    mod = _common.ftz_module("merge_states", target_for(v, target))
     warps = 4
     mod.merge_states[-(-N * H // warps), warps * 32](flat(v, 1), flat(s, 1), flat(out, 1), flat(lse_out, 1),
                                                      N, S, H, D, T=src.name, OUT=dst.name, WARPS=warps,

@@ -327,7 +327,7 @@ kernel matmul_sm90_epilogue[T: type, OUT: type, BK: i32, BN: i32, CONSUMERS: i32
     }
     kc_std_matmul_sm90.gemm_sm90[T, OUT, BK, BN, CONSUMERS, STAGES, GROUP_M, SCALE, ALIGNED, B_KMAJOR, SPLIT_K, X, Y,
                                  EPI, OUT, 0, kc_std_epilogue.block_identity, PINGPONG, WG_M, CLUSTER_M](
-        ta, tb, c, M, N, K, ldc, sa, sb, x, y, s, c, ws, counts);
+        ta, tb, c, M, N, K, ldc, sa, sb, x, y, s, c, ws, counts, bitcast[ptr<i32>](counts), bitcast[ptr<i32>](counts));
 }
 kernel matmul_sm90_block_epilogue[T: type, OUT: type, BK: i32, BN: i32, CONSUMERS: i32, STAGES: i32, GROUP_M: i32,
                                   SCALE: i32, ALIGNED: bool, B_KMAJOR: bool, X: type, Y: type,
@@ -342,7 +342,8 @@ kernel matmul_sm90_block_epilogue[T: type, OUT: type, BK: i32, BN: i32, CONSUMER
     }
     kc_std_matmul_sm90.gemm_sm90[T, OUT, BK, BN, CONSUMERS, STAGES, GROUP_M, SCALE, ALIGNED, B_KMAJOR, 1, X, Y, EPI,
                                  Z, BLOCK, BEPI, PINGPONG, WG_M, CLUSTER_M](
-        ta, tb, c, M, N, K, ldc, sa, sb, x, y, s, z, sa, bitcast[ptr<u32>](sb));
+        ta, tb, c, M, N, K, ldc, sa, sb, x, y, s, z, sa, bitcast[ptr<u32>](sb), bitcast[ptr<i32>](sb),
+        bitcast[ptr<i32>](sb));
 }
 """
 

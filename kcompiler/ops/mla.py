@@ -1,4 +1,4 @@
-"""Multi-head latent attention decode (DeepSeek-V2/V3, absorbed form) by std.attention's mla_decode or, on
+"""Multi-head latent attention decode (DeepSeek-V2/V3, absorbed form) by std.mla's mla_decode or, on
 Hopper, std.mla_sm90 (FlashMLA's design)."""
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def mla_decode(q_nope: Any, q_pe: Any, ckv_cache: Any, kpe_cache: Any, block_tab
                unroll: int = 2, stages: int = 3, tensor_cores: bool | None = None, path: str = "auto",
                sm90_tiles: dict[str, int] | None = None, target: str = "auto") -> Any:
     """Multi-head latent attention decode (DeepSeek-V2/V3, absorbed form) over a paged latent cache
-    (stdlib/attention.kc, ``mla_decode``): ``o[b, h] = sum_j softmax_j(scale * (q_nope[b, h] . c_j +
+    (stdlib/mla.kc, ``mla_decode``): ``o[b, h] = sum_j softmax_j(scale * (q_nope[b, h] . c_j +
     q_pe[b, h] . k_pe_j)) c_j`` over the first ``seq_lens[b]`` tokens of sequence b.
 
     - q_nope: (B, H, D) (D = 512 in DeepSeek's models: the latent rank), q_pe: (B, H, DR) (64: the rope
@@ -41,7 +41,7 @@ def mla_decode(q_nope: Any, q_pe: Any, ckv_cache: Any, kpe_cache: Any, block_tab
       (H must be a multiple; default 16 or the largest divisor of H below on tensor cores, 2 in SIMT);
       ``warps``, ``stages``: the kernel's (default 4 where D + DR and D are multiples of 64, and 3);
       ``unroll``: the SIMT kernel's U (see paged_decode).
-    - ``tensor_cores``: stdlib/attention.kc's mla_decode_tc (the heads of a block as the rows of an m16
+    - ``tensor_cores``: stdlib/mla.kc's mla_decode_tc (the heads of a block as the rows of an m16
       tile, S's D + DR dimensions split over the warps, O's columns too; mma.sync, cp.async; f16/bf16,
       NVIDIA sm_80+, 16-byte aligned arrays). Default: where it can run; else the SIMT loop, which
       spends 2 (D + DR) + 2 D f32 operations a key and head on the FMA units (compute-bound at many
@@ -49,7 +49,7 @@ def mla_decode(q_nope: Any, q_pe: Any, ckv_cache: Any, kpe_cache: Any, block_tab
 
     - ``path``: 'sm90' takes the Hopper kernel (stdlib/mla_sm90.kc: TMA through the block table, wgmma,
       a producer warpgroup and two consumers, 64 heads a block; FlashMLA's design; RuntimeError where
-      :func:`mla_sm90_reason_not` finds something against it); 'generic' std.attention's
+      :func:`mla_sm90_reason_not` finds something against it); 'generic' std.mla's
       ``mla_decode`` (mma.sync or SIMT as ``tensor_cores`` says). 'auto' takes the Hopper kernel
       where it can run, H is at least :data:`MLA_SM90_MIN_HEADS` (64: below, the mma.sync kernel's
       16-row tiles were faster on the H100) and none of ``heads_per_block``, ``warps``,
@@ -105,15 +105,16 @@ def mla_decode(q_nope: Any, q_pe: Any, ckv_cache: Any, kpe_cache: Any, block_tab
                                     inputs=inputs + (block_table, seq_lens))
         if path == "sm90":
             raise RuntimeError(f"{fn}: the Hopper path cannot run here: {why}")
-    mod = _common.attention_module(target_for(q_nope, target))
+    tgt = target_for(q_nope, target)
+    mod = _common.ftz_module("mla", tgt)
     can_tc = (mod.target_has("mma") and src.name in ("f16", "bf16")
               and all(data_ptr(x) % 16 == 0 for x in (q_nope, q_pe, ckv_cache, kpe_cache)))
     if tensor_cores and not can_tc:
         raise ValueError(f"{fn}: the tensor-core path needs NVIDIA sm_80+, f16/bf16 arrays, 16-byte aligned")
     tc = can_tc if tensor_cores is None else bool(tensor_cores)
     G, warps, stages, shared, regs, kw = _generic_tiles(tc, H, D, DR, src.size, heads_per_block, warps, unroll, stages)
-    launch = _MlaLaunch(mod.mla_decode, mod, q_nope, (B, H, D, DR), src.name, page, max_pages, np.float32(scale),
-                        num_splits, G=G, threads=warps * 32,
+    launch = _MlaLaunch(mod.mla_decode, _common.ftz_module("merge_states", tgt), q_nope, (B, H, D, DR), src.name,
+                        page, max_pages, np.float32(scale), num_splits, G=G, threads=warps * 32,
                         slots=decode_slots(device_of(mod, q_nope), warps * 32, shared, regs),
                         kw=dict(D=D, DR=DR, G=G, PAGE=page, WARPS=warps, STAGES=stages, shared=shared, **kw))
     # the flat views as the kernel reads them: a misaligned torch view copied (and then no plan)
@@ -141,9 +142,9 @@ def _mla_run(launch: "_MlaLaunch", key: tuple | None, inputs: tuple, q_nope: Any
 
 class _MlaLaunch:
     """The launches of one :func:`mla_decode` shape on one path (its plan, kcompiler.ops.decode.PLANS):
-    std.attention's mla_decode over (splits, H / G, B) blocks (``G``, ``threads``, ``slots``, ``kw``) or
-    std.mla_sm90's over (head blocks, splits, B) (``tiles``, ``sms``), then merge_states (``merge_mod``'s)
-    after a split. Calling it checks what the plan's key does not say and launches (None: not for this
+    std.mla's mla_decode over (splits, H / G, B) blocks (``G``, ``threads``, ``slots``, ``kw``) or
+    std.mla_sm90's over (head blocks, splits, B) (``tiles``, ``sms``), then merge_states (``merge_mod``'s,
+    std.merge_states) after a split. Calling it checks what the plan's key does not say and launches (None: not for this
     plan)."""
 
     __slots__ = ("kernel", "merge", "kind", "dims", "dtype", "dt_out", "dt_f32", "page", "max_pages", "sc", "fixed",
@@ -225,7 +226,7 @@ class _MlaLaunch:
 def _generic_tiles(tc: bool, H: int, D: int, DR: int, itemsize: int, heads_per_block: int | None,
                    warps: int | None, unroll: int, stages: int) -> tuple[int, int, int, int, int, dict]:
     """(G, warps, stages, shared bytes, registers a thread, the other compile-time values) of
-    std.attention's mla_decode on tensor cores (``tc``) or in SIMT, from :func:`mla_decode`'s
+    std.mla's mla_decode on tensor cores (``tc``) or in SIMT, from :func:`mla_decode`'s
     options (ValueError for ones that do not fit)."""
     fn = "mla_decode"
     G = int(heads_per_block) if heads_per_block is not None else \
@@ -334,7 +335,7 @@ def _mla_decode_sm90(q_nope: Any, q_pe: Any, ckv: Any, kpe: Any, bt: Any, sl: An
     plan under ``key`` (see :func:`_mla_run`)."""
     (B, H, D), DR, page = tuple(q_nope.shape), int(q_pe.shape[-1]), int(ckv.shape[1])
     mod = _mla_sm90_module(target)
-    launch = _MlaLaunch(mod.mla_decode_sm90, _common.attention_module(target), q_nope, (B, H, D, DR),
+    launch = _MlaLaunch(mod.mla_decode_sm90, _common.ftz_module("merge_states", target), q_nope, (B, H, D, DR),
                         arrays.array_scalar_type(q_nope).name, page, max_pages, np.float32(scale), num_splits,
                         tiles=tiles, sms=device_of(mod, q_nope).multiprocessor_count)
     return _mla_run(launch, key, inputs, q_nope, q_pe, ckv, kpe, bt, sl, max_len, return_lse)

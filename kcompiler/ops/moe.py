@@ -34,7 +34,7 @@ from .moe_types import ExpertWeights, MoERouting, MXActivations
 from .mx import mx_dequantize
 from .norms import _vec
 
-from . import moe_gemm
+from . import moe_gemm, moe_sm90
 
 #: Routing modes (:func:`moe_route`).
 MOE_MODES = ("softmax_topk", "topk_softmax")
@@ -362,7 +362,10 @@ def moe(x: Any, router_logits: Any, w_gate_up: Any, w_down: Any, top_k: int, *, 
       reproducible).
     - ``gemm``: 'auto' (kcompiler.ops.moe_gemm's tensor-core grouped GEMMs for bf16 activations where
       the target has 'mma', else std.moe's SIMT ones), 'simt' or 'mma'
-      (force one; 'mma' takes bf16 x only).
+      (force one; 'mma' takes bf16 x only), or 'sm90' (opt-in, not chosen by 'auto' until measured:
+      kcompiler.ops.moe_sm90's grouped GEMMs of std.matmul_sm90, TMA + wgmma, for prefill-sized T on
+      an sm_90 GPU or numpy arrays on the CPU target's emulation; bf16 weights, H and I multiples of 8;
+      the sum is always the ordered one, ``reduce`` is not used).
     - ``target``: as every op ('auto': where x lives).
 
     Returns (T, H) in x's dtype and kind. The data flow is the module's (route -> align -> GEMM1 +
@@ -375,7 +378,8 @@ def moe(x: Any, router_logits: Any, w_gate_up: Any, w_down: Any, top_k: int, *, 
     device. On the
     SIMT path the intermediate h (T * top_k, I) is held in x's dtype (f32 for f32 x), sums in f32.
     Raises TypeError for bad dtypes or kinds (weights must be of x's kind and device), ValueError for
-    inconsistent shapes, ``top_k``, ``mode``, ``reduce`` or ``gemm``."""
+    inconsistent shapes, ``top_k``, ``mode``, ``reduce`` or ``gemm``; 'sm90' also as
+    kcompiler.ops.moe_sm90.reason_not says (RuntimeError on a GPU without wgmma)."""
     if isinstance(x, MXActivations):
         return _moe_mxfp8(x, router_logits, w_gate_up, w_down, top_k, mode=mode, renormalize=renormalize,
                           reduce=reduce, gemm=gemm, target=target)
@@ -390,8 +394,8 @@ def moe(x: Any, router_logits: Any, w_gate_up: Any, w_down: Any, top_k: int, *, 
     src = _float_type(x, fn, "x")
     if reduce not in ("atomic", "separate"):
         raise ValueError(f"{fn}: reduce must be 'atomic' or 'separate', not {reduce!r}")
-    if gemm not in ("auto", "simt", "mma"):
-        raise ValueError(f"{fn}: gemm must be 'auto', 'simt' or 'mma', not {gemm!r}")
+    if gemm not in ("auto", "simt", "mma", "sm90"):
+        raise ValueError(f"{fn}: gemm must be 'auto', 'simt', 'mma' or 'sm90', not {gemm!r}")
     if len(tuple(x.shape)) != 2:
         raise ValueError(f"{fn}: x must be (T, H), not of shape {tuple(x.shape)}")
     tokens, hidden = (int(d) for d in x.shape)
@@ -410,6 +414,13 @@ def moe(x: Any, router_logits: Any, w_gate_up: Any, w_down: Any, top_k: int, *, 
     _route_args(router_logits, top_k, mode, renormalize, fn)
     if tokens == 0 or hidden == 0:
         return _zeros(x, (tokens, hidden), src.name)
+    if gemm == "sm90":
+        why = moe_sm90.reason_not(x, wg, wd)
+        if why is not None:
+            raise why[0](f"{fn}: {why[1]}")
+        ids, wts = moe_route(router_logits, top_k, mode=mode, renormalize=renormalize, target=target)
+        routing = moe_align(ids, wts, e, moe_sm90.BLOCK_M, target=target)
+        return moe_sm90.moe_sm90(x, routing, wg, wd, target=target)
     tgt = target_for(x, target)
     mod = _common.stdlib_module("moe", tgt)
     use_mma = gemm == "mma" or (gemm == "auto" and mod.target_has("mma")
@@ -431,7 +442,8 @@ def _moe_mxfp8(xq: MXActivations, router_logits: Any, w_gate_up: Any, w_down: An
                renormalize: bool, reduce: str, gemm: str, target: str) -> Any:
     """:func:`moe` for MXFP8 activations (bf16 result): where kcompiler.ops.moe_gemm's tensor-core GEMMs
     run (``gemm`` 'mma', or 'auto' on a target with 'mma'), its gate/up GEMM decodes x in registers;
-    elsewhere x is dequantised to bf16 (``ops.mx_dequantize``, exact) for :func:`moe`."""
+    elsewhere ('simt', 'sm90', or no 'mma') x is dequantised to bf16 (``ops.mx_dequantize``, exact) for
+    :func:`moe`."""
     codes = xq.codes
     if gemm not in ("auto", "simt", "mma") or not (gemm == "mma" or (
             gemm == "auto" and _common.stdlib_module("moe", target_for(codes, target)).target_has("mma"))):

@@ -85,7 +85,11 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | No
     """:func:`kcompiler.ops.attention` as ``torch.ops.kcompiler.attention`` (which returns the pair
     (out, lse) always): the output like q, and with ``return_lse`` also the f32 log-sum-exp ((B, Hq,
     Sq); (Hq, total_q) with ``cu_seqlens``). Variable lengths read cu_seqlens on the host: not in a
-    CUDA graph capture."""
+    CUDA graph capture. FP8 (e4m3) inputs are not taken here (TypeError): kcompiler.ops.attention takes
+    them, with their descale factors."""
+    if str(getattr(q, "dtype", "")).startswith("torch.float8"):
+        raise TypeError("torch.ops.kcompiler.attention takes f16/bf16/f32 tensors; call kcompiler.ops.attention "
+                        "for FP8 (e4m3) ones, with descale_q, descale_k, descale_v")
     out, lse = _ops().attention(q, k, v, bool(causal), scale, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, layout)
     return (out, lse) if return_lse else out
 

@@ -234,6 +234,53 @@ def test_hardware_fixups_give_the_software_bits(inputs, name, saturate):
     assert (out == want).all(), _bad(x, out, want)
 
 
+def test_satfinite_e4m3_signs_give_the_software_bits(inputs):
+    """NVIDIA's saturating E4M3 convert (cvt.rn.satfinite.e4m3x2.f32, simulated: the saturating
+    reference with every NaN 0x7F and every zero unsigned, as a chip might) with minifloat.or_signs
+    applied to each pair equals the reference (the NVPTX target's saturating E4M3 path)."""
+    import llvmlite.binding as llvm
+    from llvmlite import ir as ll
+
+    from kcompiler.backends.llvm import initialize, minifloat
+
+    initialize()
+    i16, i64, f32, ptr = ll.IntType(16), ll.IntType(64), ll.FloatType(), ll.PointerType()
+    m = ll.Module()
+    m.triple = llvm.get_process_triple()
+    fn = ll.Function(m, ll.FunctionType(ll.VoidType(), [ptr, ptr, ptr, i64]), "signs")
+    src, hw, dst, n = fn.args
+    b = ll.IRBuilder(fn.append_basic_block())
+    loop, done = fn.append_basic_block(), fn.append_basic_block()
+    entry = b.block
+    b.branch(loop)
+    b.position_at_end(loop)
+    i = b.phi(i64)
+    i.add_incoming(ll.Constant(i64, 0), entry)
+    first = b.load(b.gep(src, [b.mul(i, ll.Constant(i64, 2))], source_etype=f32), typ=f32)
+    second = b.load(b.gep(src, [b.add(b.mul(i, ll.Constant(i64, 2)), ll.Constant(i64, 1))], source_etype=f32), typ=f32)
+    two = b.load(b.gep(hw, [i], source_etype=i16), typ=i16)
+    b.store(minifloat.or_signs(b, two, first, second), b.gep(dst, [i], source_etype=i16))
+    i2 = b.add(i, ll.Constant(i64, 1))
+    i.add_incoming(i2, b.block)
+    b.cbranch(b.icmp_unsigned("<", i2, n), loop, done)
+    b.position_at_end(done)
+    b.ret_void()
+    mod = llvm.parse_assembly(str(m))
+    engine = llvm.create_mcjit_compiler(mod, llvm.Target.from_default_triple().create_target_machine(opt=2))
+    engine.finalize_object()
+    f = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)(
+        engine.get_function_address("signs"))
+    x = np.ascontiguousarray(inputs[: inputs.size // 2 * 2], np.float32)
+    want = reference.encode(x, "f8e4m3", True)
+    chip = np.where(np.isnan(x), np.uint8(0x7F), np.where((want & 0x7F) == 0, np.uint8(0), want)).astype(np.uint8)
+    assert (chip != want).any()  # the simulated chip differs (NaN signs, -0)
+    hw16 = np.ascontiguousarray(chip.view(np.uint16))
+    out = np.zeros(x.size // 2, np.uint16)
+    f(x.ctypes.data, hw16.ctypes.data, out.ctypes.data, out.size)
+    got = out.view(np.uint8)
+    assert (got == want).all(), _bad(x, got, want)
+
+
 # --- the code: hardware converts where the chip has them ----------------------------------------------
 
 SRC8 = """

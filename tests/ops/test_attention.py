@@ -1,4 +1,5 @@
-"""std.attention (stdlib/attention.kc) through kcompiler.ops: prefill against a float64 reference
+"""The attention kernels (stdlib/attention.kc's prefill, decode.kc, mla.kc, merge_states.kc) through
+kcompiler.ops: prefill against a float64 reference
 (numpy here, torch's SDPA in float64 on the GPU) on fresh random inputs of odd shapes: causal and not,
 grouped-query, variable lengths, the log-sum-exp.
 
@@ -94,10 +95,17 @@ def _fresh_decode_plans():
 
 @pytest.fixture(scope="module")
 def emulated():
-    """std.attention on the CPU target with NVIDIA's warp-matrix instructions emulated: ops.attention
-    then takes the tensor-core path."""
-    return kc.compile_file(stdlib_dir() / "attention.kc", target="cpu", target_options={"emulate_mma": True},
-                           check_bounds=True)
+    """A stand-in for kcompiler.ops._common.stdlib_module: std.NAME (std.attention, std.decode, std.mla,
+    std.merge_states) on the CPU target with NVIDIA's warp-matrix instructions emulated, each compiled
+    once: the ops then take their tensor-core paths."""
+    mods = {}
+
+    def module(name, target="cpu"):
+        if name not in mods:
+            mods[name] = kc.compile_file(stdlib_dir() / f"{name}.kc", target="cpu",
+                                         target_options={"emulate_mma": True}, check_bounds=True)
+        return mods[name]
+    return module
 
 
 # (B, Sq, Sk, H, HK, D): odd lengths, Sq != Sk (the causal diagonal off the corner), GQA 3:1 and 2:1
@@ -123,7 +131,7 @@ TC_TILES = [dict(BM=32, BN=32, WARPS=2, STAGES=2), dict(BM=64, BN=16, WARPS=2, S
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_prefill_tensor_cores_emulated(monkeypatch, emulated, shape, causal):
     """The mma.sync path on the CPU target's emulation: one and two m16 tiles a warp, 2 and 3 stages."""
-    monkeypatch.setattr(_common, "stdlib_module", lambda name, target: emulated)
+    monkeypatch.setattr(_common, "stdlib_module", emulated)
     B, Sq, Sk, H, HK, D = shape
     dtype = "bf16" if causal else "f16"
     q, k, v = qkv(B, Sq, Sk, H, HK, D, dtype)
@@ -136,7 +144,7 @@ def test_prefill_tensor_cores_emulated(monkeypatch, emulated, shape, causal):
 def test_prefill_varlen_and_bhsd_emulated(monkeypatch, emulated):
     """Packed sequences of lengths 13, 0, 40 against 30, 5, 21 keys (causal: a row can see no key); and
     the (B, H, S, D) layout."""
-    monkeypatch.setattr(_common, "stdlib_module", lambda name, target: emulated)
+    monkeypatch.setattr(_common, "stdlib_module", emulated)
     H, HK, D = 4, 2, 64
     lq, lk = [13, 0, 40], [30, 5, 21]
     cu_q = np.concatenate([[0], np.cumsum(lq)]).astype(np.int32)
@@ -160,14 +168,16 @@ def test_prefill_varlen_and_bhsd_emulated(monkeypatch, emulated):
 
 
 def test_tiles_that_do_not_fit_are_a_located_error(emulated):
-    """Tiles the tensor-core path cannot serve are a compile error located in stdlib/attention.kc."""
+    """Tiles the tensor-core path cannot serve are a compile error located in
+    stdlib/attention_common.kc (prefill_mma's check)."""
     from kcompiler.diagnostics import CompileError
 
     q = np.zeros((1, 16, 1, 64), DTYPES["bf16"])
-    with pytest.raises(CompileError, match=r"attention\.kc:\d+:\d+.*BM of 16 \* WARPS") as e:
-        emulated.attention_prefill[(1, 1, 1), 64](q, q, q, q, np.zeros(16, np.float32), np.zeros(1, np.int32),
-                                                  np.zeros(1, np.int32), 16, 16, 1, 0, 64, 64, 0, 64, 64, 0, 64, 64,
-                                                  0, 64, 64, 16, 16, np.float32(0.1), D=64, BM=48, BN=16, WARPS=2)
+    prefill = emulated("attention").attention_prefill
+    with pytest.raises(CompileError, match=r"attention_common\.kc:\d+:\d+.*BM of 16 \* WARPS") as e:
+        prefill[(1, 1, 1), 64](q, q, q, q, np.zeros(16, np.float32), np.zeros(1, np.int32),
+                               np.zeros(1, np.int32), 16, 16, 1, 0, 64, 64, 0, 64, 64, 0, 64, 64,
+                               0, 64, 64, 16, 16, np.float32(0.1), D=64, BM=48, BN=16, WARPS=2)
     assert "^" in str(e.value)
 
 
@@ -263,7 +273,7 @@ def test_paged_decode_tensor_cores_emulated(monkeypatch, emulated, ring):
     2 splits, sequences shorter than a chunk and empty; keys 32 a step or tile in pages of 32 (one
     table read a tile). (One specialisation each: compiling it takes most of the time.)"""
     page, G, splits = 32, 3, 2
-    monkeypatch.setattr(_common, "stdlib_module", lambda name, target: emulated)
+    monkeypatch.setattr(_common, "stdlib_module", emulated)
     HK, D = 2, 64
     lens = [90, 0, 1, 45]
     bf = DTYPES["bf16"]
@@ -281,7 +291,7 @@ def test_paged_decode_simt_cp_async_emulated(monkeypatch, emulated, fp8):
     """The SIMT path with its cp.async ring (the CPU target's emulation of cp.async, bounds-checked):
     GQA 2:1, odd lengths, an empty sequence, 3 splits; FP8 with per-head scales and codes over the
     whole range (subnormals, +-448)."""
-    monkeypatch.setattr(_common, "stdlib_module", lambda name, target: emulated)
+    monkeypatch.setattr(_common, "stdlib_module", emulated)
     HK, G, D, page = 2, 2, 128, 16
     lens = [45, 0, 130, 3]
     k_cache, v_cache, table, dense = paged_cache(lens, page, HK, D, np.float32)
@@ -365,6 +375,9 @@ GPU_KERNELS = [
     ("mla_decode", dict(T="bf16", OUT="f32", D=512, DR=64, G=2, PAGE=64, SPLIT=True)),
 ]
 AMD_KERNELS = [k for k in GPU_KERNELS[1:] if not k[1].get("TC")]
+#: The file of each kernel (stdlib/).
+KERNEL_FILES = {"attention_prefill": "attention.kc", "paged_decode": "decode.kc", "mla_decode": "mla.kc",
+                "merge_states": "merge_states.kc"}
 
 
 @needs_ptxas
@@ -374,7 +387,7 @@ def test_ptx_assembles_without_spills(tmp_path):
     from kcompiler.pipeline import emit_file
 
     for name, params in GPU_KERNELS:
-        ptx = emit_file(stdlib_dir() / "attention.kc", "asm", "nvptx", "sm_90a", kernel=name, comptime=params)
+        ptx = emit_file(stdlib_dir() / KERNEL_FILES[name], "asm", "nvptx", "sm_90a", kernel=name, comptime=params)
         if name == "attention_prefill" or params.get("TC"):
             for op in ("mma.sync.aligned.m16n8k16", "ldmatrix.sync.aligned.m8n8.x4.trans", "cp.async.cg",
                        "ex2.approx"):
@@ -414,7 +427,7 @@ def test_amd_code_objects(arch):
                     comptime=mfma_prefill[1])
     assert "v_mfma_f32_16x16x16_bf16" in asm and "scratch_" not in asm
     for name, params in [mfma_prefill] + AMD_KERNELS:
-        obj = emit_file(stdlib_dir() / "attention.kc", "obj", "amdgcn", arch, kernel=name, comptime=params)
+        obj = emit_file(stdlib_dir() / KERNEL_FILES[name], "obj", "amdgcn", arch, kernel=name, comptime=params)
         co = read_code_object(obj)
         assert co.arch == arch and [k.name.split("__")[0] for k in co.kernels] == [name], (co.arch, co.kernels)
 
@@ -566,7 +579,7 @@ def test_mla_decode_tensor_cores_emulated(monkeypatch, emulated):
     """MLA on tensor cores (heads as the rows of an m16 tile, S's dimensions split over 4 warps and added
     through shared memory, O's columns split) on the CPU target's emulation: 20 heads (blocks of 10),
     odd lengths, an empty sequence, 2 splits."""
-    monkeypatch.setattr(_common, "stdlib_module", lambda name, target: emulated)
+    monkeypatch.setattr(_common, "stdlib_module", emulated)
     B, H, D, DR, page = 4, 20, 128, 64, 16
     lens = [37, 0, 70, 129]
     bf = DTYPES["bf16"]

@@ -34,7 +34,7 @@ def test_tc_decode_variant_emulated(monkeypatch, emulated, variant, G, page, spl
     """Each variant's kernel on the emulation: odd lengths over several pages and steps (a last step
     past the sequence's end), a sequence of one key, an empty one (LSE -inf, output 0), one shorter
     than a chunk; the default split choice and 3 splits (merge_states)."""
-    monkeypatch.setattr(_common, "stdlib_module", lambda name, target: emulated)
+    monkeypatch.setattr(_common, "stdlib_module", emulated)
     HK, D = 2, 64
     lens = [203, 0, 1, 77, 130]
     bf = DTYPES["bf16"]
@@ -49,7 +49,7 @@ def test_tc_decode_variant_emulated(monkeypatch, emulated, variant, G, page, spl
 def test_tc_decode_one_wave_variant_emulated(monkeypatch, emulated):  # noqa: F811
     """A MIN_WAVES variant through ops (its key kept out of the kernel's compile-time values): GQA 8:1,
     pages of 16, lengths that split (the emulation answers with an H100's 132 slots) and an empty one."""
-    monkeypatch.setattr(_common, "stdlib_module", lambda name, target: emulated)
+    monkeypatch.setattr(_common, "stdlib_module", emulated)
     HK, D, G, page = 2, 64, 8, 16
     lens = [600, 0, 33]
     bf = DTYPES["bf16"]
@@ -103,7 +103,7 @@ def test_tc_decode_variant_ptx(variant):
 
     params = dict(T="bf16", KT="bf16", OUT="f32", D=128, G=8, PAGE=16, SPLIT=True, TC=True,
                   **{k: v for k, v in ops.DECODE_TC_VARIANTS[variant].items() if k != "MIN_WAVES"})
-    ptx = emit_file(stdlib_dir() / "attention.kc", "asm", "nvptx", "sm_90a", kernel="paged_decode", comptime=params)
+    ptx = emit_file(stdlib_dir() / "decode.kc", "asm", "nvptx", "sm_90a", kernel="paged_decode", comptime=params)
     for op in ("mma.sync.aligned.m16n8k16", "ldmatrix.sync.aligned.m8n8.x4.trans", "cp.async.cg"):
         assert op in ptx, op
     log = ptxas(ptx, verbose=True)

@@ -1,5 +1,5 @@
 """std.libm_exp (stdlib/libm_exp.kc): the accurate f32 exp2, exp10, expm1, log2, log10, log1p and pow,
-and the f64 expd and logd, all written in the kernel language.
+and the f64 expd and logd (std.libm_exp_f64), all written in the kernel language.
 
 Each f32 function: 2^20 fresh random inputs per run (half uniform over the interesting domain, half
 random bit patterns: every binade, both signs, subnormals) plus targeted hard cases (reduction
@@ -24,7 +24,7 @@ RNG = np.random.default_rng()
 
 UNARY = ("exp2", "exp10", "expm1", "log2", "log10", "log1p")
 
-SRC = "import std.libm_exp as lx\n" + "".join(f"""
+SRC = "import std.libm_exp as lx\nimport std.libm_exp_f64 as lxd\n" + "".join(f"""
 kernel k_{f}[T: type](x: ptr<T>, y: ptr<T>, n: i64) {{
     let i = i64(block_id.x) * i64(block_dim.x) + i64(thread_id.x);
     if i < n {{ y[i] = lx.{f}(x[i]); }}
@@ -44,11 +44,11 @@ kernel k_f32(x: ptr<f32>, y: ptr<f32>, n: i64) {
 }
 kernel k_expd(x: ptr<f64>, y: ptr<f64>, n: i64) {
     let i = i64(block_id.x) * i64(block_dim.x) + i64(thread_id.x);
-    if i < n { y[i] = lx.expd(x[i]); }
+    if i < n { y[i] = lxd.expd(x[i]); }
 }
 kernel k_logd(x: ptr<f64>, y: ptr<f64>, n: i64) {
     let i = i64(block_id.x) * i64(block_dim.x) + i64(thread_id.x);
-    if i < n { y[i] = lx.logd(x[i]); }
+    if i < n { y[i] = lxd.logd(x[i]); }
 }
 """
 

@@ -1,5 +1,6 @@
 """std.libm_special: sinh, cosh, tanh, erf, erfc, GELU (erf and tanh forms) and softplus in f32,
-tanh in f64, and the reduced-precision f32 versions (exp_rp, tanh_rp, sigmoid_rp, silu_rp, gelu_rp).
+tanh in f64, and std.libm_rp's reduced-precision f32 versions (exp_rp, tanh_rp, sigmoid_rp, silu_rp,
+gelu_rp).
 
 - f32: ulp error against float64 (math.erf / math.erfc for the error function: good to a few ulp of
   float64, so to 2^-28 ulp of f32, subnormal tails included) on 2^20 fresh random inputs per function
@@ -64,10 +65,10 @@ EDGES = {
     "softplusf": (15.0, 14.55, -20.0, -87.3, -103.97, -104.0, 104.0, 0.88, -0.88, 0.3466, 0.43),
 }
 
-SRC = "import std.libm_special as sp\n" + "".join(f"""
+SRC = "import std.libm_special as sp\nimport std.libm_rp as rp\n" + "".join(f"""
 kernel k_{n}(x: ptr<f32>, y: ptr<f32>, n: i64) {{
     let i = i64(block_id.x) * i64(block_dim.x) + i64(thread_id.x);
-    if i < n {{ y[i] = sp.{n}(x[i]); }}
+    if i < n {{ y[i] = {"rp" if n in RP else "sp"}.{n}(x[i]); }}
 }}
 """ for n in F32 + RP) + "".join(f"""
 kernel g_{n}[T: type](x: ptr<T>, y: ptr<T>, n: i64) {{
@@ -311,13 +312,14 @@ def test_reduced_precision_is_cheaper():
     from kcompiler.pipeline import compile_source_to
 
     def instructions(call):
-        src = f"import std.math\nimport std.libm_special as sp\nkernel k(x: ptr<f32>) {{ x[0] = {call}(x[0]); }}\n"
+        src = ("import std.math\nimport std.libm_special as sp\nimport std.libm_rp as rp\n"
+               f"kernel k(x: ptr<f32>) {{ x[0] = {call}(x[0]); }}\n")
         ptx = compile_source_to(src, "cheap.kc", "asm", "nvptx", "sm_90a")
         body = ptx[ptx.index(".entry"):]
         return sum(1 for line in body.splitlines() if line.strip().endswith(";") and not line.strip().startswith("."))
 
-    for accurate, cheap in (("math.expf", "sp.exp_rp"), ("sp.tanhf", "sp.tanh_rp"), ("math.sigmoidf", "sp.sigmoid_rp"),
-                            ("math.siluf", "sp.silu_rp"), ("sp.gelu_tanhf", "sp.gelu_rp")):
+    for accurate, cheap in (("math.expf", "rp.exp_rp"), ("sp.tanhf", "rp.tanh_rp"), ("math.sigmoidf", "rp.sigmoid_rp"),
+                            ("math.siluf", "rp.silu_rp"), ("sp.gelu_tanhf", "rp.gelu_rp")):
         assert instructions(cheap) < instructions(accurate), (accurate, cheap)
 
 
@@ -332,8 +334,8 @@ def test_accurate_versions_are_branch_free_and_division_free(tmp_path):
     from kcompiler.pipeline import compile_source_to
 
     names = F32 + RP
-    src = "import std.libm_special as sp\n" + "".join(
-        f"kernel b_{n}(x: ptr<f32>) {{ x[0] = sp.{n}(x[0]); }}\n" for n in names)
+    src = "import std.libm_special as sp\nimport std.libm_rp as rp\n" + "".join(
+        f"kernel b_{n}(x: ptr<f32>) {{ x[0] = {'rp' if n in RP else 'sp'}.{n}(x[0]); }}\n" for n in names)
     ptx = compile_source_to(src, "branch_free.kc", "asm", "nvptx", "sm_90a")
     bodies = dict(re.findall(r"\.entry (b_\w+)\((?:.|\n)*?\n\{\n((?:.|\n)*?)\n\}", ptx))
     assert sorted(bodies) == sorted(f"b_{n}" for n in names)

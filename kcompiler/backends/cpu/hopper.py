@@ -27,7 +27,7 @@ What each does here (the PTX semantics are stated in backends/nvptx/wgmma.py and
   "Strides"): K-major, element (row, k) at ``start + (row % 8) * S + (row / 8) * SBO + k * size``;
   N-major B (trans_b), element (k, n) at ``start + (n % (S / size)) * size + (n / (S / size)) * LBO +
   (k % 8) * S + (k / 8) * SBO``; then swizzled as above. Only swizzled layouts (S = 32, 64, 128) are
-  read. With A in registers (a vec<bf16|f16, 8> fragment), a thread gathers the two rows of A it
+  read. With A in registers (a vec<bf16|f16, 8> or vec<f8e4m3|f8e5m2, 16> fragment), a thread gathers the two rows of A it
   needs from its quad's fragments by warp shuffles. Products are exact in f32 and summed in k order
   (the tensor cores' order and internal precision are unspecified). The instruction is computed when issued, which a GPU may also do;
   ``wgmma_wait`` makes the warp's lanes meet (each has then computed its part), which is what lets a
@@ -244,7 +244,7 @@ def _wgmma_helper(m: ll.Module, n: int, ta: str, tb: str, trans_b: bool, a_regs:
         def term(k: ll.Value) -> None:
             if a_regs:  # row 16 w + g + 8 h is this thread's row h
                 h = b.udiv(b.urem(r, _c(4)), _c(2))
-                ap = b.gep(da, [b.mul(b.add(b.mul(h, _c(16)), k), _c(es_a))], source_etype=I8)
+                ap = b.gep(da, [b.mul(b.add(b.mul(h, _c(kdim)), k), _c(es_a))], source_etype=I8)
             else:
                 ap = b.gep(base, [_swizzle(b, kmajor(sa, sbo_a, wa, row, k, es_a), wa)], source_etype=I8)
             if trans_b:
@@ -264,9 +264,10 @@ def _wgmma_helper(m: ll.Module, n: int, ta: str, tb: str, trans_b: bool, a_regs:
 
 
 def _gather_a_rows(target: "CpuTarget", ctx: "LoweringContext", frag: ll.Value, tid: ll.Value) -> ll.Value:
-    """The two rows of A this thread's D elements need (16w + g and + 8, k = 0 .. 15), gathered from the
-    register fragments of its quad (lanes 4g .. 4g + 3, module docstring of backends/nvptx/wgmma.py)
-    by warp shuffles, into a [2 x 16] array of 16-bit elements; returns a pointer to it."""
+    """The two rows of A this thread's D elements need (16w + g and + 8, k = 0 .. K - 1), gathered from
+    the register fragments of its quad (lanes 4g .. 4g + 3, module docstring of backends/nvptx/wgmma.py)
+    by warp shuffles, into a [2 x 32 bytes] array (16 16-bit or 32 FP8 elements a row: both fragments
+    put register k of lane 4g + src at the same word); returns a pointer to it."""
     b = ctx.b
     w = b.bitcast(frag, ll.VectorType(I32, 4))
     regs = [b.extract_element(w, _c(k, I32)) for k in range(4)]

@@ -101,12 +101,12 @@ def _wgmma_operands(call: BuiltinCall, ta: str) -> tuple[Value, Value, Value]:
     for k in (0, 1):
         d = call.value(k)
         # A may also come from registers: a thread's vec<T, 8> fragment (16-bit T; mma.sync's m16n8k16
-        # A fragment, the warp taking rows 16 w .. 16 w + 15)
-        a_regs = (k == 0 and isinstance(d.type, VectorType) and d.type.count == 8 and _WGMMA_K[ta] == 16
-                  and d.type.elem == SCALARS[ta])
+        # A fragment, the warp taking rows 16 w .. 16 w + 15), or vec<T, 16> for FP8 (m16n8k32's)
+        per = 8 if _WGMMA_K[ta] == 16 else 16
+        a_regs = (k == 0 and isinstance(d.type, VectorType) and d.type.count == per and d.type.elem == SCALARS[ta])
         if d.type != U64 and not a_regs:
             what = (f"a shared-memory matrix descriptor (u64, from wgmma_desc)"
-                    + (f" or a register fragment (vec<{ta}, 8>)" if k == 0 and _WGMMA_K[ta] == 16 else ""))
+                    + (f" or a register fragment (vec<{ta}, {per}>)" if k == 0 else ""))
             call.fail(f"wgmma's {'AB'[k]} operand is {what}, found {d.type}", k)
         descs.append(d)
     acc = call.value(2)

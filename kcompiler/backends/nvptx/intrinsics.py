@@ -94,10 +94,12 @@ def _t_mbar(op: Op) -> None:
 def _t_wgmma(op: Op) -> None:
     da, db, acc, scale = op.operands
     n = op.attrs["n"]
-    a_regs = isinstance(da.type, VectorType) and da.type.count == 8 and op.attrs["a_type"] in ("bf16", "f16") \
+    per = 8 if op.attrs["a_type"] in ("bf16", "f16") else 16
+    a_regs = isinstance(da.type, VectorType) and da.type.count == per \
         and getattr(da.type.elem, "name", None) == op.attrs["a_type"]
     require((da.type == U64 or a_regs) and db.type == U64,
-            f"wgmma operands of types {da.type}, {db.type} (need u64 descriptors; A also vec<bf16|f16, 8>)")
+            f"wgmma operands of types {da.type}, {db.type} (need u64 descriptors; A also vec<bf16|f16, 8> "
+            "or vec<f8e4m3|f8e5m2, 16>)")
     require(isinstance(n, int) and 8 <= n <= 256 and n % 8 == 0, f"wgmma n={n!r} (a multiple of 8 from 8 to 256)")
     want = VectorType(F32, n // 2)
     require(acc.type == want and result_type(op) == want,
@@ -207,7 +209,7 @@ INTRINSICS = (
           type_rule=count_attr, doc="wait until at most attr n of this thread's cp_async groups are pending"),
     _hopper("wgmma.mma_async", "wgmma", "wgmma", 4, attrs=("n", "a_type", "b_type", "trans_b"), result=True,
             type_rule=_t_wgmma,
-            doc="a_desc: u64 (or a vec<bf16|f16, 8> fragment), b_desc: u64, acc: vec<f32, n / 2>, scale_d: "
+            doc="a_desc: u64 (or a vec<bf16|f16, 8> / vec<F8, 16> fragment), b_desc: u64, acc: vec<f32, n / 2>, scale_d: "
                 "bool -> vec<f32, n / 2>: D (64 x n) = A * B + (scale_d ? acc : 0) by one warpgroup"),
     _hopper("wgmma.fence", "wgmma_fence", "wgmma", 0, doc="order accumulator accesses before wgmma"),
     _hopper("wgmma.commit_group", "wgmma_commit", "wgmma", 0,

@@ -185,7 +185,8 @@ class NvptxTarget(Target):
     def minifloat_encode(self, ctx: LoweringContext, xs: list[ll.Value], fmt, saturate: bool) -> list[ll.Value]:
         """``cvt.rn.satfinite.{e4m3x2,e5m2x2}.f32`` converts two values at once (the first operand
         into the high byte); the software path's NaN, overflow and infinity rules are applied after
-        it (minifloat.fix_encoded), so the results equal the software path's."""
+        it (minifloat.fix_encoded; for saturating E4M3, which the instruction gets right but for a
+        NaN's sign, minifloat.or_signs: no compare), so the results equal the software path's."""
         hw = self._fp8_hw(fmt)
         if hw is None:
             return super().minifloat_encode(ctx, xs, fmt, saturate)
@@ -196,6 +197,14 @@ class NvptxTarget(Target):
         def pair(first: ll.Value, second: ll.Value) -> list[ll.Value]:  # second into the high byte
             two = b.call(cvt, [second, first])
             return [b.trunc(two, i8), b.trunc(b.lshr(two, ll.Constant(i16, 8)), i8)]
+        if saturate and fmt.kind == "fn":  # E4M3 saturating: .satfinite's codes but for a NaN's sign
+            out = []
+            for k in range(0, len(xs), 2):
+                first = xs[k]
+                second = xs[k + 1] if k + 1 < len(xs) else ll.Constant(f32, 0.0)
+                two = minifloat.or_signs(b, b.call(cvt, [second, first]), first, second)
+                out += [b.trunc(two, i8), b.trunc(b.lshr(two, ll.Constant(i16, 8)), i8)][:len(xs) - k]
+            return out
         return minifloat.encode_pairs(b, xs, fmt, saturate, pair)
 
     def minifloat_decode(self, ctx: LoweringContext, codes: list[ll.Value], fmt) -> list[ll.Value]:

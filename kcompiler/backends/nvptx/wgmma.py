@@ -19,7 +19,11 @@ a3}, b-desc, p, 1, 1, tB;``, no imm-trans-a) a thread holds 8 elements of A in f
 layout of mma.sync m16n8k16's A fragment with warp w taking rows 16w .. 16w + 15 ("Matrix Fragments for
 wgmma.m64nNk16", the A figure): elements 0, 1 at (row 16w + g, k 2t, 2t + 1), 2, 3 at (row + 8, same
 k), 4, 5 at (row, k 2t + 8, 2t + 9), 6, 7 at (row + 8, k + 8). Two n8 slices of a D fragment, rounded
-to 16 bits, are one such A fragment (FlashAttention's P = softmax(S) feeding O += P V).
+to 16 bits, are one such A fragment (FlashAttention's P = softmax(S) feeding O += P V). FP8 (m64nNk32,
+``{a0, a1, a2, a3}`` too, no tB): 16 elements, 4 to a register, lower k in lower bytes, the layout of
+mma.sync m16n8k32's A fragment ("Matrix Fragments for wgmma.m64nNk32", the A figure for .e4m3/.e5m2;
+mma.py): a0 (row 16w + g, k 4t .. 4t + 3), a1 (row + 8, same k), a2 (row, k 16 + 4t ..), a3 (row + 8,
+k 16 + 4t ..); CUTLASS's GMMA::ALayout_64x32 (cute/atom/mma_traits_sm90_gmma.hpp) says the same.
 
 ``wgmma.fence.sync.aligned`` orders register accesses to D before a wgmma; ``wgmma.commit_group`` closes
 the warpgroup's pending wgmmas into a group; ``wgmma.wait_group N`` waits until at most N groups are
@@ -75,13 +79,11 @@ def wgmma(ctx: LoweringContext, n: int, a_type: str, b_type: str, a_desc: ll.Val
         raise UnsupportedOnTarget("wgmma reads FP8 B K-major only: trans_b applies to f16 and bf16")
     m = n // 2
     regs = ", ".join(f"${k}" for k in range(m))
-    if isinstance(a_desc.type, ll.VectorType):  # A from registers: 8 16-bit elements as 4 .b32
-        if ka != 16:
-            raise UnsupportedOnTarget("wgmma reads A from registers for f16 and bf16 only here")
+    if isinstance(a_desc.type, ll.VectorType):  # A from registers: 8 16-bit or 16 8-bit elements as 4 .b32
         v = ctx.b.bitcast(a_desc, ll.VectorType(_I32, 4))
         a_ops = [ctx.b.extract_element(v, ll.Constant(_I32, k)) for k in range(4)]
         a_text = "{" + ", ".join(f"${m + k}" for k in range(4)) + "}"
-        tail = f", 1, 1, {int(trans_b)}"
+        tail = f", 1, 1, {int(trans_b)}" if ka == 16 else ", 1, 1"
         a_cons = ["r"] * 4
     else:
         a_ops, a_text, a_cons = [a_desc], f"${m}", ["l"]

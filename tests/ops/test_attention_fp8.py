@@ -1,0 +1,259 @@
+"""FP8 (E4M3) attention: std.attention_sm90 with T = f8e4m3 (kcompiler.ops.attention on e4m3 q, k, v
+with FlashAttention-3's descale factors).
+
+The reference is float64 attention of the dequantised inputs (the e4m3 codes' values times descale_q,
+descale_k and descale_v). The kernel rounds P = exp(S - m) (m the running row maximum, so P <= 1) to
+e4m3 for O += P V, which dominates its error. E4M3 has 3 mantissa bits: a normal value rounds within
+2^-4 of itself, a value below the smallest normal 2^-6 to a multiple of 2^-9, within 2^-10 (and never
+by more than itself: it cannot change sign). P's rounding error relative to the final maximum (tile j's
+P is later scaled by alpha = exp(m_j - m) <= 1) is so at most e_j = min(p_j, max(p_j / 16, 2^-10)), p_j
+= exp(s_j - m) the reference's, and the row sum l is f32's of the unrounded P, so that
+
+    |O[i, d] - O_ref[i, d]| <= descale_v * sum_j e_j |V[j, d]| / l_i  (+ the f32 terms and O's rounding
+    to bf16: 2^-8 |O_ref| + 10^-6 descale_v max |V| cover them),
+
+and the LSE is off by f32 rounding only (10^-5 (1 + |LSE|)). On the GPU, FP8 wgmma accumulates S with
+less than f32's precision (unspecified by NVIDIA; DeepSeek-V3's report measured about 14 bits on
+H800), so the GPU tests add a score error eps = 2^-12 * scale_eff * max_ij sum_d |Q_id K_jd| to every
+score: 2 eps p_j more in e_j and eps in the LSE.
+"""
+from __future__ import annotations
+
+import importlib
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import kcompiler as kc
+
+from ..ptxas_util import needs_ptxas, ptxas
+
+ops_attention = importlib.import_module("kcompiler.ops.attention")
+F8 = ml_dtypes.float8_e4m3fn
+RNG = np.random.default_rng(23)
+
+
+def reference_fp8(q, k, v, causal, scale, dq, dk, dv, score_eps=0.0):
+    """(O_ref, LSE_ref, bound on |O - O_ref|, bound on |LSE - LSE_ref|) for bshd float64 q (B, Sq, H, D),
+    k and v (B, Sk, HK, D) (the codes' values) and descales dq, dk, dv of shape (B, HK) (module docstring)."""
+    B, Sq, H, D = q.shape
+    Sk, HK = k.shape[1], k.shape[2]
+    G = H // HK
+    head = lambda d: np.repeat(np.asarray(d, np.float64).reshape(B, HK), G, axis=1)[:, :, None, None]  # noqa: E731
+    qh = q.transpose(0, 2, 1, 3)
+    kh = np.repeat(k.transpose(0, 2, 1, 3), G, axis=1)
+    vh = np.repeat(v.transpose(0, 2, 1, 3), G, axis=1)
+    seff = scale * head(dq) * head(dk)
+    s = np.einsum("bhqd,bhkd->bhqk", qh, kh) * seff
+    if causal:
+        i, j = np.arange(Sq)[:, None], np.arange(Sk)[None]
+        s = np.where(j <= i + Sk - Sq, s, -np.inf)
+    m = s.max(-1, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0.0)
+    p = np.exp(s - m)
+    l = p.sum(-1, keepdims=True)
+    lsafe = np.where(l > 0, l, 1.0)
+    o = np.einsum("bhqk,bhkd->bhqd", p, vh) / lsafe * head(dv)
+    e = np.minimum(p, np.maximum(p / 16, 2.0 ** -10)) + 2 * score_eps * p
+    vmax = np.abs(vh).max() * head(dv)
+    tol = np.einsum("bhqk,bhkd->bhqd", e, np.abs(vh)) / lsafe * head(dv) + 2.0 ** -8 * np.abs(o) + 1e-6 * vmax
+    lse = np.where(l > 0, m + np.log(lsafe), -np.inf)[..., 0]
+    return (o.transpose(0, 2, 1, 3), lse, tol.transpose(0, 2, 1, 3),
+            1e-5 * (1 + np.abs(np.where(np.isfinite(lse), lse, 0))) + score_eps)
+
+
+def check_fp8(out, lse, ref):
+    o_ref, l_ref, tol, ltol = ref
+    o = np.asarray(out, np.float64)
+    assert np.isfinite(o).all(), "non-finite outputs"
+    err = np.abs(o - o_ref)
+    w = np.unravel_index(np.argmax(err - tol), err.shape)
+    assert (err <= tol).all(), f"out{list(w)} = {o[w]}, want {o_ref[w]} (error {err[w]:.3g} > {tol[w]:.3g})"
+    lse = np.asarray(lse, np.float64)
+    fin = np.isfinite(l_ref)
+    assert (np.isneginf(lse) == ~fin).all(), "LSE -inf exactly where a row sees no key"
+    assert (np.abs(lse[fin] - l_ref[fin]) <= np.broadcast_to(ltol, l_ref.shape)[fin]).all()
+
+
+def fp8_inputs(B, Sq, Sk, H, HK, D=128):
+    """e4m3 q, k, v (q and k of spread 2: peaked rows, so that a wrong pairing of P and V shows)."""
+    return ((RNG.standard_normal((B, Sq, H, D)) * 2).astype(F8), (RNG.standard_normal((B, Sk, HK, D)) * 2).astype(F8),
+            RNG.standard_normal((B, Sk, HK, D)).astype(F8))
+
+
+@pytest.fixture(scope="module")
+def emulated():
+    """std.attention_sm90 on the CPU target with the Hopper instructions emulated."""
+    from kcompiler.frontend.program import stdlib_dir
+    return kc.compile_file(stdlib_dir() / "attention_sm90.kc", target="cpu", target_options={"emulate_wgmma": True})
+
+
+def run_fp8(monkeypatch, emulated, q, k, v, causal, layout="bshd", **kw):
+    """ops.attention on e4m3 bshd arrays through the emulated module (in ``layout``), out and LSE in bshd."""
+    from kcompiler import ops
+    monkeypatch.setattr(ops_attention, "_attention_sm90_module", lambda target: emulated)
+    args = [x.transpose(0, 2, 1, 3).copy() for x in (q, k, v)] if layout == "bhsd" else [q, k, v]
+    out, lse = ops.attention(*args, causal=causal, layout=layout, return_lse=True, target="cpu", **kw)
+    return (out.transpose(0, 2, 1, 3) if layout == "bhsd" else out), lse
+
+
+def test_fp8_vt_emulated(emulated):
+    """attention_vt_fp8: V^T with keys permuted in chunks of 32 (p = 32c + 16h + 4t + i holds key 32c +
+    16h + 2t + i % 2 + 8 (i / 2)), zeros past Sk, from a bshd V, against numpy."""
+    B, Sk, HK, D = 2, 77, 3, 128
+    v = RNG.standard_normal((B, Sk, HK, D)).astype(F8)
+    skp = 96
+    vt = np.full((B, HK, D, skp), np.nan, F8)
+    words = lambda x: x.reshape(-1).view(np.uint8).view(np.int32)  # noqa: E731
+    emulated.attention_vt_fp8[(1, HK, B), 256](words(v), words(vt), Sk, skp, Sk * HK * D, HK * D, D, D=D,
+                                               shared=128 * (D + 4))
+    pos = np.arange(skp)
+    r = pos % 16
+    key = pos // 16 * 16 + 2 * (r // 4) + r % 2 + 8 * (r % 4 // 2)
+    padded = np.concatenate([v.astype(np.float32), np.zeros((B, skp - Sk, HK, D), np.float32)], 1)
+    want = padded[:, key].transpose(0, 2, 3, 1)
+    np.testing.assert_array_equal(vt.astype(np.float32), want)
+
+
+def test_fp8_prefill_emulated(monkeypatch, emulated):
+    """The FP8 kernel whole (TMA of Q, K and V^T in 128-byte rows, k32 wgmma for S and for P V with P
+    from registers, online softmax with descales folded in) on the emulation: odd lengths (two query
+    blocks, two key tiles, the second partial), causal with Sq > Sk (rows that see no key: O 0, LSE
+    -inf), GQA 2:1, per-(batch, KV head) descales; within the module docstring's bound."""
+    B, Sq, Sk, H, HK = 2, 150, 131, 4, 2
+    q, k, v = fp8_inputs(B, Sq, Sk, H, HK)
+    dq, dk, dv = (RNG.uniform(0.25, 2.0, (B, HK)).astype(np.float32) for _ in range(3))
+    out, lse = run_fp8(monkeypatch, emulated, q, k, v, True, descale_q=dq, descale_k=dk, descale_v=dv)
+    assert out.dtype == ml_dtypes.bfloat16 and out.shape == q.shape and lse.shape == (B, H, Sq)
+    check_fp8(out, lse, reference_fp8(*(x.astype(np.float64) for x in (q, k, v)), True, 128 ** -0.5, dq, dk, dv))
+    assert (np.asarray(out[:, :Sq - Sk], np.float64) == 0).all()
+
+
+#: (B, Sq, Sk, H, HK, causal, layout, tiles, out_dtype): no mask with keys over three tiles; causal
+#: with Sq < Sk in tiles of 256 keys; the overlapped, ping-pong schedule; f16 out
+EMU_SWEEP = [(1, 37, 300, 2, 1, False, "bhsd", None, "bf16"),
+             (1, 45, 290, 2, 2, True, "bshd", dict(BN=256), "f16"),
+             (1, 140, 200, 2, 1, True, "bshd", dict(OVERLAP=True, PINGPONG=True), "bf16")]
+
+
+@pytest.mark.slow(sample=0)  # 10-30 s each on the CPU target; -m slow runs them
+@pytest.mark.parametrize("case", EMU_SWEEP, ids=lambda c: "x".join(map(str, c[:5])) + f"-{c[5]}-{c[6]}-{c[7]}")
+def test_fp8_prefill_emulated_sweep(monkeypatch, emulated, case):
+    """More FP8 forms on the emulation: float descales, both layouts, BN 256, OVERLAP + PINGPONG, f16."""
+    B, Sq, Sk, H, HK, causal, layout, tiles, od = case
+    q, k, v = fp8_inputs(B, Sq, Sk, H, HK)
+    out, lse = run_fp8(monkeypatch, emulated, q, k, v, causal, layout, tiles=tiles, out_dtype=od,
+                       descale_q=0.5, descale_k=1.25, descale_v=3.0)
+    assert out.dtype == {"bf16": ml_dtypes.bfloat16, "f16": np.float16}[od]
+    ones = np.ones((B, HK))
+    check_fp8(out, lse, reference_fp8(*(x.astype(np.float64) for x in (q, k, v)), causal, 128 ** -0.5,
+                                      0.5 * ones, 1.25 * ones, 3.0 * ones))
+
+
+def test_fp8_errors(monkeypatch, emulated):
+    """Clear errors: no wgmma on the target, D other than 128, variable lengths, mixed dtypes, a bad
+    descale shape, an output type other than bf16 / f16."""
+    from kcompiler import ops
+    q, k, v = fp8_inputs(1, 8, 8, 2, 1)
+    with pytest.raises(ValueError, match="FP8 attention needs wgmma"):
+        ops.attention(q, k, v, target="cpu")  # the plain CPU target: no wgmma
+    with pytest.raises(ValueError, match="head dimension of 128"):
+        ops.attention(*fp8_inputs(1, 8, 8, 2, 1, D=64), target="cpu")
+    with pytest.raises(ValueError, match="variable lengths"):
+        ops.attention(q[0], k[0], v[0], cu_seqlens_q=np.array([0, 8], np.int32),
+                      cu_seqlens_k=np.array([0, 8], np.int32), target="cpu")
+    with pytest.raises(ValueError, match="Hopper path only"):
+        ops.attention(q, k, v, path="fa2", target="cpu")
+    with pytest.raises(TypeError, match="k must be an array of f8e4m3"):
+        ops.attention(q, k.astype(ml_dtypes.bfloat16), v, target="cpu")
+    monkeypatch.setattr(ops_attention, "_attention_sm90_module", lambda target: emulated)
+    with pytest.raises(ValueError, match=r"descale_k must be .* \(B, Hkv\) = \(1, 1\)"):
+        ops.attention(q, k, v, target="cpu", descale_k=np.ones(3, np.float32))
+    with pytest.raises(ValueError, match="bf16 or f16"):
+        ops.attention(q, k, v, target="cpu", out_dtype="f32")
+
+
+@needs_ptxas
+@pytest.mark.parametrize("causal", [True, pytest.param(False, marks=pytest.mark.slow(sample=0))])
+def test_fp8_prefill_ptx(causal):
+    """sm_90a PTX of the FP8 kernel (as ops builds it: approx_ftz) assembles without spills or
+    serialised wgmma: S and P V as m64n128k32 e4m3 wgmma, P V's A from registers, P packed by
+    cvt.rn.satfinite.e4m3x2; V^T's transpose kernel assembles too."""
+    from kcompiler.backends.nvptx.target import NvptxTarget
+    from kcompiler.frontend.program import stdlib_dir
+    from kcompiler.pipeline import emit_file
+    ptx = emit_file(stdlib_dir() / "attention_sm90.kc", "asm", NvptxTarget("sm_90a", approx_ftz=True),
+                    kernel="attention_prefill_sm90", comptime=dict(T="f8e4m3", OUT="bf16", D=128, CAUSAL=causal))
+    lines = [x for x in ptx.splitlines() if "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3" in x]
+    assert len(lines) == 8 and sum("}, {" in x for x in lines) == 4, lines  # 4 of S, 4 of P V (A in registers)
+    assert "cvt.rn.satfinite.e4m3x2.f32" in ptx
+    log = ptxas(ptx, "sm_90a", verbose=True)
+    assert "C7514" not in log and "serialized" not in log, log
+    assert " 0 bytes spill stores" in log, log
+    vt = emit_file(stdlib_dir() / "attention_sm90.kc", "asm", NvptxTarget("sm_90a"), kernel="attention_vt_fp8",
+                   comptime=dict(D=128))
+    assert " 0 bytes spill stores" in ptxas(vt, "sm_90a", verbose=True)
+
+
+def test_fp8_compile_errors():
+    """The kernel refuses FP8 forms it does not have, at a located compile_error."""
+    from kcompiler.backends.nvptx.target import NvptxTarget
+    from kcompiler.frontend.program import stdlib_dir
+    from kcompiler.pipeline import emit_file
+    for bad in (dict(D=64),):
+        with pytest.raises(kc.CompileError) as e:
+            emit_file(stdlib_dir() / "attention_sm90.kc", "asm", NvptxTarget("sm_90a"),
+                      kernel="attention_prefill_sm90", comptime=dict(T="f8e4m3", **{"OUT": "bf16", **bad}))
+        assert "attention_sm90.kc:" in str(e.value) and "FP8" in str(e.value)
+
+
+# --- the H100 -------------------------------------------------------------------------------------------
+
+#: (B, Sq, Sk, H, HK, layout, per-head descales)
+GPU_SHAPES = [(2, 1000, 1000, 4, 4, "bshd", False), (2, 1000, 1000, 4, 4, "bhsd", True),
+              (1, 777, 1500, 8, 2, "bshd", True), (3, 1500, 613, 4, 1, "bhsd", False), (1, 1, 300, 4, 2, "bshd", False)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True])
+def test_fp8_prefill_gpu(causal):
+    """FP8 attention on the H100 against float64 of the dequantised inputs (module docstring's bound
+    with the GPU's score error): odd lengths, Sq != Sk both ways, GQA 2:1 and 4:1, both layouts, float
+    and per-head descales, BN 128 and 256, the overlapped schedule; outputs poisoned first."""
+    import torch
+
+    from kcompiler import ops
+    for (B, Sq, Sk, H, HK, layout, per_head), tiles in zip(GPU_SHAPES, (None, dict(BN=256), None,
+                                                                        dict(OVERLAP=True, PINGPONG=True), None)):
+        q, k, v = fp8_inputs(B, Sq, Sk, H, HK)
+        if per_head:
+            dq, dk, dv = (RNG.uniform(0.25, 2.0, (B, HK)).astype(np.float32) for _ in range(3))
+            desc = [torch.from_numpy(x).cuda() for x in (dq, dk, dv)]
+        else:
+            dq, dk, dv = (np.full((B, HK), x, np.float32) for x in (0.5, 1.5, 2.0))
+            desc = [0.5, 1.5, 2.0]
+        tq, tk, tv = (torch.from_numpy(x.view(np.uint8)).cuda().view(torch.float8_e4m3fn) for x in (q, k, v))
+        if layout == "bhsd":
+            tq, tk, tv = (x.transpose(1, 2).contiguous() for x in (tq, tk, tv))
+        torch.empty(64 << 20, device="cuda", dtype=torch.uint8).fill_(0xFF)  # NaN where ops allocates next
+        out, lse = ops.attention(tq, tk, tv, causal=causal, layout=layout, return_lse=True, tiles=tiles,
+                                 descale_q=desc[0], descale_k=desc[1], descale_v=desc[2])
+        if layout == "bhsd":
+            out = out.transpose(1, 2)
+        q64, k64, v64 = (x.astype(np.float64) for x in (q, k, v))
+        seff = 128 ** -0.5 * float((dq * dk).max())
+        # max_ij sum_d |Q_id K_jd| <= sum_d max_i |Q_id| max_j |K_jd|
+        eps = 2.0 ** -12 * seff * float((np.abs(q64).max(axis=(0, 1, 2)) * np.abs(k64).max(axis=(0, 1, 2))).sum())
+        check_fp8(out.float().cpu().numpy(), lse.cpu().numpy(),
+                  reference_fp8(q64, k64, v64, causal, 128 ** -0.5, dq, dk, dv, score_eps=eps))
+
+
+def test_fp8_torch_op_refused():
+    """torch_ops.attention (torch.ops.kcompiler.attention's Python entry) refuses e4m3 tensors with a
+    TypeError naming ops.attention, which takes them with their descales."""
+    torch = pytest.importorskip("torch")
+    from kcompiler.ops import torch_ops
+    q = torch.zeros(1, 8, 2, 128, dtype=torch.float8_e4m3fn)
+    with pytest.raises(TypeError, match="kcompiler.ops.attention for FP8"):
+        torch_ops.attention(q, q, q)
