@@ -5,6 +5,7 @@ of a device-to-device copy measured in the same run.
 
     python benchmarks/bench_moe_gemm.py [--quick] [--tokens 1,4,16,64,256,1024,4096]
         [--shapes gpt-oss,4096x1536] [--formats bf16,fp8,mxfp4]
+    python benchmarks/bench_moe_gemm.py --variants [--tokens 1,64] [--shapes gpt-oss]
 
 Shapes: 'gpt-oss' E = 32, top_k 4, H = 2880, I = 2880; '4096x1536' E = 128, top_k 4, H = 4096,
 I = 1536. Weight bytes touched = experts hit x each expert's bytes (codes and scales). FLOPs: 2
@@ -18,6 +19,15 @@ the HBM rate a memory-bound kernel can reach), and "%copy" is the weight bytes r
 it. MXFP4 runs both decodes of the tensor-core path ("mul", the default, and "shift", the earlier one:
 rows marked "(shift)") in the same run. The weights are random codes (FP8 codes from normal values,
 MXFP4 random nibbles and scales 2^-8 .. 2^-4): quantising gpt-oss-sized weights on the host would take minutes.
+
+--variants: MXFP4 only (tokens 1 and 64 unless --tokens says otherwise): the tensor-core path's
+compile-time variants (:data:`VARIANTS`: a decode of ops.MOE_MXFP4_DECODES and ops.MOE_TUNING_KEYS
+overrides), each checked against the torch reference (gate/up and the separate down projection) before
+it is timed, in one table with the default first; "vs default" is the default's time over the variant's.
+The weights' scales are drawn as above (all <= 128: "split" takes its one-factor pass throughout);
+two rows per T time "split" and the default on scales above 128 ("split"'s two-factor pass), the
+last rows MXFP8 activations (gate/up): decoded in the GEMM's registers against ops.mx_dequantize to
+bf16 first and the bf16 kernel (bitwise equal results, checked).
 """
 import argparse
 import os
@@ -28,7 +38,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from kcompiler import ops  # noqa: E402
-from kcompiler.ops.moe_types import ExpertWeights, MoERouting  # noqa: E402
+from kcompiler.ops.moe_types import ExpertWeights, MoERouting, MXActivations  # noqa: E402
 
 SHAPES = {"gpt-oss": dict(E=32, top_k=4, H=2880, I=2880), "4096x1536": dict(E=128, top_k=4, H=4096, I=1536)}
 E2M1 = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0])
@@ -72,6 +82,25 @@ def weights(E, N, K, fmt, g):
     vals = torch.stack([lut[(p & 15).long()], lut[(p >> 4).long()]], -1).reshape(E, N, K)
     deq = (vals.view(E, N, K // 32, 32) * torch.exp2(s.float() - 127)[..., None]).reshape(E, N, K).bfloat16()
     return ExpertWeights.mxfp4(p, s), deq, N * K // 2 + N * K // 32
+
+
+#: --variants: name -> (decode, tuning) of ops.moe_gemm_swiglu / moe_gemm_down (the default first).
+VARIANTS = {
+    "default (mul)": ("mul", {}),
+    "shift": ("shift", {}),
+    "mul chk0": ("mul", dict(CHK=0)),
+    "split": ("split", {}),
+    "split chk0": ("split", dict(CHK=0)),
+    "split chk0 pf": ("split", dict(CHK=0, PF=1)),
+    "split chk0 pf U1": ("split", dict(CHK=0, PF=1, U=1)),
+    "split pf U1": ("split", dict(PF=1, U=1)),
+    "split chk0 U3": ("split", dict(CHK=0, U=3)),
+    "split chk0 U4 KW2": ("split", dict(CHK=0, U=4, KW=2)),
+    "split chk0 KW8": ("split", dict(CHK=0, KW=8)),
+    "split chk0 KW8 U1": ("split", dict(CHK=0, KW=8, U=1)),
+    "split chk0 MT2": ("split", dict(CHK=0, MT=2)),
+    "split chk0 MT2 KW2": ("split", dict(CHK=0, MT=2, KW=2)),
+}
 
 
 def torch_swiglu(x, w13, groups, top_k, I, h):
@@ -120,13 +149,99 @@ def copy_gbs():
     return 2 * (1 << 30) / time_ms([lambda: dst.copy_(src)], 5) / 1e6  # read + written
 
 
+def make_routings(rng, T, E, top_k, bm, b13):
+    """Routings whose experts differ (see the module docstring), their groups for torch, experts hit."""
+    numel = T * top_k
+    hit_one = min(E, numel)
+    nr = max(1, min(8, E // max(hit_one, 1), int(200e6 // max(hit_one * b13, 1))))
+    perm = [rng.permutation(E) for _ in range(nr)]
+    rs = []
+    for i in range(nr):
+        pool = perm[i][: max(top_k, min(E, hit_one))] if numel < E else perm[i]
+        ids = np.stack([rng.choice(pool, top_k, replace=False) for _ in range(T)])
+        rs.append(routing(ids, rng.random((T, top_k)) + 0.1, E, bm))
+    hit = float(np.mean([len(np.unique(r.topk_ids.cpu().numpy())) for r in rs]))
+    groups = []
+    for r in rs:
+        flat = r.topk_ids.reshape(-1)
+        groups.append([(int(e), torch.nonzero(flat == e).reshape(-1)) for e in torch.unique(flat).tolist()])
+    return rs, groups, hit
+
+
+def run_variants(args, copy, g, rng):
+    """The --variants table (MXFP4, gate/up + SwiGLU and the separate down projection)."""
+    tokens = [int(t) for t in args.tokens.split(",")] if args.tokens_given else [1, 64]
+    shapes = args.shapes.split(",") if args.shapes_given else ["gpt-oss"]
+    for shape in shapes:
+        E, top_k, Hd, I = (SHAPES[shape][k] for k in ("E", "top_k", "H", "I"))
+        w13, d13, b13 = weights(E, 2 * I, Hd, "mxfp4", g)
+        w2, d2, b2 = weights(E, Hd, I, "mxfp4", g)
+        big13 = ExpertWeights.mxfp4(w13.data, w13.scales + 8)  # scales 127 .. 131: "split"'s second pass
+        big2 = ExpertWeights.mxfp4(w2.data, w2.scales + 8)
+        print(f"\n{shape} (E={E}, top_k={top_k}, H={Hd}, I={I}) mxfp4 variants: ms, weight GB/s (% of copy)")
+        print(f"{'T':>5} {'variant':>34} {'gate/up ms':>10} {'GB/s':>6} {'%copy':>6} {'vs def':>6} "
+              f"{'down ms':>8} {'GB/s':>6} {'%copy':>6} {'vs def':>6}")
+        for T in tokens:
+            bm = ops.moe_block_m(T, top_k, E)
+            numel = T * top_k
+            rs, groups, hit = make_routings(rng, T, E, top_k, bm, b13)
+            x = torch.randn(T, Hd, device="cuda").bfloat16()
+            hs = [torch.empty(numel, I, device="cuda", dtype=torch.bfloat16) for _ in rs]
+            ys = [torch.empty(numel, Hd, device="cuda") for _ in rs]
+            ht = torch_swiglu(x, d13, groups[0], top_k, I, torch.empty_like(hs[0]))
+            yt = torch.empty(numel, Hd, device="cuda")
+            for e, a in groups[0]:
+                yt[a] = (ht[a] @ d2[e].T).float() * rs[0].topk_weights.reshape(-1)[a, None]
+            base = None
+            rows = [(n, d, t, w13, w2) for n, (d, t) in VARIANTS.items()] + [
+                ("split, scales > 128", "split", dict(CHK=0), big13, big2),
+                ("default, scales > 128", "mul", {}, big13, big2)]
+            for name, dec, tun, wa, wb in rows:
+                kw = dict(decode=dec, tuning=tun)
+                if wa is w13:  # correctness first (the bf16 reference's rounding differs: loose bounds)
+                    h = ops.moe_gemm_swiglu(x, wa, rs[0], out=hs[0], **kw)
+                    torch.testing.assert_close(h.float(), ht.float(), rtol=3e-2,
+                                               atol=3e-2 * ht.float().abs().max().item())
+                    y = ops.moe_gemm_down(ht, wb, rs[0], reduce="separate", out=ys[0], **kw)
+                    torch.testing.assert_close(y, yt, rtol=3e-2, atol=3e-2 * yt.abs().max().item())
+                ms1 = time_ms([lambda i=i: ops.moe_gemm_swiglu(x, wa, rs[i], out=hs[i], **kw) for i in range(len(rs))])
+                ms2 = time_ms([lambda i=i: ops.moe_gemm_down(hs[i], wb, rs[i], reduce="separate", out=ys[i], **kw)
+                               for i in range(len(rs))])
+                base = base or (ms1, ms2)
+                g1, g2 = hit * b13 / ms1 / 1e6, hit * b2 / ms2 / 1e6
+                print(f"{T:>5} {name:>34} {ms1:>10.4f} {g1:>6.0f} {100 * g1 / copy:>5.0f}% {base[0] / ms1:>6.2f} "
+                      f"{ms2:>8.4f} {g2:>6.0f} {100 * g2 / copy:>5.0f}% {base[1] / ms2:>6.2f}", flush=True)
+            # MXFP8 activations (gate/up only): decoded in the GEMM's registers, or dequantised to bf16 by a
+            # separate launch first; both give the bits of the bf16 values
+            codes, scales = ops.mx_quantize(x.float(), "f8e4m3")
+            xq = MXActivations.mxfp8(codes, scales)
+            xb = ops.mx_dequantize(codes, scales, "bf16")
+            want = ops.moe_gemm_swiglu(xb, w13, rs[0])
+            assert torch.equal(ops.moe_gemm_swiglu(xq, w13, rs[0]).view(torch.int16), want.view(torch.int16))
+            for name, dec, tun in (("mul", "mul", {}), ("split chk0", "split", dict(CHK=0))):
+                mx_reg = [lambda i=i: ops.moe_gemm_swiglu(xq, w13, rs[i], out=hs[i], decode=dec, tuning=tun)
+                          for i in range(len(rs))]
+                mx_pre = [lambda i=i: ops.moe_gemm_swiglu(ops.mx_dequantize(codes, scales, "bf16"), w13, rs[i],
+                                                          out=hs[i], decode=dec, tuning=tun) for i in range(len(rs))]
+                for how, fns in (("registers", mx_reg), ("dequant first", mx_pre)):
+                    ms1 = time_ms(fns)
+                    g1 = hit * b13 / ms1 / 1e6
+                    print(f"{T:>5} {'MXFP8 x ' + name + ', ' + how:>34} {ms1:>10.4f} {g1:>6.0f} "
+                          f"{100 * g1 / copy:>5.0f}% {base[0] / ms1:>6.2f}", flush=True)
+        del w13, d13, w2, d2, big13, big2
+        torch.cuda.empty_cache()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="tokens 1, 64, 1024 on gpt-oss only")
     ap.add_argument("--tokens", default="1,4,16,64,256,1024,4096")
     ap.add_argument("--shapes", default="gpt-oss,4096x1536")
     ap.add_argument("--formats", default="bf16,fp8,mxfp4")
+    ap.add_argument("--variants", action="store_true", help="the MXFP4 tensor-core variants' table (see above)")
     args = ap.parse_args()
+    args.tokens_given = "--tokens" in sys.argv
+    args.shapes_given = "--shapes" in sys.argv
     tokens = [1, 64, 1024] if args.quick else [int(t) for t in args.tokens.split(",")]
     shapes = ["gpt-oss"] if args.quick else args.shapes.split(",")
     copy = copy_gbs()
@@ -134,6 +249,9 @@ def main():
           f"(bytes read + written)")
     g = torch.Generator(device="cuda").manual_seed(0)
     rng = np.random.default_rng(0)
+    if args.variants:
+        run_variants(args, copy, g, rng)
+        return
     for shape in shapes:
         E, top_k, Hd, I = (SHAPES[shape][k] for k in ("E", "top_k", "H", "I"))
         for fmt in args.formats.split(","):
@@ -144,24 +262,12 @@ def main():
             for T in tokens:
                 bm = ops.moe_block_m(T, top_k, E)
                 numel = T * top_k
-                hit_one = min(E, numel)
-                nr = max(1, min(8, E // max(hit_one, 1), int(200e6 // max(hit_one * b13, 1))))
-                perm = [rng.permutation(E) for _ in range(nr)]
-                # routing i draws its experts from a slice of permutation i (disjoint sets where they fit)
-                rs = []
-                for i in range(nr):
-                    pool = perm[i][: max(top_k, min(E, hit_one))] if numel < E else perm[i]
-                    ids = np.stack([rng.choice(pool, top_k, replace=False) for _ in range(T)])
-                    rs.append(routing(ids, rng.random((T, top_k)) + 0.1, E, bm))
-                hit = float(np.mean([len(np.unique(r.topk_ids.cpu().numpy())) for r in rs]))
+                rs, groups, hit = make_routings(rng, T, E, top_k, bm, b13)
+                nr = len(rs)
                 x = torch.randn(T, Hd, device="cuda").bfloat16()
                 hs = [torch.empty(numel, I, device="cuda", dtype=torch.bfloat16) for _ in rs]
                 outs = [torch.zeros(T, Hd, device="cuda") for _ in rs]
                 ys = [torch.empty(numel, Hd, device="cuda") for _ in rs]
-                groups = []
-                for r in rs:
-                    flat = r.topk_ids.reshape(-1)
-                    groups.append([(int(e), torch.nonzero(flat == e).reshape(-1)) for e in torch.unique(flat).tolist()])
                 # correctness first (the bf16 reference's rounding differs: loose bounds)
                 h = ops.moe_gemm_swiglu(x, w13, rs[0], out=hs[0])
                 ht = torch_swiglu(x, d13, groups[0], top_k, I, torch.empty_like(h))

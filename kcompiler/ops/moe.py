@@ -30,7 +30,8 @@ from ..runtime import arrays
 from . import _common
 from ._common import ArrayKind, data_ptr, empty_like, stream_of, target_for
 from .decode import plan_key as decode_plan_key
-from .moe_types import ExpertWeights, MoERouting
+from .moe_types import ExpertWeights, MoERouting, MXActivations
+from .mx import mx_dequantize
 from .norms import _vec
 
 from . import moe_gemm, moe_sm90
@@ -345,7 +346,9 @@ def moe(x: Any, router_logits: Any, w_gate_up: Any, w_down: Any, top_k: int, *, 
     """A mixture-of-experts MLP layer with SwiGLU experts: ``out[t] = sum_j w_tj * (silu(x[t] Wg[e]^T) *
     (x[t] Wu[e]^T)) Wd[e]^T`` over token t's top_k experts e = e_tj with weights w_tj.
 
-    - ``x``: (T, H) activations, f32, bf16 or f16.
+    - ``x``: (T, H) activations, f32, bf16 or f16, or MXFP8 (:class:`~kcompiler.ops.moe_types.MXActivations`:
+      decoded to bf16 in registers by the tensor-core GEMM, dequantised to bf16 first for the SIMT
+      one; the result is bf16; see :func:`_moe_mxfp8`).
     - ``router_logits``: (T, E) router logits (f32, bf16, f16), routed by :func:`moe_route` with
       ``mode`` ('softmax_topk' or 'topk_softmax', defined there) and ``renormalize``.
     - ``w_gate_up``: :class:`~kcompiler.ops.moe_types.ExpertWeights` of shape (E, 2 I, H) (rows
@@ -377,6 +380,9 @@ def moe(x: Any, router_logits: Any, w_gate_up: Any, w_down: Any, top_k: int, *, 
     Raises TypeError for bad dtypes or kinds (weights must be of x's kind and device), ValueError for
     inconsistent shapes, ``top_k``, ``mode``, ``reduce`` or ``gemm``; 'sm90' also as
     kcompiler.ops.moe_sm90.reason_not says (RuntimeError on a GPU without wgmma)."""
+    if isinstance(x, MXActivations):
+        return _moe_mxfp8(x, router_logits, w_gate_up, w_down, top_k, mode=mode, renormalize=renormalize,
+                          reduce=reduce, gemm=gemm, target=target)
     key = _plan_key(x, router_logits, w_gate_up, w_down, (top_k, mode, bool(renormalize), reduce, gemm, target))
     plan = PLANS.get(key) if key is not None else None
     if plan is not None:
@@ -430,6 +436,39 @@ def moe(x: Any, router_logits: Any, w_gate_up: Any, w_down: Any, top_k: int, *, 
         if len(PLANS) > _PLANS_MAX:
             PLANS.popitem(last=False)
     return plan.run(x, logits, w_gate_up, w_down)
+
+
+def _moe_mxfp8(xq: MXActivations, router_logits: Any, w_gate_up: Any, w_down: Any, top_k: int, *, mode: str,
+               renormalize: bool, reduce: str, gemm: str, target: str) -> Any:
+    """:func:`moe` for MXFP8 activations (bf16 result): where kcompiler.ops.moe_gemm's tensor-core GEMMs
+    run (``gemm`` 'mma', or 'auto' on a target with 'mma'), its gate/up GEMM decodes x in registers;
+    elsewhere ('simt', 'sm90', or no 'mma') x is dequantised to bf16 (``ops.mx_dequantize``, exact) for
+    :func:`moe`."""
+    codes = xq.codes
+    if gemm not in ("auto", "simt", "mma") or not (gemm == "mma" or (
+            gemm == "auto" and _common.stdlib_module("moe", target_for(codes, target)).target_has("mma"))):
+        x = mx_dequantize(codes, xq.scales_as("e8m0"), "bf16", target=target)
+        return moe(x, router_logits, w_gate_up, w_down, top_k, mode=mode, renormalize=renormalize, reduce=reduce,
+                   gemm=gemm, target=target)
+    fn = "moe"
+    tokens, hidden = xq.shape
+    wg = _weights(w_gate_up, fn, "w_gate_up", codes)
+    wd = _weights(w_down, fn, "w_down", codes)
+    e, n2, k1 = wg.shape
+    if k1 != hidden or n2 % 2 or n2 == 0 or wd.shape != (e, hidden, n2 // 2):
+        raise ValueError(f"{fn}: w_gate_up must be (E, 2 I, H) and w_down (E, H, I) with H = {hidden} (x's columns), "
+                         f"not {wg.shape} and {wd.shape}")
+    if reduce not in ("atomic", "separate"):
+        raise ValueError(f"{fn}: reduce must be 'atomic' or 'separate', not {reduce!r}")
+    if tuple(router_logits.shape) != (tokens, e):
+        raise ValueError(f"{fn}: router_logits must be (T, E) = {(tokens, e)}, not {tuple(router_logits.shape)}")
+    ids, wts = moe_route(router_logits, top_k, mode=mode, renormalize=renormalize, target=target)
+    if tokens == 0:
+        return empty_like(codes, (0, hidden), "bf16")
+    routing = moe_align(ids, wts, e, moe_gemm.moe_block_m(tokens, top_k, e), target=target)
+    h = moe_gemm.moe_gemm_swiglu(xq, wg, routing, target=target)
+    y = moe_gemm.moe_gemm_down(h, wd, routing, reduce=reduce, target=target)
+    return moe_sum(y, top_k if reduce == "separate" else 1, dtype="bf16", target=target)
 
 
 # --- prepared calls ------------------------------------------------------------------------------------
@@ -535,6 +574,7 @@ class _MoEPlan:
                              and data_ptr(ddata) % 16 == 0)
             self.l_g1 = gmod.moe_gemm1[(-(-inter // (16 * tk["MT"])), tiles), 32 * tk["KW"]]
             self.kw_g1 = dict(MMA=self.mma1, DEC=dec, **tk)
+            self.xsc = kind.empty((1,), kind.dtype("u8"))   # std.moe_gemm's MXFP8 scales of x: unread for bf16 x
             self.l_g2 = gmod.moe_gemm2[(-(-hidden // (16 * tk["MT"])), tiles), 32 * tk["KW"]]
             self.kw_g2 = dict(MMA=self.mma2, ATOMIC=atomic, OUT="f32", DEC=dec, **tk)
         else:
@@ -615,7 +655,7 @@ class _MoEPlan:
                     acc.fill(0)
         gdata, gscales, ddata, dscales = self.weights(wg, wd)
         if self.mma:
-            self.l_g1(x, gdata, gscales, sorted_ids, tile_expert, num_tiles, h, n, top_k, inter, hidden,
+            self.l_g1(x, self.xsc, gdata, gscales, sorted_ids, tile_expert, num_tiles, h, n, top_k, inter, hidden,
                       stream=stream, **self.kw_g1)
             self.l_g2(h, ddata, dscales, sorted_ids, tile_expert, num_tiles, wts, acc, n, top_k, hidden, inter,
                       stream=stream, **self.kw_g2)

@@ -19,7 +19,7 @@ import numpy as np
 from ..runtime import arrays
 from . import _common
 from ._common import data_ptr, empty_like, stream_of, target_for
-from .moe_types import ExpertWeights, MoERouting
+from .moe_types import ExpertWeights, MoERouting, MXActivations
 
 #: K a lane's 16-byte weight load holds, by format (the tensor-core path needs K a multiple of it).
 MOE_VALUES_PER_LOAD = {"bf16": 8, "fp8": 16, "mxfp4": 32}
@@ -100,10 +100,11 @@ def _routing(r: MoERouting, fn: str, num_experts: int, like: Any) -> tuple[int, 
     return p, p // r.block_m
 
 
-def _launch_common(x: Any, w: ExpertWeights, routing: MoERouting, K: int, target: str, fn: str) -> tuple:
+def _launch_common(x: Any, w: ExpertWeights, routing: MoERouting, K: int, target: str, fn: str,
+                   tuning: Any = None) -> tuple:
     """(module, data, scales, tiles, mma, tiles in the grid) for a launch on activations ``x``."""
     data, scales = _weights(w, x, fn)
-    tiles = moe_gemm_tiles(routing.block_m)
+    tiles = _tuned(moe_gemm_tiles(routing.block_m), tuning, fn)
     _, ntiles = _routing(routing, fn, w.shape[0], x)
     mod = _common.stdlib_module("moe_gemm", target_for(x, target))
     vpl = MOE_VALUES_PER_LOAD[w.format]
@@ -117,9 +118,31 @@ def _bf16_2d(a: Any, fn: str, name: str) -> None:
 
 
 #: MXFP4 decodes of the tensor-core path (std.moe_gemm's compile-time DEC): "mul" (the default: a
-#: pair of nibbles isolated by an AND, moved into place by one integer multiply, a second AND) and
-#: "shift" (two shifts and ANDs a word, the earlier decode, kept for comparison in benchmarks).
-MOE_MXFP4_DECODES = {"mul": 1, "shift": 0}
+#: pair of nibbles isolated by an AND, moved into place by one integer multiply, a second AND; the
+#: second scale factor of scales above 128 multiplied under a predicate), "split" (the same decode,
+#: each step compiled twice: a pass with one scale multiply a word and a one-instruction factor, taken
+#: where no scale of the warp's step is above 128 or NaN, and a pass with both factors) and "shift"
+#: (two shifts and ANDs a word, the earlier decode, kept for comparison in benchmarks).
+MOE_MXFP4_DECODES = {"mul": 1, "shift": 0, "split": 2}
+
+#: Compile-time parameters :func:`moe_gemm_swiglu` / :func:`moe_gemm_down` take in ``tuning`` (benchmark
+#: variants of the tensor-core path), with the values each may have: the tiling (``MT``, ``KW``, ``U``:
+#: :data:`MOE_GEMM_TILES`), ``CHK`` (1, the default: every weight load checked against K and the rows;
+#: 0: rows past the matrix read its last row instead, whose sums are dropped, and steps whose chunks
+#: all lie inside K load without checks) and ``PF`` (0, the default; 1: the next step's weight, scale
+#: and x loads are issued before this step's decode and MMAs, twice the registers for them).
+MOE_TUNING_KEYS = {"MT": (1, 2), "KW": (1, 2, 4, 8), "U": (1, 2, 3, 4), "CHK": (0, 1), "PF": (0, 1)}
+
+
+def _tuned(tiles: dict[str, int], tuning: Any, fn: str) -> dict[str, int]:
+    """``tiles`` with ``tuning``'s overrides (:data:`MOE_TUNING_KEYS`); ValueError for another key or value."""
+    out = dict(tiles)
+    for k, v in dict(tuning or {}).items():
+        if k not in MOE_TUNING_KEYS or v not in MOE_TUNING_KEYS[k] or isinstance(v, bool):
+            raise ValueError(f"{fn}: tuning {k}={v!r} is not one of "
+                             f"{', '.join(f'{n} in {vs}' for n, vs in MOE_TUNING_KEYS.items())}")
+        out[k] = int(v)
+    return out
 
 
 def _decode(decode: str, fn: str) -> int:
@@ -128,24 +151,41 @@ def _decode(decode: str, fn: str) -> int:
     return MOE_MXFP4_DECODES[decode]
 
 
+def _activations(x: Any, fn: str) -> tuple[Any, Any]:
+    """(codes or bf16 values, the kernel's scale argument) of activations ``x``: a bf16 (T, H) array
+    (its scales argument a one-element u8 array, unread) or an :class:`MXActivations` (its E8M0
+    scales as u8 bytes)."""
+    if isinstance(x, MXActivations):
+        return _common.contiguous(x.codes), _common.contiguous(x.scales_as("u8"))
+    _bf16_2d(x, fn, "x")
+    x = _common.contiguous(x)
+    one = empty_like(x, (1,), "u8")
+    return x, one
+
+
 def moe_gemm_swiglu(x: Any, w_gate_up: ExpertWeights, routing: MoERouting, *, out: Any = None,
-                    target: str = "auto", decode: str = "mul") -> Any:
+                    target: str = "auto", decode: str = "mul", tuning: Any = None) -> Any:
     """The gate/up projection of a MoE layer with SwiGLU fused: for every assignment a = t * top_k + j
     (token t's j-th expert e), ``H[a] = silu(x[t] @ Wg[e]^T) * (x[t] @ Wu[e]^T)``.
 
-    ``x``: bf16 (T, H). ``w_gate_up``: :class:`ExpertWeights` of shape (E, 2 I, H), gate rows [0, I),
+    ``x``: bf16 (T, H), or :class:`~kcompiler.ops.moe_types.MXActivations` (MXFP8: E4M3 codes and
+    E8M0 scales per 32 along H), whose values the kernel decodes to bf16 in registers as it loads them
+    (exactly: an E4M3 value times a power of two fits bf16 unless past its range; Hopper's mma.sync
+    has no FP8 x bf16 product). ``w_gate_up``: :class:`ExpertWeights` of shape (E, 2 I, H), gate rows [0, I),
     up rows [I, 2 I); bf16, FP8 (the channel scales multiply the f32 sums) or MXFP4 (dequantised to
     bf16 exactly in registers). ``routing``: a :class:`MoERouting` of T tokens over E experts whose
     ``block_m`` is a multiple of 8 (:func:`moe_block_m`). Products of bf16 values, summed in f32, the
     SiLU by std.math's silu, H rounded once to bf16. Returns H, bf16 (T * top_k, I) of x's kind (or
     ``out``, filled; rows of assignments not in the routing are left alone). ``decode``: the MXFP4
     decode of the tensor-core path (:data:`MOE_MXFP4_DECODES`; the same values either way).
+    ``tuning``: a mapping of compile-time overrides (:data:`MOE_TUNING_KEYS`; the same values either
+    way), for benchmarks.
 
-    Raises TypeError for other dtypes or kinds, ValueError for shapes that do not match or an unknown
-    ``decode``."""
+    Raises TypeError for other dtypes or kinds, ValueError for shapes that do not match, an unknown
+    ``decode`` or ``tuning``."""
     fn = "moe_gemm_swiglu"
     dec = _decode(decode, fn)
-    _bf16_2d(x, fn, "x")
+    x, xsc = _activations(x, fn)
     E, N, K = w_gate_up.shape
     if N % 2 or N == 0:
         raise ValueError(f"{fn}: w_gate_up must have 2 I rows (gate then up), not {N}")
@@ -163,19 +203,18 @@ def moe_gemm_swiglu(x: Any, w_gate_up: ExpertWeights, routing: MoERouting, *, ou
         if tuple(out.shape) != (numel, inter) or not arrays.is_contiguous(out):
             raise ValueError(f"{fn}: out must be a contiguous bf16 array of shape {(numel, inter)}, "
                              f"not {tuple(out.shape)}")
-    x = _common.contiguous(x)
-    mod, data, scales, tiles, mma, ntiles = _launch_common(x, w_gate_up, routing, K, target, fn)
+    mod, data, scales, tiles, mma, ntiles = _launch_common(x, w_gate_up, routing, K, target, fn, tuning)
     if numel == 0 or ntiles == 0:
         return out
     grid = (-(-inter // (16 * tiles["MT"])), ntiles)
-    mod.moe_gemm1[grid, 32 * tiles["KW"]](x, data, scales, routing.sorted_ids, routing.tile_expert, routing.num_tiles,
-                                         out, numel, routing.top_k, inter, K, MMA=mma, DEC=dec, stream=stream_of(x),
+    mod.moe_gemm1[grid, 32 * tiles["KW"]](x, xsc, data, scales, routing.sorted_ids, routing.tile_expert,
+                                         routing.num_tiles, out, numel, routing.top_k, inter, K, MMA=mma, DEC=dec, stream=stream_of(x),
                                          **tiles)
     return out
 
 
 def moe_gemm_down(h: Any, w_down: ExpertWeights, routing: MoERouting, *, reduce: str = "atomic", out: Any = None,
-                  out_dtype: str = "f32", target: str = "auto", decode: str = "mul") -> Any:
+                  out_dtype: str = "f32", target: str = "auto", decode: str = "mul", tuning: Any = None) -> Any:
     """The down projection of a MoE layer, weighted by the routing: for every assignment a = t * top_k
     + j (token t's j-th expert e, weight p = routing.topk_weights[t, j]), ``Y[a] = p * (h[a] @
     Wd[e]^T)``.
@@ -189,11 +228,11 @@ def moe_gemm_down(h: Any, w_down: ExpertWeights, routing: MoERouting, *, reduce:
     (the caller zero-fills it, or passes what the sum should be added to: a residual, a shared
     expert's output). The order of the adds varies from run to run (f32 rounding differs in the last
     bits). ``reduce="separate"``: ``out`` (T * top_k, Hd) of ``out_dtype`` ('f32' or 'bf16', rounded
-    once) gets Y, for a separate sum over each token's top_k rows. Returns ``out``. ``decode``: as
-    for :func:`moe_gemm_swiglu`.
+    once) gets Y, for a separate sum over each token's top_k rows. Returns ``out``. ``decode``,
+    ``tuning``: as for :func:`moe_gemm_swiglu`.
 
     Raises TypeError for other dtypes or kinds, ValueError for shapes that do not match, another
-    ``reduce`` or an unknown ``decode``."""
+    ``reduce``, an unknown ``decode`` or ``tuning``."""
     fn = "moe_gemm_down"
     dec = _decode(decode, fn)
     if reduce not in ("atomic", "separate"):
@@ -224,7 +263,7 @@ def moe_gemm_down(h: Any, w_down: ExpertWeights, routing: MoERouting, *, reduce:
             raise ValueError(f"{fn}: out must be a contiguous {'f32' if atomic else 'f32 or bf16'} array of shape "
                              f"{oshape}, not {arrays.describe(out)}")
     h = _common.contiguous(h)
-    mod, data, scales, tiles, mma, ntiles = _launch_common(h, w_down, routing, K, target, fn)
+    mod, data, scales, tiles, mma, ntiles = _launch_common(h, w_down, routing, K, target, fn, tuning)
     if numel == 0 or ntiles == 0:
         return out
     grid = (-(-hidden // (16 * tiles["MT"])), ntiles)
@@ -234,4 +273,4 @@ def moe_gemm_down(h: Any, w_down: ExpertWeights, routing: MoERouting, *, reduce:
     return out
 
 
-__all__ = ["MOE_GEMM_TILES", "MOE_MXFP4_DECODES", "MOE_VALUES_PER_LOAD", "moe_block_m", "moe_gemm_down", "moe_gemm_swiglu", "moe_gemm_tiles"]
+__all__ = ["MOE_GEMM_TILES", "MOE_MXFP4_DECODES", "MOE_TUNING_KEYS", "MOE_VALUES_PER_LOAD", "moe_block_m", "moe_gemm_down", "moe_gemm_swiglu", "moe_gemm_tiles"]

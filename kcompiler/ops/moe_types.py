@@ -1,7 +1,7 @@
 """The data a mixture-of-experts layer passes between its kernels: the experts' weights in one of three
-formats (:class:`ExpertWeights`) and the routing of tokens to experts in the layout the grouped GEMMs
-read (:class:`MoERouting`). ops/moe.py (routing, alignment, reduction, ``ops.moe``) and
-ops/moe_gemm.py (the grouped GEMMs) both speak these; :func:`dequantize_reference` is the float64
+formats (:class:`ExpertWeights`), activations quantised as MXFP8 (:class:`MXActivations`) and the
+routing of tokens to experts in the layout the grouped GEMMs read (:class:`MoERouting`). ops/moe.py
+(routing, alignment, reduction, ``ops.moe``) and ops/moe_gemm.py (the grouped GEMMs) both speak these; :func:`dequantize_reference` is the float64
 reference the tests compare against.
 
 Weight layout: E experts, each an ``(N, K)`` matrix (a Linear layer's weight: out = x @ W^T), stacked
@@ -119,6 +119,62 @@ def dequantize_reference(w: ExpertWeights) -> np.ndarray:
         return data.astype(np.float64) * np.asarray(w.scales, dtype=np.float64)[..., None]
     codes = MX.unpack_fp4(data)
     return MX.dequantize(codes, np.asarray(w.scales).view(np.uint8), "f4e2m1").astype(np.float64)
+
+
+@dataclass(frozen=True)
+class MXActivations:
+    """Activations ``(T, H)`` quantised as MXFP8 (OCP MX v1.0 §5: E4M3 elements, an E8M0 scale per 32
+    along H): ``codes`` f8e4m3 ``(T, H)``, ``scales`` E8M0 (ml_dtypes ``float8_e8m0fnu``, or their uint8
+    bytes) ``(T, H // 32)``; x[t, h] = codes[t, h] * 2^(scales[t, h // 32] - 127), NaN for scale 0xFF.
+    ``ops.mx_quantize(x, "f8e4m3")`` (device) or :meth:`quantize` (host) give them. Build with
+    :meth:`mxfp8`, which checks dtypes and shapes (TypeError / ValueError naming the argument)."""
+
+    codes: Any
+    scales: Any
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """``(T, H)``."""
+        t, h = (int(d) for d in self.codes.shape)
+        return (t, h)
+
+    @classmethod
+    def mxfp8(cls, codes: Any, scales: Any) -> "MXActivations":
+        """``codes``: f8e4m3 ``(T, H)``, H a multiple of 32; ``scales``: E8M0 (or uint8) ``(T, H // 32)``."""
+        if _type_name(codes) != "f8e4m3" or len(codes.shape) != 2:
+            raise TypeError(f"MXActivations: codes must be a 2-D array of f8e4m3, not {arrays.describe(codes)}")
+        if _type_name(scales) not in ("e8m0", "u8"):
+            raise TypeError(f"MXActivations: scales must be E8M0 (or their uint8 bytes), not {arrays.describe(scales)}")
+        if arrays.is_torch_tensor(codes) != arrays.is_torch_tensor(scales):
+            raise TypeError("MXActivations: codes and scales must be arrays of one kind")
+        t, h = (int(d) for d in codes.shape)
+        if h % MX.BLOCK or tuple(scales.shape) != (t, h // MX.BLOCK):
+            raise ValueError(f"MXActivations: H = {h} must be a multiple of {MX.BLOCK} and scales of shape "
+                             f"{(t, h // MX.BLOCK)}, found {tuple(scales.shape)}")
+        return cls(codes, scales)
+
+    @classmethod
+    def quantize(cls, x: np.ndarray) -> "MXActivations":
+        """Host helper for tests: float ``(T, H)`` numpy activations as MXFP8 by kcompiler.numerics.mx
+        (OCP MX v1.0 §6.3, the rules ``ops.mx_quantize`` follows on the device)."""
+        codes, scales = MX.quantize(np.asarray(x, dtype=np.float32), "f8e4m3")
+        return cls.mxfp8(codes, scales)
+
+    def scales_as(self, name: str) -> Any:
+        """``scales`` viewed as ``name`` ('e8m0' or 'u8': the same bytes), of their kind."""
+        if _type_name(self.scales) == name:
+            return self.scales
+        if arrays.is_torch_tensor(self.scales):
+            from ._common import torch_dtype
+            return self.scales.view(torch_dtype(name))
+        return np.asarray(self.scales).view(ml_dtypes.float8_e8m0fnu if name == "e8m0" else np.uint8)
+
+    def dequantize_reference(self) -> np.ndarray:
+        """float64 ``(T, H)`` values (host arrays), decoded as the spec says, in float64 (exact)."""
+        codes = np.asarray(self.codes).astype(np.float64)
+        s = np.asarray(self.scales).view(np.uint8).astype(np.int64)
+        p = np.where(s == 0xFF, np.nan, np.ldexp(1.0, s - 127))
+        return (codes.reshape(codes.shape[0], -1, MX.BLOCK) * p[..., None]).reshape(codes.shape)
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ import kcompiler as kc
 from kcompiler import ops
 from kcompiler.frontend.program import stdlib_dir
 from kcompiler.ops import moe_gemm as moe_gemm_mod
-from kcompiler.ops.moe_types import ExpertWeights, MoERouting, dequantize_reference
+from kcompiler.ops.moe_types import ExpertWeights, MoERouting, MXActivations, dequantize_reference
 
 from ..ptxas_util import needs_ptxas, ptxas
 
@@ -217,7 +217,7 @@ def test_mxfp4_scale_edges(path):
     check(H, want, bound, f"mxfp4 {path} edge scales")
 
 
-@pytest.mark.parametrize("decode", ["mul", "shift"])
+@pytest.mark.parametrize("decode", ["mul", "split", pytest.param("shift", marks=pytest.mark.slow(sample=0))])
 def test_mxfp4_decode_exact(path, decode):
     """Every E2M1 code (all 16, signed zero and the subnormal 0.5 included) at E8M0 scales 0, 1, 126,
     127, 128 (the largest the first bf16 factor holds alone), 129, 200, 254 (values past bf16's range:
@@ -238,6 +238,134 @@ def test_mxfp4_decode_exact(path, decode):
         want = (np.float32(32) * vals[:, 0]).astype(np.float64)  # f32 sums overflow past 2^128
     assert np.isinf(want).any() and np.isnan(want).any() and (want == 2.0 ** -123).any()  # edges covered
     np.testing.assert_array_equal(np.asarray(got, np.float64), want, err_msg=f"{path} {decode}")
+
+
+#: Benchmark variants of the tensor-core path (benchmarks/bench_moe_gemm.py --variants): (decode, tuning).
+VARIANTS = {"split chk0 pf": ("split", dict(CHK=0, PF=1)), "split": ("split", {}), "mul chk0": ("mul", dict(CHK=0)),
+            "split chk0 U4 KW2": ("split", dict(CHK=0, U=4, KW=2)),
+            "split chk0 pf U1": ("split", dict(CHK=0, PF=1, U=1)),
+            "mul pf MT2": ("mul", dict(PF=1, MT=2))}
+
+
+def _mxfp4_variant_case(rng, E, N, K):
+    """MXFP4 weights whose scales mix blocks below 128, above it and NaN, so that DEC = 2 takes both
+    of its passes (a warp's step with and without a scale above 128)."""
+    w = weights(rng, E, N, K, "mxfp4")
+    s = rng.integers(115, 128, size=np.asarray(w.scales).shape).astype(np.uint8)
+    s[:, 1, 0] = 131   # row 1's first block: above 128 (the steps of chunk 0 take the second pass)
+    s[:, 6, -1] = 255  # NaN in the last block of row 6 (a partial chunk where K % 128 != 0)
+    return ExpertWeights.mxfp4(w.data, s)
+
+
+def _variant(variant, fn, *args, **kw):
+    decode, tuning = VARIANTS[variant]
+    return fn(*args, target="cpu", decode=decode, tuning=tuning, **kw)
+
+
+@pytest.mark.parametrize("variant", ["split chk0 pf"])
+def test_mxfp4_variant_swiglu(variant, monkeypatch):
+    """The tensor-core path's benchmark variants (DEC = 2's two passes, CHK = 0's unchecked steps and
+    clamped rows, PF = 1's loads a step ahead) on the CPU target (emulate_mma, every access
+    bounds-checked) against the float64 reference: K = 96 (a partial chunk), I = 40 (a partial
+    16-row tile), empty slots, NaN and above-128 scales. The sweep over the other variants and the
+    down projection is test_mxfp4_variant_sweep."""
+    monkeypatch.setattr(moe_gemm_mod._common, "stdlib_module", lambda name, target: _module(True))
+    T, top_k, E, used, Hd, I, bm = CASES[0]
+    rng = np.random.default_rng(20)
+    x = bf16(rng.standard_normal((T, Hd)))
+    w = _mxfp4_variant_case(rng, E, 2 * I, Hd)
+    r = random_routing(rng, T, top_k, E, bm, used)
+    H = _variant(variant, ops.moe_gemm_swiglu, x, w, r)
+    want, bound = ref_swiglu(x, w, r)
+    assert np.isnan(want).any()
+    check(H, want, bound, f"mxfp4 {variant} swiglu")
+
+
+@pytest.mark.slow(sample=0)  # a compile a case; test_mxfp4_variant_swiglu runs the combined variant by default
+@pytest.mark.parametrize("variant", list(VARIANTS))
+@pytest.mark.parametrize("case", [0, 3])
+def test_mxfp4_variant_sweep(variant, case, monkeypatch):
+    """Every variant, both GEMMs, on CASES 0 (block_m 8) and 3 (block_m 32, x loaded on demand)."""
+    monkeypatch.setattr(moe_gemm_mod._common, "stdlib_module", lambda name, target: _module(True))
+    T, top_k, E, used, Hd, I, bm = CASES[case]
+    rng = np.random.default_rng(21 + case)
+    x = bf16(rng.standard_normal((T, Hd)))
+    w1 = _mxfp4_variant_case(rng, E, 2 * I, Hd)
+    r = random_routing(rng, T, top_k, E, bm, used)
+    H = _variant(variant, ops.moe_gemm_swiglu, x, w1, r)
+    want, bound = ref_swiglu(x, w1, r)
+    check(H, want, bound, f"mxfp4 {variant} swiglu")
+    K2 = 32 * (I // 32 + 1)
+    h = bf16(rng.standard_normal((T * top_k, K2)))
+    w2 = _mxfp4_variant_case(rng, E, Hd, K2)
+    Y, bY, out, bout = ref_down(h, w2, r)
+    check(_variant(variant, ops.moe_gemm_down, h, w2, r, reduce="separate"), Y, bY, f"mxfp4 {variant} down")
+
+
+def _mx_x(rng, T, Hd):
+    """MXFP8 activations whose blocks span scales 2^-20 .. 2^20 (one block NaN), and their float64 values."""
+    raw = rng.standard_normal((T, Hd)) * 2.0 ** rng.integers(-20, 21, size=(T, Hd // 32)).repeat(32, 1)
+    xq = MXActivations.quantize(raw)
+    s = np.asarray(xq.scales).view(np.uint8).copy()
+    s[0, -1] = 255
+    xq = MXActivations.mxfp8(xq.codes, s)
+    return xq, xq.dequantize_reference()
+
+
+def _mxfp8_case(path, fmt, seed):
+    T, top_k, E, used, Hd, I, bm = CASES[0]
+    rng = np.random.default_rng(seed)
+    xq, xv = _mx_x(rng, T, Hd)
+    w = weights(rng, E, 2 * I, Hd, fmt)
+    r = random_routing(rng, T, top_k, E, bm, used)
+    H = ops.moe_gemm_swiglu(xq, w, r, target="cpu")
+    want, bound = ref_swiglu(xv, w, r)
+    assert np.isnan(want).any() and not np.isnan(want).all()
+    check(H, want, bound, f"{fmt} {path} MXFP8 x")
+
+
+@pytest.mark.parametrize("path", ["mma"], indirect=True)
+def test_mxfp8_activations(path):
+    """MXFP8 x (E4M3 codes, an E8M0 scale per 32, OCP MX v1.0) into the gate/up GEMM, decoded in registers,
+    against the float64 reference on the exactly dequantised x: scales over 2^-20 .. 2^20 (the products
+    exact in f32 either way), a NaN scale (that token's rows NaN), K = 96 (a partial chunk)."""
+    _mxfp8_case(path, "mxfp4", 30)
+
+
+@pytest.mark.slow(sample=0)  # a compile a case; test_mxfp8_activations runs the tensor-core path by default
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_mxfp8_activations_sweep(path, fmt):
+    _mxfp8_case(path, fmt, 31)
+
+
+@pytest.mark.parametrize("gemm", ["mma", pytest.param("auto", marks=pytest.mark.slow(sample=0))])
+def test_moe_layer_takes_mxfp8_activations(gemm):
+    """ops.moe with MXFP8 x gives the bits it gives for x's exact bf16 values (the CPU target: 'auto'
+    dequantises x for std.moe's SIMT GEMMs; 'mma' is std.moe_gemm's SIMT path decoding x itself; the
+    same f32 operations in the same order either way)."""
+    rng = np.random.default_rng(32)
+    T, E, Hd, I, top_k = 5, 4, 64, 32, 2
+    xq, xv = _mx_x(rng, T, Hd)
+    s = np.asarray(xq.scales).view(np.uint8).copy()
+    s[0, -1] = 127  # no NaN here: compare bits
+    xq = MXActivations.mxfp8(xq.codes, s)
+    xv = xq.dequantize_reference()
+    logits = rng.standard_normal((T, E)).astype(np.float32)
+    wg, wd = weights(rng, E, 2 * I, Hd, "mxfp4"), weights(rng, E, Hd, I, "mxfp4")
+    got = ops.moe(xq, logits, wg, wd, top_k, gemm=gemm, target="cpu")
+    want = ops.moe(bf16(xv), logits, wg, wd, top_k, gemm=gemm, target="cpu")
+    assert got.dtype == ml_dtypes.bfloat16 and np.abs(np.asarray(want, np.float64)).max() > 0
+    np.testing.assert_array_equal(np.asarray(got).view(np.uint16), np.asarray(want).view(np.uint16))
+
+
+def test_mxfp8_activations_errors():
+    codes = np.zeros((2, 64), ml_dtypes.float8_e4m3fn)
+    with pytest.raises(TypeError, match="f8e4m3"):
+        MXActivations.mxfp8(codes.view(np.uint8), np.zeros((2, 2), np.uint8))
+    with pytest.raises(ValueError, match="multiple of 32"):
+        MXActivations.mxfp8(codes, np.zeros((2, 3), np.uint8))
+    with pytest.raises(TypeError, match="E8M0"):
+        MXActivations.mxfp8(codes, np.zeros((2, 2), np.float32))
 
 
 def test_atomic_adds_into_given_out():
@@ -284,6 +412,9 @@ def test_errors():
         ops.moe_gemm_swiglu(x, w, r, target="cpu", decode="lut")
     with pytest.raises(ValueError, match="reduce"):
         ops.moe_gemm_down(bf16(np.zeros((6, 16))), w, r, reduce="sum", target="cpu")
+    for bad_tuning in ({"PF": 2}, {"XX": 1}, {"CHK": True}, {"U": 5}):
+        with pytest.raises(ValueError, match="tuning"):
+            ops.moe_gemm_swiglu(x, w, r, target="cpu", tuning=bad_tuning)
     with pytest.raises(ValueError, match=r"h must have shape"):
         ops.moe_gemm_down(bf16(np.zeros((3, 16))), w, r, target="cpu")
     bad = MoERouting(r.topk_ids, r.topk_weights, r.sorted_ids, r.tile_expert, r.num_tiles, 12, 2, 4)
@@ -335,18 +466,65 @@ def test_gpu_gpt_oss_shapes(fmt, T):
     check(ops.moe_gemm_down(H, dw2, dr, reduce="separate").cpu().numpy(), Y, bY, f"{fmt} cuda down separate")
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("T", [1, 64, 300])
+def test_gpu_mxfp8_activations_and_variants(T):
+    """On CUDA tensors, gpt-oss's H = 2880 (I = 1440), MXFP4 weights: MXFP8 x (ops.mx_quantize on the
+    device) gives the bits that its bf16 values (ops.mx_dequantize) give, the in-register decode being
+    exact; every benchmark variant (VARIANTS) gives the bits of the default decode with the variant's
+    KW (the warps' split of K fixes the order of the f32 sums; the variants otherwise change loads,
+    branches and scale factors, not the order) for gate/up and the separate down projection."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    E, top_k, Hd, I = 32, 4, 2880, 1440
+    rng = np.random.default_rng(40 + T)
+    bm = ops.moe_block_m(T, top_k, E)
+    r = random_routing(rng, T, top_k, E, bm)
+    dr = MoERouting(*(torch.from_numpy(np.asarray(a)).cuda() for a in (r.topk_ids, r.topk_weights, r.sorted_ids,
+                                                                       r.tile_expert, r.num_tiles)),
+                    r.block_m, r.top_k, r.num_experts)
+
+    def mx(w):
+        s = rng.integers(118, 132, size=np.asarray(w.scales).shape).astype(np.uint8)  # some above 128
+        return ExpertWeights.mxfp4(torch.from_numpy(np.asarray(w.data)).cuda(), torch.from_numpy(s).cuda())
+
+    w1 = mx(weights(rng, E, 2 * I, Hd, "mxfp4", 0.05))
+    w2 = mx(weights(rng, E, Hd, I, "mxfp4", 0.05))
+    x = torch.from_numpy(rng.standard_normal((T, Hd)).astype(np.float32)).cuda()
+    codes, scales = ops.mx_quantize(x, "f8e4m3")
+    xb = ops.mx_dequantize(codes, scales, "bf16")
+    H = ops.moe_gemm_swiglu(xb, w1, dr)
+    assert torch.equal(ops.moe_gemm_swiglu(MXActivations.mxfp8(codes, scales), w1, dr).view(torch.int16),
+                       H.view(torch.int16))
+    for name, (decode, tuning) in VARIANTS.items():
+        kw = {k: v for k, v in tuning.items() if k == "KW"}
+        Hd_ = ops.moe_gemm_swiglu(xb, w1, dr, tuning=kw)
+        Hv = ops.moe_gemm_swiglu(xb, w1, dr, decode=decode, tuning=tuning)
+        assert torch.equal(Hv.view(torch.int16), Hd_.view(torch.int16)), name
+        Yd = ops.moe_gemm_down(H, w2, dr, reduce="separate", tuning=kw)
+        Yv = ops.moe_gemm_down(H, w2, dr, reduce="separate", decode=decode, tuning=tuning)
+        assert torch.equal(Yv, Yd), name
+
+
 @needs_ptxas
-@pytest.mark.parametrize("kernel, W, WS, BM", [("moe_gemm1", "u8", "u8", 8), ("moe_gemm1", "f8e4m3", "f32", 32),
-                                               ("moe_gemm2", "bf16", "f32", 16)])
-def test_ptx_assembles(kernel, W, WS, BM):
+@pytest.mark.parametrize("kernel, W, WS, BM, extra", [
+    ("moe_gemm1", "u8", "u8", 8, {}), ("moe_gemm1", "f8e4m3", "f32", 32, {}), ("moe_gemm2", "bf16", "f32", 16, {}),
+    # the heaviest benchmark variant: MXFP8 x, DEC 2's two passes, unchecked steps, loads a step ahead
+    # (-m slow: CI's time; ptxas 13.0 gives it 254 registers, no spills)
+    pytest.param("moe_gemm1", "u8", "u8", 8, dict(X="f8e4m3", DEC=2, CHK=0, PF=1), marks=pytest.mark.slow(sample=0))],
+    ids=["gemm1-mxfp4", "gemm1-fp8", "gemm2-bf16", "gemm1-mxfp4-mxfp8x-split-chk0-pf"])
+def test_ptx_assembles(kernel, W, WS, BM, extra):
     """sm_90a PTX of the tensor-core path: mma.sync and 16-byte weight loads present, the decode on
-    bf16x2 words (MXFP4: the scale multiplies), no calls, and ptxas accepts it without spilling at the
-    planned tiles."""
+    bf16x2 words (MXFP4: the scale multiplies; MXFP8 x: prmt), no calls, and ptxas accepts it without
+    spilling at the planned tiles."""
     from kcompiler import pipeline
 
     tiles = ops.moe_gemm_tiles(BM)
     ptx = pipeline.emit_file(stdlib_dir() / "moe_gemm.kc", "asm", target="nvptx", arch="sm_90a", kernel=kernel,
-                             comptime=dict(W=W, WS=WS, MMA=True, **tiles))
+                             comptime=dict(W=W, WS=WS, MMA=True, **tiles, **extra))
+    if "X" in extra:
+        assert "prmt.b32" in ptx
     assert "mma.sync.aligned.m16n8k16" in ptx and "ld.global.v4" in ptx
     assert "call" not in ptx and ".func" not in ptx
     if W == "u8":
