@@ -25,10 +25,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing as mp
 import os
 import sys
 import time
+
+from harness import compile_in_parallel
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
@@ -90,13 +91,7 @@ def main() -> None:
     if args.workers > 0:
         jobs = sorted({(KINDS[k], pg, None if t == "default" else t, None) for k in kinds for pg in pages
                        for _, t, _ in rows_of(k, variants, splits)}, key=str)
-        try:
-            with mp.get_context("spawn").Pool(args.workers) as pool:
-                for done in pool.imap_unordered(_warm, jobs):
-                    pass
-            print(f"compiled {len(jobs)} row kinds in {time.time() - t0:.0f} s ({args.workers} processes)", flush=True)
-        except Exception as e:  # noqa: BLE001 - the rows compile what is missing
-            print(f"parallel compile failed ({type(e).__name__}: {str(e)[:200]}); compiling as the rows come")
+        compile_in_parallel(_warm, jobs, args.workers, "row kinds")
 
     import torch
     from bench_attention import copy_bandwidth, decode_inputs, graph_ms, paged, per_call_ms, rel

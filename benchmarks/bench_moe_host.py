@@ -20,9 +20,10 @@ import argparse
 import functools
 import os
 import sys
-import time
 
 import numpy as np
+
+from harness import best_host_seconds
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.append(ROOT)  # after PYTHONPATH: another checkout given there is measured
@@ -97,12 +98,7 @@ def main() -> None:
             launches[0] = 0
             call()
             n = launches[0]
-            best = float("inf")
-            for _ in range(args.rounds):
-                t0 = time.perf_counter()
-                for _ in range(args.inner):
-                    call()
-                best = min(best, (time.perf_counter() - t0) / args.inner)
+            best = best_host_seconds(call, args.rounds, args.inner)
             print(f"  {name:14s} {best * 1e6:7.1f} µs ({n})", flush=True)
 
 

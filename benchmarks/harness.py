@@ -1,0 +1,39 @@
+"""Pieces the benchmark scripts share (run from benchmarks/ or with it on sys.path).
+
+- :func:`best_host_seconds`: the best of several rounds of back-to-back calls of a host function
+  (the host-time benchmarks, launches stubbed).
+- :func:`compile_in_parallel`: a variant table's kernels compiled up front in worker processes,
+  so that the timed rows find them in the kernel cache.
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import time
+from typing import Any, Callable, Iterable
+
+
+def best_host_seconds(call: Callable[[], Any], rounds: int, inner: int) -> float:
+    """Seconds a call of ``call``: the least mean over ``rounds`` rounds of ``inner`` back-to-back
+    calls (the least: interference from the rest of the machine only ever adds time)."""
+    best = float("inf")
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        for _ in range(inner):
+            call()
+        best = min(best, (time.perf_counter() - t0) / inner)
+    return best
+
+
+def compile_in_parallel(warm: Callable[[Any], Any], jobs: Iterable[Any], workers: int, what: str) -> None:
+    """``warm(job)`` for each job in ``workers`` spawned processes (each compiles into the shared
+    kernel cache), printing how long it took; a failure is printed and left to the rows, which then
+    compile what is missing as they come."""
+    jobs = list(jobs)
+    t0 = time.time()
+    try:
+        with mp.get_context("spawn").Pool(workers) as pool:
+            for _ in pool.imap_unordered(warm, jobs):
+                pass
+        print(f"compiled {len(jobs)} {what} in {time.time() - t0:.0f} s ({workers} processes)", flush=True)
+    except Exception as e:  # noqa: BLE001 - the rows compile what is missing
+        print(f"parallel compile failed ({type(e).__name__}: {str(e)[:200]}); compiling as the rows come")
