@@ -389,6 +389,20 @@ def decode_per_call(results: dict, bw: float, kinds: str = "mha,gqa,gqa8,fp8", m
                dict(copy_tbps=bw))
 
 
+def mla_reference(ckv, kpe, table, q_nope, q_pe, S: int, scale: float = 0.07, n: int = 2) -> torch.Tensor:
+    """MLA decode's output for the first ``n`` sequences of S keys, in float32 through torch: the
+    paged latent cache ckv (pages, page, D) and rope keys kpe (pages, page, DR) gathered by the block
+    table, softmax(scale (q_nope c^T + q_pe k_pe^T)) c; (n, H, D)."""
+    D, DR = ckv.shape[-1], kpe.shape[-1]
+    ref = []
+    for b in range(n):
+        c = ckv[table[b].long()].reshape(-1, D)[:S].float()
+        kp = kpe[table[b].long()].reshape(-1, DR)[:S].float()
+        sc = (q_nope[b].float() @ c.T + q_pe[b].float() @ kp.T) * scale
+        ref.append(torch.softmax(sc, -1) @ c)
+    return torch.stack(ref)
+
+
 def mla(results: dict, bw: float, quick: bool = False, first: int | None = None) -> None:
     """MLA decode (DeepSeek: latent 512 + rope 64, pages of 64), B 32, H 16 and 128, 8192 tokens each:
     TB/s of the latent cache read once (the kernel reads it once per group of heads_per_block heads,
@@ -408,14 +422,7 @@ def mla(results: dict, bw: float, quick: bool = False, first: int | None = None)
         q_nope = torch.randn(B, H, D, device="cuda", dtype=torch.bfloat16)
         q_pe = torch.randn(B, H, DR, device="cuda", dtype=torch.bfloat16)
         flops = B * H * S * (2 * (D + DR) + 2 * D)
-        # reference on 2 sequences (float32)
-        ref = []
-        for b in range(2):
-            c = ckv[table[b].long()].reshape(-1, D)[:S].float()
-            kp = kpe[table[b].long()].reshape(-1, DR)[:S].float()
-            sc = (q_nope[b].float() @ c.T + q_pe[b].float() @ kp.T) * 0.07
-            ref.append(torch.softmax(sc, -1) @ c)
-        ref = torch.stack(ref)
+        ref = mla_reference(ckv, kpe, table, q_nope, q_pe, S)
         configs = [dict(path="sm90"), dict(path="generic"), dict(path="sm90", sm90_tiles=dict(OVERLAP=True)),
                    dict(path="sm90", sm90_tiles=dict(BN=32, STAGES=3)),
                    dict(path="sm90", sm90_tiles=dict(BN=32, STAGES=3, OVERLAP=True)),

@@ -22,7 +22,7 @@ import sys
 
 import numpy as np
 
-from harness import best_host_seconds
+from harness import print_host_times, stub_launches
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.append(ROOT)  # after PYTHONPATH: another checkout given there is measured
@@ -30,7 +30,6 @@ sys.path.append(ROOT)  # after PYTHONPATH: another checkout given there is measu
 import ml_dtypes  # noqa: E402
 
 from kcompiler import ops  # noqa: E402
-from kcompiler.runtime import module as rt_module  # noqa: E402
 
 B, H, D, S = 32, 32, 128, 8192
 
@@ -82,11 +81,7 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=30)
     p.add_argument("--inner", type=int, default=200)
     args = p.parse_args()
-    launches = [0]
-
-    def stub(self, *a, **k):
-        launches[0] += 1
-    rt_module.Launch.__call__ = stub
+    launches = stub_launches()
     libs = ["numpy"]
     try:
         import torch  # noqa: F401
@@ -95,13 +90,7 @@ def main() -> None:
         pass
     for lib in libs:
         print(f"{lib} arrays, CPU target, launches stubbed: µs a call (launches a call)")
-        for name, call in cases(lib):
-            call()
-            launches[0] = 0
-            call()
-            n = launches[0]
-            best = best_host_seconds(call, args.rounds, args.inner)
-            print(f"  {name:28s} {best * 1e6:7.1f} µs ({n})", flush=True)
+        print_host_times(cases(lib), launches, args.rounds, args.inner, 28)
 
 
 if __name__ == "__main__":

@@ -94,7 +94,7 @@ def main() -> None:
         compile_in_parallel(_warm, jobs, args.workers, "variants")
 
     import torch
-    from bench_attention import copy_bandwidth, graph_ms, per_call_ms, rel
+    from bench_attention import copy_bandwidth, graph_ms, mla_reference, per_call_ms, rel
     from kcompiler import ops
     from kcompiler.ops import decode as dec
     from kcompiler.ops import mla as ops_mla
@@ -116,13 +116,7 @@ def main() -> None:
             q_nope = torch.randn(B, H, D, device="cuda", dtype=torch.bfloat16)
             q_pe = torch.randn(B, H, DR, device="cuda", dtype=torch.bfloat16)
             flops = B * H * S * (2 * (D + DR) + 2 * D)
-            ref = []
-            for b in range(2):
-                c = ckv[table[b].long()].reshape(-1, D)[:S].float()
-                kp = kpe[table[b].long()].reshape(-1, DR)[:S].float()
-                sc = (q_nope[b].float() @ c.T + q_pe[b].float() @ kp.T) * 0.07
-                ref.append(torch.softmax(sc, -1) @ c)
-            ref = torch.stack(ref)
+            ref = mla_reference(ckv, kpe, table, q_nope, q_pe, S)
             base = None
             for name in names:
                 tiles, n = VARIANTS[name]

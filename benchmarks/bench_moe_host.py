@@ -23,7 +23,7 @@ import sys
 
 import numpy as np
 
-from harness import best_host_seconds
+from harness import print_host_times, stub_launches
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.append(ROOT)  # after PYTHONPATH: another checkout given there is measured
@@ -34,7 +34,6 @@ from kcompiler import compile_file, ops  # noqa: E402
 from kcompiler.frontend.program import stdlib_dir  # noqa: E402
 from kcompiler.ops import _common  # noqa: E402
 from kcompiler.ops.moe_types import ExpertWeights  # noqa: E402
-from kcompiler.runtime import module as rt_module  # noqa: E402
 
 E, K, H, I = 32, 4, 2880, 2880
 
@@ -79,11 +78,7 @@ def main() -> None:
     mma = functools.lru_cache(None)(lambda name, target: compile_file(
         stdlib_dir() / f"{name}.kc", target="cpu", target_options={"emulate_mma": True}))
     _common.stdlib_module = mma  # the tensor-core path, as on an H100
-    launches = [0]
-
-    def stub(self, *a, **k):
-        launches[0] += 1
-    rt_module.Launch.__call__ = stub
+    launches = stub_launches()
     libs = ["numpy"]
     try:
         import torch
@@ -93,13 +88,7 @@ def main() -> None:
         pass
     for lib in libs:
         print(f"{lib} arrays, CPU target (emulate_mma), launches stubbed: µs a call (launches a call)")
-        for name, call in cases(lib, tokens):
-            call()
-            launches[0] = 0
-            call()
-            n = launches[0]
-            best = best_host_seconds(call, args.rounds, args.inner)
-            print(f"  {name:14s} {best * 1e6:7.1f} µs ({n})", flush=True)
+        print_host_times(cases(lib, tokens), launches, args.rounds, args.inner, 14)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Pieces the benchmark scripts share (run from benchmarks/ or with it on sys.path).
 
-- :func:`best_host_seconds`: the best of several rounds of back-to-back calls of a host function
-  (the host-time benchmarks, launches stubbed).
+- :func:`best_host_seconds`: the best of several rounds of back-to-back calls of a host function;
+  :func:`stub_launches` and :func:`print_host_times`: the host-time benchmarks (launches stubbed).
 - :func:`compile_in_parallel`: a variant table's kernels compiled up front in worker processes,
   so that the timed rows find them in the kernel cache.
 """
@@ -22,6 +22,31 @@ def best_host_seconds(call: Callable[[], Any], rounds: int, inner: int) -> float
             call()
         best = min(best, (time.perf_counter() - t0) / inner)
     return best
+
+
+def stub_launches() -> list[int]:
+    """Replaces ``Launch.__call__`` (kcompiler.runtime.module) by a counter, so that neither a kernel
+    nor the driver runs; returns the one-element list it counts launches in."""
+    from kcompiler.runtime import module as rt_module
+    launches = [0]
+
+    def stub(self, *a, **k):
+        launches[0] += 1
+    rt_module.Launch.__call__ = stub
+    return launches
+
+
+def print_host_times(cases: Iterable[tuple[str, Callable[[], Any]]], launches: list[int], rounds: int, inner: int,
+                     width: int) -> None:
+    """For each (name, call): one warm-up call, one counted call (the launches it makes, from
+    :func:`stub_launches`' list), then µs a call by :func:`best_host_seconds`, printed as a row."""
+    for name, call in cases:
+        call()
+        launches[0] = 0
+        call()
+        n = launches[0]
+        best = best_host_seconds(call, rounds, inner)
+        print(f"  {name:{width}s} {best * 1e6:7.1f} µs ({n})", flush=True)
 
 
 def compile_in_parallel(warm: Callable[[Any], Any], jobs: Iterable[Any], workers: int, what: str) -> None:
