@@ -126,8 +126,8 @@ class ArrayKind:
         return isinstance(x, np.ndarray)
 
 
-#: f32 arrays of one value (:func:`const_f32`), by (value, length, device): kept for the process's
-#: life, since a CUDA graph may hold their addresses.
+#: Constant arrays (:func:`const_f32`, :func:`const_fill`, :func:`const_rows`), by (what, length,
+#: device): kept for the process's life, since a CUDA graph may hold their addresses.
 _CONSTS: dict = {}
 
 
@@ -142,21 +142,36 @@ def const_f32(value: float, n: int, like: Any) -> Any:
 def const_fill(value: float | int, n: int, like: Any, dtype: str = "f32") -> Any:
     """:func:`const_f32` for ``dtype`` 'f32' or 'i32' (the same cache; the arrays must not be
     written). Raises KeyError for another dtype."""
-    np_dtype = {"f32": np.float32, "i32": np.int32}[dtype]
     value = float(value) if dtype == "f32" else int(value)
+    return _const((dtype, value, n), (value,), n, like, dtype)
+
+
+def const_rows(values: tuple, n: int, like: Any) -> Any:
+    """A contiguous f32 array of ``len(values) * n`` elements, run i (n elements) equal to
+    ``values[i]``, of ``like``'s kind: kept as :func:`const_f32`'s are (e.g. FP8 attention's
+    descale_q, descale_k, descale_v given as floats, one run each)."""
+    values = tuple(float(v) for v in values)
+    return _const(("rows", values, n), values, n, like, "f32")
+
+
+def _const(key: tuple, values: tuple, n: int, like: Any, dtype: str) -> Any:
+    """The kept array of ``key`` (made, where missing, of a run of n elements per value, filled on
+    ``like``'s device), and its cache rule (:func:`const_f32`)."""
+    np_dtype = {"f32": np.float32, "i32": np.int32}[dtype]
     if not arrays.is_torch_tensor(like):
-        key = (dtype, value, n, None)
-        t = _CONSTS.get(key)
+        t = _CONSTS.get(key + (None,))
         if t is None:
-            t = np.full(n, value, np_dtype)
+            t = np.repeat(np.asarray(values, np_dtype), n)
             if len(_CONSTS) < 256:
-                _CONSTS[key] = t
+                _CONSTS[key + (None,)] = t
         return t
     import torch  # deferred: torch is optional
-    key = (dtype, value, n, like.device)
+    key = key + (like.device,)
     t = _CONSTS.get(key)
     if t is None:
-        t = torch.full((n,), value, dtype=torch.float32 if dtype == "f32" else torch.int32, device=like.device)
+        tdt = torch.float32 if dtype == "f32" else torch.int32
+        runs = [torch.full((n,), v, dtype=tdt, device=like.device) for v in values]
+        t = runs[0] if len(runs) == 1 else torch.cat(runs)
         if len(_CONSTS) < 256 and not (like.is_cuda and torch.cuda.is_current_stream_capturing()):
             _CONSTS[key] = t
     return t

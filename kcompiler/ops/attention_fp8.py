@@ -31,6 +31,8 @@ def descales(values: tuple, B: int, HK: int, like: Any, fn: str) -> Any:
     """The kernel's descale array, f32 (3, B, HK) of ``like``'s kind and device: descale_q, descale_k,
     descale_v, each None (1), a float, or an array of one element or of shape (B, HK) (FlashAttention-3's
     per-(batch entry, KV head) factors). ValueError for another shape."""
+    if all(x is None or isinstance(x, (int, float, np.floating, np.integer)) for x in values):
+        return _common.const_rows(tuple(1.0 if x is None else x for x in values), B * HK, like)  # kept
     rows = []
     for name, x in zip(("descale_q", "descale_k", "descale_v"), values):
         if x is None or isinstance(x, (int, float, np.floating, np.integer)):
