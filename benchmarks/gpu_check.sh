@@ -7,6 +7,7 @@
 #     bash benchmarks/gpu_check.sh [tests] [matmul] [attention] [math]    (no argument: all four)
 #
 # tests:     pytest -m gpu over tests/, in $SHARDS (4) processes (junit XML and each shard's output in $OUT)
+#            ($TEST_FILES: a glob of test files instead of all; $TEST_TIMEOUT: seconds a shard may run, 330)
 # matmul:    bench_matmul.py --sass (bf16/FP8 squares, LLM shapes, row-major B; vs cuBLAS and Triton)
 # attention: bench_attention.py --quick (FA2 and Hopper prefill vs SDPA flash/cuDNN; decode, MLA vs copy)
 # math:      bench_math.py --no-accuracy (GElem/s vs torch and Triton), accuracy only with MATH_ONLY=f,g
@@ -23,10 +24,10 @@ for p in "${phases[@]}"; do
   case $p in
     tests) # The test files dealt round-robin to $SHARDS pytest processes at once: compiling is CPU
            # work (16 cores there), and one process took over 330 s for the whole GPU suite.
-           n=${SHARDS:-4}; shopt -s globstar; files=(tests/**/test_*.py); pids=()
+           n=${SHARDS:-4}; shopt -s globstar; files=(${TEST_FILES:-tests/**/test_*.py}); pids=()
            for ((i = 0; i < n; i++)); do
              shard=(); for ((j = i; j < ${#files[@]}; j += n)); do shard+=("${files[j]}"); done
-             timeout 330 python3 -m pytest -q -rf --tb=short -m gpu "${shard[@]}" -p no:cacheprovider \
+             timeout "${TEST_TIMEOUT:-330}" python3 -m pytest -q -rf --tb=short -m gpu "${shard[@]}" -p no:cacheprovider \
                --junitxml="$OUT/gpu_tests_$i.xml" >"$OUT/tests_$i.txt" 2>&1 & pids+=($!)
            done
            trc=0; for pid in "${pids[@]}"; do wait "$pid" || trc=1; done
