@@ -566,7 +566,7 @@ class _MoEPlan:
         if use_mma:
             gmod = _common.stdlib_module("moe_gemm", target)
             tk = moe_gemm.moe_gemm_tiles(bm)
-            dec = moe_gemm.MOE_MXFP4_DECODES["mul"]
+            dec = moe_gemm.MOE_MXFP4_DECODES[moe_gemm.MOE_MXFP4_DECODE]
             has = gmod.target_has("mma")
             self.mma1 = bool(has and hidden % moe_gemm.MOE_VALUES_PER_LOAD[wg.format] == 0
                              and data_ptr(gdata) % 16 == 0 and data_ptr(x) % 16 == 0)
