@@ -127,8 +127,9 @@ MOE_MXFP4_DECODES = {"mul": 1, "shift": 0, "split": 2}
 
 #: The decode :func:`moe_gemm_swiglu`, :func:`moe_gemm_down` and ops.moe use unless told: "split",
 #: measured on an H100 (2026-11-27, benchmarks/bench_moe_gemm.py --variants, gpt-oss shape, one run):
-#: gate/up 1.17x "mul" at T = 1 and 1.31x at T = 64 (71% and 80% of copy bandwidth), down 1.11x and
-#: 1.03x; with scales above 128 (its two-factor pass) within noise of "mul" (benchmarks/RESULTS.md).
+#: gate/up 1.17x "mul" at T = 1 and 1.31x at T = 64 (1.72 and 1.95 TB/s of weights: 57% and 64% of
+#: the 3.03 TB/s copy), down 1.11x and 1.03x; with scales above 128 (its two-factor pass) within noise
+#: of "mul" (benchmarks/RESULTS.md).
 MOE_MXFP4_DECODE = "split"
 
 #: Compile-time parameters :func:`moe_gemm_swiglu` / :func:`moe_gemm_down` take in ``tuning`` (benchmark
