@@ -54,7 +54,7 @@ def mla_decode(q_nope: Any, q_pe: Any, ckv_cache: Any, kpe_cache: Any, block_tab
       where it can run, H is at least :data:`MLA_SM90_MIN_HEADS` (64: below, the mma.sync kernel's
       16-row tiles were faster on the H100) and none of ``heads_per_block``, ``warps``,
       ``tensor_cores`` is given; else 'generic'. ``sm90_tiles``: the Hopper kernel's BN (keys a
-      step), STAGES and OVERLAP (and the diagnostic PROBE) instead of :data:`MLA_SM90_TILES`.
+      step), STAGES, OVERLAP or SEESAW (and the diagnostic PROBE) instead of :data:`MLA_SM90_TILES`.
 
     Every block reads its sequence's latent rows once per group of heads (the groups after the first
     mostly from L2). Raises TypeError / ValueError for dtypes and shapes that do not match.
@@ -164,6 +164,7 @@ class _MlaLaunch:
         if tiles is not None:
             self.kw = dict(T=dtype, D=D, DR=DR, PAGE=page, BN=int(tiles["BN"]), STAGES=int(tiles["STAGES"]),
                            OVERLAP=bool(tiles.get("OVERLAP", False)), PROBE=int(tiles.get("PROBE", 0)),
+                           SEESAW=bool(tiles.get("SEESAW", False)),
                            shared=mla_sm90_shared_bytes(D, DR, tiles, 4 if dtype == "f32" else 2))
             self.align = (16, 16, 16, 16)
         else:
@@ -261,14 +262,22 @@ def _generic_tiles(tc: bool, H: int, D: int, DR: int, itemsize: int, heads_per_b
 #: bytes). PROBE: a timing diagnostic, 0 (the kernel) unless
 #: benchmarks/bench_mla_variants.py asks for 1 (the tiles streamed through the ring, nothing computed:
 #: the result is 0 and the LSE -inf) or 2 (no P V: the result is 0, the LSE right); see the kernel's header.
-MLA_SM90_TILES = dict(BN=32, STAGES=2, OVERLAP=False, PROBE=0)
+#: SEESAW: FlashMLA's later schedule (each consumer warpgroup owns half of O's columns and computes S and
+#: the softmax of every other tile, handing P, the row maxima and the rescale factors to the other; one
+#: warpgroup's S and softmax run under the other's P V); off until timed. Without OVERLAP or PROBE.
+MLA_SM90_TILES = dict(BN=32, STAGES=2, OVERLAP=False, PROBE=0, SEESAW=False)
 
 
 def mla_sm90_shared_bytes(D: int, DR: int, tiles: dict[str, int], itemsize: int = 2) -> int:
     """Dynamic shared memory of std.mla_sm90 in bytes (the formula stated in stdlib/mla_sm90.kc): Q's
     64 rows and STAGES tiles of BN rows, D + DR elements each, P (64 x BN, in slabs of 64 columns), 64
-    f32 rescale factors, 5 + 2 STAGES mbarriers."""
+    f32 rescale factors, 5 + 2 STAGES mbarriers. SEESAW: a P a slot (none where BN is a multiple of 64:
+    P then takes the tile's first k_pe slab), 128 f32 a slot (row maxima, factors) and 128 (row sums),
+    4 + 3 STAGES mbarriers."""
     bn, st = tiles["BN"], tiles["STAGES"]
+    if tiles.get("SEESAW"):
+        ps = 0 if bn % 64 == 0 else st * 64 * 64 * -(-bn // 64)
+        return ((64 + st * bn) * (D + DR) + ps) * itemsize + 4 * (128 * st + 128) + 8 * (4 + 3 * st)
     return ((64 + st * bn) * (D + DR) + 64 * 64 * -(-bn // 64)) * itemsize + 256 + 8 * (5 + 2 * st)
 
 
@@ -314,6 +323,8 @@ def mla_sm90_reason_not(q_nope: Any, q_pe: Any, ckv_cache: Any, kpe_cache: Any, 
         return f"the Hopper path takes D a multiple of 128 up to 512 and DR of 64, not {D} and {DR}"
     if tiles.get("PROBE", 0) not in (0, 1, 2) or (tiles.get("PROBE") and tiles.get("OVERLAP")):
         return f"sm90_tiles: PROBE is 0, 1 or 2, and 0 with OVERLAP, not {tiles}"
+    if tiles.get("SEESAW") and (tiles.get("PROBE") or tiles.get("OVERLAP")):
+        return f"sm90_tiles: SEESAW is a schedule of its own, without OVERLAP or PROBE, not {tiles}"
     if bn % 16 or not 16 <= bn <= 256 or st < 1 or (tiles.get("OVERLAP") and st < 2):
         return f"sm90_tiles: BN a multiple of 16 from 16 to 256 and STAGES at least 1 (2 with OVERLAP), not {tiles}"
     if page % 8 or page > 256 or (page % bn and bn % page):
