@@ -323,8 +323,9 @@ def mla_sm90_reason_not(q_nope: Any, q_pe: Any, ckv_cache: Any, kpe_cache: Any, 
         return f"the Hopper path takes D a multiple of 128 up to 512 and DR of 64, not {D} and {DR}"
     if tiles.get("PROBE", 0) not in (0, 1, 2) or (tiles.get("PROBE") and tiles.get("OVERLAP")):
         return f"sm90_tiles: PROBE is 0, 1 or 2, and 0 with OVERLAP, not {tiles}"
-    if tiles.get("SEESAW") and (tiles.get("PROBE") or tiles.get("OVERLAP")):
-        return f"sm90_tiles: SEESAW is a schedule of its own, without OVERLAP or PROBE, not {tiles}"
+    if tiles.get("SEESAW") and (tiles.get("PROBE") or tiles.get("OVERLAP") or st < 2):
+        return f"sm90_tiles: SEESAW is a schedule of its own, without OVERLAP or PROBE, in 2 stages or more " \
+               f"(each warpgroup holds a tile the other still reads), not {tiles}"
     if bn % 16 or not 16 <= bn <= 256 or st < 1 or (tiles.get("OVERLAP") and st < 2):
         return f"sm90_tiles: BN a multiple of 16 from 16 to 256 and STAGES at least 1 (2 with OVERLAP), not {tiles}"
     if page % 8 or page > 256 or (page % bn and bn % page):
