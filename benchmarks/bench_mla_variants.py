@@ -7,7 +7,7 @@ TFLOP/s at 128 heads, >= 2.4 TB/s at 16 heads) is chased with.
 
 DeepSeek's shape: B 32, 8192 keys each, latent 512 + rope 64, bf16, pages of 64 (FlashMLA's) in
 shuffled order. Rows (``VARIANTS``): ops' default, other tiles (BN keys a step x STAGES in the ring,
-OVERLAP), split counts, the two timing probes (PROBE 1: the ring streams the cache with nothing
+OVERLAP, SEESAW: FlashMLA's later schedule, BN 64 x 2 as FlashMLA's and 32 x 2 / 3), split counts, the two timing probes (PROBE 1: the ring streams the cache with nothing
 computed, the bandwidth ceiling of those tiles; PROBE 2: S and the softmax without P V) and the default
 again (the run's spread). Each row is first checked: against float32 torch on 2 sequences (relative
 Frobenius error) and against the default's output and LSE on all 32 (max |difference|); PROBE 2 by its
@@ -41,6 +41,10 @@ VARIANTS = {
     "bn32x4": (dict(BN=32, STAGES=4), None),
     "bn32x4-overlap": (dict(BN=32, STAGES=4, OVERLAP=True), None),
     "bn16x8": (dict(BN=16, STAGES=8), None),
+    "seesaw bn64x2": (dict(BN=64, STAGES=2, SEESAW=True), None),
+    "seesaw bn32x2": (dict(BN=32, STAGES=2, SEESAW=True), None),
+    "seesaw bn32x3": (dict(BN=32, STAGES=3, SEESAW=True), None),
+    "seesaw bn64x2 splits=4": (dict(BN=64, STAGES=2, SEESAW=True), 4),
     "splits=1": ({}, 1),
     "splits=2": ({}, 2),
     "splits=4": ({}, 4),

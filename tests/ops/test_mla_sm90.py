@@ -74,7 +74,9 @@ def finite_rows(ckv, table, lens, page):
 # (D, DR, page, H, lens, tiles, splits): pages of 16 (several boxes a tile) and 64 (one box, or two at
 # BN 32), 20 heads (44 unused rows), 70 (a second block of 6), lengths ending inside a page, inside a
 # box and on a tile's edge, an empty sequence, one token; a ring of 1, 2 and 3 stages lapped several
-# times; one split, and splits merged (some of them empty); the overlapped form
+# times; one split, and splits merged (some of them empty); the overlapped form; the seesaw form (tiles
+# alternating between the consumer warpgroups: chunks of 1, 2, 3 and 7 tiles, so either ends the chunk;
+# P in the tile's k_pe slab at BN 64, at DR 128 too, in buffers of its own at BN 32 and 16)
 EMU_CASES = [(128, 64, 16, 20, [37, 0, 70, 129], dict(BN=64, STAGES=2), 1),
              (128, 64, 16, 20, [37, 0, 70, 129], dict(BN=64, STAGES=2), 3),
              (256, 64, 64, 70, [1, 200, 64], dict(BN=32, STAGES=3), 2),
@@ -83,12 +85,19 @@ EMU_CASES = [(128, 64, 16, 20, [37, 0, 70, 129], dict(BN=64, STAGES=2), 1),
              (128, 64, 16, 20, [37, 0, 70, 129], dict(BN=64, STAGES=2, OVERLAP=True), 1),
              (256, 64, 64, 70, [1, 200, 64], dict(BN=32, STAGES=3, OVERLAP=True), 2),
              (128, 64, 16, 20, [37, 0, 70, 129], dict(BN=16, STAGES=8), 1),
-             (256, 64, 64, 70, [1, 200, 64], dict(BN=32, STAGES=4, OVERLAP=True), 3)]
+             (256, 64, 64, 70, [1, 200, 64], dict(BN=32, STAGES=4, OVERLAP=True), 3),
+             (128, 64, 16, 20, [37, 0, 70, 129], dict(BN=64, STAGES=2, SEESAW=True), 1),
+             (128, 64, 16, 20, [37, 0, 70, 129], dict(BN=64, STAGES=2, SEESAW=True), 3),
+             (256, 64, 64, 70, [1, 200, 64], dict(BN=32, STAGES=3, SEESAW=True), 2),
+             (256, 64, 64, 70, [1, 200, 64], dict(BN=32, STAGES=2, SEESAW=True), 1),
+             (128, 128, 64, 16, [300, 5], dict(BN=64, STAGES=2, SEESAW=True), 1),
+             (128, 64, 16, 8, [150, 33], dict(BN=16, STAGES=3, SEESAW=True), 4)]
 
 
 @pytest.mark.slow(sample=3)
 @pytest.mark.parametrize("case", EMU_CASES, ids=lambda c: f"D{c[0]}+{c[1]}-page{c[2]}-H{c[3]}-BN{c[5]['BN']}x"
                                                       f"{c[5]['STAGES']}{'-overlap' if c[5].get('OVERLAP') else ''}"
+                                                      f"{'-seesaw' if c[5].get('SEESAW') else ''}"
                                                       f"-split{c[6]}")
 def test_mla_sm90_emulated(monkeypatch, emulated, case):
     """The whole Hopper kernel on the CPU target's emulation against float64 (module docstring)."""
@@ -155,6 +164,29 @@ def test_mla_sm90_deepseek_shape_emulated(monkeypatch, emulated):
     check(out, lse, ref, ref_lse, finite_rows(ckv, table, lens, 64), "f16")
 
 
+@pytest.mark.parametrize("tiles", [dict(BN=64, STAGES=2, SEESAW=True), dict(BN=32, STAGES=3, SEESAW=True)],
+                         ids=["bn64x2", "bn32x3"])
+def test_mla_sm90_seesaw_deepseek_shape_emulated(monkeypatch, emulated, tiles):
+    """The seesaw form at DeepSeek's latent 512 + rope 64 (each warpgroup's P V a wgmma of 256 columns,
+    P in the tile's k_pe slab at BN 64), f16, pages of 64, an empty sequence, lengths ending inside a
+    page and on a tile's edge, 2 splits, against float64; SEESAW with 1 stage, with OVERLAP or with a
+    PROBE refused with the reason."""
+    monkeypatch.setattr(ops_mla, "_mla_sm90_module", lambda target: emulated)
+    lens = [75, 0, 3, 192]
+    q_nope, q_pe, ckv, kpe, table = mla_inputs(lens, 16, 512, 64, 64, "f16")
+    sl = np.array(lens, np.int32)
+    scale = (128 + 64) ** -0.5
+    out, lse = ops.mla_decode(q_nope, q_pe, ckv, kpe, table, sl, scale=scale, num_splits=2,
+                              return_lse=True, path="sm90", sm90_tiles=tiles, target="cpu")
+    ref, ref_lse = mla_reference(q_nope, q_pe, ckv, kpe, table, lens, 64, scale)
+    check(out, lse, ref, ref_lse, finite_rows(ckv, table, lens, 64), "f16")
+    assert np.isneginf(lse[1]).all() and not np.asarray(out[1], np.float64).any()
+    for bad in (dict(STAGES=1), dict(OVERLAP=True), dict(PROBE=2)):
+        with pytest.raises(RuntimeError, match="SEESAW is a schedule of its own"):
+            ops.mla_decode(q_nope, q_pe, ckv, kpe, table, sl, scale=scale, path="sm90", target="cpu",
+                           sm90_tiles={**tiles, **bad})
+
+
 def test_mla_path_choice(monkeypatch, emulated):
     """path is 'auto', 'sm90' or 'generic'; 'sm90' where the Hopper kernel cannot run is a RuntimeError
     that says why (the CPU target without the emulation; D not a multiple of 128; a page of 24 with
@@ -210,14 +242,18 @@ def test_mla_auto_takes_the_hopper_kernel_from_64_heads(monkeypatch, emulated):
                                     dict(T="bf16", OUT="f32", PAGE=64, OVERLAP=True),
                                     dict(T="bf16", OUT="f32", PAGE=16, BN=32, STAGES=3, OVERLAP=True),
                                     dict(T="bf16", OUT="f32", PAGE=64, BN=32, STAGES=4),
+                                    dict(T="bf16", OUT="f32", PAGE=64, BN=64, STAGES=2, SEESAW=True),
+                                    dict(T="bf16", OUT="bf16", PAGE=16, BN=32, STAGES=3, SEESAW=True),
+                                    dict(T="f16", OUT="f32", PAGE=64, BN=32, STAGES=2, SEESAW=True),
                                     pytest.param(dict(T="bf16", OUT="f32", PAGE=64, PROBE=2),
                                                  marks=pytest.mark.slow)],
-                         ids=["bf16-split", "bf16", "f16-page16", "overlap", "overlap-bn32", "bn32x4", "probe2"])
+                         ids=["bf16-split", "bf16", "f16-page16", "overlap", "overlap-bn32", "bn32x4", "seesaw",
+                              "seesaw-bn32x3", "seesaw-bn32x2", "probe2"])
 def test_mla_sm90_ptx(params):
     """sm_90a PTX of the kernel at D 512 + 64 (built as ops builds it: approx_ftz) assembles with ptxas;
     3-D TMA copies, wgmma with A from registers (P V of the softmax warpgroup) and from shared memory
-    (the other's), n256 for the output halves; no serialised wgmma (C7511 / C7513 / C7514), no spill
-    (8 bytes in the overlapped form at BN 64, at the 240-register limit of warpgroup 1)."""
+    (the other's), n256 for the output halves; no serialised wgmma (C7511 / C7513 / C7514 / C7518), no
+    spill (8 bytes in the overlapped form at BN 64, at the 240-register limit of warpgroup 1)."""
     from kcompiler.backends.nvptx.target import NvptxTarget
     from kcompiler.pipeline import emit_file
     ptx = emit_file(stdlib_dir() / "mla_sm90.kc", "asm", NvptxTarget("sm_90a", approx_ftz=True),
@@ -228,7 +264,7 @@ def test_mla_sm90_ptx(params):
         assert any("m64n256k16" in x and "}, {" in x for x in lines)  # A from registers
         assert any("m64n256k16" in x and "}, {" not in x for x in lines)  # A from shared memory
     log = ptxas(ptx, "sm_90a", verbose=True)
-    assert "C7514" not in log and "C7513" not in log and "C7511" not in log and "serialized" not in log, log
+    assert not any(c in log for c in ("C7511", "C7513", "C7514", "C7518", "serialized")), log
     spill = int(log.split(" bytes spill stores")[0].rsplit(None, 1)[-1])
     assert spill <= (8 if params.get("OVERLAP") and params.get("BN", 64) == 64 else 0), log
 
@@ -276,8 +312,10 @@ def test_mla_sm90_gpu(H, page):
 @pytest.mark.gpu
 @pytest.mark.parametrize("tiles", [dict(OVERLAP=True), dict(BN=32, STAGES=3), dict(BN=32, STAGES=3, OVERLAP=True),
                                    dict(BN=16, STAGES=4), dict(BN=32, STAGES=4), dict(BN=32, STAGES=4, OVERLAP=True),
-                                   dict(BN=16, STAGES=8)],
-                         ids=["overlap", "bn32", "bn32-overlap", "bn16", "bn32x4", "bn32x4-overlap", "bn16x8"])
+                                   dict(BN=16, STAGES=8), dict(BN=64, STAGES=2, SEESAW=True),
+                                   dict(BN=32, STAGES=2, SEESAW=True), dict(BN=32, STAGES=3, SEESAW=True)],
+                         ids=["overlap", "bn32", "bn32-overlap", "bn16", "bn32x4", "bn32x4-overlap", "bn16x8",
+                              "seesaw-bn64x2", "seesaw-bn32x2", "seesaw-bn32x3"])
 def test_mla_sm90_tiles_gpu(tiles):
     """The other tiles the benchmark times, on the H100 (128 heads, pages of 16 and 64, f16)."""
     import torch
