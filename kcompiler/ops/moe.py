@@ -364,7 +364,8 @@ def moe(x: Any, router_logits: Any, w_gate_up: Any, w_down: Any, top_k: int, *, 
       the target has 'mma', else std.moe's SIMT ones), 'simt' or 'mma'
       (force one; 'mma' takes bf16 x only), or 'sm90' (opt-in, not chosen by 'auto' until measured:
       kcompiler.ops.moe_sm90's grouped GEMMs of std.matmul_sm90, TMA + wgmma, for prefill-sized T on
-      an sm_90 GPU or numpy arrays on the CPU target's emulation; bf16 weights, H and I multiples of 8;
+      an sm_90 GPU or numpy arrays on the CPU target's emulation; bf16 or FP8 weights (FP8: x and h
+      quantised per row to E4M3, moe_sm90's accuracy contract), H and I multiples of 8 (16 for FP8);
       the sum is always the ordered one, ``reduce`` is not used).
     - ``target``: as every op ('auto': where x lives).
 

@@ -22,7 +22,7 @@ use are neither written nor read.
 Weights bf16, or FP8 (ExpertWeights "fp8": E4M3 codes, an f32 scale per output channel of each
 expert), where both operands of both GEMMs are E4M3 (wgmma multiplies no bf16 by FP8)::
 
-    x --moe_sm90_quant (gather)--> xq (P, H) e4m3, sx (P,) f32: per row, sx = max|x[t]| / 448
+    x --moe_sm90_quant (gather)--> xq (P, H) e4m3, sx (P,) f32: per row, sx = max(abs(x[t])) / 448
     xq, w_gate_up codes --matmul_sm90_grouped, SCALE 2, FUSE 1--> h = silu(g) * u, bf16, with
         g[p, i] = sx[p] * sw[e, i] * (xq[p] . Wq[e, i]),  u[p, i] = sx[p] * sw[e, I + i] * (xq[p] . Wq[e, I + i])
         (f32 products of f32 sums, dequantised before SwiGLU)
@@ -30,10 +30,10 @@ expert), where both operands of both GEMMs are E4M3 (wgmma multiplies no bf16 by
     hq, w_down codes --matmul_sm90_grouped, SCALE 2--> y[p, n] = sh[p] * swd[e, n] * (hq[p] . Wdq[e, n]), bf16
 
 The accuracy contract of the FP8 path: the weights are used exactly as their codes and scales say;
-the activations are quantised per token (each row of x, then each row of h) with a scale s = max |row|
-/ 448 to E4M3 by round to nearest even, so each element v of a row is used as q * s with |q * s - v| <=
-2^-4 |v| (half an ulp of E4M3's 3 fraction bits) for |v| >= 2^-6 s, else <= 2^-10 s (E4M3's
-subnormals: half of 2^-9); the rest is f32 accumulation and the bf16 roundings of h and y (as the bf16
+the activations are quantised per token (each row of x, then each row of h) with a scale ``s = max(abs(row))
+/ 448`` to E4M3 by round to nearest even, so each element v of a row is used as ``q * s`` with ``abs(q * s
+- v) <= 2^-4 abs(v)`` (half an ulp of E4M3's 3 fraction bits) where ``abs(v) >= 2^-6 s``, else ``<= 2^-10
+s`` (E4M3's subnormals: half of 2^-9); the rest is f32 accumulation and the bf16 roundings of h and y (as the bf16
 path). x is quantised from its own values (not rounded to bf16 first); h from its bf16 value.
 tests/ops/test_moe_sm90.py checks the quantisation bit for bit against numpy and the layer against a
 float64 reference that quantises the same way, within the error these bounds allow.
@@ -169,9 +169,10 @@ def quantize_rows(mod: Any, src: Any, routing: MoERouting, q: Any, sq: Any, inv:
     P = int(routing.sorted_ids.shape[0])
     n = routing.tokens * routing.top_k
     vec = _vec(t.size, (H,), (_common.data_ptr(src),)) or 1
+    gather = inv is not None
+    inv = inv if gather else routing.num_tiles  # not written when not gathering
     mod.moe_sm90_quant[max(1, P), THREADS](src, H, routing.sorted_ids, routing.num_tiles, routing.block_m, n,
-                                           routing.top_k, H, q, sq, routing.num_tiles if inv is None else inv, T=t.name, VEC=vec,
-                                           GATHER=inv is not None,
+                                           routing.top_k, H, q, sq, inv, T=t.name, VEC=vec, GATHER=gather,
                                            stream=_common.stream_of(src) if stream is None else stream)
 
 
