@@ -8,13 +8,14 @@ device-to-device copy measured in the same run.
     python benchmarks/bench_moe.py --sm90 [--tokens 1024,4096] [--formats bf16,fp8]
 
 --sm90: the Hopper path (ops.moe(gemm="sm90"): std.matmul_sm90's grouped GEMMs, TMA + wgmma) against
-the default path (gemm="auto") and torch at prefill sizes, on gpt-oss's shape (E 32, top_k 4, H = I =
-2880) and a Mixtral-like one (E 8, top_k 2, H 4096, I 14336): the layer's ms and TFLOP/s for each, and
-the sm90 path's two grouped GEMMs alone (TFLOP/s of the rows computed: T top_k of them, not the
-padding), tokens 1024 and 4096 unless --tokens says otherwise, bf16 weights unless --formats says
-otherwise (bf16 and fp8: FP8's GEMMs are E4M3 x E4M3, x and h quantised per row; its "quant ms" column
-is the two per-row quantisations, moe_sm90_quant, together; its results are checked by the relative
-error norm, within 2^-3: the activations' quantisation alone is about 2^-4.5).
+the mma.sync path (gemm="mma", "auto"'s choice below ops.MOE_SM90_MIN_ROWS_PER_EXPERT, and for FP8
+weights) and torch at prefill sizes, on gpt-oss's shape (E 32, top_k 4, H = I = 2880) and a
+Mixtral-like one (E 8, top_k 2, H 4096, I 14336): the layer's ms and TFLOP/s for each, and the sm90
+path's two grouped GEMMs alone (TFLOP/s of the rows computed: T top_k of them, not the padding),
+tokens 1024 and 4096 unless --tokens says otherwise, bf16 weights unless --formats says otherwise
+(bf16 and fp8: FP8's GEMMs are E4M3 x E4M3, x and h quantised per row; its "quant ms" column is the
+two per-row quantisations, moe_sm90_quant, together; its results are checked by the relative error
+norm, within 2^-3: the activations' quantisation alone is about 2^-4.5).
 
 --small: the decode rows instead (gpt-oss's E 32, top_k 4, H = I = 2880; T 1, 4, 16, 64; bf16 and MXFP4):
 routing + alignment (ops.moe_route_align), the two GEMMs alone (ops.moe_gemm_swiglu + moe_gemm_down on a
@@ -36,9 +37,11 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
+import harness  # noqa: E402
 from kcompiler import ops  # noqa: E402
 from kcompiler.ops.moe_types import ExpertWeights  # noqa: E402
 
@@ -126,9 +129,8 @@ def time_ms(fn, reps=10):
 
 
 def copy_gbs():
-    src = torch.empty(1 << 29, device="cuda", dtype=torch.int16)   # 1 GiB, far past the L2
-    dst = torch.empty_like(src)
-    return 2 * src.numel() * 2 / time_ms(lambda: dst.copy_(src)) / 1e6
+    """The house copy anchor (harness.device_copy_gbs: 4 GiB, bytes read + written)."""
+    return harness.device_copy_gbs()
 
 
 def small_rows(top_k=4):
@@ -225,7 +227,7 @@ def sm90_table(tokens, formats=("bf16",)):
     """The --sm90 table (the module docstring)."""
     from kcompiler.ops import moe_sm90
     from kcompiler.ops._common import stdlib_module
-    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}: ops.moe gemm='sm90' against gemm='auto' "
+    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}: ops.moe gemm='sm90' against gemm='mma' "
           f"and torch, weights {', '.join(formats)}; ms and TFLOP/s (6 T top_k H I FLOPs)")
     gmod = stdlib_module("matmul_sm90", "cuda")
     qmod = stdlib_module("moe_sm90", "cuda")
@@ -235,7 +237,7 @@ def sm90_table(tokens, formats=("bf16",)):
             wg, wg_ref, _ = make_weights(e, 2 * inter, hid, fmt)
             wd, wd_ref, _ = make_weights(e, hid, inter, fmt)
             print(f"\n{name}: E {e}, top_k {k}, H {hid}, I {inter}, {fmt} weights")
-            print(f"{'T':>5} {'sm90 ms':>8} {'TFLOP/s':>8} {'auto ms':>8} {'TFLOP/s':>8} {'torch ms':>9} "
+            print(f"{'T':>5} {'sm90 ms':>8} {'TFLOP/s':>8} {'mma ms':>8} {'TFLOP/s':>8} {'torch ms':>9} "
                   f"{'TFLOP/s':>8} {'GEMM1 TFLOP/s':>14} {'GEMM2 TFLOP/s':>14}" + (f" {'quant ms':>9}" if fmt == "fp8"
                                                                                    else ""))
             for t in tokens:
@@ -243,7 +245,7 @@ def sm90_table(tokens, formats=("bf16",)):
                 logits = torch.randn(t, e, device="cuda", dtype=torch.float32)
                 flops = 6 * t * k * hid * inter
                 ref = torch_moe(x, logits, wg_ref, wd_ref, k).float()
-                runs = {g: (lambda g=g: ops.moe(x, logits, wg, wd, k, gemm=g)) for g in ("sm90", "auto")}
+                runs = {g: (lambda g=g: ops.moe(x, logits, wg, wd, k, gemm=g)) for g in ("sm90", "mma")}
                 row = f"{t:>5}"
                 for g, fn in runs.items():
                     got = fn().float()

@@ -38,8 +38,10 @@ path). x is quantised from its own values (not rounded to bf16 first); h from it
 tests/ops/test_moe_sm90.py checks the quantisation bit for bit against numpy and the layer against a
 float64 reference that quantises the same way, within the error these bounds allow.
 
-H and I multiples of 8 (TMA's 16-byte rows of bf16), of 16 for FP8 (of E4M3). Torch CUDA tensors on
-an sm_90 GPU, or numpy arrays on the CPU target's emulation of wgmma and TMA
+H and I multiples of 8 (TMA's 16-byte rows of bf16), of 16 for FP8 (of E4M3). ``ops.moe``'s "auto"
+takes this path for bf16 on an sm_90 GPU from ops.MOE_SM90_MIN_ROWS_PER_EXPERT assignments an expert
+(measured: benchmarks/RESULTS.md), not for FP8 (not yet measured; it quantises the activations).
+Torch CUDA tensors on an sm_90 GPU, or numpy arrays on the CPU target's emulation of wgmma and TMA
 (``target_options={"emulate_wgmma": True}``: slow, for tests)."""
 from __future__ import annotations
 

@@ -527,3 +527,41 @@ def test_moe_sm90_fp8_on_cuda(shape, t_n):
     assert bool((err <= bound).all()), float((err / bound).max())
     # the activations' quantisation: a few % of the unquantised layer (x and h in float64)
     assert float((got.double() - exact).norm() / exact.norm()) < 2.0 ** -3
+
+
+@pytest.mark.gpu
+def test_auto_takes_sm90_from_the_measured_rows_per_expert():
+    """gemm='auto' on an sm_90 GPU with bf16 x and weights: the Hopper grouped GEMMs from
+    ops.MOE_SM90_MIN_ROWS_PER_EXPERT assignments an expert (the same bits as gemm='sm90'), the mma.sync
+    path below it (the same bits as gemm='mma' with reduce='separate')."""
+    torch = pytest.importorskip("torch")
+    e_n, k, hid, inter = 8, 2, 512, 256
+    wg = (torch.randn(e_n, 2 * inter, hid, device="cuda") / hid ** 0.5).to(torch.bfloat16)
+    wd = (torch.randn(e_n, hid, inter, device="cuda") / inter ** 0.5).to(torch.bfloat16)
+    edge = ops.MOE_SM90_MIN_ROWS_PER_EXPERT * e_n // k
+    for t_n, want in ((edge, "sm90"), (edge - 1, "mma")):
+        x = torch.randn(t_n, hid, device="cuda", dtype=torch.bfloat16)
+        logits = torch.randn(t_n, e_n, device="cuda")
+        got = ops.moe(x, logits, wg, wd, k, reduce="separate")
+        other = {"sm90": "mma", "mma": "sm90"}[want]
+        same = ops.moe(x, logits, wg, wd, k, reduce="separate", gemm=want)
+        assert torch.equal(got, same), (t_n, want)
+        assert not torch.equal(got, ops.moe(x, logits, wg, wd, k, reduce="separate", gemm=other)), (t_n, other)
+
+
+@pytest.mark.gpu
+def test_auto_keeps_fp8_off_sm90():
+    """gemm='auto' with FP8 weights past ops.MOE_SM90_MIN_ROWS_PER_EXPERT rows an expert: the mma.sync
+    path (the same bits as gemm='mma'), not sm90's, which would quantise the activations."""
+    torch = pytest.importorskip("torch")
+    e_n, k, hid, inter = 8, 2, 512, 256
+    wgq = ExpertWeights.quantize(RNG.standard_normal((e_n, 2 * inter, hid), np.float32) / hid ** 0.5, "fp8")
+    wdq = ExpertWeights.quantize(RNG.standard_normal((e_n, hid, inter), np.float32) / inter ** 0.5, "fp8")
+    wg, wd = (ExpertWeights.fp8(torch.from_numpy(np.asarray(w.data).view(np.uint8)).cuda().view(torch.float8_e4m3fn),
+                                torch.from_numpy(w.scales).cuda()) for w in (wgq, wdq))
+    t_n = 4 * ops.MOE_SM90_MIN_ROWS_PER_EXPERT * e_n // k
+    x = torch.randn(t_n, hid, device="cuda", dtype=torch.bfloat16)
+    logits = torch.randn(t_n, e_n, device="cuda")
+    got = ops.moe(x, logits, wg, wd, k, reduce="separate")
+    assert torch.equal(got, ops.moe(x, logits, wg, wd, k, reduce="separate", gemm="mma"))
+    assert not torch.equal(got, ops.moe(x, logits, wg, wd, k, gemm="sm90"))
