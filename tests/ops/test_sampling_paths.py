@@ -179,15 +179,20 @@ def split_small(monkeypatch):
     """ops.sample splits every row of 32 or more elements into chunks of 16."""
     monkeypatch.setitem(S.SAMPLING_SPLIT, "max_rows", 10 ** 6)
     monkeypatch.setitem(S.SAMPLING_SPLIT, "chunk", 16)
+    monkeypatch.setitem(S.SAMPLING_SPLIT, "min_vocab", 0)
 
 
 def test_split_chunks_policy(monkeypatch):
+    monkeypatch.setitem(S.SAMPLING_SPLIT, "min_vocab", 0)
     monkeypatch.setitem(S.SAMPLING_SPLIT, "max_rows", 8)
     monkeypatch.setitem(S.SAMPLING_SPLIT, "chunk", 1000)          # rounded up to 1008
     assert S.split_chunks(8, 2016) == 2 and S.split_chunks(8, 2017) == 3
     assert S.split_chunks(9, 10 ** 5) == 1 and S.split_chunks(1, 2015) == 1
     monkeypatch.setitem(S.SAMPLING_SPLIT, "max_rows", 0)
     assert S.split_chunks(1, 10 ** 6) == 1
+    monkeypatch.setitem(S.SAMPLING_SPLIT, "max_rows", 8)
+    monkeypatch.setitem(S.SAMPLING_SPLIT, "min_vocab", 4000)
+    assert S.split_chunks(8, 3999) == 1 and S.split_chunks(8, 4000) == 4
 
 
 @pytest.mark.slow(sample=1)
@@ -235,6 +240,8 @@ def test_split_cuda_draws_the_cpu_tokens(monkeypatch):
     misaligned view, temperature only and filtered rows), and 10^6 draws match the distribution."""
     torch = pytest.importorskip("torch")
     monkeypatch.setitem(S.SAMPLING_SPLIT, "max_rows", 64)
+    monkeypatch.setitem(S.SAMPLING_SPLIT, "chunk", 8192)
+    monkeypatch.setitem(S.SAMPLING_SPLIT, "min_vocab", 0)
     rng = np.random.default_rng(41)
     for dtype in (np.float32, BF16):
         for vocab in (32003, 128256):
