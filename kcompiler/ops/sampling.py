@@ -91,6 +91,12 @@ SAMPLING_SPLIT = {"max_rows": 16, "chunk": 16384, "min_vocab": 65536}
 #: device's shared memory a block holds (e.g. 7 on AMD's 64 KiB LDS).
 SAMPLING_LISTS = 16
 
+#: Whether the rejection rounds after the first skip the exp of an element whose exponent
+#: (x - max) / temperature is at most log(pivot) - 2^-10 (std.sampling's PRUNE: its weight cannot
+#: exceed the pivot, so it adds nothing to the round's sums): one compare an element instead of an exp
+#: for all but the few heavy ones. The same tokens either way (False: the kernels' first version).
+SAMPLING_PRUNE = True
+
 
 def split_chunks(rows: int, vocab: int) -> int:
     """How many blocks :func:`sample` gives a row of ``vocab`` in a batch of ``rows`` (1: unsplit), by
@@ -240,7 +246,8 @@ def sample(logits: Any = None, *, probs: Any = None, temperature: Any = 1.0, top
     if rows:
         mod = _common.stdlib_module("sampling", target_for(x, target))
         cap = list_cap(mod, x)
-        kw = dict(T=src.name, PROBS=logits is None, CAP=cap, shared=cap * SAMPLING_THREADS * 8,
+        kw = dict(T=src.name, PROBS=logits is None, CAP=cap, PRUNE=bool(SAMPLING_PRUNE),
+                  shared=cap * SAMPLING_THREADS * 8,
                   stream=_common.stream_of(x), **_loads(src, x2, ld))
         if chunks > 1:
             part_m, part_i, part_s, arrive = _split_scratch(x, rows, chunks)
@@ -301,5 +308,5 @@ def top_p_renorm_probs(probs: Any, top_p: Any, *, target: str = "auto") -> Any:
     return out
 
 
-__all__ = ["SAMPLING_LISTS", "SAMPLING_LOADS", "SAMPLING_SPLIT", "SAMPLING_THREADS", "kernel_params", "list_cap",
+__all__ = ["SAMPLING_LISTS", "SAMPLING_LOADS", "SAMPLING_PRUNE", "SAMPLING_SPLIT", "SAMPLING_THREADS", "kernel_params", "list_cap",
            "split_chunk", "split_chunks", "sample", "softmax", "top_k_mask_logits", "top_p_renorm_probs"]

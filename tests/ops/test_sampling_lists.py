@@ -28,8 +28,11 @@ def draws(x, params, seeds, probs=False, target="cpu"):
 
 def case(rng, rows, vocab, dtype, spread):
     """Logits: a 1/8 grid (ties) plus noise, scaled by ``spread`` (small: flat rows, many candidates
-    a thread after a rejection, the lists overflow; large: few)."""
+    a thread after a rejection, the lists overflow; large: few); -inf in two rows."""
     x = grid_logits(rng, rows, vocab, np.float32) * spread + rng.normal(0, 0.05, (rows, vocab))
+    x[1, ::7] = -np.inf                        # weight 0: never drawn, skipped by PRUNE's test
+    x[2, :] = -np.inf
+    x[2, vocab // 2] = 0.0
     return x.astype(dtype)
 
 
@@ -50,14 +53,16 @@ def test_lists_change_no_bits(monkeypatch, dtype, vocab):
             x = ref_probs(x, params[0]).astype(np.float32)
         seeds = range(12)
         monkeypatch.setattr(S, "SAMPLING_LISTS", 0)
+        monkeypatch.setattr(S, "SAMPLING_PRUNE", False)         # the kernels' first version
         want = draws(x, params, seeds, probs=dtype == "probs")
         ok = ref_allowed(ref_probs(x.astype(np.float32), params[0]) if dtype != "probs" else x.astype(np.float64),
                          *params[1:])
         assert all(ok[np.arange(rows), w].all() for w in want)
-        for cap in (16, 1, 3):
+        for cap, prune in ((16, True), (1, True), (3, False), (0, True)):
             monkeypatch.setattr(S, "SAMPLING_LISTS", cap)
+            monkeypatch.setattr(S, "SAMPLING_PRUNE", prune)
             np.testing.assert_array_equal(draws(x, params, seeds, probs=dtype == "probs"), want,
-                                          err_msg=f"CAP {cap}, spread {spread}")
+                                          err_msg=f"CAP {cap}, PRUNE {prune}, spread {spread}")
 
 
 def test_list_cap_follows_shared_memory(monkeypatch):
