@@ -223,12 +223,20 @@ def sample(logits: Any = None, *, probs: Any = None, temperature: Any = 1.0, top
     so a single block, all that works at batch 1, keeps enough bytes in flight. A torch view with unit
     stride along the vocabulary is read in place.
 
-    Split rows (:data:`SAMPLING_SPLIT`, :func:`split_chunks`: small batches, large vocabularies; off
-    by default): still one launch, grid (chunks, batch). Each block reads its chunk twice (maximum, then
-    weight sum); the row's last block to finish picks a chunk by the chunk sums and reads that chunk
-    once more for the token (temperature only: 2 passes over V spread over the chunks' blocks, plus
-    one chunk); rows with top-k / top-p / min-p then run the rounds above in that one block (the
-    maximum is known: the rounds' passes remain, each over the whole row by one block).
+    Cheaper rounds (the same tokens): rounds after the first take the exp only of elements that may
+    weigh more than the pivot (:data:`SAMPLING_PRUNE`: a compare of the exponent against log(pivot)
+    first), and each thread keeps its candidates in shared memory after a full pass
+    (:data:`SAMPLING_LISTS`), so that the later rounds read at most that many entries a thread instead
+    of the row: a filtered row takes full passes for the maximum, round 0 and usually round 1.
+
+    Split rows (:data:`SAMPLING_SPLIT`, :func:`split_chunks`: batches of up to 16 rows of 64K or more
+    tokens, chunks of 16384): still one launch, grid (chunks, batch). Each block reads its chunk for its
+    maximum (and for a temperature-only row its weight sum); the row's last block picks a chunk by the
+    chunk sums and reads that chunk once more for the token (temperature only: 2 passes over V spread
+    over the chunks' blocks, plus one chunk); rows with top-k / top-p / min-p then run the rounds above
+    in that one block and draw the unsplit kernel's token. A temperature-only row draws another token
+    split than unsplit (the sums run by chunk), so the tokens for a seed are fixed by (batch, vocabulary)
+    and the tables, the same on every target.
     Raises TypeError / ValueError for other dtypes or shapes, or both or neither of logits and probs."""
     if (logits is None) == (probs is None):
         raise ValueError("sample: give exactly one of logits and probs")

@@ -260,8 +260,8 @@ def test_split_cuda_draws_the_cpu_tokens(monkeypatch):
 
 # --- AMD: the same kernels for gfx942 (checked statically: no AMD GPU here) -----------------------------------
 
-SAMPLING_KERNELS = [(k, t) for k in ("sample", "sample_split", "softmax", "top_k_mask_logits", "top_p_renorm_probs")
-                    for t in ("bf16", "f32")]
+SAMPLING_KERNELS = [(k, t) for k in ("sample", "sample_split", "softmax", "top_k_mask_logits", "top_p_renorm_probs",
+                                     "sample+lists") for t in ("bf16", "f32")]
 
 
 @pytest.mark.slow(sample=2)  # ~5 s a kernel on CI's cores; -m slow: all ten
@@ -277,6 +277,8 @@ def test_sampling_kernels_build_for_gfx942(kernel, T):
     params = dict(S.kernel_params(T, 4096), T=T)
     if kernel.startswith("sample"):
         params["PROBS"] = False
+    if kernel == "sample+lists":       # the lists that fit a workgroup's 64 KiB of LDS (list_cap), PRUNE
+        kernel, params["CAP"], params["PRUNE"] = "sample", 7, True
     asm = pipeline.emit_file(stdlib_dir() / "sampling.kc", "asm", target="amdgcn", arch="gfx942", kernel=kernel,
                              comptime=params)
     assert "global_load_dwordx4" in asm
