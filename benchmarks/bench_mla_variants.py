@@ -35,7 +35,9 @@ B, S, D, DR = 32, 8192, 512, 64
 VARIANTS = {
     "default": ({}, None),
     "overlap": (dict(OVERLAP=True), None),
+    "bn32x2": (dict(BN=32, STAGES=2), None),
     "bn32x3": (dict(BN=32, STAGES=3), None),
+    "bn32x3-overlap": (dict(BN=32, STAGES=3, OVERLAP=True), None),
     "bn32x4": (dict(BN=32, STAGES=4), None),
     "bn32x4-overlap": (dict(BN=32, STAGES=4, OVERLAP=True), None),
     "bn16x8": (dict(BN=16, STAGES=8), None),

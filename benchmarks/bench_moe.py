@@ -8,7 +8,7 @@ device-to-device copy measured in the same run.
     python benchmarks/bench_moe.py --sm90 [--tokens 1024,4096]
 
 --sm90: the Hopper path (ops.moe(gemm="sm90"): std.matmul_sm90's grouped GEMMs, TMA + wgmma) against
-the default path (gemm="auto") and torch at prefill sizes, bf16 weights, on gpt-oss's shape (E 32, top_k
+the mma.sync path (gemm="mma", "auto"'s choice below ops.MOE_SM90_MIN_ROWS_PER_EXPERT) and torch at prefill sizes, bf16 weights, on gpt-oss's shape (E 32, top_k
 4, H = I = 2880) and a Mixtral-like one (E 8, top_k 2, H 4096, I 14336): the layer's ms and TFLOP/s for
 each, and the sm90 path's two grouped GEMMs alone (TFLOP/s of the rows computed: T top_k of them,
 not the padding), tokens 1024 and 4096 unless --tokens says otherwise.
@@ -33,9 +33,11 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
+import harness  # noqa: E402
 from kcompiler import ops  # noqa: E402
 from kcompiler.ops.moe_types import ExpertWeights  # noqa: E402
 
@@ -123,9 +125,8 @@ def time_ms(fn, reps=10):
 
 
 def copy_gbs():
-    src = torch.empty(1 << 29, device="cuda", dtype=torch.int16)   # 1 GiB, far past the L2
-    dst = torch.empty_like(src)
-    return 2 * src.numel() * 2 / time_ms(lambda: dst.copy_(src)) / 1e6
+    """The house copy anchor (harness.device_copy_gbs: 4 GiB, bytes read + written)."""
+    return harness.device_copy_gbs()
 
 
 def small_rows(top_k=4):
@@ -218,7 +219,7 @@ def sm90_table(tokens):
     """The --sm90 table (the module docstring)."""
     from kcompiler.ops import moe_sm90
     from kcompiler.ops._common import stdlib_module
-    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}: ops.moe gemm='sm90' against gemm='auto' "
+    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}: ops.moe gemm='sm90' against gemm='mma' "
           "and torch, bf16; ms and TFLOP/s (6 T top_k H I FLOPs)")
     gmod = stdlib_module("matmul_sm90", "cuda")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
@@ -226,14 +227,14 @@ def sm90_table(tokens):
         wg, wg_ref, _ = make_weights(e, 2 * inter, hid, "bf16")
         wd, wd_ref, _ = make_weights(e, hid, inter, "bf16")
         print(f"\n{name}: E {e}, top_k {k}, H {hid}, I {inter}")
-        print(f"{'T':>5} {'sm90 ms':>8} {'TFLOP/s':>8} {'auto ms':>8} {'TFLOP/s':>8} {'torch ms':>9} {'TFLOP/s':>8} "
+        print(f"{'T':>5} {'sm90 ms':>8} {'TFLOP/s':>8} {'mma ms':>8} {'TFLOP/s':>8} {'torch ms':>9} {'TFLOP/s':>8} "
               f"{'GEMM1 TFLOP/s':>14} {'GEMM2 TFLOP/s':>14}")
         for t in tokens:
             x = torch.randn(t, hid, device="cuda", dtype=torch.bfloat16)
             logits = torch.randn(t, e, device="cuda", dtype=torch.float32)
             flops = 6 * t * k * hid * inter
             ref = torch_moe(x, logits, wg_ref, wd_ref, k).float()
-            runs = {g: (lambda g=g: ops.moe(x, logits, wg, wd, k, gemm=g)) for g in ("sm90", "auto")}
+            runs = {g: (lambda g=g: ops.moe(x, logits, wg, wd, k, gemm=g)) for g in ("sm90", "mma")}
             row = f"{t:>5}"
             for g, fn in runs.items():
                 err = float((fn().float() - ref).abs().max() / ref.abs().max().clamp_min(1e-30))

@@ -4,6 +4,8 @@
   :func:`stub_launches` and :func:`print_host_times`: the host-time benchmarks (launches stubbed).
 - :func:`compile_in_parallel`: a variant table's kernels compiled up front in worker processes,
   so that the timed rows find them in the kernel cache.
+- :func:`device_copy_gbs`: the copy-bandwidth anchor of the memory-bound tables (RESULTS.md's
+  convention: a 4 GiB device-to-device copy of random bytes, bytes read + written a second).
 """
 from __future__ import annotations
 
@@ -62,3 +64,25 @@ def compile_in_parallel(warm: Callable[[Any], Any], jobs: Iterable[Any], workers
         print(f"compiled {len(jobs)} {what} in {time.time() - t0:.0f} s ({workers} processes)", flush=True)
     except Exception as e:  # noqa: BLE001 - the rows compile what is missing
         print(f"parallel compile failed ({type(e).__name__}: {str(e)[:200]}); compiling as the rows come")
+
+
+def device_copy_gbs(nbytes: int = 4 << 30, reps: int = 20) -> float:
+    """GB/s of a device-to-device copy of ``nbytes`` random bytes on torch's current CUDA device, bytes
+    read plus written, the median of ``reps`` copies timed with CUDA events (benchmarks/RESULTS.md's
+    anchor: ~3.03 TB/s on the H100 80GB HBM3). Fresh buffers, freed before it returns."""
+    import torch  # deferred: the host-only benchmarks run without torch
+
+    x = torch.empty(nbytes, dtype=torch.uint8, device="cuda").random_()
+    y = torch.empty_like(x)
+    y.copy_(x)
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        y.copy_(x)
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    del x, y
+    torch.cuda.empty_cache()
+    return 2 * nbytes / sorted(times)[len(times) // 2] / 1e6

@@ -8,8 +8,9 @@ Gated (``epilogue='silu_and_mul'``, 'gelu_and_mul', 'gelu_tanh_and_mul'): ``b`` 
 weight, gate rows first); the result is (M, N), ``act(a @ b[:, :N]) * (a @ b[:, N:])``, each element
 rounded once from f32. The kernels read the two halves in place (no reordered copy of the weight):
 std.matmul loads matching column groups of 8 of both halves into one B tile (the gate's and up's
-products of an output element then lie in one thread's registers), std.matmul_sm90 two TMA boxes of
-BN / 2 rows a stage through a 3-D tensor map of the weight seen as (2, N, K).
+products of an output element then lie in one thread's registers; on AMD's MFMA path in lanes 8 apart,
+exchanged by one shuffle), std.matmul_sm90 two TMA boxes of BN / 2 rows a stage through a 3-D tensor
+map of the weight seen as (2, N, K).
 
 RMSNorm (``epilogue=rms_norm_epilogue(weight, eps, residual)``, or ops.Epilogue('rms_norm' /
 'add_rms_norm' / 'fused_add_rms_norm', x=weight, y=residual, s=eps)): ``out = h / sqrt(mean(h^2) +
@@ -49,6 +50,11 @@ _NORM_TILES_MMA = {64: dict(BM=64, BN=64, BK=32, WM=32, WN=32, STAGES=3),
 _NORM_TILES_SIMT = {64: dict(BM=64, BN=64, BK=32, WM=32, WN=32, STAGES=2),
                     128: dict(BM=64, BN=128, BK=32, WM=32, WN=64, STAGES=2),
                     256: dict(BM=32, BN=256, BK=32, WM=16, WN=128, STAGES=2)}
+#: ... on AMD's MFMA path (std.matmul_amd: 32x32 MFMA tiles, 2 to 4 wavefronts of 64 across the row;
+#: not timed on AMD hardware, which none of kcompiler's machines has)
+_NORM_TILES_MFMA = {64: dict(BM=32, BN=64, BK=32, WM=32, WN=32, STAGES=2),
+                    128: dict(BM=32, BN=128, BK=32, WM=32, WN=64, STAGES=2),
+                    256: dict(BM=32, BN=256, BK=32, WM=32, WN=64, STAGES=2)}
 #: std.matmul_sm90's configuration of the RMSNorm epilogue by that BN (one consumer warpgroup). Rows
 #: of 129 to 256 take std.matmul's tensor-core path instead: with BN = 256 the Hopper store spills
 #: (ptxas -v: the 128 accumulators of h, the weights and the residual's addresses beside them).
@@ -116,9 +122,10 @@ def fused_matmul(a: Any, b: Any, out: Any, ep: _mm.Epilogue, out_dtype: Any, til
                                 fuse=(fuse, glu or "epilogue.silu_and_mul"))(out)
             return out
     mod = _common.stdlib_module("matmul", tgt)
-    if mod.target_has("mfma") and src.name in ("f16", "bf16"):
-        raise ValueError(f"matmul: epilogue {ep.fn} is not written for AMD's MFMA path yet (std.matmul)")
-    tensor_cores = mod.target_has("mma") and src.name in ("f16", "bf16")
+    # the path the kernel's comptime tests take, as kcompiler.ops.matmul's: MFMA (AMD CDNA, wavefronts
+    # of 64), else mma.sync, else SIMT
+    mfma = mod.target_has("mfma") and src.name in ("f16", "bf16")
+    tensor_cores = not mfma and mod.target_has("mma") and src.name in ("f16", "bf16")
     ldb = K if b_kmajor else NB
     fa, fb = flat(a, 16), flat(b, 16)
     aligned = K % 8 == 0 and ldb % 8 == 0 and N % 8 == 0 and all(data_ptr(v) % 16 == 0 for v in (fa, fb, fo))
@@ -130,16 +137,16 @@ def fused_matmul(a: Any, b: Any, out: Any, ep: _mm.Epilogue, out_dtype: Any, til
     stream = _common.stream_of(a)
 
     def run(t: dict[str, int]) -> None:
-        threads = t["BM"] // t["WM"] * (t["BN"] // t["WN"]) * 32
+        threads = t["BM"] // t["WM"] * (t["BN"] // t["WN"]) * (64 if mfma else 32)
         grid = (-(-NL // t["BN"]), -(-M // t["BM"]))
         mod.matmul_epilogue[grid, threads](fa, fb, fo, M, N, K, K, ldb, N, *pack,
-                                           shared=_mm.matmul_shared_bytes(t, src.size, b_kmajor), stream=stream,
+                                           shared=_mm.matmul_shared_bytes(t, src.size, b_kmajor, mfma), stream=stream,
                                            **params, **t)
 
     if tiles is not None:
         t = dict(tiles)
     elif not gated:
-        t = dict((_NORM_TILES_MMA if tensor_cores else _NORM_TILES_SIMT)[_norm_bn(N)])
+        t = dict((_NORM_TILES_MFMA if mfma else _NORM_TILES_MMA if tensor_cores else _NORM_TILES_SIMT)[_norm_bn(N)])
     elif not tensor_cores:
         t = _mm.matmul_tiles(M, NL, K, False)
     else:

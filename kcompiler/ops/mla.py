@@ -253,12 +253,15 @@ def _generic_tiles(tc: bool, H: int, D: int, DR: int, itemsize: int, heads_per_b
 
 #: Tiles of std.mla_sm90 (the Hopper MLA decode): BN keys a step (a tile serves as K and V), STAGES
 #: tiles in the ring, OVERLAP (the softmax warpgroup issues S_j = Q K_j^T with P_{j-1} V_{j-1} and runs
-#: tile j's softmax under the latter; needs 2 stages). FlashMLA's tiles (64 keys, 2 stages); at D 512 +
-#: DR 64 they fill shared memory (:func:`mla_sm90_shared_bytes`: 229,672 bytes of sm_90's 232,448).
-#: Not yet timed on a GPU. PROBE: a timing diagnostic, 0 (the kernel) unless
+#: tile j's softmax under the latter; needs 2 stages). 32 keys in 2 stages, measured on an H100
+#: (2026-11-27, benchmarks/bench_mla_variants.py, B32, 8192 keys, latent 512 + 64, one run): at 16 heads
+#: 1.80 TB/s (60% of copy) against 1.39 for FlashMLA's 64 keys x 2 stages, at 128 heads 227 against
+#: 214 TFLOP/s, the same on pages of 16; 32 x 3 within noise, OVERLAP slower (benchmarks/RESULTS.md).
+#: :func:`mla_sm90_shared_bytes` gives the shared memory (64 x 2 fills sm_90's: 229,672 of 232,448
+#: bytes). PROBE: a timing diagnostic, 0 (the kernel) unless
 #: benchmarks/bench_mla_variants.py asks for 1 (the tiles streamed through the ring, nothing computed:
 #: the result is 0 and the LSE -inf) or 2 (no P V: the result is 0, the LSE right); see the kernel's header.
-MLA_SM90_TILES = dict(BN=64, STAGES=2, OVERLAP=False, PROBE=0)
+MLA_SM90_TILES = dict(BN=32, STAGES=2, OVERLAP=False, PROBE=0)
 
 
 def mla_sm90_shared_bytes(D: int, DR: int, tiles: dict[str, int], itemsize: int = 2) -> int:

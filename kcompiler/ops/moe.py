@@ -337,6 +337,13 @@ def moe_simt_block_m(tokens: int, top_k: int, num_experts: int) -> int:
 
 #: Columns of a tile of std.moe's SIMT GEMMs (BN).
 MOE_SIMT_BN = 64
+#: Assignments (T * top_k) an expert on average from which gemm='auto' takes the Hopper grouped GEMMs
+#: (kcompiler.ops.moe_sm90) for bf16 x and weights on an sm_90 GPU. Measured on an H100 (2026-11-27,
+#: benchmarks/bench_moe.py --sm90, ms a layer, sm90 against the mma.sync path): gpt-oss (E 32, top_k 4)
+#: T 64 (8 an expert) 0.716 against 0.663, T 128 (16) 0.695 against 0.749, T 4096 1.68 against 7.86;
+#: Mixtral (E 8, top_k 2) T 64 (16) 1.10 against 1.39, T 4096 4.55 against 33.0 (benchmarks/RESULTS.md).
+MOE_SM90_MIN_ROWS_PER_EXPERT = 16
+
 #: Threads a block of std.moe's SIMT GEMMs (its GEMM_THREADS).
 MOE_SIMT_THREADS = 256
 
@@ -360,10 +367,11 @@ def moe(x: Any, router_logits: Any, w_gate_up: Any, w_down: Any, top_k: int, *, 
       the order of a token's top_k additions, hence the last bits, may vary from run to run on a GPU)
       or 'separate' (GEMM2 writes the T * top_k weighted rows, :func:`moe_sum` adds them in order j:
       reproducible).
-    - ``gemm``: 'auto' (kcompiler.ops.moe_gemm's tensor-core grouped GEMMs for bf16 activations where
-      the target has 'mma', else std.moe's SIMT ones), 'simt' or 'mma'
-      (force one; 'mma' takes bf16 x only), or 'sm90' (opt-in, not chosen by 'auto' until measured:
-      kcompiler.ops.moe_sm90's grouped GEMMs of std.matmul_sm90, TMA + wgmma, for prefill-sized T on
+    - ``gemm``: 'auto' ('sm90' for bf16 x and weights on an sm_90 GPU from
+      :data:`MOE_SM90_MIN_ROWS_PER_EXPERT` assignments an expert; else kcompiler.ops.moe_gemm's
+      tensor-core grouped GEMMs for bf16 activations where the target has 'mma', else std.moe's SIMT
+      ones), 'simt' or 'mma' (force one; 'mma' takes bf16 x only), or 'sm90'
+      (kcompiler.ops.moe_sm90's grouped GEMMs of std.matmul_sm90, TMA + wgmma, for prefill-sized T on
       an sm_90 GPU or numpy arrays on the CPU target's emulation; bf16 weights, H and I multiples of 8;
       the sum is always the ordered one, ``reduce`` is not used).
     - ``target``: as every op ('auto': where x lives).
@@ -414,6 +422,9 @@ def moe(x: Any, router_logits: Any, w_gate_up: Any, w_down: Any, top_k: int, *, 
     _route_args(router_logits, top_k, mode, renormalize, fn)
     if tokens == 0 or hidden == 0:
         return _zeros(x, (tokens, hidden), src.name)
+    if gemm == "auto" and tokens * int(top_k) >= MOE_SM90_MIN_ROWS_PER_EXPERT * e \
+            and target_for(x, target) == "cuda" and src.name == "bf16" and moe_sm90.reason_not(x, wg, wd) is None:
+        gemm = "sm90"
     if gemm == "sm90":
         why = moe_sm90.reason_not(x, wg, wd)
         if why is not None:
@@ -566,7 +577,7 @@ class _MoEPlan:
         if use_mma:
             gmod = _common.stdlib_module("moe_gemm", target)
             tk = moe_gemm.moe_gemm_tiles(bm)
-            dec = moe_gemm.MOE_MXFP4_DECODES["mul"]
+            dec = moe_gemm.MOE_MXFP4_DECODES[moe_gemm.MOE_MXFP4_DECODE]
             has = gmod.target_has("mma")
             self.mma1 = bool(has and hidden % moe_gemm.MOE_VALUES_PER_LOAD[wg.format] == 0
                              and data_ptr(gdata) % 16 == 0 and data_ptr(x) % 16 == 0)
@@ -671,5 +682,5 @@ class _MoEPlan:
         return out
 
 
-__all__ = ["MOE_ALIGN_CHUNK", "MOE_ALIGN_MAX_EXPERTS", "MOE_FUSED_MAX_ASSIGNMENTS", "MOE_MODES", "MOE_ROUTE_MAX_EXPERTS", "MOE_ROUTE_MAX_TOP_K",
+__all__ = ["MOE_ALIGN_CHUNK", "MOE_ALIGN_MAX_EXPERTS", "MOE_FUSED_MAX_ASSIGNMENTS", "MOE_MODES", "MOE_ROUTE_MAX_EXPERTS", "MOE_SM90_MIN_ROWS_PER_EXPERT", "MOE_ROUTE_MAX_TOP_K",
            "MOE_SIMT_BN", "MOE_SIMT_THREADS", "moe", "moe_align", "moe_route", "moe_route_align", "moe_simt_block_m", "moe_sum"]

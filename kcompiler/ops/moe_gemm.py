@@ -117,13 +117,20 @@ def _bf16_2d(a: Any, fn: str, name: str) -> None:
         raise TypeError(f"{fn}: {name} must be a 2-D bf16 array, not {arrays.describe(a)}")
 
 
-#: MXFP4 decodes of the tensor-core path (std.moe_gemm's compile-time DEC): "mul" (the default: a
+#: MXFP4 decodes of the tensor-core path (std.moe_gemm's compile-time DEC): "mul" (a
 #: pair of nibbles isolated by an AND, moved into place by one integer multiply, a second AND; the
 #: second scale factor of scales above 128 multiplied under a predicate), "split" (the same decode,
 #: each step compiled twice: a pass with one scale multiply a word and a one-instruction factor, taken
 #: where no scale of the warp's step is above 128 or NaN, and a pass with both factors) and "shift"
 #: (two shifts and ANDs a word, the earlier decode, kept for comparison in benchmarks).
 MOE_MXFP4_DECODES = {"mul": 1, "shift": 0, "split": 2}
+
+#: The decode :func:`moe_gemm_swiglu`, :func:`moe_gemm_down` and ops.moe use unless told: "split",
+#: measured on an H100 (2026-11-27, benchmarks/bench_moe_gemm.py --variants, gpt-oss shape, one run):
+#: gate/up 1.17x "mul" at T = 1 and 1.31x at T = 64 (1.72 and 1.95 TB/s of weights: 57% and 64% of
+#: the 3.03 TB/s copy), down 1.11x and 1.03x; with scales above 128 (its two-factor pass) within noise
+#: of "mul" (benchmarks/RESULTS.md).
+MOE_MXFP4_DECODE = "split"
 
 #: Compile-time parameters :func:`moe_gemm_swiglu` / :func:`moe_gemm_down` take in ``tuning`` (benchmark
 #: variants of the tensor-core path), with the values each may have: the tiling (``MT``, ``KW``, ``U``:
@@ -145,7 +152,8 @@ def _tuned(tiles: dict[str, int], tuning: Any, fn: str) -> dict[str, int]:
     return out
 
 
-def _decode(decode: str, fn: str) -> int:
+def _decode(decode: str | None, fn: str) -> int:
+    decode = MOE_MXFP4_DECODE if decode is None else decode
     if decode not in MOE_MXFP4_DECODES:
         raise ValueError(f"{fn}: decode must be one of {sorted(MOE_MXFP4_DECODES)}, not {decode!r}")
     return MOE_MXFP4_DECODES[decode]
@@ -164,7 +172,7 @@ def _activations(x: Any, fn: str) -> tuple[Any, Any]:
 
 
 def moe_gemm_swiglu(x: Any, w_gate_up: ExpertWeights, routing: MoERouting, *, out: Any = None,
-                    target: str = "auto", decode: str = "mul", tuning: Any = None) -> Any:
+                    target: str = "auto", decode: str | None = None, tuning: Any = None) -> Any:
     """The gate/up projection of a MoE layer with SwiGLU fused: for every assignment a = t * top_k + j
     (token t's j-th expert e), ``H[a] = silu(x[t] @ Wg[e]^T) * (x[t] @ Wu[e]^T)``.
 
@@ -177,7 +185,8 @@ def moe_gemm_swiglu(x: Any, w_gate_up: ExpertWeights, routing: MoERouting, *, ou
     ``block_m`` is a multiple of 8 (:func:`moe_block_m`). Products of bf16 values, summed in f32, the
     SiLU by std.math's silu, H rounded once to bf16. Returns H, bf16 (T * top_k, I) of x's kind (or
     ``out``, filled; rows of assignments not in the routing are left alone). ``decode``: the MXFP4
-    decode of the tensor-core path (:data:`MOE_MXFP4_DECODES`; the same values either way).
+    decode of the tensor-core path (:data:`MOE_MXFP4_DECODES`; None: :data:`MOE_MXFP4_DECODE`; the
+    same values either way).
     ``tuning``: a mapping of compile-time overrides (:data:`MOE_TUNING_KEYS`; the same values either
     way), for benchmarks.
 
@@ -214,7 +223,7 @@ def moe_gemm_swiglu(x: Any, w_gate_up: ExpertWeights, routing: MoERouting, *, ou
 
 
 def moe_gemm_down(h: Any, w_down: ExpertWeights, routing: MoERouting, *, reduce: str = "atomic", out: Any = None,
-                  out_dtype: str = "f32", target: str = "auto", decode: str = "mul", tuning: Any = None) -> Any:
+                  out_dtype: str = "f32", target: str = "auto", decode: str | None = None, tuning: Any = None) -> Any:
     """The down projection of a MoE layer, weighted by the routing: for every assignment a = t * top_k
     + j (token t's j-th expert e, weight p = routing.topk_weights[t, j]), ``Y[a] = p * (h[a] @
     Wd[e]^T)``.
@@ -273,4 +282,4 @@ def moe_gemm_down(h: Any, w_down: ExpertWeights, routing: MoERouting, *, reduce:
     return out
 
 
-__all__ = ["MOE_GEMM_TILES", "MOE_MXFP4_DECODES", "MOE_TUNING_KEYS", "MOE_VALUES_PER_LOAD", "moe_block_m", "moe_gemm_down", "moe_gemm_swiglu", "moe_gemm_tiles"]
+__all__ = ["MOE_GEMM_TILES", "MOE_MXFP4_DECODE", "MOE_MXFP4_DECODES", "MOE_TUNING_KEYS", "MOE_VALUES_PER_LOAD", "moe_block_m", "moe_gemm_down", "moe_gemm_swiglu", "moe_gemm_tiles"]

@@ -20,8 +20,8 @@ can have (P / BLOCK_M rows of tiles), whose blocks walk the (tile row, tile colu
 use are neither written nor read.
 
 Weights bf16 (FP8 and MXFP4 take the other paths for now). H and I multiples of 8 (TMA's 16-byte
-rows). Opt-in until measured on an H100 (benchmarks/bench_moe.py): ``ops.moe``'s "auto" does not
-choose it. Torch CUDA tensors on an sm_90 GPU, or numpy arrays on the CPU target's emulation of
+rows). ``ops.moe``'s "auto" takes it for bf16 on an sm_90 GPU from
+ops.MOE_SM90_MIN_ROWS_PER_EXPERT assignments an expert (measured: benchmarks/RESULTS.md). Torch CUDA tensors on an sm_90 GPU, or numpy arrays on the CPU target's emulation of
 wgmma and TMA (``target_options={"emulate_wgmma": True}``: slow, for tests)."""
 from __future__ import annotations
 

@@ -217,6 +217,109 @@ def test_rms_norm_mma_emulated(emulated_mma, fuse, kmajor, M, N, K):
         _check(r, h, h_tol)
 
 
+# --- AMD's MFMA path (std.matmul_amd) under emulate_mfma -----------------------------------------------------
+
+_MFMA_MODULES: dict = {}
+
+
+def _mfma_module(chip):
+    if chip not in _MFMA_MODULES:
+        _MFMA_MODULES[chip] = kc.compile_file(stdlib_dir() / "matmul.kc", target="cpu",
+                                              target_options={"emulate_mfma": chip}, check_bounds=True)
+    return _MFMA_MODULES[chip]
+
+
+def _launch_mfma(mod, a, b, c, kmajor, tiles, NL, x, y, s, **params):
+    """kernel matmul_epilogue on the MFMA path: wavefronts of 64, the LDS of matmul_shared_bytes(mfma=True)."""
+    M, K = a.shape
+    N = c.shape[1]
+    threads = tiles["BM"] // tiles["WM"] * (tiles["BN"] // tiles["WN"]) * 64
+    grid = (-(-NL // tiles["BN"]), -(-M // tiles["BM"]))
+    aligned = K % 8 == 0 and N % 8 == 0
+    mod.matmul_epilogue[grid, threads](a, b, c, M, N, K, K, b.shape[1] if not kmajor else K, N, x, y, np.float32(s),
+                                       T=params.pop("T"), B_KMAJOR=kmajor, ALIGNED=aligned,
+                                       shared=ops.matmul_shared_bytes(tiles, 2, kmajor, mfma=True), **params, **tiles)
+
+
+#: (chip, tiles): 32x32 MFMA tiles (MI 32: 2 wavefronts across N) and 16x16 ones (MI 16, 4 across N)
+MFMA_TILES = [("gfx942", dict(BM=32, BN=64, BK=32, WM=32, WN=32, STAGES=2)),
+              ("gfx942", dict(BM=32, BN=64, BK=32, WM=16, WN=16, STAGES=2)),
+              ("gfx950", dict(BM=64, BN=64, BK=32, WM=32, WN=32, STAGES=2))]
+
+
+@pytest.mark.parametrize("tiles, kmajor, M, N, K, name", [
+    (0, True, 37, 21, 40, "gelu_and_mul"), (1, False, 33, 48, 72, "silu_and_mul"),
+    (2, True, 70, 45, 24, "gelu_tanh_and_mul")], ids=["mi32-nk-odd", "mi16-kn", "gfx950-nk"])
+def test_gated_mfma_emulated(tiles, kmajor, M, N, K, name):
+    """The gate and up products of an output column sit 8 lanes apart in an MFMA tile (B's logical
+    columns in groups of 8, as std.matmul's): their xor shuffle, N not a multiple of 8 or of the tile."""
+    chip, t = MFMA_TILES[tiles]
+    a = RNG.standard_normal((M, K)).astype(ml_dtypes.bfloat16)
+    w = RNG.standard_normal((2 * N, K)).astype(ml_dtypes.bfloat16)
+    c = np.full((M, N), np.nan, np.float32)
+    un = np.zeros(1, np.float32)
+    _launch_mfma(_mfma_module(chip), a, w if kmajor else np.ascontiguousarray(w.T), c, kmajor, t, 16 * -(-N // 8),
+                 un, un, 1.0, T="bf16", OUT="f32", FUSE=1, GLU=f"epilogue.{name}")
+    check_gated(c, a, w, name)
+
+
+@pytest.mark.parametrize("tiles, fuse, kmajor, M, N, K", [
+    (0, 2, True, 37, 45, 40), (1, 4, False, 70, 64, 24), (2, 3, True, 9, 50, 72)],
+    ids=["mi32-rms-nk", "mi16-fused-add-kn", "gfx950-add"])
+def test_rms_norm_mfma_emulated(tiles, fuse, kmajor, M, N, K):
+    """A row's squares summed over the MI lanes of its MFMA tiles by shuffles, then across the BN / WN
+    wavefronts in LDS."""
+    chip, t = MFMA_TILES[tiles]
+    a = RNG.standard_normal((M, K)).astype(ml_dtypes.bfloat16)
+    w = RNG.standard_normal((N, K)).astype(ml_dtypes.bfloat16)
+    weight = RNG.uniform(0.5, 1.5, N).astype(np.float32)
+    r = RNG.standard_normal((M, N)).astype(ml_dtypes.bfloat16)
+    r0 = r.copy()
+    c = np.full((M, N), np.nan, ml_dtypes.bfloat16)
+    _launch_mfma(_mfma_module(chip), a, w if kmajor else np.ascontiguousarray(w.T), c, kmajor, t, N, weight, r, EPS,
+                 T="bf16", OUT="bf16", EPI="epilogue.identity", FUSE=fuse)
+    ref, tol, h, h_tol = norm_reference(a, w, weight, r0 if fuse >= 3 else None)
+    _check(c, ref, tol + _u(c.dtype) * np.abs(ref))
+    if fuse == 4:
+        _check(r, h, h_tol)
+    else:
+        assert np.array_equal(r.view(np.uint16), r0.view(np.uint16))
+
+
+def test_fused_ops_take_the_mfma_path(monkeypatch):
+    """ops.matmul's fused epilogues where std.matmul is built for MFMA (the emulated gfx942 module standing
+    in for a HIP device's): the host's wavefronts of 64, MFMA LDS size and RMSNorm tiles, both
+    epilogues right (they raised ValueError before the MFMA path had them)."""
+    from kcompiler.ops import _common
+    real = _common.stdlib_module
+    mod = _mfma_module("gfx942")
+    monkeypatch.setattr(_common, "stdlib_module", lambda name, target: mod if name == "matmul" else real(name, target))
+    M, N, K = 45, 200, 40
+    a = RNG.standard_normal((M, K)).astype(ml_dtypes.bfloat16)
+    w = RNG.standard_normal((2 * N, K)).astype(ml_dtypes.bfloat16)
+    check_gated(ops.matmul(a, np.ascontiguousarray(w.T), epilogue="silu_and_mul", out_dtype="f32"), a, w, "silu_and_mul")
+    weight = RNG.uniform(0.5, 1.5, N).astype(np.float32)
+    c = ops.matmul(a, w[:N].T, epilogue=ops.rms_norm_epilogue(weight, EPS), out_dtype="f32")
+    ref, tol, _, _ = norm_reference(a, w[:N], weight, None)
+    _check(c, ref, tol + U32 * np.abs(ref))
+
+
+@pytest.mark.parametrize("params", [
+    dict(FUSE=1, B_KMAJOR=True, OUT="bf16", BM=64, BN=64, BK=32, WM=32, WN=32),
+    dict(FUSE=4, B_KMAJOR=False, OUT="bf16", Y="bf16", BM=32, BN=256, BK=32, WM=32, WN=64)], ids=["gated", "norm"])
+def test_fused_mfma_builds_for_gfx942(params):
+    """The kernels ops.matmul launches for the fused epilogues on gfx942 (its tiles: matmul_tiles' for
+    the gated product, the widest RMSNorm tile) compile with LLVM's AMDGPU backend to MFMA and
+    cross-lane moves without scratch (AMDGPUUsage: .private_segment_fixed_size, .vgpr_spill_count).
+    Checked against the backend only: no AMD GPU ran them."""
+    asm = pipeline.emit_file(stdlib_dir() / "matmul.kc", "asm", target="amdgcn", arch="gfx942", kernel="matmul_epilogue",
+                             comptime=dict(T="bf16", ALIGNED=True, STAGES=2, **params))
+    assert "v_mfma_f32_32x32x8" in asm
+    assert ".private_segment_fixed_size: 0" in asm and ".vgpr_spill_count: 0" in asm
+    # the gate's partner 8 lanes over / the row sums across lanes: DPP or ds_swizzle / ds_bpermute
+    assert any(op in asm for op in ("ds_bpermute_b32", "ds_swizzle_b32", "_dpp", "v_permlane"))
+
+
 # --- std.matmul_sm90 under emulate_wgmma --------------------------------------------------------------------
 
 @pytest.fixture(scope="module")

@@ -221,3 +221,23 @@ def test_moe_sm90_on_cuda(shape, t_n):
     err = (got.double() - ref).abs()
     assert bool((err <= bound).all()), float((err / bound).max())
     assert float(err.norm() / ref.norm()) < 2.0 ** -6
+
+
+@pytest.mark.gpu
+def test_auto_takes_sm90_from_the_measured_rows_per_expert():
+    """gemm='auto' on an sm_90 GPU with bf16 x and weights: the Hopper grouped GEMMs from
+    ops.MOE_SM90_MIN_ROWS_PER_EXPERT assignments an expert (the same bits as gemm='sm90'), the mma.sync
+    path below it (the same bits as gemm='mma' with reduce='separate')."""
+    torch = pytest.importorskip("torch")
+    e_n, k, hid, inter = 8, 2, 512, 256
+    wg = (torch.randn(e_n, 2 * inter, hid, device="cuda") / hid ** 0.5).to(torch.bfloat16)
+    wd = (torch.randn(e_n, hid, inter, device="cuda") / inter ** 0.5).to(torch.bfloat16)
+    edge = ops.MOE_SM90_MIN_ROWS_PER_EXPERT * e_n // k
+    for t_n, want in ((edge, "sm90"), (edge - 1, "mma")):
+        x = torch.randn(t_n, hid, device="cuda", dtype=torch.bfloat16)
+        logits = torch.randn(t_n, e_n, device="cuda")
+        got = ops.moe(x, logits, wg, wd, k, reduce="separate")
+        other = {"sm90": "mma", "mma": "sm90"}[want]
+        same = ops.moe(x, logits, wg, wd, k, reduce="separate", gemm=want)
+        assert torch.equal(got, same), (t_n, want)
+        assert not torch.equal(got, ops.moe(x, logits, wg, wd, k, reduce="separate", gemm=other)), (t_n, other)

@@ -86,12 +86,12 @@ def test_mla_hopper_path_checks_the_devices_shared_memory(monkeypatch):
     ckv, kpe = z((1, 64, 256), np.float16), z((1, 64, 64), np.float16)
     tiles = ops_mla.MLA_SM90_TILES
     assert ops_mla.mla_sm90_reason_not(q_nope, q_pe, ckv, kpe, tiles, "cpu") is None
-    monkeypatch.setattr(ops_mla, "device_of", lambda mod, x: FakeDevice(shared_memory_per_block=100_000))
     need = ops_mla.mla_sm90_shared_bytes(256, 64, tiles)
-    assert need > 100_000
+    limit = need - 1
+    monkeypatch.setattr(ops_mla, "device_of", lambda mod, x: FakeDevice(shared_memory_per_block=limit))
     why = ops_mla.mla_sm90_reason_not(q_nope, q_pe, ckv, kpe, tiles, "cpu")
-    assert why == (f"BN 64 in 2 stages needs {need} bytes of shared memory, more than the 100000 a block may "
-                   f"have on this device")
+    assert why == (f"BN {tiles['BN']} in {tiles['STAGES']} stages needs {need} bytes of shared memory, more "
+                   f"than the {limit} a block may have on this device")
 
 
 @pytest.mark.gpu
