@@ -1,6 +1,6 @@
 """Token sampling by std.sampling: :func:`sample` (greedy, top-k, top-p, min-p and their combinations,
 without sorting the vocabulary: one fused kernel a call) and its building blocks :func:`softmax`,
-:func:`top_k_mask_logits`, :func:`top_p_renorm_probs`."""
+:func:`top_k_mask_logits`, :func:`top_p_renorm_probs` (std.sampling_blocks)."""
 from __future__ import annotations
 
 from typing import Any
@@ -276,7 +276,7 @@ def softmax(logits: Any, temperature: Any = 1.0, *, target: str = "auto") -> Any
     temp = _row_param(temperature, logits, rows, "f32", "temperature", "softmax")
     x2, ld = _row_view(logits, rows, vocab)
     if rows:
-        mod = _common.stdlib_module("sampling", target_for(logits, target))
+        mod = _common.stdlib_module("sampling_blocks", target_for(logits, target))
         mod.softmax[rows, SAMPLING_THREADS](x2, out, temp, vocab, ld, T=src.name, stream=_common.stream_of(logits),
                                             **_loads(src, x2, ld))
     return out
@@ -293,7 +293,7 @@ def top_k_mask_logits(logits: Any, top_k: Any, *, target: str = "auto") -> Any:
     k = _row_param(top_k, logits, rows, "i32", "top_k", "top_k_mask_logits")
     x2, ld = _row_view(logits, rows, vocab)
     if rows:
-        mod = _common.stdlib_module("sampling", target_for(logits, target))
+        mod = _common.stdlib_module("sampling_blocks", target_for(logits, target))
         mod.top_k_mask_logits[rows, SAMPLING_THREADS](x2, out, k, vocab, ld, T=src.name,
                                                       stream=_common.stream_of(logits), **_loads(src, x2, ld))
     return out
@@ -310,7 +310,7 @@ def top_p_renorm_probs(probs: Any, top_p: Any, *, target: str = "auto") -> Any:
     p = _row_param(top_p, probs, rows, "f32", "top_p", "top_p_renorm_probs")
     x2, ld = _row_view(probs, rows, vocab)
     if rows:
-        mod = _common.stdlib_module("sampling", target_for(probs, target))
+        mod = _common.stdlib_module("sampling_blocks", target_for(probs, target))
         mod.top_p_renorm_probs[rows, SAMPLING_THREADS](x2, out, p, vocab, ld, T=src.name,
                                                        stream=_common.stream_of(probs), **_loads(src, x2, ld))
     return out

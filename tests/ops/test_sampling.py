@@ -250,7 +250,8 @@ SM90_KERNELS = [("sample", dict(T="bf16", PROBS=False)), ("sample", dict(T="f32"
 def test_kernels_assemble_for_sm90(name, params):
     from kcompiler.pipeline import emit_file
     params = {**S.kernel_params(params["T"], 1024), **params}    # the host's VEC, U, ALIGNED
-    ptx = emit_file(stdlib_dir() / "sampling.kc", "asm", "nvptx", "sm_90a", kernel=name, comptime=params)
+    ptx = emit_file(stdlib_dir() / ("sampling.kc" if name.startswith("sample") else "sampling_blocks.kc"), "asm",
+                    "nvptx", "sm_90a", kernel=name, comptime=params)
     log = ptxas(ptx, verbose=True)
     regs = int(re.search(r"Used (\d+) registers", log).group(1))
     assert ".maxntid 1024" in ptx and regs <= 64, (name, log)  # 1024 threads fit the 64K registers
