@@ -109,9 +109,10 @@ def test_default_split_rule():
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [np.float32, BF16], ids=["f32", "bf16"])
 def test_cuda_lists_draw_the_cpu_tokens(monkeypatch, dtype):
-    """On CUDA with the host's CAP (128 KiB of shared memory a block), split and unsplit, the tokens of
-    the CPU target without lists, at vocabularies up to 256000; and under CUDA graph capture and
-    replay on a side stream the same tokens as the eager call."""
+    """On CUDA with the host's CAP (128 KiB of shared memory a block) and PRUNE, split (the default at
+    batch <= 16, vocab >= 64K) and unsplit: the tokens of the CPU target without lists and PRUNE, at
+    vocabularies up to 256000; and a CUDA graph captured and replayed on a side stream (the split
+    kernel's scratch fresh in the capture) gives the eager call's tokens."""
     torch = pytest.importorskip("torch")
     rng = np.random.default_rng(99)
     for rows, vocab in ((1, 256000), (4, 128256), (24, 32003)):
@@ -120,16 +121,16 @@ def test_cuda_lists_draw_the_cpu_tokens(monkeypatch, dtype):
             params[1][:], params[2][:] = 50, 0.9                # the benchmark's top-k + top-p row
         x = case(rng, rows, vocab, dtype, 1.0)
         monkeypatch.setattr(S, "SAMPLING_LISTS", 0)
-        cpu = draws(x, params, range(3))
+        monkeypatch.setattr(S, "SAMPLING_PRUNE", False)
+        cpu = draws(x, params, range(3))                    # the kernels' first version (split as on CUDA)
         monkeypatch.setattr(S, "SAMPLING_LISTS", 16)
+        monkeypatch.setattr(S, "SAMPLING_PRUNE", True)
         t = to_torch(torch, x).cuda()
         tp = [torch.as_tensor(p).cuda() for p in params]
         got = np.stack([S.sample(t, temperature=tp[0], top_k=tp[1], top_p=tp[2], min_p=tp[3], seed=s,
                                  offset=s % 3).cpu().numpy() for s in range(3)])
-        filtered = (params[1] > 0) | (params[2] < 1) | (params[3] > 0)
-        split = S.split_chunks(rows, vocab) > 1
-        cols = filtered if split else np.ones(rows, bool)   # a split temperature-only row draws another token
-        np.testing.assert_array_equal(got[:, cols], cpu[:, cols], err_msg=f"{rows}x{vocab}")
+        assert (S.split_chunks(rows, vocab) > 1) == (rows <= 16)   # the default rule, split and unsplit
+        np.testing.assert_array_equal(got, cpu, err_msg=f"{rows}x{vocab}")
         s = torch.cuda.Stream()
         s.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(s):
