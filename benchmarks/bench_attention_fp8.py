@@ -25,7 +25,12 @@ from kcompiler import ops
 #: FP8 tile candidates (ops.attention's tiles for the Hopper kernel); none spills (ptxas, sm_90a: BN 256
 #: and CONSUMERS 3 do, so they are not timed)
 FP8_TILES = [dict(BN=128), dict(BN=128, STAGES=3), dict(BN=128, OVERLAP=True),
-             dict(BN=128, OVERLAP=True, PINGPONG=True), dict(BN=128, STAGES=3, OVERLAP=True, PINGPONG=True)]
+             dict(BN=128, OVERLAP=True, PINGPONG=True), dict(BN=128, STAGES=3, OVERLAP=True, PINGPONG=True),
+             # P packed as before (PACK_ABS false: the NaN-sign fix-up, 145 more SASS instructions a tile)
+             dict(BN=128, STAGES=3, PACK_ABS=False),
+             # OVERLAP in FlashAttention-3's order (stdlib/attention_sm90.kc: the softmax between the waits)
+             dict(BN=128, OVERLAP=True, FA3_ORDER=True), dict(BN=128, OVERLAP=True, PINGPONG=True, FA3_ORDER=True),
+             dict(BN=128, STAGES=3, OVERLAP=True, PINGPONG=True, FA3_ORDER=True)]
 
 
 def bench(fn) -> float:

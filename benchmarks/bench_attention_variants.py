@@ -39,6 +39,8 @@ SHAPES = [(16, 16, 1024, 64, False), (8, 16, 2048, 128, True), (4, 32, 4096, 128
 SM90_VARIANTS = {
     64: [("2wg BN128 seq", dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=False)),
          ("2wg BN128 pingpong", dict(BN=128, STAGES=2, OVERLAP=True, PINGPONG=True)),
+         ("2wg BN128 pingpong fa3", dict(BN=128, STAGES=2, OVERLAP=True, PINGPONG=True, FA3_ORDER=True)),
+         ("3wg BN64 overlap fa3", dict(BN=64, STAGES=2, OVERLAP=True, PINGPONG=False, CONSUMERS=3, FA3_ORDER=True)),
          ("2wg BN192 seq", dict(BN=192, STAGES=2, OVERLAP=False, PINGPONG=False)),
          ("3wg BN128 seq", dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=False, CONSUMERS=3)),
          ("3wg BN64 overlap", dict(BN=64, STAGES=2, OVERLAP=True, PINGPONG=False, CONSUMERS=3)),
@@ -46,6 +48,14 @@ SM90_VARIANTS = {
          ("1wg BN128 overlap x2 blocks", dict(BN=128, STAGES=2, OVERLAP=True, PINGPONG=False, CONSUMERS=1,
                                               BLOCKS_PER_SM=2))],
     128: [("2wg BN128 seq", dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=False)),
+          # the causal mask's select chains as before (MASK_SELECT false: ~1,000 FSEL an edge tile, not 64)
+          ("2wg BN128 seq old mask", dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=False, MASK_SELECT=False)),
+          # OVERLAP as written (ptxas moves the wait for P V up before the softmax: no overlap in SASS)
+          # and in FlashAttention-3's order (the whole softmax between the waits), with and without turns
+          ("2wg BN128 pingpong", dict(BN=128, STAGES=2, OVERLAP=True, PINGPONG=True)),
+          ("2wg BN128 overlap fa3", dict(BN=128, STAGES=2, OVERLAP=True, PINGPONG=False, FA3_ORDER=True)),
+          ("2wg BN128 pingpong fa3", dict(BN=128, STAGES=2, OVERLAP=True, PINGPONG=True, FA3_ORDER=True)),
+          ("2wg BN128 pingpong fa3 3st", dict(BN=128, STAGES=3, OVERLAP=True, PINGPONG=True, FA3_ORDER=True)),
           ("3wg BN64 seq", dict(BN=64, STAGES=2, OVERLAP=False, PINGPONG=False, CONSUMERS=3)),
           ("3wg BN64 overlap", dict(BN=64, STAGES=2, OVERLAP=True, PINGPONG=False, CONSUMERS=3)),
           ("1wg BN64 seq x2 blocks", dict(BN=64, STAGES=2, OVERLAP=False, PINGPONG=False, CONSUMERS=1,

@@ -3,7 +3,10 @@ bench_attention.py's decode shapes, in one run on a CUDA GPU: the numbers ops.de
 one-line choice is made from.
 
     python benchmarks/bench_decode_variants.py [--kinds gqa8,gqa4,mha] [--pages 16,64]
-        [--variants ring,eager,...] [--splits 1,2,4] [--workers 8] [--json OUT.json]
+        [--variants ring,eager,...|gqa8] [--splits 1,2,4] [--workers 8] [--json OUT.json]
+
+``--variants gqa8`` (:data:`PRESETS`) times the GQA 8:1 candidates of issue 23 beside the current
+choice: ``--kinds gqa8 --variants gqa8 --splits ''`` is the quick run for DECODE_TC_DEFAULT[8].
 
 B 32, H 32, 8192 keys, D 128, bf16, one query token, a paged cache in shuffled page order (pages of 16
 and of 64). Kinds: gqa8 (4 KV heads, 8:1), gqa4 (8 KV heads, 4:1) and mha (32 KV heads: ops' default
@@ -38,6 +41,11 @@ sys.path.insert(0, HERE)
 B, H, S, D = 32, 32, 8192, 128
 #: kind: KV heads of the 32 query heads
 KINDS = {"gqa8": 4, "gqa4": 8, "mha": 32}
+#: named lists of variants for ``--variants``: gqa8, the candidates for GQA 8:1 on pages of 16 (one
+#: unsplit wave of 128 blocks; GATHER's pages read a step ahead, more bytes in flight an SM) beside
+#: ring_1wave, the choice they would replace (ops.decode.DECODE_TC_VARIANTS says what each is)
+PRESETS = {"gqa8": ["ring_1wave", "eager_1wave", "ring_gather", "eager_gather", "s3_gather", "w8_1wave",
+                    "w8_s3_1wave", "w2_bn64"]}
 
 
 def _warm(job: tuple) -> str:
@@ -74,14 +82,14 @@ def main() -> None:
     p.add_argument("--kinds", default="gqa8,gqa4,mha")
     p.add_argument("--pages", default="16,64")
     p.add_argument("--variants", default=",".join(dec.DECODE_TC_VARIANTS),
-                   help="names of ops.decode.DECODE_TC_VARIANTS (default: all)")
+                   help="names of ops.decode.DECODE_TC_VARIANTS (default: all), or one of PRESETS")
     p.add_argument("--splits", default="1,2,4", help="fixed split counts with the default tiles ('' for none)")
     p.add_argument("--workers", type=int, default=8, help="processes compiling the kernels first (0: none)")
     p.add_argument("--json", help="write the results here")
     args = p.parse_args()
     kinds = [k for k in args.kinds.split(",") if k]
     pages = [int(x) for x in args.pages.split(",") if x]
-    variants = [v for v in args.variants.split(",") if v]
+    variants = PRESETS.get(args.variants) or [v for v in args.variants.split(",") if v]
     splits = [int(x) for x in args.splits.split(",") if x]
     unknown = [v for v in variants if v not in dec.DECODE_TC_VARIANTS] + [k for k in kinds if k not in KINDS]
     if unknown:

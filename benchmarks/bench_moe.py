@@ -5,13 +5,17 @@ device-to-device copy measured in the same run.
 
     python benchmarks/bench_moe.py [--quick] [--tokens 1,16,64,512,4096] [--formats bf16,fp8,mxfp4]
         [--configs 32x2880x2880,128x4096x1536] [--top-k 4] [--reduce atomic|separate] [--gemm auto|simt|mma|sm90]
-    python benchmarks/bench_moe.py --sm90 [--tokens 1024,4096]
+    python benchmarks/bench_moe.py --sm90 [--tokens 1024,4096] [--formats bf16,fp8]
 
 --sm90: the Hopper path (ops.moe(gemm="sm90"): std.matmul_sm90's grouped GEMMs, TMA + wgmma) against
-the mma.sync path (gemm="mma", "auto"'s choice below ops.MOE_SM90_MIN_ROWS_PER_EXPERT) and torch at prefill sizes, bf16 weights, on gpt-oss's shape (E 32, top_k
-4, H = I = 2880) and a Mixtral-like one (E 8, top_k 2, H 4096, I 14336): the layer's ms and TFLOP/s for
-each, and the sm90 path's two grouped GEMMs alone (TFLOP/s of the rows computed: T top_k of them,
-not the padding), tokens 1024 and 4096 unless --tokens says otherwise.
+the mma.sync path (gemm="mma", "auto"'s choice below ops.MOE_SM90_MIN_ROWS_PER_EXPERT, and for FP8
+weights) and torch at prefill sizes, on gpt-oss's shape (E 32, top_k 4, H = I = 2880) and a
+Mixtral-like one (E 8, top_k 2, H 4096, I 14336): the layer's ms and TFLOP/s for each, and the sm90
+path's two grouped GEMMs alone (TFLOP/s of the rows computed: T top_k of them, not the padding),
+tokens 1024 and 4096 unless --tokens says otherwise, bf16 weights unless --formats says otherwise
+(bf16 and fp8: FP8's GEMMs are E4M3 x E4M3, x and h quantised per row; its "quant ms" column is the
+two per-row quantisations, moe_sm90_quant, together; its results are checked by the relative error
+norm, within 2^-3: the activations' quantisation alone is about 2^-4.5).
 
 --small: the decode rows instead (gpt-oss's E 32, top_k 4, H = I = 2880; T 1, 4, 16, 64; bf16 and MXFP4):
 routing + alignment (ops.moe_route_align), the two GEMMs alone (ops.moe_gemm_swiglu + moe_gemm_down on a
@@ -167,7 +171,11 @@ def main():
         return small_rows(args.top_k)
     if args.sm90:
         given = args.tokens != ap.get_default("tokens")
-        sm90_table([int(t) for t in (args.tokens if given else "1024,4096").split(",")])
+        formats = args.formats.split(",") if args.formats != ap.get_default("formats") else ["bf16"]
+        bad = [f for f in formats if f not in ("bf16", "fp8")]
+        if bad:
+            ap.error(f"--sm90 takes --formats bf16 and fp8, not {','.join(bad)}")
+        sm90_table([int(t) for t in (args.tokens if given else "1024,4096").split(",")], formats)
         return
     if args.quick:
         args.tokens, args.formats, args.configs = "1,64,512", "bf16,mxfp4", args.configs.split(",")[0]
@@ -215,49 +223,75 @@ def main():
         torch.cuda.empty_cache()
 
 
-def sm90_table(tokens):
+def sm90_table(tokens, formats=("bf16",)):
     """The --sm90 table (the module docstring)."""
     from kcompiler.ops import moe_sm90
     from kcompiler.ops._common import stdlib_module
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}: ops.moe gemm='sm90' against gemm='mma' "
-          "and torch, bf16; ms and TFLOP/s (6 T top_k H I FLOPs)")
+          f"and torch, weights {', '.join(formats)}; ms and TFLOP/s (6 T top_k H I FLOPs)")
     gmod = stdlib_module("matmul_sm90", "cuda")
+    qmod = stdlib_module("moe_sm90", "cuda")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     for name, e, k, hid, inter in (("gpt-oss", 32, 4, 2880, 2880), ("mixtral", 8, 2, 4096, 14336)):
-        wg, wg_ref, _ = make_weights(e, 2 * inter, hid, "bf16")
-        wd, wd_ref, _ = make_weights(e, hid, inter, "bf16")
-        print(f"\n{name}: E {e}, top_k {k}, H {hid}, I {inter}")
-        print(f"{'T':>5} {'sm90 ms':>8} {'TFLOP/s':>8} {'mma ms':>8} {'TFLOP/s':>8} {'torch ms':>9} {'TFLOP/s':>8} "
-              f"{'GEMM1 TFLOP/s':>14} {'GEMM2 TFLOP/s':>14}")
-        for t in tokens:
-            x = torch.randn(t, hid, device="cuda", dtype=torch.bfloat16)
-            logits = torch.randn(t, e, device="cuda", dtype=torch.float32)
-            flops = 6 * t * k * hid * inter
-            ref = torch_moe(x, logits, wg_ref, wd_ref, k).float()
-            runs = {g: (lambda g=g: ops.moe(x, logits, wg, wd, k, gemm=g)) for g in ("sm90", "mma")}
-            row = f"{t:>5}"
-            for g, fn in runs.items():
-                err = float((fn().float() - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
-                if err > 3e-2:
-                    row += f" {'WRONG':>8} {err:>8.2g}"
-                    continue
-                ms = time_ms(fn)
-                row += f" {ms:>8.3f} {flops / ms / 1e9:>8.1f}"
-            ms = time_ms(lambda: torch_moe(x, logits, wg_ref, wd_ref, k))
-            row += f" {ms:>9.3f} {flops / ms / 1e9:>8.1f}"
-            # the grouped GEMMs alone, on the routing and operands of one call
-            ids, w = ops.moe_route(logits, k)
-            routing = ops.moe_align(ids, w, e, moe_sm90.BLOCK_M)
-            P = routing.sorted_ids.shape[0]
-            xp = torch.randn(P, hid, device="cuda", dtype=torch.bfloat16)
-            h = torch.empty(P, inter, device="cuda", dtype=torch.bfloat16)
-            y = torch.empty(P, hid, device="cuda", dtype=torch.bfloat16)
-            g1 = time_ms(lambda: moe_sm90.grouped_gemm(gmod, xp, wg.data, routing, h, gated=True, sms=sms))
-            g2 = time_ms(lambda: moe_sm90.grouped_gemm(gmod, h, wd.data, routing, y, gated=False, sms=sms))
-            row += f" {4 * t * k * hid * inter / g1 / 1e9:>14.1f} {2 * t * k * hid * inter / g2 / 1e9:>14.1f}"
-            print(row, flush=True)
-        del wg, wd, wg_ref, wd_ref
-        torch.cuda.empty_cache()
+        for fmt in formats:
+            wg, wg_ref, _ = make_weights(e, 2 * inter, hid, fmt)
+            wd, wd_ref, _ = make_weights(e, hid, inter, fmt)
+            print(f"\n{name}: E {e}, top_k {k}, H {hid}, I {inter}, {fmt} weights")
+            print(f"{'T':>5} {'sm90 ms':>8} {'TFLOP/s':>8} {'mma ms':>8} {'TFLOP/s':>8} {'torch ms':>9} "
+                  f"{'TFLOP/s':>8} {'GEMM1 TFLOP/s':>14} {'GEMM2 TFLOP/s':>14}" + (f" {'quant ms':>9}" if fmt == "fp8"
+                                                                                   else ""))
+            for t in tokens:
+                x = torch.randn(t, hid, device="cuda", dtype=torch.bfloat16)
+                logits = torch.randn(t, e, device="cuda", dtype=torch.float32)
+                flops = 6 * t * k * hid * inter
+                ref = torch_moe(x, logits, wg_ref, wd_ref, k).float()
+                runs = {g: (lambda g=g: ops.moe(x, logits, wg, wd, k, gemm=g)) for g in ("sm90", "mma")}
+                row = f"{t:>5}"
+                for g, fn in runs.items():
+                    got = fn().float()
+                    if fmt == "fp8" and g == "sm90":  # activations quantised: a norm-wise check
+                        err = float((got - ref).norm() / ref.norm().clamp_min(1e-30))
+                        wrong = err > 2.0 ** -3
+                    else:
+                        err = float((got - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
+                        wrong = err > 3e-2
+                    if wrong:
+                        row += f" {'WRONG':>8} {err:>8.2g}"
+                        continue
+                    ms = time_ms(fn)
+                    row += f" {ms:>8.3f} {flops / ms / 1e9:>8.1f}"
+                ms = time_ms(lambda: torch_moe(x, logits, wg_ref, wd_ref, k))
+                row += f" {ms:>9.3f} {flops / ms / 1e9:>8.1f}"
+                # the grouped GEMMs alone, on the routing and operands of one call
+                ids, w = ops.moe_route(logits, k)
+                routing = ops.moe_align(ids, w, e, moe_sm90.BLOCK_M)
+                P = routing.sorted_ids.shape[0]
+                h = torch.empty(P, inter, device="cuda", dtype=torch.bfloat16)
+                y = torch.empty(P, hid, device="cuda", dtype=torch.bfloat16)
+                if fmt == "fp8":
+                    xp = torch.randn(P, hid, device="cuda").to(torch.float8_e4m3fn)
+                    hq = torch.randn(P, inter, device="cuda").to(torch.float8_e4m3fn)
+                    sx = torch.full((P,), 1 / 64, device="cuda")
+                    g1 = time_ms(lambda: moe_sm90.grouped_gemm(gmod, xp, wg.data, routing, h, gated=True, sms=sms,
+                                                               scale_a=sx, scale_w=wg.scales))
+                    g2 = time_ms(lambda: moe_sm90.grouped_gemm(gmod, hq, wd.data, routing, y, gated=False, sms=sms,
+                                                               scale_a=sx, scale_w=wd.scales))
+                    inv = torch.empty(t * k, device="cuda", dtype=torch.int32)
+                    sq = torch.empty(P, device="cuda")
+                    qx = torch.empty(P, hid, device="cuda", dtype=torch.float8_e4m3fn)
+                    qh = torch.empty(P, inter, device="cuda", dtype=torch.float8_e4m3fn)
+                    qt = time_ms(lambda: (moe_sm90.quantize_rows(qmod, x, routing, qx, sq, inv),
+                                          moe_sm90.quantize_rows(qmod, h, routing, qh, sq)))
+                else:
+                    xp = torch.randn(P, hid, device="cuda", dtype=torch.bfloat16)
+                    g1 = time_ms(lambda: moe_sm90.grouped_gemm(gmod, xp, wg.data, routing, h, gated=True, sms=sms))
+                    g2 = time_ms(lambda: moe_sm90.grouped_gemm(gmod, h, wd.data, routing, y, gated=False, sms=sms))
+                row += f" {4 * t * k * hid * inter / g1 / 1e9:>14.1f} {2 * t * k * hid * inter / g2 / 1e9:>14.1f}"
+                if fmt == "fp8":
+                    row += f" {qt:>9.3f}"
+                print(row, flush=True)
+            del wg, wd, wg_ref, wd_ref
+            torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":

@@ -2,6 +2,8 @@
 without a GPU; ``-v`` reports registers and spills."""
 from __future__ import annotations
 
+import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -27,3 +29,27 @@ def ptxas(ptx: str, arch: str = "sm_90a", verbose: bool = False) -> str | None:
                             str(Path(d) / "k.cubin")], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     return r.stderr
+
+
+#: NVIDIA's disassembler (CUDA's nvdisasm, or pip's nvidia-cuda-nvdisasm): $KC_NVDISASM, else PATH's
+NVDISASM = os.environ.get("KC_NVDISASM") or shutil.which("nvdisasm")
+
+#: Marks a test that reads SASS (it skips where neither ptxas nor nvdisasm is found).
+needs_nvdisasm = pytest.mark.skipif(PTXAS is None or NVDISASM is None,
+                                    reason="ptxas or nvdisasm not found ($KC_NVDISASM, PATH)")
+
+
+def sass(ptx: str, arch: str = "sm_90a") -> list[str]:
+    """The SASS instructions of ``ptx`` assembled for ``arch`` (ptxas, then nvdisasm), one string each
+    in program order (predicate included, without addresses and ';'); ``.L_x_N:`` labels kept."""
+    with tempfile.TemporaryDirectory() as d:
+        src, cubin = Path(d) / "k.ptx", Path(d) / "k.cubin"
+        src.write_text(ptx)
+        subprocess.run([PTXAS, f"-arch={arch}", str(src), "-o", str(cubin)], check=True, capture_output=True)
+        text = subprocess.run([NVDISASM, "-c", str(cubin)], check=True, capture_output=True, text=True).stdout
+    out = []
+    for line in text.splitlines():
+        m = re.match(r"^(\.L_x_\d+):", line) or re.search(r"/\*[0-9a-f]{4,}\*/\s+(.*?)\s*;", line)
+        if m:
+            out.append(m.group(1) + (":" if line.startswith(".L") else ""))
+    return out

@@ -390,6 +390,14 @@ class Target:
         from .llvm import minifloat  # lazy: llvmlite, which `import kcompiler` does not load
         return [minifloat.encode(ctx.b, x, fmt, saturate) for x in xs]
 
+    def minifloat_encode_pairs(self, ctx: "LoweringContext", xs: list[ll.Value], fmt: Any,
+                               saturate: bool) -> list[ll.Value] | None:
+        """:meth:`minifloat_encode`'s codes of an even number of f32 ``xs`` two to an i16 (the first
+        of a pair in the low byte), the same bits, where the target converts pairs in one instruction;
+        None (the default) where it does not. A vector conversion is then built of 16-bit lanes, which
+        LLVM packs into words without splitting and re-joining bytes."""
+        return None
+
     def minifloat_decode(self, ctx: "LoweringContext", codes: list[ll.Value], fmt: Any) -> list[ll.Value]:
         """The f32 values of the i8 ``codes`` in ``fmt`` (exact); software by default."""
         from .llvm import minifloat  # lazy: llvmlite, which `import kcompiler` does not load

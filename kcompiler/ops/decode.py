@@ -23,11 +23,15 @@ DECODE_SIMT = {"mha": dict(WARPS=4, U=4, STAGES=3), "gqa": dict(WARPS=4, U=2, ST
 #: paged_decode_ring: WARPS warps with private cp.async rings of BN keys a step, STAGES deep; else
 #: paged_decode_tc: one warp a block, prefill_mma's tiles, :data:`DECODE_TC_SINGLE`), EAGER (a warp
 #: refills the slot it read last before waiting for the next: STAGES steps of copies in flight while
-#: it waits, not STAGES - 1) and MIN_WAVES (the split choice, :func:`split_count`: 1, split until the
+#: it waits, not STAGES - 1), MIN_WAVES (the split choice, :func:`split_count`: 1, split until the
 #: blocks fill the resident slots at least once; 0.9, a single wave filling 90 % of them stays unsplit
-#: and needs no merge_states pass). Shared memory at D 128 bf16, blocks an H100 SM holds: "ring" 140
-#: KB, 1; "bn16" 72 KB, 3 (12 warps an SM); "bn16_s3" 106 KB, 2; "w8" 136 KB, 1 of 8 warps; "s3" 208
-#: KB, 1 (two steps in flight a warp without EAGER). benchmarks/bench_decode_variants.py times them.
+#: and needs no merge_states pass) and GATHER (pages smaller than BN: all BN / PAGE pages of a step
+#: read a step ahead, instead of a block-table read before each 16-byte copy, in series with it:
+#: 16 of them a lane a step at BN 32, D 128, pages of 16; no change where PAGE >= BN). Shared memory
+#: at D 128 bf16, blocks an H100 SM holds: "ring" 140 KB, 1; "bn16" 72 KB, 3 (12 warps an SM);
+#: "bn16_s3" 106 KB, 2; "w8" 136 KB, 1 of 8 warps; "w8_s3" 208 KB, 1; "s3" 208 KB, 1 (two steps in
+#: flight a warp without EAGER); "w2_bn64" 140 KB, 1 of 2 warps (4 pages of 16 a step).
+#: benchmarks/bench_decode_variants.py times them.
 DECODE_TC_VARIANTS = {
     "ring": dict(RING=True, WARPS=4, BN=32, STAGES=2),
     "ring_1wave": dict(RING=True, WARPS=4, BN=32, STAGES=2, MIN_WAVES=0.9),
@@ -38,6 +42,14 @@ DECODE_TC_VARIANTS = {
     "bn16_1wave": dict(RING=True, WARPS=4, BN=16, STAGES=2, EAGER=True, MIN_WAVES=0.9),
     "bn16_s3": dict(RING=True, WARPS=4, BN=16, STAGES=3, EAGER=True),
     "w8": dict(RING=True, WARPS=8, BN=16, STAGES=2, EAGER=True),
+    # GQA 8:1 on pages of 16 (issue 23): one unsplit wave, more bytes in flight an SM or no table
+    # read on the copies' path (bytes in flight an SM at the wait, D 128 bf16, 1 block an SM)
+    "ring_gather": dict(RING=True, WARPS=4, BN=32, STAGES=2, MIN_WAVES=0.9, GATHER=True),  # 4 x 16 KB
+    "eager_gather": dict(RING=True, WARPS=4, BN=32, STAGES=2, EAGER=True, MIN_WAVES=0.9, GATHER=True),  # 4 x 32
+    "s3_gather": dict(RING=True, WARPS=4, BN=32, STAGES=3, MIN_WAVES=0.9, GATHER=True),  # 4 x 32 KB
+    "w8_1wave": dict(RING=True, WARPS=8, BN=16, STAGES=2, EAGER=True, MIN_WAVES=0.9),  # 8 x 16 KB
+    "w8_s3_1wave": dict(RING=True, WARPS=8, BN=16, STAGES=3, EAGER=True, MIN_WAVES=0.9),  # 8 x 24 KB
+    "w2_bn64": dict(RING=True, WARPS=2, BN=64, STAGES=2, EAGER=True, MIN_WAVES=0.9, GATHER=True),  # 2 x 64 KB
 }
 #: The tensor-core decode's default variant (:data:`DECODE_TC_VARIANTS`) by G, the query heads a KV
 #: head: the entry of the least key at or above G (the last one past them). The measured choice
@@ -326,7 +338,7 @@ def paged_decode(q: Any, k_cache: Any, v_cache: Any, block_table: Any, seq_lens:
       where G >= 4 and the target has it (benchmarks/RESULTS.md), the SIMT path otherwise.
       ``tc_tiles``: its kernel, tiles and split choice, a name of :data:`DECODE_TC_VARIANTS` or keys
       over the default for G (:data:`DECODE_TC_DEFAULT`, :func:`decode_tc_tiles`): RING, warps
-      streaming their own keys through cp.async rings (WARPS, BN, STAGES, EAGER, MIN_WAVES); RING
+      streaming their own keys through cp.async rings (WARPS, BN, STAGES, EAGER, MIN_WAVES, GATHER); RING
       False, one warp a block on prefill_mma's tiles (:data:`DECODE_TC_SINGLE`).
 
     numpy in, numpy out; torch in, torch out. Raises TypeError for other dtypes and ValueError for
@@ -434,7 +446,8 @@ def _tc_tiles(tc_tiles: dict[str, Any] | str | None, G: int, D: int, itemsize: i
                              f" not {given}")
         shared = 16 * (D + 8) * itemsize + max(tiles["WARPS"] * tiles["STAGES"] * 2 * tiles["BN"] * (D + 8)
                                                * itemsize, tiles["WARPS"] * 16 * (D + 2) * 4)
-        tiles.update(RING=True, EAGER=bool(given.get("EAGER", False)), MIN_WAVES=waves)
+        tiles.update(RING=True, EAGER=bool(given.get("EAGER", False)), GATHER=bool(given.get("GATHER", False)),
+                     MIN_WAVES=waves)
         return tiles, tiles["WARPS"] * 32, 168, shared
     tiles = {**DECODE_TC_SINGLE, **{k: v for k, v in given.items() if k in ("BN", "STAGES")}, "BM": 16, "RING": False}
     return tiles, 32, 255, (tiles["BM"] + 2 * tiles["STAGES"] * tiles["BN"]) * (D + 8) * itemsize

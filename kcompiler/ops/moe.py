@@ -372,7 +372,9 @@ def moe(x: Any, router_logits: Any, w_gate_up: Any, w_down: Any, top_k: int, *, 
       tensor-core grouped GEMMs for bf16 activations where the target has 'mma', else std.moe's SIMT
       ones), 'simt' or 'mma' (force one; 'mma' takes bf16 x only), or 'sm90'
       (kcompiler.ops.moe_sm90's grouped GEMMs of std.matmul_sm90, TMA + wgmma, for prefill-sized T on
-      an sm_90 GPU or numpy arrays on the CPU target's emulation; bf16 weights, H and I multiples of 8;
+      an sm_90 GPU or numpy arrays on the CPU target's emulation; bf16 or FP8 weights (FP8: x and h
+      quantised per row to E4M3, moe_sm90's accuracy contract; 'auto' does not choose it for FP8), H
+      and I multiples of 8 (16 for FP8);
       the sum is always the ordered one, ``reduce`` is not used).
     - ``target``: as every op ('auto': where x lives).
 
@@ -423,7 +425,8 @@ def moe(x: Any, router_logits: Any, w_gate_up: Any, w_down: Any, top_k: int, *, 
     if tokens == 0 or hidden == 0:
         return _zeros(x, (tokens, hidden), src.name)
     if gemm == "auto" and tokens * int(top_k) >= MOE_SM90_MIN_ROWS_PER_EXPERT * e \
-            and target_for(x, target) == "cuda" and src.name == "bf16" and moe_sm90.reason_not(x, wg, wd) is None:
+            and target_for(x, target) == "cuda" and src.name == "bf16" and wg.format == "bf16" \
+            and moe_sm90.reason_not(x, wg, wd) is None:  # FP8 on sm90 quantises x: not chosen for the user
         gemm = "sm90"
     if gemm == "sm90":
         why = moe_sm90.reason_not(x, wg, wd)

@@ -19,10 +19,30 @@ can have (P / BLOCK_M rows of tiles), whose blocks walk the (tile row, tile colu
 ``tile_expert[row]``, is B's outermost tensor-map coordinate. Rows of the slots past the tiles in
 use are neither written nor read.
 
-Weights bf16 (FP8 and MXFP4 take the other paths for now). H and I multiples of 8 (TMA's 16-byte
-rows). ``ops.moe``'s "auto" takes it for bf16 on an sm_90 GPU from
-ops.MOE_SM90_MIN_ROWS_PER_EXPERT assignments an expert (measured: benchmarks/RESULTS.md). Torch CUDA tensors on an sm_90 GPU, or numpy arrays on the CPU target's emulation of
-wgmma and TMA (``target_options={"emulate_wgmma": True}``: slow, for tests)."""
+Weights bf16, or FP8 (ExpertWeights "fp8": E4M3 codes, an f32 scale per output channel of each
+expert), where both operands of both GEMMs are E4M3 (wgmma multiplies no bf16 by FP8)::
+
+    x --moe_sm90_quant (gather)--> xq (P, H) e4m3, sx (P,) f32: per row, sx = max(abs(x[t])) / 448
+    xq, w_gate_up codes --matmul_sm90_grouped, SCALE 2, FUSE 1--> h = silu(g) * u, bf16, with
+        g[p, i] = sx[p] * sw[e, i] * (xq[p] . Wq[e, i]),  u[p, i] = sx[p] * sw[e, I + i] * (xq[p] . Wq[e, I + i])
+        (f32 products of f32 sums, dequantised before SwiGLU)
+    h --moe_sm90_quant--> hq (P, I) e4m3, sh (P,) f32, the same rule per row of h
+    hq, w_down codes --matmul_sm90_grouped, SCALE 2--> y[p, n] = sh[p] * swd[e, n] * (hq[p] . Wdq[e, n]), bf16
+
+The accuracy contract of the FP8 path: the weights are used exactly as their codes and scales say;
+the activations are quantised per token (each row of x, then each row of h) with a scale ``s = max(abs(row))
+/ 448`` to E4M3 by round to nearest even, so each element v of a row is used as ``q * s`` with ``abs(q * s
+- v) <= 2^-4 abs(v)`` (half an ulp of E4M3's 3 fraction bits) where ``abs(v) >= 2^-6 s``, else ``<= 2^-10
+s`` (E4M3's subnormals: half of 2^-9); the rest is f32 accumulation and the bf16 roundings of h and y (as the bf16
+path). x is quantised from its own values (not rounded to bf16 first); h from its bf16 value.
+tests/ops/test_moe_sm90.py checks the quantisation bit for bit against numpy and the layer against a
+float64 reference that quantises the same way, within the error these bounds allow.
+
+H and I multiples of 8 (TMA's 16-byte rows of bf16), of 16 for FP8 (of E4M3). ``ops.moe``'s "auto"
+takes this path for bf16 on an sm_90 GPU from ops.MOE_SM90_MIN_ROWS_PER_EXPERT assignments an expert
+(measured: benchmarks/RESULTS.md), not for FP8 (not yet measured; it quantises the activations).
+Torch CUDA tensors on an sm_90 GPU, or numpy arrays on the CPU target's emulation of wgmma and TMA
+(``target_options={"emulate_wgmma": True}``: slow, for tests)."""
 from __future__ import annotations
 
 from typing import Any
@@ -44,16 +64,24 @@ BLOCK_M = matmul_sm90.tile_m(matmul_sm90.CONFIGS[CONFIG])
 THREADS = 128
 
 
+#: The weight formats this path takes (both GEMMs' weights in one of them).
+FORMATS = ("bf16", "fp8")
+
+
 def reason_not(x: Any, wg: ExpertWeights, wd: ExpertWeights) -> tuple[type, str] | None:
     """Why this path cannot run ops.moe on ``x`` with these weights, as (the exception to raise,
-    the message), or None: it takes bf16 weights (TypeError), H and I multiples of 8 (ValueError),
-    torch CUDA tensors (on an sm_90 GPU, else RuntimeError) or numpy arrays (the CPU target's
-    emulation; TypeError for other arrays)."""
-    if wg.format != "bf16" or wd.format != "bf16":
-        return TypeError, f"gemm='sm90' takes bf16 weights (not {wg.format} and {wd.format}) for now"
+    the message), or None: it takes bf16 or FP8 weights, both of one format (TypeError; MXFP4 not
+    yet), H and I multiples of 8, of 16 for FP8 (ValueError: TMA's 16-byte rows), torch CUDA tensors
+    (on an sm_90 GPU, else RuntimeError) or numpy arrays (the CPU target's emulation; TypeError for
+    other arrays)."""
+    if wg.format not in FORMATS or wd.format != wg.format:
+        return TypeError, (f"gemm='sm90' takes bf16 or fp8 weights, both of one format (not {wg.format} and "
+                           f"{wd.format}; mxfp4 takes gemm='auto' for now)")
     e, n2, h = wg.shape
-    if h % 8 or (n2 // 2) % 8:
-        return ValueError, f"gemm='sm90' needs H ({h}) and I ({n2 // 2}) multiples of 8 (TMA's 16-byte rows)"
+    m = 16 if wg.format == "fp8" else 8
+    if h % m or (n2 // 2) % m:
+        return ValueError, (f"gemm='sm90' needs H ({h}) and I ({n2 // 2}) multiples of {m} with {wg.format} "
+                            "weights (TMA's 16-byte rows)")
     if arrays.is_torch_tensor(x) and x.is_cuda:
         if not _common.stdlib_module("matmul_sm90", "cuda").target_has("wgmma"):
             return RuntimeError, "gemm='sm90' needs an sm_90 GPU (wgmma, TMA)"
@@ -87,44 +115,76 @@ def _aligned(a: Any) -> Any:
 
 
 def grouped_gemm(mod: Any, a: Any, w: Any, routing: MoERouting, c: Any, *, gated: bool, sms: int,
-                 config: dict | None = None, stream: Any = None) -> Any:
+                 config: dict | None = None, stream: Any = None, scale_a: Any = None, scale_w: Any = None) -> Any:
     """``c[p] = A[p] @ W[e]^T`` (or, ``gated``, silu(A[p] @ Wg[e]^T) * (A[p] @ Wu[e]^T)) for every
     slot p of the routing's tiles in use, e = ``routing.tile_expert[p // BM]``, by std.matmul_sm90's
     matmul_sm90_grouped (``mod``: that module, CUDA or the CPU emulation).
 
-    ``a``: bf16 (P, K) with P = len(routing.sorted_ids); ``w``: bf16 (E, N, K), or gated (E, 2 N, K)
-    (gate rows first); ``c``: bf16 (P, N); all contiguous, 16-byte aligned, K and N multiples of 8.
-    ``config``: one of matmul_sm90.CONFIGS (default :data:`CONFIG`) whose tile rows are the
-    routing's block_m. ``sms``: the persistent grid's most blocks. Returns c."""
+    ``a``: (P, K) with P = len(routing.sorted_ids) and ``w``: (E, N, K), or gated (E, 2 N, K) (gate
+    rows first), both bf16 or both f8e4m3; ``c``: bf16 (P, N); all contiguous, 16-byte aligned, K
+    and N multiples of 16 bytes' elements. FP8 takes ``scale_a`` (f32, one per slot: A's rows are
+    ``A[p] * scale_a[p]``) and ``scale_w`` (f32 (E, N) or gated (E, 2 N): W[e, n] is ``w[e, n] *
+    scale_w[e, n]``), applied to the f32 products before SwiGLU; bf16 takes neither. ``config``: one
+    of matmul_sm90.CONFIGS (default :data:`CONFIG`) whose tile rows are the routing's block_m.
+    ``sms``: the persistent grid's most blocks. Returns c."""
     cfg = dict(config or matmul_sm90.CONFIGS[CONFIG])
     bm, bn = matmul_sm90.tile_m(cfg), cfg["BN"]
     if routing.block_m != bm or cfg.get("PINGPONG") or cfg.get("CLUSTER_M", 1) != 1:
         raise ValueError(f"grouped_gemm: a cooperative configuration without clusters of {routing.block_m} rows")
+    t = arrays.array_scalar_type(a).name
+    if t not in ("bf16", "f8e4m3") or arrays.array_scalar_type(w).name != t:
+        raise TypeError(f"grouped_gemm: a and w both bf16 or both f8e4m3, not {arrays.describe(a)} and "
+                        f"{arrays.describe(w)}")
+    if (scale_a is None) != (t == "bf16") or (scale_w is None) != (t == "bf16"):
+        raise ValueError("grouped_gemm: f8e4m3 operands take scale_a and scale_w, bf16 ones neither")
+    bk = matmul_sm90.BK[t]
     P, K = (int(d) for d in a.shape)
     E, N = int(w.shape[0]), int(w.shape[1]) // (2 if gated else 1)
-    ta = cached_tensor_map(a, (bm, 64))
+    ta = cached_tensor_map(a, (bm, bk))
     if gated:
-        tb = cached_tensor_map(w.reshape(E, 2, N, K), (1, 1, bn // 2, 64))
+        tb = cached_tensor_map(w.reshape(E, 2, N, K), (1, 1, bn // 2, bk))
     else:
-        tb = cached_tensor_map(w, (1, bn, 64))
+        tb = cached_tensor_map(w, (1, bn, bk))
     cols = bn // 2 if gated else bn
     grid = max(1, min(sms, P // bm * -(-N // cols)))
     dummy = matmul_sm90._dummy_f32(a.device if arrays.is_torch_tensor(a) else None)
-    params = dict(T="bf16", OUT="bf16", BK=64, BN=bn, CONSUMERS=cfg["CONSUMERS"], STAGES=cfg["STAGES"],
-                  GROUP_M=cfg["GROUP_M"], ALIGNED=True, FUSE=1 if gated else 0)
+    sa = dummy if scale_a is None else scale_a.reshape(-1)
+    sb = dummy if scale_w is None else scale_w.reshape(-1)
+    params = dict(T=t, OUT="bf16", BK=bk, BN=bn, CONSUMERS=cfg["CONSUMERS"], STAGES=cfg["STAGES"],
+                  GROUP_M=cfg["GROUP_M"], ALIGNED=True, FUSE=1 if gated else 0, SCALE=0 if scale_a is None else 2)
     mod.matmul_sm90_grouped[grid, 128 * (cfg["CONSUMERS"] + 1)](
-        ta, tb, c.reshape(-1), P, N, K, N, dummy, dummy, 1.0, routing.tile_expert, routing.num_tiles,
-        shared=matmul_sm90.shared_bytes(cfg, "bf16"), stream=_common.stream_of(c) if stream is None else stream,
+        ta, tb, c.reshape(-1), P, N, K, N, sa, sb, dummy, dummy, 1.0, routing.tile_expert, routing.num_tiles,
+        shared=matmul_sm90.shared_bytes(cfg, t), stream=_common.stream_of(c) if stream is None else stream,
         **params)
     return c
+
+
+def quantize_rows(mod: Any, src: Any, routing: MoERouting, q: Any, sq: Any, inv: Any = None, *,
+                  stream: Any = None) -> None:
+    """std.moe_sm90's moe_sm90_quant (``mod``: that module): every slot p of the routing's tiles in use
+    quantised to E4M3 with one f32 scale, ``q[p] * sq[p]`` ~ its row (the module docstring's rule).
+    With ``inv`` (i32 (T top_k,), written): ``src`` is x (T, H), slot p's row is x's row of its
+    assignment's token (zeros for padding slots), as moe_sm90_gather; else ``src`` is (P, H), row p.
+    ``q``: f8e4m3 (P, H), 16-byte aligned; ``sq``: f32 (P,)."""
+    t = arrays.array_scalar_type(src)
+    H = int(src.shape[1])
+    P = int(routing.sorted_ids.shape[0])
+    n = routing.tokens * routing.top_k
+    vec = _vec(t.size, (H,), (_common.data_ptr(src),)) or 1
+    gather = inv is not None
+    inv = inv if gather else routing.num_tiles  # not written when not gathering
+    mod.moe_sm90_quant[max(1, P), THREADS](src, H, routing.sorted_ids, routing.num_tiles, routing.block_m, n,
+                                           routing.top_k, H, q, sq, inv, T=t.name, VEC=vec, GATHER=gather,
+                                           stream=_common.stream_of(src) if stream is None else stream)
 
 
 def moe_sm90(x: Any, routing: MoERouting, wg: ExpertWeights, wd: ExpertWeights, *, target: str = "auto",
              config: dict | None = None, sms: int | None = None) -> Any:
     """The MoE layer's experts on the Hopper path (the module's data flow): ``out[t] = sum_j w_tj *
-    (silu(x[t] Wg[e]^T) * (x[t] Wu[e]^T)) Wd[e]^T`` for x (T, H) of f32, bf16 or f16 (rounded to bf16
-    for the GEMMs), ``routing`` from moe_align with block_m = :data:`BLOCK_M` (or ``config``'s tile
-    rows), bf16 ExpertWeights wg (E, 2 I, H) and wd (E, H, I) of x's kind, where :func:`reason_not`
+    (silu(x[t] Wg[e]^T) * (x[t] Wu[e]^T)) Wd[e]^T`` for x (T, H) of f32, bf16 or f16, ``routing`` from
+    moe_align with block_m = :data:`BLOCK_M` (or ``config``'s tile rows), ExpertWeights wg (E, 2 I, H)
+    and wd (E, H, I) of x's kind, both bf16 (x rounded to bf16 for the GEMMs) or both FP8 (x and h
+    quantised per row to E4M3: the module docstring's accuracy contract), where :func:`reason_not`
     finds nothing. h and y are bf16; sums in f32. Returns (T, H) in x's dtype and kind. ``sms``:
     the persistent grids' most blocks (default: the device's multiprocessors; 8 on the CPU)."""
     src = arrays.array_scalar_type(x)
@@ -144,15 +204,25 @@ def moe_sm90(x: Any, routing: MoERouting, wg: ExpertWeights, wd: ExpertWeights, 
     stream = _common.stream_of(x)
     x = _common.contiguous(x)
     P = int(routing.sorted_ids.shape[0])
-    xp = _empty(x, (P, H), "bf16")
     inv = _common.empty_like(x, (max(n, 1),), "i32")
-    vec = _vec(src.size, (H,), (_common.data_ptr(x),)) or 1
-    mod.moe_sm90_gather[max(1, P), THREADS](x, H, routing.sorted_ids, routing.num_tiles, routing.block_m, n, k, H,
-                                            xp, inv, T=src.name, VEC=vec, stream=stream)
     h = _empty(x, (P, inter), "bf16")
-    grouped_gemm(gmod, xp, _aligned(wg.data), routing, h, gated=True, sms=sms, config=config, stream=stream)
     y = _empty(x, (P, H), "bf16")
-    grouped_gemm(gmod, h, _aligned(wd.data), routing, y, gated=False, sms=sms, config=config, stream=stream)
+    if wg.format == "fp8":
+        xq, sx = _empty(x, (P, H), "f8e4m3"), _common.empty_like(x, (P,), "f32")
+        quantize_rows(mod, x, routing, xq, sx, inv, stream=stream)
+        grouped_gemm(gmod, xq, _aligned(wg.data), routing, h, gated=True, sms=sms, config=config, stream=stream,
+                     scale_a=sx, scale_w=_common.contiguous(wg.scales))
+        hq, sh = _empty(x, (P, inter), "f8e4m3"), _common.empty_like(x, (P,), "f32")
+        quantize_rows(mod, h, routing, hq, sh, stream=stream)
+        grouped_gemm(gmod, hq, _aligned(wd.data), routing, y, gated=False, sms=sms, config=config, stream=stream,
+                     scale_a=sh, scale_w=_common.contiguous(wd.scales))
+    else:
+        xp = _empty(x, (P, H), "bf16")
+        vec = _vec(src.size, (H,), (_common.data_ptr(x),)) or 1
+        mod.moe_sm90_gather[max(1, P), THREADS](x, H, routing.sorted_ids, routing.num_tiles, routing.block_m, n, k,
+                                                H, xp, inv, T=src.name, VEC=vec, stream=stream)
+        grouped_gemm(gmod, xp, _aligned(wg.data), routing, h, gated=True, sms=sms, config=config, stream=stream)
+        grouped_gemm(gmod, h, _aligned(wd.data), routing, y, gated=False, sms=sms, config=config, stream=stream)
     out = _common.empty_like(x, (T, H), src.name)
     ov = 8
     while ov > 1 and (16 // src.size < ov or H % ov or _common.data_ptr(out) % (ov * src.size)):
@@ -165,4 +235,4 @@ def moe_sm90(x: Any, routing: MoERouting, wg: ExpertWeights, wd: ExpertWeights, 
     return out
 
 
-__all__ = ["BLOCK_M", "CONFIG", "THREADS", "grouped_gemm", "moe_sm90", "reason_not"]
+__all__ = ["BLOCK_M", "CONFIG", "FORMATS", "THREADS", "grouped_gemm", "moe_sm90", "quantize_rows", "reason_not"]

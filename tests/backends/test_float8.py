@@ -454,3 +454,49 @@ def test_every_small_float_expression_compiles_or_is_a_located_error():
                 except Exception as err:  # noqa: BLE001 - what the test is looking for
                     bad.append((src, repr(err)))
     assert not bad, bad[:3]
+
+
+VEC8 = """
+kernel enc8[ABS: bool](x: ptr<f32>, y: ptr<f8e4m3>, n: i64) {
+    let i = i64(block_id.x * block_dim.x + thread_id.x) * 8;
+    if i + 8 <= n {
+        var v = load[vec<f32, 8>](x + i);
+        comptime if ABS {
+            v = abs(v);
+        }
+        store(y + i, convert[vec<f8e4m3, 8>](v, saturate = true));
+    }
+}
+"""
+
+
+@pytest.mark.parametrize("use_abs", [False, True], ids=["plain", "abs"])
+def test_ptx_saturating_e4m3_vector_packs_words(use_abs):
+    """A saturating E4M3 vector conversion (FP8 attention's P fragment: stdlib/attention_sm90.kc's p_frag)
+    is built of 16-bit lanes, one cvt.rn.satfinite.e4m3x2.f32 a pair joined two to a word, not split
+    into bytes and re-joined (prmt / bfi / 16-bit shifts: 4-10 SASS instructions a pair); where the
+    signs are known clear (abs), the NaN-sign fix-up (minifloat.or_signs) folds away too."""
+    from kcompiler.backends.nvptx.target import NvptxTarget
+    from kcompiler.pipeline import emit
+    from kcompiler.pipeline import Source
+    ptx = emit(Source(VEC8, "k.kc", "."), "asm", NvptxTarget("sm_90a"), comptime={"ABS": use_abs})
+    assert ptx.count("cvt.rn.satfinite.e4m3x2.f32") == 4
+    assert not re.search(r"\b(prmt|bfi|shr\.u16)\b", ptx), ptx
+    if use_abs:
+        assert not re.search(r"\b(or|and)\.b16\b", ptx), ptx
+    ptxas(ptx, "sm_90a")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("use_abs", [False, True], ids=["plain", "abs"])
+def test_cuda_saturating_e4m3_vector_bits(inputs, use_abs):
+    """The 16-bit-lane vector form of the saturating E4M3 conversion gives ml_dtypes' bits (NaN signs
+    included) on the GPU, as the scalar one does."""
+    x = inputs[: inputs.size // 8 * 8].copy()
+    if use_abs:
+        x = np.abs(x)
+    mod = kc.compile(VEC8, target="cuda", path="vec8.kc")
+    y = np.zeros(x.size, ml_dtype("f8e4m3"))
+    mod.enc8[(x.size // 8 + 255) // 256, 256](x, y, x.size, ABS=use_abs)
+    want = reference.encode(x, "f8e4m3", True)
+    assert (y.view(np.uint8) == want).all(), _bad(x, y.view(np.uint8), want)

@@ -20,6 +20,7 @@ score: 2 eps p_j more in e_j and eps in the LSE.
 from __future__ import annotations
 
 import importlib
+import re
 
 import ml_dtypes
 import numpy as np
@@ -134,7 +135,9 @@ def test_fp8_prefill_emulated(monkeypatch, emulated):
 #: with Sq < Sk in tiles of 256 keys; the overlapped, ping-pong schedule; f16 out
 EMU_SWEEP = [(1, 37, 300, 2, 1, False, "bhsd", None, "bf16"),
              (1, 45, 290, 2, 2, True, "bshd", dict(BN=256), "f16"),
-             (1, 140, 200, 2, 1, True, "bshd", dict(OVERLAP=True, PINGPONG=True), "bf16")]
+             (1, 140, 200, 2, 1, True, "bshd", dict(OVERLAP=True, PINGPONG=True), "bf16"),
+             (1, 140, 300, 2, 1, True, "bshd", dict(OVERLAP=True, PINGPONG=True, FA3_ORDER=True), "bf16"),
+             (1, 70, 300, 2, 1, False, "bhsd", dict(PACK_ABS=False, STAGES=3), "bf16")]
 
 
 @pytest.mark.slow(sample=0)  # 10-30 s each on the CPU target; -m slow runs them
@@ -188,6 +191,9 @@ def test_fp8_prefill_ptx(causal):
     lines = [x for x in ptx.splitlines() if "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3" in x]
     assert len(lines) == 8 and sum("}, {" in x for x in lines) == 4, lines  # 4 of S, 4 of P V (A in registers)
     assert "cvt.rn.satfinite.e4m3x2.f32" in ptx
+    # P's fragments: a cvt a pair, two joined to a word; with PACK_ABS (default) no NaN-sign fix-up, no
+    # byte split and re-join (313 SASS instructions a tile before: prmt, bfi, shifts, logical ops)
+    assert not re.search(r"\b(prmt|bfi|shr\.u16|and\.b16|or\.b16)\b", ptx)
     log = ptxas(ptx, "sm_90a", verbose=True)
     assert "C7514" not in log and "serialized" not in log, log
     assert " 0 bytes spill stores" in log, log
@@ -224,8 +230,10 @@ def test_fp8_prefill_gpu(causal):
     import torch
 
     from kcompiler import ops
-    for (B, Sq, Sk, H, HK, layout, per_head), tiles in zip(GPU_SHAPES, (None, dict(BN=256), None,
-                                                                        dict(OVERLAP=True, PINGPONG=True), None)):
+    for (B, Sq, Sk, H, HK, layout, per_head), tiles in zip(GPU_SHAPES, (None, dict(BN=256), dict(PACK_ABS=False),
+                                                                        dict(OVERLAP=True, PINGPONG=True),
+                                                                        dict(OVERLAP=True, PINGPONG=True,
+                                                                             FA3_ORDER=True))):
         q, k, v = fp8_inputs(B, Sq, Sk, H, HK)
         if per_head:
             dq, dk, dv = (RNG.uniform(0.25, 2.0, (B, HK)).astype(np.float32) for _ in range(3))

@@ -23,7 +23,7 @@ import kcompiler as kc
 from kcompiler.pipeline import compile_source_to
 from kcompiler.runtime.tensormap import tensor_map
 
-from ..ptxas_util import needs_ptxas, ptxas
+from ..ptxas_util import needs_nvdisasm, needs_ptxas, ptxas, sass
 
 #: The module kcompiler.ops.attention (the package's attribute of that name is the function).
 ops_attention = importlib.import_module("kcompiler.ops.attention")
@@ -143,8 +143,11 @@ def test_prefill_sm90_emulated(monkeypatch, emulated, shape):
 
 
 @pytest.mark.parametrize("tiles", [dict(OVERLAP=True), dict(OVERLAP=True, PINGPONG=True),
-                                   dict(BN=64, STAGES=3, OVERLAP=True, PINGPONG=True), dict(BN=64, STAGES=1)],
-                         ids=["overlap", "pingpong", "bn64-3stages-pingpong", "bn64-1stage"])
+                                   dict(BN=64, STAGES=3, OVERLAP=True, PINGPONG=True), dict(BN=64, STAGES=1),
+                                   dict(OVERLAP=True, PINGPONG=True, FA3_ORDER=True),
+                                   dict(BN=64, STAGES=3, OVERLAP=True, FA3_ORDER=True)],
+                         ids=["overlap", "pingpong", "bn64-3stages-pingpong", "bn64-1stage", "fa3order-pingpong",
+                              "bn64-3stages-fa3order"])
 def test_prefill_sm90_tiles_emulated(monkeypatch, emulated, tiles):
     """Other tiles, the intra-warpgroup overlap and the ping-pong of the consumers: the stage ring's
     parities over several laps (more tiles than stages), the turns' parities, causal with Sq != Sk."""
@@ -244,9 +247,10 @@ def test_prefill_sm90_varlen_emulated(monkeypatch, emulated):
 
 @needs_ptxas
 @pytest.mark.parametrize("D", [64, 128])
-@pytest.mark.parametrize("overlap,pingpong", [(False, False), (True, False), (True, True)],
-                         ids=["sequential", "overlap", "pingpong"])
-def test_prefill_sm90_ptx(D, overlap, pingpong):
+@pytest.mark.parametrize("overlap,pingpong,fa3", [(False, False, False), (True, False, False), (True, True, False),
+                                                  (True, True, True)],
+                         ids=["sequential", "overlap", "pingpong", "fa3order-pingpong"])
+def test_prefill_sm90_ptx(D, overlap, pingpong, fa3):
     """sm_90a PTX of the kernel (built as ops builds it: approx_ftz) assembles with ptxas; wgmma with A
     from registers and TMA 4-D copies are there; ptxas serialises no wgmma (warning C7514: it would
     where it cannot prove a wgmma waited for) and spills at most 16 bytes (the causal D = 128 overlapped
@@ -257,13 +261,49 @@ def test_prefill_sm90_ptx(D, overlap, pingpong):
     for causal in (False, True):
         ptx = emit_file(stdlib_dir() / "attention_sm90.kc", "asm", NvptxTarget("sm_90a", approx_ftz=True),
                         kernel="attention_prefill_sm90", comptime=dict(T="bf16", D=D, CAUSAL=causal, OVERLAP=overlap,
-                                                                      PINGPONG=pingpong))
+                                                                      PINGPONG=pingpong, FA3_ORDER=fa3))
         assert "cp.async.bulk.tensor.4d" in ptx and "setmaxnreg.inc.sync.aligned.u32 240" in ptx
         assert any("wgmma.mma_async" in x and "}, {" in x for x in ptx.splitlines())  # A from registers
         log = ptxas(ptx, "sm_90a", verbose=True)
         assert "C7514" not in log and "serialized" not in log, log
         spill = int(log.split(" bytes spill stores")[0].rsplit(None, 1)[-1])
         assert spill <= (16 if causal and overlap and D == 128 else 0), log
+
+
+def _sm90_ptx(**comptime) -> str:
+    """sm_90a PTX of attention_prefill_sm90 as ops builds it (approx_ftz)."""
+    from kcompiler.backends.nvptx.target import NvptxTarget
+    from kcompiler.frontend.program import stdlib_dir
+    from kcompiler.pipeline import emit_file
+    return emit_file(stdlib_dir() / "attention_sm90.kc", "asm", NvptxTarget("sm_90a", approx_ftz=True),
+                     kernel="attention_prefill_sm90", comptime=comptime)
+
+
+@pytest.mark.parametrize("select", [True, False], ids=["select", "old-mask"])
+def test_prefill_sm90_mask_is_one_select_an_element(select):
+    """An edge tile's mask (causal, or past the keys) is one selp a score (64 a thread at BN 128, with
+    the softmax's few); the older form (MASK_SELECT false) assigned under ifs, which LLVM made into
+    selects of the whole vector (1,060 selp, ~1,000 FSEL in SASS)."""
+    n = _sm90_ptx(T="bf16", D=128, CAUSAL=True, MASK_SELECT=select).count("selp.f32")
+    assert (n <= 4 * 64 + 16) if select else (n > 500), n
+
+
+@needs_nvdisasm
+@pytest.mark.parametrize("T", ["bf16", "f8e4m3"])
+@pytest.mark.parametrize("fa3", [True, False], ids=["fa3order", "overlap"])
+def test_prefill_sm90_overlap_in_sass(T, fa3):
+    """In SASS, FA3_ORDER's softmax runs while P V does: every exp2 of the tile (MUFU.EX2, 64 a thread
+    and 2 of the factors) lies between the wait for S (WARPGROUP.DEPBAR.LE gsb0, 0x1) and the wait for
+    P V (0x0). OVERLAP alone has none there: ptxas moves that wait up before the softmax (its P_j takes
+    the registers P_{j-1} V_{j-1} is reading), which is why it is no faster than the sequential form."""
+    comptime = dict(T=T, D=128, CAUSAL=False, OVERLAP=True, PINGPONG=True, FA3_ORDER=fa3)
+    if T == "f8e4m3":
+        comptime["OUT"] = "bf16"
+    code = sass(_sm90_ptx(**comptime))
+    start = next(i for i, x in enumerate(code) if x.startswith("WARPGROUP.DEPBAR.LE gsb0, 0x1"))
+    end = next(i for i in range(start, len(code)) if code[i].startswith("WARPGROUP.DEPBAR.LE gsb0, 0x0"))
+    exps = sum(x.startswith("MUFU.EX2") for x in code[start:end])
+    assert exps >= 64 if fa3 else exps == 0, exps
 
 
 #: (tiles, D, spill stores in bytes causal / not): the block shapes of bench_attention_variants.py's
@@ -352,9 +392,12 @@ def test_prefill_sm90_gpu(D, causal):
 @pytest.mark.parametrize("tiles", [dict(OVERLAP=True), dict(OVERLAP=True, PINGPONG=True), dict(BN=64, STAGES=3),
                                    dict(BN=192, STAGES=2, OVERLAP=True, PINGPONG=True), dict(CONSUMERS=3, BN=64),
                                    dict(CONSUMERS=3, BN=64, OVERLAP=True), dict(BN=64, BLOCKS_PER_SM=2),
-                                   dict(CONSUMERS=1, BLOCKS_PER_SM=2, OVERLAP=True), dict(BN=192, STAGES=2)],
+                                   dict(CONSUMERS=1, BLOCKS_PER_SM=2, OVERLAP=True), dict(BN=192, STAGES=2),
+                                   dict(OVERLAP=True, PINGPONG=True, FA3_ORDER=True),
+                                   dict(OVERLAP=True, FA3_ORDER=True, CONSUMERS=3, BN=64)],
                          ids=["overlap", "pingpong", "bn64-3stages", "bn192-pingpong", "3consumers-bn64",
-                              "3consumers-bn64-overlap", "bn64-2blocks", "1consumer-2blocks-overlap", "bn192"])
+                              "3consumers-bn64-overlap", "bn64-2blocks", "1consumer-2blocks-overlap", "bn192",
+                              "fa3order-pingpong", "3consumers-bn64-fa3order"])
 def test_prefill_sm90_tiles_gpu(tiles):
     """The other tile choices the benchmark times, on the GPU (D 128 and 64, causal)."""
     import torch

@@ -1,5 +1,5 @@
-"""The tensor-core decode's variants (kcompiler.ops.decode.DECODE_TC_VARIANTS: EAGER rings, BN 16, 3
-stages, 8 warps, one-wave split choice) at GQA 8:1 and 16:1 on the CPU target's emulation of mma.sync,
+"""The tensor-core decode's variants (kcompiler.ops.decode.DECODE_TC_VARIANTS: EAGER rings, BN 16 and 64, 3
+stages, 2 and 8 warps, one-wave split choice, GATHER's pages read a step ahead) at GQA 8:1 and 16:1 on the CPU target's emulation of mma.sync,
 ldmatrix and cp.async, against test_attention.py's float64 reference and bounds; the variant table and
 the split choice's MIN_WAVES; their sm_90a PTX through ptxas (registers, no spills)."""
 from __future__ import annotations
@@ -15,8 +15,14 @@ from kcompiler.frontend.program import stdlib_dir
 from ..ptxas_util import needs_ptxas, ptxas
 from .test_attention import DTYPES, RNG, check, decode_reference, emulated, paged_cache  # noqa: F401 (fixture)
 
-#: the variants whose kernels differ (the _1wave ones differ from theirs in the split choice only)
-KERNEL_VARIANTS = [n for n in ops.DECODE_TC_VARIANTS if not n.endswith("_1wave")]
+def _kernel_of(name: str) -> tuple:
+    """A variant's kernel: its compile-time values (MIN_WAVES is the host's split choice only)."""
+    return tuple(sorted((k, v) for k, v in ops.DECODE_TC_VARIANTS[name].items() if k != "MIN_WAVES"))
+
+
+#: one variant of each kernel (e.g. ring_1wave runs ring's kernel with another split choice)
+KERNEL_VARIANTS = [n for i, n in enumerate(ops.DECODE_TC_VARIANTS)
+                   if _kernel_of(n) not in [_kernel_of(m) for m in list(ops.DECODE_TC_VARIANTS)[:i]]]
 
 
 @pytest.fixture(autouse=True)
@@ -44,6 +50,26 @@ def test_tc_decode_variant_emulated(monkeypatch, emulated, variant, G, page, spl
                                 tensor_cores=True, tc_tiles=variant, return_lse=True, target="cpu")
     ref, ref_lse = decode_reference(q, dense, D ** -0.5)
     check(out, lse, ref, ref_lse, v_cache, "bf16")
+
+
+@pytest.mark.parametrize("variant,page,D", [("ring_gather", 8, 16), ("w2_bn64", 8, 16), ("ring_gather", 16, 64)],
+                         ids=["ring_gather-page8-D16", "w2_bn64-page8-D16", "ring_gather-page16-D64"])
+def test_tc_decode_gather_emulated(monkeypatch, emulated, variant, page, D):  # noqa: F811
+    """GATHER's pages a step ahead (BN / PAGE of them) where a lane's pieces of a step lie in one page
+    each (PAGE x D / 8 a multiple of 32: the page picked at compile time) and where they do not (pages
+    of 8 at D 16: picked by the row; BN 64 takes 8 pages a step): GQA 8:1, lengths ending mid-page
+    and mid-step, one key, none, a split into 3 (merge_states) and the split choice's own count."""
+    monkeypatch.setattr(_common, "stdlib_module", emulated)
+    HK, G = 2, 8
+    lens = [211, 0, 1, 64, 9]
+    bf = DTYPES["bf16"]
+    k_cache, v_cache, table, dense = paged_cache(lens, page, HK, D, bf)
+    q = RNG.standard_normal((len(lens), HK * G, D)).astype(bf)
+    ref, ref_lse = decode_reference(q, dense, D ** -0.5)
+    for splits in (None, 3):
+        out, lse = ops.paged_decode(q, k_cache, v_cache, table, np.array(lens, np.int32), num_splits=splits,
+                                    tensor_cores=True, tc_tiles=variant, return_lse=True, target="cpu")
+        check(out, lse, ref, ref_lse, v_cache, "bf16")
 
 
 def test_tc_decode_one_wave_variant_emulated(monkeypatch, emulated):  # noqa: F811
@@ -84,7 +110,10 @@ def test_tc_tiles_by_g_and_by_name(monkeypatch):
     assert ops.decode_tc_tiles(8, "s3") == ops.DECODE_TC_VARIANTS["s3"]
     assert ops.decode_tc_tiles(8, dict(STAGES=3)) == dict(ops.DECODE_TC_VARIANTS["bn16"], STAGES=3)
     tiles, threads, _, shared = decode._tc_tiles(None, 8, 128, 2, "paged_decode")
-    assert tiles == dict(RING=True, WARPS=4, BN=16, STAGES=2, EAGER=True, MIN_WAVES=1.0) and threads == 128
+    assert tiles == dict(RING=True, WARPS=4, BN=16, STAGES=2, EAGER=True, GATHER=False, MIN_WAVES=1.0) \
+        and threads == 128
+    tiles, _, _, _ = decode._tc_tiles("ring_gather", 8, 128, 2, "paged_decode")
+    assert tiles == dict(RING=True, WARPS=4, BN=32, STAGES=2, EAGER=False, GATHER=True, MIN_WAVES=0.9)
     assert shared == 16 * 136 * 2 + 4 * 2 * 2 * 16 * 136 * 2  # Q + the rings (72 KB: 3 blocks an H100 SM)
     with pytest.raises(ValueError, match="tc_tiles 'nope' is none of"):
         ops.decode_tc_tiles(8, "nope")
@@ -96,9 +125,10 @@ def test_tc_tiles_by_g_and_by_name(monkeypatch):
 @pytest.mark.slow(sample=2)
 @pytest.mark.parametrize("variant", KERNEL_VARIANTS)
 def test_tc_decode_variant_ptx(variant):
-    """Each variant's sm_90a PTX at GQA 8:1, D 128, pages of 16, assembles with no spill, in at most
-    168 registers a thread (three blocks of 128 threads an SM, what ops' split choice assumes), with
-    cp.async, ldmatrix and mma.sync."""
+    """Each variant's sm_90a PTX at GQA 8:1, D 128, pages of 16, assembles with no spill, in registers
+    that let an SM hold as many blocks as its shared memory does (three blocks of 128 threads of
+    BN 16: 168 a thread, what ops' split choice assumes), with cp.async, ldmatrix and mma.sync; GATHER
+    (pages of 16 < BN) reads the block table BN / 16 times a step, not once a copy."""
     from kcompiler.pipeline import emit_file
 
     params = dict(T="bf16", KT="bf16", OUT="f32", D=128, G=8, PAGE=16, SPLIT=True, TC=True,
@@ -108,7 +138,12 @@ def test_tc_decode_variant_ptx(variant):
         assert op in ptx, op
     log = ptxas(ptx, verbose=True)
     assert " 0 bytes spill stores" in log, log
-    assert int(re.search(r"Used (\d+) registers", log).group(1)) <= 168, log
+    _, threads, _, shared = decode._tc_tiles(variant, 8, 128, 2, "paged_decode")
+    regs = int(re.search(r"Used (\d+) registers", log).group(1))
+    assert 65536 // (threads * regs) >= min(233472 // (shared + 1024), 2048 // threads), log
+    if params.get("GATHER") and params["BN"] > 16:
+        loop = ptx[ptx.index("cp.async.wait_group"):]  # the steps' loop, past the prologue
+        assert loop.count("ld.global.b32") <= params["BN"] // 16, loop.count("ld.global.b32")
 
 
 @pytest.mark.gpu

@@ -171,6 +171,14 @@ class ArithmeticLowering:
             lanes = self.target.minifloat_decode(ctx, lanes, FORMATS[s.name])
         else:
             lanes = [self._convert_keep_nan_sign(ctx, v, s, F32) for v in lanes]
+        if d.is_minifloat and n and n % 2 == 0 and d.bits == 8:
+            pairs = self.target.minifloat_encode_pairs(ctx, lanes, FORMATS[d.name], saturate)
+            if pairs is not None:  # 16-bit lanes: whole words for a wgmma/mma fragment or a store
+                i16 = ll.IntType(16)
+                out: ll.Value = ll.Constant(ll.VectorType(i16, n // 2), ll.Undefined)
+                for i, v in enumerate(pairs):
+                    out = B.insert_element(out, v, ll.Constant(_I32, i))
+                return B.bitcast(out, self.lltype(dst))
         if d.is_minifloat:
             lanes = self.target.minifloat_encode(ctx, lanes, FORMATS[d.name], saturate)
         else:

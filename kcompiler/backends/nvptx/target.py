@@ -199,13 +199,25 @@ class NvptxTarget(Target):
             return [b.trunc(two, i8), b.trunc(b.lshr(two, ll.Constant(i16, 8)), i8)]
         if saturate and fmt.kind == "fn":  # E4M3 saturating: .satfinite's codes but for a NaN's sign
             out = []
-            for k in range(0, len(xs), 2):
-                first = xs[k]
-                second = xs[k + 1] if k + 1 < len(xs) else ll.Constant(f32, 0.0)
-                two = minifloat.or_signs(b, b.call(cvt, [second, first]), first, second)
-                out += [b.trunc(two, i8), b.trunc(b.lshr(two, ll.Constant(i16, 8)), i8)][:len(xs) - k]
+            padded = list(xs) + [ll.Constant(f32, 0.0)] * (len(xs) % 2)
+            for k, two in enumerate(self.minifloat_encode_pairs(ctx, padded, fmt, saturate)):
+                out += [b.trunc(two, i8), b.trunc(b.lshr(two, ll.Constant(i16, 8)), i8)][:len(xs) - 2 * k]
             return out
         return minifloat.encode_pairs(b, xs, fmt, saturate, pair)
+
+    def minifloat_encode_pairs(self, ctx: LoweringContext, xs: list[ll.Value], fmt,
+                               saturate: bool) -> list[ll.Value] | None:
+        """Saturating E4M3 (sm_89+): one ``cvt.rn.satfinite.e4m3x2.f32`` a pair, its NaN's sign ORed
+        in (minifloat.or_signs; LLVM drops the OR where it knows the sign bits clear, e.g. of abs(x)).
+        None for the other conversions (their fix-ups are per byte)."""
+        hw = self._fp8_hw(fmt)
+        if hw is None or not saturate or fmt.kind != "fn":
+            return None
+        b = ctx.b
+        f32, i16 = ll.FloatType(), ll.IntType(16)
+        cvt = ctx.declare(f"llvm.nvvm.ff.to.{hw}x2.rn", i16, [f32, f32])
+        return [minifloat.or_signs(b, b.call(cvt, [xs[k + 1], xs[k]]), xs[k], xs[k + 1])
+                for k in range(0, len(xs), 2)]
 
     def minifloat_decode(self, ctx: LoweringContext, codes: list[ll.Value], fmt) -> list[ll.Value]:
         """``cvt.rn.f16x2.{e4m3x2,e5m2x2}`` (exact), then f16 to f32; NaNs as the software path."""
