@@ -1,6 +1,6 @@
 """Token sampling by std.sampling: :func:`sample` (greedy, top-k, top-p, min-p and their combinations,
 without sorting the vocabulary: one fused kernel a call) and its building blocks :func:`softmax`,
-:func:`top_k_mask_logits`, :func:`top_p_renorm_probs`."""
+:func:`top_k_mask_logits`, :func:`top_p_renorm_probs` (std.sampling_blocks)."""
 from __future__ import annotations
 
 from typing import Any
@@ -64,20 +64,61 @@ def _u32_pair(v: int, name: str, fn: str) -> tuple[np.uint32, np.uint32]:
     return np.uint32(v & 0xFFFFFFFF), np.uint32(v >> 32)
 
 #: When :func:`sample` splits each row over several blocks (std.sampling's ``sample_split``: a block a
-#: chunk of ``chunk`` elements reads it for its maximum and weight sum, the row's last block finishes;
-#: one launch): batches of at most ``max_rows`` rows with a vocabulary of at least 2 * ``chunk``. A
-#: choice by (batch, vocabulary) only, never by target; the tokens differ from the unsplit kernel's for
-#: the same seed. ``max_rows`` 0: never (until the H100 benchmark says where it pays).
-SAMPLING_SPLIT = {"max_rows": 0, "chunk": 8192}
+#: chunk of ``chunk`` elements reads it for its maximum (and, for a temperature-only row, its weight
+#: sum); the row's last block finishes; one launch): batches of at most ``max_rows`` rows with a
+#: vocabulary of at least ``min_vocab`` and 2 * ``chunk``. A choice by (batch, vocabulary) only, never
+#: by target or by the parameters' values. Tokens: a row with top-k, top-p or min-p draws what the
+#: unsplit kernel draws (the maximum is exact in any order, the rounds are the same); a temperature-
+#: only row draws another token than the unsplit kernel for the same seed (the sums run in chunks),
+#: the same on every target. So the tokens of a (batch, vocabulary) are fixed by this table.
+#: The figures (bench_sampling.py, H100 80GB HBM3, 2026-11-27, µs a call, default loads u2 vs the split
+#: kernel at chunk 16384; /work/devres/4/sampling.txt): temperature only, bf16 / f32 --
+#: batch 1 vocab 128256: 58.2 vs 51.6 / 58.3 vs 26.9; batch 16 vocab 128256: 60.1 vs 29.8 / 60.3 vs
+#: 30.9; batch 1 vocab 256000: 101.8 vs 31.9 / 103.6 vs 43.3; batch 16 vocab 256000: 105.9 vs 41.8 /
+#: 107.0 vs 44.4; but batch 256: 150.5 vs 161.8 (bf16, 128256), 261.4 vs 282.7 (bf16, 256000), and
+#: chunks of 4096 at vocab 32000: 24.7 vs 51.0 (batch 1), 35.6 vs 54.4 (batch 16). With top-k 50 and
+#: top-p 0.9 the split kernel was within 5 % of the unsplit one at batch 1-16, vocab 128K-256K (the
+#: rounds dominate: one block a row either way), before its chunks skipped the weight sums for such
+#: rows. Batches 17-255 were not measured: kept unsplit.
+SAMPLING_SPLIT = {"max_rows": 16, "chunk": 16384, "min_vocab": 65536}
+
+#: Candidate lists (std.sampling's CAP, see stdlib/sampling.kc): each thread keeps up to this many of
+#: its candidates (weight and index, in shared memory: CAP * SAMPLING_THREADS * 8 bytes a block, 128
+#: KiB at 16) from the first full pass of a row with top-k or top-p, and the later rounds read the
+#: lists instead of the row (and the exp of every element); a thread with more candidates than that
+#: reads the row, and writes its list again, as before. The tokens are the same bits for every CAP
+#: (0: no lists, the kernels' first version) and every target; the host lowers it to what the
+#: device's shared memory a block holds (e.g. 7 on AMD's 64 KiB LDS).
+SAMPLING_LISTS = 16
+
+#: Whether the rejection rounds after the first skip the exp of an element whose exponent
+#: (x - max) / temperature is at most log(pivot) - 2^-10 (std.sampling's PRUNE: its weight cannot
+#: exceed the pivot, so it adds nothing to the round's sums): one compare an element instead of an exp
+#: for all but the few heavy ones. The same tokens either way (False: the kernels' first version).
+SAMPLING_PRUNE = True
 
 
 def split_chunks(rows: int, vocab: int) -> int:
     """How many blocks :func:`sample` gives a row of ``vocab`` in a batch of ``rows`` (1: unsplit), by
     :data:`SAMPLING_SPLIT`; the chunk length is a multiple of 16 elements."""
-    chunk = -(-int(SAMPLING_SPLIT["chunk"]) // 16) * 16
-    if rows > min(int(SAMPLING_SPLIT["max_rows"]), 65535) or vocab < 2 * chunk:  # grid.y <= 65535
+    chunk = split_chunk()
+    if rows > min(int(SAMPLING_SPLIT["max_rows"]), 65535) or vocab < max(2 * chunk,  # grid.y <= 65535
+                                                                          int(SAMPLING_SPLIT.get("min_vocab", 0))):
         return 1
     return -(-vocab // chunk)
+
+
+def split_chunk() -> int:
+    """:data:`SAMPLING_SPLIT`'s chunk length rounded up to a multiple of 16 elements."""
+    return -(-int(SAMPLING_SPLIT["chunk"]) // 16) * 16
+
+
+def list_cap(mod: Any, x: Any) -> int:
+    """The candidate-list slots a thread (std.sampling's CAP) for ``mod``'s kernels on ``x``:
+    :data:`SAMPLING_LISTS`, lowered to what the device's shared memory a block holds beside the
+    kernels' own 1 KiB (0: no lists)."""
+    limit = int(_common.device_of(mod, x).shared_memory_per_block) - 1024
+    return max(0, min(int(SAMPLING_LISTS), limit // (SAMPLING_THREADS * 8)))
 
 
 def kernel_params(dtype: str, ld: int, address: int = 0) -> dict:
@@ -103,6 +144,29 @@ def _zeros_i32(like: Any, n: int) -> Any:
         import torch  # deferred: torch is optional
         return torch.zeros(n, dtype=torch.int32, device=like.device)
     return np.zeros(n, np.int32)
+
+
+#: sample_split's scratch kept between calls, by (device, stream, rows, chunks): the chunks' maxima,
+#: their indices and weight sums, and the rows' arrival counts (zero between launches: the row's last
+#: block resets its count). One set a stream (a stream runs its calls in order); none is kept for
+#: host (numpy) arrays or while torch captures a CUDA graph (a fresh set then, as moe's plans do).
+_SPLIT_SCRATCH: dict = {}
+
+
+def _split_scratch(x: Any, rows: int, chunks: int) -> tuple:
+    """(part_m, part_i, part_s, arrive) for :func:`sample`'s split launch on ``x`` (see
+    :data:`_SPLIT_SCRATCH`)."""
+    key = None
+    if arrays.is_torch_tensor(x) and x.is_cuda and not _common.capturing(x):
+        key = (x.device, _common.stream_of(x), rows, chunks)
+        got = _SPLIT_SCRATCH.get(key)
+        if got is not None:
+            return got
+    n = rows * chunks
+    got = (empty_like(x, (n,), "f32"), empty_like(x, (n,), "i32"), empty_like(x, (n,), "f32"), _zeros_i32(x, rows))
+    if key is not None and len(_SPLIT_SCRATCH) < 64:
+        _SPLIT_SCRATCH[key] = got
+    return got
 
 
 def _row_view(x: Any, rows: int, vocab: int) -> tuple[Any, int]:
@@ -159,12 +223,20 @@ def sample(logits: Any = None, *, probs: Any = None, temperature: Any = 1.0, top
     so a single block, all that works at batch 1, keeps enough bytes in flight. A torch view with unit
     stride along the vocabulary is read in place.
 
-    Split rows (:data:`SAMPLING_SPLIT`, :func:`split_chunks`: small batches, large vocabularies; off
-    by default): still one launch, grid (chunks, batch). Each block reads its chunk twice (maximum, then
-    weight sum); the row's last block to finish picks a chunk by the chunk sums and reads that chunk
-    once more for the token (temperature only: 2 passes over V spread over the chunks' blocks, plus
-    one chunk); rows with top-k / top-p / min-p then run the rounds above in that one block (the
-    maximum is known: the rounds' passes remain, each over the whole row by one block).
+    Cheaper rounds (the same tokens): rounds after the first take the exp only of elements that may
+    weigh more than the pivot (:data:`SAMPLING_PRUNE`: a compare of the exponent against log(pivot)
+    first), and each thread keeps its candidates in shared memory after a full pass
+    (:data:`SAMPLING_LISTS`), so that the later rounds read at most that many entries a thread instead
+    of the row: a filtered row takes full passes for the maximum, round 0 and usually round 1.
+
+    Split rows (:data:`SAMPLING_SPLIT`, :func:`split_chunks`: batches of up to 16 rows of 64K or more
+    tokens, chunks of 16384): still one launch, grid (chunks, batch). Each block reads its chunk for its
+    maximum (and for a temperature-only row its weight sum); the row's last block picks a chunk by the
+    chunk sums and reads that chunk once more for the token (temperature only: 2 passes over V spread
+    over the chunks' blocks, plus one chunk); rows with top-k / top-p / min-p then run the rounds above
+    in that one block and draw the unsplit kernel's token. A temperature-only row draws another token
+    split than unsplit (the sums run by chunk), so the tokens for a seed are fixed by (batch, vocabulary)
+    and the tables, the same on every target.
     Raises TypeError / ValueError for other dtypes or shapes, or both or neither of logits and probs."""
     if (logits is None) == (probs is None):
         raise ValueError("sample: give exactly one of logits and probs")
@@ -179,19 +251,19 @@ def sample(logits: Any = None, *, probs: Any = None, temperature: Any = 1.0, top
     o_lo, o_hi = _u32_pair(offset, "offset", "sample")
     x2, ld = _row_view(x, rows, vocab)
     chunks = split_chunks(rows, vocab)
-    if rows and chunks > 1:
+    if rows:
         mod = _common.stdlib_module("sampling", target_for(x, target))
-        cl = -(-int(SAMPLING_SPLIT["chunk"]) // 16) * 16
-        part_m, part_s = empty_like(x, (rows * chunks,), "f32"), empty_like(x, (rows * chunks,), "f32")
-        part_i = empty_like(x, (rows * chunks,), "i32")
-        arrive = _zeros_i32(x, rows)
-        mod.sample_split[(chunks, rows), SAMPLING_THREADS](
-            x2, out, *params, vocab, ld, s_lo, s_hi, o_lo, o_hi, cl, part_m, part_i, part_s, arrive, T=src.name,
-            PROBS=logits is None, **_loads(src, x2, ld))
-    elif rows:
-        mod = _common.stdlib_module("sampling", target_for(x, target))
-        mod.sample[rows, SAMPLING_THREADS](x2, out, *params, vocab, ld, s_lo, s_hi, o_lo, o_hi, T=src.name,
-                                            PROBS=logits is None, **_loads(src, x2, ld))
+        cap = list_cap(mod, x)
+        kw = dict(T=src.name, PROBS=logits is None, CAP=cap, PRUNE=bool(SAMPLING_PRUNE),
+                  shared=cap * SAMPLING_THREADS * 8,
+                  stream=_common.stream_of(x), **_loads(src, x2, ld))
+        if chunks > 1:
+            part_m, part_i, part_s, arrive = _split_scratch(x, rows, chunks)
+            mod.sample_split[(chunks, rows), SAMPLING_THREADS](
+                x2, out, *params, vocab, ld, s_lo, s_hi, o_lo, o_hi, split_chunk(), part_m, part_i, part_s, arrive,
+                **kw)
+        else:
+            mod.sample[rows, SAMPLING_THREADS](x2, out, *params, vocab, ld, s_lo, s_hi, o_lo, o_hi, **kw)
     return out.reshape(()) if one_row else out
 
 
@@ -204,8 +276,9 @@ def softmax(logits: Any, temperature: Any = 1.0, *, target: str = "auto") -> Any
     temp = _row_param(temperature, logits, rows, "f32", "temperature", "softmax")
     x2, ld = _row_view(logits, rows, vocab)
     if rows:
-        mod = _common.stdlib_module("sampling", target_for(logits, target))
-        mod.softmax[rows, SAMPLING_THREADS](x2, out, temp, vocab, ld, T=src.name, **_loads(src, x2, ld))
+        mod = _common.stdlib_module("sampling_blocks", target_for(logits, target))
+        mod.softmax[rows, SAMPLING_THREADS](x2, out, temp, vocab, ld, T=src.name, stream=_common.stream_of(logits),
+                                            **_loads(src, x2, ld))
     return out
 
 
@@ -220,8 +293,9 @@ def top_k_mask_logits(logits: Any, top_k: Any, *, target: str = "auto") -> Any:
     k = _row_param(top_k, logits, rows, "i32", "top_k", "top_k_mask_logits")
     x2, ld = _row_view(logits, rows, vocab)
     if rows:
-        mod = _common.stdlib_module("sampling", target_for(logits, target))
-        mod.top_k_mask_logits[rows, SAMPLING_THREADS](x2, out, k, vocab, ld, T=src.name, **_loads(src, x2, ld))
+        mod = _common.stdlib_module("sampling_blocks", target_for(logits, target))
+        mod.top_k_mask_logits[rows, SAMPLING_THREADS](x2, out, k, vocab, ld, T=src.name,
+                                                      stream=_common.stream_of(logits), **_loads(src, x2, ld))
     return out
 
 
@@ -236,9 +310,11 @@ def top_p_renorm_probs(probs: Any, top_p: Any, *, target: str = "auto") -> Any:
     p = _row_param(top_p, probs, rows, "f32", "top_p", "top_p_renorm_probs")
     x2, ld = _row_view(probs, rows, vocab)
     if rows:
-        mod = _common.stdlib_module("sampling", target_for(probs, target))
-        mod.top_p_renorm_probs[rows, SAMPLING_THREADS](x2, out, p, vocab, ld, T=src.name, **_loads(src, x2, ld))
+        mod = _common.stdlib_module("sampling_blocks", target_for(probs, target))
+        mod.top_p_renorm_probs[rows, SAMPLING_THREADS](x2, out, p, vocab, ld, T=src.name,
+                                                       stream=_common.stream_of(probs), **_loads(src, x2, ld))
     return out
 
 
-__all__ = ["SAMPLING_LOADS", "SAMPLING_SPLIT", "SAMPLING_THREADS", "kernel_params", "split_chunks", "sample", "softmax", "top_k_mask_logits", "top_p_renorm_probs"]
+__all__ = ["SAMPLING_LISTS", "SAMPLING_LOADS", "SAMPLING_PRUNE", "SAMPLING_SPLIT", "SAMPLING_THREADS", "kernel_params", "list_cap",
+           "split_chunk", "split_chunks", "sample", "softmax", "top_k_mask_logits", "top_p_renorm_probs"]

@@ -239,16 +239,19 @@ def test_bad_input_is_a_python_error():
 SM90_KERNELS = [("sample", dict(T="bf16", PROBS=False)), ("sample", dict(T="f32", PROBS=True)),
                 ("sample", dict(T="f32", PROBS=False, VEC=1, U=1)), ("sample_split", dict(T="bf16", PROBS=False)),
                 ("softmax", dict(T="f16")), ("top_k_mask_logits", dict(T="bf16")),
-                ("top_p_renorm_probs", dict(T="f32"))]
+                ("top_p_renorm_probs", dict(T="f32")),
+                ("sample", dict(T="bf16", PROBS=False, CAP=16, PRUNE=True)),       # the host's default on CUDA
+                ("sample_split", dict(T="f32", PROBS=False, CAP=16, PRUNE=True))]
 
 
 @needs_ptxas
-@pytest.mark.slow(sample=3)  # ~5 s a kernel on CI's cores; -m slow: all seven
+@pytest.mark.slow(sample=3)  # ~5 s a kernel on CI's cores; -m slow: all nine
 @pytest.mark.parametrize("name, params", SM90_KERNELS, ids=[f"{k}-{p['T']}-{len(p)}" for k, p in SM90_KERNELS])
 def test_kernels_assemble_for_sm90(name, params):
     from kcompiler.pipeline import emit_file
     params = {**S.kernel_params(params["T"], 1024), **params}    # the host's VEC, U, ALIGNED
-    ptx = emit_file(stdlib_dir() / "sampling.kc", "asm", "nvptx", "sm_90a", kernel=name, comptime=params)
+    ptx = emit_file(stdlib_dir() / ("sampling.kc" if name.startswith("sample") else "sampling_blocks.kc"), "asm",
+                    "nvptx", "sm_90a", kernel=name, comptime=params)
     log = ptxas(ptx, verbose=True)
     regs = int(re.search(r"Used (\d+) registers", log).group(1))
     assert ".maxntid 1024" in ptx and regs <= 64, (name, log)  # 1024 threads fit the 64K registers

@@ -24,6 +24,11 @@ def cpu_mod():
     return kc.compile_file(stdlib_dir() / "sampling.kc", target="cpu")
 
 
+@pytest.fixture(scope="module")
+def cpu_blocks():
+    return kc.compile_file(stdlib_dir() / "sampling_blocks.kc", target="cpu")
+
+
 def to_torch(torch, a):
     """A torch CPU tensor of numpy ``a`` (f32 or ml_dtypes bf16: torch reads no ml_dtypes array)."""
     a = np.ascontiguousarray(a)
@@ -53,7 +58,7 @@ def launch_sample(mod, x, ld, vocab, params, cfg, seed=3, offset=1):
 @pytest.mark.slow(sample=4)
 @pytest.mark.parametrize("dtype", [np.float32, BF16], ids=["f32", "bf16"])
 @pytest.mark.parametrize("vocab", [1, 7, 1001, 32003])
-def test_unroll_and_alignment_change_no_bits(cpu_mod, dtype, vocab):
+def test_unroll_and_alignment_change_no_bits(cpu_mod, cpu_blocks, dtype, vocab):
     """The host's (VEC, U) against (VEC, 1) and scalar loads of the same runs, rows packed (ld = V) and
     strided (ld = V + 3: no row but the first 16-byte aligned): the same tokens, each in the allowed set;
     softmax the same bits."""
@@ -73,8 +78,8 @@ def test_unroll_and_alignment_change_no_bits(cpu_mod, dtype, vocab):
     ys = []
     for cfg in (host, dict(host, U=1, ALIGNED=False)):
         y = np.empty((rows, vocab), np.float32)
-        cpu_mod.softmax[rows, S.SAMPLING_THREADS](packed, y, params[0], vocab, vocab, T=TNAME[np.dtype(dtype)],
-                                                  **cfg)
+        cpu_blocks.softmax[rows, S.SAMPLING_THREADS](packed, y, params[0], vocab, vocab, T=TNAME[np.dtype(dtype)],
+                                                     **cfg)
         ys.append(y)
     np.testing.assert_array_equal(ys[0], ys[1])
 
@@ -179,15 +184,20 @@ def split_small(monkeypatch):
     """ops.sample splits every row of 32 or more elements into chunks of 16."""
     monkeypatch.setitem(S.SAMPLING_SPLIT, "max_rows", 10 ** 6)
     monkeypatch.setitem(S.SAMPLING_SPLIT, "chunk", 16)
+    monkeypatch.setitem(S.SAMPLING_SPLIT, "min_vocab", 0)
 
 
 def test_split_chunks_policy(monkeypatch):
+    monkeypatch.setitem(S.SAMPLING_SPLIT, "min_vocab", 0)
     monkeypatch.setitem(S.SAMPLING_SPLIT, "max_rows", 8)
     monkeypatch.setitem(S.SAMPLING_SPLIT, "chunk", 1000)          # rounded up to 1008
     assert S.split_chunks(8, 2016) == 2 and S.split_chunks(8, 2017) == 3
     assert S.split_chunks(9, 10 ** 5) == 1 and S.split_chunks(1, 2015) == 1
     monkeypatch.setitem(S.SAMPLING_SPLIT, "max_rows", 0)
     assert S.split_chunks(1, 10 ** 6) == 1
+    monkeypatch.setitem(S.SAMPLING_SPLIT, "max_rows", 8)
+    monkeypatch.setitem(S.SAMPLING_SPLIT, "min_vocab", 4000)
+    assert S.split_chunks(8, 3999) == 1 and S.split_chunks(8, 4000) == 4
 
 
 @pytest.mark.slow(sample=1)
@@ -235,6 +245,8 @@ def test_split_cuda_draws_the_cpu_tokens(monkeypatch):
     misaligned view, temperature only and filtered rows), and 10^6 draws match the distribution."""
     torch = pytest.importorskip("torch")
     monkeypatch.setitem(S.SAMPLING_SPLIT, "max_rows", 64)
+    monkeypatch.setitem(S.SAMPLING_SPLIT, "chunk", 8192)
+    monkeypatch.setitem(S.SAMPLING_SPLIT, "min_vocab", 0)
     rng = np.random.default_rng(41)
     for dtype in (np.float32, BF16):
         for vocab in (32003, 128256):
@@ -253,8 +265,8 @@ def test_split_cuda_draws_the_cpu_tokens(monkeypatch):
 
 # --- AMD: the same kernels for gfx942 (checked statically: no AMD GPU here) -----------------------------------
 
-SAMPLING_KERNELS = [(k, t) for k in ("sample", "sample_split", "softmax", "top_k_mask_logits", "top_p_renorm_probs")
-                    for t in ("bf16", "f32")]
+SAMPLING_KERNELS = [(k, t) for k in ("sample", "sample_split", "softmax", "top_k_mask_logits", "top_p_renorm_probs",
+                                     "sample+lists") for t in ("bf16", "f32")]
 
 
 @pytest.mark.slow(sample=2)  # ~5 s a kernel on CI's cores; -m slow: all ten
@@ -270,7 +282,10 @@ def test_sampling_kernels_build_for_gfx942(kernel, T):
     params = dict(S.kernel_params(T, 4096), T=T)
     if kernel.startswith("sample"):
         params["PROBS"] = False
-    asm = pipeline.emit_file(stdlib_dir() / "sampling.kc", "asm", target="amdgcn", arch="gfx942", kernel=kernel,
+    if kernel == "sample+lists":       # the lists that fit a workgroup's 64 KiB of LDS (list_cap), PRUNE
+        kernel, params["CAP"], params["PRUNE"] = "sample", 7, True
+    asm = pipeline.emit_file(stdlib_dir() / ("sampling.kc" if kernel.startswith("sample") else "sampling_blocks.kc"),
+                             "asm", target="amdgcn", arch="gfx942", kernel=kernel,
                              comptime=params)
     assert "global_load_dwordx4" in asm
     assert ".private_segment_fixed_size: 0" in asm and ".vgpr_spill_count: 0" in asm
