@@ -11,7 +11,8 @@ Columns (each one configuration of ops.sampling's tables, swapped for the call):
 = U = 1), candidate lists and PRUNE on; 'old' = the kernels before candidate lists and PRUNE (one
 block a row, the default loads: the host's default until 2026-11-27); 'prune' = PRUNE without lists;
 'sC' = std.sampling's sample_split (each row over ceil(vocab / C) blocks) with lists and PRUNE; 'dflt'
-= the host's choice (SAMPLING_SPLIT's rule: the split kernel at batch <= 16 and vocab >= 64K).
+= the host's choice (SAMPLING_SPLIT's rule: the split kernel at batch <= 16 and vocab >= 64K for
+temperature-only calls).
 'x best', 'x old', 'x dflt': torch's time over the best column, 'old' and 'dflt'.
 About three minutes on an H100 with the defaults.
 

@@ -80,7 +80,13 @@ def _u32_pair(v: int, name: str, fn: str) -> tuple[np.uint32, np.uint32]:
 #: top-p 0.9 the split kernel was within 5 % of the unsplit one at batch 1-16, vocab 128K-256K (the
 #: rounds dominate: one block a row either way), before its chunks skipped the weight sums for such
 #: rows. Batches 17-255 were not measured: kept unsplit.
-SAMPLING_SPLIT = {"max_rows": 16, "chunk": 16384, "min_vocab": 65536}
+#: With candidate lists and PRUNE (second session of 2026-11-27, same script, the rows' top-k 50 and
+#: top-p 0.9), the unsplit kernel beats the split one on filtered rows: bf16 batch 1 vocab 128256 76.1
+#: vs 97.4 µs, vocab 256000 121.6 vs 140.0; f32 within noise. So a call that may filter (any of top_k,
+#: top_p, min_p given as an array, or as a scalar that is not off: :func:`may_filter`) stays unsplit
+#: unless ``filtered`` is True (tests set it to run the split kernel's rounds): its filtered rows draw
+#: the same tokens either way, its temperature-only rows then draw the unsplit kernel's token.
+SAMPLING_SPLIT = {"max_rows": 16, "chunk": 16384, "min_vocab": 65536, "filtered": False}
 
 #: Candidate lists (std.sampling's CAP, see stdlib/sampling.kc): each thread keeps up to this many of
 #: its candidates (weight and index, in shared memory: CAP * SAMPLING_THREADS * 8 bytes a block, 128
@@ -98,14 +104,24 @@ SAMPLING_LISTS = 16
 SAMPLING_PRUNE = True
 
 
-def split_chunks(rows: int, vocab: int) -> int:
+def split_chunks(rows: int, vocab: int, filtered: bool = False) -> int:
     """How many blocks :func:`sample` gives a row of ``vocab`` in a batch of ``rows`` (1: unsplit), by
-    :data:`SAMPLING_SPLIT`; the chunk length is a multiple of 16 elements."""
+    :data:`SAMPLING_SPLIT`; the chunk length is a multiple of 16 elements. ``filtered``: the call may
+    filter rows (:func:`may_filter`): unsplit unless SAMPLING_SPLIT["filtered"]."""
     chunk = split_chunk()
-    if rows > min(int(SAMPLING_SPLIT["max_rows"]), 65535) or vocab < max(2 * chunk,  # grid.y <= 65535
+    if (filtered and not SAMPLING_SPLIT.get("filtered", False)) or rows > min(int(SAMPLING_SPLIT["max_rows"]), 65535) or vocab < max(2 * chunk,  # grid.y <= 65535
                                                                           int(SAMPLING_SPLIT.get("min_vocab", 0))):
         return 1
     return -(-vocab // chunk)
+
+
+def may_filter(top_k: Any, top_p: Any, min_p: Any, vocab: int) -> bool:
+    """Whether :func:`sample`'s parameters may filter a row of ``vocab``: any of them an array (its
+    values stay on the device), or a scalar that is on (0 < top_k < vocab, top_p < 1, min_p > 0)."""
+    def off(v: Any, is_off: Any) -> bool:
+        return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool) and is_off(v)
+    return not (off(top_k, lambda k: k <= 0 or k >= vocab) and off(top_p, lambda p: p >= 1)
+                and off(min_p, lambda m: m <= 0))
 
 
 def split_chunk() -> int:
@@ -230,7 +246,7 @@ def sample(logits: Any = None, *, probs: Any = None, temperature: Any = 1.0, top
     of the row: a filtered row takes full passes for the maximum, round 0 and usually round 1.
 
     Split rows (:data:`SAMPLING_SPLIT`, :func:`split_chunks`: batches of up to 16 rows of 64K or more
-    tokens, chunks of 16384): still one launch, grid (chunks, batch). Each block reads its chunk for its
+    tokens, chunks of 16384, where no top-k / top-p / min-p may filter: :func:`may_filter`): still one launch, grid (chunks, batch). Each block reads its chunk for its
     maximum (and for a temperature-only row its weight sum); the row's last block picks a chunk by the
     chunk sums and reads that chunk once more for the token (temperature only: 2 passes over V spread
     over the chunks' blocks, plus one chunk); rows with top-k / top-p / min-p then run the rounds above
@@ -250,7 +266,7 @@ def sample(logits: Any = None, *, probs: Any = None, temperature: Any = 1.0, top
     s_lo, s_hi = _u32_pair(seed, "seed", "sample")
     o_lo, o_hi = _u32_pair(offset, "offset", "sample")
     x2, ld = _row_view(x, rows, vocab)
-    chunks = split_chunks(rows, vocab)
+    chunks = split_chunks(rows, vocab, may_filter(top_k, top_p, min_p, vocab))
     if rows:
         mod = _common.stdlib_module("sampling", target_for(x, target))
         cap = list_cap(mod, x)
@@ -316,5 +332,5 @@ def top_p_renorm_probs(probs: Any, top_p: Any, *, target: str = "auto") -> Any:
     return out
 
 
-__all__ = ["SAMPLING_LISTS", "SAMPLING_LOADS", "SAMPLING_PRUNE", "SAMPLING_SPLIT", "SAMPLING_THREADS", "kernel_params", "list_cap",
+__all__ = ["SAMPLING_LISTS", "SAMPLING_LOADS", "SAMPLING_PRUNE", "SAMPLING_SPLIT", "SAMPLING_THREADS", "kernel_params", "list_cap", "may_filter",
            "split_chunk", "split_chunks", "sample", "softmax", "top_k_mask_logits", "top_p_renorm_probs"]

@@ -30,9 +30,10 @@ def case(rng, rows, vocab, dtype, spread):
     """Logits: a 1/8 grid (ties) plus noise, scaled by ``spread`` (small: flat rows, many candidates
     a thread after a rejection, the lists overflow; large: few); -inf in two rows."""
     x = grid_logits(rng, rows, vocab, np.float32) * spread + rng.normal(0, 0.05, (rows, vocab))
-    x[1, ::7] = -np.inf                        # weight 0: never drawn, skipped by PRUNE's test
-    x[2, :] = -np.inf
-    x[2, vocab // 2] = 0.0
+    if rows > 2:
+        x[1, ::7] = -np.inf                    # weight 0: never drawn, skipped by PRUNE's test
+        x[2, :] = -np.inf
+        x[2, vocab // 2] = 0.0
     return x.astype(dtype)
 
 
@@ -91,6 +92,7 @@ def test_split_filtered_rows_draw_the_unsplit_tokens(monkeypatch, dtype):
     monkeypatch.setitem(S.SAMPLING_SPLIT, "max_rows", 64)
     monkeypatch.setitem(S.SAMPLING_SPLIT, "chunk", 512)
     monkeypatch.setitem(S.SAMPLING_SPLIT, "min_vocab", 0)
+    monkeypatch.setitem(S.SAMPLING_SPLIT, "filtered", True)
     assert S.split_chunks(rows, vocab) == 9
     got = draws(x, params, range(6))
     filtered = (params[1] > 0) | (params[2] < 1) | (params[3] > 0)
@@ -104,6 +106,11 @@ def test_default_split_rule():
     else one block a row."""
     assert S.split_chunks(1, 128256) == 8 and S.split_chunks(16, 256000) == 16
     assert S.split_chunks(17, 256000) == 1 and S.split_chunks(1, 32000) == 1 and S.split_chunks(256, 128256) == 1
+    assert S.split_chunks(1, 128256, filtered=True) == 1
+    # a call may filter where any of top_k, top_p, min_p is an array or a scalar that is on
+    assert not S.may_filter(0, 1.0, 0.0, 100) and not S.may_filter(100, 1.5, -1.0, 100)
+    assert S.may_filter(50, 1.0, 0.0, 100) and S.may_filter(0, 0.9, 0.0, 100) and S.may_filter(0, 1.0, 0.1, 100)
+    assert S.may_filter(np.zeros(2, np.int32), 1.0, 0.0, 100)
 
 
 @pytest.mark.gpu
@@ -115,6 +122,7 @@ def test_cuda_lists_draw_the_cpu_tokens(monkeypatch, dtype):
     kernel's scratch fresh in the capture) gives the eager call's tokens."""
     torch = pytest.importorskip("torch")
     rng = np.random.default_rng(99)
+    monkeypatch.setitem(S.SAMPLING_SPLIT, "filtered", True)   # the split kernel's rounds too
     for rows, vocab in ((1, 256000), (4, 128256), (24, 32003)):
         params = row_params(rng, rows, vocab)
         if rows == 1:
@@ -129,7 +137,7 @@ def test_cuda_lists_draw_the_cpu_tokens(monkeypatch, dtype):
         tp = [torch.as_tensor(p).cuda() for p in params]
         got = np.stack([S.sample(t, temperature=tp[0], top_k=tp[1], top_p=tp[2], min_p=tp[3], seed=s,
                                  offset=s % 3).cpu().numpy() for s in range(3)])
-        assert (S.split_chunks(rows, vocab) > 1) == (rows <= 16)   # the default rule, split and unsplit
+        assert (S.split_chunks(rows, vocab, True) > 1) == (rows <= 16)   # split and unsplit ("filtered" set)
         np.testing.assert_array_equal(got, cpu, err_msg=f"{rows}x{vocab}")
         s = torch.cuda.Stream()
         s.wait_stream(torch.cuda.current_stream())

@@ -185,10 +185,12 @@ def split_small(monkeypatch):
     monkeypatch.setitem(S.SAMPLING_SPLIT, "max_rows", 10 ** 6)
     monkeypatch.setitem(S.SAMPLING_SPLIT, "chunk", 16)
     monkeypatch.setitem(S.SAMPLING_SPLIT, "min_vocab", 0)
+    monkeypatch.setitem(S.SAMPLING_SPLIT, "filtered", True)
 
 
 def test_split_chunks_policy(monkeypatch):
     monkeypatch.setitem(S.SAMPLING_SPLIT, "min_vocab", 0)
+    monkeypatch.setitem(S.SAMPLING_SPLIT, "filtered", True)
     monkeypatch.setitem(S.SAMPLING_SPLIT, "max_rows", 8)
     monkeypatch.setitem(S.SAMPLING_SPLIT, "chunk", 1000)          # rounded up to 1008
     assert S.split_chunks(8, 2016) == 2 and S.split_chunks(8, 2017) == 3
@@ -247,6 +249,7 @@ def test_split_cuda_draws_the_cpu_tokens(monkeypatch):
     monkeypatch.setitem(S.SAMPLING_SPLIT, "max_rows", 64)
     monkeypatch.setitem(S.SAMPLING_SPLIT, "chunk", 8192)
     monkeypatch.setitem(S.SAMPLING_SPLIT, "min_vocab", 0)
+    monkeypatch.setitem(S.SAMPLING_SPLIT, "filtered", True)
     rng = np.random.default_rng(41)
     for dtype in (np.float32, BF16):
         for vocab in (32003, 128256):
