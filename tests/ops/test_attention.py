@@ -59,9 +59,10 @@ def reference(q, k, v, causal, scale, cu_q=None, cu_k=None):
     return out.transpose(0, 2, 1, 3), lse
 
 
-def check(out, lse, ref, ref_lse, v, dtype):
+def check(out, lse, ref, ref_lse, v, dtype, lse_tol=0.0):
     """``out`` and ``lse`` within the module docstring's bounds of the float64 ``ref`` and ``ref_lse``;
-    ``dtype``: the inputs' and the output's type name (v may be given widened)."""
+    ``dtype``: the inputs' and the output's type name (v may be given widened); ``lse_tol``: added to
+    the LSE's bound (a kernel's own share of its error, e.g. :func:`fold_lse_tol`)."""
     u_in = u_out = float(ml_dtypes.finfo(DTYPES[dtype]).eps) / 2
     vmax = float(np.abs(v.astype(np.float64)).max()) if v.size else 0.0
     o = out.astype(np.float64)
@@ -74,7 +75,16 @@ def check(out, lse, ref, ref_lse, v, dtype):
     fin = np.isfinite(ref_lse)
     assert (np.isneginf(lse) == ~fin).all(), "LSE -inf exactly where a row sees no key"
     lerr = np.abs(lse[fin] - ref_lse[fin])
-    assert (lerr <= 1e-5 + np.abs(ref_lse[fin]) * 2.0 ** -20).all(), f"LSE error {lerr.max():.3g}"
+    assert (lerr <= 1e-5 + np.abs(ref_lse[fin]) * 2.0 ** -20 + lse_tol).all(), f"LSE error {lerr.max():.3g}"
+
+
+def fold_lse_tol(keys: int, bn: int) -> float:
+    """The LSE error an online softmax adds folding ``keys`` keys in tiles of ``bn`` in one block: each
+    tile's step l = l * alpha + (the tile's sum) rounds up to three times in f32 (the rescale, the add,
+    the tile's partial sums reassociated across lanes), so l's relative error, hence the LSE's absolute
+    one, grows by at most 3 u32 a tile. (H100, std.mla_sm90 with one split of 4097 keys: 1.3e-5 at 64
+    keys a tile, 2.4e-5 at 32, where the fixed bound above is ~1.5e-5.)"""
+    return 3 * -(-keys // bn) * 2.0 ** -24
 
 
 def qkv(B, Sq, Sk, H, HK, D, dtype):
