@@ -54,7 +54,12 @@ DECODE_TC_VARIANTS = {
 #: The tensor-core decode's default variant (:data:`DECODE_TC_VARIANTS`) by G, the query heads a KV
 #: head: the entry of the least key at or above G (the last one past them). The measured choice
 #: (benchmarks/RESULTS.md) is this one line.
-DECODE_TC_DEFAULT = {4: "ring", 8: "ring_1wave", 16: "ring"}  # 8: H100 2026-11-27, 92-93 % vs 87-88 % of copy
+DECODE_TC_DEFAULT = {4: "ring", 8: "ring_gather", 16: "ring"}
+# 8: H100 2026-11-27, ring_1wave 92-93 % vs 87-88 % of copy for the split ring; then (second session,
+# bench_decode_variants.py, B32 H32 HKV4 8192 keys, per call / graph) ring_gather 92.1 / 93.4 % on pages
+# of 16 against ring_1wave's 90.6 / 92.0 (default again: 90.5 / 92.0), the same on pages of 64 (92.7 %).
+# GQA 4:1 took 93.8 % with ring_gather against ring's 92.5 % on pages of 16: not switched yet (ring
+# splits by another rule at other shapes; ring_gather adds MIN_WAVES).
 #: paged_decode_tc's tiles where RING is false.
 DECODE_TC_SINGLE = dict(BN=64, STAGES=2)
 
