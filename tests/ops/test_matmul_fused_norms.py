@@ -175,15 +175,17 @@ def emulated_mma():
                            check_bounds=True)
 
 
-def _launch_mma(mod, a, b, c, kmajor, tiles, NL, x, y, s, **params):
+def _launch_mma(mod, a, b, c, kmajor, tiles, NL, x, y, s, mfma=False, **params):
+    """kernel matmul_epilogue of std.matmul on the tensor-core path (warps of 32), or with ``mfma`` on
+    AMD's MFMA path (wavefronts of 64, the LDS of matmul_shared_bytes(mfma=True))."""
     M, K = a.shape
     N = c.shape[1]
-    threads = tiles["BM"] // tiles["WM"] * (tiles["BN"] // tiles["WN"]) * 32
+    threads = tiles["BM"] // tiles["WM"] * (tiles["BN"] // tiles["WN"]) * (64 if mfma else 32)
     grid = (-(-NL // tiles["BN"]), -(-M // tiles["BM"]))
     aligned = K % 8 == 0 and N % 8 == 0
     mod.matmul_epilogue[grid, threads](a, b, c, M, N, K, K, b.shape[1] if not kmajor else K, N, x, y, np.float32(s),
                                        T=params.pop("T"), B_KMAJOR=kmajor, ALIGNED=aligned,
-                                       shared=ops.matmul_shared_bytes(tiles, 2, kmajor), **params, **tiles)
+                                       shared=ops.matmul_shared_bytes(tiles, 2, kmajor, mfma), **params, **tiles)
 
 
 @pytest.mark.parametrize("kmajor, M, N, K", [(True, 37, 21, 40), (False, 33, 48, 72)], ids=["nk-odd", "kn-aligned"])
@@ -229,18 +231,6 @@ def _mfma_module(chip):
     return _MFMA_MODULES[chip]
 
 
-def _launch_mfma(mod, a, b, c, kmajor, tiles, NL, x, y, s, **params):
-    """kernel matmul_epilogue on the MFMA path: wavefronts of 64, the LDS of matmul_shared_bytes(mfma=True)."""
-    M, K = a.shape
-    N = c.shape[1]
-    threads = tiles["BM"] // tiles["WM"] * (tiles["BN"] // tiles["WN"]) * 64
-    grid = (-(-NL // tiles["BN"]), -(-M // tiles["BM"]))
-    aligned = K % 8 == 0 and N % 8 == 0
-    mod.matmul_epilogue[grid, threads](a, b, c, M, N, K, K, b.shape[1] if not kmajor else K, N, x, y, np.float32(s),
-                                       T=params.pop("T"), B_KMAJOR=kmajor, ALIGNED=aligned,
-                                       shared=ops.matmul_shared_bytes(tiles, 2, kmajor, mfma=True), **params, **tiles)
-
-
 #: (chip, tiles): 32x32 MFMA tiles (MI 32: 2 wavefronts across N) and 16x16 ones (MI 16, 4 across N)
 MFMA_TILES = [("gfx942", dict(BM=32, BN=64, BK=32, WM=32, WN=32, STAGES=2)),
               ("gfx942", dict(BM=32, BN=64, BK=32, WM=16, WN=16, STAGES=2)),
@@ -258,8 +248,8 @@ def test_gated_mfma_emulated(tiles, kmajor, M, N, K, name):
     w = RNG.standard_normal((2 * N, K)).astype(ml_dtypes.bfloat16)
     c = np.full((M, N), np.nan, np.float32)
     un = np.zeros(1, np.float32)
-    _launch_mfma(_mfma_module(chip), a, w if kmajor else np.ascontiguousarray(w.T), c, kmajor, t, 16 * -(-N // 8),
-                 un, un, 1.0, T="bf16", OUT="f32", FUSE=1, GLU=f"epilogue.{name}")
+    _launch_mma(_mfma_module(chip), a, w if kmajor else np.ascontiguousarray(w.T), c, kmajor, t, 16 * -(-N // 8),
+                un, un, 1.0, mfma=True, T="bf16", OUT="f32", FUSE=1, GLU=f"epilogue.{name}")
     check_gated(c, a, w, name)
 
 
@@ -276,8 +266,8 @@ def test_rms_norm_mfma_emulated(tiles, fuse, kmajor, M, N, K):
     r = RNG.standard_normal((M, N)).astype(ml_dtypes.bfloat16)
     r0 = r.copy()
     c = np.full((M, N), np.nan, ml_dtypes.bfloat16)
-    _launch_mfma(_mfma_module(chip), a, w if kmajor else np.ascontiguousarray(w.T), c, kmajor, t, N, weight, r, EPS,
-                 T="bf16", OUT="bf16", EPI="epilogue.identity", FUSE=fuse)
+    _launch_mma(_mfma_module(chip), a, w if kmajor else np.ascontiguousarray(w.T), c, kmajor, t, N, weight, r, EPS,
+                mfma=True, T="bf16", OUT="bf16", EPI="epilogue.identity", FUSE=fuse)
     ref, tol, h, h_tol = norm_reference(a, w, weight, r0 if fuse >= 3 else None)
     _check(c, ref, tol + _u(c.dtype) * np.abs(ref))
     if fuse == 4:
