@@ -248,8 +248,8 @@ def test_prefill_sm90_varlen_emulated(monkeypatch, emulated):
 @needs_ptxas
 @pytest.mark.parametrize("D", [64, 128])
 @pytest.mark.parametrize("overlap,pingpong,fa3", [(False, False, False), (True, False, False), (True, True, False),
-                                                  (True, True, True)],
-                         ids=["sequential", "overlap", "pingpong", "fa3order-pingpong"])
+                                                  pytest.param(True, True, True, marks=pytest.mark.slow)],
+                         ids=["sequential", "overlap", "pingpong", "fa3order-pingpong"])  # FA3_ORDER: opt-in
 def test_prefill_sm90_ptx(D, overlap, pingpong, fa3):
     """sm_90a PTX of the kernel (built as ops builds it: approx_ftz) assembles with ptxas; wgmma with A
     from registers and TMA 4-D copies are there; ptxas serialises no wgmma (warning C7514: it would

@@ -164,6 +164,7 @@ def test_mla_sm90_deepseek_shape_emulated(monkeypatch, emulated):
     check(out, lse, ref, ref_lse, finite_rows(ckv, table, lens, 64), "f16")
 
 
+@pytest.mark.slow(sample=1)  # ~20 s each on CI's cores; -m slow: both
 @pytest.mark.parametrize("tiles", [dict(BN=64, STAGES=2, SEESAW=True), dict(BN=32, STAGES=3, SEESAW=True)],
                          ids=["bn64x2", "bn32x3"])
 def test_mla_sm90_seesaw_deepseek_shape_emulated(monkeypatch, emulated, tiles):
@@ -243,8 +244,10 @@ def test_mla_auto_takes_the_hopper_kernel_from_64_heads(monkeypatch, emulated):
                                     dict(T="bf16", OUT="f32", PAGE=16, BN=32, STAGES=3, OVERLAP=True),
                                     dict(T="bf16", OUT="f32", PAGE=64, BN=32, STAGES=4),
                                     dict(T="bf16", OUT="f32", PAGE=64, BN=64, STAGES=2, SEESAW=True),
-                                    dict(T="bf16", OUT="bf16", PAGE=16, BN=32, STAGES=3, SEESAW=True),
-                                    dict(T="f16", OUT="f32", PAGE=64, BN=32, STAGES=2, SEESAW=True),
+                                    pytest.param(dict(T="bf16", OUT="bf16", PAGE=16, BN=32, STAGES=3, SEESAW=True),
+                                                 marks=pytest.mark.slow),  # ~20 s each on CI's cores
+                                    pytest.param(dict(T="f16", OUT="f32", PAGE=64, BN=32, STAGES=2, SEESAW=True),
+                                                 marks=pytest.mark.slow),
                                     pytest.param(dict(T="bf16", OUT="f32", PAGE=64, PROBE=2),
                                                  marks=pytest.mark.slow)],
                          ids=["bf16-split", "bf16", "f16-page16", "overlap", "overlap-bn32", "bn32x4", "seesaw",
