@@ -174,22 +174,21 @@ def test_vectors_convert_lane_by_lane(target, name):
 
 # --- the hardware paths' fix-ups, checked on the CPU ---------------------------------------------------
 
-def _jit_fixup(name: str, saturate: bool):
-    """A host function running minifloat.fix_encoded on a simulated convert instruction: the
-    saturating software result with its NaN sign dropped and FNUZ zeros signed, as a chip might."""
+def _jit_loop(name: str, pointers: int, body):
+    """A host function ``name(p_1, .., p_pointers, n)`` that runs ``body(b, i, pointers)`` for i < n
+    (llvmlite's IRBuilder b, i an i64), JIT-compiled: (the engine, which must outlive it, the ctypes
+    function)."""
     import llvmlite.binding as llvm
     from llvmlite import ir as ll
 
-    from kcompiler.backends.llvm import minifloat
     from kcompiler.backends.llvm import initialize
 
     initialize()
-    fmt = FORMATS[name]
-    i8, i64, f32, ptr = ll.IntType(8), ll.IntType(64), ll.FloatType(), ll.PointerType()
+    i64, ptr = ll.IntType(64), ll.PointerType()
     m = ll.Module()
     m.triple = llvm.get_process_triple()
-    fn = ll.Function(m, ll.FunctionType(ll.VoidType(), [ptr, ptr, i64]), "fix")
-    src, dst, n = fn.args
+    fn = ll.Function(m, ll.FunctionType(ll.VoidType(), [ptr] * pointers + [i64]), name)
+    *ptrs, n = fn.args
     b = ll.IRBuilder(fn.append_basic_block())
     loop, done = fn.append_basic_block(), fn.append_basic_block()
     entry = b.block
@@ -197,16 +196,7 @@ def _jit_fixup(name: str, saturate: bool):
     b.position_at_end(loop)
     i = b.phi(i64)
     i.add_incoming(ll.Constant(i64, 0), entry)
-    x = b.load(b.gep(src, [i], source_etype=f32), typ=f32)
-    hw = minifloat.encode(b, x, fmt, True)
-    if fmt.signed and fmt.kind != "fnuz":  # a chip's NaN without the sign
-        nan = b.fcmp_unordered("uno", x, x)
-        hw = b.select(nan, ll.Constant(i8, fmt.nan_code), hw)
-    if fmt.kind == "fnuz":  # a chip's -0 (0x80, FNUZ's NaN) for negative values that round to zero
-        zero = b.icmp_unsigned("==", hw, ll.Constant(i8, 0))
-        neg = b.fcmp_ordered("<", x, ll.Constant(f32, 0.0))
-        hw = b.select(b.and_(zero, neg), ll.Constant(i8, 0x80), hw)
-    b.store(minifloat.fix_encoded(b, x, hw, fmt, saturate), b.gep(dst, [i], source_etype=i8))
+    body(b, i, ptrs)
     i2 = b.add(i, ll.Constant(i64, 1))
     i.add_incoming(i2, b.block)
     b.cbranch(b.icmp_unsigned("<", i2, n), loop, done)
@@ -216,9 +206,34 @@ def _jit_fixup(name: str, saturate: bool):
     mod.verify()
     engine = llvm.create_mcjit_compiler(mod, llvm.Target.from_default_triple().create_target_machine(opt=2))
     engine.finalize_object()
-    f = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)(
-        engine.get_function_address("fix"))
+    f = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * pointers, ctypes.c_int64)(engine.get_function_address(name))
     return engine, f
+
+
+def _jit_fixup(name: str, saturate: bool):
+    """A host function running minifloat.fix_encoded on a simulated convert instruction: the
+    saturating software result with its NaN sign dropped and FNUZ zeros signed, as a chip might."""
+    from llvmlite import ir as ll
+
+    from kcompiler.backends.llvm import minifloat
+
+    fmt = FORMATS[name]
+    i8, f32 = ll.IntType(8), ll.FloatType()
+
+    def body(b, i, ptrs):
+        src, dst = ptrs
+        x = b.load(b.gep(src, [i], source_etype=f32), typ=f32)
+        hw = minifloat.encode(b, x, fmt, True)
+        if fmt.signed and fmt.kind != "fnuz":  # a chip's NaN without the sign
+            nan = b.fcmp_unordered("uno", x, x)
+            hw = b.select(nan, ll.Constant(i8, fmt.nan_code), hw)
+        if fmt.kind == "fnuz":  # a chip's -0 (0x80, FNUZ's NaN) for negative values that round to zero
+            zero = b.icmp_unsigned("==", hw, ll.Constant(i8, 0))
+            neg = b.fcmp_ordered("<", x, ll.Constant(f32, 0.0))
+            hw = b.select(b.and_(zero, neg), ll.Constant(i8, 0x80), hw)
+        b.store(minifloat.fix_encoded(b, x, hw, fmt, saturate), b.gep(dst, [i], source_etype=i8))
+
+    return _jit_loop("fix", 2, body)
 
 
 @pytest.mark.parametrize("saturate", [False, True])
@@ -238,38 +253,21 @@ def test_satfinite_e4m3_signs_give_the_software_bits(inputs):
     """NVIDIA's saturating E4M3 convert (cvt.rn.satfinite.e4m3x2.f32, simulated: the saturating
     reference with every NaN 0x7F and every zero unsigned, as a chip might) with minifloat.or_signs
     applied to each pair equals the reference (the NVPTX target's saturating E4M3 path)."""
-    import llvmlite.binding as llvm
     from llvmlite import ir as ll
 
-    from kcompiler.backends.llvm import initialize, minifloat
+    from kcompiler.backends.llvm import minifloat
 
-    initialize()
-    i16, i64, f32, ptr = ll.IntType(16), ll.IntType(64), ll.FloatType(), ll.PointerType()
-    m = ll.Module()
-    m.triple = llvm.get_process_triple()
-    fn = ll.Function(m, ll.FunctionType(ll.VoidType(), [ptr, ptr, ptr, i64]), "signs")
-    src, hw, dst, n = fn.args
-    b = ll.IRBuilder(fn.append_basic_block())
-    loop, done = fn.append_basic_block(), fn.append_basic_block()
-    entry = b.block
-    b.branch(loop)
-    b.position_at_end(loop)
-    i = b.phi(i64)
-    i.add_incoming(ll.Constant(i64, 0), entry)
-    first = b.load(b.gep(src, [b.mul(i, ll.Constant(i64, 2))], source_etype=f32), typ=f32)
-    second = b.load(b.gep(src, [b.add(b.mul(i, ll.Constant(i64, 2)), ll.Constant(i64, 1))], source_etype=f32), typ=f32)
-    two = b.load(b.gep(hw, [i], source_etype=i16), typ=i16)
-    b.store(minifloat.or_signs(b, two, first, second), b.gep(dst, [i], source_etype=i16))
-    i2 = b.add(i, ll.Constant(i64, 1))
-    i.add_incoming(i2, b.block)
-    b.cbranch(b.icmp_unsigned("<", i2, n), loop, done)
-    b.position_at_end(done)
-    b.ret_void()
-    mod = llvm.parse_assembly(str(m))
-    engine = llvm.create_mcjit_compiler(mod, llvm.Target.from_default_triple().create_target_machine(opt=2))
-    engine.finalize_object()
-    f = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)(
-        engine.get_function_address("signs"))
+    i16, i64, f32 = ll.IntType(16), ll.IntType(64), ll.FloatType()
+
+    def body(b, i, ptrs):
+        src, hw, dst = ptrs
+        first = b.load(b.gep(src, [b.mul(i, ll.Constant(i64, 2))], source_etype=f32), typ=f32)
+        second = b.load(b.gep(src, [b.add(b.mul(i, ll.Constant(i64, 2)), ll.Constant(i64, 1))], source_etype=f32),
+                        typ=f32)
+        two = b.load(b.gep(hw, [i], source_etype=i16), typ=i16)
+        b.store(minifloat.or_signs(b, two, first, second), b.gep(dst, [i], source_etype=i16))
+
+    engine, f = _jit_loop("signs", 3, body)
     x = np.ascontiguousarray(inputs[: inputs.size // 2 * 2], np.float32)
     want = reference.encode(x, "f8e4m3", True)
     chip = np.where(np.isnan(x), np.uint8(0x7F), np.where((want & 0x7F) == 0, np.uint8(0), want)).astype(np.uint8)
