@@ -188,32 +188,45 @@ def _launch_mma(mod, a, b, c, kmajor, tiles, NL, x, y, s, mfma=False, **params):
                                        shared=ops.matmul_shared_bytes(tiles, 2, kmajor, mfma), **params, **tiles)
 
 
-@pytest.mark.parametrize("kmajor, M, N, K", [(True, 37, 21, 40), (False, 33, 48, 72)], ids=["nk-odd", "kn-aligned"])
-def test_gated_mma_emulated(emulated_mma, kmajor, M, N, K):
-    tiles = dict(BM=32, BN=64, BK=16, WM=16, WN=32, STAGES=2)
+def _gated_emulated(mod, tiles, kmajor, M, N, K, name, mfma=False):
+    """kernel matmul_epilogue's gated form (FUSE 1, ``name``'s gate) on fresh bf16 a (M, K) and weight
+    (2 N, K), b K-major or not, f32 out: checked against float64 by check_gated."""
     a = RNG.standard_normal((M, K)).astype(ml_dtypes.bfloat16)
     w = RNG.standard_normal((2 * N, K)).astype(ml_dtypes.bfloat16)
     c = np.full((M, N), np.nan, np.float32)
     un = np.zeros(1, np.float32)
-    _launch_mma(emulated_mma, a, w if kmajor else np.ascontiguousarray(w.T), c, kmajor, tiles, 16 * -(-N // 8), un, un,
-                1.0, T="bf16", OUT="f32", FUSE=1, GLU="epilogue.gelu_and_mul")
-    check_gated(c, a, w, "gelu_and_mul")
+    _launch_mma(mod, a, w if kmajor else np.ascontiguousarray(w.T), c, kmajor, tiles, 16 * -(-N // 8), un, un, 1.0,
+                mfma=mfma, T="bf16", OUT="f32", FUSE=1, GLU=f"epilogue.{name}")
+    check_gated(c, a, w, name)
 
 
-@pytest.mark.parametrize("fuse, kmajor, M, N, K", [(2, True, 37, 45, 40), (4, False, 70, 64, 24)],
-                         ids=["rms-nk-odd", "fused-add-kn"])
-def test_rms_norm_mma_emulated(emulated_mma, fuse, kmajor, M, N, K):
-    """BN = 64 over 4 warps of 16 columns: a row's squares summed across the warps in shared memory."""
-    tiles = dict(BM=32, BN=64, BK=16, WM=16, WN=16, STAGES=2)
+def _rms_norm_emulated(mod, tiles, fuse, kmajor, M, N, K, mfma=False):
+    """kernel matmul_epilogue's RMSNorm form (FUSE 2 to 4) on fresh bf16 inputs and residual, bf16 out:
+    (c, the residual after the launch, before it, and norm_reference's reference, tolerance, h and h's
+    tolerance)."""
     a = RNG.standard_normal((M, K)).astype(ml_dtypes.bfloat16)
     w = RNG.standard_normal((N, K)).astype(ml_dtypes.bfloat16)
     weight = RNG.uniform(0.5, 1.5, N).astype(np.float32)
     r = RNG.standard_normal((M, N)).astype(ml_dtypes.bfloat16)
     r0 = r.copy()
     c = np.full((M, N), np.nan, ml_dtypes.bfloat16)
-    _launch_mma(emulated_mma, a, w if kmajor else np.ascontiguousarray(w.T), c, kmajor, tiles, N, weight, r, EPS,
+    _launch_mma(mod, a, w if kmajor else np.ascontiguousarray(w.T), c, kmajor, tiles, N, weight, r, EPS, mfma=mfma,
                 T="bf16", OUT="bf16", EPI="epilogue.identity", FUSE=fuse)
-    ref, tol, h, h_tol = norm_reference(a, w, weight, r0 if fuse == 4 else None)
+    return (c, r, r0) + norm_reference(a, w, weight, r0 if fuse >= 3 else None)
+
+
+@pytest.mark.parametrize("kmajor, M, N, K", [(True, 37, 21, 40), (False, 33, 48, 72)], ids=["nk-odd", "kn-aligned"])
+def test_gated_mma_emulated(emulated_mma, kmajor, M, N, K):
+    _gated_emulated(emulated_mma, dict(BM=32, BN=64, BK=16, WM=16, WN=32, STAGES=2), kmajor, M, N, K,
+                    "gelu_and_mul")
+
+
+@pytest.mark.parametrize("fuse, kmajor, M, N, K", [(2, True, 37, 45, 40), (4, False, 70, 64, 24)],
+                         ids=["rms-nk-odd", "fused-add-kn"])
+def test_rms_norm_mma_emulated(emulated_mma, fuse, kmajor, M, N, K):
+    """BN = 64 over 4 warps of 16 columns: a row's squares summed across the warps in shared memory."""
+    c, r, r0, ref, tol, h, h_tol = _rms_norm_emulated(emulated_mma, dict(BM=32, BN=64, BK=16, WM=16, WN=16, STAGES=2),
+                                                      fuse, kmajor, M, N, K)
     _check(c, ref, tol + _u(c.dtype) * np.abs(ref))
     if fuse == 4:
         _check(r, h, h_tol)
@@ -244,13 +257,7 @@ def test_gated_mfma_emulated(tiles, kmajor, M, N, K, name):
     """The gate and up products of an output column sit 8 lanes apart in an MFMA tile (B's logical
     columns in groups of 8, as std.matmul's): their xor shuffle, N not a multiple of 8 or of the tile."""
     chip, t = MFMA_TILES[tiles]
-    a = RNG.standard_normal((M, K)).astype(ml_dtypes.bfloat16)
-    w = RNG.standard_normal((2 * N, K)).astype(ml_dtypes.bfloat16)
-    c = np.full((M, N), np.nan, np.float32)
-    un = np.zeros(1, np.float32)
-    _launch_mma(_mfma_module(chip), a, w if kmajor else np.ascontiguousarray(w.T), c, kmajor, t, 16 * -(-N // 8),
-                un, un, 1.0, mfma=True, T="bf16", OUT="f32", FUSE=1, GLU=f"epilogue.{name}")
-    check_gated(c, a, w, name)
+    _gated_emulated(_mfma_module(chip), t, kmajor, M, N, K, name, mfma=True)
 
 
 @pytest.mark.parametrize("tiles, fuse, kmajor, M, N, K", [
@@ -260,15 +267,7 @@ def test_rms_norm_mfma_emulated(tiles, fuse, kmajor, M, N, K):
     """A row's squares summed over the MI lanes of its MFMA tiles by shuffles, then across the BN / WN
     wavefronts in LDS."""
     chip, t = MFMA_TILES[tiles]
-    a = RNG.standard_normal((M, K)).astype(ml_dtypes.bfloat16)
-    w = RNG.standard_normal((N, K)).astype(ml_dtypes.bfloat16)
-    weight = RNG.uniform(0.5, 1.5, N).astype(np.float32)
-    r = RNG.standard_normal((M, N)).astype(ml_dtypes.bfloat16)
-    r0 = r.copy()
-    c = np.full((M, N), np.nan, ml_dtypes.bfloat16)
-    _launch_mma(_mfma_module(chip), a, w if kmajor else np.ascontiguousarray(w.T), c, kmajor, t, N, weight, r, EPS,
-                mfma=True, T="bf16", OUT="bf16", EPI="epilogue.identity", FUSE=fuse)
-    ref, tol, h, h_tol = norm_reference(a, w, weight, r0 if fuse >= 3 else None)
+    c, r, r0, ref, tol, h, h_tol = _rms_norm_emulated(_mfma_module(chip), t, fuse, kmajor, M, N, K, mfma=True)
     _check(c, ref, tol + _u(c.dtype) * np.abs(ref))
     if fuse == 4:
         _check(r, h, h_tol)
