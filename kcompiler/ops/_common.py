@@ -177,6 +177,20 @@ def _const(key: tuple, values: tuple, n: int, like: Any, dtype: str) -> Any:
     return t
 
 
+def kept(cache: dict, key: Any, like: Any, make: Callable[[], Any], limit: int) -> Any:
+    """Scratch kept between calls: ``cache[key]``, made by ``make()`` where missing. A fresh one, not
+    kept, where ``key`` is None (the caller keeps none, e.g. for host arrays), while torch captures a
+    CUDA graph on ``like``'s stream (the memory would belong to the graph's pool), or once ``cache``
+    holds ``limit`` entries. Callers key by stream where launches on two streams may overlap (a stream
+    runs its calls in order, so one set a stream is never in use twice at once)."""
+    got = cache.get(key) if key is not None else None
+    if got is None:
+        got = make()
+        if key is not None and len(cache) < limit and not capturing(like):
+            cache[key] = got
+    return got
+
+
 def capturing(x: Any) -> bool:
     """Whether ``x`` is a torch CUDA tensor and torch's current stream is capturing a CUDA graph
     (``torch.cuda.graph``): then an op must not wait for the device (no autotuning, no host reads)."""

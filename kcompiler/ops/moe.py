@@ -628,12 +628,8 @@ class _MoEPlan:
         return not ((self.mma1 and (data_ptr(x) | data_ptr(gdata)) % 16) or (self.mma2 and data_ptr(ddata) % 16))
 
     def _scratch(self, stream: Any, x: Any) -> dict:
-        bufs = self.scratch.get(stream) if self.keep else None
-        if bufs is None:
-            bufs = {name: self.kind.empty(shape, dt) for name, shape, dt in self.spec}
-            if self.keep and len(self.scratch) < 4 and not _common.capturing(x):
-                self.scratch[stream] = bufs
-        return bufs
+        return _common.kept(self.scratch, (stream,) if self.keep else None, x,
+                            lambda: {name: self.kind.empty(shape, dt) for name, shape, dt in self.spec}, 4)
 
     def __call__(self, x: Any, logits: Any, wg: Any, wd: Any) -> Any:
         ok = self.kind.contiguous

@@ -172,17 +172,10 @@ _SPLIT_SCRATCH: dict = {}
 def _split_scratch(x: Any, rows: int, chunks: int) -> tuple:
     """(part_m, part_i, part_s, arrive) for :func:`sample`'s split launch on ``x`` (see
     :data:`_SPLIT_SCRATCH`)."""
-    key = None
-    if arrays.is_torch_tensor(x) and x.is_cuda and not _common.capturing(x):
-        key = (x.device, _common.stream_of(x), rows, chunks)
-        got = _SPLIT_SCRATCH.get(key)
-        if got is not None:
-            return got
     n = rows * chunks
-    got = (empty_like(x, (n,), "f32"), empty_like(x, (n,), "i32"), empty_like(x, (n,), "f32"), _zeros_i32(x, rows))
-    if key is not None and len(_SPLIT_SCRATCH) < 64:
-        _SPLIT_SCRATCH[key] = got
-    return got
+    key = (x.device, _common.stream_of(x), rows, chunks) if arrays.is_torch_tensor(x) and x.is_cuda else None
+    return _common.kept(_SPLIT_SCRATCH, key, x, lambda: (empty_like(x, (n,), "f32"), empty_like(x, (n,), "i32"),
+                                                         empty_like(x, (n,), "f32"), _zeros_i32(x, rows)), 64)
 
 
 def _row_view(x: Any, rows: int, vocab: int) -> tuple[Any, int]:
