@@ -66,11 +66,11 @@ def _u32_pair(v: int, name: str, fn: str) -> tuple[np.uint32, np.uint32]:
 #: When :func:`sample` splits each row over several blocks (std.sampling's ``sample_split``: a block a
 #: chunk of ``chunk`` elements reads it for its maximum (and, for a temperature-only row, its weight
 #: sum); the row's last block finishes; one launch): batches of at most ``max_rows`` rows with a
-#: vocabulary of at least ``min_vocab`` and 2 * ``chunk``. A choice by (batch, vocabulary) only, never
-#: by target or by the parameters' values. Tokens: a row with top-k, top-p or min-p draws what the
-#: unsplit kernel draws (the maximum is exact in any order, the rounds are the same); a temperature-
-#: only row draws another token than the unsplit kernel for the same seed (the sums run in chunks),
-#: the same on every target. So the tokens of a (batch, vocabulary) are fixed by this table.
+#: vocabulary of at least ``min_vocab`` and 2 * ``chunk``, in calls that cannot filter (below). Never a
+#: choice by target. Tokens: a row with top-k, top-p or min-p draws what the unsplit kernel draws (the
+#: maximum is exact in any order, the rounds are the same); a temperature-only row draws another token
+#: than the unsplit kernel for the same seed (the sums run in chunks), the same on every target. So a
+#: seed's tokens are fixed by (batch, vocabulary, whether the call may filter) and this table.
 #: The figures (bench_sampling.py, H100 80GB HBM3, 2026-11-27, µs a call, default loads u2 vs the split
 #: kernel at chunk 16384; /work/devres/4/sampling.txt): temperature only, bf16 / f32 --
 #: batch 1 vocab 128256: 58.2 vs 51.6 / 58.3 vs 26.9; batch 16 vocab 128256: 60.1 vs 29.8 / 60.3 vs
@@ -109,7 +109,9 @@ def split_chunks(rows: int, vocab: int, filtered: bool = False) -> int:
     :data:`SAMPLING_SPLIT`; the chunk length is a multiple of 16 elements. ``filtered``: the call may
     filter rows (:func:`may_filter`): unsplit unless SAMPLING_SPLIT["filtered"]."""
     chunk = split_chunk()
-    if (filtered and not SAMPLING_SPLIT.get("filtered", False)) or rows > min(int(SAMPLING_SPLIT["max_rows"]), 65535) or vocab < max(2 * chunk,  # grid.y <= 65535
+    if filtered and not SAMPLING_SPLIT.get("filtered", False):
+        return 1
+    if rows > min(int(SAMPLING_SPLIT["max_rows"]), 65535) or vocab < max(2 * chunk,  # grid.y <= 65535
                                                                           int(SAMPLING_SPLIT.get("min_vocab", 0))):
         return 1
     return -(-vocab // chunk)
@@ -239,13 +241,14 @@ def sample(logits: Any = None, *, probs: Any = None, temperature: Any = 1.0, top
     of the row: a filtered row takes full passes for the maximum, round 0 and usually round 1.
 
     Split rows (:data:`SAMPLING_SPLIT`, :func:`split_chunks`: batches of up to 16 rows of 64K or more
-    tokens, chunks of 16384, where no top-k / top-p / min-p may filter: :func:`may_filter`): still one launch, grid (chunks, batch). Each block reads its chunk for its
+    tokens, chunks of 16384, where no top-k / top-p / min-p may filter: :func:`may_filter`): still one
+    launch, grid (chunks, batch). Each block reads its chunk for its
     maximum (and for a temperature-only row its weight sum); the row's last block picks a chunk by the
     chunk sums and reads that chunk once more for the token (temperature only: 2 passes over V spread
     over the chunks' blocks, plus one chunk); rows with top-k / top-p / min-p then run the rounds above
     in that one block and draw the unsplit kernel's token. A temperature-only row draws another token
-    split than unsplit (the sums run by chunk), so the tokens for a seed are fixed by (batch, vocabulary)
-    and the tables, the same on every target.
+    split than unsplit (the sums run by chunk), so the tokens for a seed are fixed by (batch, vocabulary,
+    whether the call may filter) and the tables, the same on every target.
     Raises TypeError / ValueError for other dtypes or shapes, or both or neither of logits and probs."""
     if (logits is None) == (probs is None):
         raise ValueError("sample: give exactly one of logits and probs")
