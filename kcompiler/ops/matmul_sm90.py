@@ -235,7 +235,9 @@ def prepare(mod: Any, a: Any, b: Any, out: Any, *, b_kmajor: bool = True, scale_
         grid = max(1, min(tiles, sms))
         params["SPLIT_K"] = int(split_k)
     args = [ta, tb, None, M, N, K, N, scale_a, scale_b]
-    cfg["EPI_TMA"] = epi_tma if tma_store_applies({**cfg, "EPI_TMA": epi_tma}, out, split_k, block, fuse) else 0
+    # (a user's epilogue module, epilogue_module, has no matmul_sm90_tma: the register store there)
+    cfg["EPI_TMA"] = epi_tma if tma_store_applies({**cfg, "EPI_TMA": epi_tma}, out, split_k, block, fuse) \
+        and hasattr(mod, "matmul_sm90_tma") else 0
     if cfg["EPI_TMA"]:
         fn, x, y, s = epilogue if epilogue is not None else ("epilogue.identity", out.reshape(-1),
                                                              out.reshape(-1), 1.0)
