@@ -154,7 +154,8 @@ def _norm(fn: str, x: Any, weight: Any, bias: Any, eps: float, residual: Any, wr
     mod.norm[grid, block](xr.arg, xr.ld, rr.arg if rr else xr.arg, rr.ld if rr else 0, w0, b0, orow.arg, orow.ld,
                           n, xr.rows, float(eps), part, T=src.name, VEC=vec, NV=nv, LN=layer, RES=rr is not None,
                           WRITE=bool(rr is not None and write_residual), HAS_W=w is not None,
-                          HAS_B=b is not None, ROWS=per, SPLIT=split, stream=stream_of(x))
+                          HAS_B=b is not None, ROWS=per, SPLIT=split, MAXT=1 << (block - 1).bit_length(),
+                          stream=stream_of(x))
     orow.done()
     if rr is not None and write_residual:
         rr.done()

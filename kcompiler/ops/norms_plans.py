@@ -11,6 +11,12 @@ Why variants (an H100 has 132 SMs; a block of the norm kernel holds its row in r
   the partial sums exchanged through global memory across the cluster barrier: rows x SPLIT blocks
   fill the machine. "wide" takes more threads a row (about 1 vector each: more, smaller loads in
   flight a block, one wave of loads).
+- Occupancy (ptxas 13.0, sm_90a, bf16 RMSNorm at hidden 8192): "base" (256 threads, NV 4) takes 86
+  registers a thread, so an SM holds 2 blocks (16 of 64 warps, 32 KB of loads in flight); "wide"
+  (1024 threads, NV 1) 32, 2 blocks (all 64 warps, the same 32 KB); "rows2" (512 threads, NV 2, 2
+  rows) 71, 1 block but 64 KB in flight; "split" (256 threads, NV 2) 52. A launch bound (the kernel's
+  MAXT) keeps a 1024-thread block within 64 registers (without it NV 4 at 1024 threads, rows of
+  32768 bf16, could not launch).
 - Many rows: "rows2" / "rows4" give a block 2 / 4 rows with the weight (and bias) read once a block
   and held in registers for all of them (in "base" every row re-reads the weight from L2: a third of
   RMSNorm's L2 reads when the data fits the 50 MB L2), their block reductions sharing one barrier.
