@@ -54,7 +54,8 @@ def mla_decode(q_nope: Any, q_pe: Any, ckv_cache: Any, kpe_cache: Any, block_tab
       where it can run, H is at least :data:`MLA_SM90_MIN_HEADS` (64: below, the mma.sync kernel's
       16-row tiles were faster on the H100) and none of ``heads_per_block``, ``warps``,
       ``tensor_cores`` is given; else 'generic'. ``sm90_tiles``: the Hopper kernel's BN (keys a
-      step), STAGES, OVERLAP or SEESAW, QROWS (and the diagnostic PROBE) instead of :data:`MLA_SM90_TILES`.
+      step), STAGES, OVERLAP or SEESAW, QROWS, ST (and the diagnostic PROBE) instead of
+      :data:`MLA_SM90_TILES`.
 
     Every block reads its sequence's latent rows once per group of heads (the groups after the first
     mostly from L2). Raises TypeError / ValueError for dtypes and shapes that do not match.
@@ -165,6 +166,7 @@ class _MlaLaunch:
             self.kw = dict(T=dtype, D=D, DR=DR, PAGE=page, BN=int(tiles["BN"]), STAGES=int(tiles["STAGES"]),
                            OVERLAP=bool(tiles.get("OVERLAP", False)), PROBE=int(tiles.get("PROBE", 0)),
                            SEESAW=bool(tiles.get("SEESAW", False)), QROWS=int(tiles.get("QROWS", 64)),
+                           ST=bool(tiles.get("ST", False)),
                            shared=mla_sm90_shared_bytes(D, DR, tiles, 4 if dtype == "f32" else 2))
             self.align = (16, 16, 16, 16)
         else:
@@ -269,7 +271,10 @@ def _generic_tiles(tc: bool, H: int, D: int, DR: int, itemsize: int, heads_per_b
 #: QROWS: Q's rows kept in shared memory, 64 (every row of wgmma's M), or 0 for as few as the heads need
 #: (H rounded up to 8 where H < 64: at 16 heads Q takes 18 KB instead of 72 and the ring can have the
 #: rest; :func:`mla_sm90_qrows`); off until timed.
-MLA_SM90_TILES = dict(BN=32, STAGES=2, OVERLAP=False, PROBE=0, SEESAW=False, QROWS=64)
+#: ST: warpgroup 1 computes S transposed (S^T = K Q^T: the tile's 64 keys as wgmma's M, Q's QROWS rows
+#: as N; the softmax down its columns, P stored transposed): for up to 16 heads (QROWS 0, or 8 or 16:
+#: more spilled at D 512); BN 64, without OVERLAP, SEESAW or PROBE; off until timed.
+MLA_SM90_TILES = dict(BN=32, STAGES=2, OVERLAP=False, PROBE=0, SEESAW=False, QROWS=64, ST=False)
 
 
 def mla_sm90_qrows(tiles: dict[str, int], heads: int) -> dict[str, int]:
@@ -287,12 +292,14 @@ def mla_sm90_shared_bytes(D: int, DR: int, tiles: dict[str, int], itemsize: int 
     64 rows and STAGES tiles of BN rows, D + DR elements each, P (64 x BN, in slabs of 64 columns), 64
     f32 rescale factors, 5 + 2 STAGES mbarriers. SEESAW: a P a slot (none where BN is a multiple of 64:
     P then takes the tile's first k_pe slab), 128 f32 a slot (row maxima, factors) and 128 (row sums),
-    4 + 3 STAGES mbarriers. Q's rows: QROWS (resolved: :func:`mla_sm90_qrows`), 64 if absent."""
+    4 + 3 STAGES mbarriers. Q's rows: QROWS (resolved: :func:`mla_sm90_qrows`), 64 if absent. ST: an
+    mbarrier and 320 f32 more (the warps' column maxima, the final maxima)."""
     bn, st, qr = tiles["BN"], tiles["STAGES"], int(tiles.get("QROWS", 64))
     if tiles.get("SEESAW"):
         ps = 0 if bn % 64 == 0 else st * 64 * 64 * -(-bn // 64)
         return ((qr + st * bn) * (D + DR) + ps) * itemsize + 4 * (128 * st + 128) + 8 * (4 + 3 * st)
-    return ((qr + st * bn) * (D + DR) + 64 * 64 * -(-bn // 64)) * itemsize + 256 + 8 * (5 + 2 * st)
+    extra = 8 + 4 * 320 if tiles.get("ST") else 0
+    return ((qr + st * bn) * (D + DR) + 64 * 64 * -(-bn // 64)) * itemsize + 256 + 8 * (5 + 2 * st) + extra
 
 
 def mla_sm90_splits(units: int, max_len: int, sms: int, bn: int, min_chunk: int = 256,
@@ -343,6 +350,9 @@ def mla_sm90_reason_not(q_nope: Any, q_pe: Any, ckv_cache: Any, kpe_cache: Any, 
     if bn % 16 or not 16 <= bn <= 256 or st < 1 or (tiles.get("OVERLAP") and st < 2):
         return f"sm90_tiles: BN a multiple of 16 from 16 to 256 and STAGES at least 1 (2 with OVERLAP), not {tiles}"
     qr, heads = int(tiles.get("QROWS", 64)), int(q_nope.shape[1])
+    if tiles.get("ST") and (bn != 64 or qr > 16 or tiles.get("OVERLAP") or tiles.get("SEESAW") or tiles.get("PROBE")):
+        return f"sm90_tiles: ST (S transposed) takes BN 64 and QROWS of 16 at most (more spill at D 512), " \
+               f"without OVERLAP, SEESAW or PROBE, not {tiles}"
     if qr % 8 or not 8 <= qr <= 64 or (qr < 64 and heads > qr):
         return f"sm90_tiles: QROWS is 0 (as the heads need), or a multiple of 8 up to 64, at least the " \
                f"heads ({heads}) where below 64, not {tiles.get('QROWS')}"
