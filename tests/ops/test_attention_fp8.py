@@ -12,7 +12,9 @@ P is later scaled by alpha = exp(m_j - m) <= 1) is so at most e_j = min(p_j, max
     |O[i, d] - O_ref[i, d]| <= descale_v * sum_j e_j |V[j, d]| / l_i  (+ the f32 terms and O's rounding
     to bf16: 2^-8 |O_ref| + 10^-6 descale_v max |V| cover them),
 
-and the LSE is off by f32 rounding only (10^-5 (1 + |LSE|)). On the GPU, FP8 wgmma accumulates S with
+and the LSE is off by f32 rounding only (10^-5 (1 + |LSE|)). With EXP2_POLY some exponentials are
+std.math's polynomial (relative error d = 1.02e-4 where ex2.approx has 2 ulp): P and l are then off by d
+p_j and d l more, which adds 2 d (sum_j p_j |V[j, d]| / l_i + |O_ref|) to the bound and 2 d to the LSE's. On the GPU, FP8 wgmma accumulates S with
 less than f32's precision (unspecified by NVIDIA; DeepSeek-V3's report measured about 14 bits on
 H800), so the GPU tests add a score error eps = 2^-12 * scale_eff * max_ij sum_d |Q_id K_jd| to every
 score: 2 eps p_j more in e_j and eps in the LSE.
@@ -35,7 +37,7 @@ F8 = ml_dtypes.float8_e4m3fn
 RNG = np.random.default_rng(23)
 
 
-def reference_fp8(q, k, v, causal, scale, dq, dk, dv, score_eps=0.0):
+def reference_fp8(q, k, v, causal, scale, dq, dk, dv, score_eps=0.0, p_rel=0.0):
     """(O_ref, LSE_ref, bound on |O - O_ref|, bound on |LSE - LSE_ref|) for bshd float64 q (B, Sq, H, D),
     k and v (B, Sk, HK, D) (the codes' values) and descales dq, dk, dv of shape (B, HK) (module docstring)."""
     B, Sq, H, D = q.shape
@@ -58,10 +60,12 @@ def reference_fp8(q, k, v, causal, scale, dq, dk, dv, score_eps=0.0):
     o = np.einsum("bhqk,bhkd->bhqd", p, vh) / lsafe * head(dv)
     e = np.minimum(p, np.maximum(p / 16, 2.0 ** -10)) + 2 * score_eps * p
     vmax = np.abs(vh).max() * head(dv)
-    tol = np.einsum("bhqk,bhkd->bhqd", e, np.abs(vh)) / lsafe * head(dv) + 2.0 ** -8 * np.abs(o) + 1e-6 * vmax
+    pv = np.einsum("bhqk,bhkd->bhqd", p, np.abs(vh)) / lsafe * head(dv)
+    tol = (np.einsum("bhqk,bhkd->bhqd", e, np.abs(vh)) / lsafe * head(dv) + 2.0 ** -8 * np.abs(o) + 1e-6 * vmax
+           + 2 * p_rel * (pv + np.abs(o)))
     lse = np.where(l > 0, m + np.log(lsafe), -np.inf)[..., 0]
     return (o.transpose(0, 2, 1, 3), lse, tol.transpose(0, 2, 1, 3),
-            1e-5 * (1 + np.abs(np.where(np.isfinite(lse), lse, 0))) + score_eps)
+            1e-5 * (1 + np.abs(np.where(np.isfinite(lse), lse, 0))) + score_eps + 2 * p_rel)
 
 
 def check_fp8(out, lse, ref):
@@ -128,6 +132,26 @@ def test_fp8_prefill_emulated(monkeypatch, emulated):
     out, lse = run_fp8(monkeypatch, emulated, q, k, v, True, descale_q=dq, descale_k=dk, descale_v=dv)
     assert out.dtype == ml_dtypes.bfloat16 and out.shape == q.shape and lse.shape == (B, H, Sq)
     check_fp8(out, lse, reference_fp8(*(x.astype(np.float64) for x in (q, k, v)), True, 128 ** -0.5, dq, dk, dv))
+    assert (np.asarray(out[:, :Sq - Sk], np.float64) == 0).all()
+
+
+#: std.math.fast_exp2_poly's relative error (tests/stdlib/test_exp2_poly.py)
+POLY_REL = 1.02e-4
+
+
+@pytest.mark.parametrize("poly", [24, pytest.param(64, marks=pytest.mark.slow(sample=0))])
+def test_fp8_prefill_exp2_poly_emulated(monkeypatch, emulated, poly):
+    """EXP2_POLY (FlashAttention-4's exponentials on the FMA pipe: 24 of a thread's 64 a tile, or all)
+    on the emulation at a small shape: causal with Sq > Sk (rows that see no key: -inf scores through
+    the polynomial give 0, O 0, LSE -inf), two query blocks, two key tiles; within the bound with the
+    polynomial's error added."""
+    B, Sq, Sk, H, HK = 1, 140, 131, 2, 1
+    q, k, v = fp8_inputs(B, Sq, Sk, H, HK)
+    out, lse = run_fp8(monkeypatch, emulated, q, k, v, True, tiles=dict(EXP2_POLY=poly), descale_q=0.5,
+                       descale_k=1.25, descale_v=3.0)
+    ones = np.ones((B, HK))
+    check_fp8(out, lse, reference_fp8(*(x.astype(np.float64) for x in (q, k, v)), True, 128 ** -0.5, 0.5 * ones,
+                                      1.25 * ones, 3.0 * ones, p_rel=POLY_REL))
     assert (np.asarray(out[:, :Sq - Sk], np.float64) == 0).all()
 
 
@@ -200,6 +224,27 @@ def test_fp8_prefill_ptx(causal):
     vt = emit_file(stdlib_dir() / "attention_sm90.kc", "asm", NvptxTarget("sm_90a"), kernel="attention_vt_fp8",
                    comptime=dict(D=128))
     assert " 0 bytes spill stores" in ptxas(vt, "sm_90a", verbose=True)
+
+
+@needs_ptxas
+def test_fp8_exp2_poly_ptx():
+    """EXP2_POLY 16 takes 16 of the softmax's 66 ex2.approx (64 a thread a tile, and the 2 factors; the
+    sequential form has one softmax) off the MUFU: 50 remain, and 16 polynomials (their 1.5 2^23
+    rounding constant) take their place; the kernel still assembles without spills or serialised
+    wgmma (ptxas 13.0: 168 registers before setmaxnreg, as without); 65 (more than a thread's 64) is
+    a located compile error."""
+    from kcompiler.backends.nvptx.target import NvptxTarget
+    from kcompiler.frontend.program import stdlib_dir
+    from kcompiler.pipeline import emit_file
+    ptx = emit_file(stdlib_dir() / "attention_sm90.kc", "asm", NvptxTarget("sm_90a", approx_ftz=True),
+                    kernel="attention_prefill_sm90", comptime=dict(T="f8e4m3", OUT="bf16", D=128, EXP2_POLY=16))
+    assert ptx.count("ex2.approx") == 50 and ptx.count(", 0f4B400000;") == 16, ptx.count("ex2.approx")
+    log = ptxas(ptx, "sm_90a", verbose=True)
+    assert "C7514" not in log and "serialized" not in log and " 0 bytes spill stores" in log, log
+    with pytest.raises(kc.CompileError, match="EXP2_POLY") as e:
+        emit_file(stdlib_dir() / "attention_sm90.kc", "asm", NvptxTarget("sm_90a"), kernel="attention_prefill_sm90",
+                  comptime=dict(T="f8e4m3", OUT="bf16", D=128, EXP2_POLY=65))
+    assert "attention_sm90.kc:" in str(e.value)
 
 
 def test_fp8_compile_errors():

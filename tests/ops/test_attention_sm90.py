@@ -161,6 +161,21 @@ def test_prefill_sm90_tiles_emulated(monkeypatch, emulated, tiles):
     check(out, lse, ref, ref_lse, v, "bf16")
 
 
+def test_prefill_sm90_exp2_poly_emulated(monkeypatch, emulated):
+    """bf16 with EXP2_POLY (16 of a thread's 64 exponentials a tile by std.math's polynomial, relative
+    error 1.02e-4: far below P's rounding to bf16; the LSE's bound takes 2 of it more): causal with Sq >
+    Sk (rows that see no key: the -inf scores through the polynomial give 0), two query blocks."""
+    from kcompiler import ops
+
+    from .test_attention import check, qkv, reference
+    monkeypatch.setattr(ops_attention, "_attention_sm90_module", lambda target: emulated)
+    q, k, v = qkv(1, 150, 131, 2, 1, 64, "bf16")
+    out, lse = ops.attention(q, k, v, causal=True, return_lse=True, path="sm90", tiles=dict(EXP2_POLY=16),
+                             target="cpu")
+    ref, ref_lse = reference(q, k, v, True, 64 ** -0.5)
+    check(out, lse, ref, ref_lse, v, "bf16", lse_tol=2 * 1.02e-4)
+
+
 # (tiles, (B, Sq, Sk, H, HK, D, causal)): the block shapes of benchmarks/bench_attention_variants.py
 # (CONSUMERS 1 to 3: 64 to 192 query rows a block; BLOCKS_PER_SM 2: the registers shared out for two
 # resident blocks), each with more than one block of queries and more than STAGES tiles of keys
