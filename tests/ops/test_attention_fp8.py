@@ -266,40 +266,55 @@ GPU_SHAPES = [(2, 1000, 1000, 4, 4, "bshd", False), (2, 1000, 1000, 4, 4, "bhsd"
               (1, 777, 1500, 8, 2, "bshd", True), (3, 1500, 613, 4, 1, "bhsd", False), (1, 1, 300, 4, 2, "bshd", False)]
 
 
+def _gpu_case(shape, tiles, causal, p_rel=0.0):
+    """One FP8 call on the GPU against float64 of the dequantised inputs, outputs poisoned first."""
+    import torch
+
+    from kcompiler import ops
+    B, Sq, Sk, H, HK, layout, per_head = shape
+    q, k, v = fp8_inputs(B, Sq, Sk, H, HK)
+    if per_head:
+        dq, dk, dv = (RNG.uniform(0.25, 2.0, (B, HK)).astype(np.float32) for _ in range(3))
+        desc = [torch.from_numpy(x).cuda() for x in (dq, dk, dv)]
+    else:
+        dq, dk, dv = (np.full((B, HK), x, np.float32) for x in (0.5, 1.5, 2.0))
+        desc = [0.5, 1.5, 2.0]
+    tq, tk, tv = (torch.from_numpy(x.view(np.uint8)).cuda().view(torch.float8_e4m3fn) for x in (q, k, v))
+    if layout == "bhsd":
+        tq, tk, tv = (x.transpose(1, 2).contiguous() for x in (tq, tk, tv))
+    torch.empty(64 << 20, device="cuda", dtype=torch.uint8).fill_(0xFF)  # NaN where ops allocates next
+    out, lse = ops.attention(tq, tk, tv, causal=causal, layout=layout, return_lse=True, tiles=tiles,
+                             descale_q=desc[0], descale_k=desc[1], descale_v=desc[2])
+    if layout == "bhsd":
+        out = out.transpose(1, 2)
+    q64, k64, v64 = (x.astype(np.float64) for x in (q, k, v))
+    seff = 128 ** -0.5 * float((dq * dk).max())
+    # max_ij sum_d |Q_id K_jd| <= sum_d max_i |Q_id| max_j |K_jd|
+    eps = 2.0 ** -12 * seff * float((np.abs(q64).max(axis=(0, 1, 2)) * np.abs(k64).max(axis=(0, 1, 2))).sum())
+    check_fp8(out.float().cpu().numpy(), lse.cpu().numpy(),
+              reference_fp8(q64, k64, v64, causal, 128 ** -0.5, dq, dk, dv, score_eps=eps, p_rel=p_rel))
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("causal", [False, True])
 def test_fp8_prefill_gpu(causal):
     """FP8 attention on the H100 against float64 of the dequantised inputs (module docstring's bound
     with the GPU's score error): odd lengths, Sq != Sk both ways, GQA 2:1 and 4:1, both layouts, float
     and per-head descales, BN 128 and 256, the overlapped schedule; outputs poisoned first."""
-    import torch
+    for shape, tiles in zip(GPU_SHAPES, (None, dict(BN=256), dict(PACK_ABS=False), dict(OVERLAP=True, PINGPONG=True),
+                                         dict(OVERLAP=True, PINGPONG=True, FA3_ORDER=True))):
+        _gpu_case(shape, tiles, causal)
 
-    from kcompiler import ops
-    for (B, Sq, Sk, H, HK, layout, per_head), tiles in zip(GPU_SHAPES, (None, dict(BN=256), dict(PACK_ABS=False),
-                                                                        dict(OVERLAP=True, PINGPONG=True),
-                                                                        dict(OVERLAP=True, PINGPONG=True,
-                                                                             FA3_ORDER=True))):
-        q, k, v = fp8_inputs(B, Sq, Sk, H, HK)
-        if per_head:
-            dq, dk, dv = (RNG.uniform(0.25, 2.0, (B, HK)).astype(np.float32) for _ in range(3))
-            desc = [torch.from_numpy(x).cuda() for x in (dq, dk, dv)]
-        else:
-            dq, dk, dv = (np.full((B, HK), x, np.float32) for x in (0.5, 1.5, 2.0))
-            desc = [0.5, 1.5, 2.0]
-        tq, tk, tv = (torch.from_numpy(x.view(np.uint8)).cuda().view(torch.float8_e4m3fn) for x in (q, k, v))
-        if layout == "bhsd":
-            tq, tk, tv = (x.transpose(1, 2).contiguous() for x in (tq, tk, tv))
-        torch.empty(64 << 20, device="cuda", dtype=torch.uint8).fill_(0xFF)  # NaN where ops allocates next
-        out, lse = ops.attention(tq, tk, tv, causal=causal, layout=layout, return_lse=True, tiles=tiles,
-                                 descale_q=desc[0], descale_k=desc[1], descale_v=desc[2])
-        if layout == "bhsd":
-            out = out.transpose(1, 2)
-        q64, k64, v64 = (x.astype(np.float64) for x in (q, k, v))
-        seff = 128 ** -0.5 * float((dq * dk).max())
-        # max_ij sum_d |Q_id K_jd| <= sum_d max_i |Q_id| max_j |K_jd|
-        eps = 2.0 ** -12 * seff * float((np.abs(q64).max(axis=(0, 1, 2)) * np.abs(k64).max(axis=(0, 1, 2))).sum())
-        check_fp8(out.float().cpu().numpy(), lse.cpu().numpy(),
-                  reference_fp8(q64, k64, v64, causal, 128 ** -0.5, dq, dk, dv, score_eps=eps))
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True])
+def test_fp8_prefill_exp2_poly_gpu(causal):
+    """EXP2_POLY on the H100 (8, 16 and 24 of a thread's 64 exponentials a tile by std.math's polynomial,
+    sequential, 3 stages, FA3_ORDER): the bound with the polynomial's error (POLY_REL) added."""
+    for shape, tiles in zip(GPU_SHAPES, (dict(EXP2_POLY=16), dict(EXP2_POLY=24, STAGES=3), dict(EXP2_POLY=8),
+                                         dict(EXP2_POLY=16, OVERLAP=True, PINGPONG=True, FA3_ORDER=True),
+                                         dict(EXP2_POLY=64))):
+        _gpu_case(shape, tiles, causal, POLY_REL)
 
 
 def test_fp8_torch_op_refused():

@@ -409,12 +409,13 @@ def test_prefill_sm90_gpu(D, causal):
                                    dict(CONSUMERS=3, BN=64, OVERLAP=True), dict(BN=64, BLOCKS_PER_SM=2),
                                    dict(CONSUMERS=1, BLOCKS_PER_SM=2, OVERLAP=True), dict(BN=192, STAGES=2),
                                    dict(OVERLAP=True, PINGPONG=True, FA3_ORDER=True),
-                                   dict(OVERLAP=True, FA3_ORDER=True, CONSUMERS=3, BN=64)],
+                                   dict(OVERLAP=True, FA3_ORDER=True, CONSUMERS=3, BN=64), dict(EXP2_POLY=16)],
                          ids=["overlap", "pingpong", "bn64-3stages", "bn192-pingpong", "3consumers-bn64",
                               "3consumers-bn64-overlap", "bn64-2blocks", "1consumer-2blocks-overlap", "bn192",
-                              "fa3order-pingpong", "3consumers-bn64-fa3order"])
+                              "fa3order-pingpong", "3consumers-bn64-fa3order", "exp2poly16"])
 def test_prefill_sm90_tiles_gpu(tiles):
-    """The other tile choices the benchmark times, on the GPU (D 128 and 64, causal)."""
+    """The other tile choices the benchmark times, on the GPU (D 128 and 64, causal); EXP2_POLY's LSE
+    bound takes 2 of the polynomial's relative error (1.02e-4) more."""
     import torch
 
     from kcompiler import ops
@@ -427,7 +428,7 @@ def test_prefill_sm90_tiles_gpu(tiles):
         out, lse = ops.attention(q, k, v, causal=True, return_lse=True, path="sm90", tiles=tiles)
         ref, ref_lse = sdpa64(q, k, v, True, D ** -0.5)
         check(out.cpu().float().numpy(), lse.cpu().numpy(), ref.cpu().numpy(), ref_lse.cpu().numpy(),
-              v.cpu().float().numpy(), "bf16")
+              v.cpu().float().numpy(), "bf16", lse_tol=2 * 1.02e-4 if "EXP2_POLY" in tiles else 0.0)
 
 
 @pytest.mark.gpu
