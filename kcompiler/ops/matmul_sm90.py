@@ -46,8 +46,12 @@ CONFIGS = {"128x256": dict(BN=256, CONSUMERS=2, STAGES=4, GROUP_M=8),
 #: The configurations :func:`choose` uses. Every one of :data:`CONFIGS` has run correctly on an H100
 #: (tests/ops/test_matmul_sm90.py, test_every_config, K-major and N-major B, 2026-11-23); 64x64 was the
 #: fastest there for M = 16 and 128 with N = K = 4096 (bf16 and FP8; benchmarks/bench_matmul.py
-#: --configs, benchmarks/RESULTS.md), 128x128 never the fastest.
-CHOICES = ("128x256", "64x128", "64x64")
+#: --configs, benchmarks/RESULTS.md), 128x128 never the fastest. The large tile is tma128x256h (the
+#: 128x256 tile, 4 stages, C stored through half-width shared-memory buffers and TMA): 684-725 TFLOP/s
+#: bf16 and 1253 FP8 on the LLM shapes against 595-633 and 1026 for 128x256's register store, 0.89-1.02x
+#: cuBLAS (H100, 2026-11-27, bench_matmul.py --variants); where its TMA store does not apply (an f32 C,
+#: split-K, a fused or block epilogue), :func:`prepare` stores from registers, which is 128x256.
+CHOICES = ("tma128x256h", "64x128", "64x64")
 
 #: Element types of A and B, and the BK of each (one 128-byte swizzled row).
 BK = {"bf16": 64, "f16": 64, "f8e4m3": 128, "f8e5m2": 128}

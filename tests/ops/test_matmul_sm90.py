@@ -96,8 +96,8 @@ def test_config_choice():
     """The largest tile (of those that have run on an H100) that still gives most multiprocessors a
     tile, else the smallest; one consumer warpgroup for M <= 64."""
     from kcompiler.ops import matmul_sm90 as m
-    assert m.choose(8192, 8192, 8192) == m.CONFIGS["128x256"]
-    assert m.choose(1024, 4096, 4096) == m.CONFIGS["128x256"]  # 128 tiles of 132
+    assert m.choose(8192, 8192, 8192) == m.CONFIGS["tma128x256h"]
+    assert m.choose(1024, 4096, 4096) == m.CONFIGS["tma128x256h"]  # 128 tiles of 132
     assert m.choose(128, 4096, 4096) == m.CONFIGS["64x64"]  # 128 tiles of 132
     assert m.choose(16, 14336, 4096) == m.CONFIGS["64x128"]
     assert m.choose(1, 8, 8) == m.CONFIGS["64x64"]
