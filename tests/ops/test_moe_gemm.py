@@ -244,7 +244,12 @@ def test_mxfp4_decode_exact(path, decode):
 VARIANTS = {"split chk0 pf": ("split", dict(CHK=0, PF=1)), "split": ("split", {}), "mul chk0": ("mul", dict(CHK=0)),
             "split chk0 U4 KW2": ("split", dict(CHK=0, U=4, KW=2)),
             "split chk0 pf U1": ("split", dict(CHK=0, PF=1, U=1)),
-            "mul pf MT2": ("mul", dict(PF=1, MT=2))}
+            "mul pf MT2": ("mul", dict(PF=1, MT=2)),
+            "split chk0 ring3 U1": ("split", dict(CHK=0, RING=3, U=1)),
+            "split ring4 U1 KW2": ("split", dict(RING=4, U=1, KW=2)),
+            "split chk0 ring3 MT2": ("split", dict(CHK=0, RING=3, MT=2)),
+            "split chk0 pf2": ("split", dict(CHK=0, PF=2)),
+            "split pf2 U1 occ4": ("split", dict(PF=2, U=1, OCC=4))}
 
 
 def _mxfp4_variant_case(rng, E, N, K):
@@ -412,7 +417,7 @@ def test_errors():
         ops.moe_gemm_swiglu(x, w, r, target="cpu", decode="lut")
     with pytest.raises(ValueError, match="reduce"):
         ops.moe_gemm_down(bf16(np.zeros((6, 16))), w, r, reduce="sum", target="cpu")
-    for bad_tuning in ({"PF": 2}, {"XX": 1}, {"CHK": True}, {"U": 5}):
+    for bad_tuning in ({"PF": 3}, {"XX": 1}, {"CHK": True}, {"U": 5}, {"RING": 1}):
         with pytest.raises(ValueError, match="tuning"):
             ops.moe_gemm_swiglu(x, w, r, target="cpu", tuning=bad_tuning)
     with pytest.raises(ValueError, match=r"h must have shape"):
