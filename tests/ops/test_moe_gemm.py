@@ -308,6 +308,25 @@ def test_mxfp4_variant_sweep(variant, case, monkeypatch):
     check(_variant(variant, ops.moe_gemm_down, h, w2, r, reduce="separate"), Y, bY, f"mxfp4 {variant} down")
 
 
+@pytest.mark.parametrize("fmt", ["bf16", "fp8"])
+def test_ring_other_formats(fmt, monkeypatch):
+    """RING (the cp.async ring) on bf16 and FP8 weights (8 and 16 values a 16-byte piece), both GEMMs,
+    on the CPU target against float64: CASES 1 (one token, K 160) with a 4-stage ring of 2 warps."""
+    monkeypatch.setattr(moe_gemm_mod._common, "stdlib_module", lambda name, target: _module(True))
+    T, top_k, E, used, Hd, I, bm = CASES[1]
+    rng = np.random.default_rng(30)
+    tun = dict(RING=4, U=1, KW=2, CHK=0)
+    x = bf16(rng.standard_normal((T, Hd)))
+    w1 = weights(rng, E, 2 * I, Hd, fmt)
+    r = random_routing(rng, T, top_k, E, bm, used)
+    want, bound = ref_swiglu(x, w1, r)
+    check(ops.moe_gemm_swiglu(x, w1, r, target="cpu", tuning=tun), want, bound, f"{fmt} ring swiglu")
+    h = bf16(rng.standard_normal((T * top_k, 96)))
+    w2 = weights(rng, E, Hd, 96, fmt)
+    Y, bY, out, bout = ref_down(h, w2, r)
+    check(ops.moe_gemm_down(h, w2, r, reduce="separate", target="cpu", tuning=tun), Y, bY, f"{fmt} ring down")
+
+
 def _mx_x(rng, T, Hd):
     """MXFP8 activations whose blocks span scales 2^-20 .. 2^20 (one block NaN), and their float64 values."""
     raw = rng.standard_normal((T, Hd)) * 2.0 ** rng.integers(-20, 21, size=(T, Hd // 32)).repeat(32, 1)
