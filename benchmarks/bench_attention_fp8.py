@@ -3,6 +3,12 @@ with T = f8e4m3) against our bf16 Hopper path and torch's cuDNN SDPA, all measur
 
     python benchmarks/bench_attention_fp8.py [--quick] [--json OUT.json]
     python benchmarks/bench_attention.py --fp8      (the same rows)
+    python benchmarks/bench_attention_fp8.py --variants default,poly8,poly16,poly24 [--bf16-variants poly0,poly16]
+
+``--variants``: only these FP8 forms (names: ``default`` the ATTENTION_FP8_TILES entry; ``polyN``: BN 128
+with EXP2_POLY N, N of a thread's 64 exponentials a tile on the FMA pipe, stdlib/attention_sm90.kc;
+suffixes ``-3st`` (STAGES 3), ``-fa3`` (OVERLAP, PINGPONG, FA3_ORDER)); ``--bf16-variants`` times our
+bf16 path with those EXP2_POLY values too (``poly0`` its default).
 
 B 4, H 32, S 4096, D 128, layout (B, H, S, D), causal and not; TFLOP/s with 4 B H S^2 D operations
 (half that when causal). The inputs are bf16 randn, quantised per tensor (descale = amax / 448). Each
@@ -33,6 +39,25 @@ FP8_TILES = [dict(BN=128), dict(BN=128, STAGES=3), dict(BN=128, OVERLAP=True),
              dict(BN=128, STAGES=3, OVERLAP=True, PINGPONG=True, FA3_ORDER=True)]
 
 
+def variant(name: str) -> dict:
+    """The tiles of a ``--variants`` name (module docstring); ValueError for another name."""
+    base, *suffixes = name.split("-")
+    if base == "default":
+        t = {}
+    elif base.startswith("poly") and base[4:].isdigit():
+        t = dict(BN=128, EXP2_POLY=int(base[4:]))
+    else:
+        raise ValueError(f"unknown variant {name!r}: default or polyN, with -3st / -fa3 suffixes")
+    for x in suffixes:
+        if x == "3st":
+            t["STAGES"] = 3
+        elif x == "fa3":
+            t.update(OVERLAP=True, PINGPONG=True, FA3_ORDER=True)
+        else:
+            raise ValueError(f"unknown variant suffix {x!r} in {name!r}: -3st or -fa3")
+    return t
+
+
 def bench(fn) -> float:
     return do_bench(fn, warmup=25, rep=200, return_mode="median")
 
@@ -47,7 +72,8 @@ def quantise(x: torch.Tensor) -> tuple[torch.Tensor, float]:
     return (x / d).to(torch.float8_e4m3fn), d
 
 
-def prefill_fp8(results: dict, quick: bool = False) -> None:
+def prefill_fp8(results: dict, quick: bool = False, variants: list[str] | None = None,
+                bf16_variants: list[str] | None = None) -> None:
     B, H, S, D = 4, 32, 4096, 128
     q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     (q8, dq), (k8, dk), (v8, dv) = quantise(q), quantise(k), quantise(v)
@@ -66,6 +92,14 @@ def prefill_fp8(results: dict, quick: bool = False) -> None:
         tf = lambda ms: flops / ms / 1e9  # noqa: E731
         ours16 = ops.attention(*deq, causal=causal, layout="bhsd", path="sm90")
         t16 = bench(lambda: ops.attention(q, k, v, causal=causal, layout="bhsd", path="sm90"))
+        for name in bf16_variants or []:
+            tb = variant(name)
+            err = rel(ops.attention(*deq, causal=causal, layout="bhsd", path="sm90", tiles=tb), ours16)
+            tv = bench(lambda: ops.attention(q, k, v, causal=causal, layout="bhsd", path="sm90", tiles=tb))
+            print(f"  bf16 {'causal' if causal else 'full'} {name} {tb}: {tf(tv):.0f} TFLOP/s ({tv:.3f} ms; x{t16 / tv:.3f} "
+                  f"of the default bf16), relative difference from the default's result {err:.1e}")
+            results.setdefault("bf16_variants", {})[f"{name} {'causal' if causal else 'full'}"] = dict(
+                tflops=tf(tv), ms=tv, vs_default=t16 / tv, rel_diff=err)
         try:
             with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
                 t_cudnn = bench(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal))
@@ -79,15 +113,20 @@ def prefill_fp8(results: dict, quick: bool = False) -> None:
             print(f"  cuDNN FP8 SDPA not exposed by torch {torch.__version__}: {str(e)[:160]}")
             t_cudnn8 = float("nan")
         best = (float("inf"), None, float("nan"))
-        for tiles in FP8_TILES[:2] if quick else FP8_TILES:
+        forms = ([(n, variant(n)) for n in variants] if variants else
+                 [(str(t), t) for t in (FP8_TILES[:2] if quick else FP8_TILES)])
+        for vname, tiles in forms:
             try:
                 err = rel(ops.attention(q8, k8, v8, causal=causal, layout="bhsd", tiles=tiles, **desc), ours16)
             except Exception as e:  # noqa: BLE001 - reported, the others still timed
                 print(f"  FP8 {tiles}: failed: {str(e)[:300]}")
                 continue
             t = bench(lambda: ops.attention(q8, k8, v8, causal=causal, layout="bhsd", tiles=tiles, **desc))
-            print(f"  FP8 {'causal' if causal else 'full'} {tiles}: {tf(t):.0f} TFLOP/s ({t:.3f} ms, V^T included), "
-                  f"relative error vs our bf16 of the dequantised inputs {err:.1e}")
+            print(f"  FP8 {'causal' if causal else 'full'} {vname if variants else ''} {tiles}: {tf(t):.0f} TFLOP/s "
+                  f"({t:.3f} ms, V^T included; x{t16 / t:.2f} of our bf16), relative error vs our bf16 of the "
+                  f"dequantised inputs {err:.1e}")
+            results.setdefault("fp8_variants", {})[f"{vname} {'causal' if causal else 'full'}"] = dict(
+                tflops=tf(t), ms=t, vs_our_bf16=t16 / t, rel_err=err)
             if err < 5e-2 and t < best[0]:
                 best = (t, tiles, err)
         t8, tiles8, err8 = best
@@ -103,9 +142,16 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--quick", action="store_true", help="two FP8 tile candidates")
     p.add_argument("--json", help="write the results here")
+    p.add_argument("--variants", help="comma-separated FP8 forms to time instead of FP8_TILES: default, polyN "
+                   "(EXP2_POLY N), with -3st / -fa3 suffixes (module docstring)")
+    p.add_argument("--bf16-variants", help="comma-separated polyN forms of our bf16 path to time beside its default")
     args = p.parse_args()
+    split = lambda x: [n for n in x.split(",") if n] if x else None  # noqa: E731
+    variants, bf16_variants = split(args.variants), split(args.bf16_variants)
+    for n in (variants or []) + (bf16_variants or []):
+        variant(n)  # a bad name fails before the GPU work
     results: dict = {"device": torch.cuda.get_device_name()}
-    prefill_fp8(results, args.quick)
+    prefill_fp8(results, args.quick, variants, bf16_variants)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

@@ -1,12 +1,13 @@
 """The Hopper prefill's variants (std.attention_sm90's tiles and block shapes) on the shapes of issue 23,
 beside torch SDPA's flash (FlashAttention-2) and cuDNN backends, all in one process on one GPU.
 
-    python benchmarks/bench_attention_variants.py [--json OUT.json] [--shapes 0,2] [--jobs 16]
+    python benchmarks/bench_attention_variants.py [--json OUT.json] [--shapes 0,2] [--jobs 16] [--variants RE]
 
 For each shape (SHAPES: B, H, S, D, causal; bf16, layout (B, H, S, D)) it prints TFLOP/s (4 B H S^2 D
 operations, half when causal) of SDPA flash, SDPA cuDNN, ops.attention's default on the Hopper path
 (kcompiler.ops.ATTENTION_SM90_TILES) and each variant of SM90_VARIANTS[D], with the ratios to flash
-and cuDNN; every call is first checked against SDPA flash (relative Frobenius error, < 2e-2 to count).
+and cuDNN (--variants: only the variants whose name the regular expression finds); every call is
+first checked against SDPA flash (relative Frobenius error, < 2e-2 to count).
 Times: medians of triton's do_bench (host work included, as a caller sees it). For the default also
 the host's share: microseconds a call spends in Python before returning (the launch is asynchronous)
 and the device time alone from a CUDA graph replay (do_bench_cudagraph); where the first is close to
@@ -23,6 +24,7 @@ import json
 import math
 import multiprocessing
 import os
+import re
 import sys
 import time
 
@@ -56,6 +58,16 @@ SM90_VARIANTS = {
           ("2wg BN128 overlap fa3", dict(BN=128, STAGES=2, OVERLAP=True, PINGPONG=False, FA3_ORDER=True)),
           ("2wg BN128 pingpong fa3", dict(BN=128, STAGES=2, OVERLAP=True, PINGPONG=True, FA3_ORDER=True)),
           ("2wg BN128 pingpong fa3 3st", dict(BN=128, STAGES=3, OVERLAP=True, PINGPONG=True, FA3_ORDER=True)),
+          # the sequential form with FlashAttention-3's turns (PINGPONG without OVERLAP: a turn is P V then
+          # the next S, so that the two warpgroups' softmaxes alternate instead of coinciding), with O's
+          # rescale skipped where no row's maximum rose (RESCALE_SKIP), 3 stages, FA3's BN 176
+          ("2wg BN128 seq pingpong", dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=True)),
+          ("2wg BN128 seq pingpong skip", dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=True, RESCALE_SKIP=True)),
+          ("2wg BN128 seq skip", dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=False, RESCALE_SKIP=True)),
+          ("2wg BN128 seq pingpong 3st", dict(BN=128, STAGES=3, OVERLAP=False, PINGPONG=True)),
+          ("2wg BN176 seq pingpong", dict(BN=176, STAGES=2, OVERLAP=False, PINGPONG=True)),
+          ("2wg BN128 pingpong fa3 skip", dict(BN=128, STAGES=2, OVERLAP=True, PINGPONG=True, FA3_ORDER=True,
+                                               RESCALE_SKIP=True)),
           ("3wg BN64 seq", dict(BN=64, STAGES=2, OVERLAP=False, PINGPONG=False, CONSUMERS=3)),
           ("3wg BN64 overlap", dict(BN=64, STAGES=2, OVERLAP=True, PINGPONG=False, CONSUMERS=3)),
           ("1wg BN64 seq x2 blocks", dict(BN=64, STAGES=2, OVERLAP=False, PINGPONG=False, CONSUMERS=1,
@@ -97,8 +109,12 @@ def main() -> None:
     p.add_argument("--json", help="write the results here")
     p.add_argument("--shapes", help="indices into SHAPES, comma-separated (default: all)")
     p.add_argument("--jobs", type=int, default=min(16, os.cpu_count() or 1), help="compile processes")
+    p.add_argument("--variants", help="a regular expression: only the variants of SM90_VARIANTS whose name it finds")
     args = p.parse_args()
     shapes = [SHAPES[int(i)] for i in args.shapes.split(",")] if args.shapes else SHAPES
+    if args.variants:
+        for d in SM90_VARIANTS:
+            SM90_VARIANTS[d] = [(n, t) for n, t in SM90_VARIANTS[d] if re.search(args.variants, n)]
     precompile(shapes, args.jobs)
 
     import torch

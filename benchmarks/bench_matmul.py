@@ -271,7 +271,8 @@ def time_mx() -> list:
 #: --variants: the Hopper kernel's compile-time variants, as (a configuration of
 #: kcompiler.ops.matmul_sm90.CONFIGS, overrides of its parameters[, matmul_sm90.run's keywords]);
 #: None: the default choice (matmul_sm90.choose). 128x256 cannot take 5 stages (245,840 bytes of
-#: shared memory > 227 KiB). "c2": clusters of 2 blocks along M sharing B by TMA multicast.
+#: shared memory > 227 KiB). "c2": clusters of 2 blocks along M sharing B by TMA multicast; "tma": C stored
+#: through shared memory by TMA (kcompiler.ops.matmul_sm90.CONFIGS).
 VARIANTS = {"default": None,
             "128x256/3st": ("128x256", dict(STAGES=3)),
             "128x256/4st": ("128x256", dict(STAGES=4)),
@@ -285,7 +286,12 @@ VARIANTS = {"default": None,
             "c2pp128x128": ("c2pp128x128", {}),
             "c2pp64x256/5st": ("pp64x256", dict(STAGES=5, CLUSTER_M=2)),
             # a grid of fewer blocks, in case not every multiprocessor takes a block of a pair
-            "c2x128x256/g128": ("c2x128x256", {}, dict(sms=128))}
+            "c2x128x256/g128": ("c2x128x256", {}, dict(sms=128)),
+            # the TMA store epilogue (EPI_TMA): C through a swizzled shared-memory buffer and TMA, the
+            # consumers back on the next tile's wgmmas while it drains; full 64 x 256 buffers with 3
+            # stages, or half buffers (two copies a tile) with 4
+            "tma128x256/3st": ("tma128x256", {}),
+            "tma128x256h/4st": ("tma128x256h", {})}
 VARIANT_SHAPES = [("bf16", 1024, 14336, 4096), ("bf16", 4096, 14336, 4096), ("bf16", 8192, 14336, 4096),
                   ("bf16", 4096, 4096, 4096), ("f8e4m3", 1024, 14336, 4096)]
 
@@ -354,6 +360,8 @@ def time_variants(names: list[str] | None = None) -> list:
 
             def ours():
                 return matmul_sm90.run(mod, a, w, out, config=cfg, stream=torch.cuda.current_stream(), **extra)
+            if cfg.get("EPI_TMA") and not matmul_sm90.tma_store_applies(cfg, out, 1, None, None):
+                raise SystemExit(f"variant {name}: the TMA store does not apply to {m}x{n}x{k}")
             print(f"variant {name} {dt} {m}x{n}x{k} ({cfg}) ...", flush=True)
             ours()
             torch.cuda.synchronize()

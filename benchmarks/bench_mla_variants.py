@@ -7,7 +7,8 @@ TFLOP/s at 128 heads, >= 2.4 TB/s at 16 heads) is chased with.
 
 DeepSeek's shape: B 32, 8192 keys each, latent 512 + rope 64, bf16, pages of 64 (FlashMLA's) in
 shuffled order. Rows (``VARIANTS``): ops' default, other tiles (BN keys a step x STAGES in the ring,
-OVERLAP, SEESAW: FlashMLA's later schedule, BN 64 x 2 as FlashMLA's and 32 x 2 / 3), split counts, the two timing probes (PROBE 1: the ring streams the cache with nothing
+OVERLAP, SEESAW: FlashMLA's later schedule, BN 64 x 2 as FlashMLA's and 32 x 2 / 3; at 16 heads QROWS 0, Q's
+rows compact, and ST, S transposed), split counts, the two timing probes (PROBE 1: the ring streams the cache with nothing
 computed, the bandwidth ceiling of those tiles; PROBE 2: S and the softmax without P V) and the default
 again (the run's spread). Each row is first checked: against float32 torch on 2 sequences (relative
 Frobenius error) and against the default's output and LSE on all 32 (max |difference|); PROBE 2 by its
@@ -54,6 +55,20 @@ VARIANTS = {
     "probe loads bn32x4": (dict(BN=32, STAGES=4, PROBE=1), None),
     "probe no-PV": (dict(PROBE=2), None),
     "probe no-PV bn32x4": (dict(BN=32, STAGES=4, PROBE=2), None),
+    # 16 heads: Q's rows compact (QROWS 0: 16 rows, 18 KB instead of 72; at 128 heads the same as 64),
+    # the ring the freed shared memory; ST: S transposed (K Q^T, 64 keys as M, 16 heads as N; refused
+    # at 128 heads)
+    "q16 bn32x2": (dict(BN=32, STAGES=2, QROWS=0), None),
+    "q16 bn32x4": (dict(BN=32, STAGES=4, QROWS=0), None),
+    "q16 bn32x5": (dict(BN=32, STAGES=5, QROWS=0), None),
+    "q16 bn64x2": (dict(BN=64, STAGES=2, QROWS=0), None),
+    "q16 bn16x8": (dict(BN=16, STAGES=8, QROWS=0), None),
+    "q16 seesaw bn64x2": (dict(BN=64, STAGES=2, QROWS=0, SEESAW=True), None),
+    "q16 seesaw bn32x4": (dict(BN=32, STAGES=4, QROWS=0, SEESAW=True), None),
+    "st": (dict(BN=64, STAGES=2, QROWS=0, ST=True), None),
+    "st splits=8": (dict(BN=64, STAGES=2, QROWS=0, ST=True), 8),
+    "probe loads q16 bn32x4": (dict(BN=32, STAGES=4, QROWS=0, PROBE=1), None),
+    "probe no-PV q16 bn32x4": (dict(BN=32, STAGES=4, QROWS=0, PROBE=2), None),
     "default again": ({}, None),
 }
 

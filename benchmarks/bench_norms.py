@@ -7,6 +7,12 @@ way in the same run. One table per op; hidden 2048-8192, tokens 1-8192, bf16 by 
         gelu_and_mul] [--hidden 2048,4096,8192] [--tokens 1,16,128,1024,8192] [--dtype bf16]
         [--timing graph|events] [--no-compile]
     python benchmarks/bench_norms.py --fused [--quick]   # SwiGLU and RMSNorm fused into ops.matmul (< 2 min)
+    python benchmarks/bench_norms.py --variants [--ops ...] [--hidden ...] [--tokens ...]   # launch variants
+
+--variants: kcompiler's launch variants (kcompiler/ops/norms_plans.py: NORM_VARIANTS for rms_norm and
+rms_norm_residual, ACT_VARIANTS for silu_and_mul / gelu_and_mul, ROTARY_VARIANTS for rotary) side by
+side, each forced over the whole table, as % of the torch copy of the same bytes; the first column is
+the current default (the table's choice), the last the best variant. No torch versions, no compile.
 
 Timing: 'graph' (default) captures 20 calls of each variant in a torch.cuda.CUDAGraph and times a
 replay with CUDA events (launch overhead out for all alike; a small working set stays in the 50 MB L2
@@ -243,10 +249,49 @@ def fused_section(args, dt):
                   f"{t[2] / t[1]:>7.2f}x", flush=True)
 
 
+def variants_section(args, dt):
+    """Each op's launch variants against the copy of the same bytes, one row a shape (module docstring)."""
+    from kcompiler.ops import norms_plans as P
+    tables = {"rms_norm": ("NORM_TILES", P.NORM_VARIANTS), "rms_norm_residual": ("NORM_TILES", P.NORM_VARIANTS),
+              "layer_norm": ("NORM_TILES", P.NORM_VARIANTS), "silu_and_mul": ("ACT_TILES", P.ACT_VARIANTS),
+              "gelu_and_mul": ("ACT_TILES", P.ACT_VARIANTS), "rotary": ("ROTARY_TILES", P.ROTARY_VARIANTS)}
+    for op in args.ops.split(","):
+        table, names = tables[op]
+        default = getattr(P, table)
+        cols = ["default"] + list(names)
+        print(f"\n{op} variants: % of a torch copy of the same bytes (copy in GB/s)", flush=True)
+        print(f"{'hidden':>6} {'tokens':>6} {'copy':>7} " + " ".join(f"{c:>7}" for c in cols) + "   best")
+        for n in map(int, args.hidden.split(",")):
+            for t in map(int, args.tokens.split(",")):
+                nbytes, runs, inputs = case(op, n, t, dt)
+                src = torch.empty(nbytes // 2 // 2, device="cuda", dtype=torch.int16)
+                dst = torch.empty_like(src)
+                copy = nbytes / time_ms(lambda: dst.copy_(src), args.timing) / 1e6
+                row, best = f"{n:>6} {t:>6} {copy:>7.0f} ", (0.0, "")
+                for c in cols:
+                    setattr(P, table, default if c == "default" else {(P.ANY, P.ANY): c})
+                    P.clear_plans()
+                    try:
+                        if c != "default":
+                            check(op, inputs, dt)
+                        pct = 100 * nbytes / time_ms(runs["kc"], args.timing) / 1e6 / copy
+                        row += f" {pct:>6.0f}%"
+                        if c != "default" and pct > best[0]:
+                            best = (pct, c)
+                    except Exception as e:  # a variant that fails is reported, not fatal
+                        row += f" {'ERR':>7}"
+                        print(f"  {op} {c} {n}x{t}: {type(e).__name__}: {str(e)[:200]}", flush=True)
+                setattr(P, table, default)
+                P.clear_plans()
+                print(row + f"   {best[1]}", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--fused", action="store_true",
                     help="only the section of gated activations and RMSNorm fused into the matmul")
+    ap.add_argument("--variants", action="store_true",
+                    help="kcompiler's launch variants of each op side by side (kcompiler/ops/norms_plans.py)")
     ap.add_argument("--quick", action="store_true", help="fewer sizes (M 1, 128, 4096 in the fused section)")
     ap.add_argument("--ops", default="rms_norm,rms_norm_residual,layer_norm,rotary,silu_and_mul,gelu_and_mul")
     ap.add_argument("--hidden", default="2048,4096,8192")
@@ -260,6 +305,9 @@ def main():
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, {args.dtype}, timing {args.timing}")
     if args.fused:
         fused_section(args, dt)
+        return
+    if args.variants:
+        variants_section(args, dt)
         return
     for op in args.ops.split(","):
         if not args.no_compile:

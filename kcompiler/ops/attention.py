@@ -74,9 +74,10 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | No
     where it cannot run), 'fa2' on std.attention. ``tiles``: the kernel's tiles instead of the
     defaults: BM, BN, WARPS, STAGES for std.attention (:data:`ATTENTION_TILES`; given with path
     'auto', they choose std.attention), BN, STAGES, OVERLAP, PINGPONG, CONSUMERS, BLOCKS_PER_SM,
-    FA3_ORDER, PACK_ABS, MASK_SELECT for the Hopper kernel (:data:`ATTENTION_SM90_TILES`; the last three
-    are described in stdlib/attention_sm90.kc's header). Raises TypeError for other dtypes, ValueError for shapes that do
-    not match.
+    FA3_ORDER, PACK_ABS, MASK_SELECT, RESCALE_SKIP, EXP2_POLY for the Hopper kernel
+    (:data:`ATTENTION_SM90_TILES`; the last five are described in stdlib/attention_sm90.kc's header;
+    EXP2_POLY: how many of a thread's BN / 2 exponentials a tile take std.math's polynomial instead of the
+    MUFU, default 0). Raises TypeError for other dtypes, ValueError for shapes that do not match.
 
     FP8: q, k and v of float8 e4m3 (ml_dtypes.float8_e4m3fn, torch.float8_e4m3fn) take the Hopper
     kernel's FP8 form (:func:`kcompiler.ops.attention_fp8.attention_fp8`: D 128, no variable lengths,

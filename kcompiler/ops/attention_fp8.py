@@ -17,6 +17,8 @@ from ._common import check_same, contiguous, empty_like, flat, hopper_reason_not
 #: Not yet measured on the H100 (benchmarks/bench_attention.py --fp8 times them). Registers (ptxas,
 #: sm_90a, a consumer 240): BN 128 in 2 or 3 stages, sequential or OVERLAP + PINGPONG, spill nothing; BN 256
 #: spills 4-9 KB (S's 128 f32 a thread beside O's 64) and CONSUMERS 3 (160 registers) 0.2-2 KB.
+#: EXP2_POLY (opt-in, not yet timed: bench_attention_fp8.py --variants poly8,poly16,...) moves that many
+#: of a thread's 64 exponentials a tile off the MUFU (stdlib/attention_sm90.kc's header); none spills.
 ATTENTION_FP8_TILES = {False: dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=False),
                        True: dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=False)}
 

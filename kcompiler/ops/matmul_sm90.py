@@ -25,7 +25,12 @@ from . import _common
 #: * WG_M rows, every other one of the block's, so that one's epilogue overlaps the other's
 #: mainloop); "c2" ones run in clusters of 2 blocks along M (CLUSTER_M: the blocks of a cluster share
 #: the B tile, each loading half of it by TMA multicast; sm_90 only, no split-K). Neither is chosen by
-#: :func:`choose` until measured (benchmarks/bench_matmul.py --variants).
+#: :func:`choose` until measured (benchmarks/bench_matmul.py --variants). "tma" ones store C through
+#: shared memory and TMA (EPI_TMA: the columns of a consumer's C buffer, 64 rows of 16-bit OUT each;
+#: the kernel matmul_sm90_tma), the consumers going back to the next tile's wgmmas while the copy
+#: drains: a full 64 x 256 buffer a consumer (64 KiB in all, so 3 stages) or half of it (32 KiB,
+#: 4 stages, two copies a tile); :func:`prepare` falls back to the register store where the TMA
+#: store does not apply (:func:`tma_store_applies`).
 #: :func:`choose` picks among :data:`CHOICES` only.
 CONFIGS = {"128x256": dict(BN=256, CONSUMERS=2, STAGES=4, GROUP_M=8),
            "128x128": dict(BN=128, CONSUMERS=2, STAGES=6, GROUP_M=8),
@@ -34,7 +39,9 @@ CONFIGS = {"128x256": dict(BN=256, CONSUMERS=2, STAGES=4, GROUP_M=8),
            "pp64x256": dict(BN=256, CONSUMERS=2, STAGES=5, GROUP_M=16, PINGPONG=True),
            "pp128x128": dict(BN=128, CONSUMERS=2, STAGES=6, GROUP_M=8, PINGPONG=True, WG_M=2),
            "c2x128x256": dict(BN=256, CONSUMERS=2, STAGES=4, GROUP_M=8, CLUSTER_M=2),
-           "c2pp128x128": dict(BN=128, CONSUMERS=2, STAGES=6, GROUP_M=8, PINGPONG=True, WG_M=2, CLUSTER_M=2)}
+           "c2pp128x128": dict(BN=128, CONSUMERS=2, STAGES=6, GROUP_M=8, PINGPONG=True, WG_M=2, CLUSTER_M=2),
+           "tma128x256": dict(BN=256, CONSUMERS=2, STAGES=3, GROUP_M=8, EPI_TMA=256),
+           "tma128x256h": dict(BN=256, CONSUMERS=2, STAGES=4, GROUP_M=8, EPI_TMA=128)}
 
 #: The configurations :func:`choose` uses. Every one of :data:`CONFIGS` has run correctly on an H100
 #: (tests/ops/test_matmul_sm90.py, test_every_config, K-major and N-major B, 2026-11-23); 64x64 was the
@@ -55,8 +62,11 @@ def tile_m(cfg: dict) -> int:
 def shared_bytes(cfg: dict, t: str) -> int:
     """Dynamic shared memory of std.matmul_sm90 (the formula stated in the .kc file): the stages'
     A and B tiles (each BK elements of 128 bytes a row), two mbarriers a stage and, ping-pong, the
-    consumers' two order mbarriers."""
-    return cfg["STAGES"] * (tile_m(cfg) + cfg["BN"]) * 128 + 16 * cfg["STAGES"] + 16 * bool(cfg.get("PINGPONG"))
+    consumers' two order mbarriers; with the TMA store epilogue (EPI_TMA), each consumer's C buffer (64
+    rows of EPI_TMA 16-bit columns) and store mbarrier."""
+    epi = cfg.get("EPI_TMA", 0)
+    return (cfg["STAGES"] * (tile_m(cfg) + cfg["BN"]) * 128 + 16 * cfg["STAGES"] + 16 * bool(cfg.get("PINGPONG"))
+            + (cfg["CONSUMERS"] * (128 * epi + 8) if epi else 0))
 
 
 def choose(M: int, N: int, K: int, sms: int = Device.multiprocessor_count) -> dict:
@@ -129,6 +139,18 @@ def operand_b(mod: Any, a: Any, b: Any, out: Any, b_kmajor: bool) -> tuple[Any, 
     return (bt, True) if reason_not(mod, a, bt, out, True) is None else None
 
 
+def tma_store_applies(cfg: dict, out: Any, split_k: int, block: Any, fuse: Any) -> bool:
+    """Whether configuration ``cfg``'s TMA store epilogue (EPI_TMA) can store into ``out`` (M, N): a
+    16-bit out (bf16, f16) whose rows TMA can describe (N a multiple of 8, 16-byte aligned), a
+    cooperative tile without clusters, no split-K, no block or fused epilogue (the kernel's rule)."""
+    o = arrays.array_scalar_type(out)
+    if not cfg.get("EPI_TMA") or o is None or o.name not in ("bf16", "f16") or split_k != 1 or block is not None \
+            or fuse is not None or cfg.get("PINGPONG") or cfg.get("CLUSTER_M", 1) != 1:
+        return False
+    address = arrays.device_pointer(out) if arrays.is_device_array(out) else out.ctypes.data
+    return int(out.shape[1]) % 8 == 0 and address % 16 == 0
+
+
 def run(mod: Any, a: Any, b: Any, out: Any, **options: Any) -> Any:
     """``out = EPI(scale * (a @ B))``: :func:`prepare`'s launch, made for ``out``. Returns out."""
     return prepare(mod, a, b, out, **options)(out)
@@ -154,7 +176,9 @@ def prepare(mod: Any, a: Any, b: Any, out: Any, *, b_kmajor: bool = True, scale_
     epilogue and the store, through a workspace kept per device (:func:`_split_workspace`; launches
     on several streams at once must not split); not with ``block``; None (default):
     :func:`choose_split`, 1 with ``block``; a configuration with CLUSTER_M > 1 takes no split
-    (ValueError) and rounds the grid down to whole clusters. numpy arrays run on the CPU target's
+    (ValueError) and rounds the grid down to whole clusters. A configuration with EPI_TMA stores C by
+    TMA (kernel matmul_sm90_tma, a tensor map of each output made at its call) where
+    :func:`tma_store_applies`, else as one without. numpy arrays run on the CPU target's
     emulation (``mod`` compiled with ``target_options={"emulate_wgmma": True}``; no clusters there).
 
     ``fuse``: None, or (FUSE, GLU), std.epilogue's fused row-wise epilogues (with ``epilogue``, whose
@@ -200,6 +224,7 @@ def prepare(mod: Any, a: Any, b: Any, out: Any, *, b_kmajor: bool = True, scale_
     if scale_a is None:
         scale_a = scale_b = _dummy_f32(a.device if arrays.is_torch_tensor(a) else None)  # not read (scale 0)
     aligned = arrays.device_pointer(out) % 16 == 0 and N % 2 == 0 if arrays.is_device_array(out) else N % 2 == 0
+    epi_tma = cfg.pop("EPI_TMA", 0)
     params = dict(T=t, OUT=o, BK=bk, SCALE=scale, ALIGNED=aligned, B_KMAJOR=b_kmajor, **cfg)
     ws, counts = scale_a, _dummy_u32(a.device if arrays.is_torch_tensor(a) else None)  # not read unsplit
     if split_k > 1:
@@ -210,7 +235,16 @@ def prepare(mod: Any, a: Any, b: Any, out: Any, *, b_kmajor: bool = True, scale_
         grid = max(1, min(tiles, sms))
         params["SPLIT_K"] = int(split_k)
     args = [ta, tb, None, M, N, K, N, scale_a, scale_b]
-    if block is not None:
+    # (a user's epilogue module, epilogue_module, has no matmul_sm90_tma: the register store there)
+    cfg["EPI_TMA"] = epi_tma if tma_store_applies({**cfg, "EPI_TMA": epi_tma}, out, split_k, block, fuse) \
+        and hasattr(mod, "matmul_sm90_tma") else 0
+    if cfg["EPI_TMA"]:
+        fn, x, y, s = epilogue if epilogue is not None else ("epilogue.identity", out.reshape(-1),
+                                                             out.reshape(-1), 1.0)
+        kernel = mod.matmul_sm90_tma
+        params.update(EPI=fn, EPI_TMA=cfg["EPI_TMA"])
+        args += [x, y, float(s)]
+    elif block is not None:
         fn, x, y, s = epilogue if epilogue is not None else ("epilogue.identity", out.reshape(-1),
                                                              out.reshape(-1), 1.0)
         kernel = mod.matmul_sm90_block_epilogue
@@ -228,6 +262,12 @@ def prepare(mod: Any, a: Any, b: Any, out: Any, *, b_kmajor: bool = True, scale_
         args += [x, y, float(s), ws, counts]
     launch = kernel[grid, 128 * (cfg["CONSUMERS"] + 1)]
     head, tail, shared = args[:2], args[3:], shared_bytes(cfg, t)
+    if cfg["EPI_TMA"]:
+        def go(c: Any) -> Any:  # the tensor map of this call's C (box: 64 rows of 64 columns, 128 bytes)
+            launch(*head, cached_tensor_map(c, (64, 64)), c.reshape(-1), *tail, shared=shared,
+                   stream=_common.stream_of(c) if stream is None else stream, **params)
+            return c
+        return go
 
     def go(c: Any) -> Any:
         # stream None: torch's current stream of c at each call (a kept plan may run under
@@ -327,7 +367,8 @@ kernel matmul_sm90_epilogue[T: type, OUT: type, BK: i32, BN: i32, CONSUMERS: i32
     }
     kc_std_matmul_sm90.gemm_sm90[T, OUT, BK, BN, CONSUMERS, STAGES, GROUP_M, SCALE, ALIGNED, B_KMAJOR, SPLIT_K, X, Y,
                                  EPI, OUT, 0, kc_std_epilogue.block_identity, PINGPONG, WG_M, CLUSTER_M](
-        ta, tb, c, M, N, K, ldc, sa, sb, x, y, s, c, ws, counts, bitcast[ptr<i32>](counts), bitcast[ptr<i32>](counts));
+        ta, tb, c, M, N, K, ldc, sa, sb, x, y, s, c, ws, counts, bitcast[ptr<i32>](counts), bitcast[ptr<i32>](counts),
+        ta);
 }
 kernel matmul_sm90_block_epilogue[T: type, OUT: type, BK: i32, BN: i32, CONSUMERS: i32, STAGES: i32, GROUP_M: i32,
                                   SCALE: i32, ALIGNED: bool, B_KMAJOR: bool, X: type, Y: type,
@@ -343,7 +384,7 @@ kernel matmul_sm90_block_epilogue[T: type, OUT: type, BK: i32, BN: i32, CONSUMER
     kc_std_matmul_sm90.gemm_sm90[T, OUT, BK, BN, CONSUMERS, STAGES, GROUP_M, SCALE, ALIGNED, B_KMAJOR, 1, X, Y, EPI,
                                  Z, BLOCK, BEPI, PINGPONG, WG_M, CLUSTER_M](
         ta, tb, c, M, N, K, ldc, sa, sb, x, y, s, z, sa, bitcast[ptr<u32>](sb), bitcast[ptr<i32>](sb),
-        bitcast[ptr<i32>](sb));
+        bitcast[ptr<i32>](sb), ta);
 }
 """
 
@@ -521,4 +562,4 @@ def scaled_matmul_cpu(a: Any, b: Any, scale_a: Any, scale_b: Any, *, out_dtype: 
 
 __all__ = ["BK", "CHOICES", "CONFIGS", "PLANS", "choose", "choose_split", "epilogue_module", "operand_b",
            "plan_key", "prepare", "reason_not", "remember", "run", "scaled_matmul", "scaled_matmul_cpu",
-           "shared_bytes", "tile_m"]
+           "shared_bytes", "tile_m", "tma_store_applies"]

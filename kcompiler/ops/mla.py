@@ -54,7 +54,8 @@ def mla_decode(q_nope: Any, q_pe: Any, ckv_cache: Any, kpe_cache: Any, block_tab
       where it can run, H is at least :data:`MLA_SM90_MIN_HEADS` (64: below, the mma.sync kernel's
       16-row tiles were faster on the H100) and none of ``heads_per_block``, ``warps``,
       ``tensor_cores`` is given; else 'generic'. ``sm90_tiles``: the Hopper kernel's BN (keys a
-      step), STAGES, OVERLAP or SEESAW (and the diagnostic PROBE) instead of :data:`MLA_SM90_TILES`.
+      step), STAGES, OVERLAP or SEESAW, QROWS, ST (and the diagnostic PROBE) instead of
+      :data:`MLA_SM90_TILES`.
 
     Every block reads its sequence's latent rows once per group of heads (the groups after the first
     mostly from L2). Raises TypeError / ValueError for dtypes and shapes that do not match.
@@ -97,7 +98,7 @@ def mla_decode(q_nope: Any, q_pe: Any, ckv_cache: Any, kpe_cache: Any, block_tab
     generic_options = heads_per_block is not None or warps is not None or tensor_cores is not None
     if path == "sm90" or (path == "auto" and H >= MLA_SM90_MIN_HEADS and not generic_options):
         tgt = target_for(q_nope, target)
-        tiles = {**MLA_SM90_TILES, **(sm90_tiles or {})}
+        tiles = mla_sm90_qrows({**MLA_SM90_TILES, **(sm90_tiles or {})}, H)
         why = mla_sm90_reason_not(q_nope, q_pe, ckv_cache, kpe_cache, tiles, tgt)
         if why is None:
             return _mla_decode_sm90(q_nope, q_pe, ckv_cache, kpe_cache, bt, sl, max_pages, max_len, scale,
@@ -164,7 +165,8 @@ class _MlaLaunch:
         if tiles is not None:
             self.kw = dict(T=dtype, D=D, DR=DR, PAGE=page, BN=int(tiles["BN"]), STAGES=int(tiles["STAGES"]),
                            OVERLAP=bool(tiles.get("OVERLAP", False)), PROBE=int(tiles.get("PROBE", 0)),
-                           SEESAW=bool(tiles.get("SEESAW", False)),
+                           SEESAW=bool(tiles.get("SEESAW", False)), QROWS=int(tiles.get("QROWS", 64)),
+                           ST=bool(tiles.get("ST", False)),
                            shared=mla_sm90_shared_bytes(D, DR, tiles, 4 if dtype == "f32" else 2))
             self.align = (16, 16, 16, 16)
         else:
@@ -193,7 +195,8 @@ class _MlaLaunch:
         out_t = self.dtype if n == 1 else "f32"
         if self.tiles is not None:
             rows = min(self.page, int(self.tiles["BN"]))
-            maps = (cached_tensor_map(q_nope, (1, 64, 64)), cached_tensor_map(q_pe, (1, 64, 64)),
+            qr = int(self.tiles.get("QROWS", 64))
+            maps = (cached_tensor_map(q_nope, (1, qr, 64)), cached_tensor_map(q_pe, (1, qr, 64)),
                     cached_tensor_map(ckv, (1, rows, 64)), cached_tensor_map(kpe, (1, rows, 64)))
             self.kernel[(-(-H // 64), n, B), 384](*maps, bt, sl, part, part_lse, H, self.max_pages, n, self.sc,
                                                   OUT=out_t, stream=stream, **self.kw)
@@ -265,7 +268,23 @@ def _generic_tiles(tc: bool, H: int, D: int, DR: int, itemsize: int, heads_per_b
 #: SEESAW: FlashMLA's later schedule (each consumer warpgroup owns half of O's columns and computes S and
 #: the softmax of every other tile, handing P, the row maxima and the rescale factors to the other; one
 #: warpgroup's S and softmax run under the other's P V); off until timed. Without OVERLAP or PROBE.
-MLA_SM90_TILES = dict(BN=32, STAGES=2, OVERLAP=False, PROBE=0, SEESAW=False)
+#: QROWS: Q's rows kept in shared memory, 64 (every row of wgmma's M), or 0 for as few as the heads need
+#: (H rounded up to 8 where H < 64: at 16 heads Q takes 18 KB instead of 72 and the ring can have the
+#: rest; :func:`mla_sm90_qrows`); off until timed.
+#: ST: warpgroup 1 computes S transposed (S^T = K Q^T: the tile's 64 keys as wgmma's M, Q's QROWS rows
+#: as N; the softmax down its columns, P stored transposed): for up to 16 heads (QROWS 0, or 8 or 16:
+#: more spilled at D 512); BN 64, without OVERLAP, SEESAW or PROBE; off until timed.
+MLA_SM90_TILES = dict(BN=32, STAGES=2, OVERLAP=False, PROBE=0, SEESAW=False, QROWS=64, ST=False)
+
+
+def mla_sm90_qrows(tiles: dict[str, int], heads: int) -> dict[str, int]:
+    """``tiles`` with QROWS resolved for ``heads`` query heads: 0 becomes the heads rounded up to a
+    multiple of 8, at most 64 (the kernel then keeps that many of Q's rows in shared memory; the
+    rows of wgmma's 64 past them read other shared memory and are never stored); other values kept
+    (:func:`mla_sm90_reason_not` says where they cannot run)."""
+    if int(tiles.get("QROWS", 64)) != 0:
+        return tiles
+    return {**tiles, "QROWS": min(64, max(8, -(-int(heads) // 8) * 8))}
 
 
 def mla_sm90_shared_bytes(D: int, DR: int, tiles: dict[str, int], itemsize: int = 2) -> int:
@@ -273,12 +292,14 @@ def mla_sm90_shared_bytes(D: int, DR: int, tiles: dict[str, int], itemsize: int 
     64 rows and STAGES tiles of BN rows, D + DR elements each, P (64 x BN, in slabs of 64 columns), 64
     f32 rescale factors, 5 + 2 STAGES mbarriers. SEESAW: a P a slot (none where BN is a multiple of 64:
     P then takes the tile's first k_pe slab), 128 f32 a slot (row maxima, factors) and 128 (row sums),
-    4 + 3 STAGES mbarriers."""
-    bn, st = tiles["BN"], tiles["STAGES"]
+    4 + 3 STAGES mbarriers. Q's rows: QROWS (resolved: :func:`mla_sm90_qrows`), 64 if absent. ST: an
+    mbarrier and 320 f32 more (the warps' column maxima, the final maxima)."""
+    bn, st, qr = tiles["BN"], tiles["STAGES"], int(tiles.get("QROWS", 64))
     if tiles.get("SEESAW"):
         ps = 0 if bn % 64 == 0 else st * 64 * 64 * -(-bn // 64)
-        return ((64 + st * bn) * (D + DR) + ps) * itemsize + 4 * (128 * st + 128) + 8 * (4 + 3 * st)
-    return ((64 + st * bn) * (D + DR) + 64 * 64 * -(-bn // 64)) * itemsize + 256 + 8 * (5 + 2 * st)
+        return ((qr + st * bn) * (D + DR) + ps) * itemsize + 4 * (128 * st + 128) + 8 * (4 + 3 * st)
+    extra = 8 + 4 * 320 if tiles.get("ST") else 0
+    return ((qr + st * bn) * (D + DR) + 64 * 64 * -(-bn // 64)) * itemsize + 256 + 8 * (5 + 2 * st) + extra
 
 
 def mla_sm90_splits(units: int, max_len: int, sms: int, bn: int, min_chunk: int = 256,
@@ -328,6 +349,13 @@ def mla_sm90_reason_not(q_nope: Any, q_pe: Any, ckv_cache: Any, kpe_cache: Any, 
                f"(each warpgroup holds a tile the other still reads), not {tiles}"
     if bn % 16 or not 16 <= bn <= 256 or st < 1 or (tiles.get("OVERLAP") and st < 2):
         return f"sm90_tiles: BN a multiple of 16 from 16 to 256 and STAGES at least 1 (2 with OVERLAP), not {tiles}"
+    qr, heads = int(tiles.get("QROWS", 64)), int(q_nope.shape[1])
+    if tiles.get("ST") and (bn != 64 or qr > 16 or tiles.get("OVERLAP") or tiles.get("SEESAW") or tiles.get("PROBE")):
+        return f"sm90_tiles: ST (S transposed) takes BN 64 and QROWS of 16 at most (more spill at D 512), " \
+               f"without OVERLAP, SEESAW or PROBE, not {tiles}"
+    if qr % 8 or not 8 <= qr <= 64 or (qr < 64 and heads > qr):
+        return f"sm90_tiles: QROWS is 0 (as the heads need), or a multiple of 8 up to 64, at least the " \
+               f"heads ({heads}) where below 64, not {tiles.get('QROWS')}"
     if page % 8 or page > 256 or (page % bn and bn % page):
         return f"the Hopper path takes pages of a multiple of 8 up to 256 that divide BN ({bn}) or that it " \
                f"divides, not {page}"
@@ -360,5 +388,5 @@ def _mla_decode_sm90(q_nope: Any, q_pe: Any, ckv: Any, kpe: Any, bt: Any, sl: An
 _sm90_splits = functools.lru_cache(maxsize=4096)(mla_sm90_splits)
 
 
-__all__ = ["MLA_SM90_MIN_HEADS", "MLA_SM90_TILES", "mla_decode", "mla_sm90_reason_not", "mla_sm90_shared_bytes",
-           "mla_sm90_splits"]
+__all__ = ["MLA_SM90_MIN_HEADS", "MLA_SM90_TILES", "mla_decode", "mla_sm90_qrows", "mla_sm90_reason_not",
+           "mla_sm90_shared_bytes", "mla_sm90_splits"]

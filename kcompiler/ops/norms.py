@@ -17,12 +17,36 @@ import numpy as np
 from ..runtime import arrays
 from . import _common
 from ._common import data_ptr, empty_like, stream_of, target_for
+from .norms_plans import NORM_MAX_VECTORS, act_plan, norm_launch, norm_plan, rotary_plan
+
+#: Scratch of the norm kernel's cluster split (partial sums, rows x SPLIT f32), by (device, stream).
+_PART: dict = {}
+_PART_FLOATS = 1024
+_HOST_PART = np.zeros(1, np.float32)  # numpy arrays run on the CPU target, which never splits a row
+
+
+_SMS: dict = {}
+
+
+def _sms(mod: Any, x: Any) -> int:
+    """Multiprocessors of the device that runs ``mod``'s kernels on ``x`` (132 where it does not say),
+    asked once a (module, device)."""
+    key = (id(mod), str(x.device) if arrays.is_torch_tensor(x) else None)
+    got = _SMS.get(key)
+    if got is None:
+        got = _SMS[key] = int(getattr(_common.device_of(mod, x), "multiprocessor_count", 132) or 132)
+    return got
+
+
+def _part(x: Any, need: int) -> Any:
+    """f32 scratch of at least ``need`` elements on ``x``'s device, kept by stream (:func:`_common.kept`)."""
+    if not arrays.is_torch_tensor(x):
+        return _HOST_PART
+    if need > _PART_FLOATS:
+        raise ValueError(f"the norm kernel's split needs {need} partial sums, more than {_PART_FLOATS}")
+    return _common.kept(_PART, (str(x.device), stream_of(x)), x, lambda: empty_like(x, (_PART_FLOATS,), "f32"), 16)
 
 FLOATS = ("f32", "f16", "bf16")
-
-#: Most registers vectors a thread of the norm kernel holds (NV): rows up to 16 * 1024 * VEC elements.
-NORM_MAX_VECTORS = 16
-
 
 def _float_type(x: Any, fn: str, name: str) -> Any:
     """The scalar type of float array ``x`` (f32, f16, bf16); TypeError otherwise."""
@@ -83,20 +107,6 @@ def _vec(size: int, lengths: tuple, ptrs: tuple, least: int = 1) -> int:
     return 0
 
 
-def norm_launch(n: int, vec: int, warp: int = 64) -> tuple[int, int]:
-    """(threads a block, vectors a thread NV) of the norm kernel for rows of ``n`` elements in vectors
-    of ``vec``: about 4 vectors a thread (4 16-byte loads in flight each), threads a multiple of 64
-    (whole wavefronts on every target) up to 1024, NV a power of two. Raises ValueError past
-    :data:`NORM_MAX_VECTORS` vectors a thread."""
-    nvec = -(-n // vec)
-    block = min(1024, max(warp, -(-(-(-nvec // 4)) // warp) * warp))
-    nv = 1 << max(0, _math.ceil(_math.log2(-(-nvec // block))))
-    if nv > NORM_MAX_VECTORS:
-        raise ValueError(f"rows of {n} elements are longer than the norm kernel holds "
-                         f"({NORM_MAX_VECTORS * 1024 * vec} in vectors of {vec})")
-    return block, nv
-
-
 def _vector_param(v: Any, n: int, fn: str, name: str, like: Any) -> Any:
     """Per-column array ``v`` (weight, bias) of ``n`` elements, of ``like``'s kind, contiguous."""
     _float_type(v, fn, name)
@@ -135,14 +145,17 @@ def _norm(fn: str, x: Any, weight: Any, bias: Any, eps: float, residual: Any, wr
     for a in (w, b):  # the weight and bias are read VEC elements at once too
         while a is not None and data_ptr(a) % (vec * arrays.array_scalar_type(a).size):
             vec //= 2
-    block, nv = norm_launch(n, vec)
+    mod = _common.stdlib_module("norms", target_for(x, target))
+    cluster = mod.target_has("cluster")
+    grid, block, nv, per, split = norm_plan(xr.rows, n, vec, layer, cluster, _sms(mod, x))
     w0 = w if w is not None else xr.arg  # an array the kernel does not read (HAS_W false)
     b0 = b if b is not None else xr.arg
-    mod = _common.stdlib_module("norms", target_for(x, target))
-    mod.norm[xr.rows, block](xr.arg, xr.ld, rr.arg if rr else xr.arg, rr.ld if rr else 0, w0, b0, orow.arg, orow.ld,
-                             n, float(eps), T=src.name, VEC=vec, NV=nv, LN=layer, RES=rr is not None,
-                             WRITE=bool(rr is not None and write_residual), HAS_W=w is not None,
-                             HAS_B=b is not None, stream=stream_of(x))
+    part = _part(x, xr.rows * split if split > 1 else 1)
+    mod.norm[grid, block](xr.arg, xr.ld, rr.arg if rr else xr.arg, rr.ld if rr else 0, w0, b0, orow.arg, orow.ld,
+                          n, xr.rows, float(eps), part, T=src.name, VEC=vec, NV=nv, LN=layer, RES=rr is not None,
+                          WRITE=bool(rr is not None and write_residual), HAS_W=w is not None,
+                          HAS_B=b is not None, ROWS=per, SPLIT=split, MAXT=1 << (block - 1).bit_length(),
+                          stream=stream_of(x))
     orow.done()
     if rr is not None and write_residual:
         rr.done()
@@ -252,11 +265,11 @@ def rotary_embedding(q: Any, k: Any, positions: Any, cos_sin_cache: Any, interle
         raise ValueError(f"{fn}: interleaved pairs need q and k rows aligned to pairs of elements")
     per = (rot // 2 if not interleaved else rot) // vec
     total = (hq + hk) * per
-    block = min(512, max(64, -(-total // 64) * 64))
     mod = _common.stdlib_module("norms", target_for(q, target))
-    mod.rotary[tokens, block](qr.arg, qr.ld, kr.arg if kr else qr.arg, kr.ld if kr else 0, pos, cache, hq, hk, d,
-                              rot, T=src.name, C=cst.name, P="i32" if str(pos.dtype).endswith("int32") else "i64",
-                              VEC=vec, NEOX=not interleaved, stream=stream_of(q))
+    gy, block, ni = rotary_plan(tokens, total, vec, _sms(mod, q))
+    mod.rotary[(tokens, gy), block](qr.arg, qr.ld, kr.arg if kr else qr.arg, kr.ld if kr else 0, pos, cache, hq, hk,
+                                    d, rot, T=src.name, C=cst.name, P="i32" if str(pos.dtype).endswith("int32") else "i64",
+                                    VEC=vec, NEOX=not interleaved, NI=ni, stream=stream_of(q))
     qr.done()
     if kr:
         kr.done()
@@ -289,11 +302,11 @@ def _act_and_mul(fn: str, act: str, x: Any, out: Any, target: str) -> Any:
     if xr.rows == 0:
         return out
     vec = _vec(src.size, (d, xr.ld, orow.ld), (data_ptr(xr.arg), data_ptr(orow.arg)))
-    block = 256 if d >= 256 * vec else max(64, -(-(-(-d // vec)) // 64) * 64)
     mod = _common.stdlib_module("norms", target_for(x, target))
-    mod.act_and_mul[(xr.rows, -(-d // (vec * block))), block](
+    gy, block, nv = act_plan(xr.rows, d, vec, _sms(mod, x))
+    mod.act_and_mul[(xr.rows, gy), block](
         xr.arg, xr.ld, orow.arg, orow.ld, d, T=src.name, VEC=vec,
-        ACT=ACTIVATIONS[(act, "f32" if src.name == "f32" else "16")], stream=stream_of(x))
+        ACT=ACTIVATIONS[(act, "f32" if src.name == "f32" else "16")], NV=nv, stream=stream_of(x))
     orow.done()
     return out
 

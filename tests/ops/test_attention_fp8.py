@@ -12,7 +12,9 @@ P is later scaled by alpha = exp(m_j - m) <= 1) is so at most e_j = min(p_j, max
     |O[i, d] - O_ref[i, d]| <= descale_v * sum_j e_j |V[j, d]| / l_i  (+ the f32 terms and O's rounding
     to bf16: 2^-8 |O_ref| + 10^-6 descale_v max |V| cover them),
 
-and the LSE is off by f32 rounding only (10^-5 (1 + |LSE|)). On the GPU, FP8 wgmma accumulates S with
+and the LSE is off by f32 rounding only (10^-5 (1 + |LSE|)). With EXP2_POLY some exponentials are
+std.math's polynomial (relative error d = 1.02e-4 where ex2.approx has 2 ulp): P and l are then off by d
+p_j and d l more, which adds 2 d (sum_j p_j |V[j, d]| / l_i + |O_ref|) to the bound and 2 d to the LSE's. On the GPU, FP8 wgmma accumulates S with
 less than f32's precision (unspecified by NVIDIA; DeepSeek-V3's report measured about 14 bits on
 H800), so the GPU tests add a score error eps = 2^-12 * scale_eff * max_ij sum_d |Q_id K_jd| to every
 score: 2 eps p_j more in e_j and eps in the LSE.
@@ -35,7 +37,7 @@ F8 = ml_dtypes.float8_e4m3fn
 RNG = np.random.default_rng(23)
 
 
-def reference_fp8(q, k, v, causal, scale, dq, dk, dv, score_eps=0.0):
+def reference_fp8(q, k, v, causal, scale, dq, dk, dv, score_eps=0.0, p_rel=0.0):
     """(O_ref, LSE_ref, bound on |O - O_ref|, bound on |LSE - LSE_ref|) for bshd float64 q (B, Sq, H, D),
     k and v (B, Sk, HK, D) (the codes' values) and descales dq, dk, dv of shape (B, HK) (module docstring)."""
     B, Sq, H, D = q.shape
@@ -58,10 +60,12 @@ def reference_fp8(q, k, v, causal, scale, dq, dk, dv, score_eps=0.0):
     o = np.einsum("bhqk,bhkd->bhqd", p, vh) / lsafe * head(dv)
     e = np.minimum(p, np.maximum(p / 16, 2.0 ** -10)) + 2 * score_eps * p
     vmax = np.abs(vh).max() * head(dv)
-    tol = np.einsum("bhqk,bhkd->bhqd", e, np.abs(vh)) / lsafe * head(dv) + 2.0 ** -8 * np.abs(o) + 1e-6 * vmax
+    pv = np.einsum("bhqk,bhkd->bhqd", p, np.abs(vh)) / lsafe * head(dv)
+    tol = (np.einsum("bhqk,bhkd->bhqd", e, np.abs(vh)) / lsafe * head(dv) + 2.0 ** -8 * np.abs(o) + 1e-6 * vmax
+           + 2 * p_rel * (pv + np.abs(o)))
     lse = np.where(l > 0, m + np.log(lsafe), -np.inf)[..., 0]
     return (o.transpose(0, 2, 1, 3), lse, tol.transpose(0, 2, 1, 3),
-            1e-5 * (1 + np.abs(np.where(np.isfinite(lse), lse, 0))) + score_eps)
+            1e-5 * (1 + np.abs(np.where(np.isfinite(lse), lse, 0))) + score_eps + 2 * p_rel)
 
 
 def check_fp8(out, lse, ref):
@@ -128,6 +132,26 @@ def test_fp8_prefill_emulated(monkeypatch, emulated):
     out, lse = run_fp8(monkeypatch, emulated, q, k, v, True, descale_q=dq, descale_k=dk, descale_v=dv)
     assert out.dtype == ml_dtypes.bfloat16 and out.shape == q.shape and lse.shape == (B, H, Sq)
     check_fp8(out, lse, reference_fp8(*(x.astype(np.float64) for x in (q, k, v)), True, 128 ** -0.5, dq, dk, dv))
+    assert (np.asarray(out[:, :Sq - Sk], np.float64) == 0).all()
+
+
+#: std.math.fast_exp2_poly's relative error (tests/stdlib/test_exp2_poly.py)
+POLY_REL = 1.02e-4
+
+
+@pytest.mark.parametrize("poly", [24, pytest.param(64, marks=pytest.mark.slow(sample=0))])
+def test_fp8_prefill_exp2_poly_emulated(monkeypatch, emulated, poly):
+    """EXP2_POLY (FlashAttention-4's exponentials on the FMA pipe: 24 of a thread's 64 a tile, or all)
+    on the emulation at a small shape: causal with Sq > Sk (rows that see no key: -inf scores through
+    the polynomial give 0, O 0, LSE -inf), two query blocks, two key tiles; within the bound with the
+    polynomial's error added."""
+    B, Sq, Sk, H, HK = 1, 140, 131, 2, 1
+    q, k, v = fp8_inputs(B, Sq, Sk, H, HK)
+    out, lse = run_fp8(monkeypatch, emulated, q, k, v, True, tiles=dict(EXP2_POLY=poly), descale_q=0.5,
+                       descale_k=1.25, descale_v=3.0)
+    ones = np.ones((B, HK))
+    check_fp8(out, lse, reference_fp8(*(x.astype(np.float64) for x in (q, k, v)), True, 128 ** -0.5, 0.5 * ones,
+                                      1.25 * ones, 3.0 * ones, p_rel=POLY_REL))
     assert (np.asarray(out[:, :Sq - Sk], np.float64) == 0).all()
 
 
@@ -202,6 +226,27 @@ def test_fp8_prefill_ptx(causal):
     assert " 0 bytes spill stores" in ptxas(vt, "sm_90a", verbose=True)
 
 
+@needs_ptxas
+def test_fp8_exp2_poly_ptx():
+    """EXP2_POLY 16 takes 16 of the softmax's 66 ex2.approx (64 a thread a tile, and the 2 factors; the
+    sequential form has one softmax) off the MUFU: 50 remain, and 16 polynomials (their 1.5 2^23
+    rounding constant) take their place; the kernel still assembles without spills or serialised
+    wgmma (ptxas 13.0: 168 registers before setmaxnreg, as without); 65 (more than a thread's 64) is
+    a located compile error."""
+    from kcompiler.backends.nvptx.target import NvptxTarget
+    from kcompiler.frontend.program import stdlib_dir
+    from kcompiler.pipeline import emit_file
+    ptx = emit_file(stdlib_dir() / "attention_sm90.kc", "asm", NvptxTarget("sm_90a", approx_ftz=True),
+                    kernel="attention_prefill_sm90", comptime=dict(T="f8e4m3", OUT="bf16", D=128, EXP2_POLY=16))
+    assert ptx.count("ex2.approx") == 50 and ptx.count(", 0f4B400000;") == 16, ptx.count("ex2.approx")
+    log = ptxas(ptx, "sm_90a", verbose=True)
+    assert "C7514" not in log and "serialized" not in log and " 0 bytes spill stores" in log, log
+    with pytest.raises(kc.CompileError, match="EXP2_POLY") as e:
+        emit_file(stdlib_dir() / "attention_sm90.kc", "asm", NvptxTarget("sm_90a"), kernel="attention_prefill_sm90",
+                  comptime=dict(T="f8e4m3", OUT="bf16", D=128, EXP2_POLY=65))
+    assert "attention_sm90.kc:" in str(e.value)
+
+
 def test_fp8_compile_errors():
     """The kernel refuses FP8 forms it does not have, at a located compile_error."""
     from kcompiler.backends.nvptx.target import NvptxTarget
@@ -221,40 +266,55 @@ GPU_SHAPES = [(2, 1000, 1000, 4, 4, "bshd", False), (2, 1000, 1000, 4, 4, "bhsd"
               (1, 777, 1500, 8, 2, "bshd", True), (3, 1500, 613, 4, 1, "bhsd", False), (1, 1, 300, 4, 2, "bshd", False)]
 
 
+def _gpu_case(shape, tiles, causal, p_rel=0.0):
+    """One FP8 call on the GPU against float64 of the dequantised inputs, outputs poisoned first."""
+    import torch
+
+    from kcompiler import ops
+    B, Sq, Sk, H, HK, layout, per_head = shape
+    q, k, v = fp8_inputs(B, Sq, Sk, H, HK)
+    if per_head:
+        dq, dk, dv = (RNG.uniform(0.25, 2.0, (B, HK)).astype(np.float32) for _ in range(3))
+        desc = [torch.from_numpy(x).cuda() for x in (dq, dk, dv)]
+    else:
+        dq, dk, dv = (np.full((B, HK), x, np.float32) for x in (0.5, 1.5, 2.0))
+        desc = [0.5, 1.5, 2.0]
+    tq, tk, tv = (torch.from_numpy(x.view(np.uint8)).cuda().view(torch.float8_e4m3fn) for x in (q, k, v))
+    if layout == "bhsd":
+        tq, tk, tv = (x.transpose(1, 2).contiguous() for x in (tq, tk, tv))
+    torch.empty(64 << 20, device="cuda", dtype=torch.uint8).fill_(0xFF)  # NaN where ops allocates next
+    out, lse = ops.attention(tq, tk, tv, causal=causal, layout=layout, return_lse=True, tiles=tiles,
+                             descale_q=desc[0], descale_k=desc[1], descale_v=desc[2])
+    if layout == "bhsd":
+        out = out.transpose(1, 2)
+    q64, k64, v64 = (x.astype(np.float64) for x in (q, k, v))
+    seff = 128 ** -0.5 * float((dq * dk).max())
+    # max_ij sum_d |Q_id K_jd| <= sum_d max_i |Q_id| max_j |K_jd|
+    eps = 2.0 ** -12 * seff * float((np.abs(q64).max(axis=(0, 1, 2)) * np.abs(k64).max(axis=(0, 1, 2))).sum())
+    check_fp8(out.float().cpu().numpy(), lse.cpu().numpy(),
+              reference_fp8(q64, k64, v64, causal, 128 ** -0.5, dq, dk, dv, score_eps=eps, p_rel=p_rel))
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("causal", [False, True])
 def test_fp8_prefill_gpu(causal):
     """FP8 attention on the H100 against float64 of the dequantised inputs (module docstring's bound
     with the GPU's score error): odd lengths, Sq != Sk both ways, GQA 2:1 and 4:1, both layouts, float
     and per-head descales, BN 128 and 256, the overlapped schedule; outputs poisoned first."""
-    import torch
+    for shape, tiles in zip(GPU_SHAPES, (None, dict(BN=256), dict(PACK_ABS=False), dict(OVERLAP=True, PINGPONG=True),
+                                         dict(OVERLAP=True, PINGPONG=True, FA3_ORDER=True))):
+        _gpu_case(shape, tiles, causal)
 
-    from kcompiler import ops
-    for (B, Sq, Sk, H, HK, layout, per_head), tiles in zip(GPU_SHAPES, (None, dict(BN=256), dict(PACK_ABS=False),
-                                                                        dict(OVERLAP=True, PINGPONG=True),
-                                                                        dict(OVERLAP=True, PINGPONG=True,
-                                                                             FA3_ORDER=True))):
-        q, k, v = fp8_inputs(B, Sq, Sk, H, HK)
-        if per_head:
-            dq, dk, dv = (RNG.uniform(0.25, 2.0, (B, HK)).astype(np.float32) for _ in range(3))
-            desc = [torch.from_numpy(x).cuda() for x in (dq, dk, dv)]
-        else:
-            dq, dk, dv = (np.full((B, HK), x, np.float32) for x in (0.5, 1.5, 2.0))
-            desc = [0.5, 1.5, 2.0]
-        tq, tk, tv = (torch.from_numpy(x.view(np.uint8)).cuda().view(torch.float8_e4m3fn) for x in (q, k, v))
-        if layout == "bhsd":
-            tq, tk, tv = (x.transpose(1, 2).contiguous() for x in (tq, tk, tv))
-        torch.empty(64 << 20, device="cuda", dtype=torch.uint8).fill_(0xFF)  # NaN where ops allocates next
-        out, lse = ops.attention(tq, tk, tv, causal=causal, layout=layout, return_lse=True, tiles=tiles,
-                                 descale_q=desc[0], descale_k=desc[1], descale_v=desc[2])
-        if layout == "bhsd":
-            out = out.transpose(1, 2)
-        q64, k64, v64 = (x.astype(np.float64) for x in (q, k, v))
-        seff = 128 ** -0.5 * float((dq * dk).max())
-        # max_ij sum_d |Q_id K_jd| <= sum_d max_i |Q_id| max_j |K_jd|
-        eps = 2.0 ** -12 * seff * float((np.abs(q64).max(axis=(0, 1, 2)) * np.abs(k64).max(axis=(0, 1, 2))).sum())
-        check_fp8(out.float().cpu().numpy(), lse.cpu().numpy(),
-                  reference_fp8(q64, k64, v64, causal, 128 ** -0.5, dq, dk, dv, score_eps=eps))
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True])
+def test_fp8_prefill_exp2_poly_gpu(causal):
+    """EXP2_POLY on the H100 (8, 16 and 24 of a thread's 64 exponentials a tile by std.math's polynomial,
+    sequential, 3 stages, FA3_ORDER): the bound with the polynomial's error (POLY_REL) added."""
+    for shape, tiles in zip(GPU_SHAPES, (dict(EXP2_POLY=16), dict(EXP2_POLY=24, STAGES=3), dict(EXP2_POLY=8),
+                                         dict(EXP2_POLY=16, OVERLAP=True, PINGPONG=True, FA3_ORDER=True),
+                                         dict(EXP2_POLY=64))):
+        _gpu_case(shape, tiles, causal, POLY_REL)
 
 
 def test_fp8_torch_op_refused():

@@ -145,9 +145,14 @@ def test_prefill_sm90_emulated(monkeypatch, emulated, shape):
 @pytest.mark.parametrize("tiles", [dict(OVERLAP=True), dict(OVERLAP=True, PINGPONG=True),
                                    dict(BN=64, STAGES=3, OVERLAP=True, PINGPONG=True), dict(BN=64, STAGES=1),
                                    dict(OVERLAP=True, PINGPONG=True, FA3_ORDER=True),
-                                   dict(BN=64, STAGES=3, OVERLAP=True, FA3_ORDER=True)],
+                                   dict(BN=64, STAGES=3, OVERLAP=True, FA3_ORDER=True),
+                                   dict(BN=64, PINGPONG=True, RESCALE_SKIP=True),
+                                   pytest.param(dict(BN=64, STAGES=3, PINGPONG=True), marks=pytest.mark.slow),
+                                   pytest.param(dict(BN=64, OVERLAP=True, PINGPONG=True, FA3_ORDER=True,
+                                                     RESCALE_SKIP=True), marks=pytest.mark.slow)],
                          ids=["overlap", "pingpong", "bn64-3stages-pingpong", "bn64-1stage", "fa3order-pingpong",
-                              "bn64-3stages-fa3order"])
+                              "bn64-3stages-fa3order", "bn64-seq-pingpong-rescale-skip", "bn64-3stages-seq-pingpong",
+                              "bn64-fa3order-pingpong-rescale-skip"])
 def test_prefill_sm90_tiles_emulated(monkeypatch, emulated, tiles):
     """Other tiles, the intra-warpgroup overlap and the ping-pong of the consumers: the stage ring's
     parities over several laps (more tiles than stages), the turns' parities, causal with Sq != Sk."""
@@ -159,6 +164,38 @@ def test_prefill_sm90_tiles_emulated(monkeypatch, emulated, tiles):
     out, lse = ops.attention(q, k, v, causal=True, return_lse=True, path="sm90", tiles=tiles, target="cpu")
     ref, ref_lse = reference(q, k, v, True, 64 ** -0.5)
     check(out, lse, ref, ref_lse, v, "bf16")
+
+
+def test_prefill_sm90_rescale_skip_emulated(monkeypatch, emulated):
+    """RESCALE_SKIP where it skips: every row's maximum is in the first tile of keys (q >= 0, the first
+    64 keys large and positive), so every later tile's factors are exactly 1 and each warp leaves O as
+    it is; with ping-pong turns in the sequential form (the specialisation of the tiles test above)."""
+    from kcompiler import ops
+
+    from .test_attention import check, qkv, reference
+    monkeypatch.setattr(ops_attention, "_attention_sm90_module", lambda target: emulated)
+    q, k, v = qkv(1, 77, 290, 2, 1, 64, "bf16")
+    q = np.abs(q.astype(np.float32)).astype(ml_dtypes.bfloat16)
+    k[:, :64] = (np.abs(k[:, :64].astype(np.float32)) + 2).astype(ml_dtypes.bfloat16)
+    tiles = dict(BN=64, PINGPONG=True, RESCALE_SKIP=True)
+    out, lse = ops.attention(q, k, v, causal=True, return_lse=True, path="sm90", tiles=tiles, target="cpu")
+    ref, ref_lse = reference(q, k, v, True, 64 ** -0.5)
+    check(out, lse, ref, ref_lse, v, "bf16")
+
+
+def test_prefill_sm90_exp2_poly_emulated(monkeypatch, emulated):
+    """bf16 with EXP2_POLY (16 of a thread's 64 exponentials a tile by std.math's polynomial, relative
+    error 1.02e-4: far below P's rounding to bf16; the LSE's bound takes 2 of it more): causal with Sq >
+    Sk (rows that see no key: the -inf scores through the polynomial give 0), two query blocks."""
+    from kcompiler import ops
+
+    from .test_attention import check, qkv, reference
+    monkeypatch.setattr(ops_attention, "_attention_sm90_module", lambda target: emulated)
+    q, k, v = qkv(1, 150, 131, 2, 1, 64, "bf16")
+    out, lse = ops.attention(q, k, v, causal=True, return_lse=True, path="sm90", tiles=dict(EXP2_POLY=16),
+                             target="cpu")
+    ref, ref_lse = reference(q, k, v, True, 64 ** -0.5)
+    check(out, lse, ref, ref_lse, v, "bf16", lse_tol=2 * 1.02e-4)
 
 
 # (tiles, (B, Sq, Sk, H, HK, D, causal)): the block shapes of benchmarks/bench_attention_variants.py
@@ -248,8 +285,10 @@ def test_prefill_sm90_varlen_emulated(monkeypatch, emulated):
 @needs_ptxas
 @pytest.mark.parametrize("D", [64, 128])
 @pytest.mark.parametrize("overlap,pingpong,fa3", [(False, False, False), (True, False, False), (True, True, False),
-                                                  pytest.param(True, True, True, marks=pytest.mark.slow)],
-                         ids=["sequential", "overlap", "pingpong", "fa3order-pingpong"])  # FA3_ORDER: opt-in
+                                                  pytest.param(True, True, True, marks=pytest.mark.slow),
+                                                  pytest.param(False, True, False, marks=pytest.mark.slow)],
+                         ids=["sequential", "overlap", "pingpong", "fa3order-pingpong",
+                              "sequential-pingpong"])  # FA3_ORDER, sequential PINGPONG: opt-in
 def test_prefill_sm90_ptx(D, overlap, pingpong, fa3):
     """sm_90a PTX of the kernel (built as ops builds it: approx_ftz) assembles with ptxas; wgmma with A
     from registers and TMA 4-D copies are there; ptxas serialises no wgmma (warning C7514: it would
@@ -304,6 +343,28 @@ def test_prefill_sm90_overlap_in_sass(T, fa3):
     end = next(i for i in range(start, len(code)) if code[i].startswith("WARPGROUP.DEPBAR.LE gsb0, 0x0"))
     exps = sum(x.startswith("MUFU.EX2") for x in code[start:end])
     assert exps >= 64 if fa3 else exps == 0, exps
+
+
+@needs_nvdisasm
+def test_prefill_sm90_sequential_pingpong_in_sass():
+    """The sequential form's turns (PINGPONG without OVERLAP) in SASS, FlashAttention-3's order: the
+    turn passes (a SYNCS.ARRIVE) after the last wgmma of S and before the wait for S (so the other
+    warpgroup's products queue behind S while this one's softmax runs), and this warpgroup waits for
+    its next turn (a TRYWAIT) after its softmax, just before P V's wgmmas. RESCALE_SKIP: one vote of
+    the warp and a branch around O's 64 FMUL a thread."""
+    code = sass(_sm90_ptx(T="bf16", D=128, CAUSAL=False, PINGPONG=True, RESCALE_SKIP=True))
+    qk_end = next(i for i, x in enumerate(code) if x.startswith("HGMMA.64x128x16") and x.endswith("gsb0")
+                  and "tnspB" not in x)
+    wait_s = next(i for i in range(qk_end, len(code)) if code[i].startswith("WARPGROUP.DEPBAR.LE gsb0, 0x0"))
+    assert any("SYNCS.ARRIVE" in x for x in code[qk_end:wait_s]), code[qk_end:wait_s]
+    pv = next(i for i in range(wait_s, len(code)) if "tnspB" in code[i])
+    exps = [i for i in range(wait_s, pv) if code[i].startswith("MUFU.EX2")]
+    assert len(exps) >= 64
+    waits = [i for i in range(exps[-1], pv) if "SYNCS.PHASECHK" in code[i]]
+    assert waits, code[exps[-1]:pv]  # the V stage's wait and the turn's, after the softmax
+    vote = next(i for i in range(wait_s, pv) if code[i].startswith("VOTE.ANY") and "PT, PT" not in code[i])
+    branch = next(i for i in range(vote, pv) if "BRA" in code[i])
+    assert sum(code[i].startswith("FMUL") for i in range(branch, pv)) >= 64
 
 
 #: (tiles, D, spill stores in bytes causal / not): the block shapes of bench_attention_variants.py's
@@ -394,12 +455,18 @@ def test_prefill_sm90_gpu(D, causal):
                                    dict(CONSUMERS=3, BN=64, OVERLAP=True), dict(BN=64, BLOCKS_PER_SM=2),
                                    dict(CONSUMERS=1, BLOCKS_PER_SM=2, OVERLAP=True), dict(BN=192, STAGES=2),
                                    dict(OVERLAP=True, PINGPONG=True, FA3_ORDER=True),
-                                   dict(OVERLAP=True, FA3_ORDER=True, CONSUMERS=3, BN=64)],
+                                   dict(OVERLAP=True, FA3_ORDER=True, CONSUMERS=3, BN=64),
+                                   dict(PINGPONG=True), dict(PINGPONG=True, RESCALE_SKIP=True, STAGES=3),
+                                   dict(BN=176, PINGPONG=True),
+                                   dict(OVERLAP=True, PINGPONG=True, FA3_ORDER=True, RESCALE_SKIP=True),
+                                   dict(EXP2_POLY=16)],
                          ids=["overlap", "pingpong", "bn64-3stages", "bn192-pingpong", "3consumers-bn64",
                               "3consumers-bn64-overlap", "bn64-2blocks", "1consumer-2blocks-overlap", "bn192",
-                              "fa3order-pingpong", "3consumers-bn64-fa3order"])
+                              "fa3order-pingpong", "3consumers-bn64-fa3order", "seq-pingpong",
+                              "seq-pingpong-skip-3stages", "bn176-seq-pingpong", "fa3order-pingpong-skip", "exp2poly16"])
 def test_prefill_sm90_tiles_gpu(tiles):
-    """The other tile choices the benchmark times, on the GPU (D 128 and 64, causal)."""
+    """The other tile choices the benchmark times, on the GPU (D 128 and 64, causal); EXP2_POLY's LSE
+    bound takes 2 of the polynomial's relative error (1.02e-4) more."""
     import torch
 
     from kcompiler import ops
@@ -412,7 +479,7 @@ def test_prefill_sm90_tiles_gpu(tiles):
         out, lse = ops.attention(q, k, v, causal=True, return_lse=True, path="sm90", tiles=tiles)
         ref, ref_lse = sdpa64(q, k, v, True, D ** -0.5)
         check(out.cpu().float().numpy(), lse.cpu().numpy(), ref.cpu().numpy(), ref_lse.cpu().numpy(),
-              v.cpu().float().numpy(), "bf16")
+              v.cpu().float().numpy(), "bf16", lse_tol=2 * 1.02e-4 if "EXP2_POLY" in tiles else 0.0)
 
 
 @pytest.mark.gpu

@@ -91,13 +91,21 @@ EMU_CASES = [(128, 64, 16, 20, [37, 0, 70, 129], dict(BN=64, STAGES=2), 1),
              (256, 64, 64, 70, [1, 200, 64], dict(BN=32, STAGES=3, SEESAW=True), 2),
              (256, 64, 64, 70, [1, 200, 64], dict(BN=32, STAGES=2, SEESAW=True), 1),
              (128, 128, 64, 16, [300, 5], dict(BN=64, STAGES=2, SEESAW=True), 1),
-             (128, 64, 16, 8, [150, 33], dict(BN=16, STAGES=3, SEESAW=True), 4)]
+             (128, 64, 16, 8, [150, 33], dict(BN=16, STAGES=3, SEESAW=True), 4),
+             # Q's rows kept compact (QROWS: wgmma's rows past them read the next slabs and the ring,
+             # NaN included), alone, with the seesaw form and with S transposed (ST)
+             (128, 64, 16, 20, [37, 0, 70, 129], dict(BN=32, STAGES=4, QROWS=0), 2),
+             (256, 64, 64, 8, [1, 200, 64], dict(BN=64, STAGES=2, QROWS=0, SEESAW=True), 1),
+             (128, 64, 16, 12, [37, 0, 70, 129], dict(BN=64, STAGES=2, QROWS=0, ST=True), 2),
+             (256, 64, 64, 16, [1, 200, 64, 300], dict(BN=64, STAGES=3, QROWS=16, ST=True), 1)]
 
 
 @pytest.mark.slow(sample=3)
 @pytest.mark.parametrize("case", EMU_CASES, ids=lambda c: f"D{c[0]}+{c[1]}-page{c[2]}-H{c[3]}-BN{c[5]['BN']}x"
                                                       f"{c[5]['STAGES']}{'-overlap' if c[5].get('OVERLAP') else ''}"
                                                       f"{'-seesaw' if c[5].get('SEESAW') else ''}"
+                                                      f"{'-q%d' % c[5]['QROWS'] if 'QROWS' in c[5] else ''}"
+                                                      f"{'-st' if c[5].get('ST') else ''}"
                                                       f"-split{c[6]}")
 def test_mla_sm90_emulated(monkeypatch, emulated, case):
     """The whole Hopper kernel on the CPU target's emulation against float64 (module docstring)."""
@@ -188,6 +196,39 @@ def test_mla_sm90_seesaw_deepseek_shape_emulated(monkeypatch, emulated, tiles):
                            sm90_tiles={**tiles, **bad})
 
 
+def test_mla_sm90_compact_q_and_st_emulated(monkeypatch, emulated):
+    """At 16 heads the compact Q (QROWS 0: 16 rows) and the transposed S (ST, 64 keys a tile) against
+    float64 (latent 128 + 64, pages of 16, odd lengths, an empty sequence, 2 splits); QROWS resolved
+    from the heads (ops.mla_sm90_qrows) and the shared memory it saves; ST refused with its reason
+    where it cannot run (tiles of 32 keys; 20 heads: 24 rows; with SEESAW); QROWS below the heads
+    refused."""
+    monkeypatch.setattr(ops_mla, "_mla_sm90_module", lambda target: emulated)
+    assert ops_mla.mla_sm90_qrows(dict(QROWS=0), 16)["QROWS"] == 16
+    assert ops_mla.mla_sm90_qrows(dict(QROWS=0), 20)["QROWS"] == 24
+    assert ops_mla.mla_sm90_qrows(dict(QROWS=0), 128)["QROWS"] == 64
+    assert ops_mla.mla_sm90_qrows(dict(QROWS=32), 16)["QROWS"] == 32
+    full = ops_mla.mla_sm90_shared_bytes(512, 64, dict(BN=32, STAGES=2))
+    assert full - ops_mla.mla_sm90_shared_bytes(512, 64, dict(BN=32, STAGES=2, QROWS=16)) == 48 * 576 * 2
+    lens = [37, 0, 70, 129]
+    sl = np.array(lens, np.int32)
+    q_nope, q_pe, ckv, kpe, table = mla_inputs(lens, 16, 128, 64, 16)
+    ref, ref_lse = mla_reference(q_nope, q_pe, ckv, kpe, table, lens, 16, 0.07)
+    for tiles in (dict(BN=32, STAGES=2, QROWS=0), dict(BN=64, STAGES=2, QROWS=0, ST=True)):
+        out, lse = ops.mla_decode(q_nope, q_pe, ckv, kpe, table, sl, scale=0.07, num_splits=2, return_lse=True,
+                                  path="sm90", sm90_tiles=tiles, target="cpu")
+        check(out, lse, ref, ref_lse, finite_rows(ckv, table, lens, 16), "bf16")
+    for bad in (dict(BN=32, ST=True), dict(BN=64, STAGES=2, SEESAW=True, ST=True)):
+        with pytest.raises(RuntimeError, match="ST \\(S transposed\\) takes BN 64"):
+            ops.mla_decode(q_nope, q_pe, ckv, kpe, table, sl, scale=0.07, path="sm90", target="cpu", sm90_tiles=bad)
+    with pytest.raises(RuntimeError, match="at least the heads \\(16\\)"):
+        ops.mla_decode(q_nope, q_pe, ckv, kpe, table, sl, scale=0.07, path="sm90", target="cpu",
+                       sm90_tiles=dict(QROWS=8))
+    a, b, c, d, t = mla_inputs(lens, 20, 128, 64, 16, poison=False)
+    with pytest.raises(RuntimeError, match="QROWS of 16 at most"):
+        ops.mla_decode(a, b, c, d, t, sl, scale=0.07, path="sm90", target="cpu",
+                       sm90_tiles=dict(BN=64, QROWS=0, ST=True))
+
+
 def test_mla_path_choice(monkeypatch, emulated):
     """path is 'auto', 'sm90' or 'generic'; 'sm90' where the Hopper kernel cannot run is a RuntimeError
     that says why (the CPU target without the emulation; D not a multiple of 128; a page of 24 with
@@ -249,9 +290,12 @@ def test_mla_auto_takes_the_hopper_kernel_from_64_heads(monkeypatch, emulated):
                                     pytest.param(dict(T="f16", OUT="f32", PAGE=64, BN=32, STAGES=2, SEESAW=True),
                                                  marks=pytest.mark.slow),
                                     pytest.param(dict(T="bf16", OUT="f32", PAGE=64, PROBE=2),
+                                                 marks=pytest.mark.slow),
+                                    dict(T="bf16", OUT="f32", PAGE=64, BN=64, STAGES=2, QROWS=16, ST=True),
+                                    pytest.param(dict(T="bf16", OUT="bf16", PAGE=64, BN=32, STAGES=5, QROWS=16),
                                                  marks=pytest.mark.slow)],
                          ids=["bf16-split", "bf16", "f16-page16", "overlap", "overlap-bn32", "bn32x4", "seesaw",
-                              "seesaw-bn32x3", "seesaw-bn32x2", "probe2"])
+                              "seesaw-bn32x3", "seesaw-bn32x2", "probe2", "st-q16", "q16-bn32x5"])
 def test_mla_sm90_ptx(params):
     """sm_90a PTX of the kernel at D 512 + 64 (built as ops builds it: approx_ftz) assembles with ptxas;
     3-D TMA copies, wgmma with A from registers (P V of the softmax warpgroup) and from shared memory
@@ -263,7 +307,9 @@ def test_mla_sm90_ptx(params):
                     kernel="mla_decode_sm90", comptime=params)
     assert "cp.async.bulk.tensor.3d" in ptx and "setmaxnreg.inc.sync.aligned.u32 240" in ptx
     lines = [x for x in ptx.splitlines() if "wgmma.mma_async" in x]
-    if not params.get("PROBE"):  # PROBE 2 (a diagnostic) leaves P V out
+    if params.get("ST"):  # S^T: n16 (Q's 16 rows as N); both halves of P V with P from shared memory
+        assert any("m64n16k16" in x for x in lines) and not any("m64n256k16" in x and "}, {" in x for x in lines)
+    elif not params.get("PROBE"):  # PROBE 2 (a diagnostic) leaves P V out
         assert any("m64n256k16" in x and "}, {" in x for x in lines)  # A from registers
         assert any("m64n256k16" in x and "}, {" not in x for x in lines)  # A from shared memory
     log = ptxas(ptx, "sm_90a", verbose=True)
@@ -335,3 +381,27 @@ def test_mla_sm90_tiles_gpu(tiles):
         check(out.float().cpu().numpy(), lse.cpu().numpy(), ref, ref_lse,
               finite_rows(ckv.astype(np.float32), table, lens, page), "f16",
               lse_tol=fold_lse_tol(max(lens), tiles.get("BN", ops.MLA_SM90_TILES["BN"])))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tiles", [dict(BN=32, STAGES=4, QROWS=0), dict(BN=32, STAGES=5, QROWS=0),
+                                   dict(BN=64, STAGES=2, QROWS=0), dict(BN=64, STAGES=2, QROWS=0, ST=True),
+                                   dict(BN=64, STAGES=2, QROWS=0, SEESAW=True)],
+                         ids=["q16-bn32x4", "q16-bn32x5", "q16-bn64x2", "st", "q16-seesaw-bn64x2"])
+def test_mla_sm90_small_heads_gpu(tiles):
+    """The 16-head forms bench_mla_variants.py times (Q's rows compact, S transposed), on the H100
+    (bf16, pages of 64 and 16, 16 heads and 12: rows 12 .. 15 zero-filled) against float64, the cache
+    past every sequence NaN/Inf."""
+    import torch
+    lens = [777, 1, 2048, 63, 0]
+    scale = (128 + 64) ** -0.5
+    for page, H in ((64, 16), (16, 12)):
+        q_nope, q_pe, ckv, kpe, table = mla_inputs(lens, H, 512, 64, page)
+        qn, qp, c, k = (torch.from_numpy(x.astype(np.float32)).cuda().bfloat16() for x in (q_nope, q_pe, ckv, kpe))
+        out, lse = ops.mla_decode(qn, qp, c, k, torch.from_numpy(table).cuda(),
+                                  torch.tensor(lens, dtype=torch.int32, device="cuda"), scale=scale,
+                                  return_lse=True, path="sm90", sm90_tiles=tiles)
+        ref, ref_lse = _torch_reference(qn, qp, c, k, table, lens, page, scale)
+        check(out.float().cpu().numpy(), lse.cpu().numpy(), ref, ref_lse,
+              finite_rows(c.float().cpu().numpy(), table, lens, page), "bf16",
+              lse_tol=fold_lse_tol(max(lens), tiles["BN"]))

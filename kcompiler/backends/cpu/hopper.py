@@ -1,4 +1,4 @@
-"""NVIDIA's Hopper instructions (wgmma, TMA copies, mbarriers, setmaxnreg, fence.proxy.async) emulated on
+"""NVIDIA's Hopper instructions (wgmma, TMA copies and stores, mbarriers, setmaxnreg, fence.proxy.async) emulated on
 the CPU target, so that code written for sm_90a (``comptime if target.has("wgmma")``: std.matmul_sm90)
 runs, and is checked, without a GPU. Enabled by ``CpuTarget(emulate_wgmma=True)``
 (``target_options={"emulate_wgmma": True}``); off, the CPU target has none of these features and the
@@ -15,6 +15,10 @@ What each does here (the PTX semantics are stated in backends/nvptx/wgmma.py and
   ``r * box_row_bytes + c * size`` from the destination, swizzled: for an S-byte swizzle (32, 64, 128),
   address bits 4 .. 4 + log2(S / 16) are XORed with bits 7 .. (PTX ISA "Tensor copy: swizzling modes";
   CUTLASS's Swizzle<3, 4, 3> for 128 bytes). Then complete-tx of the box's bytes on the barrier.
+- ``tma_store`` (1-D to 5-D) is the reverse copy, at once: box element (r, c) is read from the same
+  swizzled offset of the source and written to global (c0 + c, c1 + r1, ...) where that lies inside
+  the tensor (TMA clips the box there); ``tma_store_commit`` and ``tma_store_wait`` do nothing (the
+  store is complete when issued, which a GPU may also do).
 - An mbarrier's 8 bytes hold: pending arrivals (bits 0-15), the arrival count (16-31), the
   transaction count (32-62, signed) and the phase parity (63). A phase completes when no arrival and
   no byte is pending; ``mbarrier_try_wait(bar, parity)`` is true once the phase of that parity has
@@ -129,10 +133,12 @@ def _mbar_helper(m: ll.Module) -> ll.Function:
     return fn
 
 
-def _tma_helper(m: ll.Module) -> ll.Function:
+def _tma_helper(m: ll.Module, store: bool = False) -> ll.Function:
     """``void __kc_emu_tma(ptr dynbase, ptr dst, ptr map, ptr bar, ptr coords)``: coords, 5 i32
-    (innermost first; those past the map's rank are 0)."""
-    fn, new = _helper(m, "__kc_emu_tma", ll.VoidType(), [PTR, PTR, PTR, PTR, PTR])
+    (innermost first; those past the map's rank are 0). ``store``: ``__kc_emu_tma_store``, the same
+    arguments (dst: the shared-memory source; bar unused), copying the box the other way, only the
+    elements inside the tensor."""
+    fn, new = _helper(m, "__kc_emu_tma_store" if store else "__kc_emu_tma", ll.VoidType(), [PTR, PTR, PTR, PTR, PTR])
     if not new:
         return fn
     base, dst, tmap, bar, coords = fn.args
@@ -166,12 +172,18 @@ def _tma_helper(m: ll.Module) -> ll.Function:
             gx = b.add(cs[0], b.udiv(cb, es))
             ok = b.and_(inside, b.and_(b.icmp_signed(">=", gx, _c(0)), b.icmp_signed("<", gx, dims[0])))
             at = b.add(src, b.add(b.mul(gx, es), b.urem(cb, es)))
-            v = b.load(b.inttoptr(b.select(ok, at, addr), PTR), typ=I8)
             off = _swizzle(b, b.add(rel, b.add(b.mul(r, rowbytes), cb)), width)
+            if store:
+                with b.if_then(ok):
+                    v = b.load(b.gep(base, [off], source_etype=I8), typ=I8)
+                    b.store(v, b.inttoptr(at, PTR))
+                return
+            v = b.load(b.inttoptr(b.select(ok, at, addr), PTR), typ=I8)
             b.store(b.select(ok, v, ll.Constant(I8, 0)), b.gep(base, [off], source_etype=I8))
         _loop(b, rowbytes, "cb", byte)
     _loop(b, rows, "r", row)
-    b.call(_mbar_helper(m), [bar, _c(_COMPLETE_TX, I32), b.trunc(b.mul(rows, rowbytes), I32)])
+    if not store:
+        b.call(_mbar_helper(m), [bar, _c(_COMPLETE_TX, I32), b.trunc(b.mul(rows, rowbytes), I32)])
     b.ret_void()
     return fn
 
@@ -292,6 +304,7 @@ def _linear_tid(target: "CpuTarget", ctx: "LoweringContext") -> ll.Value:
 #: The Hopper intrinsics' names (backends/nvptx/intrinsics.py) by the builtins' names this file uses.
 _NAMES = {"wgmma.mma_async": "wgmma", "wgmma.fence": "wgmma_fence", "wgmma.commit_group": "wgmma_commit",
           "wgmma.wait_group": "wgmma_wait", "wgmma.desc": "wgmma_desc", "tma.load": "tma_load",
+          "tma.store": "tma_store", "tma.store_commit": "tma_store_commit", "tma.store_wait": "tma_store_wait",
           "mbarrier.init": "mbarrier_init", "mbarrier.arrive": "mbarrier_arrive",
           "mbarrier.arrive_expect_tx": "mbarrier_arrive_expect_tx", "mbarrier.try_wait": "mbarrier_try_wait",
           "mbarrier.wait": "mbarrier_wait", "setmaxnreg": "setmaxnreg", "fence.proxy_async": "fence_proxy_async"}
@@ -302,7 +315,8 @@ def emulate(target: "CpuTarget", ctx: "LoweringContext", op: Any, args: list[ll.
     ``nvptx.mbarrier.*``...; module docstring)."""
     full = op.attrs["intrinsic"]
     b, m, name, at = ctx.b, ctx.module, _NAMES.get(full.removeprefix("nvptx."), full), op.attrs
-    if name in ("wgmma_fence", "wgmma_commit", "setmaxnreg", "fence_proxy_async"):
+    if name in ("wgmma_fence", "wgmma_commit", "setmaxnreg", "fence_proxy_async", "tma_store_commit",
+                "tma_store_wait"):
         return None
     if name == "wgmma_wait":
         target.warp_sync(ctx)  # the warp's lanes have each computed their part (module docstring)
@@ -329,6 +343,12 @@ def emulate(target: "CpuTarget", ctx: "LoweringContext", op: Any, args: list[ll.
         for k in range(5):
             b.store(args[3 + k] if 3 + k < len(args) else _c(0, I32), b.gep(coords, [_c(0, I32), _c(k, I32)]))
         b.call(_tma_helper(m), [base, args[0], args[1], args[2], b.bitcast(coords, PTR)])
+        return None
+    if name == "tma_store":
+        coords = ctx.alloca(ll.ArrayType(I32, 5), name="tma_coords")
+        for k in range(5):
+            b.store(args[2 + k] if 2 + k < len(args) else _c(0, I32), b.gep(coords, [_c(0, I32), _c(k, I32)]))
+        b.call(_tma_helper(m, store=True), [base, args[1], args[0], ll.Constant(PTR, None), b.bitcast(coords, PTR)])
         return None
     mbar = _mbar_helper(m)
     if name == "mbarrier_init":

@@ -6,7 +6,7 @@ frontend first resolves a name the language itself does not declare (the Backend
   ``"ldmatrix"``, ``"cp_async"``; ``"mma_fp8"`` for the FP8 form, sm_89+): ``mma_sync``, ``ldmatrix``,
   ``cp_async``, ``cp_async_commit``, ``cp_async_wait``, checked in builtins_mma.py; mma.py gives the
   fragment layouts (PTX ISA 8.x, "Matrix Fragments for mma.m16n8k16 / m16n8k32", "ldmatrix");
-- Hopper, sm_90a: warpgroup MMA, TMA, mbarriers, setmaxnreg (``target.has("wgmma")``, ``"tma"``,
+- Hopper, sm_90a: warpgroup MMA, TMA, mbarriers, setmaxnreg, TMA stores (``tma_store``, ``tma_store_commit``, ``tma_store_wait``) (``target.has("wgmma")``, ``"tma"``,
   ``"mbarrier"``, ``"setmaxnreg"``), checked in builtins_hopper.py; wgmma.py and tma.py give the PTX;
 - thread-block clusters, sm_90 (``target.has("cluster")``): ``cluster_dims``, ``cluster_ctarank``,
   ``cluster_arrive``, ``cluster_wait``, ``mbarrier_arrive_cluster``, ``tma_load_multicast``, checked
@@ -64,6 +64,18 @@ HOPPER = (
                    doc="tma_load(dst: ptr<T, shared>, map: tensor_map, bar: ptr<u64, shared>, c0, "
                        "...): copy the map's box at coordinates (c0 innermost) into dst; bar "
                        "receives its bytes (mbarrier_arrive_expect_tx)"),
+    SurfaceBuiltin("tma_store", hopper.check, 3, 7,
+                   doc="tma_store(map: tensor_map, src: ptr<T, shared>, c0, ...): copy the box at src (laid out as "
+                       "the map's box, swizzled as it says) into the map's tensor at coordinates (c0 innermost), "
+                       "what lies outside the tensor not written; asynchronous: fence_proxy_async() in every "
+                       "thread that wrote src, and a barrier, before it; then tma_store_commit()"),
+    SurfaceBuiltin("tma_store_commit", hopper.check, 0, 0,
+                   doc="tma_store_commit(): close this thread's pending tma_stores into a bulk async-group"),
+    SurfaceBuiltin("tma_store_wait", hopper.check, 0, 0, ("read",), brackets="required",
+                   bracket_what="a group count",
+                   doc="tma_store_wait[N](read = true): wait until at most N of this thread's committed "
+                       "tma_store groups are still reading their shared-memory source (read = false: still "
+                       "writing global memory)"),
     SurfaceBuiltin("mbarrier_init", hopper.check, 2, 2, doc="mbarrier_init(bar: ptr<u64, shared>, count: u32)"),
     SurfaceBuiltin("mbarrier_arrive", hopper.check, 1, 1, doc="mbarrier_arrive(bar: ptr<u64, shared>)"),
     SurfaceBuiltin("mbarrier_arrive_expect_tx", hopper.check, 2, 2,

@@ -1,6 +1,6 @@
 """The checks of the Hopper (NVIDIA sm_90 / sm_90a) builtins: warpgroup matrix multiply-accumulate
 (``wgmma``, ``wgmma_fence``, ``wgmma_commit``, ``wgmma_wait``, ``wgmma_desc``), TMA tensor copies
-(``tma_load``), mbarriers (``mbarrier_init``, ``mbarrier_arrive``, ``mbarrier_arrive_expect_tx``,
+(``tma_load``, ``tma_store``, ``tma_store_commit``, ``tma_store_wait``), mbarriers (``mbarrier_init``, ``mbarrier_arrive``, ``mbarrier_arrive_expect_tx``,
 ``mbarrier_try_wait``, ``mbarrier_wait``), ``fence_proxy_async`` and ``setmaxnreg_inc`` /
 ``setmaxnreg_dec``, written against :class:`~kcompiler.ir.builtin_surface.BuiltinCall`. Each call is
 type-checked (a located error for a wrong operand type, address space or size, and for a target
@@ -13,6 +13,7 @@ Surface::
     acc = wgmma[bf16](a_frag, b_desc, acc)                  // A from registers: a_frag: vec<bf16, 8>
     let d = wgmma_desc(p, swizzle = 128, sbo = 1024)        // p: ptr<T, shared>  ->  u64
     tma_load(dst, map, bar, x, y)                           // map: tensor_map, bar: ptr<u64, shared>
+    tma_store(map, src, x, y); tma_store_commit(); tma_store_wait[0]()   // src: ptr<T, shared>
     mbarrier_arrive_expect_tx(bar, bytes); mbarrier_wait(bar, parity)
     setmaxnreg_dec[40](); setmaxnreg_inc[232]()
 """
@@ -29,6 +30,8 @@ from ...ir.types import BOOL, I32, SCALARS, U32, U64, AddressSpace, ScalarType, 
 INTRINSIC_OF = {"wgmma": "nvptx.wgmma.mma_async", "wgmma_fence": "nvptx.wgmma.fence",
                 "wgmma_commit": "nvptx.wgmma.commit_group", "wgmma_wait": "nvptx.wgmma.wait_group",
                 "wgmma_desc": "nvptx.wgmma.desc", "tma_load": "nvptx.tma.load",
+                "tma_store": "nvptx.tma.store", "tma_store_commit": "nvptx.tma.store_commit",
+                "tma_store_wait": "nvptx.tma.store_wait",
                 "mbarrier_init": "nvptx.mbarrier.init", "mbarrier_arrive": "nvptx.mbarrier.arrive",
                 "mbarrier_arrive_expect_tx": "nvptx.mbarrier.arrive_expect_tx",
                 "mbarrier_try_wait": "nvptx.mbarrier.try_wait", "mbarrier_wait": "nvptx.mbarrier.wait",
@@ -186,6 +189,25 @@ def _tma_load(call: BuiltinCall) -> None:
     call.emit("nvptx.tma.load", [dst, m, bar, *coords])
 
 
+def _tma_store(call: BuiltinCall) -> None:
+    """``tma_store(map: tensor_map, src: ptr<T, shared>, c0, ...)``."""
+    m = call.value(0)
+    if not isinstance(m.type, TensorMapType):
+        call.fail(f"tma_store's first argument is a tensor_map (a kernel parameter made on the host), found "
+                  f"{m.type}", 0)
+    src = shared_ptr(call, 1, "tma_store", "source")
+    coords = [int_operand(call, i, I32, "a TMA coordinate") for i in range(2, call.nargs)]
+    call.emit("nvptx.tma.store", [m, src, *coords])
+
+
+def _tma_store_wait(call: BuiltinCall) -> None:
+    """``tma_store_wait[N](read = true)``."""
+    (n,) = bracket_ints(call, 1, "a group count")
+    if not 0 <= n <= 63:
+        call.fail(f"tma_store_wait's group count must be 0 to 63, not {n}", "[0]")
+    call.emit("nvptx.tma.store_wait", n=n, read=call.bool_kw("read", True))
+
+
 def _mbarrier_init(call: BuiltinCall) -> None:
     call.emit("nvptx.mbarrier.init", [_mbar(call), int_operand(call, 1, U32, "the arrival count")])
 
@@ -215,7 +237,9 @@ def _setmaxnreg(call: BuiltinCall) -> None:
 
 _CHECKS = {"wgmma": _wgmma, "wgmma_fence": _no_operands("nvptx.wgmma.fence"),
            "wgmma_commit": _no_operands("nvptx.wgmma.commit_group"), "wgmma_wait": _wgmma_wait,
-           "wgmma_desc": _wgmma_desc, "tma_load": _tma_load, "mbarrier_init": _mbarrier_init,
+           "wgmma_desc": _wgmma_desc, "tma_load": _tma_load, "tma_store": _tma_store,
+           "tma_store_commit": _no_operands("nvptx.tma.store_commit"), "tma_store_wait": _tma_store_wait,
+           "mbarrier_init": _mbarrier_init,
            "mbarrier_arrive": _mbarrier_arrive, "mbarrier_arrive_expect_tx": _mbarrier_arrive_expect_tx,
            "mbarrier_try_wait": _mbarrier_try_wait, "mbarrier_wait": _mbarrier_wait,
            "fence_proxy_async": _no_operands("nvptx.fence.proxy_async"), "setmaxnreg_inc": _setmaxnreg,

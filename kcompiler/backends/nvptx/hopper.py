@@ -1,5 +1,5 @@
 """The registry's lowering of NVIDIA's Hopper intrinsics (intrinsics.py: ``nvptx.wgmma.*``,
-``nvptx.tma.load``, ``nvptx.mbarrier.*``, ``nvptx.setmaxnreg``, ``nvptx.fence.proxy_async``,
+``nvptx.tma.load``, ``nvptx.tma.store*``, ``nvptx.mbarrier.*``, ``nvptx.setmaxnreg``, ``nvptx.fence.proxy_async``,
 ``nvptx.cluster.*``, ``nvptx.tma.load_multicast``) to the PTX of wgmma.py, tma.py and cluster.py.
 Each needs its feature (``wgmma``, ``tma``, ``mbarrier``, ``cluster``, ``setmaxnreg``: sm_90, wgmma
 and setmaxnreg sm_90a); the frontend refuses them first, with the call's
@@ -40,6 +40,11 @@ def lower(target, ctx: LoweringContext, op, args: list[ll.Value]) -> ll.Value | 
         gv.align = max(gv.align or 0, tma.SHARED_ALIGN)
         tma.tma_load(ctx, args[0], args[1], args[2], args[3:])
         return None
+    if name == "tma.store":
+        gv = target.dynamic_shared(ctx)
+        gv.align = max(gv.align or 0, tma.SHARED_ALIGN)
+        tma.tma_store(ctx, args[0], args[1], args[2:])
+        return None
     if name == "tma.load_multicast":
         gv = target.dynamic_shared(ctx)
         gv.align = max(gv.align or 0, tma.SHARED_ALIGN)
@@ -58,6 +63,8 @@ def lower(target, ctx: LoweringContext, op, args: list[ll.Value]) -> ll.Value | 
               "mbarrier.arrive_expect_tx": lambda: tma.mbarrier_arrive_expect_tx(ctx, *args),
               "mbarrier.wait": lambda: tma.mbarrier_wait(ctx, *args),
               "fence.proxy_async": lambda: tma.fence_proxy_async(ctx),
+              "tma.store_commit": lambda: tma.bulk_commit(ctx),
+              "tma.store_wait": lambda: tma.bulk_wait(ctx, at["n"], bool(at["read"])),
               "cluster.arrive": lambda: cluster.cluster_arrive(ctx),
               "cluster.wait": lambda: cluster.cluster_wait(ctx),
               "mbarrier.arrive_cluster": lambda: cluster.mbarrier_arrive_cluster(ctx, *args)}

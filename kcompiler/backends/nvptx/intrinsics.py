@@ -16,6 +16,9 @@ nvptx.wgmma.fence / commit_group   wgmma_...     wgmma            (none)
 nvptx.wgmma.wait_group             wgmma_wait    wgmma            (none); n
 nvptx.wgmma.desc                   wgmma_desc    wgmma            p: ptr<T, shared> -> u64; swizzle, lbo, sbo
 nvptx.tma.load                     tma_load      tma              dst, map, bar, c0, ... (1 to 5 coordinates)
+nvptx.tma.store                    tma_store     tma              map, src: ptr<T, shared>, c0, ... (1 to 5)
+nvptx.tma.store_commit             tma_store...  tma              (none)
+nvptx.tma.store_wait               tma_store...  tma              (none); n, read
 nvptx.mbarrier.*                   mbarrier_*    mbarrier         bar: ptr<u64, shared>, [u32]
 nvptx.setmaxnreg                   setmaxnreg_*  setmaxnreg       (none); n, increase
 nvptx.fence.proxy_async            fence_pro...  tma              (none)
@@ -138,6 +141,23 @@ def _t_tma_load(op: Op) -> None:
     _t_tma_operands(op, "tma_load", *op.operands[:3], list(op.operands[3:]))
 
 
+def _t_tma_store(op: Op) -> None:
+    require(len(op.operands) > 2, f"tma_store with {len(op.operands) - 2} coordinates (1 to 5)")
+    m, src, coords = op.operands[0], op.operands[1], list(op.operands[2:])
+    require(1 <= len(coords) <= 5, f"tma_store with {len(coords)} coordinates (1 to 5)")
+    require(str(m.type) == "tensor_map", f"tma_store map of type {m.type} (needs tensor_map)")
+    s = pointer(src, "source")
+    require(s.space == AddressSpace.SHARED, f"tma_store from {s} (needs a shared pointer)")
+    for c in coords:
+        require(c.type == I32, f"tma_store coordinate of type {c.type} (needs i32)")
+
+
+def _t_tma_store_wait(op: Op) -> None:
+    n = count_attr(op)
+    require(0 <= n <= 63, f"tma_store_wait {n} (0 to 63 groups)")
+    require(isinstance(op.attrs["read"], bool), f"tma_store_wait read={op.attrs['read']!r} (needs a bool)")
+
+
 def _t_tma_load_multicast(op: Op) -> None:
     require(len(op.operands) > 4, f"tma_load_multicast with {len(op.operands) - 4} coordinates (1 to 5)")
     mask = op.operands[3]
@@ -223,6 +243,15 @@ INTRINSICS = (
     _hopper("tma.load", "tma_load", "tma", None, type_rule=_t_tma_load,
             doc="dst: ptr<T, shared>, map: tensor_map, bar: ptr<u64, shared>, c0: i32, ...: copy the map's box "
                 "at coordinates (c0 innermost, ...) into dst, completing on bar"),
+    _hopper("tma.store", "tma_store", "tma", None, type_rule=_t_tma_store,
+            doc="map: tensor_map, src: ptr<T, shared>, c0: i32, ...: copy the box at src to the map's tensor at "
+                "coordinates (c0 innermost, ...), what lies outside the tensor not written; in the thread's bulk "
+                "async-group"),
+    _hopper("tma.store_commit", "tma_store_commit", "tma", 0,
+            doc="close this thread's pending TMA stores into a bulk async-group"),
+    _hopper("tma.store_wait", "tma_store_wait", "tma", 0, attrs=("n", "read"), type_rule=_t_tma_store_wait,
+            doc="wait until at most attr n of this thread's bulk async-groups are pending (read: only their "
+                "reading of shared memory)"),
     _hopper("mbarrier.init", "mbarrier_init", "mbarrier", 2, type_rule=_t_mbar, doc="bar, count: u32"),
     _hopper("mbarrier.arrive", "mbarrier_arrive", "mbarrier", 1, type_rule=_t_mbar, doc="bar"),
     _hopper("mbarrier.arrive_expect_tx", "mbarrier_arrive_expect_tx", "mbarrier", 2, type_rule=_t_mbar,

@@ -11,6 +11,16 @@ The instructions (PTX ISA 8.x):
   bytes have landed the copy performs complete-tx of the box's full byte count on the mbarrier. ``map``
   is the generic address of the map, a grid-constant kernel parameter here (``.param`` space made
   generic by ``cvta.param``, which LLVM emits for a ``nvvm.grid_constant`` byval parameter).
+- ``cp.async.bulk.tensor.Nd.global.shared::cta.bulk_group [map, {c0, ..}], [src];`` (the same section;
+  sm_90, PTX 8.0): the store, shared -> global: the box at src (laid out and swizzled as the map
+  says) is written to the tensor at coordinates (c0, ...); elements of the box outside the tensor
+  are not written. It completes in the issuing thread's bulk async-groups:
+  ``cp.async.bulk.commit_group;`` closes the thread's pending bulk copies into a group and
+  ``cp.async.bulk.wait_group.read N;`` waits until at most N of its groups are still reading their
+  shared-memory source (``.read``: the source may then be rewritten; without it, until the writes
+  are done) (section 9.7.9.25.4 "cp.async.bulk.commit_group / wait_group"). The source's writes by
+  other threads must be ordered before the store by ``fence.proxy.async.shared::cta`` in each writer
+  and a barrier.
 - ``mbarrier.init.shared::cta.b64 [bar], count;``, ``mbarrier.arrive.shared::cta.b64 _, [bar];``,
   ``mbarrier.arrive.expect_tx.shared::cta.b64 _, [bar], tx;`` (arrive and add tx to the bytes the
   current phase waits for) and ``mbarrier.try_wait.parity.shared::cta.b64 p, [bar], parity;`` (true once
@@ -53,6 +63,26 @@ def tma_load(ctx: LoweringContext, dst: ll.Value, tensor_map: ll.Value, bar: ll.
             f"[$0], [$1, {{{cs}}}], [$2];")
     m = ctx.b.ptrtoint(tensor_map, _I64)
     _asm(ctx, text, ",".join(["r", "l", "r"] + ["r"] * n), [_shared(ctx, dst), m, _shared(ctx, bar)] + coords)
+
+
+def tma_store(ctx: LoweringContext, tensor_map: ll.Value, src: ll.Value, coords: list[ll.Value]) -> None:
+    """``cp.async.bulk.tensor.<len(coords)>d`` shared -> global, into the thread's bulk async-group
+    (module docstring); ``coords`` are i32, innermost first."""
+    n = len(coords)
+    cs = ", ".join(f"${2 + k}" for k in range(n))
+    text = f"cp.async.bulk.tensor.{n}d.global.shared::cta.bulk_group [$0, {{{cs}}}], [$1];"
+    m = ctx.b.ptrtoint(tensor_map, _I64)
+    _asm(ctx, text, ",".join(["l", "r"] + ["r"] * n), [m, _shared(ctx, src)] + coords)
+
+
+def bulk_commit(ctx: LoweringContext) -> None:
+    """``cp.async.bulk.commit_group``."""
+    _asm(ctx, "cp.async.bulk.commit_group;", "", [])
+
+
+def bulk_wait(ctx: LoweringContext, n: int, read: bool) -> None:
+    """``cp.async.bulk.wait_group(.read) n``."""
+    _asm(ctx, f"cp.async.bulk.wait_group{'.read' if read else ''} {int(n)};", "", [])
 
 
 def mbarrier_init(ctx: LoweringContext, bar: ll.Value, count: ll.Value) -> None:
