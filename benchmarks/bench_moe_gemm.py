@@ -20,7 +20,7 @@ it. MXFP4 runs two decodes of the tensor-core path (ops.moe_gemm's default, "spl
 rows marked "(shift)") in the same run. The weights are random codes (FP8 codes from normal values,
 MXFP4 random nibbles and scales 2^-8 .. 2^-4): quantising gpt-oss-sized weights on the host would take minutes.
 
---variants [--names a,b] [--no-mxfp8]: MXFP4 only (tokens 1 and 64 unless --tokens says otherwise): the tensor-core path's
+--variants: MXFP4 only (tokens 1 and 64 unless --tokens says otherwise): the tensor-core path's
 compile-time variants (:data:`VARIANTS`: a decode of ops.MOE_MXFP4_DECODES and ops.MOE_TUNING_KEYS
 overrides), each checked against the torch reference (gate/up and the separate down projection) before
 it is timed, in one table with the default first; "vs default" is the default's time over the variant's.
@@ -86,13 +86,7 @@ def weights(E, N, K, fmt, g):
     return ExpertWeights.mxfp4(p, s), deq, N * K // 2 + N * K // 32
 
 
-#: --variants: name -> (decode, tuning[, block_m]) of ops.moe_gemm_swiglu / moe_gemm_down (the default
-#: first); block_m (routings aligned to that tile instead of ops.moe_block_m's) where given. Rows after
-#: "split chk0 MT2 KW2" (the lever study of 2026-11-27, see sass_moe_gemm.py for their SASS): PF 2 (the
-#: weights a step ahead, x at its step), RING (a cp.async ring of weights and x in shared memory, RING - 1
-#: steps ahead, no registers held for the loads in flight), OCC (launch bounds), block_m 16 at a mean
-#: of 8 assignments an expert (gpt-oss T 64: block_m 8 splits ~45 % of the experts into two tiles, each
-#: reading the expert's weights).
+#: --variants: name -> (decode, tuning) of ops.moe_gemm_swiglu / moe_gemm_down (the default first).
 VARIANTS = {
     "default (split)": ("split", {}),
     "mul": ("mul", {}),
@@ -108,16 +102,6 @@ VARIANTS = {
     "split chk0 KW8 U1": ("split", dict(CHK=0, KW=8, U=1)),
     "split chk0 MT2": ("split", dict(CHK=0, MT=2)),
     "split chk0 MT2 KW2": ("split", dict(CHK=0, MT=2, KW=2)),
-    "split chk0 pf2": ("split", dict(CHK=0, PF=2)),
-    "split chk0 pf U1 occ4": ("split", dict(CHK=0, PF=1, U=1, OCC=4)),
-    "split chk0 ring3 U1": ("split", dict(CHK=0, RING=3, U=1)),
-    "split chk0 ring4 U1": ("split", dict(CHK=0, RING=4, U=1)),
-    "split chk0 ring3 U1 KW2": ("split", dict(CHK=0, RING=3, U=1, KW=2)),
-    "split chk0 ring4 U1 KW2": ("split", dict(CHK=0, RING=4, U=1, KW=2)),
-    "split chk0 ring3 U1 MT2": ("split", dict(CHK=0, RING=3, U=1, MT=2)),
-    "split chk0 ring3 U2": ("split", dict(CHK=0, RING=3)),
-    "split chk0 bm16": ("split", dict(CHK=0), 16),
-    "split chk0 ring3 U1 bm16": ("split", dict(CHK=0, RING=3, U=1), 16),
 }
 
 
@@ -178,18 +162,11 @@ def make_routings(rng, T, E, top_k, bm, b13):
         ids = np.stack([rng.choice(pool, top_k, replace=False) for _ in range(T)])
         rs.append(routing(ids, rng.random((T, top_k)) + 0.1, E, bm))
     hit = float(np.mean([len(np.unique(r.topk_ids.cpu().numpy())) for r in rs]))
-
     groups = []
     for r in rs:
         flat = r.topk_ids.reshape(-1)
         groups.append([(int(e), torch.nonzero(flat == e).reshape(-1)) for e in torch.unique(flat).tolist()])
-    return rs, groups, hit, [(r.topk_ids.cpu().numpy(), r.topk_weights.cpu().numpy()) for r in rs]
-
-
-def realign(plan, E, bm):
-    """make_routings' routings (its ``plan``: each one's expert ids and weights) aligned to tiles of
-    ``bm`` slots instead."""
-    return [routing(ids, w, E, bm) for ids, w in plan]
+    return rs, groups, hit
 
 
 def run_variants(args, copy, g, rng):
@@ -208,7 +185,7 @@ def run_variants(args, copy, g, rng):
         for T in tokens:
             bm = ops.moe_block_m(T, top_k, E)
             numel = T * top_k
-            rs, groups, hit, plan = make_routings(rng, T, E, top_k, bm, b13)
+            rs, groups, hit = make_routings(rng, T, E, top_k, bm, b13)
             x = torch.randn(T, Hd, device="cuda").bfloat16()
             hs = [torch.empty(numel, I, device="cuda", dtype=torch.bfloat16) for _ in rs]
             ys = [torch.empty(numel, Hd, device="cuda") for _ in rs]
@@ -217,32 +194,24 @@ def run_variants(args, copy, g, rng):
             for e, a in groups[0]:
                 yt[a] = (ht[a] @ d2[e].T).float() * rs[0].topk_weights.reshape(-1)[a, None]
             base = None
-            rows = [(n, v[0], v[1], w13, w2, v[2] if len(v) > 2 else None) for n, v in VARIANTS.items()] + [
-                ("split, scales > 128", "split", dict(CHK=0), big13, big2, None),
-                ("mul, scales > 128", "mul", {}, big13, big2, None)]
-            if args.names:
-                keep = args.names.split(",")
-                rows = [r for i, r in enumerate(rows) if i == 0 or r[0] in keep]
-            for name, dec, tun, wa, wb, vbm in rows:
-                if vbm is not None and vbm == bm:
-                    continue  # the default's tile already
-                rv = rs if vbm is None else realign(plan, E, vbm)
+            rows = [(n, d, t, w13, w2) for n, (d, t) in VARIANTS.items()] + [
+                ("split, scales > 128", "split", dict(CHK=0), big13, big2),
+                ("mul, scales > 128", "mul", {}, big13, big2)]
+            for name, dec, tun, wa, wb in rows:
                 kw = dict(decode=dec, tuning=tun)
                 if wa is w13:  # correctness first (the bf16 reference's rounding differs: loose bounds)
-                    h = ops.moe_gemm_swiglu(x, wa, rv[0], out=hs[0], **kw)
+                    h = ops.moe_gemm_swiglu(x, wa, rs[0], out=hs[0], **kw)
                     torch.testing.assert_close(h.float(), ht.float(), rtol=3e-2,
                                                atol=3e-2 * ht.float().abs().max().item())
-                    y = ops.moe_gemm_down(ht, wb, rv[0], reduce="separate", out=ys[0], **kw)
+                    y = ops.moe_gemm_down(ht, wb, rs[0], reduce="separate", out=ys[0], **kw)
                     torch.testing.assert_close(y, yt, rtol=3e-2, atol=3e-2 * yt.abs().max().item())
-                ms1 = time_ms([lambda i=i: ops.moe_gemm_swiglu(x, wa, rv[i], out=hs[i], **kw) for i in range(len(rv))])
-                ms2 = time_ms([lambda i=i: ops.moe_gemm_down(hs[i], wb, rv[i], reduce="separate", out=ys[i], **kw)
-                               for i in range(len(rv))])
+                ms1 = time_ms([lambda i=i: ops.moe_gemm_swiglu(x, wa, rs[i], out=hs[i], **kw) for i in range(len(rs))])
+                ms2 = time_ms([lambda i=i: ops.moe_gemm_down(hs[i], wb, rs[i], reduce="separate", out=ys[i], **kw)
+                               for i in range(len(rs))])
                 base = base or (ms1, ms2)
                 g1, g2 = hit * b13 / ms1 / 1e6, hit * b2 / ms2 / 1e6
                 print(f"{T:>5} {name:>34} {ms1:>10.4f} {g1:>6.0f} {100 * g1 / copy:>5.0f}% {base[0] / ms1:>6.2f} "
                       f"{ms2:>8.4f} {g2:>6.0f} {100 * g2 / copy:>5.0f}% {base[1] / ms2:>6.2f}", flush=True)
-            if args.no_mxfp8:
-                continue
             # MXFP8 activations (gate/up only): decoded in the GEMM's registers, or dequantised to bf16 by a
             # separate launch first; both give the bits of the bf16 values
             codes, scales = ops.mx_quantize(x.float(), "f8e4m3")
@@ -271,9 +240,6 @@ def main():
     ap.add_argument("--shapes", default="gpt-oss,4096x1536")
     ap.add_argument("--formats", default="bf16,fp8,mxfp4")
     ap.add_argument("--variants", action="store_true", help="the MXFP4 tensor-core variants' table (see above)")
-    ap.add_argument("--names", default="", help="--variants: only these rows (comma-separated names; the default "
-                                                 "row always)")
-    ap.add_argument("--no-mxfp8", action="store_true", help="--variants: without the MXFP8-activation rows")
     args = ap.parse_args()
     args.tokens_given = "--tokens" in sys.argv
     args.shapes_given = "--shapes" in sys.argv
@@ -297,7 +263,7 @@ def main():
             for T in tokens:
                 bm = ops.moe_block_m(T, top_k, E)
                 numel = T * top_k
-                rs, groups, hit, _ = make_routings(rng, T, E, top_k, bm, b13)
+                rs, groups, hit = make_routings(rng, T, E, top_k, bm, b13)
                 nr = len(rs)
                 x = torch.randn(T, Hd, device="cuda").bfloat16()
                 hs = [torch.empty(numel, I, device="cuda", dtype=torch.bfloat16) for _ in rs]

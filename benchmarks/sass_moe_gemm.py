@@ -9,13 +9,7 @@ loop), its hot path (less the basic blocks a decode batch with scales <= 128 doe
 two-factor pass, CHK 0's checked loads of the last step, DEC 1's branched second factors), hot
 instructions per weight byte a lane loads (U * rows * 16 bytes a step) and integer-pipe (ALU)
 instructions per byte, and the hot path by opcode. Static counts: ptxas's schedule is not timing.
---occupancy adds, for an H100 (132 SMs, 64 K registers and 228 KB of shared memory an SM): blocks an
-SM (registers, shared memory incl. RING's ring), the weight bytes an SM has in flight while its warps
-compute (0 without PF / RING: a warp's loads all land before its MMAs), and the waves of gpt-oss's T = 1
-grid (4 experts, 2880 rows a side).
 Needs ptxas (PATH) and nvdisasm (PATH or $NVDISASM).
-
-    NVDISASM=... python benchmarks/sass_moe_gemm.py --occupancy --names "split,split chk0 ring3 U1"
 """
 import argparse
 import collections
@@ -38,11 +32,6 @@ VARIANTS = {
     "split chk0 U3": dict(DEC=2, CHK=0, U=3), "split chk0 U4 KW2": dict(DEC=2, CHK=0, U=4, KW=2),
     "split chk0 KW8": dict(DEC=2, CHK=0, KW=8), "split chk0 MT2": dict(DEC=2, CHK=0, MT=2),
     "mul, MXFP8 x": dict(DEC=1, X="f8e4m3"), "split chk0, MXFP8 x": dict(DEC=2, CHK=0, X="f8e4m3"),
-    "split chk0 pf2": dict(DEC=2, CHK=0, PF=2), "split chk0 pf U1 occ4": dict(DEC=2, CHK=0, PF=1, U=1, OCC=4),
-    "split chk0 ring3 U1": dict(DEC=2, CHK=0, RING=3, U=1), "split chk0 ring4 U1": dict(DEC=2, CHK=0, RING=4, U=1),
-    "split chk0 ring3 U1 KW2": dict(DEC=2, CHK=0, RING=3, U=1, KW=2),
-    "split chk0 ring4 U1 KW2": dict(DEC=2, CHK=0, RING=4, U=1, KW=2),
-    "split chk0 ring3 U1 MT2": dict(DEC=2, CHK=0, RING=3, U=1, MT=2), "split chk0 ring3 U2": dict(DEC=2, CHK=0, RING=3),
 }
 ALU = ("LOP3", "SHF", "PRMT", "ISETP", "SEL", "IADD3", "VIADD", "LEA", "VIMNMX", "VIMNMX3", "PLOP3", "CS2R", "P2R")
 
@@ -98,8 +87,7 @@ def hot_path(blocks, dec: int, chk: int) -> tuple[int, collections.Counter]:
     big = sorted((i for i, b in enumerate(blocks) if b[1].get("HMUL2", 0) >= 32), key=lambda i: -blocks[i][1]["HMUL2"])
     if dec == 2 and len(big) >= 2:
         skip.add(big[0])
-    loads = sorted((i for i, b in enumerate(blocks) if b[1].get("LDG", 0) + b[1].get("LDGSTS", 0) >= 4),
-                   key=lambda i: -blocks[i][0])
+    loads = sorted((i for i, b in enumerate(blocks) if b[1].get("LDG", 0) >= 4), key=lambda i: -blocks[i][0])
     if chk == 0 and len(loads) >= 2:
         skip.add(loads[0])
     n, c = 0, collections.Counter()
@@ -111,28 +99,9 @@ def hot_path(blocks, dec: int, chk: int) -> tuple[int, collections.Counter]:
     return n, c
 
 
-def occupancy(comp: dict, regs: int, static_smem: int, sides: int) -> str:
-    """Blocks an H100 SM holds, weight KB an SM has in flight while computing, waves at gpt-oss T = 1."""
-    from kcompiler.ops.moe_gemm import moe_ring_bytes
-    kw = comp["KW"]
-    warp_regs = -(-regs // 8) * 8 * 32
-    by_regs = (65536 // warp_regs) // kw
-    smem = static_smem + moe_ring_bytes(comp, "mxfp4", sides) + 1024
-    by_smem = 233472 // smem
-    blocks = min(by_regs, by_smem, 32, 64 // kw)
-    lane = comp["U"] * sides * comp["MT"] * 2 * 16   # weight bytes a lane loads a step
-    ahead = comp.get("RING", 0) - 1 if comp.get("RING", 0) else (1 if comp.get("PF", 0) else 0)
-    flight = blocks * kw * 32 * lane * ahead / 1024
-    grid = -(-2880 // (16 * comp["MT"])) * 4
-    return (f"blocks/SM {blocks} (regs {by_regs}, smem {by_smem}: {smem // 1024} KB) in flight {flight:4.0f} KB/SM "
-            f"T=1 grid {grid} = {grid / (blocks * 132):4.2f} waves")
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--kernels", default="moe_gemm1,moe_gemm2")
-    ap.add_argument("--names", default="", help="only these variants (comma-separated)")
-    ap.add_argument("--occupancy", action="store_true", help="blocks an SM, bytes in flight, waves (see above)")
     args = ap.parse_args()
     nvd = os.environ.get("NVDISASM") or shutil.which("nvdisasm")
     if not nvd or not shutil.which("ptxas"):
@@ -140,7 +109,7 @@ def main():
     for kernel in args.kernels.split(","):
         sides = 2 if kernel == "moe_gemm1" else 1
         for name, ct in VARIANTS.items():
-            if "X" in ct and kernel != "moe_gemm1" or args.names and name not in args.names.split(","):
+            if "X" in ct and kernel != "moe_gemm1":
                 continue
             comp = {**dict(W="u8", WS="u8", MMA=True, BM=8, MT=1, KW=4, U=2), **ct}
             log, text = sass(kernel, comp, nvd)
@@ -151,12 +120,8 @@ def main():
             nbytes = comp["U"] * sides * comp["MT"] * 2 * 16
             alu = sum(c[k] for k in ALU)
             top = " ".join(f"{k} {v}" for k, v in c.most_common(8))
-            occ = ""
-            if args.occupancy:
-                smem = int(re.search(r"(\d+) bytes smem", log).group(1)) if "bytes smem" in log else 0
-                occ = " | " + occupancy(comp, int(regs), smem, sides)
             print(f"{kernel} {name:22s} regs {regs:>3}{spill} static {sum(b[0] for b in blocks):5d} hot {n:5d} "
-                  f"per byte {n / nbytes:5.2f} ALU/byte {alu / nbytes:4.2f} | {top}{occ}", flush=True)
+                  f"per byte {n / nbytes:5.2f} ALU/byte {alu / nbytes:4.2f} | {top}", flush=True)
 
 
 if __name__ == "__main__":

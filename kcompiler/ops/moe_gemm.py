@@ -136,28 +136,9 @@ MOE_MXFP4_DECODE = "split"
 #: variants of the tensor-core path), with the values each may have: the tiling (``MT``, ``KW``, ``U``:
 #: :data:`MOE_GEMM_TILES`), ``CHK`` (1, the default: every weight load checked against K and the rows;
 #: 0: rows past the matrix read its last row instead, whose sums are dropped, and steps whose chunks
-#: all lie inside K load without checks), ``PF`` (0, the default; 1: the next step's weight, scale
-#: and x loads are issued before this step's decode and MMAs, twice the registers for them; 2: the
-#: weights and scales a step ahead, x at the start of its own step), ``OCC`` (0, the default; n:
-#: the kernel's launch bounds ask for n blocks a multiprocessor, so ptxas caps its registers) and
-#: ``RING`` (0, the default; n >= 2: each lane's weight and x pieces go through a ring of n stages in
-#: dynamic shared memory by cp.async, n - 1 steps ahead of their MMAs, the scales n - 1 steps ahead
-#: in registers; bf16 x only: :func:`moe_ring_bytes` of shared memory a block; PF is then unused).
-MOE_TUNING_KEYS = {"MT": (1, 2), "KW": (1, 2, 4, 8), "U": (1, 2, 3, 4), "CHK": (0, 1), "PF": (0, 1, 2),
-                   "OCC": (0, 1, 2, 3, 4, 5, 6, 8), "RING": (0, 2, 3, 4, 6)}
-
-
-def moe_ring_bytes(tiles: dict[str, int], fmt: str, sides: int) -> int:
-    """Bytes of dynamic shared memory std.moe_gemm's tensor-core path takes for ``tiles`` (with ``RING``;
-    0 without) on weights of format ``fmt`` (:data:`MOE_VALUES_PER_LOAD`), ``sides`` 2 for the gate/up
-    kernel, 1 for the down one: KW warps x RING stages x 32 lanes x 16 bytes x (U S MT 2 weight pieces
-    + the U BM / 8 VPL / 8 x pieces where they number at most 8; more are loaded as they are used)."""
-    ring = tiles.get("RING", 0)
-    if not ring:
-        return 0
-    xn = tiles["U"] * (tiles["BM"] // 8) * (MOE_VALUES_PER_LOAD[fmt] // 8)
-    slots = tiles["U"] * sides * tiles["MT"] * 2 + (xn if xn <= 8 else 0)
-    return tiles["KW"] * ring * 32 * 16 * slots
+#: all lie inside K load without checks) and ``PF`` (0, the default; 1: the next step's weight, scale
+#: and x loads are issued before this step's decode and MMAs, twice the registers for them).
+MOE_TUNING_KEYS = {"MT": (1, 2), "KW": (1, 2, 4, 8), "U": (1, 2, 3, 4), "CHK": (0, 1), "PF": (0, 1)}
 
 
 def _tuned(tiles: dict[str, int], tuning: Any, fn: str) -> dict[str, int]:
@@ -213,8 +194,6 @@ def moe_gemm_swiglu(x: Any, w_gate_up: ExpertWeights, routing: MoERouting, *, ou
     ``decode`` or ``tuning``."""
     fn = "moe_gemm_swiglu"
     dec = _decode(decode, fn)
-    if isinstance(x, MXActivations) and dict(tuning or {}).get("RING"):
-        raise ValueError(f"{fn}: tuning RING takes bf16 activations, not MXActivations")
     x, xsc = _activations(x, fn)
     E, N, K = w_gate_up.shape
     if N % 2 or N == 0:
@@ -239,7 +218,7 @@ def moe_gemm_swiglu(x: Any, w_gate_up: ExpertWeights, routing: MoERouting, *, ou
     grid = (-(-inter // (16 * tiles["MT"])), ntiles)
     mod.moe_gemm1[grid, 32 * tiles["KW"]](x, xsc, data, scales, routing.sorted_ids, routing.tile_expert,
                                          routing.num_tiles, out, numel, routing.top_k, inter, K, MMA=mma, DEC=dec, stream=stream_of(x),
-                                         shared=moe_ring_bytes(tiles, w_gate_up.format, 2) if mma else 0, **tiles)
+                                         **tiles)
     return out
 
 
@@ -299,9 +278,8 @@ def moe_gemm_down(h: Any, w_down: ExpertWeights, routing: MoERouting, *, reduce:
     grid = (-(-hidden // (16 * tiles["MT"])), ntiles)
     mod.moe_gemm2[grid, 32 * tiles["KW"]](h, data, scales, routing.sorted_ids, routing.tile_expert, routing.num_tiles,
                                          routing.topk_weights, out, numel, top_k, hidden, K, MMA=mma, ATOMIC=atomic,
-                                         OUT=_scalar(out), DEC=dec, stream=stream_of(h),
-                                         shared=moe_ring_bytes(tiles, w_down.format, 1) if mma else 0, **tiles)
+                                         OUT=_scalar(out), DEC=dec, stream=stream_of(h), **tiles)
     return out
 
 
-__all__ = ["MOE_GEMM_TILES", "MOE_MXFP4_DECODE", "MOE_MXFP4_DECODES", "MOE_TUNING_KEYS", "MOE_VALUES_PER_LOAD", "moe_block_m", "moe_gemm_down", "moe_gemm_swiglu", "moe_gemm_tiles", "moe_ring_bytes"]
+__all__ = ["MOE_GEMM_TILES", "MOE_MXFP4_DECODE", "MOE_MXFP4_DECODES", "MOE_TUNING_KEYS", "MOE_VALUES_PER_LOAD", "moe_block_m", "moe_gemm_down", "moe_gemm_swiglu", "moe_gemm_tiles"]

@@ -244,12 +244,7 @@ def test_mxfp4_decode_exact(path, decode):
 VARIANTS = {"split chk0 pf": ("split", dict(CHK=0, PF=1)), "split": ("split", {}), "mul chk0": ("mul", dict(CHK=0)),
             "split chk0 U4 KW2": ("split", dict(CHK=0, U=4, KW=2)),
             "split chk0 pf U1": ("split", dict(CHK=0, PF=1, U=1)),
-            "mul pf MT2": ("mul", dict(PF=1, MT=2)),
-            "split chk0 ring3 U1": ("split", dict(CHK=0, RING=3, U=1)),
-            "split ring4 U1 KW2": ("split", dict(RING=4, U=1, KW=2)),
-            "split chk0 ring3 MT2": ("split", dict(CHK=0, RING=3, MT=2)),
-            "split chk0 pf2": ("split", dict(CHK=0, PF=2)),
-            "split pf2 U1 occ4": ("split", dict(PF=2, U=1, OCC=4))}
+            "mul pf MT2": ("mul", dict(PF=1, MT=2))}
 
 
 def _mxfp4_variant_case(rng, E, N, K):
@@ -267,14 +262,13 @@ def _variant(variant, fn, *args, **kw):
     return fn(*args, target="cpu", decode=decode, tuning=tuning, **kw)
 
 
-@pytest.mark.parametrize("variant", ["split chk0 pf", "split chk0 ring3 U1"])
+@pytest.mark.parametrize("variant", ["split chk0 pf"])
 def test_mxfp4_variant_swiglu(variant, monkeypatch):
     """The tensor-core path's benchmark variants (DEC = 2's two passes, CHK = 0's unchecked steps and
-    clamped rows, PF = 1's loads a step ahead; RING's cp.async ring in dynamic shared memory, two
-    steps ahead, its stages reused) on the CPU target (emulate_mma, every access bounds-checked,
-    shared memory included) against the float64 reference: K = 96 (a partial chunk), I = 40 (a
-    partial 16-row tile), empty slots, NaN and above-128 scales. The sweep over the other variants
-    and the down projection is test_mxfp4_variant_sweep."""
+    clamped rows, PF = 1's loads a step ahead) on the CPU target (emulate_mma, every access
+    bounds-checked) against the float64 reference: K = 96 (a partial chunk), I = 40 (a partial
+    16-row tile), empty slots, NaN and above-128 scales. The sweep over the other variants and the
+    down projection is test_mxfp4_variant_sweep."""
     monkeypatch.setattr(moe_gemm_mod._common, "stdlib_module", lambda name, target: _module(True))
     T, top_k, E, used, Hd, I, bm = CASES[0]
     rng = np.random.default_rng(20)
@@ -306,25 +300,6 @@ def test_mxfp4_variant_sweep(variant, case, monkeypatch):
     w2 = _mxfp4_variant_case(rng, E, Hd, K2)
     Y, bY, out, bout = ref_down(h, w2, r)
     check(_variant(variant, ops.moe_gemm_down, h, w2, r, reduce="separate"), Y, bY, f"mxfp4 {variant} down")
-
-
-@pytest.mark.parametrize("fmt", ["bf16", "fp8"])
-def test_ring_other_formats(fmt, monkeypatch):
-    """RING (the cp.async ring) on bf16 and FP8 weights (8 and 16 values a 16-byte piece), both GEMMs,
-    on the CPU target against float64: CASES 1 (one token, K 160) with a 4-stage ring of 2 warps."""
-    monkeypatch.setattr(moe_gemm_mod._common, "stdlib_module", lambda name, target: _module(True))
-    T, top_k, E, used, Hd, I, bm = CASES[1]
-    rng = np.random.default_rng(30)
-    tun = dict(RING=4, U=1, KW=2, CHK=0)
-    x = bf16(rng.standard_normal((T, Hd)))
-    w1 = weights(rng, E, 2 * I, Hd, fmt)
-    r = random_routing(rng, T, top_k, E, bm, used)
-    want, bound = ref_swiglu(x, w1, r)
-    check(ops.moe_gemm_swiglu(x, w1, r, target="cpu", tuning=tun), want, bound, f"{fmt} ring swiglu")
-    h = bf16(rng.standard_normal((T * top_k, 96)))
-    w2 = weights(rng, E, Hd, 96, fmt)
-    Y, bY, out, bout = ref_down(h, w2, r)
-    check(ops.moe_gemm_down(h, w2, r, reduce="separate", target="cpu", tuning=tun), Y, bY, f"{fmt} ring down")
 
 
 def _mx_x(rng, T, Hd):
@@ -414,12 +389,6 @@ def test_plans():
     assert ops.moe_block_m(4096, 4, 32) == 32
     t = ops.moe_gemm_tiles(24)
     assert t["BM"] == 24 and t == dict(BM=24, **ops.MOE_GEMM_TILES[32])
-    # RING's shared memory: KW warps x stages x 32 lanes x 16 bytes x (weight pieces + x pieces a lane)
-    assert moe_gemm_mod.moe_ring_bytes(ops.moe_gemm_tiles(8), "mxfp4", 2) == 0
-    assert moe_gemm_mod.moe_ring_bytes(dict(ops.moe_gemm_tiles(8), U=1, RING=3), "mxfp4", 2) == 4 * 3 * 32 * 16 * (4 + 4)
-    assert moe_gemm_mod.moe_ring_bytes(dict(ops.moe_gemm_tiles(8), U=1, RING=4, KW=2), "bf16", 1) == 2 * 4 * 512 * (2 + 1)
-    # block_m 32: 32 x pieces a lane a step are loaded as they are used, not through the ring
-    assert moe_gemm_mod.moe_ring_bytes(dict(ops.moe_gemm_tiles(32), RING=2), "mxfp4", 1) == 2 * 2 * 512 * 4
     with pytest.raises(ValueError, match="multiple of 8"):
         ops.moe_gemm_tiles(12)
 
@@ -443,12 +412,9 @@ def test_errors():
         ops.moe_gemm_swiglu(x, w, r, target="cpu", decode="lut")
     with pytest.raises(ValueError, match="reduce"):
         ops.moe_gemm_down(bf16(np.zeros((6, 16))), w, r, reduce="sum", target="cpu")
-    for bad_tuning in ({"PF": 3}, {"XX": 1}, {"CHK": True}, {"U": 5}, {"RING": 1}):
+    for bad_tuning in ({"PF": 2}, {"XX": 1}, {"CHK": True}, {"U": 5}):
         with pytest.raises(ValueError, match="tuning"):
             ops.moe_gemm_swiglu(x, w, r, target="cpu", tuning=bad_tuning)
-    with pytest.raises(ValueError, match="RING takes bf16"):
-        ops.moe_gemm_swiglu(MXActivations.quantize(rng.standard_normal((3, 32))), w, r, target="cpu",
-                            tuning={"RING": 3})
     with pytest.raises(ValueError, match=r"h must have shape"):
         ops.moe_gemm_down(bf16(np.zeros((3, 16))), w, r, target="cpu")
     bad = MoERouting(r.topk_ids, r.topk_weights, r.sorted_ids, r.tile_expert, r.num_tiles, 12, 2, 4)
@@ -546,12 +512,8 @@ def test_gpu_mxfp8_activations_and_variants(T):
     ("moe_gemm1", "u8", "u8", 8, {}), ("moe_gemm1", "f8e4m3", "f32", 32, {}), ("moe_gemm2", "bf16", "f32", 16, {}),
     # the heaviest benchmark variant: MXFP8 x, DEC 2's two passes, unchecked steps, loads a step ahead
     # (-m slow: CI's time; ptxas 13.0 gives it 254 registers, no spills)
-    pytest.param("moe_gemm1", "u8", "u8", 8, dict(X="f8e4m3", DEC=2, CHK=0, PF=1), marks=pytest.mark.slow(sample=0)),
-    # the cp.async ring (ptxas 13.0: 122 / 74 registers)
-    ("moe_gemm1", "u8", "u8", 8, dict(DEC=2, CHK=0, RING=3, U=1)),
-    pytest.param("moe_gemm2", "u8", "u8", 8, dict(DEC=2, CHK=0, RING=4, U=1, KW=2), marks=pytest.mark.slow(sample=0))],
-    ids=["gemm1-mxfp4", "gemm1-fp8", "gemm2-bf16", "gemm1-mxfp4-mxfp8x-split-chk0-pf", "gemm1-mxfp4-ring3",
-         "gemm2-mxfp4-ring4-kw2"])
+    pytest.param("moe_gemm1", "u8", "u8", 8, dict(X="f8e4m3", DEC=2, CHK=0, PF=1), marks=pytest.mark.slow(sample=0))],
+    ids=["gemm1-mxfp4", "gemm1-fp8", "gemm2-bf16", "gemm1-mxfp4-mxfp8x-split-chk0-pf"])
 def test_ptx_assembles(kernel, W, WS, BM, extra):
     """sm_90a PTX of the tensor-core path: mma.sync and 16-byte weight loads present, the decode on
     bf16x2 words (MXFP4: the scale multiplies; MXFP8 x: prmt), no calls, and ptxas accepts it without
@@ -560,12 +522,10 @@ def test_ptx_assembles(kernel, W, WS, BM, extra):
 
     tiles = ops.moe_gemm_tiles(BM)
     ptx = pipeline.emit_file(stdlib_dir() / "moe_gemm.kc", "asm", target="nvptx", arch="sm_90a", kernel=kernel,
-                             comptime=dict(W=W, WS=WS, MMA=True, **{**tiles, **extra}))
+                             comptime=dict(W=W, WS=WS, MMA=True, **tiles, **extra))
     if "X" in extra:
         assert "prmt.b32" in ptx
-    if "RING" in extra:  # the weights through shared memory: cp.async, no 16-byte global loads of them
-        assert "cp.async.cg.shared.global" in ptx and "cp.async.wait_group" in ptx
-    assert "mma.sync.aligned.m16n8k16" in ptx and ("ld.global.v4" in ptx or "RING" in extra)
+    assert "mma.sync.aligned.m16n8k16" in ptx and "ld.global.v4" in ptx
     assert "call" not in ptx and ".func" not in ptx
     if W == "u8":
         assert "mul.bf16x2" in ptx or "fma.rn.bf16x2" in ptx
