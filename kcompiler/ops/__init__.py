@@ -33,7 +33,7 @@ from .math import MATH_KERNEL, math, math_kernel, math_launch, math_vectors
 from .matmul import (BLOCK_EPILOGUES, EPILOGUES, FUSED_EPILOGUES, MATMUL_TILES, MATMUL_TUNE_CANDIDATES, Epilogue,
                      matmul, matmul_shared_bytes, matmul_tiles, matmul_tuned_tiles, scaled_matmul)
 from .matmul_fused import rms_norm_epilogue
-from .mla import (MLA_SM90_MIN_HEADS, MLA_SM90_TILES, mla_decode, mla_sm90_reason_not, mla_sm90_shared_bytes,
+from .mla import (MLA_SM90_MIN_HEADS, MLA_SM90_SMALL_HEADS, MLA_SM90_SMALL_TILES, MLA_SM90_TILES, mla_decode, mla_sm90_reason_not, mla_sm90_shared_bytes,
                   mla_sm90_splits)
 from .moe_gemm import (MOE_GEMM_TILES, MOE_VALUES_PER_LOAD, moe_block_m, moe_gemm_down, moe_gemm_swiglu,
                        moe_gemm_tiles)
@@ -48,7 +48,7 @@ from .mx import (mx_dequantize, mx_quantize, nvfp4_dequantize, nvfp4_quantize, p
 
 __all__ = ["ATTENTION_MFMA_TILES", "ATTENTION_SIMT_TILES", "ATTENTION_SM90_TILES", "ATTENTION_TILES", "BLOCK_EPILOGUES",
            "DECODE_SIMT", "DECODE_TC_DEFAULT", "DECODE_TC_SINGLE", "DECODE_TC_VARIANTS", "EPILOGUES", "FUSED_EPILOGUES",
-           "MATH_KERNEL", "MATMUL_TILES", "MATMUL_TUNE_CANDIDATES", "MLA_SM90_MIN_HEADS", "MLA_SM90_TILES",
+           "MATH_KERNEL", "MATMUL_TILES", "MATMUL_TUNE_CANDIDATES", "MLA_SM90_MIN_HEADS", "MLA_SM90_SMALL_HEADS", "MLA_SM90_SMALL_TILES", "MLA_SM90_TILES",
            "MOE_ALIGN_CHUNK", "MOE_ALIGN_MAX_EXPERTS", "MOE_FUSED_MAX_ASSIGNMENTS", "MOE_GEMM_TILES", "MOE_MODES", "MOE_ROUTE_MAX_EXPERTS", "MOE_SM90_MIN_ROWS_PER_EXPERT",
            "MOE_ROUTE_MAX_TOP_K", "MOE_SIMT_BN", "MOE_SIMT_THREADS", "MOE_VALUES_PER_LOAD", "SAMPLING_THREADS",
            "Epilogue", "attention", "attention_shared_bytes", "attention_sm90_reason_not",

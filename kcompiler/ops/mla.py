@@ -21,6 +21,12 @@ from .decode import (PLANS, decode_lanes, decode_shared_bytes, decode_slots, max
 #: 0.612 (x1.73); 16 heads 0.227 against 0.191 (x0.84). 64 heads, one full tile, is the threshold.
 MLA_SM90_MIN_HEADS = 64
 
+#: The most query heads for which path 'auto' takes the Hopper kernel with :data:`MLA_SM90_SMALL_TILES`
+#: (S transposed: the heads are wgmma's N, not padded to 64 rows of M). H100, B 32, 8192 keys, pages of
+#: 64, latent 512 + 64, 16 heads (benchmarks/bench_mla_variants.py, 2026-11-27): 121 us = 2.49 TB/s = 82 %
+#: of copy, against 163.6 us (61 %) for :data:`MLA_SM90_TILES` (and the mma.sync kernel's 0.19 ms).
+MLA_SM90_SMALL_HEADS = 16
+
 
 def mla_decode(q_nope: Any, q_pe: Any, ckv_cache: Any, kpe_cache: Any, block_table: Any, seq_lens: Any, *,
                scale: float, num_splits: int | None = None, max_seq_len: int | None = None,
@@ -51,11 +57,12 @@ def mla_decode(q_nope: Any, q_pe: Any, ckv_cache: Any, kpe_cache: Any, block_tab
       a producer warpgroup and two consumers, 64 heads a block; FlashMLA's design; RuntimeError where
       :func:`mla_sm90_reason_not` finds something against it); 'generic' std.mla's
       ``mla_decode`` (mma.sync or SIMT as ``tensor_cores`` says). 'auto' takes the Hopper kernel
-      where it can run, H is at least :data:`MLA_SM90_MIN_HEADS` (64: below, the mma.sync kernel's
-      16-row tiles were faster on the H100) and none of ``heads_per_block``, ``warps``,
-      ``tensor_cores`` is given; else 'generic'. ``sm90_tiles``: the Hopper kernel's BN (keys a
-      step), STAGES, OVERLAP or SEESAW, QROWS, ST (and the diagnostic PROBE) instead of
-      :data:`MLA_SM90_TILES`.
+      where it can run, H is at least :data:`MLA_SM90_MIN_HEADS` (64: one full tile) or at most
+      :data:`MLA_SM90_SMALL_HEADS` (16: S transposed, :data:`MLA_SM90_SMALL_TILES`; between the two
+      the mma.sync kernel's 16-row tiles were faster on the H100) and none of ``heads_per_block``,
+      ``warps``, ``tensor_cores`` is given; else 'generic'. ``sm90_tiles``: the Hopper kernel's BN
+      (keys a step), STAGES, OVERLAP or SEESAW, QROWS, ST (and the diagnostic PROBE) over
+      :data:`MLA_SM90_TILES` (:func:`mla_sm90_tiles`; None or empty: the defaults by heads).
 
     Every block reads its sequence's latent rows once per group of heads (the groups after the first
     mostly from L2). Raises TypeError / ValueError for dtypes and shapes that do not match.
@@ -96,9 +103,10 @@ def mla_decode(q_nope: Any, q_pe: Any, ckv_cache: Any, kpe_cache: Any, block_tab
     q_nope, q_pe, ckv_cache, kpe_cache = (contiguous(x) for x in inputs)
     planned = key is not None and all(arrays.is_contiguous(x) for x in inputs + (block_table, seq_lens))
     generic_options = heads_per_block is not None or warps is not None or tensor_cores is not None
-    if path == "sm90" or (path == "auto" and H >= MLA_SM90_MIN_HEADS and not generic_options):
+    sm90_heads = H >= MLA_SM90_MIN_HEADS or H <= MLA_SM90_SMALL_HEADS
+    if path == "sm90" or (path == "auto" and sm90_heads and not generic_options):
         tgt = target_for(q_nope, target)
-        tiles = mla_sm90_qrows({**MLA_SM90_TILES, **(sm90_tiles or {})}, H)
+        tiles = mla_sm90_tiles(H, sm90_tiles)
         why = mla_sm90_reason_not(q_nope, q_pe, ckv_cache, kpe_cache, tiles, tgt)
         if why is None:
             return _mla_decode_sm90(q_nope, q_pe, ckv_cache, kpe_cache, bt, sl, max_pages, max_len, scale,
@@ -270,11 +278,26 @@ def _generic_tiles(tc: bool, H: int, D: int, DR: int, itemsize: int, heads_per_b
 #: warpgroup's S and softmax run under the other's P V); off until timed. Without OVERLAP or PROBE.
 #: QROWS: Q's rows kept in shared memory, 64 (every row of wgmma's M), or 0 for as few as the heads need
 #: (H rounded up to 8 where H < 64: at 16 heads Q takes 18 KB instead of 72 and the ring can have the
-#: rest; :func:`mla_sm90_qrows`); off until timed.
+#: rest; :func:`mla_sm90_qrows`); 0 in :data:`MLA_SM90_SMALL_TILES`.
 #: ST: warpgroup 1 computes S transposed (S^T = K Q^T: the tile's 64 keys as wgmma's M, Q's QROWS rows
 #: as N; the softmax down its columns, P stored transposed): for up to 16 heads (QROWS 0, or 8 or 16:
-#: more spilled at D 512); BN 64, without OVERLAP, SEESAW or PROBE; off until timed.
+#: more spilled at D 512); BN 64, without OVERLAP, SEESAW or PROBE; on in :data:`MLA_SM90_SMALL_TILES`.
 MLA_SM90_TILES = dict(BN=32, STAGES=2, OVERLAP=False, PROBE=0, SEESAW=False, QROWS=64, ST=False)
+
+#: The Hopper kernel's tiles for up to :data:`MLA_SM90_SMALL_HEADS` query heads: S transposed, tiles of
+#: 64 keys in 2 stages, Q's rows as few as the heads need.
+MLA_SM90_SMALL_TILES = dict(MLA_SM90_TILES, BN=64, QROWS=0, ST=True)
+
+
+def mla_sm90_tiles(heads: int, sm90_tiles: dict[str, int] | None = None) -> dict[str, int]:
+    """The Hopper kernel's tiles for ``heads`` query heads: ``sm90_tiles`` over :data:`MLA_SM90_TILES`
+    where given (not empty), else :data:`MLA_SM90_SMALL_TILES` up to :data:`MLA_SM90_SMALL_HEADS`
+    heads and :data:`MLA_SM90_TILES` above; QROWS resolved (:func:`mla_sm90_qrows`)."""
+    if sm90_tiles:
+        tiles = {**MLA_SM90_TILES, **sm90_tiles}
+    else:
+        tiles = dict(MLA_SM90_SMALL_TILES if heads <= MLA_SM90_SMALL_HEADS else MLA_SM90_TILES)
+    return mla_sm90_qrows(tiles, heads)
 
 
 def mla_sm90_qrows(tiles: dict[str, int], heads: int) -> dict[str, int]:
@@ -388,5 +411,5 @@ def _mla_decode_sm90(q_nope: Any, q_pe: Any, ckv: Any, kpe: Any, bt: Any, sl: An
 _sm90_splits = functools.lru_cache(maxsize=4096)(mla_sm90_splits)
 
 
-__all__ = ["MLA_SM90_MIN_HEADS", "MLA_SM90_TILES", "mla_decode", "mla_sm90_qrows", "mla_sm90_reason_not",
+__all__ = ["MLA_SM90_MIN_HEADS", "MLA_SM90_SMALL_HEADS", "MLA_SM90_SMALL_TILES", "MLA_SM90_TILES", "mla_decode", "mla_sm90_qrows", "mla_sm90_tiles", "mla_sm90_reason_not",
            "mla_sm90_shared_bytes", "mla_sm90_splits"]

@@ -196,6 +196,20 @@ def test_mla_sm90_seesaw_deepseek_shape_emulated(monkeypatch, emulated, tiles):
                            sm90_tiles={**tiles, **bad})
 
 
+def test_mla_sm90_default_tiles_by_heads():
+    """path 'auto''s Hopper tiles by heads: S transposed with as few Q rows as the heads need up to
+    MLA_SM90_SMALL_HEADS (the measured choice at 16 heads), the 64-row tiles above; tiles the caller
+    gives go over MLA_SM90_TILES whatever the heads; and the small tiles pass the kernel's own rules
+    (ST: BN 64, QROWS at most 16)."""
+    for heads in (1, 7, 12, 16):
+        t = ops_mla.mla_sm90_tiles(heads)
+        assert t["ST"] and t["BN"] == 64 and t["QROWS"] == max(8, -(-heads // 8) * 8) <= 16
+    for heads in (17, 64, 128):
+        assert ops_mla.mla_sm90_tiles(heads) == ops_mla.mla_sm90_qrows(dict(ops_mla.MLA_SM90_TILES), heads)
+    assert ops_mla.mla_sm90_tiles(16, dict(BN=32, STAGES=3)) == dict(ops_mla.MLA_SM90_TILES, BN=32, STAGES=3)
+    assert ops_mla.mla_sm90_tiles(16, {}) == ops_mla.mla_sm90_tiles(16)
+
+
 def test_mla_sm90_compact_q_and_st_emulated(monkeypatch, emulated):
     """At 16 heads the compact Q (QROWS 0: 16 rows) and the transposed S (ST, 64 keys a tile) against
     float64 (latent 128 + 64, pages of 16, odd lengths, an empty sequence, 2 splits); QROWS resolved
@@ -260,16 +274,16 @@ def test_mla_path_choice(monkeypatch, emulated):
 
 
 def test_mla_auto_takes_the_hopper_kernel_from_64_heads(monkeypatch, emulated):
-    """path 'auto' runs std.mla_sm90 where H >= ops.MLA_SM90_MIN_HEADS (64) and std.attention's kernel
-    below (fewer heads pad wgmma's 64 rows: slower on the H100), or where a generic option is given;
-    both results against float64."""
+    """path 'auto' runs std.mla_sm90 where H >= ops.MLA_SM90_MIN_HEADS (64) or H <= MLA_SM90_SMALL_HEADS
+    (16, S transposed) and std.attention's kernel between (fewer heads pad wgmma's 64 rows: slower on
+    the H100), or where a generic option is given; both results against float64."""
     monkeypatch.setattr(ops_mla, "_mla_sm90_module", lambda target: emulated)
     ran = []
     sm90 = ops_mla._mla_decode_sm90
     monkeypatch.setattr(ops_mla, "_mla_decode_sm90", lambda *a, **k: ran.append(a[0].shape[1]) or sm90(*a, **k))
     lens = [37, 5]
     sl = np.array(lens, np.int32)
-    for H, options, hopper in ((64, {}, True), (16, {}, False), (64, dict(heads_per_block=16), False)):
+    for H, options, hopper in ((64, {}, True), (16, {}, True), (32, {}, False), (64, dict(heads_per_block=16), False)):
         q_nope, q_pe, ckv, kpe, table = mla_inputs(lens, H, 128, 64, 16, poison=False)
         del ran[:]
         out = ops.mla_decode(q_nope, q_pe, ckv, kpe, table, sl, scale=0.1, target="cpu", **options)
