@@ -57,7 +57,9 @@ UNTYPED = frozenset({
     "compile_error", "printf", "assert",
     # thread-block clusters (tests/backends/nvptx/test_cluster_builtins.py)
     "cluster_dims", "cluster_ctarank", "cluster_arrive", "cluster_wait", "mbarrier_arrive_cluster",
-    "tma_load_multicast"})
+    "tma_load_multicast",
+    # named barriers (tests/backends/nvptx/test_named_barrier.py)
+    "barrier_sync", "barrier_arrive"})
 
 
 @dataclass(frozen=True)

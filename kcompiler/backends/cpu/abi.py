@@ -27,6 +27,7 @@ _CT = {"ptr": ctypes.c_void_p, "i64": ctypes.c_int64, "i32": ctypes.c_int32, "i3
 #: 0: none; the value read), ``spin_n`` how many reads in a row found the value of the read before at
 #: the same site, ``spin_total`` the reads since the thread last yielded there, ``spin`` 1 when the
 #: thread yielded because the value it read had not changed (the scheduler's deadlock detection).
+#: ``nbar``: the block's named barriers (16 i64, zeroed before each block: backends/cpu/named_barrier.py).
 THREAD_FIELDS: list[tuple[str, str]] = [
     ("frame", "ptr"), ("frame_buf", "ptr"), ("frame_cap", "i64"), ("launch", "ptr"),
     ("shared", "ptr"), ("dyn_shared", "ptr"), ("wval", "i64"), ("wres", "i64"),
@@ -34,6 +35,7 @@ THREAD_FIELDS: list[tuple[str, str]] = [
     ("lane_id", "i32"), ("warp_id", "i32"), ("wait", "i32"), ("site", "i32"),
     ("wop", "i32"), ("wsrc", "i32"), ("linear", "i32"), ("spin", "i32"),
     ("spin_val", "i64"), ("spin_site", "i32"), ("spin_n", "i32"), ("spin_total", "i32"), ("pad2", "i32"),
+    ("nbar", "ptr"),
 ]
 
 #: Per-launch state. ``start(args, ctx)``: the kernel's thunk (unpacks ``args``, a buffer of 8-byte

@@ -231,6 +231,8 @@ class _SchedulerEmitter:
         ctx_size = THREAD_TYPE.get_abi_size(llvm.create_target_data(self.data_layout))
         self.ctxs = b.call(self.calloc, [b.zext(self.n, I64), c64(ctx_size)], name="ctxs")
         self.shared = b.call(self.aligned_alloc, [c64(SHARED_ALIGN), self.shbytes], name="shared")
+        # the block's named barriers (named_barrier.py): 16 i64, zeroed before each block
+        self.nbar = b.alloca(ll.ArrayType(I64, 16), name="nbar")
         ok = b.and_(b.icmp_unsigned("!=", self.ctxs, ll.Constant(PTR, None)),
                     b.icmp_unsigned("!=", self.shared, ll.Constant(PTR, None)))
         oom = fn.append_basic_block("oom")
@@ -263,6 +265,7 @@ class _SchedulerEmitter:
             store_thread(b, c, "launch", L)
             store_thread(b, c, "shared", self.shared)
             store_thread(b, c, "dyn_shared", dyn_base)
+            store_thread(b, c, "nbar", self.nbar)
         b.branch(self.blocks)
 
     def take_block_and_start_threads(self) -> None:
@@ -279,6 +282,7 @@ class _SchedulerEmitter:
         b.cbranch(b.icmp_unsigned(">=", blk, self.total), self.out, ramp)
         b.position_at_end(ramp)
         self.stall_rounds.set(c64(0))
+        b.store(ll.Constant(ll.ArrayType(I64, 16), [0] * 16), self.nbar)
         gx, gy = b.zext(gdim[0], I64), b.zext(gdim[1], I64)
         bid = [b.trunc(b.urem(blk, gx), I32), b.trunc(b.urem(b.udiv(blk, gx), gy), I32),
                b.trunc(b.udiv(blk, b.mul(gx, gy)), I32)]

@@ -172,7 +172,8 @@ class CpuTarget(Target):
         self._target_data = llvm.create_target_data(self.data_layout)
         self.address_spaces = {s: 0 for s in AddressSpace}
         self.alloca_space = 0
-        self.features = frozenset({"cpu", f"warp{warp_size}"})
+        # named barriers (NVIDIA's bar.sync / bar.arrive, counted in warps of 32): named_barrier.py
+        self.features = frozenset({"cpu", f"warp{warp_size}"} | ({"named_barrier"} if warp_size == 32 else set()))
         self.emulate_mma = bool(emulate_mma)
         if self.emulate_mma:
             if warp_size != 32:

@@ -15,7 +15,8 @@ ARCHS: dict[str, frozenset[str]] = {
 }
 
 # Every arch here is sm_80 or later: tensor-core mma.sync (bf16/f16), ldmatrix and cp.async (mma.py).
-ARCHS = {arch: features | {"nvptx", "mma", "ldmatrix"} for arch, features in ARCHS.items()}
+# Named barriers (bar.sync / bar.arrive with an id and a count: sm_20 on) on every one.
+ARCHS = {arch: features | {"nvptx", "mma", "ldmatrix", "named_barrier"} for arch, features in ARCHS.items()}
 
 #: Compute capability (CUDA's ``major.minor``) -> the arch kcompiler compiles for on that chip. 9.0
 #: maps to sm_90a, so that wgmma and setmaxnreg, which run only on sm_90a code, are available on Hopper.

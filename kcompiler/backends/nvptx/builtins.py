@@ -10,13 +10,16 @@ frontend first resolves a name the language itself does not declare (the Backend
   ``"mbarrier"``, ``"setmaxnreg"``), checked in builtins_hopper.py; wgmma.py and tma.py give the PTX;
 - thread-block clusters, sm_90 (``target.has("cluster")``): ``cluster_dims``, ``cluster_ctarank``,
   ``cluster_arrive``, ``cluster_wait``, ``mbarrier_arrive_cluster``, ``tma_load_multicast``, checked
-  in builtins_cluster.py; cluster.py gives the PTX.
+  in builtins_cluster.py; cluster.py gives the PTX;
+- named barriers, every NVIDIA arch (``target.has("named_barrier")``; the CPU target emulates them):
+  ``barrier_sync``, ``barrier_arrive``, checked in builtins_barrier.py; named_barrier.py gives the PTX.
 
 Each record's ``doc`` is the hint of its arity errors and what docs/LANGUAGE.md describes.
 """
 from __future__ import annotations
 
 from ...ir.builtin_surface import SurfaceBuiltin
+from . import builtins_barrier as named_barrier
 from . import builtins_cluster as cluster
 from . import builtins_hopper as hopper
 from . import builtins_mma as mma
@@ -116,7 +119,19 @@ CLUSTER = (
                        "block of the cluster whose rank's bit is set in mask, each completing on its bar"),
 )
 
-#: Every NVIDIA builtin (what the Backend record names).
-BUILTINS = (*WARP_MATRIX, *HOPPER, *CLUSTER)
+#: The named barriers (every NVIDIA arch).
+NAMED_BARRIERS = (
+    SurfaceBuiltin("barrier_sync", named_barrier.check, 2, 2,
+                   doc="barrier_sync(id, nthreads): arrive on named barrier id (1 to 15; 0 is barrier()'s) and "
+                       "wait until nthreads threads (a compile-time multiple of 32, barrier_arrive's counted) "
+                       "have arrived; every thread of a warp calls it"),
+    SurfaceBuiltin("barrier_arrive", named_barrier.check, 2, 2,
+                   doc="barrier_arrive(id, nthreads): arrive on named barrier id (1 to 15), whose phase counts "
+                       "nthreads threads (a compile-time multiple of 32), without waiting; every thread of a "
+                       "warp calls it"),
+)
 
-__all__ = ["BUILTINS", "CLUSTER", "HOPPER", "WARP_MATRIX"]
+#: Every NVIDIA builtin (what the Backend record names).
+BUILTINS = (*WARP_MATRIX, *HOPPER, *CLUSTER, *NAMED_BARRIERS)
+
+__all__ = ["BUILTINS", "CLUSTER", "HOPPER", "NAMED_BARRIERS", "WARP_MATRIX"]

@@ -26,6 +26,7 @@ nvptx.cluster.ctarank              cluster_ct... cluster          (none) -> u32
 nvptx.cluster.arrive / wait        cluster_a...  cluster          (none)
 nvptx.mbarrier.arrive_cluster      mbarrier_...  cluster          bar: ptr<u64, shared>, rank: u32
 nvptx.tma.load_multicast           tma_load_...  cluster          dst, map, bar, mask: u16, c0, ... (1 to 5)
+nvptx.barrier.sync / arrive        barrier_...   named_barrier    id: u32; nthreads
 =================================  ============  ===============  =========================================
 """
 from __future__ import annotations
@@ -176,6 +177,13 @@ def _t_cluster(op: Op) -> None:
         require(op.operands[1].type == U32, f"mbarrier_arrive_cluster rank of type {op.operands[1].type} (needs u32)")
 
 
+def _t_named_barrier(op: Op) -> None:
+    n = op.attrs["nthreads"]
+    require(op.operands[0].type == U32, f"named barrier id of type {op.operands[0].type} (needs u32)")
+    require(isinstance(n, int) and 32 <= n <= 1024 and n % 32 == 0,
+            f"named barrier nthreads={n!r} (a multiple of 32 from 32 to 1024)")
+
+
 def _t_setmaxnreg(op: Op) -> None:
     n = count_attr(op)
     require(24 <= n <= 256 and n % 8 == 0, f"setmaxnreg {n} (a multiple of 8 from 24 to 256)")
@@ -193,6 +201,7 @@ FEATURE_DOCS = {
     "mbarrier": "mbarriers with transaction counts (NVIDIA sm_90)",
     "setmaxnreg": "setmaxnreg (NVIDIA sm_90a)",
     "cluster": "thread-block clusters (NVIDIA sm_90)",
+    "named_barrier": "named barriers (NVIDIA bar.sync / bar.arrive with an id and a thread count)",
 }
 
 
@@ -278,6 +287,15 @@ INTRINSICS = (
                 "cluster whose rank's bit is set in mask, each completing on its bar"),
 )
 
-register_intrinsics(*INTRINSICS)
+#: Named barriers (named_barrier.py): every NVIDIA arch, and the CPU target with warps of 32
+#: (backends/cpu/named_barrier.py); not AMD.
+NAMED_BARRIERS = tuple(
+    Intrinsic(name=f"nvptx.barrier.{kind}", builtin=f"barrier_{kind}", feature="named_barrier", operands=1,
+              attrs=("nthreads",), type_rule=_t_named_barrier, lower=f"{_HERE}.named_barrier:lower",
+              emulate=f"{_CPU}.named_barrier:emulate", needs={"named_barrier": FEATURE_DOCS["named_barrier"]},
+              doc=f"id: u32 (1 to 15): {what} named barrier id, attr nthreads threads (a multiple of 32) counting")
+    for kind, what in (("sync", "arrive on and wait at"), ("arrive", "arrive on, without waiting,")))
 
-__all__ = ["FEATURE_DOCS", "INTRINSICS", "MMA_SHAPES"]
+register_intrinsics(*INTRINSICS, *NAMED_BARRIERS)
+
+__all__ = ["FEATURE_DOCS", "INTRINSICS", "MMA_SHAPES", "NAMED_BARRIERS"]
