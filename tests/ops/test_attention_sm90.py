@@ -13,6 +13,8 @@ odd lengths, causal, GQA, D 64 and 128, with the output poisoned first.
 """
 from __future__ import annotations
 
+import re
+
 import importlib
 
 import ml_dtypes
@@ -147,15 +149,19 @@ def test_prefill_sm90_emulated(monkeypatch, emulated, shape):
                                    dict(OVERLAP=True, PINGPONG=True, FA3_ORDER=True),
                                    dict(BN=64, STAGES=3, OVERLAP=True, FA3_ORDER=True),
                                    dict(BN=64, PINGPONG=True, RESCALE_SKIP=True),
+                                   dict(BN=64, PINGPONG=True, TURNS=1),
+                                   dict(OVERLAP=True, PINGPONG=True, FA3_ORDER=True, TURNS=1),
                                    pytest.param(dict(BN=64, STAGES=3, PINGPONG=True), marks=pytest.mark.slow),
                                    pytest.param(dict(BN=64, OVERLAP=True, PINGPONG=True, FA3_ORDER=True,
                                                      RESCALE_SKIP=True), marks=pytest.mark.slow)],
                          ids=["overlap", "pingpong", "bn64-3stages-pingpong", "bn64-1stage", "fa3order-pingpong",
-                              "bn64-3stages-fa3order", "bn64-seq-pingpong-rescale-skip", "bn64-3stages-seq-pingpong",
+                              "bn64-3stages-fa3order", "bn64-seq-pingpong-rescale-skip", "bn64-seq-pingpong-named",
+                              "fa3order-pingpong-named", "bn64-3stages-seq-pingpong",
                               "bn64-fa3order-pingpong-rescale-skip"])
 def test_prefill_sm90_tiles_emulated(monkeypatch, emulated, tiles):
     """Other tiles, the intra-warpgroup overlap and the ping-pong of the consumers: the stage ring's
-    parities over several laps (more tiles than stages), the turns' parities, causal with Sq != Sk."""
+    parities over several laps (more tiles than stages), the turns' parities (TURNS 1: the turns as
+    named barriers), causal with Sq != Sk."""
     from kcompiler import ops
 
     from .test_attention import check, qkv, reference
@@ -316,6 +322,25 @@ def _sm90_ptx(**comptime) -> str:
     from kcompiler.pipeline import emit_file
     return emit_file(stdlib_dir() / "attention_sm90.kc", "asm", NvptxTarget("sm_90a", approx_ftz=True),
                      kernel="attention_prefill_sm90", comptime=comptime)
+
+
+@needs_ptxas
+@pytest.mark.parametrize("overlap,fa3", [(False, False), (True, True)], ids=["seq-pingpong", "fa3order-pingpong"])
+def test_prefill_sm90_named_turns_ptx(overlap, fa3):
+    """TURNS 1: PINGPONG's turns as FlashAttention-3's warp scheduler barrier, named barriers 1 and 2
+    of 256 threads (a warpgroup's id in a register), not the turn mbarriers' try_wait loops (the
+    stage ring's remain); warpgroup 1's first arrival on barrier 1 up front. Assembles, no spills
+    (D 128, causal: the tightest), no serialised wgmma."""
+    ptx = _sm90_ptx(T="bf16", D=128, CAUSAL=True, OVERLAP=overlap, PINGPONG=True, FA3_ORDER=fa3, TURNS=1)
+    base = _sm90_ptx(T="bf16", D=128, CAUSAL=True, OVERLAP=overlap, PINGPONG=True, FA3_ORDER=fa3)
+    assert "barrier.arrive.aligned 1, 256;" in ptx
+    assert len(re.findall(r"barrier\.sync\.aligned %r\d+, 256;", ptx)) >= 2
+    assert len(re.findall(r"barrier\.arrive\.aligned %r\d+, 256;", ptx)) >= 2
+    assert "\tbarrier.sync.aligned" not in base and "\tbarrier.arrive.aligned" not in base
+    assert ptx.count("mbarrier.try_wait") < base.count("mbarrier.try_wait")
+    log = ptxas(ptx, "sm_90a", verbose=True)
+    assert "C7514" not in log and "serialized" not in log, log
+    assert " 0 bytes spill stores" in log, log
 
 
 @pytest.mark.parametrize("select", [True, False], ids=["select", "old-mask"])
