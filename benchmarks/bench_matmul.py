@@ -291,7 +291,9 @@ VARIANTS = {"default": None,
             # consumers back on the next tile's wgmmas while it drains; full 64 x 256 buffers with 3
             # stages, or half buffers (two copies a tile) with 4
             "tma128x256/3st": ("tma128x256", {}),
-            "tma128x256h/4st": ("tma128x256h", {})}
+            "tma128x256h/4st": ("tma128x256h", {}),
+            # the same, its consumers meeting on named barriers (bar.sync) instead of mbarriers
+            "tma128x256hn/4st": ("tma128x256hn", {})}
 VARIANT_SHAPES = [("bf16", 1024, 14336, 4096), ("bf16", 4096, 14336, 4096), ("bf16", 8192, 14336, 4096),
                   ("bf16", 4096, 4096, 4096), ("f8e4m3", 1024, 14336, 4096)]
 

@@ -41,7 +41,10 @@ CONFIGS = {"128x256": dict(BN=256, CONSUMERS=2, STAGES=4, GROUP_M=8),
            "c2x128x256": dict(BN=256, CONSUMERS=2, STAGES=4, GROUP_M=8, CLUSTER_M=2),
            "c2pp128x128": dict(BN=128, CONSUMERS=2, STAGES=6, GROUP_M=8, PINGPONG=True, WG_M=2, CLUSTER_M=2),
            "tma128x256": dict(BN=256, CONSUMERS=2, STAGES=3, GROUP_M=8, EPI_TMA=256),
-           "tma128x256h": dict(BN=256, CONSUMERS=2, STAGES=4, GROUP_M=8, EPI_TMA=128)}
+           "tma128x256h": dict(BN=256, CONSUMERS=2, STAGES=4, GROUP_M=8, EPI_TMA=128),
+           # tma128x256h with its consumers meeting on named barriers (EPI_BAR), not mbarriers: opt-in
+           # until timed (benchmarks/bench_matmul.py --variants tma128x256hn)
+           "tma128x256hn": dict(BN=256, CONSUMERS=2, STAGES=4, GROUP_M=8, EPI_TMA=128, EPI_BAR=True)}
 
 #: The configurations :func:`choose` uses. Every one of :data:`CONFIGS` has run correctly on an H100
 #: (tests/ops/test_matmul_sm90.py, test_every_config, K-major and N-major B, 2026-11-23); 64x64 was the
@@ -229,6 +232,7 @@ def prepare(mod: Any, a: Any, b: Any, out: Any, *, b_kmajor: bool = True, scale_
         scale_a = scale_b = _dummy_f32(a.device if arrays.is_torch_tensor(a) else None)  # not read (scale 0)
     aligned = arrays.device_pointer(out) % 16 == 0 and N % 2 == 0 if arrays.is_device_array(out) else N % 2 == 0
     epi_tma = cfg.pop("EPI_TMA", 0)
+    epi_bar = bool(cfg.pop("EPI_BAR", False))  # the TMA store's meeting on named barriers (that kernel's only)
     params = dict(T=t, OUT=o, BK=bk, SCALE=scale, ALIGNED=aligned, B_KMAJOR=b_kmajor, **cfg)
     ws, counts = scale_a, _dummy_u32(a.device if arrays.is_torch_tensor(a) else None)  # not read unsplit
     if split_k > 1:
@@ -246,7 +250,7 @@ def prepare(mod: Any, a: Any, b: Any, out: Any, *, b_kmajor: bool = True, scale_
         fn, x, y, s = epilogue if epilogue is not None else ("epilogue.identity", out.reshape(-1),
                                                              out.reshape(-1), 1.0)
         kernel = mod.matmul_sm90_tma
-        params.update(EPI=fn, EPI_TMA=cfg["EPI_TMA"])
+        params.update(EPI=fn, EPI_TMA=cfg["EPI_TMA"], **({"EPI_BAR": True} if epi_bar else {}))
         args += [x, y, float(s)]
     elif block is not None:
         fn, x, y, s = epilogue if epilogue is not None else ("epilogue.identity", out.reshape(-1),

@@ -9,6 +9,8 @@ not multiples of the tile, several tiles a block: the C buffer reused). On an H1
 same against torch in float64."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from kcompiler.frontend.program import stdlib_dir
@@ -28,6 +30,22 @@ def test_tma_epilogue_assembles(params):
                     comptime=params)
     assert ptx.count("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group") == 4
     assert "cp.async.bulk.wait_group.read 0" in ptx and "cp.async.bulk.commit_group" in ptx
+    log = ptxas(ptx, verbose=True)
+    assert " 0 bytes spill stores" in log and "C75" not in log, log
+
+
+@needs_ptxas
+def test_tma_epilogue_named_barriers_ptx():
+    """EPI_BAR: each consumer's two meetings a copy are bar.sync on its own named barrier (its warpgroup
+    number, in a register) of 128 threads, where the default waits on its store mbarrier."""
+    params = dict(T="bf16", OUT="bf16", STAGES=4, EPI_TMA=128)
+    ptx = emit_file(stdlib_dir() / "matmul_sm90.kc", "asm", "nvptx", "sm_90a", kernel="matmul_sm90_tma",
+                    comptime=dict(params, EPI_BAR=True))
+    base = emit_file(stdlib_dir() / "matmul_sm90.kc", "asm", "nvptx", "sm_90a", kernel="matmul_sm90_tma",
+                     comptime=params)
+    assert len(re.findall(r"barrier\.sync\.aligned %r\d+, 128;", ptx)) >= 2
+    assert "\tbarrier.sync.aligned" not in base
+    assert ptx.count("mbarrier.try_wait") < base.count("mbarrier.try_wait")
     log = ptxas(ptx, verbose=True)
     assert " 0 bytes spill stores" in log and "C75" not in log, log
 
@@ -64,6 +82,7 @@ def test_host_choice():
 EMU_CASES = [  # (M, N, K), config, blocks, epilogue
     ((200, 328, 136), "tma128x256", 2, None),  # 2 x 2 tiles over 2 blocks: the buffer reused; edges clipped
     ((70, 264, 72), "tma128x256h", 1, None),  # two copies a tile (half buffers), 2 tiles in one block
+    ((70, 264, 72), "tma128x256hn", 1, None),  # the same, the consumers meeting on named barriers (EPI_BAR)
     ((130, 136, 72), "tma128x256", 1, "bias_relu"),  # EPI reads x only inside C
 ]
 
@@ -113,7 +132,7 @@ def test_emulated_tma_epilogue_fp8_scaled():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("config", ["tma128x256", "tma128x256h"])
+@pytest.mark.parametrize("config", ["tma128x256", "tma128x256h", "tma128x256hn"])
 @pytest.mark.parametrize("shape", [(333, 1000, 520), (1024, 14336, 512), (4096, 4096, 256)],
                          ids=lambda s: "x".join(map(str, s)))
 def test_tma_epilogue_on_gpu(config, shape):
