@@ -7,8 +7,10 @@ with T = f8e4m3) against our bf16 Hopper path and torch's cuDNN SDPA, all measur
 
 ``--variants``: only these FP8 forms (names: ``default`` the ATTENTION_FP8_TILES entry; ``polyN``: BN 128
 with EXP2_POLY N, N of a thread's 64 exponentials a tile on the FMA pipe, stdlib/attention_sm90.kc;
-suffixes ``-3st`` (STAGES 3), ``-fa3`` (OVERLAP, PINGPONG, FA3_ORDER)); ``--bf16-variants`` times our
-bf16 path with those EXP2_POLY values too (``poly0`` its default).
+suffixes ``-3st`` (STAGES 3), ``-fa3`` (OVERLAP, PINGPONG, FA3_ORDER), ``-pp`` (PINGPONG: the sequential
+form's turns), ``-named`` (TURNS 1: the turns on named barriers), ``-skip`` (RESCALE_SKIP));
+``--bf16-variants`` times our bf16 path with those forms too (``poly0`` its default), e.g.
+``--variants default,default-pp,default-pp-named,default-fa3-named``.
 
 B 4, H 32, S 4096, D 128, layout (B, H, S, D), causal and not; TFLOP/s with 4 B H S^2 D operations
 (half that when causal). The inputs are bf16 randn, quantised per tensor (descale = amax / 448). Each
@@ -47,14 +49,21 @@ def variant(name: str) -> dict:
     elif base.startswith("poly") and base[4:].isdigit():
         t = dict(BN=128, EXP2_POLY=int(base[4:]))
     else:
-        raise ValueError(f"unknown variant {name!r}: default or polyN, with -3st / -fa3 suffixes")
+        raise ValueError(f"unknown variant {name!r}: default or polyN, with -3st / -fa3 / -pp / -named / -skip "
+                         "suffixes")
     for x in suffixes:
         if x == "3st":
             t["STAGES"] = 3
         elif x == "fa3":
             t.update(OVERLAP=True, PINGPONG=True, FA3_ORDER=True)
+        elif x == "pp":
+            t["PINGPONG"] = True
+        elif x == "named":
+            t["TURNS"] = 1
+        elif x == "skip":
+            t["RESCALE_SKIP"] = True
         else:
-            raise ValueError(f"unknown variant suffix {x!r} in {name!r}: -3st or -fa3")
+            raise ValueError(f"unknown variant suffix {x!r} in {name!r}: -3st, -fa3, -pp, -named or -skip")
     return t
 
 
@@ -143,7 +152,7 @@ def main() -> None:
     p.add_argument("--quick", action="store_true", help="two FP8 tile candidates")
     p.add_argument("--json", help="write the results here")
     p.add_argument("--variants", help="comma-separated FP8 forms to time instead of FP8_TILES: default, polyN "
-                   "(EXP2_POLY N), with -3st / -fa3 suffixes (module docstring)")
+                   "(EXP2_POLY N), with -3st / -fa3 / -pp / -named / -skip suffixes (module docstring)")
     p.add_argument("--bf16-variants", help="comma-separated polyN forms of our bf16 path to time beside its default")
     args = p.parse_args()
     split = lambda x: [n for n in x.split(",") if n] if x else None  # noqa: E731

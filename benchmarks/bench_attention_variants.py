@@ -64,6 +64,13 @@ SM90_VARIANTS = {
           ("2wg BN128 seq pingpong", dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=True)),
           ("2wg BN128 seq pingpong skip", dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=True, RESCALE_SKIP=True)),
           ("2wg BN128 seq skip", dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=False, RESCALE_SKIP=True)),
+          # the turns as FlashAttention-3's warp scheduler barrier: named barriers (bar.sync / bar.arrive,
+          # TURNS 1) instead of mbarriers (a try_wait loop on a phase)
+          ("2wg BN128 seq pingpong named", dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=True, TURNS=1)),
+          ("2wg BN128 seq pingpong named skip", dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=True, TURNS=1,
+                                                     RESCALE_SKIP=True)),
+          ("2wg BN128 pingpong fa3 named", dict(BN=128, STAGES=2, OVERLAP=True, PINGPONG=True, FA3_ORDER=True,
+                                                TURNS=1)),
           ("2wg BN128 seq pingpong 3st", dict(BN=128, STAGES=3, OVERLAP=False, PINGPONG=True)),
           ("2wg BN176 seq pingpong", dict(BN=176, STAGES=2, OVERLAP=False, PINGPONG=True)),
           ("2wg BN128 pingpong fa3 skip", dict(BN=128, STAGES=2, OVERLAP=True, PINGPONG=True, FA3_ORDER=True,

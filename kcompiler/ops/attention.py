@@ -74,8 +74,8 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | No
     where it cannot run), 'fa2' on std.attention. ``tiles``: the kernel's tiles instead of the
     defaults: BM, BN, WARPS, STAGES for std.attention (:data:`ATTENTION_TILES`; given with path
     'auto', they choose std.attention), BN, STAGES, OVERLAP, PINGPONG, CONSUMERS, BLOCKS_PER_SM,
-    FA3_ORDER, PACK_ABS, MASK_SELECT, RESCALE_SKIP, EXP2_POLY for the Hopper kernel
-    (:data:`ATTENTION_SM90_TILES`; the last five are described in stdlib/attention_sm90.kc's header;
+    FA3_ORDER, PACK_ABS, MASK_SELECT, RESCALE_SKIP, EXP2_POLY, TURNS for the Hopper kernel
+    (:data:`ATTENTION_SM90_TILES`; the last six are described in stdlib/attention_sm90.kc's header;
     EXP2_POLY: how many of a thread's BN / 2 exponentials a tile take std.math's polynomial instead of the
     MUFU, default 0). Raises TypeError for other dtypes, ValueError for shapes that do not match.
 

@@ -156,12 +156,15 @@ def test_fp8_prefill_exp2_poly_emulated(monkeypatch, emulated, poly):
 
 
 #: (B, Sq, Sk, H, HK, causal, layout, tiles, out_dtype): no mask with keys over three tiles; causal
-#: with Sq < Sk in tiles of 256 keys; the overlapped, ping-pong schedule; f16 out
+#: with Sq < Sk in tiles of 256 keys; the overlapped, ping-pong schedule (its turns on mbarriers, and
+#: the sequential one's on named barriers); f16 out
 EMU_SWEEP = [(1, 37, 300, 2, 1, False, "bhsd", None, "bf16"),
              (1, 45, 290, 2, 2, True, "bshd", dict(BN=256), "f16"),
              (1, 140, 200, 2, 1, True, "bshd", dict(OVERLAP=True, PINGPONG=True), "bf16"),
              (1, 140, 300, 2, 1, True, "bshd", dict(OVERLAP=True, PINGPONG=True, FA3_ORDER=True), "bf16"),
-             (1, 70, 300, 2, 1, False, "bhsd", dict(PACK_ABS=False, STAGES=3), "bf16")]
+             (1, 70, 300, 2, 1, False, "bhsd", dict(PACK_ABS=False, STAGES=3), "bf16"),
+             # the sequential form's turns on named barriers (TURNS 1)
+             (1, 140, 200, 2, 1, True, "bshd", dict(PINGPONG=True, TURNS=1), "bf16")]
 
 
 @pytest.mark.slow(sample=0)  # 10-30 s each on the CPU target; -m slow runs them
@@ -303,6 +306,16 @@ def test_fp8_prefill_gpu(causal):
     and per-head descales, BN 128 and 256, the overlapped schedule; outputs poisoned first."""
     for shape, tiles in zip(GPU_SHAPES, (None, dict(BN=256), dict(PACK_ABS=False), dict(OVERLAP=True, PINGPONG=True),
                                          dict(OVERLAP=True, PINGPONG=True, FA3_ORDER=True))):
+        _gpu_case(shape, tiles, causal)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True])
+def test_fp8_prefill_named_turns_gpu(causal):
+    """PINGPONG's turns on named barriers (TURNS 1) on the H100: the sequential form (with and without
+    RESCALE_SKIP) and FlashAttention-3's order, as bench_attention_fp8.py's -pp-named / -fa3-named."""
+    for shape, tiles in zip(GPU_SHAPES, (dict(PINGPONG=True, TURNS=1), dict(PINGPONG=True, TURNS=1, RESCALE_SKIP=True),
+                                         dict(OVERLAP=True, PINGPONG=True, FA3_ORDER=True, TURNS=1))):
         _gpu_case(shape, tiles, causal)
 
 

@@ -325,7 +325,8 @@ def _sm90_ptx(**comptime) -> str:
 
 
 @needs_ptxas
-@pytest.mark.parametrize("overlap,fa3", [(False, False), (True, True)], ids=["seq-pingpong", "fa3order-pingpong"])
+@pytest.mark.parametrize("overlap,fa3", [(False, False), pytest.param(True, True, marks=pytest.mark.slow(sample=0))],
+                         ids=["seq-pingpong", "fa3order-pingpong"])
 def test_prefill_sm90_named_turns_ptx(overlap, fa3):
     """TURNS 1: PINGPONG's turns as FlashAttention-3's warp scheduler barrier, named barriers 1 and 2
     of 256 threads (a warpgroup's id in a register), not the turn mbarriers' try_wait loops (the
@@ -484,11 +485,14 @@ def test_prefill_sm90_gpu(D, causal):
                                    dict(PINGPONG=True), dict(PINGPONG=True, RESCALE_SKIP=True, STAGES=3),
                                    dict(BN=176, PINGPONG=True),
                                    dict(OVERLAP=True, PINGPONG=True, FA3_ORDER=True, RESCALE_SKIP=True),
-                                   dict(EXP2_POLY=16)],
+                                   dict(EXP2_POLY=16), dict(PINGPONG=True, TURNS=1),
+                                   dict(PINGPONG=True, RESCALE_SKIP=True, TURNS=1),
+                                   dict(OVERLAP=True, PINGPONG=True, FA3_ORDER=True, TURNS=1)],
                          ids=["overlap", "pingpong", "bn64-3stages", "bn192-pingpong", "3consumers-bn64",
                               "3consumers-bn64-overlap", "bn64-2blocks", "1consumer-2blocks-overlap", "bn192",
                               "fa3order-pingpong", "3consumers-bn64-fa3order", "seq-pingpong",
-                              "seq-pingpong-skip-3stages", "bn176-seq-pingpong", "fa3order-pingpong-skip", "exp2poly16"])
+                              "seq-pingpong-skip-3stages", "bn176-seq-pingpong", "fa3order-pingpong-skip", "exp2poly16",
+                              "seq-pingpong-named", "seq-pingpong-named-skip", "fa3order-pingpong-named"])
 def test_prefill_sm90_tiles_gpu(tiles):
     """The other tile choices the benchmark times, on the GPU (D 128 and 64, causal); EXP2_POLY's LSE
     bound takes 2 of the polynomial's relative error (1.02e-4) more."""
