@@ -265,7 +265,9 @@ def _attention_fa2(q: Any, k: Any, v: Any, out: Any, lse: Any, p: _Prefill, caus
 ATTENTION_SM90_TILES = {(128, False): dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=False),
                         (128, True): dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=False),
                         (64, False): dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=False, CONSUMERS=3),
-                        (64, True): dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=False)}
+                        (64, True): dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=False),
+                        (256, False): dict(BN=64, STAGES=2, OVERLAP=False, PINGPONG=False),
+                        (256, True): dict(BN=64, STAGES=2, OVERLAP=False, PINGPONG=False)}
 
 
 def attention_sm90_shared_bytes(tiles: dict[str, Any], head_dim: int, itemsize: int = 2) -> int:
@@ -285,14 +287,15 @@ def _attention_sm90_module(target: str) -> Any:
 def attention_sm90_reason_not(q: Any, k: Any, v: Any, out: Any, head_dim: int, seqlen_k: int, varlen: bool,
                               target: str = "auto") -> str | None:
     """Why :func:`attention`'s Hopper path cannot compute this attention, or None when it can: it
-    needs a target with wgmma (an sm_90 GPU; the CPU target's emulation for tests), f16 or bf16, D 64
-    or 128, arrays the tensor maps can describe (device arrays on a GPU, numpy on the CPU target; 16-byte
+    needs a target with wgmma (an sm_90 GPU; the CPU target's emulation for tests), f16 or bf16, D 64,
+    128 or 256 (those of :data:`ATTENTION_SM90_TILES`), arrays the tensor maps can describe (device arrays on a GPU, numpy on the CPU target; 16-byte
     aligned rows) and keys (Sk > 0)."""
     t = arrays.array_scalar_type(q)
     if t is None or t.name not in ("f16", "bf16"):
         return "the Hopper path computes f16 and bf16"
-    if head_dim not in (64, 128):
-        return f"the Hopper path takes D = 64 or 128, not {head_dim} (D = 256 would need more registers)"
+    if head_dim not in {d for d, _ in ATTENTION_SM90_TILES}:
+        return f"the Hopper path takes D = {' or '.join(map(str, sorted({d for d, _ in ATTENTION_SM90_TILES})))}, " \
+               f"not {head_dim}"
     if not varlen and seqlen_k == 0:
         return "no keys: a tensor map describes no empty tensor"
     why = hopper_reason_not("attention_sm90", lambda: _attention_sm90_module(target), target, (q, k, v, out))
