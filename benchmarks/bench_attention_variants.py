@@ -32,13 +32,19 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 #: (B, H, S, D, causal): issue 23's prefill rows and the short and long ends of its grid
 SHAPES = [(16, 16, 1024, 64, False), (8, 16, 2048, 128, True), (4, 32, 4096, 128, False),
-          (4, 32, 4096, 128, True), (1, 32, 512, 128, False), (4, 16, 8192, 64, False)]
+          (4, 32, 4096, 128, True), (1, 32, 512, 128, False), (4, 16, 8192, 64, False),
+          (4, 16, 4096, 256, False), (4, 16, 4096, 256, True)]
 
 #: (name, tiles) timed beside the default, by head dimension. CONSUMERS: consumer warpgroups of 64
 #: query rows (BM = 64 * CONSUMERS; default 2); BLOCKS_PER_SM: blocks a multiprocessor holds, the
 #: registers shared out for them (default 1). Registers and spills (ptxas, sm_90a, causal / not):
 #: tests/ops/test_attention_sm90.py's PTX_VARIANTS.
 SM90_VARIANTS = {
+    # D 256: Q 64 KiB, K and V 32 KiB a stage each at BN 64 (BN 80: 40 KiB; 227 KiB in all)
+    256: [("2wg BN64 seq", dict(BN=64, STAGES=2, OVERLAP=False, PINGPONG=False)),
+          ("2wg BN80 seq", dict(BN=80, STAGES=2, OVERLAP=False, PINGPONG=False)),
+          ("2wg BN64 seq pingpong", dict(BN=64, STAGES=2, OVERLAP=False, PINGPONG=True)),
+          ("2wg BN64 seq skip", dict(BN=64, STAGES=2, OVERLAP=False, PINGPONG=False, RESCALE_SKIP=True))],
     64: [("2wg BN128 seq", dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=False)),
          ("2wg BN128 pingpong", dict(BN=128, STAGES=2, OVERLAP=True, PINGPONG=True)),
          ("2wg BN128 pingpong fa3", dict(BN=128, STAGES=2, OVERLAP=True, PINGPONG=True, FA3_ORDER=True)),

@@ -69,7 +69,7 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | No
 
     ``path``: 'auto' takes the Hopper kernel (stdlib/attention_sm90.kc: TMA, wgmma, warp-specialised,
     FlashAttention-3's design) where :func:`attention_sm90_reason_not` finds nothing against it (an
-    sm_90 GPU, torch CUDA tensors, f16/bf16, D 64 or 128), else std.attention (FlashAttention-2 on
+    sm_90 GPU, torch CUDA tensors, f16/bf16, D 64, 128 or 256), else std.attention (FlashAttention-2 on
     mma.sync on NVIDIA; MFMA on AMD; SIMT elsewhere); 'sm90' insists on the Hopper kernel (RuntimeError
     where it cannot run), 'fa2' on std.attention. ``tiles``: the kernel's tiles instead of the
     defaults: BM, BN, WARPS, STAGES for std.attention (:data:`ATTENTION_TILES`; given with path
@@ -261,11 +261,16 @@ def _attention_fa2(q: Any, k: Any, v: Any, out: Any, lse: Any, p: _Prefill, caus
 #: a block; default 2) and BLOCKS_PER_SM (1 or 2: the registers are shared out for that many resident
 #: blocks; default 1); benchmarks/bench_attention_variants.py times them (SM90_VARIANTS). D 64 without a
 #: mask takes 3 consumers since 2026-11-27: geometric mean 1.14x SDPA flash against 1.03x for the
-#: OVERLAP + PINGPONG 2-warpgroup form over B16 H16 S1024 and B4 H16 S8192 (RESULTS.md).
+#: OVERLAP + PINGPONG 2-warpgroup form over B16 H16 S1024 and B4 H16 S8192 (RESULTS.md). D 256 (since
+#: 2026-11-27, before std.attention's FA2 form): BN 64 (Q 64 KiB, K and V 32 KiB a stage) with O's rescale
+#: skipped where no row's maximum rose, 323 / 272 TFLOP/s (full / causal, B4 H16 S4096) against ~300 / 258
+#: without the skip and 225 at BN 80 (bench_attention_variants.py --shapes 6,7).
 ATTENTION_SM90_TILES = {(128, False): dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=False),
                         (128, True): dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=False),
                         (64, False): dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=False, CONSUMERS=3),
-                        (64, True): dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=False)}
+                        (64, True): dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=False),
+                        (256, False): dict(BN=64, STAGES=2, OVERLAP=False, PINGPONG=False, RESCALE_SKIP=True),
+                        (256, True): dict(BN=64, STAGES=2, OVERLAP=False, PINGPONG=False, RESCALE_SKIP=True)}
 
 
 def attention_sm90_shared_bytes(tiles: dict[str, Any], head_dim: int, itemsize: int = 2) -> int:
@@ -285,14 +290,15 @@ def _attention_sm90_module(target: str) -> Any:
 def attention_sm90_reason_not(q: Any, k: Any, v: Any, out: Any, head_dim: int, seqlen_k: int, varlen: bool,
                               target: str = "auto") -> str | None:
     """Why :func:`attention`'s Hopper path cannot compute this attention, or None when it can: it
-    needs a target with wgmma (an sm_90 GPU; the CPU target's emulation for tests), f16 or bf16, D 64
-    or 128, arrays the tensor maps can describe (device arrays on a GPU, numpy on the CPU target; 16-byte
+    needs a target with wgmma (an sm_90 GPU; the CPU target's emulation for tests), f16 or bf16, D 64,
+    128 or 256 (those of :data:`ATTENTION_SM90_TILES`), arrays the tensor maps can describe (device arrays on a GPU, numpy on the CPU target; 16-byte
     aligned rows) and keys (Sk > 0)."""
     t = arrays.array_scalar_type(q)
     if t is None or t.name not in ("f16", "bf16"):
         return "the Hopper path computes f16 and bf16"
-    if head_dim not in (64, 128):
-        return f"the Hopper path takes D = 64 or 128, not {head_dim} (D = 256 would need more registers)"
+    if head_dim not in {d for d, _ in ATTENTION_SM90_TILES}:
+        return f"the Hopper path takes D = {' or '.join(map(str, sorted({d for d, _ in ATTENTION_SM90_TILES})))}, " \
+               f"not {head_dim}"
     if not varlen and seqlen_k == 0:
         return "no keys: a tensor map describes no empty tensor"
     why = hopper_reason_not("attention_sm90", lambda: _attention_sm90_module(target), target, (q, k, v, out))

@@ -34,7 +34,7 @@ The tables (:data:`NORM_TILES`, :data:`ACT_TILES`, :data:`ROTARY_TILES`) map (mo
 elements) to a variant, the first entry that holds the call winning; their defaults are the fastest
 variants of ``bench_norms.py --variants`` on the H100 on 2026-11-27 (benchmarks/RESULTS.md): up to 128
 rows "wide" (norms), "b64" (gated activations), "b128" (rotary), which put more blocks on the SMs;
-above that "rows2", "nv2" and "base". After changing a table
+above that "rows2" ("rows4" past 1024 rows of more than 4096), "nv2" and "base". After changing a table
 or a variant call :func:`clear_plans`. ``benchmarks/bench_norms.py --variants`` times the variants.
 """
 from __future__ import annotations
@@ -72,7 +72,7 @@ ROTARY_FILL_ORDER = ("ni2", "b128", "b64")
 
 #: The variant by shape: {(most rows, most hidden elements): variant}, the first entry that holds
 #: (rows, n) chosen (n: a norm's row, act's d, rotary's items a token x VEC).
-NORM_TILES = {(128, ANY): "wide", (ANY, ANY): "rows2"}
+NORM_TILES = {(128, ANY): "wide", (1024, ANY): "rows2", (ANY, 4096): "rows2", (ANY, ANY): "rows4"}
 ACT_TILES = {(128, ANY): "b64", (ANY, ANY): "nv2"}
 ROTARY_TILES = {(128, ANY): "b128", (ANY, ANY): "base"}
 

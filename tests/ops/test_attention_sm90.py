@@ -211,7 +211,8 @@ VARIANTS = [(dict(CONSUMERS=3), (1, 211, 150, 2, 1, 64, False)),
             (dict(CONSUMERS=3, BN=64, OVERLAP=True), (1, 200, 133, 2, 2, 64, True)),
             (dict(BN=64, BLOCKS_PER_SM=2), (1, 150, 290, 2, 1, 64, True)),
             (dict(CONSUMERS=1, BLOCKS_PER_SM=2, OVERLAP=True), (1, 77, 290, 2, 1, 64, True)),
-            (dict(CONSUMERS=3, BN=64), (1, 200, 100, 1, 1, 128, True))]
+            (dict(CONSUMERS=3, BN=64), (1, 200, 100, 1, 1, 128, True)),
+            (dict(BN=64), (1, 150, 133, 1, 1, 256, True))]  # D 256: four slabs a row, its default tiles
 
 
 @pytest.mark.parametrize("tiles,shape", VARIANTS, ids=lambda x: "-".join(f"{k}{int(v)}" for k, v in x.items())
@@ -455,7 +456,7 @@ GPU_SHAPES = [("bf16", (3, 301, 517, 8, 2), "bshd"), ("f16", (2, 1000, 1000, 4, 
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("D", [64, 128, 256])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_prefill_sm90_gpu(D, causal):
     """The Hopper path on the H100 on odd shapes (Sq != Sk both ways, one query, GQA 4:1), bf16 and
@@ -562,15 +563,15 @@ def test_prefill_sm90_varlen_gpu():
 
 def test_path_choice_errors():
     """path is 'auto', 'sm90' or 'fa2'; 'sm90' where the Hopper kernel cannot run is a RuntimeError that
-    says why (here: the CPU target without the emulation, D 256), not a silent fallback."""
+    says why (here: the CPU target without the emulation, D 96), not a silent fallback."""
     from kcompiler import ops
     q = RNG.standard_normal((1, 8, 2, 64)).astype(ml_dtypes.bfloat16)
     with pytest.raises(ValueError, match="path must be"):
         ops.attention(q, q, q, path="fa3", target="cpu")
     with pytest.raises(RuntimeError, match="sm_90"):
         ops.attention(q, q, q, path="sm90", target="cpu")
-    q256 = RNG.standard_normal((1, 8, 2, 256)).astype(ml_dtypes.bfloat16)
-    with pytest.raises(RuntimeError, match="D = 64 or 128"):
-        ops.attention(q256, q256, q256, path="sm90", target="cpu")
+    q96 = RNG.standard_normal((1, 8, 2, 96)).astype(ml_dtypes.bfloat16)
+    with pytest.raises(RuntimeError, match="D = 64 or 128 or 256, not 96"):
+        ops.attention(q96, q96, q96, path="sm90", target="cpu")
     out = ops.attention(q, q, q, path="fa2", target="cpu")  # the explicit FA2 path still runs here
     assert out.shape == q.shape
