@@ -243,6 +243,20 @@ def prepare(mod: Any, a: Any, b: Any, out: Any, *, b_kmajor: bool = True, scale_
         grid = max(1, min(tiles, sms))
         params["SPLIT_K"] = int(split_k)
     args = [ta, tb, None, M, N, K, N, scale_a, scale_b]
+    kernel = _kernel(mod, cfg, params, args, out, epi_tma, epi_bar, epilogue, block, fuse, split_k, ws, counts)
+    launch = kernel[grid, 128 * (cfg["CONSUMERS"] + 1)]
+    return _launcher(launch, args[:2], args[3:], shared_bytes(cfg, t), params, stream, bool(cfg["EPI_TMA"]))
+
+
+def _kernel(mod: Any, cfg: dict, params: dict, args: list, out: Any, epi_tma: int, epi_bar: bool,
+            epilogue: tuple | None, block: tuple | None, fuse: tuple | None, split_k: int, ws: Any,
+            counts: Any) -> Any:
+    """:func:`prepare`'s kernel of ``mod`` for its options, with ``params`` (the comptime values) and
+    ``args`` (a, B, C's place, M, N, K, ldc, the scales) completed for it in place: matmul_sm90_tma
+    where configuration ``cfg``'s TMA store (``epi_tma``; ``epi_bar``: its meeting on named barriers)
+    applies (:func:`tma_store_applies`; set in ``cfg["EPI_TMA"]``, 0 where not), else
+    matmul_sm90_block_epilogue (``block``), matmul_sm90 (no ``epilogue``) or matmul_sm90_epilogue
+    (with ``fuse``'s FUSE and GLU)."""
     # (a user's epilogue module, epilogue_module, has no matmul_sm90_tma: the register store there)
     cfg["EPI_TMA"] = epi_tma if tma_store_applies({**cfg, "EPI_TMA": epi_tma}, out, split_k, block, fuse) \
         and hasattr(mod, "matmul_sm90_tma") else 0
@@ -268,9 +282,16 @@ def prepare(mod: Any, a: Any, b: Any, out: Any, *, b_kmajor: bool = True, scale_
         if fuse is not None:
             params.update(FUSE=int(fuse[0]), GLU=fuse[1])
         args += [x, y, float(s), ws, counts]
-    launch = kernel[grid, 128 * (cfg["CONSUMERS"] + 1)]
-    head, tail, shared = args[:2], args[3:], shared_bytes(cfg, t)
-    if cfg["EPI_TMA"]:
+    return kernel
+
+
+def _launcher(launch: Any, head: list, tail: list, shared: int, params: dict, stream: Any,
+              tma: bool) -> Callable[[Any], Any]:
+    """:func:`prepare`'s ``go(c)`` (returns c): ``launch`` (the kernel and its grid) on ``head`` (the
+    tensor maps of a and B), C (with ``tma``: the tensor map of this call's C and its flat view, else
+    the flat view), ``tail`` (the other arguments), ``shared`` bytes of shared memory and ``params``;
+    on ``stream``, or torch's current stream of c at each call where None."""
+    if tma:
         def go(c: Any) -> Any:  # the tensor map of this call's C (box: 64 rows of 64 columns, 128 bytes)
             launch(*head, cached_tensor_map(c, (64, 64)), c.reshape(-1), *tail, shared=shared,
                    stream=_common.stream_of(c) if stream is None else stream, **params)
