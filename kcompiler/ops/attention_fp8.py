@@ -13,14 +13,18 @@ from . import _common
 from ._common import check_same, contiguous, empty_like, flat, hopper_reason_not, target_for
 
 #: Tiles of the FP8 Hopper prefill by causal (D 128 only): BN keys a step (128 or 256: whole slabs of
-#: V^T's 128-byte rows), STAGES K/V buffers, OVERLAP, PINGPONG, CONSUMERS as ATTENTION_SM90_TILES.
-#: Not yet measured on the H100 (benchmarks/bench_attention.py --fp8 times them). Registers (ptxas,
-#: sm_90a, a consumer 240): BN 128 in 2 or 3 stages, sequential or OVERLAP + PINGPONG, spill nothing; BN 256
-#: spills 4-9 KB (S's 128 f32 a thread beside O's 64) and CONSUMERS 3 (160 registers) 0.2-2 KB.
-#: EXP2_POLY (opt-in, not yet timed: bench_attention_fp8.py --variants poly8,poly16,...) moves that many
-#: of a thread's 64 exponentials a tile off the MUFU (stdlib/attention_sm90.kc's header); none spills.
-ATTENTION_FP8_TILES = {False: dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=False),
-                       True: dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=False)}
+#: V^T's 128-byte rows), STAGES K/V buffers, OVERLAP, PINGPONG, TURNS, CONSUMERS as ATTENTION_SM90_TILES.
+#: The defaults: the sequential form with the two consumer warpgroups taking turns (PINGPONG) on named
+#: barriers (TURNS 1, FlashAttention-3's scheduler barriers), 3 stages where causal. H100, B4 H32 S4096
+#: D128, TFLOP/s with V^T, two runs of bench_attention_fp8.py --variants (benchmarks/RESULTS.md,
+#: 2026-11-27): non-causal 691-692 against the sequential form's 671-673 (mbarrier turns 669, 3 stages
+#: 694); causal 611 in 3 stages (599 in 2) against 556-558 (3 stages 572). Registers (ptxas, sm_90a, a
+#: consumer 240): BN 128 in 2 or 3 stages spill nothing; BN 256 spills 4-9 KB (S's 128 f32 a thread beside
+#: O's 64) and CONSUMERS 3 (160 registers) 0.2-2 KB. EXP2_POLY (opt-in) moves that many of a thread's 64
+#: exponentials a tile off the MUFU (stdlib/attention_sm90.kc's header): slower on the H100 (600-622
+#: against 683), none spills.
+ATTENTION_FP8_TILES = {False: dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=True, TURNS=1),
+                       True: dict(BN=128, STAGES=3, OVERLAP=False, PINGPONG=True, TURNS=1)}
 
 
 def is_fp8(x: Any) -> bool:

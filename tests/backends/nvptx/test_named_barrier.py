@@ -18,6 +18,7 @@ from kcompiler.diagnostics import CompileError
 from kcompiler.pipeline import compile_source_to
 
 from ...filecheck_util import filecheck
+from ...located_util import assert_located
 from ...ptxas_util import needs_ptxas, ptxas
 
 # Warp 1 produces ROUNDS values into a shared slot, warp 0 consumes them: full (id 1) and empty (id
@@ -137,13 +138,7 @@ def test_located_errors(body, target, arch, message, caret):
     src = f"kernel k(p: ptr<f32>) {{\n    {body}\n}}\n"
     with pytest.raises(CompileError) as ei:
         compile_source_to(src, "bad.kc", "asm", target, arch)
-    text = str(ei.value)
-    assert message in text, text
-    assert "bad.kc:2:" in text and "^" in text, text
-    line = text.splitlines()
-    caret_line = next(i for i, l in enumerate(line) if set(l.strip()) <= {"^", "|", " "} and "^" in l)
-    col = line[caret_line].index("^")
-    assert line[caret_line - 1][col:].startswith(caret), text
+    assert_located(str(ei.value), message, caret)
 
 
 def test_cpu_wave64_has_no_named_barriers():

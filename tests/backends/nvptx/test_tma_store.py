@@ -12,6 +12,7 @@ from kcompiler.diagnostics import CompileError
 from kcompiler.pipeline import compile_source_to
 
 from ...filecheck_util import filecheck
+from ...located_util import assert_located
 from ...ptxas_util import needs_ptxas, ptxas
 
 # One block of 128 threads: the 64 x 64 bf16 box (128-byte rows) written into shared memory at its
@@ -77,13 +78,7 @@ def test_located_errors(body, arch, message, caret):
     src = f"kernel k(p: ptr<f32>, m: tensor_map) {{\n    {body}\n}}\n"
     with pytest.raises(CompileError) as ei:
         compile_source_to(src, "bad.kc", "asm", "nvptx", arch)
-    text = str(ei.value)
-    assert message in text, text
-    assert "bad.kc:2:" in text and "^" in text, text
-    line = text.splitlines()
-    caret_line = next(i for i, l in enumerate(line) if set(l.strip()) <= {"^", "|", " "} and "^" in l)
-    col = line[caret_line].index("^")
-    assert line[caret_line - 1][col:].startswith(caret), text
+    assert_located(str(ei.value), message, caret)
 
 
 def test_cpu_target_refuses_without_emulation():
