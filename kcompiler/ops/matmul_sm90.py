@@ -42,8 +42,8 @@ CONFIGS = {"128x256": dict(BN=256, CONSUMERS=2, STAGES=4, GROUP_M=8),
            "c2pp128x128": dict(BN=128, CONSUMERS=2, STAGES=6, GROUP_M=8, PINGPONG=True, WG_M=2, CLUSTER_M=2),
            "tma128x256": dict(BN=256, CONSUMERS=2, STAGES=3, GROUP_M=8, EPI_TMA=256),
            "tma128x256h": dict(BN=256, CONSUMERS=2, STAGES=4, GROUP_M=8, EPI_TMA=128),
-           # tma128x256h with its consumers meeting on named barriers (EPI_BAR), not mbarriers: opt-in
-           # until timed (benchmarks/bench_matmul.py --variants tma128x256hn)
+           # tma128x256h with its consumers meeting on named barriers (EPI_BAR), not mbarriers: level with
+           # it on the H100 (benchmarks/bench_matmul.py --variants tma128x256hn; RESULTS.md 2026-11-27)
            "tma128x256hn": dict(BN=256, CONSUMERS=2, STAGES=4, GROUP_M=8, EPI_TMA=128, EPI_BAR=True)}
 
 #: The configurations :func:`choose` uses. Every one of :data:`CONFIGS` has run correctly on an H100

@@ -275,7 +275,7 @@ def _generic_tiles(tc: bool, H: int, D: int, DR: int, itemsize: int, heads_per_b
 #: the result is 0 and the LSE -inf) or 2 (no P V: the result is 0, the LSE right); see the kernel's header.
 #: SEESAW: FlashMLA's later schedule (each consumer warpgroup owns half of O's columns and computes S and
 #: the softmax of every other tile, handing P, the row maxima and the rescale factors to the other; one
-#: warpgroup's S and softmax run under the other's P V); off until timed. Without OVERLAP or PROBE.
+#: warpgroup's S and softmax run under the other's P V); off: level at 128 heads, slower at 16. Without OVERLAP or PROBE.
 #: QROWS: Q's rows kept in shared memory, 64 (every row of wgmma's M), or 0 for as few as the heads need
 #: (H rounded up to 8 where H < 64: at 16 heads Q takes 18 KB instead of 72 and the ring can have the
 #: rest; :func:`mla_sm90_qrows`); 0 in :data:`MLA_SM90_SMALL_TILES`.
