@@ -25,28 +25,20 @@ _PART_FLOATS = 1024
 _HOST_PART = np.zeros(1, np.float32)  # numpy arrays run on the CPU target, which never splits a row
 
 
-_SMS: dict = {}
-
-
-def _sms(mod: Any, x: Any) -> int:
-    """Multiprocessors of the device that runs ``mod``'s kernels on ``x`` (132 where it does not say),
-    asked once a (module, device)."""
-    key = (id(mod), str(x.device) if arrays.is_torch_tensor(x) else None)
-    got = _SMS.get(key)
-    if got is None:
-        got = _SMS[key] = int(getattr(_common.device_of(mod, x), "multiprocessor_count", 132) or 132)
-    return got
-
-
 def _part(x: Any, need: int) -> Any:
-    """f32 scratch of at least ``need`` elements on ``x``'s device, kept by stream (:func:`_common.kept`)."""
+    """f32 scratch of at least ``need`` elements on ``x``'s device, kept by stream (:func:`_common.kept`);
+    ``need`` 0 (no split): an array the kernel does not read."""
     if not arrays.is_torch_tensor(x):
         return _HOST_PART
+    if need == 0:
+        return _common.const_f32(0.0, 1, x)
     if need > _PART_FLOATS:
         raise ValueError(f"the norm kernel's split needs {need} partial sums, more than {_PART_FLOATS}")
     return _common.kept(_PART, (str(x.device), stream_of(x)), x, lambda: empty_like(x, (_PART_FLOATS,), "f32"), 16)
 
+
 FLOATS = ("f32", "f16", "bf16")
+
 
 def _float_type(x: Any, fn: str, name: str) -> Any:
     """The scalar type of float array ``x`` (f32, f16, bf16); TypeError otherwise."""
@@ -147,10 +139,11 @@ def _norm(fn: str, x: Any, weight: Any, bias: Any, eps: float, residual: Any, wr
             vec //= 2
     mod = _common.stdlib_module("norms", target_for(x, target))
     cluster = mod.target_has("cluster")
-    grid, block, nv, per, split = norm_plan(xr.rows, n, vec, layer, cluster, _sms(mod, x))
+    sms = _common.device_of(mod, x).multiprocessor_count
+    grid, block, nv, per, split = norm_plan(xr.rows, n, vec, layer, cluster, sms)
     w0 = w if w is not None else xr.arg  # an array the kernel does not read (HAS_W false)
     b0 = b if b is not None else xr.arg
-    part = _part(x, xr.rows * split if split > 1 else 1)
+    part = _part(x, xr.rows * split if split > 1 else 0)
     mod.norm[grid, block](xr.arg, xr.ld, rr.arg if rr else xr.arg, rr.ld if rr else 0, w0, b0, orow.arg, orow.ld,
                           n, xr.rows, float(eps), part, T=src.name, VEC=vec, NV=nv, LN=layer, RES=rr is not None,
                           WRITE=bool(rr is not None and write_residual), HAS_W=w is not None,
@@ -266,10 +259,11 @@ def rotary_embedding(q: Any, k: Any, positions: Any, cos_sin_cache: Any, interle
     per = (rot // 2 if not interleaved else rot) // vec
     total = (hq + hk) * per
     mod = _common.stdlib_module("norms", target_for(q, target))
-    gy, block, ni = rotary_plan(tokens, total, vec, _sms(mod, q))
+    gy, block, ni = rotary_plan(tokens, total, vec, _common.device_of(mod, q).multiprocessor_count)
+    p_type = "i32" if str(pos.dtype).endswith("int32") else "i64"
     mod.rotary[(tokens, gy), block](qr.arg, qr.ld, kr.arg if kr else qr.arg, kr.ld if kr else 0, pos, cache, hq, hk,
-                                    d, rot, T=src.name, C=cst.name, P="i32" if str(pos.dtype).endswith("int32") else "i64",
-                                    VEC=vec, NEOX=not interleaved, NI=ni, stream=stream_of(q))
+                                    d, rot, T=src.name, C=cst.name, P=p_type, VEC=vec, NEOX=not interleaved, NI=ni,
+                                    stream=stream_of(q))
     qr.done()
     if kr:
         kr.done()
@@ -303,7 +297,7 @@ def _act_and_mul(fn: str, act: str, x: Any, out: Any, target: str) -> Any:
         return out
     vec = _vec(src.size, (d, xr.ld, orow.ld), (data_ptr(xr.arg), data_ptr(orow.arg)))
     mod = _common.stdlib_module("norms", target_for(x, target))
-    gy, block, nv = act_plan(xr.rows, d, vec, _sms(mod, x))
+    gy, block, nv = act_plan(xr.rows, d, vec, _common.device_of(mod, x).multiprocessor_count)
     mod.act_and_mul[(xr.rows, gy), block](
         xr.arg, xr.ld, orow.arg, orow.ld, d, T=src.name, VEC=vec,
         ACT=ACTIVATIONS[(act, "f32" if src.name == "f32" else "16")], NV=nv, stream=stream_of(x))
