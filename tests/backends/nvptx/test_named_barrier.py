@@ -18,7 +18,7 @@ from kcompiler.diagnostics import CompileError
 from kcompiler.pipeline import compile_source_to
 
 from ...filecheck_util import filecheck
-from ...located_util import assert_located
+from ...located_util import assert_body_error
 from ...ptxas_util import needs_ptxas, ptxas
 
 # Warp 1 produces ROUNDS values into a shared slot, warp 0 consumes them: full (id 1) and empty (id
@@ -135,10 +135,7 @@ ERRORS = [
 
 @pytest.mark.parametrize("body, target, arch, message, caret", ERRORS, ids=[str(i) for i in range(len(ERRORS))])
 def test_located_errors(body, target, arch, message, caret):
-    src = f"kernel k(p: ptr<f32>) {{\n    {body}\n}}\n"
-    with pytest.raises(CompileError) as ei:
-        compile_source_to(src, "bad.kc", "asm", target, arch)
-    assert_located(str(ei.value), message, caret)
+    assert_body_error(body, arch, message, caret, target, params="p: ptr<f32>")
 
 
 def test_cpu_wave64_has_no_named_barriers():
