@@ -90,6 +90,14 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | No
     call on arrays of the same kinds, shapes, dtypes and devices, with the same options, checks
     contiguity and alignment, allocates the result and launches, without the other checks and
     choices."""
+    key = None
+    if cu_seqlens_q is None and cu_seqlens_k is None and path != "fa2":  # a prepared call first (no FP8 one)
+        key = _sm90_plan_key(q, k, v, causal, scale, layout, tiles, path, target)
+        plan = PLANS.get(key) if key is not None else None
+        if plan is not None:
+            got = plan(q, k, v)
+            if got is not None:
+                return got if return_lse else got[0]
     if is_fp8(q):
         if cu_seqlens_q is not None or cu_seqlens_k is not None:
             raise ValueError("attention: FP8 attention takes no variable lengths (cu_seqlens) yet")
@@ -98,14 +106,6 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | No
         return attention_fp8(q, k, v, causal=causal, scale=scale, layout=layout, return_lse=return_lse, tiles=tiles,
                              target=target, descale_q=descale_q, descale_k=descale_k, descale_v=descale_v,
                              out_dtype=out_dtype)
-    key = None
-    if cu_seqlens_q is None and cu_seqlens_k is None and path != "fa2":
-        key = _sm90_plan_key(q, k, v, causal, scale, layout, tiles, path, target)
-        plan = PLANS.get(key) if key is not None else None
-        if plan is not None:
-            got = plan(q, k, v)
-            if got is not None:
-                return got if return_lse else got[0]
     fn = "attention"
     src = query_type(q, fn)
     check_same("k", k, src, fn)
@@ -335,7 +335,7 @@ def _sm90_plan_key(q: Any, k: Any, v: Any, causal: bool, scale: Any, layout: str
         tkey = None if tiles is None else tuple(sorted(tiles.items()))
         dflt = ATTENTION_SM90_TILES.get((d, bool(causal)))
         return plan_key("attention", (q, k, v), (bool(causal), scale, layout, tkey, path, target,
-                                                 None if dflt is None else tuple(sorted(dflt.items()))))
+                                                 None if dflt is None else tuple(dflt.items())))
     except (AttributeError, TypeError, IndexError):
         return None
 
@@ -346,7 +346,7 @@ class _Sm90Plan:
     ``run`` launches on checked arrays; calling the plan checks what its key does not say (contiguity,
     16-byte alignment on a GPU), allocates O and the LSE and runs (None: not for this plan)."""
 
-    __slots__ = ("kind", "launch", "scalars", "kw", "shared", "boxes", "layout", "cq", "ck", "shapes", "dtypes",
+    __slots__ = ("kind", "launch", "scalars", "kw", "maps", "boxes", "layout", "cq", "ck", "shapes", "dtypes",
                  "cuda", "descale")
 
     def __init__(self, q: Any, p: _Prefill, layout: str, causal: bool, scale: float, tiles: dict | None,
@@ -359,10 +359,11 @@ class _Sm90Plan:
         s = p.strides
         self.kind = ArrayKind(q)
         self.cuda = self.kind.cuda
-        self.launch = mod.attention_prefill_sm90[(-(-p.Sq // (64 * c)), p.H, p.B), 128 * (c + 1)]
-        self.scalars = (p.Sq, p.Sk, p.H // p.HK, s["o_sb"], s["o_ss"], s["o_sh"], p.l_sb, p.l_sh, np.float32(scale))
         self.kw = dict(T=arrays.array_scalar_type(q).name, D=p.D, CAUSAL=bool(causal), VARLEN=p.ends is not None, **t)
-        self.shared = attention_sm90_shared_bytes(t, p.D)
+        self.launch = mod.attention_prefill_sm90[(-(-p.Sq // (64 * c)), p.H, p.B), 128 * (c + 1)].bind(
+            shared=attention_sm90_shared_bytes(t, p.D), **self.kw)
+        self.scalars = (p.Sq, p.Sk, p.H // p.HK, s["o_sb"], s["o_ss"], s["o_sh"], p.l_sb, p.l_sh, np.float32(scale))
+        self.maps: OrderedDict[tuple, tuple] = OrderedDict()
         self.boxes = (64 * c, t["BN"], t["BN"])
         self.layout = layout
         self.cq, self.ck = p.cq, p.ck
@@ -373,10 +374,22 @@ class _Sm90Plan:
     def run(self, q: Any, k: Any, v: Any, out: Any, lse: Any, ends: tuple[int, int] | None = None) -> None:
         """Launch on ``q``, ``k``, ``v`` (contiguous, of the plan's shapes; varlen's used rows ``ends``),
         writing ``out`` and ``lse``."""
-        maps = [cached_tensor_map(_bhsd_view(x, self.layout, None if ends is None else ends[i > 0]),
-                                  (1, 1, box, 64)) for i, (x, box) in enumerate(zip((q, k, v), self.boxes))]
-        self.launch(*maps, flat(out, 1), flat(lse, 1), self.cq, self.ck, *self.scalars, self.descale,
-                    shared=self.shared, stream=self.kind.stream(), **self.kw)
+        if self.cuda:  # O and the LSE come from torch.empty: contiguous and aligned
+            key = (q.data_ptr(), k.data_ptr(), v.data_ptr(), ends)
+            maps = self.maps.get(key)
+            if maps is None:
+                maps = self.maps[key] = self._maps(q, k, v, ends)
+                if len(self.maps) > 8:
+                    self.maps.popitem(last=False)
+        else:
+            maps, out, lse = self._maps(q, k, v, ends), flat(out, 1), flat(lse, 1)
+        self.launch(*maps, out, lse, self.cq, self.ck, *self.scalars, self.descale, stream=self.kind.stream())
+
+    def _maps(self, q: Any, k: Any, v: Any, ends: tuple[int, int] | None) -> tuple:
+        """The tensor maps of q, k and v (by runtime.tensormap's cache: the encoding depends on the
+        address, shape, strides and dtype; the plan fixes all but the address)."""
+        return tuple(cached_tensor_map(_bhsd_view(x, self.layout, None if ends is None else ends[i > 0]),
+                                       (1, 1, box, 64)) for i, (x, box) in enumerate(zip((q, k, v), self.boxes)))
 
     def __call__(self, q: Any, k: Any, v: Any) -> tuple | None:
         ok = self.kind.contiguous

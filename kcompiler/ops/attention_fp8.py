@@ -29,7 +29,7 @@ ATTENTION_FP8_TILES = {False: dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=Tru
 
 def is_fp8(x: Any) -> bool:
     """Whether ``x`` is an array of float8 e4m3 (ml_dtypes.float8_e4m3fn, torch.float8_e4m3fn)."""
-    t = arrays.array_scalar_type(x) if arrays.is_array(x) else None
+    t = arrays.array_scalar_type(x)  # None for what is not an array
     return t is not None and t.name == "f8e4m3"
 
 

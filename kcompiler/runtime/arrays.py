@@ -56,8 +56,26 @@ _TORCH_NAMES = {
 }
 
 
+#: :func:`scalar_of_dtype`'s answers by dtype object (what every launch and op asks first).
+_BY_DTYPE: dict[Any, ScalarType | None] = {}
+
+
 def scalar_of_dtype(dtype: Any) -> ScalarType | None:
     """The scalar type of a numpy / ml_dtypes / torch dtype, or None when the language has none."""
+    try:
+        return _BY_DTYPE[dtype]
+    except (KeyError, TypeError):  # not seen yet, or unhashable
+        pass
+    got = _scalar_of_dtype(dtype)
+    try:
+        if len(_BY_DTYPE) < 256:
+            _BY_DTYPE[dtype] = got
+    except TypeError:
+        pass
+    return got
+
+
+def _scalar_of_dtype(dtype: Any) -> ScalarType | None:
     if type(dtype).__module__.startswith("torch"):
         name = _TORCH_NAMES.get(str(dtype))
     else:

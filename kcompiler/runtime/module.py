@@ -122,8 +122,44 @@ class Launch:
                 pass
         k._launch(self.grid, self.block, args, shared, stream, comptime)
 
+    def bind(self, shared: int = 0, **comptime: Any) -> "BoundLaunch":
+        """This launch with its dynamic shared memory and compile-time values fixed: a
+        :class:`BoundLaunch`, called with the kernel's arguments alone (and ``stream=``). For a launch
+        an op repeats at every call of one shape: it skips the lookup of the prepared launcher by
+        the compile-time values that ``__call__`` makes."""
+        return BoundLaunch(self, shared, comptime)
+
     def __repr__(self) -> str:
         return f"<launch of {self.kernel.name} grid={self.grid} block={self.block}>"
+
+
+class BoundLaunch:
+    """``kernel[grid, block].bind(shared=..., **comptime)``: call it as ``bound(*args, stream=None)``.
+    Its first call takes :class:`Launch`'s path (which checks the arguments, compiles the
+    specialisation and makes the prepared launcher: runtime/cuda.py); later calls go to that launcher
+    directly, and back to :class:`Launch`'s path when it refuses the arguments (another type, a
+    non-contiguous array...). Raises what :meth:`Launch.__call__` raises."""
+
+    __slots__ = ("launch", "shared", "comptime", "_key", "_fast")
+
+    def __init__(self, launch: Launch, shared: int, comptime: dict[str, Any]):
+        self.launch, self.shared, self.comptime = launch, shared, dict(comptime)
+        self._key = tuple(self.comptime.items())
+        self._fast: Callable | None = None
+
+    def __call__(self, *args: Any, stream: Any = None) -> None:
+        fast = self._fast
+        if fast is not None:
+            try:
+                return fast(self.launch.grid, self.launch.block, args, self.shared, stream)
+            except ArgMismatch:
+                pass
+        self.launch(*args, shared=self.shared, stream=stream, **self.comptime)
+        k = self.launch.kernel
+        self._fast = k._fast_kw.get(self._key) if self._key else k._fast
+
+    def __repr__(self) -> str:
+        return f"<bound {self.launch!r} shared={self.shared}>"
 
 
 class Kernel:
@@ -389,4 +425,4 @@ def device_for(target: str) -> Device:
     return cls.get(0)
 
 
-__all__ = ["Module", "Kernel", "Launch", "device_for", "CompileError"]
+__all__ = ["Module", "Kernel", "Launch", "BoundLaunch", "device_for", "CompileError"]

@@ -304,6 +304,22 @@ def test_fast_path_is_taken_and_falls_back_on_other_types():
     assert len(dev.launches) == 3
 
 
+def test_bound_launch_goes_to_the_prepared_launcher():
+    m, dev = make(fast=True, scale=SCALE)
+    x = np.zeros(8, np.float32)
+    bound = m.scale[1, 8].bind(shared=0, T=F32)
+    assert bound._fast is None
+    bound(x, 1.0, 8)  # the general path: checks, compiles, makes the launcher
+    bound(x, 2.0, 8)
+    assert [l[0] for l in dev.launches] == ["fast", "fast"] and dev.made == 1
+    assert bound._fast is not None and dev.launches[-1][4] == (x, 2.0, 8)
+    bound(x, 1.0, np.int64(8))  # the launcher refuses another type: the general path (a second one)
+    assert dev.made == 2 and len(dev.launches) == 3
+    with pytest.raises(TypeError, match="parameter 'x' expects ptr<f32>"):
+        bound(x.astype(np.float64), 1.0, 8)
+    assert len(dev.launches) == 3
+
+
 def test_fast_path_with_compile_time_keywords():
     m, dev = make(fast=True, scale=SCALE)
     x = np.zeros(8, np.float32)
