@@ -323,7 +323,8 @@ def attention_sm90_reason_not(q: Any, k: Any, v: Any, out: Any, head_dim: int, s
     """Why :func:`attention`'s Hopper path cannot compute this attention, or None when it can: it
     needs a target with wgmma (an sm_90 GPU; the CPU target's emulation for tests), f16 or bf16, D 64,
     128 or 256 (those of :data:`ATTENTION_SM90_TILES`), arrays the tensor maps can describe (device
-    arrays on a GPU, numpy on the CPU target; 16-byte aligned rows) and keys (``seqlen_k`` > 0; with ``varlen``, k's rows: the packed tensors' first axis)."""
+    arrays on a GPU, numpy on the CPU target; 16-byte aligned rows) and keys (``seqlen_k`` > 0; with
+    ``varlen``, k's rows: the packed tensors' first axis)."""
     t = arrays.array_scalar_type(q)
     if t is None or t.name not in ("f16", "bf16"):
         return "the Hopper path computes f16 and bf16"

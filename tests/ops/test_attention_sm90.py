@@ -638,6 +638,90 @@ def test_prefill_sm90_varlen_gpu():
     check(out.float().cpu().numpy(), lse.cpu().numpy(), ref, ref_lse, vn, "bf16")
 
 
+def _varlen_gpu_inputs(lq, lk, H, HK, D, tail):
+    """Packed bf16 CUDA q, k, v with ``tail`` rows of NaN past the last sequence (q's and k's), and the
+    int32 cu_seqlens on the device."""
+    import torch
+    cu = [torch.tensor(np.concatenate([[0], np.cumsum(x)]), dtype=torch.int32, device="cuda") for x in (lq, lk)]
+    q = torch.full((sum(lq) + tail, H, D), float("nan"), device="cuda", dtype=torch.bfloat16)
+    k, v = (torch.full((sum(lk) + tail, HK, D), float("nan"), device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    for x, n in ((q, sum(lq)), (k, sum(lk)), (v, sum(lk))):
+        x[:n] = torch.randn(n, *x.shape[1:], device="cuda", dtype=torch.bfloat16)
+    return (*cu, q, k, v)
+
+
+def _check_varlen_gpu(out, lse, cu_q, cu_k, q, k, v, causal):
+    """out and lse of the packed sequences against test_attention's float64 reference."""
+    from .test_attention import check, reference
+    n, nk = int(cu_q[-1]), int(cu_k[-1])
+    qn, kn, vn = (x.float().cpu().numpy() for x in (q[:n], k[:nk], v[:nk]))
+    ref, ref_lse = reference(qn, kn, vn, causal, q.shape[-1] ** -0.5, cu_q.cpu().numpy(), cu_k.cpu().numpy())
+    check(out[:n].float().cpu().numpy(), lse[:, :n].cpu().numpy(), ref, ref_lse, vn, "bf16")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("D", [64, 128, 256])
+@pytest.mark.parametrize("causal", [False, True])
+def test_prefill_sm90_varlen_nan_tail_gpu(D, causal):
+    """Variable lengths with NaN in every row past the last sequence (q, k, v; 300 rows, more than a
+    tile: the maps cover them) at odd lengths, with max_seqlen_q (nothing read on the host; the second
+    call keeps the plan and gives the same result) and without (read and checked)."""
+    from kcompiler import ops
+    lq, lk = [300, 0, 1000, 77, 1], [301, 5, 1200, 63, 129]
+    cu_q, cu_k, q, k, v = _varlen_gpu_inputs(lq, lk, 4, 2, D, 300)
+    for mx in (None, max(lq)):
+        out, lse = ops.attention(q, k, v, causal=causal, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=mx,
+                                 return_lse=True, path="sm90")
+        _check_varlen_gpu(out, lse, cu_q, cu_k, q, k, v, causal)
+    assert len(ops_attention.PLANS) == 1
+    again, lse2 = ops.attention(q, k, v, causal=causal, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=max(lq),
+                                return_lse=True, path="sm90")
+    assert len(ops_attention.PLANS) == 1
+    n = sum(lq)
+    assert again[:n].equal(out[:n]) and lse2[:, :n].equal(lse[:, :n])
+
+
+@pytest.mark.gpu
+def test_prefill_sm90_varlen_cuda_graph_gpu():
+    """With max_seqlen_q the varlen call reads nothing on the host, so torch.cuda.graph captures it;
+    replayed after the offsets (same count) and the inputs change in place, it is right for the new
+    ones. Offsets out of range (negative, past the rows, decreasing, a sequence longer than
+    max_seqlen_q) raise nothing and leave the memory around O and the LSE untouched (guard regions on
+    both sides)."""
+    import torch
+
+    from kcompiler import ops
+    lq, lk = [129, 0, 64, 333], [200, 7, 64, 333]
+    cu_q, cu_k, q, k, v = _varlen_gpu_inputs(lq, lk, 4, 1, 128, 64)
+    kw = dict(causal=True, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=400, return_lse=True)
+    for _ in range(2):
+        ops.attention(q, k, v, **kw)  # compiled and planned before the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out, lse = ops.attention(q, k, v, **kw)
+    graph.replay()
+    torch.cuda.synchronize()
+    _check_varlen_gpu(out, lse, cu_q, cu_k, q, k, v, True)
+    lq2, lk2 = [400, 1, 0, 125], [3, 300, 0, 301]
+    cu_q2, cu_k2, q2, k2, v2 = _varlen_gpu_inputs(lq2, lk2, 4, 1, 128, 64)
+    for x, y in ((cu_q, cu_q2), (cu_k, cu_k2), (q, q2), (k, k2), (v, v2)):
+        x.copy_(y)
+    graph.replay()
+    torch.cuda.synchronize()
+    _check_varlen_gpu(out, lse, cu_q, cu_k, q, k, v, True)
+    n, m = q.numel(), lse.numel()
+    o_guard = torch.full((3 * n,), 7.0, device="cuda", dtype=torch.bfloat16)
+    l_guard = torch.full((3 * m,), 7.0, device="cuda", dtype=torch.float32)
+    plan = next(iter(ops_attention.PLANS.values()))
+    bad_q = torch.tensor([0, 500, 100, -50, 9999], dtype=torch.int32, device="cuda")
+    bad_k = torch.tensor([-9, 600, 3, 100000, 2], dtype=torch.int32, device="cuda")
+    plan.run(q, k, v, o_guard[n:2 * n].view(q.shape), l_guard[m:2 * m].view(lse.shape), bad_q, bad_k)
+    torch.cuda.synchronize()
+    for g, size in ((o_guard, n), (l_guard, m)):
+        assert (g[:size] == 7.0).all() and (g[2 * size:] == 7.0).all()
+
+
 def test_path_choice_errors():
     """path is 'auto', 'sm90' or 'fa2'; 'sm90' where the Hopper kernel cannot run is a RuntimeError that
     says why (here: the CPU target without the emulation, D 96), not a silent fallback."""
