@@ -109,16 +109,10 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | No
         return attention_fp8(q, k, v, causal=causal, scale=scale, layout=layout, return_lse=return_lse, tiles=tiles,
                              target=target, descale_q=descale_q, descale_k=descale_k, descale_v=descale_v,
                              out_dtype=out_dtype)
-    key = None
     varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
-    if path != "fa2" and (not varlen or max_seqlen_q is not None):
-        key = _sm90_plan_key(q, k, v, causal, scale, layout, tiles, path, target,
-                             _varlen_key(cu_seqlens_q, cu_seqlens_k, max_seqlen_q) if varlen else None)
-        plan = PLANS.get(key) if key is not None else None
-        if plan is not None:
-            got = plan(q, k, v, cu_seqlens_q, cu_seqlens_k)
-            if got is not None:
-                return got if return_lse else got[0]
+    key, got = _planned(q, k, v, causal, scale, layout, tiles, path, target, cu_seqlens_q, cu_seqlens_k, max_seqlen_q)
+    if got is not None:
+        return got if return_lse else got[0]
     fn = "attention"
     src = query_type(q, fn)
     check_same("k", k, src, fn)
@@ -355,6 +349,20 @@ def _bhsd_view(x: Any, layout: str, varlen: bool) -> Any:
 #: (by address) at each call.
 PLANS: "OrderedDict[tuple, _Sm90Plan]" = OrderedDict()
 _PLANS_MAX = 256
+
+
+def _planned(q: Any, k: Any, v: Any, causal: bool, scale: Any, layout: str, tiles: Any, path: str, target: str,
+             cu_q: Any, cu_k: Any, max_seqlen_q: Any) -> tuple[tuple | None, tuple | None]:
+    """:func:`attention`'s prepared call: the key of a call the Hopper path may keep (:data:`PLANS`: not
+    on path 'fa2', nor with variable lengths but no ``max_seqlen_q``; None where it may not) and, where
+    PLANS holds a plan for it that takes these arrays, its (out, lse) (else None)."""
+    varlen = cu_q is not None or cu_k is not None
+    if path == "fa2" or (varlen and max_seqlen_q is None):
+        return None, None
+    key = _sm90_plan_key(q, k, v, causal, scale, layout, tiles, path, target,
+                         _varlen_key(cu_q, cu_k, max_seqlen_q) if varlen else None)
+    plan = PLANS.get(key) if key is not None else None
+    return key, None if plan is None else plan(q, k, v, cu_q, cu_k)
 
 
 def _varlen_key(cu_q: Any, cu_k: Any, max_seqlen_q: Any) -> tuple | None:
