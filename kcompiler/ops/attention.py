@@ -60,7 +60,17 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | No
       q, LSE (B, Hq, Sq); ``layout='bhsd'`` (torch SDPA's): q (B, Hq, Sq, D), k and v (B, Hkv, Sk, D).
     - variable lengths (``cu_seqlens_q`` and ``cu_seqlens_k``, int32 of length B + 1: the sequences
       packed along the first axis, FlashAttention's varlen): q (total_q, Hq, D), k and v (total_k, Hkv,
-      D), LSE (Hq, total_q); ``max_seqlen_q`` is read off cu_seqlens_q when not given.
+      D), LSE (Hq, total_q); rows of the result and of the LSE past cu_seqlens_q[B] are left as
+      allocated. Without ``max_seqlen_q`` the offsets are read on the host (a copy from the device,
+      which waits for it) and checked: ValueError unless they start at 0, do not decrease and end
+      within q's and k's rows; the longest query sequence is then ``max_seqlen_q``. With
+      ``max_seqlen_q`` on the Hopper path nothing is read on the host (no wait; a CUDA graph can
+      capture the call) and the caller promises what flash_attn_varlen_func's does: cu_seqlens_q and
+      cu_seqlens_k on q's device (or copied there), starting at 0, non-decreasing, ending within q's
+      and k's rows, and no query sequence longer than ``max_seqlen_q`` (rows of a longer one past it
+      are not written). Offsets that break the promise give unspecified values, but no access outside
+      q, k, v, the result or the LSE (the kernel cuts each sequence to the rows there are). The other
+      paths read and check the offsets in any case.
 
     q, k and v: f16 or bf16 (tensor cores on NVIDIA sm_80+), or f32 (the SIMT path), one dtype; numpy
     in, numpy out; torch in, torch out. ``causal`` masks FlashAttention's way, bottom-right aligned:
@@ -86,18 +96,15 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | No
     ``scale * descale_q * descale_k * q k^T``, the result times ``descale_v``, of ``out_dtype`` ('bf16'
     or 'f16'; these four are ignored for 16-bit inputs).
 
-    A call on the Hopper path without variable lengths keeps its host work (:data:`PLANS`): a later
-    call on arrays of the same kinds, shapes, dtypes and devices, with the same options, checks
-    contiguity and alignment, allocates the result and launches, without the other checks and
-    choices."""
-    key = None
-    if cu_seqlens_q is None and cu_seqlens_k is None and path != "fa2":  # a prepared call first (no FP8 one)
-        key = _sm90_plan_key(q, k, v, causal, scale, layout, tiles, path, target)
-        plan = PLANS.get(key) if key is not None else None
-        if plan is not None:
-            got = plan(q, k, v)
-            if got is not None:
-                return got if return_lse else got[0]
+    A call on the Hopper path keeps its host work (:data:`PLANS`; with variable lengths only where
+    ``max_seqlen_q`` is given): a later call on arrays of the same kinds, shapes, dtypes and devices,
+    with the same options (and the same number of sequences and ``max_seqlen_q``), checks contiguity
+    and alignment (and that cu_seqlens are int32 arrays of q's kind and device), allocates the result
+    and launches, without the other checks and choices."""
+    varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
+    key, got = _planned(q, k, v, causal, scale, layout, tiles, path, target, cu_seqlens_q, cu_seqlens_k, max_seqlen_q)
+    if got is not None:  # a prepared call (there is none for FP8)
+        return got if return_lse else got[0]
     if is_fp8(q):
         if cu_seqlens_q is not None or cu_seqlens_k is not None:
             raise ValueError("attention: FP8 attention takes no variable lengths (cu_seqlens) yet")
@@ -110,7 +117,6 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | No
     src = query_type(q, fn)
     check_same("k", k, src, fn)
     check_same("v", v, src, fn)
-    varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
     if varlen and (cu_seqlens_q is None or cu_seqlens_k is None):
         raise ValueError(f"{fn}: variable lengths need both cu_seqlens_q and cu_seqlens_k")
     if layout not in ("bshd", "bhsd"):
@@ -130,17 +136,19 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | No
     scale = p.D ** -0.5 if scale is None else scale
     if path == "sm90" or (path == "auto" and (tiles is None or "WARPS" not in tiles)):
         tgt = target_for(q, target)
-        why = attention_sm90_reason_not(q, k, v, out, p.D, p.Sk, p.ends is not None, tgt)
+        why = attention_sm90_reason_not(q, k, v, out, p.D, p.Sk, p.varlen, tgt)
         if why is None:
             plan = _Sm90Plan(q, p, layout, causal, scale, tiles, tgt)
-            plan.run(q, k, v, out, lse, p.ends)
-            if key is not None and p.ends is None and not capturing(q):
+            plan.run(q, k, v, out, lse, p.cq, p.ck)
+            if key is not None and not capturing(q):
                 PLANS[key] = plan
                 if len(PLANS) > _PLANS_MAX:
                     PLANS.popitem(last=False)
             return (out, lse) if return_lse else out
         if path == "sm90":
             raise RuntimeError(f"{fn}: the Hopper path cannot run here: {why}")
+    if p.varlen and not p.checked:
+        _check_cu_seqlens(p, fn)  # std.attention trusts them: read and checked on the host
     _attention_fa2(q, k, v, out, lse, p, causal, scale, tiles, target_for(q, target), fn)
     return (out, lse) if return_lse else out
 
@@ -148,9 +156,10 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | No
 @dataclasses.dataclass
 class _Prefill:
     """The shapes of an :func:`attention` call: batch entries, query and KV heads, query and key
-    lengths (Sk 0 with varlen), head dimension; the kernel's cu_seqlens arrays, element strides of q,
-    k and out (``q_sb``... by batch entry, sequence position, head) and of the LSE; varlen's rows of q
-    and of k used (``ends``; None without)."""
+    lengths (varlen: Sq the longest query sequence, Sk 0), head dimension; the kernel's cu_seqlens
+    arrays, element strides of q, k and out (``q_sb``... by batch entry, sequence position, head) and
+    of the LSE; ``varlen``; varlen's rows of q and of k (``rows``: the packed tensors' first axis); and
+    whether cu_seqlens were read on the host and checked (``checked``)."""
 
     B: int
     H: int
@@ -164,13 +173,16 @@ class _Prefill:
     lse_shape: tuple
     l_sb: int
     l_sh: int
-    ends: tuple[int, int] | None
+    varlen: bool = False
+    rows: tuple[int, int] = (0, 0)
+    checked: bool = False
 
 
 def _prefill_shapes(q: Any, k: Any, v: Any, cu_q: Any, cu_k: Any, max_seqlen_q: int | None, layout: str,
                     fn: str) -> _Prefill:
     """:func:`attention`'s shapes of q, k and v (contiguous), checked: ValueError where they do not
-    match."""
+    match. Variable lengths: cu_seqlens are read on the host and checked (:func:`_check_cu_seqlens`)
+    only without ``max_seqlen_q``, which is then the longest query sequence."""
     varlen = cu_q is not None
     rank = 3 if varlen else 4
     for name, x in (("q", q), ("k", k), ("v", v)):
@@ -180,22 +192,20 @@ def _prefill_shapes(q: Any, k: Any, v: Any, cu_q: Any, cu_k: Any, max_seqlen_q: 
     if tuple(k.shape) != tuple(v.shape):
         raise ValueError(f"{fn}: k and v must have one shape, not {tuple(k.shape)} and {tuple(v.shape)}")
     D = q.shape[-1]
-    ends = None
     if varlen:
         (tq, H, _), (tk, HK, Dk) = tuple(q.shape), tuple(k.shape)
         cq = index_array(cu_q, q, "cu_seqlens_q", fn)
         B = cq.shape[0] - 1
+        if B < 1:
+            raise ValueError(f"{fn}: cu_seqlens_q must hold B + 1 offsets for B >= 1 sequences, not {B + 1}")
         ck = index_array(cu_k, q, "cu_seqlens_k", fn, B + 1)
-        hq_, hk_ = host_ints(cq), host_ints(ck)
-        if B < 1 or hq_[0] != 0 or hk_[0] != 0 or (np.diff(hq_) < 0).any() or (np.diff(hk_) < 0).any() \
-                or hq_[-1] > tq or hk_[-1] > tk:
-            raise ValueError(f"{fn}: cu_seqlens must start at 0, not decrease, and end within q's {tq} and "
-                             f"k's {tk} rows")
-        Sq = int(max_seqlen_q) if max_seqlen_q is not None else int(np.diff(hq_).max())
-        Sk = 0
+        if max_seqlen_q is not None and int(max_seqlen_q) < 0:
+            raise ValueError(f"{fn}: max_seqlen_q must be >= 0, not {max_seqlen_q}")
         strides = dict(q_sb=0, q_ss=H * D, q_sh=D, k_sb=0, k_ss=HK * D, k_sh=D, o_sb=0, o_ss=H * D, o_sh=D)
-        lse_shape, l_sb, l_sh = (H, tq), 0, tq
-        ends = (int(hq_[-1]), int(hk_[-1]))
+        p = _Prefill(int(B), int(H), int(HK), 0 if max_seqlen_q is None else int(max_seqlen_q), 0, int(D), cq, ck,
+                     strides, (H, tq), 0, tq, varlen=True, rows=(int(tq), int(tk)))
+        if max_seqlen_q is None:
+            p.Sq = _check_cu_seqlens(p, fn)
     else:
         if layout == "bshd":
             (B, Sq, H, _), (Bk, Sk, HK, Dk) = tuple(q.shape), tuple(k.shape)
@@ -208,12 +218,25 @@ def _prefill_shapes(q: Any, k: Any, v: Any, cu_q: Any, cu_k: Any, max_seqlen_q: 
         if Bk != B:
             raise ValueError(f"{fn}: q has {B} batch entries but k has {Bk}")
         cq = ck = _common.zeros_i32(q)  # not read without VARLEN
-        lse_shape, l_sb, l_sh = (B, H, Sq), H * Sq, Sq
+        p = _Prefill(int(B), int(H), int(HK), int(Sq), int(Sk), int(D), cq, ck, strides, (B, H, Sq), H * Sq, Sq)
     if Dk != D:
         raise ValueError(f"{fn}: q's head dimension is {D} but k's is {Dk}")
     if HK == 0 or H % HK:
         raise ValueError(f"{fn}: q's {H} heads must be a multiple of k's {HK} (grouped-query attention)")
-    return _Prefill(int(B), int(H), int(HK), int(Sq), int(Sk), int(D), cq, ck, strides, lse_shape, l_sb, l_sh, ends)
+    return p
+
+
+def _check_cu_seqlens(p: _Prefill, fn: str) -> int:
+    """Reads varlen's cu_seqlens on the host (a copy from the device, which waits for it) and checks
+    them: ValueError unless both start at 0, do not decrease and end within q's and k's rows. Returns
+    the longest query sequence; marks ``p`` checked."""
+    hq, hk = host_ints(p.cq), host_ints(p.ck)
+    tq, tk = p.rows
+    if hq[0] != 0 or hk[0] != 0 or (np.diff(hq) < 0).any() or (np.diff(hk) < 0).any() or hq[-1] > tq or hk[-1] > tk:
+        raise ValueError(f"{fn}: cu_seqlens must start at 0, not decrease, and end within q's {tq} and "
+                         f"k's {tk} rows")
+    p.checked = True
+    return int(np.diff(hq).max())
 
 
 def _attention_fa2(q: Any, k: Any, v: Any, out: Any, lse: Any, p: _Prefill, causal: bool, scale: float,
@@ -245,7 +268,7 @@ def _attention_fa2(q: Any, k: Any, v: Any, out: Any, lse: Any, p: _Prefill, caus
         fq, fk, fv, fo, flat(lse, 1), p.cq, p.ck, p.Sq, p.Sk, p.H // p.HK,
         s["q_sb"], s["q_ss"], s["q_sh"], s["k_sb"], s["k_ss"], s["k_sh"], s["k_sb"], s["k_ss"], s["k_sh"],
         s["o_sb"], s["o_ss"], s["o_sh"], p.l_sb, p.l_sh, np.float32(scale),
-        T=src.name, D=D, CAUSAL=bool(causal), VARLEN=p.ends is not None, ALIGNED=aligned,
+        T=src.name, D=D, CAUSAL=bool(causal), VARLEN=p.varlen, ALIGNED=aligned,
         shared=attention_shared_bytes(t, D, src.size, tensor_cores, mfma), stream=_common.stream_of(q), **t)
 
 
@@ -273,12 +296,14 @@ ATTENTION_SM90_TILES = {(128, False): dict(BN=128, STAGES=2, OVERLAP=False, PING
                         (256, True): dict(BN=64, STAGES=2, OVERLAP=False, PINGPONG=False, RESCALE_SKIP=True)}
 
 
-def attention_sm90_shared_bytes(tiles: dict[str, Any], head_dim: int, itemsize: int = 2) -> int:
+def attention_sm90_shared_bytes(tiles: dict[str, Any], head_dim: int, itemsize: int = 2, varlen: bool = False) -> int:
     """Dynamic shared memory of std.attention_sm90 in bytes (the formula stated in
     stdlib/attention_sm90.kc): Q's BM = 64 * CONSUMERS rows (CONSUMERS default 2) and STAGES tiles of BN
-    rows of K and of V, D elements each, then 3 + 4 * STAGES mbarriers."""
+    rows of K and of V, D elements each, then 3 + 4 * STAGES mbarriers, one more with ``varlen``
+    (VARLEN's edge tile of V)."""
     bm = 64 * tiles.get("CONSUMERS", 2)
-    return (bm + 2 * tiles["STAGES"] * tiles["BN"]) * head_dim * itemsize + 8 * (3 + 4 * tiles["STAGES"])
+    nbar = 3 + 4 * tiles["STAGES"] + int(varlen)
+    return (bm + 2 * tiles["STAGES"] * tiles["BN"]) * head_dim * itemsize + 8 * nbar
 
 
 def _attention_sm90_module(target: str) -> Any:
@@ -291,15 +316,16 @@ def attention_sm90_reason_not(q: Any, k: Any, v: Any, out: Any, head_dim: int, s
                               target: str = "auto") -> str | None:
     """Why :func:`attention`'s Hopper path cannot compute this attention, or None when it can: it
     needs a target with wgmma (an sm_90 GPU; the CPU target's emulation for tests), f16 or bf16, D 64,
-    128 or 256 (those of :data:`ATTENTION_SM90_TILES`), arrays the tensor maps can describe (device arrays on a GPU, numpy on the CPU target; 16-byte
-    aligned rows) and keys (Sk > 0)."""
+    128 or 256 (those of :data:`ATTENTION_SM90_TILES`), arrays the tensor maps can describe (device
+    arrays on a GPU, numpy on the CPU target; 16-byte aligned rows) and keys (``seqlen_k`` > 0; with
+    ``varlen``, k's rows: the packed tensors' first axis)."""
     t = arrays.array_scalar_type(q)
     if t is None or t.name not in ("f16", "bf16"):
         return "the Hopper path computes f16 and bf16"
     if head_dim not in {d for d, _ in ATTENTION_SM90_TILES}:
         return f"the Hopper path takes D = {' or '.join(map(str, sorted({d for d, _ in ATTENTION_SM90_TILES})))}, " \
                f"not {head_dim}"
-    if not varlen and seqlen_k == 0:
+    if (k.shape[0] if varlen else seqlen_k) == 0:
         return "no keys: a tensor map describes no empty tensor"
     why = hopper_reason_not("attention_sm90", lambda: _attention_sm90_module(target), target, (q, k, v, out))
     if why is None and (any(data_ptr(flat(x, 1)) % 16 for x in (q, k, v)) or data_ptr(flat(out, 1)) % 4):
@@ -307,11 +333,10 @@ def attention_sm90_reason_not(q: Any, k: Any, v: Any, out: Any, head_dim: int, s
     return why
 
 
-def _bhsd_view(x: Any, layout: str, end: int | None) -> Any:
+def _bhsd_view(x: Any, layout: str, varlen: bool) -> Any:
     """``x`` as a (B, H, S, D) view for a tensor map: bshd transposed; varlen (total, H, D) as one batch
-    entry of its first ``end`` rows (at least one: a map has no empty axis)."""
-    if end is not None:
-        x = x[:max(end, 1)]
+    entry of all its rows (the kernel bounds each sequence by cu_seqlens)."""
+    if varlen:
         return x.permute(1, 0, 2)[None] if arrays.is_torch_tensor(x) else x.transpose(1, 0, 2)[None]
     if layout == "bhsd":
         return x
@@ -320,22 +345,50 @@ def _bhsd_view(x: Any, layout: str, end: int | None) -> Any:
 
 #: Prepared calls of :func:`attention` on the Hopper path (:class:`_Sm90Plan`) by :func:`_sm90_plan_key`,
 #: the least recently made dropped past 256. A plan holds no array but the kernel's unused cu_seqlens
-#: stand-ins; its tensor maps come from runtime.tensormap's cache (by address) at each call.
+#: stand-ins (dense calls; varlen ones pass theirs); its tensor maps come from runtime.tensormap's cache
+#: (by address) at each call.
 PLANS: "OrderedDict[tuple, _Sm90Plan]" = OrderedDict()
 _PLANS_MAX = 256
 
 
+def _planned(q: Any, k: Any, v: Any, causal: bool, scale: Any, layout: str, tiles: Any, path: str, target: str,
+             cu_q: Any, cu_k: Any, max_seqlen_q: Any) -> tuple[tuple | None, tuple | None]:
+    """:func:`attention`'s prepared call: the key of a call the Hopper path may keep (:data:`PLANS`: not
+    on path 'fa2', nor with variable lengths but no ``max_seqlen_q``; None where it may not) and, where
+    PLANS holds a plan for it that takes these arrays, its (out, lse) (else None)."""
+    varlen = cu_q is not None or cu_k is not None
+    if path == "fa2" or (varlen and max_seqlen_q is None):
+        return None, None
+    key = _sm90_plan_key(q, k, v, causal, scale, layout, tiles, path, target,
+                         _varlen_key(cu_q, cu_k, max_seqlen_q) if varlen else None)
+    plan = PLANS.get(key) if key is not None else None
+    return key, None if plan is None else plan(q, k, v, cu_q, cu_k)
+
+
+def _varlen_key(cu_q: Any, cu_k: Any, max_seqlen_q: Any) -> tuple | None:
+    """What a prepared varlen call's key (:func:`_sm90_plan_key`) holds of its variable lengths: the
+    number of sequences B (from cu_seqlens_q's length: nothing is read) and ``max_seqlen_q``; None
+    where one of cu_seqlens is missing (the checks then say so)."""
+    if cu_q is None or cu_k is None:
+        return None
+    try:
+        return "varlen", len(cu_q) - 1, int(max_seqlen_q)
+    except (TypeError, ValueError):
+        return None
+
+
 def _sm90_plan_key(q: Any, k: Any, v: Any, causal: bool, scale: Any, layout: str, tiles: Any, path: str,
-                   target: str) -> tuple | None:
+                   target: str, varlen: tuple | None = None) -> tuple | None:
     """The key of a prepared Hopper-path call (:data:`PLANS`): the arrays' kinds, shapes, dtypes and
-    devices, the options, and the default tiles of (D, causal) (so that a change of
-    :data:`ATTENTION_SM90_TILES` takes effect); None where something is not hashable or not an array."""
+    devices, the options, the default tiles of (D, causal) (so that a change of
+    :data:`ATTENTION_SM90_TILES` takes effect) and, for variable lengths, ``varlen``
+    (:func:`_varlen_key`); None where something is not hashable or not an array."""
     try:
         d = q.shape[-1]
         tkey = None if tiles is None else tuple(sorted(tiles.items()))
         dflt = ATTENTION_SM90_TILES.get((d, bool(causal)))
         return plan_key("attention", (q, k, v), (bool(causal), scale, layout, tkey, path, target,
-                                                 None if dflt is None else tuple(dflt.items())))
+                                                 None if dflt is None else tuple(dflt.items()), varlen))
     except (AttributeError, TypeError, IndexError):
         return None
 
@@ -344,10 +397,13 @@ class _Sm90Plan:
     """The launch of std.attention_sm90 for one shape (:func:`attention` checked the arguments): the
     tiles, grid, block, shared memory, scalars and compile-time values, fixed at the first call.
     ``run`` launches on checked arrays; calling the plan checks what its key does not say (contiguity,
-    16-byte alignment on a GPU), allocates O and the LSE and runs (None: not for this plan)."""
+    16-byte alignment on a GPU; varlen: cu_seqlens int32 arrays of B + 1 elements of the plan's kind,
+    contiguous), allocates O and the LSE and runs (None: not for this plan). Variable lengths: the
+    tensor maps cover all rows of q, k and v, and the kernel gets their counts as seqlen_q and
+    seqlen_k, to which it cuts each sequence (stdlib/attention_sm90.kc)."""
 
     __slots__ = ("kind", "launch", "scalars", "kw", "maps", "boxes", "layout", "cq", "ck", "shapes", "dtypes",
-                 "cuda", "descale")
+                 "cuda", "descale", "varlen", "ncu")
 
     def __init__(self, q: Any, p: _Prefill, layout: str, causal: bool, scale: float, tiles: dict | None,
                  target: str):
@@ -359,47 +415,60 @@ class _Sm90Plan:
         s = p.strides
         self.kind = ArrayKind(q)
         self.cuda = self.kind.cuda
-        self.kw = dict(T=arrays.array_scalar_type(q).name, D=p.D, CAUSAL=bool(causal), VARLEN=p.ends is not None, **t)
+        lens = p.rows if p.varlen else (p.Sq, p.Sk)
+        self.scalars = (*lens, p.H // p.HK, s["o_sb"], s["o_ss"], s["o_sh"], p.l_sb, p.l_sh, np.float32(scale))
+        self.kw = dict(T=arrays.array_scalar_type(q).name, D=p.D, CAUSAL=bool(causal), VARLEN=p.varlen, **t)
         self.launch = mod.attention_prefill_sm90[(-(-p.Sq // (64 * c)), p.H, p.B), 128 * (c + 1)].bind(
-            shared=attention_sm90_shared_bytes(t, p.D), **self.kw)
-        self.scalars = (p.Sq, p.Sk, p.H // p.HK, s["o_sb"], s["o_ss"], s["o_sh"], p.l_sb, p.l_sh, np.float32(scale))
+            shared=attention_sm90_shared_bytes(t, p.D, varlen=p.varlen), **self.kw)
         self.maps: OrderedDict[tuple, tuple] = OrderedDict()
         self.boxes = (64 * c, t["BN"], t["BN"])
         self.layout = layout
-        self.cq, self.ck = p.cq, p.ck
+        self.varlen, self.ncu = p.varlen, p.B + 1
+        self.cq, self.ck = (None, None) if p.varlen else (p.cq, p.ck)
         self.descale = _common.const_f32(1.0, 1, q)  # FP8's descale factors: not read for 16-bit T
         self.shapes = (tuple(q.shape), p.lse_shape)
         self.dtypes = (self.kind.dtype(self.kw["T"]), self.kind.dtype("f32"))
 
-    def run(self, q: Any, k: Any, v: Any, out: Any, lse: Any, ends: tuple[int, int] | None = None) -> None:
-        """Launch on ``q``, ``k``, ``v`` (contiguous, of the plan's shapes; varlen's used rows ``ends``),
-        writing ``out`` and ``lse``."""
+    def run(self, q: Any, k: Any, v: Any, out: Any, lse: Any, cq: Any = None, ck: Any = None) -> None:
+        """Launch on ``q``, ``k``, ``v`` (contiguous, of the plan's shapes; varlen: with its int32
+        cu_seqlens ``cq`` and ``ck`` of the kind), writing ``out`` and ``lse``."""
         if self.cuda:  # O and the LSE come from torch.empty: contiguous and aligned
-            key = (q.data_ptr(), k.data_ptr(), v.data_ptr(), ends)
+            key = (q.data_ptr(), k.data_ptr(), v.data_ptr())
             maps = self.maps.get(key)
             if maps is None:
-                maps = self.maps[key] = self._maps(q, k, v, ends)
+                maps = self.maps[key] = self._maps(q, k, v)
                 if len(self.maps) > 8:
                     self.maps.popitem(last=False)
         else:
-            maps, out, lse = self._maps(q, k, v, ends), flat(out, 1), flat(lse, 1)
-        self.launch(*maps, out, lse, self.cq, self.ck, *self.scalars, self.descale, stream=self.kind.stream())
+            maps, out, lse = self._maps(q, k, v), flat(out, 1), flat(lse, 1)
+        if not self.varlen:
+            cq, ck = self.cq, self.ck
+        self.launch(*maps, out, lse, cq, ck, *self.scalars, self.descale, stream=self.kind.stream())
 
-    def _maps(self, q: Any, k: Any, v: Any, ends: tuple[int, int] | None) -> tuple:
+    def _maps(self, q: Any, k: Any, v: Any) -> tuple:
         """The tensor maps of q, k and v (by runtime.tensormap's cache: the encoding depends on the
         address, shape, strides and dtype; the plan fixes all but the address)."""
-        return tuple(cached_tensor_map(_bhsd_view(x, self.layout, None if ends is None else ends[i > 0]),
-                                       (1, 1, box, 64)) for i, (x, box) in enumerate(zip((q, k, v), self.boxes)))
+        return tuple(cached_tensor_map(_bhsd_view(x, self.layout, self.varlen), (1, 1, box, 64))
+                     for x, box in zip((q, k, v), self.boxes))
 
-    def __call__(self, q: Any, k: Any, v: Any) -> tuple | None:
+    def _cu(self, x: Any) -> bool:
+        """Whether varlen's ``x`` can go to the kernel as it is: a contiguous int32 array of the plan's
+        kind (and device) of B + 1 elements."""
+        if not self.kind.holds(x) or tuple(x.shape) != (self.ncu,) or not self.kind.contiguous(x):
+            return False
+        return x.dtype == self.kind.dtype("i32")
+
+    def __call__(self, q: Any, k: Any, v: Any, cq: Any = None, ck: Any = None) -> tuple | None:
         ok = self.kind.contiguous
         if not (ok(q) and ok(k) and ok(v)):
             return None
         if self.cuda and (q.data_ptr() | k.data_ptr() | v.data_ptr()) % 16:
             return None
+        if self.varlen and not (self._cu(cq) and self._cu(ck)):
+            return None
         out = self.kind.empty(self.shapes[0], self.dtypes[0])
         lse = self.kind.empty(self.shapes[1], self.dtypes[1])
-        self.run(q, k, v, out, lse)
+        self.run(q, k, v, out, lse, cq, ck)
         return out, lse
 
 

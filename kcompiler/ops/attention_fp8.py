@@ -118,8 +118,8 @@ def attention_fp8(q: Any, k: Any, v: Any, *, causal: bool, scale: float | None, 
     if tiles is not None:
         t.update(tiles)
     c = t.get("CONSUMERS", 2)
-    maps = [cached_tensor_map(_bhsd_view(q, layout, None), (1, 1, 64 * c, 128)),
-            cached_tensor_map(_bhsd_view(k, layout, None), (1, 1, t["BN"], 128)),
+    maps = [cached_tensor_map(_bhsd_view(q, layout, False), (1, 1, 64 * c, 128)),
+            cached_tensor_map(_bhsd_view(k, layout, False), (1, 1, t["BN"], 128)),
             cached_tensor_map(vt, (1, 1, p.D, 128))]
     mod.attention_prefill_sm90[(-(-p.Sq // (64 * c)), p.H, p.B), 128 * (c + 1)](
         *maps, flat(out, 1), flat(lse, 1), p.cq, p.ck, p.Sq, p.Sk, p.H // p.HK, s["o_sb"], s["o_ss"], s["o_sh"],

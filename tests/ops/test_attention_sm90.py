@@ -269,7 +269,8 @@ def test_prefill_sm90_plans_emulated(monkeypatch, emulated):
 
 def test_prefill_sm90_varlen_emulated(monkeypatch, emulated):
     """Variable lengths: packed sequences (one empty, one longer than a tile), causal, GQA; the rows a
-    box reads past a sequence belong to the next one and must be masked or left unstored."""
+    box reads past a sequence belong to the next one, or past the last one are NaN, and must be masked,
+    zeroed (V) or left unstored."""
     from kcompiler import ops
 
     from .test_attention import check, reference
@@ -280,13 +281,89 @@ def test_prefill_sm90_varlen_emulated(monkeypatch, emulated):
     q = RNG.standard_normal((cu_q[-1] + 3, 4, 64)).astype(ml_dtypes.bfloat16)  # 3 rows past the last sequence
     k = RNG.standard_normal((cu_k[-1] + 5, 2, 64)).astype(ml_dtypes.bfloat16)
     v = RNG.standard_normal((cu_k[-1] + 5, 2, 64)).astype(ml_dtypes.bfloat16)
-    k[cu_k[-1]:] = np.nan  # never read: the tensor maps end at the last sequence
+    k[cu_k[-1]:] = np.nan  # read by the last sequence's tiles (the maps cover all rows): must not leak
     v[cu_k[-1]:] = np.nan
     out, lse = ops.attention(q, k, v, causal=True, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, return_lse=True,
                              path="sm90", target="cpu")
     n = cu_q[-1]
     ref, ref_lse = reference(q[:n], k, v, True, 64 ** -0.5, cu_q, cu_k)
     check(out[:n], lse[:, :n], ref, ref_lse, v[:cu_k[-1]], "bf16")
+
+
+
+def packed_with_nan_tails(lq, lk, H, HK, D, tail_q, tail_k):
+    """Packed bf16 q, k, v of sequences of ``lq`` queries and ``lk`` keys (int32 cu_seqlens), with
+    ``tail_q`` / ``tail_k`` rows of NaN past the last sequence (a buffer longer than the total, as
+    torch.empty may leave it)."""
+    cu_q = np.concatenate([[0], np.cumsum(lq)]).astype(np.int32)
+    cu_k = np.concatenate([[0], np.cumsum(lk)]).astype(np.int32)
+    q = RNG.standard_normal((cu_q[-1] + tail_q, H, D)).astype(ml_dtypes.bfloat16)
+    k = RNG.standard_normal((cu_k[-1] + tail_k, HK, D)).astype(ml_dtypes.bfloat16)
+    v = RNG.standard_normal((cu_k[-1] + tail_k, HK, D)).astype(ml_dtypes.bfloat16)
+    q[cu_q[-1]:], k[cu_k[-1]:], v[cu_k[-1]:] = np.nan, np.nan, np.nan
+    return cu_q, cu_k, q, k, v
+
+
+@pytest.mark.parametrize("causal,max_given,tiles", [
+    (True, True, None), (False, False, None),
+    pytest.param(False, True, dict(OVERLAP=True, PINGPONG=True), marks=pytest.mark.slow(sample=0)),
+    pytest.param(True, False, dict(BN=64, STAGES=3, MASK_SELECT=False), marks=pytest.mark.slow(sample=0))],
+    ids=["causal-max_seqlen_q", "full-read", "full-max_seqlen_q-overlap-pingpong", "causal-read-bn64-3stages-if-mask"])
+def test_prefill_sm90_varlen_nan_tail_emulated(monkeypatch, emulated, causal, max_given, tiles):
+    """The tensor maps cover all rows of the packed q, k and v, so the last sequence's last tile of keys
+    (60 keys: BN 128) reads 68 rows of NaN past it, and its query tile NaN rows of q: P is 0 for those
+    keys but 0 * NaN is NaN, so the kernel zeroes V's rows past the sequence in shared memory (and
+    masks K's scores by a select). Odd lengths (an empty sequence, one of 131 keys: two tiles, the
+    second reading the next sequence's rows); with max_seqlen_q (nothing read on the host) and without
+    (read and checked); other tiles (the consumers' other forms, 3 stages of BN 64, the mask by ifs);
+    against a float64 reference per sequence."""
+    from kcompiler import ops
+
+    from .test_attention import check, reference
+    monkeypatch.setattr(ops_attention, "_attention_sm90_module", lambda target: emulated)
+    lq, lk = [7, 0, 37], [131, 3, 60]
+    cu_q, cu_k, q, k, v = packed_with_nan_tails(lq, lk, 2, 1, 64, 100, 70)
+    out, lse = ops.attention(q, k, v, causal=causal, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, return_lse=True,
+                             max_seqlen_q=max(lq) if max_given else None, tiles=tiles, path="sm90", target="cpu")
+    n, nk = cu_q[-1], cu_k[-1]
+    ref, ref_lse = reference(q[:n], k[:nk], v[:nk], causal, 64 ** -0.5, cu_q, cu_k)
+    check(out[:n], lse[:, :n], ref, ref_lse, v[:nk], "bf16")
+
+
+def test_prefill_sm90_varlen_plan_emulated(monkeypatch, emulated):
+    """With max_seqlen_q the Hopper path reads nothing on the host (host_ints would fail here) and
+    keeps its launch (PLANS, keyed by B and max_seqlen_q): a second call with other offsets of as many
+    sequences makes no new plan and is right for its offsets; offsets that break the caller's promise
+    (decreasing, past the rows) raise nothing and write only within O and the LSE (the module is
+    bounds-checked); without max_seqlen_q they are read and a located ValueError."""
+    from kcompiler import ops
+    from kcompiler.frontend.program import stdlib_dir
+
+    from .test_attention import check, reference
+    checked = kc.compile_file(stdlib_dir() / "attention_sm90.kc", target="cpu",
+                              target_options={"emulate_wgmma": True}, check_bounds=True)
+    monkeypatch.setattr(ops_attention, "_attention_sm90_module", lambda target: checked)
+
+    def no_read(x):
+        raise AssertionError("cu_seqlens read on the host")
+    cu_q, cu_k, q, k, v = packed_with_nan_tails([5, 20], [9, 30], 2, 1, 64, 3, 3)
+    for lq, lk in (([5, 20], [9, 30]), ([20, 5], [38, 1])):
+        cu_q = np.concatenate([[0], np.cumsum(lq)]).astype(np.int32)
+        cu_k = np.concatenate([[0], np.cumsum(lk)]).astype(np.int32)
+        with monkeypatch.context() as m:
+            m.setattr(ops_attention, "host_ints", no_read)
+            out, lse = ops.attention(q, k, v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=20,
+                                     return_lse=True, path="sm90", target="cpu")
+        assert len(ops_attention.PLANS) == 1
+        ref, ref_lse = reference(q[:25], k[:39], v[:39], False, 64 ** -0.5, cu_q, cu_k)
+        check(out[:25], lse[:, :25], ref, ref_lse, v[:39], "bf16")
+    bad = np.array([0, 30, 20], np.int32)  # past q's 28 rows, then decreasing
+    bad_k = np.array([0, 50, 7], np.int32)  # past k's 42 rows, then decreasing
+    with monkeypatch.context() as m:
+        m.setattr(ops_attention, "host_ints", no_read)
+        ops.attention(q, k, v, cu_seqlens_q=bad, cu_seqlens_k=bad_k, max_seqlen_q=20, path="sm90", target="cpu")
+    with pytest.raises(ValueError, match="cu_seqlens must start at 0, not decrease"):
+        ops.attention(q, k, v, cu_seqlens_q=bad, cu_seqlens_k=bad_k, path="sm90", target="cpu")
 
 
 @needs_ptxas
@@ -559,6 +636,90 @@ def test_prefill_sm90_varlen_gpu():
     qn, kn, vn = (x.float().cpu().numpy() for x in (q, k[:nk], v[:nk]))
     ref, ref_lse = reference(qn, kn, vn, True, 128 ** -0.5, cu_q.cpu().numpy(), cu_k.cpu().numpy())
     check(out.float().cpu().numpy(), lse.cpu().numpy(), ref, ref_lse, vn, "bf16")
+
+
+def _varlen_gpu_inputs(lq, lk, H, HK, D, tail):
+    """Packed bf16 CUDA q, k, v with ``tail`` rows of NaN past the last sequence (q's and k's), and the
+    int32 cu_seqlens on the device."""
+    import torch
+    cu = [torch.tensor(np.concatenate([[0], np.cumsum(x)]), dtype=torch.int32, device="cuda") for x in (lq, lk)]
+    q = torch.full((sum(lq) + tail, H, D), float("nan"), device="cuda", dtype=torch.bfloat16)
+    k, v = (torch.full((sum(lk) + tail, HK, D), float("nan"), device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    for x, n in ((q, sum(lq)), (k, sum(lk)), (v, sum(lk))):
+        x[:n] = torch.randn(n, *x.shape[1:], device="cuda", dtype=torch.bfloat16)
+    return (*cu, q, k, v)
+
+
+def _check_varlen_gpu(out, lse, cu_q, cu_k, q, k, v, causal):
+    """out and lse of the packed sequences against test_attention's float64 reference."""
+    from .test_attention import check, reference
+    n, nk = int(cu_q[-1]), int(cu_k[-1])
+    qn, kn, vn = (x.float().cpu().numpy() for x in (q[:n], k[:nk], v[:nk]))
+    ref, ref_lse = reference(qn, kn, vn, causal, q.shape[-1] ** -0.5, cu_q.cpu().numpy(), cu_k.cpu().numpy())
+    check(out[:n].float().cpu().numpy(), lse[:, :n].cpu().numpy(), ref, ref_lse, vn, "bf16")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("D", [64, 128, 256])
+@pytest.mark.parametrize("causal", [False, True])
+def test_prefill_sm90_varlen_nan_tail_gpu(D, causal):
+    """Variable lengths with NaN in every row past the last sequence (q, k, v; 300 rows, more than a
+    tile: the maps cover them) at odd lengths, with max_seqlen_q (nothing read on the host; the second
+    call keeps the plan and gives the same result) and without (read and checked)."""
+    from kcompiler import ops
+    lq, lk = [300, 0, 1000, 77, 1], [301, 5, 1200, 63, 129]
+    cu_q, cu_k, q, k, v = _varlen_gpu_inputs(lq, lk, 4, 2, D, 300)
+    for mx in (None, max(lq)):
+        out, lse = ops.attention(q, k, v, causal=causal, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=mx,
+                                 return_lse=True, path="sm90")
+        _check_varlen_gpu(out, lse, cu_q, cu_k, q, k, v, causal)
+    assert len(ops_attention.PLANS) == 1
+    again, lse2 = ops.attention(q, k, v, causal=causal, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=max(lq),
+                                return_lse=True, path="sm90")
+    assert len(ops_attention.PLANS) == 1
+    n = sum(lq)
+    assert again[:n].equal(out[:n]) and lse2[:, :n].equal(lse[:, :n])
+
+
+@pytest.mark.gpu
+def test_prefill_sm90_varlen_cuda_graph_gpu():
+    """With max_seqlen_q the varlen call reads nothing on the host, so torch.cuda.graph captures it;
+    replayed after the offsets (same count) and the inputs change in place, it is right for the new
+    ones. Offsets out of range (negative, past the rows, decreasing, a sequence longer than
+    max_seqlen_q) raise nothing and leave the memory around O and the LSE untouched (guard regions on
+    both sides)."""
+    import torch
+
+    from kcompiler import ops
+    lq, lk = [129, 0, 64, 333], [200, 7, 64, 333]
+    cu_q, cu_k, q, k, v = _varlen_gpu_inputs(lq, lk, 4, 1, 128, 64)
+    kw = dict(causal=True, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=400, return_lse=True)
+    for _ in range(2):
+        ops.attention(q, k, v, **kw)  # compiled and planned before the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out, lse = ops.attention(q, k, v, **kw)
+    graph.replay()
+    torch.cuda.synchronize()
+    _check_varlen_gpu(out, lse, cu_q, cu_k, q, k, v, True)
+    lq2, lk2 = [400, 1, 0, 125], [3, 300, 0, 301]
+    cu_q2, cu_k2, q2, k2, v2 = _varlen_gpu_inputs(lq2, lk2, 4, 1, 128, 64)
+    for x, y in ((cu_q, cu_q2), (cu_k, cu_k2), (q, q2), (k, k2), (v, v2)):
+        x.copy_(y)
+    graph.replay()
+    torch.cuda.synchronize()
+    _check_varlen_gpu(out, lse, cu_q, cu_k, q, k, v, True)
+    n, m = q.numel(), lse.numel()
+    o_guard = torch.full((3 * n,), 7.0, device="cuda", dtype=torch.bfloat16)
+    l_guard = torch.full((3 * m,), 7.0, device="cuda", dtype=torch.float32)
+    plan = next(iter(ops_attention.PLANS.values()))
+    bad_q = torch.tensor([0, 500, 100, -50, 9999], dtype=torch.int32, device="cuda")
+    bad_k = torch.tensor([-9, 600, 3, 100000, 2], dtype=torch.int32, device="cuda")
+    plan.run(q, k, v, o_guard[n:2 * n].view(q.shape), l_guard[m:2 * m].view(lse.shape), bad_q, bad_k)
+    torch.cuda.synchronize()
+    for g, size in ((o_guard, n), (l_guard, m)):
+        assert (g[:size] == 7.0).all() and (g[2 * size:] == 7.0).all()
 
 
 def test_path_choice_errors():
