@@ -1,19 +1,23 @@
 """The Hopper prefill's variants (std.attention_sm90's tiles and block shapes) on the shapes of issue 23,
 beside torch SDPA's flash (FlashAttention-2) and cuDNN backends, all in one process on one GPU.
 
-    python benchmarks/bench_attention_variants.py [--json OUT.json] [--shapes 0,2] [--jobs 16] [--variants RE]
+    python benchmarks/bench_attention_variants.py [--json OUT.json] [--shapes 0,2|small,order] [--jobs 16]
+        [--variants RE]
 
 For each shape (SHAPES: B, H, S, D, causal; bf16, layout (B, H, S, D)) it prints TFLOP/s (4 B H S^2 D
 operations, half when causal) of SDPA flash, SDPA cuDNN, ops.attention's default on the Hopper path
 (kcompiler.ops.ATTENTION_SM90_TILES) and each variant of SM90_VARIANTS[D], with the ratios to flash
-and cuDNN (--variants: only the variants whose name the regular expression finds); every call is
-first checked against SDPA flash (relative Frobenius error, < 2e-2 to count).
+and cuDNN (--variants: only the variants whose name the regular expression finds; --shapes: indices
+into SHAPES or names of SHAPE_SETS); every call is first checked against SDPA flash (relative Frobenius
+error, < 2e-2 to count). The launch-shape variants (VARIANTS_ALL_D: ORDER, one consumer, the small-grid
+rule of kcompiler.ops.attention_order) are timed at every head dimension, on top of the default tiles.
 Times: medians of triton's do_bench (host work included, as a caller sees it). For the default also
 the host's share: microseconds a call spends in Python before returning (the launch is asynchronous)
 and the device time alone from a CUDA graph replay (do_bench_cudagraph); where the first is close to
 the do_bench time, the host bounds the call, not the kernel.
 
-At the end, per (D, causal), the variant with the best geometric mean over that key's shapes and the
+At the end a compact table (a row a shape, a column a variant: time of SDPA flash / ours), then per
+(D, causal) the variant with the best geometric mean over that key's shapes and the
 one-line change of ATTENTION_SM90_TILES it suggests. The kernels are compiled first, in --jobs
 processes (the disk cache then serves the timing process), so that one run stays within ~2.5 min.
 """
@@ -34,6 +38,13 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SHAPES = [(16, 16, 1024, 64, False), (8, 16, 2048, 128, True), (4, 32, 4096, 128, False),
           (4, 32, 4096, 128, True), (1, 32, 512, 128, False), (4, 16, 8192, 64, False),
           (4, 16, 4096, 256, False), (4, 16, 4096, 256, True)]
+#: the small grids of issue 23 (fewer blocks of 128 query rows than an H100's 132 multiprocessors, or
+#: few waves): B1 H16 S512, B1 H32 S1024, B4 H16 S512 at D 64 and 128, causal and not
+SHAPES += [(B, H, S, D, c) for D in (64, 128) for c in (False, True) for B, H, S in ((1, 16, 512), (1, 32, 1024),
+                                                                                  (4, 16, 512))]
+#: named sets of SHAPES (indices) for --shapes: 'small' the grids above, 'order' the causal shapes where
+#: ORDER's longest-first schedule should show (B4 H32 S4096 D128 and B8 H16 S2048 D128)
+SHAPE_SETS = {"small": list(range(8, 20)), "order": [3, 1]}
 
 #: (name, tiles) timed beside the default, by head dimension. CONSUMERS: consumer warpgroups of 64
 #: query rows (BM = 64 * CONSUMERS; default 2); BLOCKS_PER_SM: blocks a multiprocessor holds, the
@@ -90,25 +101,44 @@ SM90_VARIANTS = {
 }
 
 
+#: (name, tiles) timed beside the default at every head dimension, on top of the default tiles: the
+#: blocks' ORDER (std.attention_sm90_order: 1 every (head, batch entry)'s longest causal tile first, 2
+#: the same by groups of GROUP heads), one consumer warpgroup (64 query rows a block: twice the blocks),
+#: and the small-grid rule (kcompiler.ops.attention_order.small_grid_consumers: one consumer where the
+#: default block leaves multiprocessors idle, else the default).
+VARIANTS_ALL_D = [("order1", dict(ORDER=1)), ("order2 g8", dict(ORDER=2, GROUP=8)),
+                  ("order2 g4", dict(ORDER=2, GROUP=4)),
+                  ("1wg", dict(CONSUMERS=1)), ("1wg order1", dict(CONSUMERS=1, ORDER=1)),
+                  ("small-grid", dict(SMALL_GRID=True)), ("small-grid order1", dict(SMALL_GRID=True, ORDER=1))]
+for _d in SM90_VARIANTS:
+    SM90_VARIANTS[_d] += VARIANTS_ALL_D
+
+
 def _compile(job: tuple) -> str:
     """Compile one specialisation of std.attention_sm90 for the GPU (in a worker process: the disk
     cache keeps it for the timing process). Returns what failed, or ''."""
-    D, causal, tiles = job
+    D, causal, kw = job
     try:
         from kcompiler.ops import _common
-        from kcompiler.ops.attention import ATTENTION_SM90_TILES
-        t = dict(ATTENTION_SM90_TILES[(D, causal)], **tiles)
         mod = _common.ftz_module("attention_sm90", "cuda")
-        mod.attention_prefill_sm90.specialize(T="bf16", D=D, CAUSAL=causal, VARLEN=False, **t)
+        mod.attention_prefill_sm90.specialize(T="bf16", D=D, CAUSAL=causal, VARLEN=False, **kw)
         return ""
     except Exception as e:  # noqa: BLE001 - reported; the timing process reports it again
-        return f"{D} {causal} {tiles}: {type(e).__name__}: {str(e)[:200]}"
+        return f"{D} {causal} {kw}: {type(e).__name__}: {str(e)[:200]}"
 
 
-def precompile(shapes: list, jobs: int) -> None:
-    """Every (D, causal, tiles) the run will launch, compiled in ``jobs`` spawned processes."""
-    todo = sorted({(D, c, tuple(sorted(t.items()))) for _, _, _, D, c in shapes
-                   for t in [{}] + [t for _, t in SM90_VARIANTS[D]]}, key=str)
+def precompile(shapes: list, jobs: int, sms: int) -> None:
+    """Every specialisation the run will launch (the compile-time values ops.attention derives from the
+    tiles for each shape: kcompiler.ops.attention_order.sm90_launch), compiled in ``jobs`` spawned
+    processes."""
+    from kcompiler.ops.attention import ATTENTION_SM90_TILES
+    from kcompiler.ops.attention_order import sm90_launch
+    todo = set()
+    for B, H, S, D, c in shapes:
+        for t in [{}] + [t for _, t in SM90_VARIANTS[D]]:
+            kw = sm90_launch(dict(ATTENTION_SM90_TILES[(D, c)], **t), S, H, B, sms)[2]
+            todo.add((D, c, tuple(sorted(kw.items()))))
+    todo = sorted(todo, key=str)
     t0 = time.perf_counter()
     with multiprocessing.get_context("spawn").Pool(jobs) as pool:
         for err in pool.imap_unordered(_compile, [(D, c, dict(t)) for D, c, t in todo]):
@@ -124,13 +154,14 @@ def main() -> None:
     p.add_argument("--jobs", type=int, default=min(16, os.cpu_count() or 1), help="compile processes")
     p.add_argument("--variants", help="a regular expression: only the variants of SM90_VARIANTS whose name it finds")
     args = p.parse_args()
-    shapes = [SHAPES[int(i)] for i in args.shapes.split(",")] if args.shapes else SHAPES
+    picks = [i for x in args.shapes.split(",") for i in SHAPE_SETS.get(x, [x])] if args.shapes else range(len(SHAPES))
+    shapes = [SHAPES[int(i)] for i in dict.fromkeys(picks)]
     if args.variants:
         for d in SM90_VARIANTS:
             SM90_VARIANTS[d] = [(n, t) for n, t in SM90_VARIANTS[d] if re.search(args.variants, n)]
-    precompile(shapes, args.jobs)
-
     import torch
+    precompile(shapes, args.jobs, torch.cuda.get_device_properties(0).multi_processor_count)
+
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from triton.testing import do_bench, do_bench_cudagraph
 
@@ -200,6 +231,8 @@ def main() -> None:
         del q, k, v, want
         torch.cuda.empty_cache()
 
+    print_table(results["rows"])
+
     print("\nBest per (D, causal), geometric mean of x flash over its shapes (variants timed on every shape):")
     best_tiles = {}
     for (D, causal), by in sorted(scores.items()):
@@ -208,8 +241,8 @@ def main() -> None:
         for name, g in sorted(full.items(), key=lambda x: -x[1]):
             print(f"  D{D} {'causal' if causal else 'full'}: {name:28s} x{g:.2f}")
         name = max(full, key=full.get)
-        tiles = dict(ops.ATTENTION_SM90_TILES[(D, causal)]) if name == "default" else \
-            dict(dict(SM90_VARIANTS[D])[name])
+        tiles = dict(ops.ATTENTION_SM90_TILES[(D, causal)], **({} if name == "default" else
+                                                                dict(SM90_VARIANTS[D])[name]))
         best_tiles[f"{D},{causal}"] = tiles
         print(f"  -> ATTENTION_SM90_TILES[({D}, {causal})] = dict({', '.join(f'{k}={v}' for k, v in tiles.items())})"
               f"{'  (unchanged)' if name == 'default' else ''}")
@@ -217,6 +250,23 @@ def main() -> None:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
+
+
+def print_table(rows: list) -> None:
+    """The run in one table: a row a shape, SDPA flash's TFLOP/s, then x flash (time of SDPA flash /
+    ours; > 1: we are faster) of the default and each variant timed on it ('-': not run or failed,
+    '!': beyond the error bound)."""
+    names = list(dict.fromkeys(n for r in rows for n in r["variants"]))
+    w = max([8] + [len(n) for n in names])
+    print("\nx SDPA flash (time of flash / ours):")
+    print(f"{'shape':26s} {'flash':>6s} " + " ".join(f"{n:>{w}s}" for n in names))
+    for r in rows:
+        cells = []
+        for n in names:
+            e = r["variants"].get(n)
+            cells.append(f"{'-':>{w}s}" if e is None else
+                         f"{e['vs_flash']:>{w - 1}.2f}{' ' if e['rel_err'] < 2e-2 else '!'}")
+        print(f"{r['shape']:26s} {r['flash_tflops']:6.0f} " + " ".join(cells))
 
 
 if __name__ == "__main__":

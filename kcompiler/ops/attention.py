@@ -14,6 +14,7 @@ from . import _common
 from ._common import (ArrayKind, capturing, check_same, contiguous, data_ptr, empty_like, flat, hopper_reason_not,
                       host_ints, index_array, query_type, target_for)
 from .attention_fp8 import attention_fp8, is_fp8
+from .attention_order import sm90_launch
 from .decode import plan_key
 
 
@@ -84,10 +85,12 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | No
     where it cannot run), 'fa2' on std.attention. ``tiles``: the kernel's tiles instead of the
     defaults: BM, BN, WARPS, STAGES for std.attention (:data:`ATTENTION_TILES`; given with path
     'auto', they choose std.attention), BN, STAGES, OVERLAP, PINGPONG, CONSUMERS, BLOCKS_PER_SM,
-    FA3_ORDER, PACK_ABS, MASK_SELECT, RESCALE_SKIP, EXP2_POLY, TURNS for the Hopper kernel
-    (:data:`ATTENTION_SM90_TILES`; the last six are described in stdlib/attention_sm90.kc's header;
+    FA3_ORDER, PACK_ABS, MASK_SELECT, RESCALE_SKIP, EXP2_POLY, TURNS, ORDER for the Hopper kernel
+    (:data:`ATTENTION_SM90_TILES`; the last seven are described in stdlib/attention_sm90.kc's header;
     EXP2_POLY: how many of a thread's BN / 2 exponentials a tile take std.math's polynomial instead of the
-    MUFU, default 0). Raises TypeError for other dtypes, ValueError for shapes that do not match.
+    MUFU, default 0; ORDER: the blocks' order, 0, 1 longest causal tiles first, 2 the same by groups of
+    GROUP heads) and the host's GROUP and SMALL_GRID (:mod:`kcompiler.ops.attention_order`). Raises
+    TypeError for other dtypes, ValueError for shapes that do not match.
 
     FP8: q, k and v of float8 e4m3 (ml_dtypes.float8_e4m3fn, torch.float8_e4m3fn) take the Hopper
     kernel's FP8 form (:func:`kcompiler.ops.attention_fp8.attention_fp8`: D 128, no variable lengths,
@@ -410,15 +413,20 @@ class _Sm90Plan:
         t = dict(ATTENTION_SM90_TILES[(p.D, bool(causal))])
         if tiles is not None:
             t.update(tiles)
-        c = t.get("CONSUMERS", 2)
         mod = _attention_sm90_module(target)
+        grid, threads, t = sm90_launch(t, p.Sq, p.H, p.B, _common.device_of(mod, q).multiprocessor_count)
+        c = t.get("CONSUMERS", 2)
         s = p.strides
         self.kind = ArrayKind(q)
         self.cuda = self.kind.cuda
+        if p.varlen and t.get("ORDER", 0) == 2:
+            raise ValueError("attention: ORDER 2 (tiles longest first within groups of heads) takes no variable "
+                             "lengths: its blocks count their query tiles from the longest sequence, which the "
+                             "kernel is not told with cu_seqlens (ORDER 0 or 1)")
         lens = p.rows if p.varlen else (p.Sq, p.Sk)
         self.scalars = (*lens, p.H // p.HK, s["o_sb"], s["o_ss"], s["o_sh"], p.l_sb, p.l_sh, np.float32(scale))
         self.kw = dict(T=arrays.array_scalar_type(q).name, D=p.D, CAUSAL=bool(causal), VARLEN=p.varlen, **t)
-        self.launch = mod.attention_prefill_sm90[(-(-p.Sq // (64 * c)), p.H, p.B), 128 * (c + 1)].bind(
+        self.launch = mod.attention_prefill_sm90[grid, threads].bind(
             shared=attention_sm90_shared_bytes(t, p.D, varlen=p.varlen), **self.kw)
         self.maps: OrderedDict[tuple, tuple] = OrderedDict()
         self.boxes = (64 * c, t["BN"], t["BN"])

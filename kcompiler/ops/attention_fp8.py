@@ -11,6 +11,7 @@ from ..runtime import arrays
 from ..runtime.tensormap import cached_tensor_map
 from . import _common
 from ._common import check_same, contiguous, empty_like, flat, hopper_reason_not, target_for
+from .attention_order import sm90_launch
 
 #: Tiles of the FP8 Hopper prefill by causal (D 128 only): BN keys a step (128 or 256: whole slabs of
 #: V^T's 128-byte rows), STAGES K/V buffers, OVERLAP, PINGPONG, TURNS, CONSUMERS as ATTENTION_SM90_TILES.
@@ -117,11 +118,12 @@ def attention_fp8(q: Any, k: Any, v: Any, *, causal: bool, scale: float | None, 
     t = dict(ATTENTION_FP8_TILES[bool(causal)])
     if tiles is not None:
         t.update(tiles)
+    grid, threads, t = sm90_launch(t, p.Sq, p.H, p.B, _common.device_of(mod, q).multiprocessor_count)
     c = t.get("CONSUMERS", 2)
     maps = [cached_tensor_map(_bhsd_view(q, layout, False), (1, 1, 64 * c, 128)),
             cached_tensor_map(_bhsd_view(k, layout, False), (1, 1, t["BN"], 128)),
             cached_tensor_map(vt, (1, 1, p.D, 128))]
-    mod.attention_prefill_sm90[(-(-p.Sq // (64 * c)), p.H, p.B), 128 * (c + 1)](
+    mod.attention_prefill_sm90[grid, threads](
         *maps, flat(out, 1), flat(lse, 1), p.cq, p.ck, p.Sq, p.Sk, p.H // p.HK, s["o_sb"], s["o_ss"], s["o_sh"],
         p.l_sb, p.l_sh, np.float32(scale), flat(ds, 1), T="f8e4m3", OUT=out_dtype, D=p.D, CAUSAL=bool(causal),
         VARLEN=False, shared=attention_sm90_shared_bytes(t, p.D, 1), stream=stream, **t)

@@ -1,0 +1,70 @@
+"""kcompiler.ops.attention_order: the launch shape of std.attention_sm90 (the Hopper prefill) from its
+tiles: the grid its ORDER needs (stdlib/attention_sm90_order.kc), the tiles' host-only keys, and the
+small-grid rule (fewer query rows a block where the default block would leave multiprocessors idle)."""
+from __future__ import annotations
+
+from typing import Any
+
+#: Keys of a Hopper tiles dict that the host reads and the kernel does not (not passed as compile-time
+#: values): GROUP, ORDER 2's heads a group (default 8; the largest divisor of H up to it is taken);
+#: SMALL_GRID, whether :func:`small_grid_consumers` may lower CONSUMERS for the shape (default False).
+HOST_KEYS = ("GROUP", "SMALL_GRID")
+
+#: CUDA's largest grid y and z (x goes to 2^31 - 1).
+_GRID_YZ_MAX = 65535
+
+
+def heads_group(heads: int, group: int) -> int:
+    """ORDER 2's heads a group: the largest divisor of ``heads`` that is at most ``group`` (at least 1),
+    so that every group is whole (the kernel reads G off the grid: grid_dim.x)."""
+    g = max(1, min(int(group), heads))
+    while heads % g:
+        g -= 1
+    return g
+
+
+def small_grid_consumers(consumers: int, seqlen_q: int, heads: int, batch: int, sms: int) -> int:
+    """The small-grid rule (a candidate, not a default: a tiles dict turns it on with SMALL_GRID): the
+    most consumer warpgroups, up to ``consumers``, whose grid (ceil(seqlen_q / (64 c)) query tiles a
+    (head, batch entry)) has at least ``sms`` blocks, else 1: where the default block of 128 or 192
+    query rows leaves multiprocessors without a block (B1 H16 S512 at BM 128: 64 blocks for 132), blocks
+    of 64 rows double the blocks. ``sms``: the device's multiprocessor count
+    (``_common.device_of(...).multiprocessor_count``; 132 on an H100 and on the CPU target)."""
+    for c in range(consumers, 1, -1):
+        if -(-seqlen_q // (64 * c)) * heads * batch >= sms:
+            return c
+    return 1
+
+
+def sm90_launch(tiles: dict[str, Any], seqlen_q: int, heads: int, batch: int,
+                sms: int = 132) -> tuple[tuple[int, int, int], int, dict[str, Any]]:
+    """(grid, threads a block, compile-time values) of std.attention_sm90 for ``tiles`` (a full tiles dict:
+    ATTENTION_SM90_TILES' entry updated by the caller's) on ``batch`` entries of ``heads`` query heads
+    and ``seqlen_q`` queries (the longest, with variable lengths). The compile-time values are the
+    tiles without :data:`HOST_KEYS`, CONSUMERS set where SMALL_GRID lowered it. The grid by ORDER
+    (stdlib/attention_sm90_order.kc): 0 (NT, H, B), 1 (H, B, NT), 2 (G, H / G NT, B), NT =
+    ceil(seqlen_q / (64 CONSUMERS)). Raises ValueError for an ORDER other than 0, 1, 2 or a grid past
+    CUDA's limits (65535 on y and z)."""
+    kw = {k: v for k, v in tiles.items() if k not in HOST_KEYS}
+    c = kw.get("CONSUMERS", 2)
+    if tiles.get("SMALL_GRID"):
+        c = small_grid_consumers(c, seqlen_q, heads, batch, sms)
+        kw["CONSUMERS"] = c
+    nt = -(-seqlen_q // (64 * c))
+    order = kw.get("ORDER", 0)
+    if order == 0:
+        grid = (nt, heads, batch)
+    elif order == 1:
+        grid = (heads, batch, nt)
+    elif order == 2:
+        g = heads_group(heads, tiles.get("GROUP", 8))
+        grid = (g, heads // g * nt, batch)
+    else:
+        raise ValueError(f"attention: the Hopper tiles' ORDER is 0, 1 or 2, not {order!r}")
+    if max(grid[1:]) > _GRID_YZ_MAX:
+        raise ValueError(f"attention: grid {grid} (ORDER {order}) is past CUDA's 65535 blocks on y and z; "
+                         "take another ORDER")
+    return grid, 128 * (c + 1), kw
+
+
+__all__ = ["HOST_KEYS", "heads_group", "sm90_launch", "small_grid_consumers"]
