@@ -290,13 +290,26 @@ def _attention_fa2(q: Any, k: Any, v: Any, out: Any, lse: Any, p: _Prefill, caus
 #: OVERLAP + PINGPONG 2-warpgroup form over B16 H16 S1024 and B4 H16 S8192 (RESULTS.md). D 256 (since
 #: 2026-11-27, before std.attention's FA2 form): BN 64 (Q 64 KiB, K and V 32 KiB a stage) with O's rescale
 #: skipped where no row's maximum rose, 323 / 272 TFLOP/s (full / causal, B4 H16 S4096) against ~300 / 258
-#: without the skip and 225 at BN 80 (bench_attention_variants.py --shapes 6,7).
-ATTENTION_SM90_TILES = {(128, False): dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=False),
-                        (128, True): dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=False),
-                        (64, False): dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=False, CONSUMERS=3),
-                        (64, True): dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=False),
-                        (256, False): dict(BN=64, STAGES=2, OVERLAP=False, PINGPONG=False, RESCALE_SKIP=True),
-                        (256, True): dict(BN=64, STAGES=2, OVERLAP=False, PINGPONG=False, RESCALE_SKIP=True)}
+#: without the skip and 225 at BN 80 (bench_attention_variants.py --shapes 6,7). D 64 and 128 take
+#: SMALL_GRID (kcompiler.ops.attention_order: one consumer where the default block leaves multiprocessors
+#: idle, and ORDER 1 on grids of at most two waves) since 2026-11-27: over the 12 small grids of
+#: bench_attention_variants.py (B1 H16 S512, B1 H32 S1024, B4 H16 S512) geometric mean x SDPA flash D64
+#: 0.88 -> 1.00 (full) and 1.13 -> 1.46 (causal), D128 1.22 -> 1.29 and 1.30 -> 1.44 (H200); no
+#: change on the large shapes, where the rule does not apply. D 256 (H100, 2026-11-27, x SDPA flash):
+#: causal in one consumer warpgroup (64 query rows a block), 0.83-0.94 -> 0.95-1.10 from S 2048 to
+#: 8192 (B4 H16 S4096 1.02, B1 H32 S8192 1.10) and 0.72-0.82 -> 0.88-0.98 at S 512-1024 with B 4-16;
+#: with SMALL_GRID (ORDER 1 on grids of two waves at most) 1.56-1.62 at B1 H16 S512-1024. Without a mask
+#: two consumers stay (level with one at S 4096) with SMALL_GRID in ORDER 0: B1 H16 S512 0.91 -> 1.43;
+#: ORDER 1 there lost (B4 H16 S512 0.75 against 0.88).
+ATTENTION_SM90_TILES = {(128, False): dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=False, SMALL_GRID=True),
+                        (128, True): dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=False, SMALL_GRID=True),
+                        (64, False): dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=False, CONSUMERS=3,
+                                          SMALL_GRID=True),
+                        (64, True): dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=False, SMALL_GRID=True),
+                        (256, False): dict(BN=64, STAGES=2, OVERLAP=False, PINGPONG=False, RESCALE_SKIP=True,
+                                           SMALL_GRID=True, ORDER=0),
+                        (256, True): dict(BN=64, STAGES=2, OVERLAP=False, PINGPONG=False, RESCALE_SKIP=True,
+                                          CONSUMERS=1, SMALL_GRID=True)}
 
 
 def attention_sm90_shared_bytes(tiles: dict[str, Any], head_dim: int, itemsize: int = 2, varlen: bool = False) -> int:

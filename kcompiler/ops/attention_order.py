@@ -10,6 +10,14 @@ from typing import Any
 #: SMALL_GRID, whether :func:`small_grid_consumers` may lower CONSUMERS for the shape (default False).
 HOST_KEYS = ("GROUP", "SMALL_GRID")
 
+#: Waves (blocks a multiprocessor) up to which SMALL_GRID also takes ORDER 1 where the tiles give no
+#: ORDER: there every (head, batch entry)'s longest causal tile starts in the first wave, and K and V fit
+#: in L2 whatever the order. On bigger grids ORDER 1 is slower: a wave then spans many heads' K and V
+#: (B4 H32 S4096 D128 causal 1.08x SDPA flash against 1.39x in ORDER 0; H200, 2026-11-27,
+#: bench_attention_variants.py; on the small grids 'small-grid order1' was the best of every
+#: (D, causal) group: D64 causal 1.46x against 1.24x without ORDER 1).
+SMALL_GRID_WAVES = 2
+
 #: CUDA's largest grid y and z (x goes to 2^31 - 1).
 _GRID_YZ_MAX = 65535
 
@@ -41,7 +49,9 @@ def sm90_launch(tiles: dict[str, Any], seqlen_q: int, heads: int, batch: int,
     """(grid, threads a block, compile-time values) of std.attention_sm90 for ``tiles`` (a full tiles dict:
     ATTENTION_SM90_TILES' entry updated by the caller's) on ``batch`` entries of ``heads`` query heads
     and ``seqlen_q`` queries (the longest, with variable lengths). The compile-time values are the
-    tiles without :data:`HOST_KEYS`, CONSUMERS set where SMALL_GRID lowered it. The grid by ORDER
+    tiles without :data:`HOST_KEYS`, CONSUMERS set where SMALL_GRID lowered it, and ORDER 1 where
+    SMALL_GRID is on, the tiles give no ORDER and the grid is at most :data:`SMALL_GRID_WAVES` blocks a
+    multiprocessor. The grid by ORDER
     (stdlib/attention_sm90_order.kc): 0 (NT, H, B), 1 (H, B, NT), 2 (G, H / G NT, B), NT =
     ceil(seqlen_q / (64 CONSUMERS)). Raises ValueError for an ORDER other than 0, 1, 2 or a grid past
     CUDA's limits (65535 on y and z)."""
@@ -51,6 +61,8 @@ def sm90_launch(tiles: dict[str, Any], seqlen_q: int, heads: int, batch: int,
         c = small_grid_consumers(c, seqlen_q, heads, batch, sms)
         kw["CONSUMERS"] = c
     nt = -(-seqlen_q // (64 * c))
+    if tiles.get("SMALL_GRID") and "ORDER" not in tiles and nt * heads * batch <= SMALL_GRID_WAVES * sms:
+        kw["ORDER"] = 1
     order = kw.get("ORDER", 0)
     if order == 0:
         grid = (nt, heads, batch)
@@ -67,4 +79,4 @@ def sm90_launch(tiles: dict[str, Any], seqlen_q: int, heads: int, batch: int,
     return grid, 128 * (c + 1), kw
 
 
-__all__ = ["HOST_KEYS", "heads_group", "sm90_launch", "small_grid_consumers"]
+__all__ = ["HOST_KEYS", "SMALL_GRID_WAVES", "heads_group", "sm90_launch", "small_grid_consumers"]

@@ -212,7 +212,8 @@ VARIANTS = [(dict(CONSUMERS=3), (1, 211, 150, 2, 1, 64, False)),
             (dict(BN=64, BLOCKS_PER_SM=2), (1, 150, 290, 2, 1, 64, True)),
             (dict(CONSUMERS=1, BLOCKS_PER_SM=2, OVERLAP=True), (1, 77, 290, 2, 1, 64, True)),
             (dict(CONSUMERS=3, BN=64), (1, 200, 100, 1, 1, 128, True)),
-            (dict(BN=64), (1, 150, 133, 1, 1, 256, True))]  # D 256: four slabs a row, its default tiles
+            # D 256: four slabs a row, its default tiles (causal: one consumer; full: SMALL_GRID, ORDER 0)
+            (dict(BN=64), (1, 150, 133, 1, 1, 256, True)), (dict(BN=64), (1, 140, 201, 2, 1, 256, False))]
 
 
 @pytest.mark.parametrize("tiles,shape", VARIANTS, ids=lambda x: "-".join(f"{k}{int(v)}" for k, v in x.items())
@@ -368,11 +369,12 @@ def test_prefill_sm90_varlen_plan_emulated(monkeypatch, emulated):
 
 @needs_ptxas
 @pytest.mark.parametrize("D", [64, 128])
-@pytest.mark.parametrize("overlap,pingpong,fa3", [(False, False, False), (True, False, False), (True, True, False),
-                                                  pytest.param(True, True, True, marks=pytest.mark.slow),
-                                                  pytest.param(False, True, False, marks=pytest.mark.slow)],
+@pytest.mark.parametrize("overlap,pingpong,fa3", [(False, False, False),
+                                                  *(pytest.param(*f, marks=pytest.mark.slow(sample=2))
+                                                    for f in ((True, False, False), (True, True, False),
+                                                              (True, True, True), (False, True, False)))],
                          ids=["sequential", "overlap", "pingpong", "fa3order-pingpong",
-                              "sequential-pingpong"])  # FA3_ORDER, sequential PINGPONG: opt-in
+                              "sequential-pingpong"])  # all but the default (sequential) opt-in: a sample of 2
 def test_prefill_sm90_ptx(D, overlap, pingpong, fa3):
     """sm_90a PTX of the kernel (built as ops builds it: approx_ftz) assembles with ptxas; wgmma with A
     from registers and TMA 4-D copies are there; ptxas serialises no wgmma (warning C7514: it would

@@ -68,10 +68,17 @@ def test_small_grid_rule():
     assert small_grid_consumers(3, 1024, 16, 4, 132) == 3     # 6 x 64 = 384
     assert small_grid_consumers(3, 512, 16, 2, 132) == 1      # 3 x 32 = 96, 4 x 32 = 128: both < 132
     assert small_grid_consumers(3, 384, 16, 3, 132) == 2      # 2 x 48 = 96, 3 x 48 = 144
+    # ORDER 1 too where the tiles give none and the grid is at most SMALL_GRID_WAVES (2) blocks an SM
     grid, threads, kw = sm90_launch(dict(BN=128, STAGES=2, SMALL_GRID=True), 512, 16, 1, 132)
-    assert grid == (8, 16, 1) and threads == 256 and kw == dict(BN=128, STAGES=2, CONSUMERS=1)
+    assert grid == (16, 1, 8) and threads == 256 and kw == dict(BN=128, STAGES=2, CONSUMERS=1, ORDER=1)
+    grid, threads, kw = sm90_launch(dict(BN=128, STAGES=2, SMALL_GRID=True, ORDER=0), 512, 16, 1, 132)
+    assert grid == (8, 16, 1) and kw == dict(BN=128, STAGES=2, CONSUMERS=1, ORDER=0)  # an ORDER given stays
     grid, threads, kw = sm90_launch(dict(BN=128, STAGES=2, SMALL_GRID=True), 512, 16, 1, 64)
-    assert grid == (4, 16, 1) and threads == 384 and kw == dict(BN=128, STAGES=2, CONSUMERS=2)  # 64 SMs
+    assert grid == (16, 1, 4) and threads == 384 and kw == dict(BN=128, STAGES=2, CONSUMERS=2, ORDER=1)  # 64 SMs
+    assert sm90_launch(dict(BN=128, STAGES=2, SMALL_GRID=True), 1024, 32, 1, 132)[0] == (32, 1, 8)  # 256 <= 264
+    assert sm90_launch(dict(BN=128, STAGES=2, SMALL_GRID=True), 1024, 32, 2, 132)[0] == (8, 32, 2)  # 512 > 264
+    grid, threads, kw = sm90_launch(dict(BN=128, STAGES=2, SMALL_GRID=True), 4096, 32, 4, 132)
+    assert grid == (32, 32, 4) and kw == dict(BN=128, STAGES=2, CONSUMERS=2)  # 4096 blocks: as the tiles say
 
 
 #: Each block of a grid writes the (tile, head, batch entry) std.attention_sm90_order decodes from its

@@ -298,16 +298,16 @@ def test_mla_auto_takes_the_hopper_kernel_from_64_heads(monkeypatch, emulated):
                                     dict(T="bf16", OUT="f32", PAGE=64, OVERLAP=True),
                                     dict(T="bf16", OUT="f32", PAGE=16, BN=32, STAGES=3, OVERLAP=True),
                                     dict(T="bf16", OUT="f32", PAGE=64, BN=32, STAGES=4),
-                                    dict(T="bf16", OUT="f32", PAGE=64, BN=64, STAGES=2, SEESAW=True),
-                                    pytest.param(dict(T="bf16", OUT="bf16", PAGE=16, BN=32, STAGES=3, SEESAW=True),
-                                                 marks=pytest.mark.slow),  # ~20 s each on CI's cores
-                                    pytest.param(dict(T="f16", OUT="f32", PAGE=64, BN=32, STAGES=2, SEESAW=True),
-                                                 marks=pytest.mark.slow),
-                                    pytest.param(dict(T="bf16", OUT="f32", PAGE=64, PROBE=2),
-                                                 marks=pytest.mark.slow),
+                                    # the opt-in forms (SEESAW, a PROBE, deeper rings): one of them by default
+                                    # (20-70 s each on CI's cores), all with -m slow
+                                    *(pytest.param(p, marks=pytest.mark.slow(sample=1)) for p in (
+                                        dict(T="bf16", OUT="f32", PAGE=64, BN=64, STAGES=2, SEESAW=True),
+                                        dict(T="bf16", OUT="bf16", PAGE=16, BN=32, STAGES=3, SEESAW=True),
+                                        dict(T="f16", OUT="f32", PAGE=64, BN=32, STAGES=2, SEESAW=True),
+                                        dict(T="bf16", OUT="f32", PAGE=64, PROBE=2))),
                                     dict(T="bf16", OUT="f32", PAGE=64, BN=64, STAGES=2, QROWS=16, ST=True),
                                     pytest.param(dict(T="bf16", OUT="bf16", PAGE=64, BN=32, STAGES=5, QROWS=16),
-                                                 marks=pytest.mark.slow)],
+                                                 marks=pytest.mark.slow(sample=1))],
                          ids=["bf16-split", "bf16", "f16-page16", "overlap", "overlap-bn32", "bn32x4", "seesaw",
                               "seesaw-bn32x3", "seesaw-bn32x2", "probe2", "st-q16", "q16-bn32x5"])
 def test_mla_sm90_ptx(params):
