@@ -295,20 +295,21 @@ def _attention_fa2(q: Any, k: Any, v: Any, out: Any, lse: Any, p: _Prefill, caus
 #: idle, and ORDER 1 on grids of at most two waves) since 2026-11-27: over the 12 small grids of
 #: bench_attention_variants.py (B1 H16 S512, B1 H32 S1024, B4 H16 S512) geometric mean x SDPA flash D64
 #: 0.88 -> 1.00 (full) and 1.13 -> 1.46 (causal), D128 1.22 -> 1.29 and 1.30 -> 1.44 (H200); no
-#: change on the large shapes, where the rule does not apply. D 256 (H100, 2026-11-27, x SDPA flash):
-#: causal in one consumer warpgroup (64 query rows a block), 0.83-0.94 -> 0.95-1.10 from S 2048 to
-#: 8192 (B4 H16 S4096 1.02, B1 H32 S8192 1.10) and 0.72-0.82 -> 0.88-0.98 at S 512-1024 with B 4-16;
-#: with SMALL_GRID (ORDER 1 on grids of two waves at most) 1.56-1.62 at B1 H16 S512-1024. Without a mask
-#: two consumers stay (level with one at S 4096) with SMALL_GRID in ORDER 0: B1 H16 S512 0.91 -> 1.43;
-#: ORDER 1 there lost (B4 H16 S512 0.75 against 0.88).
+#: change on the large shapes, where the rule does not apply. D 256 (H100, 2026-11-27, x SDPA flash): one
+#: consumer warpgroup (64 query rows a block) with BN 96 (Q 32 KiB, K and V 48 KiB a stage: 224 KiB),
+#: against two with BN 64: full 0.93 -> 1.08 (B4 H32 S2048), 0.99 -> 1.17 (B4 H16 S4096), 0.90 -> 0.99
+#: (B1 H16 S1024), 0.81 -> 0.85 (B16 H32 S512); causal 0.97 -> 1.08 (B16 H32 S1024), 1.00 -> 1.14 (B4
+#: H16 S4096); one consumer at BN 64 had given causal 0.83-0.94 -> 0.95-1.10, in 3 stages level, two at
+#: BN 80 0.61-1.10. SMALL_GRID's ORDER 1 helps causal tiny grids (B1 H16 S512-1024: 1.56-1.62 against
+#: 0.91-0.95) and lost without a mask (B4 H16 S512 0.75 against 0.88), so full runs in ORDER 0.
 ATTENTION_SM90_TILES = {(128, False): dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=False, SMALL_GRID=True),
                         (128, True): dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=False, SMALL_GRID=True),
                         (64, False): dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=False, CONSUMERS=3,
                                           SMALL_GRID=True),
                         (64, True): dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=False, SMALL_GRID=True),
-                        (256, False): dict(BN=64, STAGES=2, OVERLAP=False, PINGPONG=False, RESCALE_SKIP=True,
-                                           SMALL_GRID=True, ORDER=0),
-                        (256, True): dict(BN=64, STAGES=2, OVERLAP=False, PINGPONG=False, RESCALE_SKIP=True,
+                        (256, False): dict(BN=96, STAGES=2, OVERLAP=False, PINGPONG=False, RESCALE_SKIP=True,
+                                           CONSUMERS=1, SMALL_GRID=True, ORDER=0),
+                        (256, True): dict(BN=96, STAGES=2, OVERLAP=False, PINGPONG=False, RESCALE_SKIP=True,
                                           CONSUMERS=1, SMALL_GRID=True)}
 
 

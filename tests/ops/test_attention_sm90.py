@@ -212,8 +212,9 @@ VARIANTS = [(dict(CONSUMERS=3), (1, 211, 150, 2, 1, 64, False)),
             (dict(BN=64, BLOCKS_PER_SM=2), (1, 150, 290, 2, 1, 64, True)),
             (dict(CONSUMERS=1, BLOCKS_PER_SM=2, OVERLAP=True), (1, 77, 290, 2, 1, 64, True)),
             (dict(CONSUMERS=3, BN=64), (1, 200, 100, 1, 1, 128, True)),
-            # D 256: four slabs a row, its default tiles (causal: one consumer; full: SMALL_GRID, ORDER 0)
-            (dict(BN=64), (1, 150, 133, 1, 1, 256, True)), (dict(BN=64), (1, 140, 201, 2, 1, 256, False))]
+            # D 256: four slabs a row; its default tiles (one consumer, BN 96; full in ORDER 0) and BN 64
+            (dict(STAGES=2), (1, 150, 133, 1, 1, 256, True)), (dict(STAGES=2), (1, 140, 201, 2, 1, 256, False)),
+            (dict(BN=64, CONSUMERS=2), (1, 150, 133, 1, 1, 256, True))]
 
 
 @pytest.mark.parametrize("tiles,shape", VARIANTS, ids=lambda x: "-".join(f"{k}{int(v)}" for k, v in x.items())
