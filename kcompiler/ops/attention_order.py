@@ -18,6 +18,10 @@ HOST_KEYS = ("GROUP", "SMALL_GRID")
 #: (D, causal) group: D64 causal 1.46x against 1.24x without ORDER 1).
 SMALL_GRID_WAVES = 2
 
+#: The share of its waves' blocks (waves rounded up) that a grid must fill for
+#: :func:`small_grid_consumers` to keep its consumers.
+SMALL_GRID_FILL = 0.8
+
 #: CUDA's largest grid y and z (x goes to 2^31 - 1).
 _GRID_YZ_MAX = 65535
 
@@ -32,14 +36,17 @@ def heads_group(heads: int, group: int) -> int:
 
 
 def small_grid_consumers(consumers: int, seqlen_q: int, heads: int, batch: int, sms: int) -> int:
-    """The small-grid rule (a candidate, not a default: a tiles dict turns it on with SMALL_GRID): the
-    most consumer warpgroups, up to ``consumers``, whose grid (ceil(seqlen_q / (64 c)) query tiles a
-    (head, batch entry)) has at least ``sms`` blocks, else 1: where the default block of 128 or 192
-    query rows leaves multiprocessors without a block (B1 H16 S512 at BM 128: 64 blocks for 132), blocks
-    of 64 rows double the blocks. ``sms``: the device's multiprocessor count
+    """The small-grid rule (on where a tiles dict gives SMALL_GRID, as the defaults do): the most
+    consumer warpgroups, up to ``consumers``, whose grid (ceil(seqlen_q / (64 c)) query tiles a (head,
+    batch entry)) has at least ``sms`` blocks and fills its last wave to :data:`SMALL_GRID_FILL` of the
+    waves' blocks at least, else 1. Where the default block of 128 or 192 query rows leaves
+    multiprocessors without a block (B1 H16 S512 at BM 128: 64 blocks for 132), or a second wave mostly
+    idle (B4 H16 S512 D64 at BM 192: 192 blocks, 1.45 waves, the second 45 % full), smaller blocks
+    fill them; from 4 waves up any grid fills 80 %. ``sms``: the device's multiprocessor count
     (``_common.device_of(...).multiprocessor_count``; 132 on an H100 and on the CPU target)."""
     for c in range(consumers, 1, -1):
-        if -(-seqlen_q // (64 * c)) * heads * batch >= sms:
+        blocks = -(-seqlen_q // (64 * c)) * heads * batch
+        if blocks >= sms and blocks >= SMALL_GRID_FILL * -(-blocks // sms) * sms:
             return c
     return 1
 
@@ -79,4 +86,4 @@ def sm90_launch(tiles: dict[str, Any], seqlen_q: int, heads: int, batch: int,
     return grid, 128 * (c + 1), kw
 
 
-__all__ = ["HOST_KEYS", "SMALL_GRID_WAVES", "heads_group", "sm90_launch", "small_grid_consumers"]
+__all__ = ["HOST_KEYS", "SMALL_GRID_FILL", "SMALL_GRID_WAVES", "heads_group", "sm90_launch", "small_grid_consumers"]
