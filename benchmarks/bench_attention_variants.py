@@ -42,20 +42,26 @@ SHAPES = [(16, 16, 1024, 64, False), (8, 16, 2048, 128, True), (4, 32, 4096, 128
 #: few waves): B1 H16 S512, B1 H32 S1024, B4 H16 S512 at D 64 and 128, causal and not
 SHAPES += [(B, H, S, D, c) for D in (64, 128) for c in (False, True) for B, H, S in ((1, 16, 512), (1, 32, 1024),
                                                                                   (4, 16, 512))]
+#: D 256 beyond B4 H16 S4096: short and middle sequences, causal and not
+SHAPES += [(4, 16, 512, 256, False), (16, 32, 512, 256, False), (1, 16, 1024, 256, False),
+           (4, 32, 2048, 256, False), (16, 32, 1024, 256, True), (1, 16, 512, 256, True)]
 #: named sets of SHAPES (indices) for --shapes: 'small' the grids above, 'order' the causal shapes where
-#: ORDER's longest-first schedule should show (B4 H32 S4096 D128 and B8 H16 S2048 D128)
-SHAPE_SETS = {"small": list(range(8, 20)), "order": [3, 1]}
+#: ORDER's longest-first schedule should show (B4 H32 S4096 D128 and B8 H16 S2048 D128), 'd256' D 256's
+SHAPE_SETS = {"small": list(range(8, 20)), "order": [3, 1], "d256": [6, 7] + list(range(20, 26))}
 
 #: (name, tiles) timed beside the default, by head dimension. CONSUMERS: consumer warpgroups of 64
 #: query rows (BM = 64 * CONSUMERS; default 2); BLOCKS_PER_SM: blocks a multiprocessor holds, the
 #: registers shared out for them (default 1). Registers and spills (ptxas, sm_90a, causal / not):
 #: tests/ops/test_attention_sm90.py's PTX_VARIANTS.
 SM90_VARIANTS = {
-    # D 256: Q 64 KiB, K and V 32 KiB a stage each at BN 64 (BN 80: 40 KiB; 227 KiB in all)
-    256: [("2wg BN64 seq", dict(BN=64, STAGES=2, OVERLAP=False, PINGPONG=False)),
-          ("2wg BN80 seq", dict(BN=80, STAGES=2, OVERLAP=False, PINGPONG=False)),
-          ("2wg BN64 seq pingpong", dict(BN=64, STAGES=2, OVERLAP=False, PINGPONG=True)),
-          ("2wg BN64 seq skip", dict(BN=64, STAGES=2, OVERLAP=False, PINGPONG=False, RESCALE_SKIP=True))],
+    # D 256, two consumers: Q 64 KiB, K and V 32 KiB a stage each at BN 64 (BN 80: 40 KiB; 227 KiB in
+    # all); the default since 2026-11-27 is one consumer at BN 96 (Q 32 KiB, K and V 48 KiB a stage)
+    256: [("1wg BN64 seq", dict(BN=64, STAGES=2, CONSUMERS=1)),
+          ("1wg BN64 3st", dict(BN=64, STAGES=3, CONSUMERS=1)),
+          ("2wg BN64 seq skip (old default)", dict(BN=64, STAGES=2, CONSUMERS=2, RESCALE_SKIP=True)),
+          ("2wg BN64 seq", dict(BN=64, STAGES=2, OVERLAP=False, PINGPONG=False, CONSUMERS=2, RESCALE_SKIP=False)),
+          ("2wg BN80 seq", dict(BN=80, STAGES=2, OVERLAP=False, PINGPONG=False, CONSUMERS=2)),
+          ("2wg BN64 seq pingpong", dict(BN=64, STAGES=2, OVERLAP=False, PINGPONG=True, CONSUMERS=2))],
     64: [("2wg BN128 seq", dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=False)),
          ("2wg BN128 pingpong", dict(BN=128, STAGES=2, OVERLAP=True, PINGPONG=True)),
          ("2wg BN128 pingpong fa3", dict(BN=128, STAGES=2, OVERLAP=True, PINGPONG=True, FA3_ORDER=True)),
@@ -206,6 +212,9 @@ def main() -> None:
         print(f"{name}: SDPA flash {tf(t_flash):.0f}, cuDNN {tf(t_cudnn):.0f}", flush=True)
         row = dict(shape=name, flash_tflops=tf(t_flash), cudnn_tflops=tf(t_cudnn), variants={})
         for vname, tiles in [("default", None)] + SM90_VARIANTS[D]:
+            if tiles is not None and "CONSUMERS" in tiles and "SMALL_GRID" not in tiles:
+                tiles = dict(tiles, SMALL_GRID=False)  # a variant that names its block keeps it
+
             def call(tiles=tiles):
                 return ops.attention(q, k, v, causal=causal, layout="bhsd", tiles=tiles, path="sm90")  # noqa: B023
             try:
