@@ -346,6 +346,7 @@ def test_rms_norm_sm90_emulated(emulated_sm90):
 
 
 @needs_ptxas
+@pytest.mark.slow(sample=2)  # two of the four by default (10-20 s each on CI's 2 cores); -m slow: all
 @pytest.mark.parametrize("kernel_file, kernel, params", [
     ("matmul.kc", "matmul_epilogue", dict(T="bf16", OUT="bf16", ALIGNED=True, B_KMAJOR=True, FUSE=1)),
     ("matmul.kc", "matmul_epilogue", dict(T="bf16", OUT="bf16", ALIGNED=True, Y="bf16", FUSE=4)),

@@ -37,7 +37,7 @@ def case(rng, rows, vocab, dtype, spread):
     return x.astype(dtype)
 
 
-@pytest.mark.slow(sample=2)
+@pytest.mark.slow(sample=1)
 @pytest.mark.parametrize("dtype", [np.float32, BF16, "probs"], ids=["f32", "bf16", "probs"])
 @pytest.mark.parametrize("vocab", [7, 1001, 4099, 32003])
 def test_lists_change_no_bits(monkeypatch, dtype, vocab):

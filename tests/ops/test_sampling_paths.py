@@ -218,6 +218,7 @@ def test_split_distribution_matches_renormalised(split_small, probs):
     assert chi_square_p(counts, p[0] * counts.sum()) > 1e-3
 
 
+@pytest.mark.slow(sample=1)  # one dtype by default (25-35 s each on CI's 2 cores); -m slow: both
 @pytest.mark.parametrize("dtype", [np.float32, BF16], ids=["f32", "bf16"])
 def test_split_token_in_allowed_set(split_small, dtype):
     """Odd vocabularies split in chunks of 16, a strided view among them: greedy is the lowest index

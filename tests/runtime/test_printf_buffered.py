@@ -36,6 +36,7 @@ BUFFERED = {"printf": "buffered"}
 
 # --- the CPU target, against snprintf -------------------------------------------------------------------
 
+@pytest.mark.slow(sample=1)  # one warp size by default (25 s each on CI's 2 cores); -m slow: both
 @pytest.mark.parametrize("warp", [32, 64])
 def test_cpu_buffered_printf_matches_snprintf(tmp_path, warp):
     """Every case of the conformance list (CASES) and the %s-field cases, printed through the printf
