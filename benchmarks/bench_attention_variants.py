@@ -212,9 +212,6 @@ def main() -> None:
         print(f"{name}: SDPA flash {tf(t_flash):.0f}, cuDNN {tf(t_cudnn):.0f}", flush=True)
         row = dict(shape=name, flash_tflops=tf(t_flash), cudnn_tflops=tf(t_cudnn), variants={})
         for vname, tiles in [("default", None)] + SM90_VARIANTS[D]:
-            if tiles is not None and "CONSUMERS" in tiles and "SMALL_GRID" not in tiles:
-                tiles = dict(tiles, SMALL_GRID=False)  # a variant that names its block keeps it
-
             def call(tiles=tiles):
                 return ops.attention(q, k, v, causal=causal, layout="bhsd", tiles=tiles, path="sm90")  # noqa: B023
             try:

@@ -89,7 +89,8 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | No
     (:data:`ATTENTION_SM90_TILES`; the last seven are described in stdlib/attention_sm90.kc's header;
     EXP2_POLY: how many of a thread's BN / 2 exponentials a tile take std.math's polynomial instead of the
     MUFU, default 0; ORDER: the blocks' order, 0, 1 longest causal tiles first, 2 the same by groups of
-    GROUP heads) and the host's GROUP and SMALL_GRID (:mod:`kcompiler.ops.attention_order`). Raises
+    GROUP heads) and the host's GROUP and SMALL_GRID (:mod:`kcompiler.ops.attention_order`; on in the
+    defaults, off where ``tiles`` are given unless they say SMALL_GRID=True). Raises
     TypeError for other dtypes, ValueError for shapes that do not match.
 
     FP8: q, k and v of float8 e4m3 (ml_dtypes.float8_e4m3fn, torch.float8_e4m3fn) take the Hopper
@@ -425,8 +426,8 @@ class _Sm90Plan:
     def __init__(self, q: Any, p: _Prefill, layout: str, causal: bool, scale: float, tiles: dict | None,
                  target: str):
         t = dict(ATTENTION_SM90_TILES[(p.D, bool(causal))])
-        if tiles is not None:
-            t.update(tiles)
+        if tiles is not None:  # the caller's tiles as given: no small-grid rule unless they ask for it
+            t.update(dict(SMALL_GRID=False) | tiles)
         mod = _attention_sm90_module(target)
         grid, threads, t = sm90_launch(t, p.Sq, p.H, p.B, _common.device_of(mod, q).multiprocessor_count)
         c = t.get("CONSUMERS", 2)

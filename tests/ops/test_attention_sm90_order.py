@@ -197,6 +197,19 @@ def test_prefill_sm90_small_grid_emulated(monkeypatch, emulated):
     assert plan.boxes[0] == 64 and plan.launch.shared == ops_attention.attention_sm90_shared_bytes(plan.kw, 64)
 
 
+def test_small_grid_is_the_defaults_rule(monkeypatch, emulated):
+    """The defaults take the small-grid rule (the same small grid gets one consumer and ORDER 1);
+    tiles the caller gives are taken as given (two consumers, ORDER 0) unless they say SMALL_GRID."""
+    from kcompiler import ops
+    monkeypatch.setattr(ops_attention, "_attention_sm90_module", lambda target: emulated)
+    q, k, v = (RNG.standard_normal((1, 2, 150, 64)).astype(ml_dtypes.bfloat16) for _ in range(3))
+    for tiles, consumers, order in ((None, 1, 1), (dict(STAGES=2), 2, 0), (dict(SMALL_GRID=True), 1, 1)):
+        ops_attention.PLANS.clear()
+        ops.attention(q, k, v, causal=True, layout="bhsd", path="sm90", tiles=tiles, target="cpu")
+        (plan,) = ops_attention.PLANS.values()
+        assert (plan.kw.get("CONSUMERS", 2), plan.kw.get("ORDER", 0)) == (consumers, order), tiles
+
+
 def test_prefill_sm90_order_varlen_emulated(monkeypatch, emulated):
     """ORDER 1 with variable lengths (the query tiles on grid z, counted from max_seqlen_q as the host's
     grid): packed sequences, one empty, one longer than a tile, causal, GQA 2:1. ORDER 2, which counts a
