@@ -90,8 +90,8 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | No
     EXP2_POLY: how many of a thread's BN / 2 exponentials a tile take std.math's polynomial instead of the
     MUFU, default 0; ORDER: the blocks' order, 0, 1 longest causal tiles first, 2 the same by groups of
     GROUP heads) and the host's GROUP and SMALL_GRID (:mod:`kcompiler.ops.attention_order`; on in the
-    defaults, off where ``tiles`` are given unless they say SMALL_GRID=True). Raises
-    TypeError for other dtypes, ValueError for shapes that do not match.
+    defaults, off for given ``tiles`` without it). Raises TypeError for other dtypes, ValueError for
+    shapes that do not match.
 
     FP8: q, k and v of float8 e4m3 (ml_dtypes.float8_e4m3fn, torch.float8_e4m3fn) take the Hopper
     kernel's FP8 form (:func:`kcompiler.ops.attention_fp8.attention_fp8`: D 128, no variable lengths,
@@ -100,11 +100,10 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | No
     ``scale * descale_q * descale_k * q k^T``, the result times ``descale_v``, of ``out_dtype`` ('bf16'
     or 'f16'; these four are ignored for 16-bit inputs).
 
-    A call on the Hopper path keeps its host work (:data:`PLANS`; with variable lengths only where
-    ``max_seqlen_q`` is given): a later call on arrays of the same kinds, shapes, dtypes and devices,
-    with the same options (and the same number of sequences and ``max_seqlen_q``), checks contiguity
-    and alignment (and that cu_seqlens are int32 arrays of q's kind and device), allocates the result
-    and launches, without the other checks and choices."""
+    A call on the Hopper path keeps its host work (:data:`PLANS`; varlen only with ``max_seqlen_q``): a
+    later call on arrays of the same kinds, shapes, dtypes and devices, with the same options (varlen:
+    B and ``max_seqlen_q``), checks contiguity and alignment (varlen: cu_seqlens int32 arrays of q's
+    kind and device), allocates the result and launches, without the other checks and choices."""
     varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
     key, got = _planned(q, k, v, causal, scale, layout, tiles, path, target, cu_seqlens_q, cu_seqlens_k, max_seqlen_q)
     if got is not None:  # a prepared call (there is none for FP8)
