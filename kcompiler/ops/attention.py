@@ -14,7 +14,7 @@ from . import _common
 from ._common import (ArrayKind, capturing, check_same, contiguous, data_ptr, empty_like, flat, hopper_reason_not,
                       host_ints, index_array, query_type, target_for)
 from .attention_fp8 import attention_fp8, is_fp8
-from .attention_order import sm90_launch
+from .attention_order import sm90_launch, sm90_tiles
 from .decode import plan_key
 
 
@@ -424,9 +424,7 @@ class _Sm90Plan:
 
     def __init__(self, q: Any, p: _Prefill, layout: str, causal: bool, scale: float, tiles: dict | None,
                  target: str):
-        t = dict(ATTENTION_SM90_TILES[(p.D, bool(causal))])
-        if tiles is not None:  # the caller's tiles as given: no small-grid rule unless they ask for it
-            t.update(dict(SMALL_GRID=False) | tiles)
+        t = sm90_tiles(ATTENTION_SM90_TILES[(p.D, bool(causal))], tiles)
         mod = _attention_sm90_module(target)
         grid, threads, t = sm90_launch(t, p.Sq, p.H, p.B, _common.device_of(mod, q).multiprocessor_count)
         c = t.get("CONSUMERS", 2)

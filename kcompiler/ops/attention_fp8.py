@@ -11,7 +11,7 @@ from ..runtime import arrays
 from ..runtime.tensormap import cached_tensor_map
 from . import _common
 from ._common import check_same, contiguous, empty_like, flat, hopper_reason_not, target_for
-from .attention_order import sm90_launch
+from .attention_order import sm90_launch, sm90_tiles
 
 #: Tiles of the FP8 Hopper prefill by causal (D 128 only): BN keys a step (128 or 256: whole slabs of
 #: V^T's 128-byte rows), STAGES K/V buffers, OVERLAP, PINGPONG, TURNS, CONSUMERS as ATTENTION_SM90_TILES.
@@ -115,9 +115,7 @@ def attention_fp8(q: Any, k: Any, v: Any, *, causal: bool, scale: float | None, 
     mod.attention_vt_fp8[(-(-p.Sk // 128), p.HK, p.B), 256](
         _words(v), _words(vt), p.Sk, skp, s["k_sb"], s["k_ss"], s["k_sh"], D=p.D, shared=128 * (p.D + 4),
         stream=stream)
-    t = dict(ATTENTION_FP8_TILES[bool(causal)])
-    if tiles is not None:
-        t.update(tiles)
+    t = sm90_tiles(ATTENTION_FP8_TILES[bool(causal)], tiles)
     grid, threads, t = sm90_launch(t, p.Sq, p.H, p.B, _common.device_of(mod, q).multiprocessor_count)
     c = t.get("CONSUMERS", 2)
     maps = [cached_tensor_map(_bhsd_view(q, layout, False), (1, 1, 64 * c, 128)),

@@ -51,6 +51,16 @@ def small_grid_consumers(consumers: int, seqlen_q: int, heads: int, batch: int, 
     return 1
 
 
+def sm90_tiles(defaults: dict[str, Any], tiles: dict[str, Any] | None) -> dict[str, Any]:
+    """The tiles of a call: ``defaults`` (an ATTENTION_SM90_TILES or ATTENTION_FP8_TILES entry) updated
+    by the caller's ``tiles``. The small-grid rule is the defaults': tiles a caller gives are taken as
+    given (SMALL_GRID off) unless they say SMALL_GRID=True, so that a form asked for (PINGPONG's two
+    consumers, say) is the form launched."""
+    if tiles is None:
+        return dict(defaults)
+    return {**defaults, "SMALL_GRID": False, **tiles}
+
+
 def sm90_launch(tiles: dict[str, Any], seqlen_q: int, heads: int, batch: int,
                 sms: int = 132) -> tuple[tuple[int, int, int], int, dict[str, Any]]:
     """(grid, threads a block, compile-time values) of std.attention_sm90 for ``tiles`` (a full tiles dict:
@@ -86,4 +96,4 @@ def sm90_launch(tiles: dict[str, Any], seqlen_q: int, heads: int, batch: int,
     return grid, 128 * (c + 1), kw
 
 
-__all__ = ["HOST_KEYS", "SMALL_GRID_FILL", "SMALL_GRID_WAVES", "heads_group", "sm90_launch", "small_grid_consumers"]
+__all__ = ["HOST_KEYS", "SMALL_GRID_FILL", "SMALL_GRID_WAVES", "heads_group", "sm90_launch", "sm90_tiles", "small_grid_consumers"]
