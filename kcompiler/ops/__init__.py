@@ -38,7 +38,7 @@ from .mla import (MLA_SM90_MIN_HEADS, MLA_SM90_SMALL_HEADS, MLA_SM90_SMALL_TILES
 from .moe_gemm import (MOE_GEMM_TILES, MOE_VALUES_PER_LOAD, moe_block_m, moe_gemm_down, moe_gemm_swiglu,
                        moe_gemm_tiles)
 from .moe import (MOE_ALIGN_CHUNK, MOE_ALIGN_MAX_EXPERTS, MOE_FUSED_MAX_ASSIGNMENTS, MOE_MODES, MOE_ROUTE_MAX_EXPERTS,
-                  MOE_SM90_MIN_ROWS_PER_EXPERT,
+                  MOE_SM90_MIN_ROWS_PER_EXPERT, MOE_SM90_MXFP4_MIN_ROWS_PER_EXPERT,
                   MOE_ROUTE_MAX_TOP_K, MOE_SIMT_BN, MOE_SIMT_THREADS, moe, moe_align, moe_route, moe_route_align,
                   moe_simt_block_m, moe_sum)
 from .norms import gelu_and_mul, layer_norm, rms_norm, rotary_embedding, silu_and_mul
@@ -50,6 +50,7 @@ __all__ = ["ATTENTION_MFMA_TILES", "ATTENTION_SIMT_TILES", "ATTENTION_SM90_TILES
            "DECODE_SIMT", "DECODE_TC_DEFAULT", "DECODE_TC_SINGLE", "DECODE_TC_VARIANTS", "EPILOGUES", "FUSED_EPILOGUES",
            "MATH_KERNEL", "MATMUL_TILES", "MATMUL_TUNE_CANDIDATES", "MLA_SM90_MIN_HEADS", "MLA_SM90_SMALL_HEADS", "MLA_SM90_SMALL_TILES", "MLA_SM90_TILES",
            "MOE_ALIGN_CHUNK", "MOE_ALIGN_MAX_EXPERTS", "MOE_FUSED_MAX_ASSIGNMENTS", "MOE_GEMM_TILES", "MOE_MODES", "MOE_ROUTE_MAX_EXPERTS", "MOE_SM90_MIN_ROWS_PER_EXPERT",
+           "MOE_SM90_MXFP4_MIN_ROWS_PER_EXPERT",
            "MOE_ROUTE_MAX_TOP_K", "MOE_SIMT_BN", "MOE_SIMT_THREADS", "MOE_VALUES_PER_LOAD", "SAMPLING_THREADS",
            "Epilogue", "attention", "attention_shared_bytes", "attention_sm90_reason_not",
            "attention_sm90_shared_bytes", "cast", "decode_lanes", "decode_shared_bytes", "decode_splits",

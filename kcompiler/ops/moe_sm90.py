@@ -38,9 +38,15 @@ path). x is quantised from its own values (not rounded to bf16 first); h from it
 tests/ops/test_moe_sm90.py checks the quantisation bit for bit against numpy and the layer against a
 float64 reference that quantises the same way, within the error these bounds allow.
 
+MXFP4 weights (ExpertWeights "mxfp4", OCP MX v1.0: packed E2M1 codes, an E8M0 scale per 32 along K):
+x gathered to bf16 as for bf16 weights, then both GEMMs by std.moe_sm90_mx's matmul_sm90_grouped_mxfp4
+(:func:`grouped_gemm_mxfp4`), which copies the packed codes by TMA and decodes them exactly to bf16 in
+shared memory (the stdlib module's header): the result is the bf16 path's on the decoded weights.
+
 H and I multiples of 8 (TMA's 16-byte rows of bf16), of 16 for FP8 (of E4M3). ``ops.moe``'s "auto"
 takes this path for bf16 on an sm_90 GPU from ops.MOE_SM90_MIN_ROWS_PER_EXPERT assignments an expert
-(measured: benchmarks/RESULTS.md), not for FP8 (not yet measured; it quantises the activations).
+(measured: benchmarks/RESULTS.md), for MXFP4 from ops.MOE_SM90_MXFP4_MIN_ROWS_PER_EXPERT where set (None
+until measured), not for FP8 (not yet measured; it quantises the activations).
 Torch CUDA tensors on an sm_90 GPU, or numpy arrays on the CPU target's emulation of wgmma and TMA
 (``target_options={"emulate_wgmma": True}``: slow, for tests)."""
 from __future__ import annotations
