@@ -189,12 +189,15 @@ def grouped_gemm_mxfp4(mod: Any, a: Any, w: ExpertWeights, routing: MoERouting, 
     to bf16 in shared memory before the wgmmas: ``c[p] = A[p] @ W[e]^T`` with W the decoded weights
     (or gated, silu(gate) * up). ``a``: bf16 (P, K), ``c``: bf16 (P, N), both contiguous and 16-byte
     aligned; the routing's block_m is :data:`BLOCK_M`. ``tiles``: the kernel's other compile-time
-    parameters (BN, GROUP_M, DQ_REGS, CONS_REGS: benchmarks' variants). Returns c."""
+    parameters (STAGES overrides ``stages``; BN, GROUP_M, DQ_REGS, CONS_REGS: the benchmark's
+    variants, bench_moe.py's MX_VARIANTS). Returns c."""
     if routing.block_m != BLOCK_M:
         raise ValueError(f"grouped_gemm_mxfp4: the routing's block_m must be {BLOCK_M}, not {routing.block_m}")
     if arrays.array_scalar_type(a).name != "bf16" or w.format != "mxfp4":
         raise TypeError(f"grouped_gemm_mxfp4: a bf16 and mxfp4 weights, not {arrays.describe(a)} and {w.format}")
     from .moe_gemm import _weights
+    tiles = dict(tiles)
+    stages = int(tiles.pop("STAGES", stages))
     data, scales = _weights(w, a, "grouped_gemm_mxfp4")
     data = _aligned(data)
     bn = int(tiles.get("BN", 256))

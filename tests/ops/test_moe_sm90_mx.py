@@ -6,7 +6,8 @@ On the CPU target under emulate_wgmma (TMA, wgmma and mbarriers emulated; the 12
 decoded tile is the one the emulated wgmma reads, so a misplaced chunk is an O(1) error): the grouped
 GEMM, gated and plain, against float64 numpy on weights decoded by kcompiler.numerics.mx (ml_dtypes'
 E2M1 and E8M0, independent of the kernel's bit tricks), with K not a multiple of the 64-k step, N not
-of the tile, scales above 128 (the second factor) and persistent blocks; the layer through ops.moe
+of the tile, scales above 128 (the second factor), persistent blocks and (slow) the benchmark's
+BN 128 / 2-stage variant; the layer through ops.moe
 against tests/ops/test_moe_sm90.py's float64 reference and bounds on the decoded weights. The sm_90a
 PTX assembles without spills. On an H100 (marked gpu): gpt-oss's shape against a float64 torch loop
 that decodes the codes through a table.
@@ -36,8 +37,11 @@ def random_mxfp4(e_n, rows, k, lo=118, hi=124):
     return ExpertWeights.mxfp4(packed, scales.view(ml_dtypes.float8_e8m0fnu))
 
 
-@pytest.mark.parametrize("gated, sms, kk", [(True, 2, 96), (False, 64, 160)], ids=["gated-persistent", "plain-surplus"])
-def test_grouped_gemm_mxfp4_cpu(gated, sms, kk):
+@pytest.mark.parametrize("gated, sms, kk, tiles", [
+    (True, 2, 96, {}), (False, 64, 160, {}),
+    pytest.param(True, 3, 160, {"BN": 128, "STAGES": 2, "GROUP_M": 4}, marks=pytest.mark.slow(sample=0))],
+    ids=["gated-persistent", "plain-surplus", "gated-bn128-s2"])
+def test_grouped_gemm_mxfp4_cpu(gated, sms, kk, tiles):
     """Every slot of the tiles in use equals A[p] @ W[e]^T (gated: silu(gate) * up) for its tile's expert
     on the decoded weights, within f32 accumulation and one bf16 rounding; the slots past them keep their
     NaNs. Scales 118 to 130: factors 2^-9 to 2^3, some above 128 (mx_extra's second factor)."""
@@ -51,7 +55,7 @@ def test_grouped_gemm_mxfp4_cpu(gated, sms, kk):
     assert (np.asarray(w.scales).view(np.uint8) > 128).any()
     c = moe_sm90._empty(a, (P, n), "bf16")
     c[...] = np.nan
-    moe_sm90.grouped_gemm_mxfp4(moe_sm90._mx_cpu_module(), a, w, routing, c, gated=gated, sms=sms)
+    moe_sm90.grouped_gemm_mxfp4(moe_sm90._mx_cpu_module(), a, w, routing, c, gated=gated, sms=sms, **tiles)
     used = int(routing.num_tiles[0]) * moe_sm90.BLOCK_M
     assert used < P and np.isnan(f64(c[used:])).all()
     te = np.repeat(routing.tile_expert[:used // moe_sm90.BLOCK_M], moe_sm90.BLOCK_M)
