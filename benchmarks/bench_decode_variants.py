@@ -7,6 +7,7 @@ one-line choice is made from.
 
 ``--variants gqa8`` (:data:`PRESETS`) times the GQA 8:1 candidates of issue 23 beside the current
 choice: ``--kinds gqa8 --variants gqa8 --splits ''`` is the quick run for DECODE_TC_DEFAULT[8].
+``--variants bases`` times the BASES forms (one 64-bit offset a page a step) beside their twins.
 
 B 32, H 32, 8192 keys, D 128, bf16, one query token, a paged cache in shuffled page order (pages of 16
 and of 64). Kinds: gqa8 (4 KV heads, 8:1), gqa4 (8 KV heads, 4:1) and mha (32 KV heads: ops' default
@@ -45,7 +46,10 @@ KINDS = {"gqa8": 4, "gqa4": 8, "mha": 32}
 #: unsplit wave of 128 blocks; GATHER's pages read a step ahead, more bytes in flight an SM) beside
 #: ring_1wave, the choice they would replace (ops.decode.DECODE_TC_VARIANTS says what each is)
 PRESETS = {"gqa8": ["ring_1wave", "eager_1wave", "ring_gather", "eager_gather", "s3_gather", "w8_1wave",
-                    "w8_s3_1wave", "w2_bn64"]}
+                    "w8_s3_1wave", "w2_bn64"],
+           # BASES (the copies' addresses from one offset a page a step) beside the kernels it changes
+           "bases": ["ring_gather", "ring_gather_bases", "eager_gather", "eager_gather_bases", "w8_1wave",
+                     "w8_bases_1wave", "ring", "ring_bases"]}
 
 
 def _warm(job: tuple) -> str:
