@@ -739,3 +739,33 @@ def test_path_choice_errors():
         ops.attention(q96, q96, q96, path="sm90", target="cpu")
     out = ops.attention(q, q, q, path="fa2", target="cpu")  # the explicit FA2 path still runs here
     assert out.shape == q.shape
+
+
+# --- std.attention_sm90_chain's opt-in forms (CHAIN, TREE, UNIFORM_WG) ----------------------------------
+
+#: (tiles, (B, Sq, Sk, H, HK, D, causal)): the chained issue with and without turns, the tree
+#: reductions with the rescale skip, over ring laps (290 keys, BN 64: 5 tiles, 2 stages), blocks with
+#: no key and one tile (causal, Sq 200 > Sk 40: block 0 sees none), D 128 with BN 192 (a partial tile)
+CHAIN_FORMS = [(dict(BN=64, CHAIN=True), (1, 77, 290, 2, 1, 64, True)),
+               (dict(BN=64, CHAIN=True, PINGPONG=True, TURNS=1, TREE=True, UNIFORM_WG=True),
+                (1, 77, 290, 2, 1, 64, True)),
+               (dict(BN=64, CHAIN=True, TREE=True), (1, 200, 40, 2, 1, 64, True)),
+               (dict(BN=64, TREE=True, RESCALE_SKIP=True, UNIFORM_WG=True), (2, 37, 150, 2, 2, 64, False)),
+               (dict(BN=192, CHAIN=True, TREE=True, UNIFORM_WG=True), (1, 45, 300, 1, 1, 128, False))]
+
+
+@pytest.mark.parametrize("tiles,shape", CHAIN_FORMS, ids=lambda x: "-".join(
+    f"{k}{int(v)}" for k, v in x.items()) if isinstance(x, dict) else "x".join(map(str, x[:6])))
+def test_prefill_sm90_chain_forms_emulated(monkeypatch, emulated, tiles, shape):
+    """CHAIN (P_{j-1} V_{j-1} and S_j issued together, one wait a tile; the stage releases after it),
+    TREE (4-chain maxima and sums, the clamped base) and UNIFORM_WG on the emulation, against the
+    float64 reference: the peeled first tile, the last tile's P V, ntiles 0 and 1, the turns."""
+    from kcompiler import ops
+
+    from .test_attention import check, qkv, reference
+    B, Sq, Sk, H, HK, D, causal = shape
+    monkeypatch.setattr(ops_attention, "_attention_sm90_module", lambda target: emulated)
+    q, k, v = qkv(B, Sq, Sk, H, HK, D, "bf16")
+    out, lse = ops.attention(q, k, v, causal=causal, return_lse=True, path="sm90", tiles=tiles, target="cpu")
+    ref, ref_lse = reference(q, k, v, causal, D ** -0.5)
+    check(out, lse, ref, ref_lse, v, "bf16")
