@@ -586,10 +586,11 @@ class _MoEPlan:
                              and data_ptr(gdata) % 16 == 0 and data_ptr(x) % 16 == 0)
             self.mma2 = bool(has and inter % moe_gemm.MOE_VALUES_PER_LOAD[wd.format] == 0
                              and data_ptr(ddata) % 16 == 0)
-            self.l_g1 = gmod.moe_gemm1[(-(-inter // (16 * tk["MT"])), tiles), 32 * tk["KW"]]
+            gy = moe_gemm.moe_grid_tiles(t, top_k, e, bm)   # the tiles the routing can use, not every padded one
+            self.l_g1 = gmod.moe_gemm1[(-(-inter // (16 * tk["MT"])), gy), 32 * tk["KW"]]
             self.kw_g1 = dict(MMA=self.mma1, DEC=dec, **tk)
             self.xsc = kind.empty((1,), kind.dtype("u8"))   # std.moe_gemm's MXFP8 scales of x: unread for bf16 x
-            self.l_g2 = gmod.moe_gemm2[(-(-hidden // (16 * tk["MT"])), tiles), 32 * tk["KW"]]
+            self.l_g2 = gmod.moe_gemm2[(-(-hidden // (16 * tk["MT"])), gy), 32 * tk["KW"]]
             self.kw_g2 = dict(MMA=self.mma2, ATOMIC=atomic, OUT="f32", DEC=dec, **tk)
         else:
             self.mma1 = self.mma2 = False
