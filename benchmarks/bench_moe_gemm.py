@@ -114,6 +114,10 @@ VARIANTS = {
     "down MT2 xr chk0": ("split", dict(XR=1, CHK=0)),
     "down KW8 xr": ("split", dict(XR=1)),
     "persist gy2": ("split", dict(GY=2)),
+    # the tiling before ops.MOE_GEMM_FORMAT_TILES (block_m 8 up to a mean of 8 assignments an expert, no
+    # NTD, the down projection at MT 1): valid for the decode batches (T <= 64) this table times
+    "old tiles (bm8, down MT1)": ("split", dict(NTD=0)),
+    "bm16 ntd, down MT1": ("split", dict(NTD=1)),
 }
 
 #: Per-variant extras: "bm" (the routing's block_m instead of ops.moe_block_m's, the same assignments),
@@ -122,6 +126,8 @@ EXTRA = {
     "bm16 ntd": dict(bm=16), "bm16 ntd xr": dict(bm=16),
     "down MT2": dict(down=dict(MT=2)), "down MT2 xr chk0": dict(down=dict(MT=2)),
     "down KW8 xr": dict(down=dict(KW=8)),
+    "old tiles (bm8, down MT1)": dict(bm=8, down=dict(MT=1, NTD=0)),
+    "bm16 ntd, down MT1": dict(bm=16, down=dict(MT=1)),
 }
 
 
@@ -203,7 +209,7 @@ def run_variants(args, copy, g, rng):
         print(f"{'T':>5} {'variant':>34} {'gate/up ms':>10} {'GB/s':>6} {'%copy':>6} {'vs def':>6} "
               f"{'down ms':>8} {'GB/s':>6} {'%copy':>6} {'vs def':>6}")
         for T in tokens:
-            bm = ops.moe_block_m(T, top_k, E)
+            bm = ops.moe_block_m(T, top_k, E, "mxfp4")
             numel = T * top_k
             rs, groups, hit = make_routings(rng, T, E, top_k, bm, b13)
             x = torch.randn(T, Hd, device="cuda").bfloat16()
@@ -290,7 +296,7 @@ def main():
             print(f"\n{shape} (E={E}, top_k={top_k}, H={Hd}, I={I}) {fmt}: ms, TFLOP/s, weight GB/s (% of copy)")
             print(f"{'T':>5} {'op':>20} {'kc ms':>8} {'TFLOP/s':>8} {'GB/s':>7} {'%copy':>6} {'torch ms':>9} {'torch/kc':>8}")
             for T in tokens:
-                bm = ops.moe_block_m(T, top_k, E)
+                bm = ops.moe_block_m(T, top_k, E, fmt)
                 numel = T * top_k
                 rs, groups, hit = make_routings(rng, T, E, top_k, bm, b13)
                 nr = len(rs)

@@ -35,7 +35,7 @@ from .matmul import (BLOCK_EPILOGUES, EPILOGUES, FUSED_EPILOGUES, MATMUL_TILES, 
 from .matmul_fused import rms_norm_epilogue
 from .mla import (MLA_SM90_MIN_HEADS, MLA_SM90_SMALL_HEADS, MLA_SM90_SMALL_TILES, MLA_SM90_TILES, mla_decode, mla_sm90_reason_not, mla_sm90_shared_bytes,
                   mla_sm90_splits)
-from .moe_gemm import (MOE_GEMM_TILES, MOE_VALUES_PER_LOAD, moe_block_m, moe_gemm_down, moe_gemm_swiglu,
+from .moe_gemm import (MOE_GEMM_FORMAT_TILES, MOE_GEMM_TILES, MOE_VALUES_PER_LOAD, moe_block_m, moe_gemm_down, moe_gemm_swiglu,
                        moe_gemm_tiles, moe_grid_tiles)
 from .moe import (MOE_ALIGN_CHUNK, MOE_ALIGN_MAX_EXPERTS, MOE_FUSED_MAX_ASSIGNMENTS, MOE_MODES, MOE_ROUTE_MAX_EXPERTS,
                   MOE_SM90_MIN_ROWS_PER_EXPERT, MOE_SM90_MXFP4_MIN_ROWS_PER_EXPERT,
@@ -49,7 +49,7 @@ from .mx import (mx_dequantize, mx_quantize, nvfp4_dequantize, nvfp4_quantize, p
 __all__ = ["ATTENTION_MFMA_TILES", "ATTENTION_SIMT_TILES", "ATTENTION_SM90_TILES", "ATTENTION_TILES", "BLOCK_EPILOGUES",
            "DECODE_SIMT", "DECODE_TC_DEFAULT", "DECODE_TC_SINGLE", "DECODE_TC_VARIANTS", "EPILOGUES", "FUSED_EPILOGUES",
            "MATH_KERNEL", "MATMUL_TILES", "MATMUL_TUNE_CANDIDATES", "MLA_SM90_MIN_HEADS", "MLA_SM90_SMALL_HEADS", "MLA_SM90_SMALL_TILES", "MLA_SM90_TILES",
-           "MOE_ALIGN_CHUNK", "MOE_ALIGN_MAX_EXPERTS", "MOE_FUSED_MAX_ASSIGNMENTS", "MOE_GEMM_TILES", "MOE_MODES", "MOE_ROUTE_MAX_EXPERTS", "MOE_SM90_MIN_ROWS_PER_EXPERT",
+           "MOE_ALIGN_CHUNK", "MOE_ALIGN_MAX_EXPERTS", "MOE_FUSED_MAX_ASSIGNMENTS", "MOE_GEMM_FORMAT_TILES", "MOE_GEMM_TILES", "MOE_MODES", "MOE_ROUTE_MAX_EXPERTS", "MOE_SM90_MIN_ROWS_PER_EXPERT",
            "MOE_SM90_MXFP4_MIN_ROWS_PER_EXPERT",
            "MOE_ROUTE_MAX_TOP_K", "MOE_SIMT_BN", "MOE_SIMT_THREADS", "MOE_VALUES_PER_LOAD", "SAMPLING_THREADS",
            "Epilogue", "attention", "attention_shared_bytes", "attention_sm90_reason_not",

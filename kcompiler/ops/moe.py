@@ -485,7 +485,7 @@ def _moe_mxfp8(xq: MXActivations, router_logits: Any, w_gate_up: Any, w_down: An
     ids, wts = moe_route(router_logits, top_k, mode=mode, renormalize=renormalize, target=target)
     if tokens == 0:
         return empty_like(codes, (0, hidden), "bf16")
-    routing = moe_align(ids, wts, e, moe_gemm.moe_block_m(tokens, top_k, e), target=target)
+    routing = moe_align(ids, wts, e, moe_gemm.moe_block_m(tokens, top_k, e, wg.format), target=target)
     h = moe_gemm.moe_gemm_swiglu(xq, wg, routing, target=target)
     y = moe_gemm.moe_gemm_down(h, wd, routing, reduce=reduce, target=target)
     return moe_sum(y, top_k if reduce == "separate" else 1, dtype="bf16", target=target)
@@ -546,7 +546,7 @@ class _MoEPlan:
         self.ld = ld
         self.wfmt = (wg.format, wd.format)
         self.fused = n <= MOE_FUSED_MAX_ASSIGNMENTS
-        bm = moe_gemm.moe_block_m(t, top_k, e) if use_mma else moe_simt_block_m(t, top_k, e)
+        bm = moe_gemm.moe_block_m(t, top_k, e, wg.format) if use_mma else moe_simt_block_m(t, top_k, e)
         self.bm, self.slots = bm, MoERouting.padded_slots(t, top_k, e, bm)
         tiles = self.slots // bm
         self.separate = reduce == "separate"

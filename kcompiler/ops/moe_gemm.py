@@ -31,18 +31,30 @@ MOE_GEMM_TILES = {8: dict(MT=1, KW=4, U=2), 16: dict(MT=1, KW=4, U=2), 32: dict(
                   64: dict(MT=1, KW=2, U=1)}
 
 
-def moe_block_m(tokens: int, top_k: int, num_experts: int) -> int:
+#: Per weight format, what the tensor-core path's tiling changes from :data:`MOE_GEMM_TILES`, for the
+#: gate/up GEMM ("gate_up") and the down projection ("down") by block_m; and the most assignments an
+#: expert (the mean) for which :func:`moe_block_m` takes 8 slots ("bm8_mean"; 8 where not given). MXFP4
+#: (H100, benchmarks/bench_moe_gemm.py --variants, 2026-11-27, benchmarks/RESULTS.md): the down
+#: projection with two m16 tiles a block (MT 2: twice the weight bytes in flight a warp) 1.05-1.16x at
+#: T 1-64; block_m 16 with NTD (a tile of at most 8 assignments skips its second n8 tile) from a mean of
+#: 4 assignments an expert, so that gpt-oss's T 64 (a mean of 8, 4 in 10 experts over 8) reads each
+#: expert's weights once: 1.11x gate/up.
+MOE_GEMM_FORMAT_TILES = {"mxfp4": {"gate_up": {16: dict(NTD=1)}, "down": {8: dict(MT=2), 16: dict(MT=2, NTD=1)},
+                                   "bm8_mean": 4}}
+
+
+def moe_block_m(tokens: int, top_k: int, num_experts: int, fmt: str | None = None) -> int:
     """The tile of token slots (the routing's ``block_m``) for ``tokens`` tokens choosing ``top_k`` of
     ``num_experts`` experts: the smallest of 8, 16, 32 at least the mean number of assignments an expert
     (tokens * top_k / num_experts), so that a decode batch pads each expert's run to few slots (the
     weights are read once a tile: padding costs MMA work, not weight bytes); 32 above that (at 64 the
     MXFP4 gate/up kernel spills registers on sm_90: 255 registers and 60 bytes of spill stores, ptxas
-    13.0, where 32 uses 186 and none)."""
+    13.0, where 32 uses 186 and none). For weights of format ``fmt`` ('bf16', 'fp8', 'mxfp4'; None:
+    any), 8 only up to :data:`MOE_GEMM_FORMAT_TILES`' "bm8_mean" assignments an expert where it gives one."""
     mean = tokens * top_k / max(num_experts, 1)
-    for bm in (8, 16):
-        if mean <= bm:
-            return bm
-    return 32
+    if mean <= MOE_GEMM_FORMAT_TILES.get(fmt, {}).get("bm8_mean", 8):
+        return 8
+    return 16 if mean <= 16 else 32
 
 
 def moe_grid_tiles(tokens: int, top_k: int, num_experts: int, block_m: int) -> int:
@@ -114,11 +126,13 @@ def _routing(r: MoERouting, fn: str, num_experts: int, like: Any) -> tuple[int, 
 
 
 def _launch_common(x: Any, w: ExpertWeights, routing: MoERouting, K: int, target: str, fn: str,
-                   tuning: Any = None) -> tuple:
+                   tuning: Any = None, gemm: str = "gate_up") -> tuple:
     """(module, data, scales, compile-time tiles, mma, tiles in the grid: 0 where nothing to do) for a
-    launch on activations ``x``."""
+    launch on activations ``x`` of GEMM ``gemm`` ('gate_up' or 'down': :data:`MOE_GEMM_FORMAT_TILES`)."""
     data, scales = _weights(w, x, fn)
-    tiles = _tuned(moe_gemm_tiles(routing.block_m), tuning, fn)
+    tiles = moe_gemm_tiles(routing.block_m)
+    tiles.update(MOE_GEMM_FORMAT_TILES.get(w.format, {}).get(gemm, {}).get(routing.block_m, {}))
+    tiles = _tuned(tiles, tuning, fn)
     _, ntiles = _routing(routing, fn, w.shape[0], x)
     grid, cap = tiles.pop("GRID", 1), tiles.pop("GY", 0)
     if ntiles and grid:
@@ -300,7 +314,7 @@ def moe_gemm_down(h: Any, w_down: ExpertWeights, routing: MoERouting, *, reduce:
             raise ValueError(f"{fn}: out must be a contiguous {'f32' if atomic else 'f32 or bf16'} array of shape "
                              f"{oshape}, not {arrays.describe(out)}")
     h = _common.contiguous(h)
-    mod, data, scales, tiles, mma, ntiles = _launch_common(h, w_down, routing, K, target, fn, tuning)
+    mod, data, scales, tiles, mma, ntiles = _launch_common(h, w_down, routing, K, target, fn, tuning, "down")
     if numel == 0 or ntiles == 0:
         return out
     grid = (-(-hidden // (16 * tiles["MT"])), ntiles)
@@ -310,5 +324,5 @@ def moe_gemm_down(h: Any, w_down: ExpertWeights, routing: MoERouting, *, reduce:
     return out
 
 
-__all__ = ["MOE_GEMM_TILES", "MOE_MXFP4_DECODE", "MOE_MXFP4_DECODES", "MOE_TUNING_KEYS", "MOE_VALUES_PER_LOAD", "moe_block_m",
+__all__ = ["MOE_GEMM_FORMAT_TILES", "MOE_GEMM_TILES", "MOE_MXFP4_DECODE", "MOE_MXFP4_DECODES", "MOE_TUNING_KEYS", "MOE_VALUES_PER_LOAD", "moe_block_m",
            "moe_gemm_down", "moe_gemm_swiglu", "moe_gemm_tiles", "moe_grid_tiles"]

@@ -387,6 +387,11 @@ def test_plans():
     assert ops.moe_block_m(64, 4, 32) == 8
     assert ops.moe_block_m(100, 4, 32) == 16
     assert ops.moe_block_m(4096, 4, 32) == 32
+    # MXFP4: 8 slots only up to a mean of 4 assignments an expert (ops.MOE_GEMM_FORMAT_TILES)
+    assert ops.moe_block_m(32, 4, 32, "mxfp4") == 8
+    assert ops.moe_block_m(33, 4, 32, "mxfp4") == 16
+    assert ops.moe_block_m(64, 4, 32, "mxfp4") == 16
+    assert ops.moe_block_m(64, 4, 32, "bf16") == 8
     t = ops.moe_gemm_tiles(24)
     assert t["BM"] == 24 and t == dict(BM=24, **ops.MOE_GEMM_TILES[32])
     with pytest.raises(ValueError, match="multiple of 8"):
