@@ -11,8 +11,8 @@ OVERLAP, SEESAW: FlashMLA's later schedule, BN 64 x 2 as FlashMLA's and 32 x 2 /
 rows compact, and ST, S transposed), split counts, the two timing probes (PROBE 1: the ring streams the cache with nothing
 computed, the bandwidth ceiling of those tiles; PROBE 2: S and the softmax without P V; PROBE 3: a
 form's compute without the loads, the ring filled once and reused; PROBE 4: S alone), SACC (S's k
-steps over 2 or 4 independent accumulator chains), PSS (warpgroup 1's P V with P from shared memory) and
-the default again (the run's spread). Each row is first checked: against float32 torch on 2 sequences (relative
+steps over 2 or 4 independent accumulator chains), PSS (warpgroup 1's P V with P from shared memory),
+SSPLIT (S's k steps over both consumer warpgroups) and the default again (the run's spread). Each row is first checked: against float32 torch on 2 sequences (relative
 Frobenius error) and against the default's output and LSE on all 32 (max |difference|); PROBE 2 by its
 LSE only, PROBE 1, 3 and 4 not at all (their results mean nothing). Then timed from a CUDA graph (the device alone) and
 per call (host work included); TB/s of the latent cache read once (302 MB), % of a device-to-device
@@ -82,6 +82,13 @@ VARIANTS = {
     "pss sacc2": (dict(BN=32, STAGES=2, SACC=2, PSS=True), None),
     "pss bn64x2": (dict(BN=64, STAGES=2, PSS=True), None),
     "probe no-loads pss sacc2": (dict(BN=32, STAGES=2, SACC=2, PSS=True, PROBE=3), None),
+    # SSPLIT: S's k steps split over both consumer warpgroups (warpgroup 2 idles during S otherwise)
+    "ssplit": (dict(BN=32, STAGES=2, SSPLIT=True), None),
+    "ssplit bn32x3": (dict(BN=32, STAGES=3, SSPLIT=True), None),
+    "ssplit sacc2": (dict(BN=32, STAGES=2, SSPLIT=True, SACC=2), None),
+    "ssplit pss": (dict(BN=32, STAGES=2, SSPLIT=True, PSS=True), None),
+    "ssplit sacc4 bn16x4": (dict(BN=16, STAGES=4, SSPLIT=True, SACC=4), None),
+    "probe no-loads ssplit": (dict(BN=32, STAGES=2, SSPLIT=True, PROBE=3), None),
     "probe S-only": (dict(PROBE=4), None),
     "probe S-only sacc2": (dict(BN=32, STAGES=2, SACC=2, PROBE=4), None),
     "probe S-only bn64x2": (dict(BN=64, STAGES=2, PROBE=4), None),

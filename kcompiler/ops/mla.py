@@ -61,7 +61,7 @@ def mla_decode(q_nope: Any, q_pe: Any, ckv_cache: Any, kpe_cache: Any, block_tab
       :data:`MLA_SM90_SMALL_HEADS` (16: S transposed, :data:`MLA_SM90_SMALL_TILES`; between the two
       the mma.sync kernel's 16-row tiles were faster on the H100) and none of ``heads_per_block``,
       ``warps``, ``tensor_cores`` is given; else 'generic'. ``sm90_tiles``: the Hopper kernel's BN
-      (keys a step), STAGES, OVERLAP or SEESAW, QROWS, ST, SACC, PSS (and the diagnostic PROBE) over
+      (keys a step), STAGES, OVERLAP or SEESAW, QROWS, ST, SACC, PSS, SSPLIT (and the diagnostic PROBE) over
       :data:`MLA_SM90_TILES` (:func:`mla_sm90_tiles`; None or empty: the defaults by heads).
 
     Every block reads its sequence's latent rows once per group of heads (the groups after the first
@@ -175,7 +175,7 @@ class _MlaLaunch:
                            OVERLAP=bool(tiles.get("OVERLAP", False)), PROBE=int(tiles.get("PROBE", 0)),
                            SEESAW=bool(tiles.get("SEESAW", False)), QROWS=int(tiles.get("QROWS", 64)),
                            ST=bool(tiles.get("ST", False)), SACC=int(tiles.get("SACC", 1)),
-                           PSS=bool(tiles.get("PSS", False)),
+                           PSS=bool(tiles.get("PSS", False)), SSPLIT=bool(tiles.get("SSPLIT", False)),
                            shared=mla_sm90_shared_bytes(D, DR, tiles, 4 if dtype == "f32" else 2))
             self.align = (16, 16, 16, 16)
         else:
@@ -279,7 +279,9 @@ def _generic_tiles(tc: bool, H: int, D: int, DR: int, itemsize: int, heads_per_b
 #: SACC: S = Q K^T's k steps over SACC (1 to 4) accumulators, SACC independent wgmma chains instead of
 #: one chain of 36 short m64nBNk16 (SACC * BN <= 64; the sequential form and PROBE 2 / 4); 1 unless asked.
 #: PSS: warpgroup 1's P V with P from its shared copy (as warpgroup 2's) instead of registers; the
-#: sequential form only; off unless asked.
+#: sequential form only; off unless asked. SSPLIT: S's k steps split over both consumer warpgroups (warpgroup
+#: 2's half through shared memory: 16 + 256 BN bytes more); the sequential form, without PROBE 1, 2, 4; off
+#: unless asked.
 #: SEESAW: FlashMLA's later schedule (each consumer warpgroup owns half of O's columns and computes S and
 #: the softmax of every other tile, handing P, the row maxima and the rescale factors to the other; one
 #: warpgroup's S and softmax run under the other's P V); off: level at 128 heads, slower at 16. Without OVERLAP or PROBE.
@@ -289,7 +291,8 @@ def _generic_tiles(tc: bool, H: int, D: int, DR: int, itemsize: int, heads_per_b
 #: ST: warpgroup 1 computes S transposed (S^T = K Q^T: the tile's 64 keys as wgmma's M, Q's QROWS rows
 #: as N; the softmax down its columns, P stored transposed): for up to 16 heads (QROWS 0, or 8 or 16:
 #: more spilled at D 512); BN 64, without OVERLAP, SEESAW or PROBE; on in :data:`MLA_SM90_SMALL_TILES`.
-MLA_SM90_TILES = dict(BN=32, STAGES=2, OVERLAP=False, PROBE=0, SEESAW=False, QROWS=64, ST=False, SACC=1, PSS=False)
+MLA_SM90_TILES = dict(BN=32, STAGES=2, OVERLAP=False, PROBE=0, SEESAW=False, QROWS=64, ST=False, SACC=1, PSS=False,
+                      SSPLIT=False)
 
 #: The Hopper kernel's tiles for up to :data:`MLA_SM90_SMALL_HEADS` query heads: S transposed, tiles of
 #: 64 keys in 2 stages, Q's rows as few as the heads need.
@@ -323,12 +326,13 @@ def mla_sm90_shared_bytes(D: int, DR: int, tiles: dict[str, int], itemsize: int 
     f32 rescale factors, 5 + 2 STAGES mbarriers. SEESAW: a P a slot (none where BN is a multiple of 64:
     P then takes the tile's first k_pe slab), 128 f32 a slot (row maxima, factors) and 128 (row sums),
     4 + 3 STAGES mbarriers. Q's rows: QROWS (resolved: :func:`mla_sm90_qrows`), 64 if absent. ST: an
-    mbarrier and 320 f32 more (the warps' column maxima, the final maxima)."""
+    mbarrier and 320 f32 more (the warps' column maxima, the final maxima); SSPLIT: 2 mbarriers and 64 BN
+    f32 more (warpgroup 2's half of S)."""
     bn, st, qr = tiles["BN"], tiles["STAGES"], int(tiles.get("QROWS", 64))
     if tiles.get("SEESAW"):
         ps = 0 if bn % 64 == 0 else st * 64 * 64 * -(-bn // 64)
         return ((qr + st * bn) * (D + DR) + ps) * itemsize + 4 * (128 * st + 128) + 8 * (4 + 3 * st)
-    extra = 8 + 4 * 320 if tiles.get("ST") else 0
+    extra = 8 + 4 * 320 if tiles.get("ST") else 16 + 4 * 64 * bn if tiles.get("SSPLIT") else 0
     return ((qr + st * bn) * (D + DR) + 64 * 64 * -(-bn // 64)) * itemsize + 256 + 8 * (5 + 2 * st) + extra
 
 
@@ -384,6 +388,9 @@ def mla_sm90_reason_not(q_nope: Any, q_pe: Any, ckv_cache: Any, kpe_cache: Any, 
     if tiles.get("PSS") and (tiles.get("OVERLAP") or tiles.get("SEESAW") or tiles.get("ST")):
         return f"sm90_tiles: PSS (P from shared memory for both warpgroups' P V) is of the sequential form: " \
                f"without OVERLAP, SEESAW or ST, not {tiles}"
+    if tiles.get("SSPLIT") and (tiles.get("OVERLAP") or tiles.get("SEESAW") or tiles.get("ST") or cprobe):
+        return f"sm90_tiles: SSPLIT (S's k steps over both consumer warpgroups) is of the sequential form: " \
+               f"without OVERLAP, SEESAW, ST or PROBE 1, 2, 4, not {tiles}"
     if tiles.get("SEESAW") and (cprobe or tiles.get("OVERLAP") or st < 2):
         return f"sm90_tiles: SEESAW is a schedule of its own, without OVERLAP or PROBE, in 2 stages or more " \
                f"(each warpgroup holds a tile the other still reads), not {tiles}"
