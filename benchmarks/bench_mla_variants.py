@@ -39,6 +39,7 @@ VARIANTS = {
     "default": ({}, None),
     "overlap": (dict(OVERLAP=True), None),
     "bn32x2": (dict(BN=32, STAGES=2), None),
+    "bn64x2": (dict(BN=64, STAGES=2), None),
     "bn32x3": (dict(BN=32, STAGES=3), None),
     "bn32x3-overlap": (dict(BN=32, STAGES=3, OVERLAP=True), None),
     "bn32x4": (dict(BN=32, STAGES=4), None),

@@ -284,7 +284,8 @@ def _generic_tiles(tc: bool, H: int, D: int, DR: int, itemsize: int, heads_per_b
 #: unless asked.
 #: SEESAW: FlashMLA's later schedule (each consumer warpgroup owns half of O's columns and computes S and
 #: the softmax of every other tile, handing P, the row maxima and the rescale factors to the other; one
-#: warpgroup's S and softmax run under the other's P V); off: level at 128 heads, slower at 16. Without OVERLAP or PROBE.
+#: warpgroup's S and softmax run under the other's P V); off: level at 128 heads, slower at 16. Without OVERLAP or
+#: PROBE 1, 2, 4.
 #: QROWS: Q's rows kept in shared memory, 64 (every row of wgmma's M), or 0 for as few as the heads need
 #: (H rounded up to 8 where H < 64: at 16 heads Q takes 18 KB instead of 72 and the ring can have the
 #: rest; :func:`mla_sm90_qrows`); 0 in :data:`MLA_SM90_SMALL_TILES`.
@@ -392,7 +393,7 @@ def mla_sm90_reason_not(q_nope: Any, q_pe: Any, ckv_cache: Any, kpe_cache: Any, 
         return f"sm90_tiles: SSPLIT (S's k steps over both consumer warpgroups) is of the sequential form: " \
                f"without OVERLAP, SEESAW, ST or PROBE 1, 2, 4, not {tiles}"
     if tiles.get("SEESAW") and (cprobe or tiles.get("OVERLAP") or st < 2):
-        return f"sm90_tiles: SEESAW is a schedule of its own, without OVERLAP or PROBE, in 2 stages or more " \
+        return f"sm90_tiles: SEESAW is a schedule of its own, without OVERLAP or PROBE 1, 2, 4, in 2 stages or more " \
                f"(each warpgroup holds a tile the other still reads), not {tiles}"
     if bn % 16 or not 16 <= bn <= 256 or st < 1 or (tiles.get("OVERLAP") and st < 2):
         return f"sm90_tiles: BN a multiple of 16 from 16 to 256 and STAGES at least 1 (2 with OVERLAP), not {tiles}"
