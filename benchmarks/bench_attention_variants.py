@@ -103,7 +103,25 @@ SM90_VARIANTS = {
           ("1wg BN64 seq x2 blocks", dict(BN=64, STAGES=2, OVERLAP=False, PINGPONG=False, CONSUMERS=1,
                                           BLOCKS_PER_SM=2)),
           ("1wg BN64 overlap x2 blocks", dict(BN=64, STAGES=2, OVERLAP=True, PINGPONG=False, CONSUMERS=1,
-                                              BLOCKS_PER_SM=2))],
+                                              BLOCKS_PER_SM=2)),
+          # std.attention_sm90_chain's forms (per-tile SASS of BN 128, one warp: default 494 instructions):
+          # CHAIN (P V and the next S issued together, one wgmma wait a tile), TREE (4-chain max / sum,
+          # 490), UNIFORM_WG (Q's descriptors in uniform registers, 477), all three 478; BN 176 / 192
+          # sequential (no spills: 3.4 instructions a key against 3.9 at BN 128; 3 % of S 4096 wasted)
+          ("2wg BN128 chain", dict(BN=128, STAGES=2, CHAIN=True)),
+          ("2wg BN128 tree", dict(BN=128, STAGES=2, TREE=True)),
+          ("2wg BN128 uniform", dict(BN=128, STAGES=2, UNIFORM_WG=True)),
+          ("2wg BN128 tree uniform", dict(BN=128, STAGES=2, TREE=True, UNIFORM_WG=True)),
+          ("2wg BN128 chain tree uniform", dict(BN=128, STAGES=2, CHAIN=True, TREE=True, UNIFORM_WG=True)),
+          ("2wg BN128 chain tree uniform skip", dict(BN=128, STAGES=2, CHAIN=True, TREE=True, UNIFORM_WG=True,
+                                                     RESCALE_SKIP=True)),
+          ("2wg BN128 chain pingpong named tree uniform", dict(BN=128, STAGES=2, CHAIN=True, PINGPONG=True, TURNS=1,
+                                                               TREE=True, UNIFORM_WG=True)),
+          ("2wg BN192 seq", dict(BN=192, STAGES=2)),
+          ("2wg BN192 seq tree uniform", dict(BN=192, STAGES=2, TREE=True, UNIFORM_WG=True)),
+          ("2wg BN176 seq tree uniform", dict(BN=176, STAGES=2, TREE=True, UNIFORM_WG=True)),
+          ("2wg BN192 chain tree uniform", dict(BN=192, STAGES=2, CHAIN=True, TREE=True, UNIFORM_WG=True)),
+          ("2wg BN192 seq tree uniform skip", dict(BN=192, STAGES=2, TREE=True, UNIFORM_WG=True, RESCALE_SKIP=True))],
 }
 
 

@@ -3,10 +3,11 @@ bench_attention.py's decode shapes, in one run on a CUDA GPU: the numbers ops.de
 one-line choice is made from.
 
     python benchmarks/bench_decode_variants.py [--kinds gqa8,gqa4,mha] [--pages 16,64]
-        [--variants ring,eager,...|gqa8] [--splits 1,2,4] [--workers 8] [--json OUT.json]
+        [--variants ring,eager,...|gqa8|bases] [--splits 1,2,4] [--workers 8] [--sorted-pages] [--json OUT.json]
 
 ``--variants gqa8`` (:data:`PRESETS`) times the GQA 8:1 candidates of issue 23 beside the current
 choice: ``--kinds gqa8 --variants gqa8 --splits ''`` is the quick run for DECODE_TC_DEFAULT[8].
+``--variants bases`` times the BASES forms (one 64-bit offset a page a step) beside their twins.
 
 B 32, H 32, 8192 keys, D 128, bf16, one query token, a paged cache in shuffled page order (pages of 16
 and of 64). Kinds: gqa8 (4 KV heads, 8:1), gqa4 (8 KV heads, 4:1) and mha (32 KV heads: ops' default
@@ -45,7 +46,10 @@ KINDS = {"gqa8": 4, "gqa4": 8, "mha": 32}
 #: unsplit wave of 128 blocks; GATHER's pages read a step ahead, more bytes in flight an SM) beside
 #: ring_1wave, the choice they would replace (ops.decode.DECODE_TC_VARIANTS says what each is)
 PRESETS = {"gqa8": ["ring_1wave", "eager_1wave", "ring_gather", "eager_gather", "s3_gather", "w8_1wave",
-                    "w8_s3_1wave", "w2_bn64"]}
+                    "w8_s3_1wave", "w2_bn64"],
+           # BASES (the copies' addresses from one offset a page a step) beside the kernels it changes
+           "bases": ["ring_gather", "ring_gather_bases", "eager_gather", "eager_gather_bases", "w8_1wave",
+                     "w8_bases_1wave", "ring", "ring_bases"]}
 
 
 def _warm(job: tuple) -> str:
@@ -85,6 +89,10 @@ def main() -> None:
                    help="names of ops.decode.DECODE_TC_VARIANTS (default: all), or one of PRESETS")
     p.add_argument("--splits", default="1,2,4", help="fixed split counts with the default tiles ('' for none)")
     p.add_argument("--workers", type=int, default=8, help="processes compiling the kernels first (0: none)")
+    p.add_argument("--sorted-pages", action="store_true",
+                   help="diagnostic: the pages of each sequence in order (one contiguous run of the cache), not "
+                        "shuffled; set beside a shuffled run, it separates what pages of 16 cost as scattered 16 KB "
+                        "reads (DRAM, TLB) from what they cost in the kernel (table reads, addresses)")
     p.add_argument("--json", help="write the results here")
     args = p.parse_args()
     kinds = [k for k in args.kinds.split(",") if k]
@@ -107,7 +115,8 @@ def main() -> None:
 
     dev = torch.cuda.get_device_name()
     bw = copy_bandwidth()
-    results: dict = {"device": dev, "copy_tbps": bw, "default_by_G": dict(dec.DECODE_TC_DEFAULT), "rows": []}
+    results: dict = {"device": dev, "copy_tbps": bw, "default_by_G": dict(dec.DECODE_TC_DEFAULT), "rows": [],
+                     "sorted_pages": args.sorted_pages}
     print(f"{dev}: device-to-device copy {bw:.2f} TB/s (read + write); ops.decode.DECODE_TC_DEFAULT "
           f"{dec.DECODE_TC_DEFAULT}", flush=True)
     gen = torch.Generator().manual_seed(0)
@@ -120,7 +129,13 @@ def main() -> None:
         del kd, vd
         kv_bytes = 2 * k.numel() * k.element_size()
         for page in pages:
-            kc, vc, table = paged(k, v, page, gen)
+            if args.sorted_pages:  # each sequence's pages one after another, in order: no page is a jump
+                per = S // page
+                kc = k.permute(0, 2, 1, 3).reshape(B * per, page, HK, D).contiguous()
+                vc = v.permute(0, 2, 1, 3).reshape(B * per, page, HK, D).contiguous()
+                table = torch.arange(B * per, device="cuda", dtype=torch.int32).view(B, per)
+            else:
+                kc, vc, table = paged(k, v, page, gen)
             for name, tiles, n in rows_of(kind, variants, splits):
                 opts = {} if tiles is None else dict(tensor_cores=True,
                                                      tc_tiles=None if tiles == "default" else tiles)
@@ -151,7 +166,8 @@ def main() -> None:
             del kc, vc, table
         del q, k, v, want
         torch.cuda.empty_cache()
-    print(f"\n{dev}, copy {bw:.2f} TB/s; % of copy per call / from a CUDA graph (splits):")
+    print(f"\n{dev}, copy {bw:.2f} TB/s; {'sorted' if args.sorted_pages else 'shuffled'} pages; % of copy per call / "
+          f"from a CUDA graph (splits):")
     print("| kind | row | page 16 | page 64 |\n|---|---|---|---|")
     for kind in kinds:
         for name, _, _ in rows_of(kind, variants, splits):

@@ -4,7 +4,7 @@ TMA, wgmma, warp specialisation, persistent tiles); elsewhere the Ampere one (cp
 mma.sync).
 
     python benchmarks/bench_matmul.py [--quick | --small] [--json OUT.json] [--sass] [--configs] [--mx] [--graphs]
-                                      [--variants [NAME,NAME] [--in-process]]
+                                      [--variants [NAME,NAME] [--in-process] [--shapes large|small|m8192]]
 
 Each case is checked first (relative Frobenius error against torch's result, which must be under 1e-2
 for bf16 and 3e-2 for FP8), then timed: the median of triton.testing.do_bench (CUDA events, warm-up
@@ -30,7 +30,9 @@ device's time alone), ours through kcompiler.ops.matmul_sm90.run with its defaul
 the LLM shapes of issue 23 (VARIANT_SHAPES) beside cuBLAS, each checked against torch first (and its
 largest difference from the first variant's result of its process shown as "d"), each variant in a
 process of its own where several are named (a crash is reported as FAILED and the run goes on; its
-name is printed before it runs; ``--in-process``: all in one).
+name is printed before it runs, with its arithmetic: kcompiler.ops.matmul_sm90_traffic; ``--in-process``:
+all in one); ``--shapes small`` / ``m8192`` runs them on the LLM table's M 16 and 128 / its 8192-row
+shapes instead (VARIANT_SHAPE_SETS). Ours is timed there as a prepared launch (matmul_sm90.prepare once).
 """
 from __future__ import annotations
 
@@ -293,12 +295,44 @@ VARIANTS = {"default": None,
             "tma128x256/3st": ("tma128x256", {}),
             "tma128x256h/4st": ("tma128x256h", {}),
             # the same, its consumers meeting on named barriers (bar.sync) instead of mbarriers
-            "tma128x256hn/4st": ("tma128x256hn", {})}
+            "tma128x256hn/4st": ("tma128x256hn", {}),
+            # large M (issue 23): the raster's rows of tiles a group (GROUP_M; 8 the default). Blocks running
+            # together cover GROUP_M rows x 132 / GROUP_M columns of tiles: 16 gives the least L2 footprint
+            # of a wave for 128 x 256 tiles (16 MiB of A + 16.5 of B at K 4096 bf16, against 8 + 33), 32
+            # the least DRAM (B read once per 32 rows of tiles: 8192 x 14336 x 4096 1242 -> 537 MB), 4 is
+            # the control (4 + 66 MB)
+            "tma128x256h/g4": ("tma128x256h", dict(GROUP_M=4)),
+            "tma128x256h/g16": ("tma128x256h", dict(GROUP_M=16)),
+            "tma128x256h/g32": ("tma128x256h", dict(GROUP_M=32)),
+            # the TMA store in 2-block clusters sharing B by multicast: L2 bytes a tile (128 + 128) K
+            # instead of (128 + 256) K (GROUP_M counts pairs of rows: 8 = 16 rows of tiles; g4 = today's
+            # footprint, to tell the multicast from the raster)
+            "c2tma128x256h": ("c2tma128x256h", {}),
+            "c2tma128x256h/g4": ("c2tma128x256h", dict(GROUP_M=4)),
+            # small M (issue 23): tiles of 128 rows (A's rows read once a tile, not twice), split-K
+            "128x128": ("128x128", {}, dict(split_k=1)),
+            "128x128/s2": ("128x128", {}, dict(split_k=2)),
+            "128x128/s4": ("128x128", {}, dict(split_k=4)),
+            "128x112": ("128x112", {}, dict(split_k=1)),
+            "128x256/s2": ("128x256", {}, dict(split_k=2)),
+            "128x256/s4": ("128x256", {}, dict(split_k=4)),
+            "64x128/s2": ("64x128", {}, dict(split_k=2)),
+            "64x64/s2": ("64x64", {}, dict(split_k=2)),
+            # the tile and split that kcompiler.ops.matmul_sm90_traffic.choose_by_traffic picks per shape
+            "traffic": "traffic"}
 VARIANT_SHAPES = [("bf16", 1024, 14336, 4096), ("bf16", 4096, 14336, 4096), ("bf16", 8192, 14336, 4096),
                   ("bf16", 4096, 4096, 4096), ("f8e4m3", 1024, 14336, 4096)]
+#: --shapes: the sets of shapes --variants runs on ("large", the default, is VARIANT_SHAPES; "small": the
+#: LLM table's M 16 and 128, bf16 and FP8; "m8192": its 8192-row bf16 shapes and FP8 8192 x 14336 x 4096).
+VARIANT_SHAPE_SETS = {
+    "large": VARIANT_SHAPES,
+    "small": [(dt, m, n, k) for dt in ("bf16", "f8e4m3") for m in (16, 128)
+              for n, k in ((4096, 4096), (14336, 4096), (4096, 14336), (8192, 8192))],
+    "m8192": [("bf16", 8192, n, k) for n, k in ((4096, 4096), (14336, 4096), (4096, 14336), (8192, 8192))]
+    + [("f8e4m3", 8192, 14336, 4096)]}
 
 
-def time_variants_isolated(names: list[str] | None = None) -> list:
+def time_variants_isolated(names: list[str] | None = None, shapes: str = "large") -> list:
     """:func:`time_variants` of each of :data:`VARIANTS` (or those of ``names``) in a process of its own
     (this script with ``--variants NAME --in-process``), one after the other: a variant that crashes
     (a CUDA fault poisons its process's context) or computes a wrong result is reported as FAILED with
@@ -310,7 +344,7 @@ def time_variants_isolated(names: list[str] | None = None) -> list:
         with tempfile.TemporaryDirectory() as d:
             path = os.path.join(d, "rows.json")
             r = subprocess.run([sys.executable, os.path.abspath(__file__), "--variants", name, "--in-process",
-                                "--json", path])
+                                "--shapes", shapes, "--json", path])
             if r.returncode != 0 or not os.path.exists(path):
                 print(f"variant {name}: FAILED (exit status {r.returncode}; its output is above)", flush=True)
                 rows.append(dict(variant=name, failed=r.returncode))
@@ -320,16 +354,21 @@ def time_variants_isolated(names: list[str] | None = None) -> list:
     return rows
 
 
-def time_variants(names: list[str] | None = None) -> list:
-    """Each of :data:`VARIANTS` (or those of ``names``) on :data:`VARIANT_SHAPES` (B K-major, bf16
-    results; FP8 with per-tensor scales), beside cuBLAS (torch.matmul, torch._scaled_mm) in this
-    process, TFLOP/s and ratios; each variant's name is printed (flushed) before it runs, so that a
-    crash names it. Every variant's result is checked before it is timed: relative Frobenius error
-    against torch's under 1e-2 (bf16) or 3e-2 (FP8), and its largest difference from the first
-    variant's result of the run (the default's where it is first) printed; a mismatch stops the run
-    (SystemExit). :func:`time_variants_isolated` runs each in a process of its own."""
+def time_variants(names: list[str] | None = None, shapes: str = "large") -> list:
+    """Each of :data:`VARIANTS` (or those of ``names``) on the shapes of :data:`VARIANT_SHAPE_SETS`
+    [``shapes``] (B K-major, bf16 results; FP8 with per-tensor scales), beside cuBLAS (torch.matmul,
+    torch._scaled_mm) in this process, TFLOP/s and ratios; each variant's name is printed (flushed)
+    before it runs, so that a crash names it, with its arithmetic (kcompiler.ops.matmul_sm90_traffic:
+    units, waves, bytes through L2 and from DRAM, the model's bound). Every variant's result is checked
+    before it is timed: relative Frobenius error against torch's under 1e-2 (bf16) or 3e-2 (FP8), and
+    its largest difference from the first variant's result of the run (the default's where it is first)
+    printed; a mismatch stops the run (SystemExit). Ours is timed as a prepared launch
+    (matmul_sm90.prepare once, then its launch alone, as ops.matmul's kept plans run), so that the
+    host's preparation does not count at small M. :func:`time_variants_isolated` runs each in a process
+    of its own."""
     from kcompiler.ops import matmul_sm90
     from kcompiler.ops._common import stdlib_module
+    from kcompiler.ops.matmul_sm90_traffic import choose_by_traffic, describe, traffic
 
     mod = stdlib_module("matmul_sm90", "cuda")
     unknown = [n for n in names or () if n not in VARIANTS]
@@ -337,7 +376,8 @@ def time_variants(names: list[str] | None = None) -> list:
         raise SystemExit(f"unknown variants {unknown}; VARIANTS: {', '.join(VARIANTS)}")
     variants = {n: VARIANTS[n] for n in (names or VARIANTS)}
     rows = []
-    for dt, m, n, k in VARIANT_SHAPES:
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    for dt, m, n, k in VARIANT_SHAPE_SETS[shapes]:
         fp8 = dt == "f8e4m3"
         a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn if fp8 else torch.bfloat16)
         w = torch.randn(n, k, device="cuda").to(a.dtype)
@@ -353,18 +393,27 @@ def time_variants(names: list[str] | None = None) -> list:
         default_cfg = matmul_sm90.choose(m, n, k)
         ref = None
         line = [f"cuBLAS {tflops(m, n, k, t_cublas):.0f}"]
+        e = 1 if fp8 else 2
         for name, v in variants.items():
-            cfg = default_cfg if v is None else {**matmul_sm90.CONFIGS[v[0]], **v[1]}
-            out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
             extra = dict(scale_a=one, scale_b=one, scale=1) if fp8 else {}
-            if v is not None and len(v) > 2:
-                extra.update(v[2])
+            if v == "traffic":
+                cfg, split = choose_by_traffic(m, n, k, e, sms)
+                extra["split_k"] = split
+            else:
+                cfg = default_cfg if v is None else {**matmul_sm90.CONFIGS[v[0]], **v[1]}
+                if v is not None and len(v) > 2:
+                    extra.update(v[2])
+            split = 1 if cfg.get("CLUSTER_M", 1) > 1 else \
+                extra.get("split_k") or matmul_sm90.choose_split(m, n, k, cfg, 128 // e, sms)
+            out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+            if cfg.get("EPI_TMA") and split == 1 and not matmul_sm90.tma_store_applies(cfg, out, 1, None, None):
+                raise SystemExit(f"variant {name}: the TMA store does not apply to {m}x{n}x{k}")
+            print(f"variant {name} {dt} {m}x{n}x{k} ({cfg}, split {split}) ...", flush=True)
+            print(f"  arithmetic: {describe(traffic(m, n, k, e, cfg, split, sms))}", flush=True)
+            go = matmul_sm90.prepare(mod, a, w, out, config=cfg, stream=torch.cuda.current_stream(), **extra)
 
             def ours():
-                return matmul_sm90.run(mod, a, w, out, config=cfg, stream=torch.cuda.current_stream(), **extra)
-            if cfg.get("EPI_TMA") and not matmul_sm90.tma_store_applies(cfg, out, 1, None, None):
-                raise SystemExit(f"variant {name}: the TMA store does not apply to {m}x{n}x{k}")
-            print(f"variant {name} {dt} {m}x{n}x{k} ({cfg}) ...", flush=True)
+                return go(out)
             ours()
             torch.cuda.synchronize()
             err = rel_err(out, want)
@@ -375,7 +424,7 @@ def time_variants(names: list[str] | None = None) -> list:
                 raise SystemExit(f"variant {name} ({cfg}) is WRONG at {dt} {m}x{n}x{k}: relative error {err:.2e} "
                                  f"against torch, max |difference| from the default {diff:.3g}")
             t = bench(ours)
-            rows.append(dict(dtype=dt, M=m, N=n, K=k, variant=name, config=cfg, ours=tflops(m, n, k, t),
+            rows.append(dict(dtype=dt, M=m, N=n, K=k, variant=name, config=cfg, split_k=split, ours=tflops(m, n, k, t),
                              cublas=tflops(m, n, k, t_cublas), err=err, diff_default=diff))
             line.append(f"{name} {tflops(m, n, k, t):.0f} ({t_cublas / t:.2f}x, d {diff:.1g})")
         print(f"variants {dt} {m}x{n}x{k}: " + ", ".join(line), flush=True)
@@ -395,12 +444,14 @@ def main() -> None:
                    help="time the Hopper kernel's variants (VARIANTS; all, or those named) beside cuBLAS, then stop; "
                         "each in a process of its own where there are several")
     p.add_argument("--in-process", action="store_true", help="--variants: all in this process")
+    p.add_argument("--shapes", default="large", choices=sorted(VARIANT_SHAPE_SETS),
+                   help="--variants: the set of shapes (VARIANT_SHAPE_SETS)")
     args = p.parse_args()
     if args.variants is not None:
         names = [x for x in args.variants.split(",") if x] or None
         several = names is None or len(names) > 1
         timer = time_variants_isolated if several and not args.in_process else time_variants
-        write_json(args.json, {"device": torch.cuda.get_device_name(), "variants": timer(names)})
+        write_json(args.json, {"device": torch.cuda.get_device_name(), "variants": timer(names, args.shapes)})
         return
     if args.configs:
         time_configs()

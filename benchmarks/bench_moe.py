@@ -5,7 +5,7 @@ device-to-device copy measured in the same run.
 
     python benchmarks/bench_moe.py [--quick] [--tokens 1,16,64,512,4096] [--formats bf16,fp8,mxfp4]
         [--configs 32x2880x2880,128x4096x1536] [--top-k 4] [--reduce atomic|separate] [--gemm auto|simt|mma|sm90]
-    python benchmarks/bench_moe.py --sm90 [--tokens 1024,4096] [--formats bf16,fp8]
+    python benchmarks/bench_moe.py --sm90 [--tokens 1024,4096] [--formats bf16,fp8,mxfp4] [--mx-variants default,s3]
 
 --sm90: the Hopper path (ops.moe(gemm="sm90"): std.matmul_sm90's grouped GEMMs, TMA + wgmma) against
 the mma.sync path (gemm="mma", "auto"'s choice below ops.MOE_SM90_MIN_ROWS_PER_EXPERT, and for FP8
@@ -15,7 +15,10 @@ path's two grouped GEMMs alone (TFLOP/s of the rows computed: T top_k of them, n
 tokens 1024 and 4096 unless --tokens says otherwise, bf16 weights unless --formats says otherwise
 (bf16 and fp8: FP8's GEMMs are E4M3 x E4M3, x and h quantised per row; its "quant ms" column is the
 two per-row quantisations, moe_sm90_quant, together; its results are checked by the relative error
-norm, within 2^-3: the activations' quantisation alone is about 2^-4.5).
+norm, within 2^-3: the activations' quantisation alone is about 2^-4.5; mxfp4: std.moe_sm90_mx's grouped
+GEMMs, the codes decoded exactly to bf16 in shared memory, beside the mma.sync decode and torch on the
+decoded weights; its two GEMMs alone are timed for each of --mx-variants, named in MX_VARIANTS, each
+checked against the first variant's result, within 1 % of its largest element).
 
 --small: the decode rows instead (gpt-oss's E 32, top_k 4, H = I = 2880; T 1, 4, 16, 64; bf16 and MXFP4):
 routing + alignment (ops.moe_route_align), the two GEMMs alone (ops.moe_gemm_swiglu + moe_gemm_down on a
@@ -166,16 +169,20 @@ def main():
     ap.add_argument("--reduce", default="atomic", choices=["atomic", "separate"])
     ap.add_argument("--gemm", default="auto", choices=["auto", "simt", "mma", "sm90"])
     ap.add_argument("--sm90", action="store_true")
+    ap.add_argument("--mx-variants", default="default")
     args = ap.parse_args()
     if args.small:
         return small_rows(args.top_k)
     if args.sm90:
         given = args.tokens != ap.get_default("tokens")
         formats = args.formats.split(",") if args.formats != ap.get_default("formats") else ["bf16"]
-        bad = [f for f in formats if f not in ("bf16", "fp8")]
+        bad = [f for f in formats if f not in ("bf16", "fp8", "mxfp4")]
         if bad:
-            ap.error(f"--sm90 takes --formats bf16 and fp8, not {','.join(bad)}")
-        sm90_table([int(t) for t in (args.tokens if given else "1024,4096").split(",")], formats)
+            ap.error(f"--sm90 takes --formats bf16, fp8 and mxfp4, not {','.join(bad)}")
+        variants = args.mx_variants.split(",")
+        if any(v not in MX_VARIANTS for v in variants):
+            ap.error(f"--mx-variants: names of {sorted(MX_VARIANTS)}")
+        sm90_table([int(t) for t in (args.tokens if given else "1024,4096").split(",")], formats, variants)
         return
     if args.quick:
         args.tokens, args.formats, args.configs = "1,64,512", "bf16,mxfp4", args.configs.split(",")[0]
@@ -223,7 +230,12 @@ def main():
         torch.cuda.empty_cache()
 
 
-def sm90_table(tokens, formats=("bf16",)):
+#: Named compile-time variants of std.moe_sm90_mx's kernel for --sm90 --formats mxfp4 (--mx-variants).
+MX_VARIANTS = {"default": {}, "s3": {"STAGES": 3}, "s2": {"STAGES": 2}, "g4": {"GROUP_M": 4}, "g16": {"GROUP_M": 16},
+               "bn128": {"BN": 128}}
+
+
+def sm90_table(tokens, formats=("bf16",), mx_variants=("default",)):
     """The --sm90 table (the module docstring)."""
     from kcompiler.ops import moe_sm90
     from kcompiler.ops._common import stdlib_module
@@ -231,6 +243,7 @@ def sm90_table(tokens, formats=("bf16",)):
           f"and torch, weights {', '.join(formats)}; ms and TFLOP/s (6 T top_k H I FLOPs)")
     gmod = stdlib_module("matmul_sm90", "cuda")
     qmod = stdlib_module("moe_sm90", "cuda")
+    xmod = stdlib_module("moe_sm90_mx", "cuda")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     for name, e, k, hid, inter in (("gpt-oss", 32, 4, 2880, 2880), ("mixtral", 8, 2, 4096, 14336)):
         for fmt in formats:
@@ -282,6 +295,30 @@ def sm90_table(tokens, formats=("bf16",)):
                     qh = torch.empty(P, inter, device="cuda", dtype=torch.float8_e4m3fn)
                     qt = time_ms(lambda: (moe_sm90.quantize_rows(qmod, x, routing, qx, sq, inv),
                                           moe_sm90.quantize_rows(qmod, h, routing, qh, sq)))
+                elif fmt == "mxfp4":
+                    xp = torch.randn(P, hid, device="cuda", dtype=torch.bfloat16)
+                    hp = torch.randn(P, inter, device="cuda", dtype=torch.bfloat16)
+                    used = int(routing.num_tiles[0]) * moe_sm90.BLOCK_M
+                    outs = {}
+                    for v in mx_variants:
+                        tiles = MX_VARIANTS[v]
+                        run1 = (lambda tiles=tiles: moe_sm90.grouped_gemm_mxfp4(xmod, xp, wg, routing, h, gated=True,
+                                                                                sms=sms, **tiles))
+                        run2 = (lambda tiles=tiles: moe_sm90.grouped_gemm_mxfp4(xmod, hp, wd, routing, y, gated=False,
+                                                                                sms=sms, **tiles))
+                        got = (run1()[:used].float().clone(), run2()[:used].float().clone())
+                        outs.setdefault("default", got)
+                        same = all(float((a - b).abs().max()) <= 1e-2 * float(b.abs().max())
+                                   for a, b in zip(got, outs["default"]))
+                        g1, g2 = time_ms(run1), time_ms(run2)
+                        if v != mx_variants[-1]:
+                            print(f"      GEMMs alone, variant {v}: {4 * t * k * hid * inter / g1 / 1e9:.1f} / "
+                                  f"{2 * t * k * hid * inter / g2 / 1e9:.1f} TFLOP/s"
+                                  + ("" if same else " WRONG (differs from the first variant)"), flush=True)
+                        elif not same:
+                            row += " WRONG"
+                    if len(mx_variants) > 1:
+                        row += f" [{mx_variants[-1]}]"
                 else:
                     xp = torch.randn(P, hid, device="cuda", dtype=torch.bfloat16)
                     g1 = time_ms(lambda: moe_sm90.grouped_gemm(gmod, xp, wg.data, routing, h, gated=True, sms=sms))

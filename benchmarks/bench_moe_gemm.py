@@ -102,6 +102,26 @@ VARIANTS = {
     "split chk0 KW8 U1": ("split", dict(CHK=0, KW=8, U=1)),
     "split chk0 MT2": ("split", dict(CHK=0, MT=2)),
     "split chk0 MT2 KW2": ("split", dict(CHK=0, MT=2, KW=2)),
+    # issue 25's decode analysis (see EXTRA): the old grid (every padded tile a block), x rows per lane
+    # (no barrier before the first weight loads), block_m 16 with the empty n8 tile skipped (each
+    # expert's weights read once at T = 64), the down projection with more bytes in flight a warp
+    "grid full (old)": ("split", dict(GRID=0)),
+    "xr": ("split", dict(XR=1)),
+    "xr chk0": ("split", dict(XR=1, CHK=0)),
+    "bm16 ntd": ("split", dict(NTD=1)),
+    "bm16 ntd xr": ("split", dict(NTD=1, XR=1)),
+    "down MT2": ("split", {}),
+    "down MT2 xr chk0": ("split", dict(XR=1, CHK=0)),
+    "down KW8 xr": ("split", dict(XR=1)),
+    "persist gy2": ("split", dict(GY=2)),
+}
+
+#: Per-variant extras: "bm" (the routing's block_m instead of ops.moe_block_m's, the same assignments),
+#: "down" (tuning of the down projection over the variant's).
+EXTRA = {
+    "bm16 ntd": dict(bm=16), "bm16 ntd xr": dict(bm=16),
+    "down MT2": dict(down=dict(MT=2)), "down MT2 xr chk0": dict(down=dict(MT=2)),
+    "down KW8 xr": dict(down=dict(KW=8)),
 }
 
 
@@ -194,20 +214,28 @@ def run_variants(args, copy, g, rng):
             for e, a in groups[0]:
                 yt[a] = (ht[a] @ d2[e].T).float() * rs[0].topk_weights.reshape(-1)[a, None]
             base = None
-            rows = [(n, d, t, w13, w2) for n, (d, t) in VARIANTS.items()] + [
+            names = args.names.split(",") if args.names else list(VARIANTS)
+            rows = [(n, *VARIANTS[n], w13, w2) for n in names] + [
                 ("split, scales > 128", "split", dict(CHK=0), big13, big2),
                 ("mul, scales > 128", "mul", {}, big13, big2)]
+            by_bm = {bm: rs}
             for name, dec, tun, wa, wb in rows:
+                ex = EXTRA.get(name, {})
+                vbm = ex.get("bm", bm)
+                if vbm not in by_bm:  # the same assignments in tiles of vbm slots
+                    by_bm[vbm] = [routing(r.topk_ids.cpu().numpy(), r.topk_weights.cpu().numpy(), E, vbm) for r in rs]
+                vrs = by_bm[vbm]
                 kw = dict(decode=dec, tuning=tun)
+                kw2 = dict(decode=dec, tuning={**tun, **ex.get("down", {})})
                 if wa is w13:  # correctness first (the bf16 reference's rounding differs: loose bounds)
-                    h = ops.moe_gemm_swiglu(x, wa, rs[0], out=hs[0], **kw)
+                    h = ops.moe_gemm_swiglu(x, wa, vrs[0], out=hs[0], **kw)
                     torch.testing.assert_close(h.float(), ht.float(), rtol=3e-2,
                                                atol=3e-2 * ht.float().abs().max().item())
-                    y = ops.moe_gemm_down(ht, wb, rs[0], reduce="separate", out=ys[0], **kw)
+                    y = ops.moe_gemm_down(ht, wb, vrs[0], reduce="separate", out=ys[0], **kw2)
                     torch.testing.assert_close(y, yt, rtol=3e-2, atol=3e-2 * yt.abs().max().item())
-                ms1 = time_ms([lambda i=i: ops.moe_gemm_swiglu(x, wa, rs[i], out=hs[i], **kw) for i in range(len(rs))])
-                ms2 = time_ms([lambda i=i: ops.moe_gemm_down(hs[i], wb, rs[i], reduce="separate", out=ys[i], **kw)
-                               for i in range(len(rs))])
+                ms1 = time_ms([lambda i=i: ops.moe_gemm_swiglu(x, wa, vrs[i], out=hs[i], **kw) for i in range(len(vrs))])
+                ms2 = time_ms([lambda i=i: ops.moe_gemm_down(hs[i], wb, vrs[i], reduce="separate", out=ys[i], **kw2)
+                               for i in range(len(vrs))])
                 base = base or (ms1, ms2)
                 g1, g2 = hit * b13 / ms1 / 1e6, hit * b2 / ms2 / 1e6
                 print(f"{T:>5} {name:>34} {ms1:>10.4f} {g1:>6.0f} {100 * g1 / copy:>5.0f}% {base[0] / ms1:>6.2f} "
@@ -240,6 +268,7 @@ def main():
     ap.add_argument("--shapes", default="gpt-oss,4096x1536")
     ap.add_argument("--formats", default="bf16,fp8,mxfp4")
     ap.add_argument("--variants", action="store_true", help="the MXFP4 tensor-core variants' table (see above)")
+    ap.add_argument("--names", default="", help="--variants: only these rows of VARIANTS (comma-separated)")
     args = ap.parse_args()
     args.tokens_given = "--tokens" in sys.argv
     args.shapes_given = "--shapes" in sys.argv

@@ -8,6 +8,7 @@ way in the same run. One table per op; hidden 2048-8192, tokens 1-8192, bf16 by 
         [--timing graph|events] [--no-compile]
     python benchmarks/bench_norms.py --fused [--quick]   # SwiGLU and RMSNorm fused into ops.matmul (< 2 min)
     python benchmarks/bench_norms.py --variants [--ops ...] [--hidden ...] [--tokens ...]   # launch variants
+    python benchmarks/bench_norms.py --floor [--hidden ...] [--tokens 1,16,128]   # what a small call costs
 
 --variants: kcompiler's launch variants (kcompiler/ops/norms_plans.py: NORM_VARIANTS for rms_norm and
 rms_norm_residual, ACT_VARIANTS for silu_and_mul / gelu_and_mul, ROTARY_VARIANTS for rotary) side by
@@ -28,6 +29,13 @@ silu_and_mul / gelu_and_mul 3 T n s (x of 2 n a row, out of n).
 kernel, and torch eager: SwiGLU (F.silu(x @ Wg.T) * (x @ Wu.T)) for M 1-4096 with the intermediate size N
 14336 or 1536 and K 4096; RMSNorm of the output rows with the residual added and written back at N 128 and
 256 (a row must fit one tile), ms a call.
+
+--floor: where the time of a small call goes (1-128 tokens), in µs a call from the same graph timing: the
+torch copy the tables divide by (``copy_`` of contiguous same-type tensors is a cudaMemcpyAsync: a
+memcpy node in the graph), torch's ``zero_`` (a fill kernel: stores only), an empty kcompiler kernel,
+kcompiler's own copy kernel of the same bytes (16-byte vectors, the loads then the stores: the least a
+kernel that reads before it writes costs), the same copy with one block reduction between the loads
+and the stores (RMSNorm's shape without the weight), ops.rms_norm, and torch's rms_norm.
 
 torch.compile: one dynamic=True compile an op (mark_dynamic on the token dimension), so a sweep does not
 recompile a kernel a shape; --no-compile leaves it out.
@@ -286,12 +294,100 @@ def variants_section(args, dt):
                 print(row + f"   {best[1]}", flush=True)
 
 
+FLOOR_SRC = """
+kernel empty(x: ptr<i16>) {
+}
+
+// y = x, 16-byte vectors (8 i16), one a thread
+kernel copy8(x: ptr<i16>, y: ptr<i16>, n: i32) {
+    let i = (i32(block_id.x) * i32(block_dim.x) + i32(thread_id.x)) * 8;
+    if i < n {
+        store(y + i, load[vec<i16, 8>](x + i));
+    }
+}
+
+// a row a block: y = x * (1 / sqrt(mean(x^2) + 1e-6)), one 16-byte vector a thread (RMSNorm's shape)
+kernel reduce8(x: ptr<bf16>, y: ptr<bf16>, n: i32) {
+    shared part: [f32; 32];
+    let i = i32(thread_id.x) * 8;
+    let row = i64(block_id.x) * i64(n);
+    var v = vec<bf16, 8>(bf16(0.0));
+    if i < n {
+        v = load[vec<bf16, 8>](x + row + i);
+    }
+    let f = vec<f32, 8>(v);
+    var s: f32 = 0.0;
+    for k in comptime range(0, 8) {
+        s = fma(f[k], f[k], s);
+    }
+    for k in comptime range(0, 5) {
+        s += shuffle_xor(s, 16 >> k);
+    }
+    if lane_id == 0 {
+        part[i32(warp_id)] = s;
+    }
+    barrier();
+    var r: f32 = 0.0;
+    if i32(lane_id) < i32(block_dim.x) / 32 {
+        r = part[i32(lane_id)];
+    }
+    for k in comptime range(0, 5) {
+        r += shuffle_xor(r, 16 >> k);
+    }
+    if i < n {
+        store(y + row + i, vec<bf16, 8>(f * rsqrt(r / f32(n) + 1e-6)));
+    }
+}
+"""
+
+
+def floor_section(args):
+    """µs a call of the pieces of a small RMSNorm call, bf16 (module docstring, --floor)."""
+    import kcompiler as kc
+    mod = kc.compile(FLOOR_SRC, target="cuda", path="bench_norms_floor.kc")
+    cur = lambda: torch.cuda.current_stream().cuda_stream  # noqa: E731  (launches must join the capture)
+    print("\nµs a call (graph of 20): memcpy = torch copy_ of RMSNorm's bytes; kernels below")
+    cols = ["memcpy", "zero_", "kc empty", "kc copy", "kc copy+reduce", "ops.rms_norm", "torch rms_norm"]
+    print(f"{'hidden':>6} {'tokens':>6} " + " ".join(f"{c:>14}" for c in cols))
+    for n in map(int, args.hidden.split(",")):
+        for t in map(int, args.tokens.split(",")):
+            x = torch.randn(t, n, device="cuda", dtype=torch.bfloat16)
+            w = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+            o = torch.empty_like(x)
+            half = (2 * t * n + n) // 2  # RMSNorm's bytes (x, out, weight) / 2, as i16: copied once
+            src = torch.zeros(half, device="cuda", dtype=torch.int16)
+            dst = torch.empty_like(src)
+            e = mod.empty[1, 64].bind()
+            c = mod.copy8[-(-half // 8 // 256), 256].bind()
+            r = mod.reduce8[t, -(-n // 8 // 32) * 32].bind()
+            runs = [lambda: dst.copy_(src), lambda: dst.zero_(), lambda: e(src, stream=cur()),
+                    lambda: c(src, dst, half, stream=cur()), lambda: r(x, o, n, stream=cur()),
+                    lambda: ops.rms_norm(x, w, EPS, out=o),
+                    lambda: F.rms_norm(x, (n,), w, EPS)]
+            c(src, dst, half, stream=cur())
+            torch.cuda.synchronize()
+            assert torch.equal(src, dst), "the copy kernel"
+            if n // 8 <= 1024:
+                ref = (x.float() * torch.rsqrt(x.float().square().mean(-1, keepdim=True) + 1e-6))
+                r(x, o, n, stream=cur())
+                torch.cuda.synchronize()
+                assert torch.allclose(o.float(), ref, rtol=2e-2, atol=2e-2), "the reduction kernel"
+            else:
+                runs[4] = None
+            row = f"{n:>6} {t:>6} "
+            for fn in runs:
+                row += f" {1000 * time_ms(fn, args.timing):>13.2f}" if fn else f" {'-':>13}"
+            print(row, flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--fused", action="store_true",
                     help="only the section of gated activations and RMSNorm fused into the matmul")
     ap.add_argument("--variants", action="store_true",
                     help="kcompiler's launch variants of each op side by side (kcompiler/ops/norms_plans.py)")
+    ap.add_argument("--floor", action="store_true",
+                    help="what a small call's time is made of: memcpy, fill, empty and copy kernels, RMSNorm")
     ap.add_argument("--quick", action="store_true", help="fewer sizes (M 1, 128, 4096 in the fused section)")
     ap.add_argument("--ops", default="rms_norm,rms_norm_residual,layer_norm,rotary,silu_and_mul,gelu_and_mul")
     ap.add_argument("--hidden", default="2048,4096,8192")
@@ -308,6 +404,9 @@ def main():
         return
     if args.variants:
         variants_section(args, dt)
+        return
+    if args.floor:
+        floor_section(args)
         return
     for op in args.ops.split(","):
         if not args.no_compile:

@@ -36,9 +36,9 @@ from .matmul_fused import rms_norm_epilogue
 from .mla import (MLA_SM90_MIN_HEADS, MLA_SM90_SMALL_HEADS, MLA_SM90_SMALL_TILES, MLA_SM90_TILES, mla_decode, mla_sm90_reason_not, mla_sm90_shared_bytes,
                   mla_sm90_splits)
 from .moe_gemm import (MOE_GEMM_TILES, MOE_VALUES_PER_LOAD, moe_block_m, moe_gemm_down, moe_gemm_swiglu,
-                       moe_gemm_tiles)
+                       moe_gemm_tiles, moe_grid_tiles)
 from .moe import (MOE_ALIGN_CHUNK, MOE_ALIGN_MAX_EXPERTS, MOE_FUSED_MAX_ASSIGNMENTS, MOE_MODES, MOE_ROUTE_MAX_EXPERTS,
-                  MOE_SM90_MIN_ROWS_PER_EXPERT,
+                  MOE_SM90_MIN_ROWS_PER_EXPERT, MOE_SM90_MXFP4_MIN_ROWS_PER_EXPERT,
                   MOE_ROUTE_MAX_TOP_K, MOE_SIMT_BN, MOE_SIMT_THREADS, moe, moe_align, moe_route, moe_route_align,
                   moe_simt_block_m, moe_sum)
 from .norms import gelu_and_mul, layer_norm, rms_norm, rotary_embedding, silu_and_mul
@@ -50,13 +50,14 @@ __all__ = ["ATTENTION_MFMA_TILES", "ATTENTION_SIMT_TILES", "ATTENTION_SM90_TILES
            "DECODE_SIMT", "DECODE_TC_DEFAULT", "DECODE_TC_SINGLE", "DECODE_TC_VARIANTS", "EPILOGUES", "FUSED_EPILOGUES",
            "MATH_KERNEL", "MATMUL_TILES", "MATMUL_TUNE_CANDIDATES", "MLA_SM90_MIN_HEADS", "MLA_SM90_SMALL_HEADS", "MLA_SM90_SMALL_TILES", "MLA_SM90_TILES",
            "MOE_ALIGN_CHUNK", "MOE_ALIGN_MAX_EXPERTS", "MOE_FUSED_MAX_ASSIGNMENTS", "MOE_GEMM_TILES", "MOE_MODES", "MOE_ROUTE_MAX_EXPERTS", "MOE_SM90_MIN_ROWS_PER_EXPERT",
+           "MOE_SM90_MXFP4_MIN_ROWS_PER_EXPERT",
            "MOE_ROUTE_MAX_TOP_K", "MOE_SIMT_BN", "MOE_SIMT_THREADS", "MOE_VALUES_PER_LOAD", "SAMPLING_THREADS",
            "Epilogue", "attention", "attention_shared_bytes", "attention_sm90_reason_not",
            "attention_sm90_shared_bytes", "cast", "decode_lanes", "decode_shared_bytes", "decode_splits",
            "decode_tc_tiles", "gelu_and_mul", "layer_norm", "math", "math_kernel", "math_launch", "math_vectors",
            "matmul", "matmul_shared_bytes", "matmul_sm90", "matmul_tiles", "matmul_tuned_tiles", "merge_states",
            "mla_decode", "mla_sm90_reason_not", "mla_sm90_shared_bytes", "mla_sm90_splits", "moe", "moe_align",
-           "moe_block_m", "moe_gemm_down", "moe_gemm_swiglu", "moe_gemm_tiles", "moe_route", "moe_route_align",
+           "moe_block_m", "moe_gemm_down", "moe_gemm_swiglu", "moe_gemm_tiles", "moe_grid_tiles", "moe_route", "moe_route_align",
            "moe_simt_block_m",
            "moe_sum", "mx_dequantize", "mx_quantize", "nvfp4_dequantize", "nvfp4_quantize", "pack_fp4", "pack_fp6",
            "paged_decode", "rms_norm", "rms_norm_epilogue", "rotary_embedding", "sample", "scaled_matmul",

@@ -30,7 +30,8 @@ DECODE_SIMT = {"mha": dict(WARPS=4, U=4, STAGES=3), "gqa": dict(WARPS=4, U=2, ST
 #: 16 of them a lane a step at BN 32, D 128, pages of 16; no change where PAGE >= BN). Shared memory
 #: at D 128 bf16, blocks an H100 SM holds: "ring" 140 KB, 1; "bn16" 72 KB, 3 (12 warps an SM);
 #: "bn16_s3" 106 KB, 2; "w8" 136 KB, 1 of 8 warps; "w8_s3" 208 KB, 1; "s3" 208 KB, 1 (two steps in
-#: flight a warp without EAGER); "w2_bn64" 140 KB, 1 of 2 warps (4 pages of 16 a step).
+#: flight a warp without EAGER); "w2_bn64" 140 KB, 1 of 2 warps (4 pages of 16 a step). BASES (with
+#: GATHER or pages of at least BN): the copies' addresses from one 64-bit offset a page, an add a piece.
 #: benchmarks/bench_decode_variants.py times them.
 DECODE_TC_VARIANTS = {
     "ring": dict(RING=True, WARPS=4, BN=32, STAGES=2),
@@ -50,6 +51,16 @@ DECODE_TC_VARIANTS = {
     "w8_1wave": dict(RING=True, WARPS=8, BN=16, STAGES=2, EAGER=True, MIN_WAVES=0.9),  # 8 x 16 KB
     "w8_s3_1wave": dict(RING=True, WARPS=8, BN=16, STAGES=3, EAGER=True, MIN_WAVES=0.9),  # 8 x 24 KB
     "w2_bn64": dict(RING=True, WARPS=2, BN=64, STAGES=2, EAGER=True, MIN_WAVES=0.9, GATHER=True),  # 2 x 64 KB
+    # BASES (issue 23, the copies' address path): a lane's 64-bit offset computed once a page a step, one add
+    # a piece, no bound check on full steps. sm_90a SASS a step of BN 32, D 128, pages of 16 (ring_gather):
+    # the copies' part of the loop from about 480 instructions (15 a 16-byte cp.async: j % PAGE, a 64-bit
+    # product, a predicate each) to about 100, so a warp (alone on its scheduler) has a step's 16 KB in
+    # flight within ~100 cycles of its wait instead of ~500-1000
+    "ring_gather_bases": dict(RING=True, WARPS=4, BN=32, STAGES=2, MIN_WAVES=0.9, GATHER=True, BASES=True),
+    "eager_gather_bases": dict(RING=True, WARPS=4, BN=32, STAGES=2, EAGER=True, MIN_WAVES=0.9, GATHER=True,
+                               BASES=True),
+    "w8_bases_1wave": dict(RING=True, WARPS=8, BN=16, STAGES=2, EAGER=True, MIN_WAVES=0.9, BASES=True),  # 2 a scheduler
+    "ring_bases": dict(RING=True, WARPS=4, BN=32, STAGES=2, BASES=True),  # pages >= 32 (GQA 4:1's default + BASES)
 }
 #: The tensor-core decode's default variant (:data:`DECODE_TC_VARIANTS`) by G, the query heads a KV
 #: head: the entry of the least key at or above G (the last one past them). The measured choice
@@ -453,6 +464,8 @@ def _tc_tiles(tc_tiles: dict[str, Any] | str | None, G: int, D: int, itemsize: i
                                                * itemsize, tiles["WARPS"] * 16 * (D + 2) * 4)
         tiles.update(RING=True, EAGER=bool(given.get("EAGER", False)), GATHER=bool(given.get("GATHER", False)),
                      MIN_WAVES=waves)
+        if given.get("BASES"):
+            tiles["BASES"] = True  # absent when false: the default kernels' compile-time keys stay as they were
         return tiles, tiles["WARPS"] * 32, 168, shared
     tiles = {**DECODE_TC_SINGLE, **{k: v for k, v in given.items() if k in ("BN", "STAGES")}, "BM": 16, "RING": False}
     return tiles, 32, 255, (tiles["BM"] + 2 * tiles["STAGES"] * tiles["BN"]) * (D + 8) * itemsize

@@ -44,7 +44,14 @@ CONFIGS = {"128x256": dict(BN=256, CONSUMERS=2, STAGES=4, GROUP_M=8),
            "tma128x256h": dict(BN=256, CONSUMERS=2, STAGES=4, GROUP_M=8, EPI_TMA=128),
            # tma128x256h with its consumers meeting on named barriers (EPI_BAR), not mbarriers: level with
            # it on the H100 (benchmarks/bench_matmul.py --variants tma128x256hn; RESULTS.md 2026-11-27)
-           "tma128x256hn": dict(BN=256, CONSUMERS=2, STAGES=4, GROUP_M=8, EPI_TMA=128, EPI_BAR=True)}
+           "tma128x256hn": dict(BN=256, CONSUMERS=2, STAGES=4, GROUP_M=8, EPI_TMA=128, EPI_BAR=True),
+           # tma128x256h in clusters of 2 blocks along M sharing the B tile by multicast: a tile reads
+           # (128 + 128) K elements through L2 instead of (128 + 256) K (matmul_sm90_traffic); unmeasured
+           "c2tma128x256h": dict(BN=256, CONSUMERS=2, STAGES=4, GROUP_M=8, EPI_TMA=128, CLUSTER_M=2),
+           # 128-row tiles of 112 columns (7 stages, 210 KiB): N = 14336 is 128 of them, 0.97 of a wave of
+           # 132 at M = 128 (128x128: 112 tiles); for small M, where A's rows are shared by every tile;
+           # unmeasured
+           "128x112": dict(BN=112, CONSUMERS=2, STAGES=7, GROUP_M=8)}
 
 #: The configurations :func:`choose` uses. Every one of :data:`CONFIGS` has run correctly on an H100
 #: (tests/ops/test_matmul_sm90.py, test_every_config, K-major and N-major B, 2026-11-23); 64x64 was the
@@ -149,10 +156,10 @@ def operand_b(mod: Any, a: Any, b: Any, out: Any, b_kmajor: bool) -> tuple[Any, 
 def tma_store_applies(cfg: dict, out: Any, split_k: int, block: Any, fuse: Any) -> bool:
     """Whether configuration ``cfg``'s TMA store epilogue (EPI_TMA) can store into ``out`` (M, N): a
     16-bit out (bf16, f16) whose rows TMA can describe (N a multiple of 8, 16-byte aligned), a
-    cooperative tile without clusters, no split-K, no block or fused epilogue (the kernel's rule)."""
+    cooperative tile (clusters or not), no split-K, no block or fused epilogue (the kernel's rule)."""
     o = arrays.array_scalar_type(out)
     if not cfg.get("EPI_TMA") or o is None or o.name not in ("bf16", "f16") or split_k != 1 or block is not None \
-            or fuse is not None or cfg.get("PINGPONG") or cfg.get("CLUSTER_M", 1) != 1:
+            or fuse is not None or cfg.get("PINGPONG"):
         return False
     address = arrays.device_pointer(out) if arrays.is_device_array(out) else out.ctypes.data
     return int(out.shape[1]) % 8 == 0 and address % 16 == 0

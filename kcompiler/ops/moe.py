@@ -343,6 +343,10 @@ MOE_SIMT_BN = 64
 #: T 64 (8 an expert) 0.716 against 0.663, T 128 (16) 0.695 against 0.749, T 4096 1.68 against 7.86;
 #: Mixtral (E 8, top_k 2) T 64 (16) 1.10 against 1.39, T 4096 4.55 against 33.0 (benchmarks/RESULTS.md).
 MOE_SM90_MIN_ROWS_PER_EXPERT = 16
+#: The same threshold for MXFP4 weights (std.moe_sm90_mx's grouped GEMM against kcompiler.ops.moe_gemm's
+#: mma.sync decode), or None: gemm='auto' keeps MXFP4 on the mma.sync path until the H100 timings of
+#: benchmarks/bench_moe.py --sm90 --formats mxfp4 set it.
+MOE_SM90_MXFP4_MIN_ROWS_PER_EXPERT: int | None = None
 
 #: Threads a block of std.moe's SIMT GEMMs (its GEMM_THREADS).
 MOE_SIMT_THREADS = 256
@@ -372,9 +376,10 @@ def moe(x: Any, router_logits: Any, w_gate_up: Any, w_down: Any, top_k: int, *, 
       tensor-core grouped GEMMs for bf16 activations where the target has 'mma', else std.moe's SIMT
       ones), 'simt' or 'mma' (force one; 'mma' takes bf16 x only), or 'sm90'
       (kcompiler.ops.moe_sm90's grouped GEMMs of std.matmul_sm90, TMA + wgmma, for prefill-sized T on
-      an sm_90 GPU or numpy arrays on the CPU target's emulation; bf16 or FP8 weights (FP8: x and h
-      quantised per row to E4M3, moe_sm90's accuracy contract; 'auto' does not choose it for FP8), H
-      and I multiples of 8 (16 for FP8);
+      an sm_90 GPU or numpy arrays on the CPU target's emulation; bf16, FP8 or MXFP4 weights (FP8: x
+      and h quantised per row to E4M3, moe_sm90's accuracy contract; 'auto' does not choose it for FP8;
+      MXFP4: decoded exactly to bf16 in shared memory, chosen by 'auto' from
+      :data:`MOE_SM90_MXFP4_MIN_ROWS_PER_EXPERT` when set), H and I multiples of 8 (16 for FP8);
       the sum is always the ordered one, ``reduce`` is not used).
     - ``target``: as every op ('auto': where x lives).
 
@@ -424,8 +429,9 @@ def moe(x: Any, router_logits: Any, w_gate_up: Any, w_down: Any, top_k: int, *, 
     _route_args(router_logits, top_k, mode, renormalize, fn)
     if tokens == 0 or hidden == 0:
         return _zeros(x, (tokens, hidden), src.name)
-    if gemm == "auto" and tokens * int(top_k) >= MOE_SM90_MIN_ROWS_PER_EXPERT * e \
-            and target_for(x, target) == "cuda" and src.name == "bf16" and wg.format == "bf16" \
+    rows = {"bf16": MOE_SM90_MIN_ROWS_PER_EXPERT, "mxfp4": MOE_SM90_MXFP4_MIN_ROWS_PER_EXPERT}.get(wg.format)
+    if gemm == "auto" and rows is not None and tokens * int(top_k) >= rows * e \
+            and target_for(x, target) == "cuda" and src.name == "bf16" \
             and moe_sm90.reason_not(x, wg, wd) is None:  # FP8 on sm90 quantises x: not chosen for the user
         gemm = "sm90"
     if gemm == "sm90":
@@ -586,10 +592,11 @@ class _MoEPlan:
                              and data_ptr(gdata) % 16 == 0 and data_ptr(x) % 16 == 0)
             self.mma2 = bool(has and inter % moe_gemm.MOE_VALUES_PER_LOAD[wd.format] == 0
                              and data_ptr(ddata) % 16 == 0)
-            self.l_g1 = gmod.moe_gemm1[(-(-inter // (16 * tk["MT"])), tiles), 32 * tk["KW"]]
+            gy = moe_gemm.moe_grid_tiles(t, top_k, e, bm)   # the tiles the routing can use, not every padded one
+            self.l_g1 = gmod.moe_gemm1[(-(-inter // (16 * tk["MT"])), gy), 32 * tk["KW"]]
             self.kw_g1 = dict(MMA=self.mma1, DEC=dec, **tk)
             self.xsc = kind.empty((1,), kind.dtype("u8"))   # std.moe_gemm's MXFP8 scales of x: unread for bf16 x
-            self.l_g2 = gmod.moe_gemm2[(-(-hidden // (16 * tk["MT"])), tiles), 32 * tk["KW"]]
+            self.l_g2 = gmod.moe_gemm2[(-(-hidden // (16 * tk["MT"])), gy), 32 * tk["KW"]]
             self.kw_g2 = dict(MMA=self.mma2, ATOMIC=atomic, OUT="f32", DEC=dec, **tk)
         else:
             self.mma1 = self.mma2 = False

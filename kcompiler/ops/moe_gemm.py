@@ -45,6 +45,19 @@ def moe_block_m(tokens: int, top_k: int, num_experts: int) -> int:
     return 32
 
 
+def moe_grid_tiles(tokens: int, top_k: int, num_experts: int, block_m: int) -> int:
+    """The tiles std.moe_gemm's kernels launch (the grid's y) for a routing of ``tokens`` x ``top_k``
+    assignments over ``num_experts`` experts in tiles of ``block_m`` slots: a bound on the tiles the
+    routing's layout can use (each expert hit gets ceil(c / block_m) tiles for its c assignments, at
+    most min(E, T top_k) experts are hit, so at most floor((T top_k + min(E, T top_k) (block_m - 1)) /
+    block_m) tiles), never above the P / block_m tiles of :meth:`MoERouting.padded_slots`. A decode
+    batch launches no block for the tiles that only pad (T = 1 at E = 32: 4 tiles, not 29; at E =
+    128: 4, not 113)."""
+    numel = tokens * top_k
+    bound = (numel + min(num_experts, numel) * (block_m - 1)) // block_m
+    return max(1, min(MoERouting.padded_slots(tokens, top_k, num_experts, block_m) // block_m, bound))
+
+
 def moe_gemm_tiles(block_m: int) -> dict[str, int]:
     """The compile-time tiling (``BM``, ``MT``, ``KW``, ``U``) of std.moe_gemm's kernels for a routing
     of ``block_m`` (a multiple of 8): :data:`MOE_GEMM_TILES`' entry, that of the next size up for other
@@ -102,10 +115,16 @@ def _routing(r: MoERouting, fn: str, num_experts: int, like: Any) -> tuple[int, 
 
 def _launch_common(x: Any, w: ExpertWeights, routing: MoERouting, K: int, target: str, fn: str,
                    tuning: Any = None) -> tuple:
-    """(module, data, scales, tiles, mma, tiles in the grid) for a launch on activations ``x``."""
+    """(module, data, scales, compile-time tiles, mma, tiles in the grid: 0 where nothing to do) for a
+    launch on activations ``x``."""
     data, scales = _weights(w, x, fn)
     tiles = _tuned(moe_gemm_tiles(routing.block_m), tuning, fn)
     _, ntiles = _routing(routing, fn, w.shape[0], x)
+    grid, cap = tiles.pop("GRID", 1), tiles.pop("GY", 0)
+    if ntiles and grid:
+        ntiles = min(ntiles, moe_grid_tiles(routing.tokens, routing.top_k, routing.num_experts, routing.block_m))
+    if ntiles and cap:
+        ntiles, tiles["TL"] = min(ntiles, cap), 1   # fewer blocks than tiles: each loops over its tiles
     mod = _common.stdlib_module("moe_gemm", target_for(x, target))
     vpl = MOE_VALUES_PER_LOAD[w.format]
     mma = bool(mod.target_has("mma") and K % vpl == 0 and data_ptr(data) % 16 == 0 and data_ptr(x) % 16 == 0)
@@ -138,7 +157,16 @@ MOE_MXFP4_DECODE = "split"
 #: 0: rows past the matrix read its last row instead, whose sums are dropped, and steps whose chunks
 #: all lie inside K load without checks) and ``PF`` (0, the default; 1: the next step's weight, scale
 #: and x loads are issued before this step's decode and MMAs, twice the registers for them).
-MOE_TUNING_KEYS = {"MT": (1, 2), "KW": (1, 2, 4, 8), "U": (1, 2, 3, 4), "CHK": (0, 1), "PF": (0, 1)}
+#: Further keys: ``XR`` (1: each lane reads its slots' x rows from the routing's sorted_ids, so that the
+#: first weight loads wait for no barrier), ``NTD`` (1: a tile whose slots past the first 8 are all
+#: empty skips the other n8 tiles' MMAs and x loads; a block_m 16 routing then reads each expert's weights
+#: once at gpt-oss's T = 64 where block_m 8 splits 4 in 10 experts over two tiles, each reading them),
+#: ``LB`` (launch bounds: registers capped so that LB blocks fit a multiprocessor; 0 none), ``TL``
+#: (1: each block loops over tiles block_id.y, + grid_dim.y, ...), and two of the host: ``GRID`` (1,
+#: the default: the grid's y is :func:`moe_grid_tiles`; 0: every tile of the routing's P / block_m)
+#: and ``GY`` (a cap on the grid's y, which implies TL = 1; 0 none).
+MOE_TUNING_KEYS = {"MT": (1, 2), "KW": (1, 2, 4, 8), "U": (1, 2, 3, 4), "CHK": (0, 1), "PF": (0, 1), "XR": (0, 1),
+                   "NTD": (0, 1), "LB": (0, 3, 4, 5, 6, 8), "TL": (0, 1), "GRID": (0, 1), "GY": (0, 1, 2, 3, 4, 6, 8)}
 
 
 def _tuned(tiles: dict[str, int], tuning: Any, fn: str) -> dict[str, int]:
@@ -282,4 +310,5 @@ def moe_gemm_down(h: Any, w_down: ExpertWeights, routing: MoERouting, *, reduce:
     return out
 
 
-__all__ = ["MOE_GEMM_TILES", "MOE_MXFP4_DECODE", "MOE_MXFP4_DECODES", "MOE_TUNING_KEYS", "MOE_VALUES_PER_LOAD", "moe_block_m", "moe_gemm_down", "moe_gemm_swiglu", "moe_gemm_tiles"]
+__all__ = ["MOE_GEMM_TILES", "MOE_MXFP4_DECODE", "MOE_MXFP4_DECODES", "MOE_TUNING_KEYS", "MOE_VALUES_PER_LOAD", "moe_block_m",
+           "moe_gemm_down", "moe_gemm_swiglu", "moe_gemm_tiles", "moe_grid_tiles"]

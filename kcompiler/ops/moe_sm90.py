@@ -38,9 +38,15 @@ path). x is quantised from its own values (not rounded to bf16 first); h from it
 tests/ops/test_moe_sm90.py checks the quantisation bit for bit against numpy and the layer against a
 float64 reference that quantises the same way, within the error these bounds allow.
 
+MXFP4 weights (ExpertWeights "mxfp4", OCP MX v1.0: packed E2M1 codes, an E8M0 scale per 32 along K):
+x gathered to bf16 as for bf16 weights, then both GEMMs by std.moe_sm90_mx's matmul_sm90_grouped_mxfp4
+(:func:`grouped_gemm_mxfp4`), which copies the packed codes by TMA and decodes them exactly to bf16 in
+shared memory (the stdlib module's header): the result is the bf16 path's on the decoded weights.
+
 H and I multiples of 8 (TMA's 16-byte rows of bf16), of 16 for FP8 (of E4M3). ``ops.moe``'s "auto"
 takes this path for bf16 on an sm_90 GPU from ops.MOE_SM90_MIN_ROWS_PER_EXPERT assignments an expert
-(measured: benchmarks/RESULTS.md), not for FP8 (not yet measured; it quantises the activations).
+(measured: benchmarks/RESULTS.md), for MXFP4 from ops.MOE_SM90_MXFP4_MIN_ROWS_PER_EXPERT where set (None
+until measured), not for FP8 (not yet measured; it quantises the activations).
 Torch CUDA tensors on an sm_90 GPU, or numpy arrays on the CPU target's emulation of wgmma and TMA
 (``target_options={"emulate_wgmma": True}``: slow, for tests)."""
 from __future__ import annotations
@@ -49,6 +55,8 @@ from typing import Any
 
 import numpy as np
 
+from .. import compile_file
+from ..frontend.program import stdlib_dir
 from ..runtime import arrays
 from ..runtime.tensormap import cached_tensor_map
 from . import _common, matmul_sm90
@@ -65,18 +73,21 @@ THREADS = 128
 
 
 #: The weight formats this path takes (both GEMMs' weights in one of them).
-FORMATS = ("bf16", "fp8")
+FORMATS = ("bf16", "fp8", "mxfp4")
+#: Pipeline stages of the MXFP4 grouped GEMM (std.moe_sm90_mx; 4 fill 225 KB of shared memory).
+MX_STAGES = 4
 
 
 def reason_not(x: Any, wg: ExpertWeights, wd: ExpertWeights) -> tuple[type, str] | None:
     """Why this path cannot run ops.moe on ``x`` with these weights, as (the exception to raise,
-    the message), or None: it takes bf16 or FP8 weights, both of one format (TypeError; MXFP4 not
-    yet), H and I multiples of 8, of 16 for FP8 (ValueError: TMA's 16-byte rows), torch CUDA tensors
+    the message), or None: it takes bf16, FP8 or MXFP4 weights, both of one format (TypeError), H and
+    I multiples of 8, of 16 for FP8 (ValueError: TMA's 16-byte rows; MXFP4's are multiples of 32 by
+    construction), torch CUDA tensors
     (on an sm_90 GPU, else RuntimeError) or numpy arrays (the CPU target's emulation; TypeError for
     other arrays)."""
     if wg.format not in FORMATS or wd.format != wg.format:
-        return TypeError, (f"gemm='sm90' takes bf16 or fp8 weights, both of one format (not {wg.format} and "
-                           f"{wd.format}; mxfp4 takes gemm='auto' for now)")
+        return TypeError, (f"gemm='sm90' takes bf16, fp8 or mxfp4 weights, both of one format (not {wg.format} "
+                           f"and {wd.format})")
     e, n2, h = wg.shape
     m = 16 if wg.format == "fp8" else 8
     if h % m or (n2 // 2) % m:
@@ -159,6 +170,54 @@ def grouped_gemm(mod: Any, a: Any, w: Any, routing: MoERouting, c: Any, *, gated
     return c
 
 
+def mx_shared_bytes(stages: int = MX_STAGES, bn: int = 256) -> int:
+    """Dynamic shared memory of std.moe_sm90_mx's kernel: the A and bf16 B stages (128 bytes a row),
+    1024 bytes of mbarriers, the packed stages (32 bytes a row of B)."""
+    return stages * (BLOCK_M + bn) * 128 + 1024 + stages * bn * 32
+
+
+def _mx_cpu_module() -> Any:
+    """std.moe_sm90_mx for the CPU target with wgmma, TMA and mbarriers emulated."""
+    return compile_file(stdlib_dir() / "moe_sm90_mx.kc", target="cpu", target_options={"emulate_wgmma": True})
+
+
+def grouped_gemm_mxfp4(mod: Any, a: Any, w: ExpertWeights, routing: MoERouting, c: Any, *, gated: bool, sms: int,
+                       stages: int = MX_STAGES, stream: Any = None, **tiles: Any) -> Any:
+    """:func:`grouped_gemm` with MXFP4 weights (ExpertWeights "mxfp4": packed E2M1 codes (E, N, K / 2)
+    or gated (E, 2 N, K / 2), E8M0 scales (E, N or 2 N, K / 32)), by std.moe_sm90_mx's
+    matmul_sm90_grouped_mxfp4 (``mod``: that module), which dequantises each k-step's codes exactly
+    to bf16 in shared memory before the wgmmas: ``c[p] = A[p] @ W[e]^T`` with W the decoded weights
+    (or gated, silu(gate) * up). ``a``: bf16 (P, K), ``c``: bf16 (P, N), both contiguous and 16-byte
+    aligned; the routing's block_m is :data:`BLOCK_M`. ``tiles``: the kernel's other compile-time
+    parameters (STAGES overrides ``stages``; BN, GROUP_M, DQ_REGS, CONS_REGS: the benchmark's
+    variants, bench_moe.py's MX_VARIANTS). Returns c."""
+    if routing.block_m != BLOCK_M:
+        raise ValueError(f"grouped_gemm_mxfp4: the routing's block_m must be {BLOCK_M}, not {routing.block_m}")
+    if arrays.array_scalar_type(a).name != "bf16" or w.format != "mxfp4":
+        raise TypeError(f"grouped_gemm_mxfp4: a bf16 and mxfp4 weights, not {arrays.describe(a)} and {w.format}")
+    from .moe_gemm import _weights
+    tiles = dict(tiles)
+    stages = int(tiles.pop("STAGES", stages))
+    data, scales = _weights(w, a, "grouped_gemm_mxfp4")
+    data = _aligned(data)
+    bn = int(tiles.get("BN", 256))
+    P, K = (int(d) for d in a.shape)
+    E, R = int(data.shape[0]), int(data.shape[1])
+    N = R // 2 if gated else R
+    ta = cached_tensor_map(a, (BLOCK_M, matmul_sm90.BK["bf16"]))
+    if gated:
+        tp = cached_tensor_map(data.reshape(E, 2, N, K // 2), (1, 1, bn // 2, 32), swizzle=0)
+    else:
+        tp = cached_tensor_map(data, (1, bn, 32), swizzle=0)
+    cols = bn // 2 if gated else bn
+    grid = max(1, min(sms, P // BLOCK_M * -(-N // cols)))
+    mod.matmul_sm90_grouped_mxfp4[grid, 384](
+        ta, tp, scales.reshape(-1), c.reshape(-1), P, N, K, N, routing.tile_expert, routing.num_tiles,
+        shared=mx_shared_bytes(stages, bn), stream=_common.stream_of(c) if stream is None else stream,
+        OUT="bf16", STAGES=stages, FUSE=1 if gated else 0, **tiles)
+    return c
+
+
 def quantize_rows(mod: Any, src: Any, routing: MoERouting, q: Any, sq: Any, inv: Any = None, *,
                   stream: Any = None) -> None:
     """std.moe_sm90's moe_sm90_quant (``mod``: that module): every slot p of the routing's tiles in use
@@ -179,13 +238,14 @@ def quantize_rows(mod: Any, src: Any, routing: MoERouting, q: Any, sq: Any, inv:
 
 
 def moe_sm90(x: Any, routing: MoERouting, wg: ExpertWeights, wd: ExpertWeights, *, target: str = "auto",
-             config: dict | None = None, sms: int | None = None) -> Any:
+             config: dict | None = None, sms: int | None = None, mx_tiles: dict | None = None) -> Any:
     """The MoE layer's experts on the Hopper path (the module's data flow): ``out[t] = sum_j w_tj *
     (silu(x[t] Wg[e]^T) * (x[t] Wu[e]^T)) Wd[e]^T`` for x (T, H) of f32, bf16 or f16, ``routing`` from
     moe_align with block_m = :data:`BLOCK_M` (or ``config``'s tile rows), ExpertWeights wg (E, 2 I, H)
-    and wd (E, H, I) of x's kind, both bf16 (x rounded to bf16 for the GEMMs) or both FP8 (x and h
-    quantised per row to E4M3: the module docstring's accuracy contract), where :func:`reason_not`
-    finds nothing. h and y are bf16; sums in f32. Returns (T, H) in x's dtype and kind. ``sms``:
+    and wd (E, H, I) of x's kind, both bf16 (x rounded to bf16 for the GEMMs), both FP8 (x and h
+    quantised per row to E4M3: the module docstring's accuracy contract) or both MXFP4 (x rounded to
+    bf16, the weights decoded exactly: :func:`grouped_gemm_mxfp4`; ``mx_tiles`` its compile-time
+    parameters), where :func:`reason_not` finds nothing. h and y are bf16; sums in f32. Returns (T, H) in x's dtype and kind. ``sms``:
     the persistent grids' most blocks (default: the device's multiprocessors; 8 on the CPU)."""
     src = arrays.array_scalar_type(x)
     T, H = (int(d) for d in x.shape)
@@ -221,8 +281,14 @@ def moe_sm90(x: Any, routing: MoERouting, wg: ExpertWeights, wd: ExpertWeights, 
         vec = _vec(src.size, (H,), (_common.data_ptr(x),)) or 1
         mod.moe_sm90_gather[max(1, P), THREADS](x, H, routing.sorted_ids, routing.num_tiles, routing.block_m, n, k,
                                                 H, xp, inv, T=src.name, VEC=vec, stream=stream)
-        grouped_gemm(gmod, xp, _aligned(wg.data), routing, h, gated=True, sms=sms, config=config, stream=stream)
-        grouped_gemm(gmod, h, _aligned(wd.data), routing, y, gated=False, sms=sms, config=config, stream=stream)
+        if wg.format == "mxfp4":
+            xmod = _common.stdlib_module("moe_sm90_mx", "cuda") if cuda else _mx_cpu_module()
+            tiles = dict(mx_tiles or {})
+            grouped_gemm_mxfp4(xmod, xp, wg, routing, h, gated=True, sms=sms, stream=stream, **tiles)
+            grouped_gemm_mxfp4(xmod, h, wd, routing, y, gated=False, sms=sms, stream=stream, **tiles)
+        else:
+            grouped_gemm(gmod, xp, _aligned(wg.data), routing, h, gated=True, sms=sms, config=config, stream=stream)
+            grouped_gemm(gmod, h, _aligned(wd.data), routing, y, gated=False, sms=sms, config=config, stream=stream)
     out = _common.empty_like(x, (T, H), src.name)
     ov = 8
     while ov > 1 and (16 // src.size < ov or H % ov or _common.data_ptr(out) % (ov * src.size)):
@@ -235,4 +301,5 @@ def moe_sm90(x: Any, routing: MoERouting, wg: ExpertWeights, wd: ExpertWeights, 
     return out
 
 
-__all__ = ["BLOCK_M", "CONFIG", "FORMATS", "THREADS", "grouped_gemm", "moe_sm90", "quantize_rows", "reason_not"]
+__all__ = ["BLOCK_M", "CONFIG", "FORMATS", "MX_STAGES", "THREADS", "grouped_gemm", "grouped_gemm_mxfp4", "moe_sm90",
+           "mx_shared_bytes", "quantize_rows", "reason_not"]

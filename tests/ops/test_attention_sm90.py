@@ -739,3 +739,119 @@ def test_path_choice_errors():
         ops.attention(q96, q96, q96, path="sm90", target="cpu")
     out = ops.attention(q, q, q, path="fa2", target="cpu")  # the explicit FA2 path still runs here
     assert out.shape == q.shape
+
+
+# --- std.attention_sm90_chain's opt-in forms (CHAIN, TREE, UNIFORM_WG) ----------------------------------
+
+#: (tiles, (B, Sq, Sk, H, HK, D, causal)): the chained issue with and without turns, the tree
+#: reductions with the rescale skip, over ring laps (290 keys, BN 64: 5 tiles, 2 stages), blocks with
+#: no key and one tile (causal, Sq 200 > Sk 40: block 0 sees none), D 128 with BN 192 (a partial tile)
+CHAIN_FORMS = [(dict(BN=64, CHAIN=True), (1, 77, 290, 2, 1, 64, True)),
+               (dict(BN=64, CHAIN=True, PINGPONG=True, TURNS=1, TREE=True, UNIFORM_WG=True),
+                (1, 77, 290, 2, 1, 64, True)),
+               (dict(BN=64, CHAIN=True, TREE=True), (1, 200, 40, 2, 1, 64, True)),
+               (dict(BN=64, TREE=True, RESCALE_SKIP=True, UNIFORM_WG=True), (2, 37, 150, 2, 2, 64, False)),
+               (dict(BN=192, CHAIN=True, TREE=True, UNIFORM_WG=True), (1, 45, 300, 1, 1, 128, False))]
+
+
+@pytest.mark.parametrize("tiles,shape", CHAIN_FORMS, ids=lambda x: "-".join(
+    f"{k}{int(v)}" for k, v in x.items()) if isinstance(x, dict) else "x".join(map(str, x[:6])))
+def test_prefill_sm90_chain_forms_emulated(monkeypatch, emulated, tiles, shape):
+    """CHAIN (P_{j-1} V_{j-1} and S_j issued together, one wait a tile; the stage releases after it),
+    TREE (4-chain maxima and sums, the clamped base) and UNIFORM_WG on the emulation, against the
+    float64 reference: the peeled first tile, the last tile's P V, ntiles 0 and 1, the turns."""
+    from kcompiler import ops
+
+    from .test_attention import check, qkv, reference
+    B, Sq, Sk, H, HK, D, causal = shape
+    monkeypatch.setattr(ops_attention, "_attention_sm90_module", lambda target: emulated)
+    q, k, v = qkv(B, Sq, Sk, H, HK, D, "bf16")
+    out, lse = ops.attention(q, k, v, causal=causal, return_lse=True, path="sm90", tiles=tiles, target="cpu")
+    ref, ref_lse = reference(q, k, v, causal, D ** -0.5)
+    check(out, lse, ref, ref_lse, v, "bf16")
+
+
+#: the D 128 forms bench_attention_variants.py times (tiles on top of the default's), each causal and not
+CHAIN_PTX = [dict(CHAIN=True), dict(TREE=True), dict(UNIFORM_WG=True), dict(CHAIN=True, TREE=True, UNIFORM_WG=True),
+             dict(CHAIN=True, PINGPONG=True, TURNS=1, TREE=True, UNIFORM_WG=True),
+             dict(BN=192, TREE=True, UNIFORM_WG=True), dict(BN=176, TREE=True, UNIFORM_WG=True),
+             dict(BN=192, CHAIN=True, TREE=True, UNIFORM_WG=True)]
+
+
+@needs_ptxas
+@pytest.mark.slow(sample=3)
+@pytest.mark.parametrize("tiles", CHAIN_PTX, ids=lambda x: "-".join(f"{k}{int(v)}" for k, v in x.items()))
+def test_prefill_sm90_chain_forms_ptx(tiles):
+    """The opt-in forms assemble for sm_90a at D 128 without spills and without serialised wgmma
+    (C7511: too few registers for the pipeline; C7514), causal and not; TREE leaves no compare with
+    -inf for the base (a max with -FLT_MAX instead), UNIFORM_WG broadcasts the warpgroup by shfl.idx."""
+    for causal in (False, True):
+        ptx = _sm90_ptx(T="bf16", D=128, CAUSAL=causal, **tiles)
+        log = ptxas(ptx, "sm_90a", verbose=True)
+        assert "C7511" not in log and "C7514" not in log and "serialized" not in log, log
+        assert " 0 bytes spill stores" in log, log
+        assert ("0fFF7FFFFF" in ptx) == bool(tiles.get("TREE")), tiles
+        assert ("shfl.sync.idx" in ptx) == bool(tiles.get("UNIFORM_WG")), tiles
+
+
+def _tile_loop(code: list[str]) -> list[str]:
+    """The consumer's loop over the tiles in SASS (the shortest loop holding S's HGMMA and P V's, tnspB),
+    without the edge tile's mask (the block a forward branch skips, of FSEL ... -INF)."""
+    at = {x[:-1]: i for i, x in enumerate(code) if x.endswith(":")}
+    loops = []
+    for i, x in enumerate(code):
+        m = re.search(r"BRA\s+`?\(?(\.L_x_\d+)", x)
+        if m and at.get(m.group(1), len(code)) < i:
+            body = code[at[m.group(1)]:i + 1]
+            if any("tnspB" in y for y in body) and any(y.startswith("HGMMA") and "tnspB" not in y for y in body):
+                loops.append((at[m.group(1)], i))
+    a, b = min(loops, key=lambda r: r[1] - r[0])
+    skip = set()
+    for i in range(a, b):
+        m = re.match(r"@!?P\d BRA\s+`?\(?(\.L_x_\d+)", code[i])
+        if m and i < at.get(m.group(1), -1) <= b:
+            blk = range(i + 1, at[m.group(1)])
+            if any(code[k].startswith("FSEL") and "-INF" in code[k] for k in blk):
+                skip |= set(blk)
+    return [code[i] for i in range(a, b + 1) if i not in skip and not code[i].endswith(":")]
+
+
+@needs_nvdisasm
+def test_prefill_sm90_chain_forms_sass():
+    """What each form takes out of a tile (BN 128, D 128, not causal; std.attention_sm90_chain's header):
+    the default's loop has 2 wgmma waits, 16 R2UR (Q's descriptors rebuilt from vector registers) and
+    64 FFMA + 66 MUFU.EX2 + 32 F2FP; CHAIN one wait; UNIFORM_WG no R2UR; TREE no FSETP/FSEL for the
+    base and 2 FADD fewer; the softmax's counts stay."""
+    def loop(**tiles):
+        return _tile_loop(sass(_sm90_ptx(T="bf16", D=128, CAUSAL=False, **tiles)))
+
+    def n(code, op):
+        return sum(x.split()[0 if not x.startswith("@") else 1].startswith(op) for x in code)
+    base, chained, uniform, tree = loop(), loop(CHAIN=True), loop(UNIFORM_WG=True), loop(TREE=True)
+    assert n(base, "WARPGROUP.DEPBAR") == 2 and n(chained, "WARPGROUP.DEPBAR") == 1
+    assert n(base, "R2UR") == 16 and n(uniform, "R2UR") == 0
+    assert n(base, "FSETP") == 2 and n(tree, "FSETP") == 0 and n(tree, "FADD") == n(base, "FADD") - 2
+    for code in (base, chained, uniform, tree):
+        assert n(code, "MUFU.EX2") == 66 and n(code, "F2FP") == 32 and n(code, "HGMMA") == 16
+    assert len(uniform) < len(base) - 10, (len(uniform), len(base))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tiles", CHAIN_PTX + [dict(CHAIN=True, RESCALE_SKIP=True, TREE=True, UNIFORM_WG=True)],
+                         ids=lambda x: "-".join(f"{k}{int(v)}" for k, v in x.items()))
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_prefill_sm90_chain_forms_gpu(tiles, causal):
+    """std.attention_sm90_chain's forms on the H100 (the D 128 tiles bench_attention_variants.py times,
+    BN 176 and 192 included; D 64 too), odd lengths with Sq != Sk and GQA 2:1, against SDPA in float64."""
+    import torch
+
+    from kcompiler import ops
+
+    from .test_attention import check, sdpa64
+    for D in (64, 128):
+        q = torch.randn(2, 1111, 4, D, device="cuda", dtype=torch.bfloat16)
+        k, v = (torch.randn(2, 1234, 2, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        out, lse = ops.attention(q, k, v, causal=causal, return_lse=True, path="sm90", tiles=tiles)
+        ref, ref_lse = sdpa64(q, k, v, causal, D ** -0.5)
+        check(out.cpu().float().numpy(), lse.cpu().numpy(), ref.cpu().numpy(), ref_lse.cpu().numpy(),
+              v.cpu().float().numpy(), "bf16")

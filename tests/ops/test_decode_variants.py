@@ -172,3 +172,35 @@ def test_tc_decode_variants_gpu(page):
                     check(out.cpu().float().numpy(), lse.cpu().numpy(), ref, ref_lse, vc, "bf16")
                 except AssertionError as e:
                     raise AssertionError(f"variant {variant}, G {G}, page {page}, splits {splits}: {e}") from None
+
+
+def test_tc_tiles_bases_key():
+    """BASES reaches the kernel's compile-time values only where a variant asks for it (the default
+    kernels' keys, and so their cached builds, stay as they were)."""
+    tiles, _, _, _ = decode._tc_tiles("ring_gather_bases", 8, 128, 2, "paged_decode")
+    assert tiles == dict(RING=True, WARPS=4, BN=32, STAGES=2, EAGER=False, GATHER=True, MIN_WAVES=0.9, BASES=True)
+    assert "BASES" not in decode._tc_tiles(None, 8, 128, 2, "paged_decode")[0]
+    assert "BASES" not in decode._tc_tiles(None, 4, 128, 2, "paged_decode")[0]
+
+
+@needs_ptxas
+@pytest.mark.parametrize("variant,twin,page,D,fast", [
+    ("ring_gather_bases", "ring_gather", 16, 128, True),   # GATHER, 2 pages a step
+    ("ring_bases", "ring", 64, 128, True),                 # one page a step (BN 32 divides 64)
+    ("ring_bases", "ring", 16, 128, False),                # pages smaller than BN without GATHER
+    ("ring_gather_bases", "ring_gather", 16, 80, False),   # 10 pieces a row: no column fixed a lane
+], ids=["gather-p16", "p64", "p16-no-gather", "D80"])
+def test_tc_decode_bases_ptx(variant, twin, page, D, fast):
+    """Where BASES applies, the kernel holds a second, unchecked form of the copies (full steps) beside
+    the bounded one: twice the twin's cp.async; elsewhere the same PTX as the twin. Both assemble for
+    sm_90a without spills."""
+    from kcompiler.pipeline import emit_file
+
+    def ptx_of(name):
+        params = dict(T="bf16", KT="bf16", OUT="bf16", D=D, G=8, PAGE=page, SPLIT=False, TC=True,
+                      **{k: v for k, v in ops.DECODE_TC_VARIANTS[name].items() if k != "MIN_WAVES"})
+        return emit_file(stdlib_dir() / "decode.kc", "asm", "nvptx", "sm_90a", kernel="paged_decode", comptime=params)
+    mine, theirs = ptx_of(variant), ptx_of(twin)
+    n, m = mine.count("cp.async.cg"), theirs.count("cp.async.cg")
+    assert n == (2 * m if fast else m), (n, m)
+    assert " 0 bytes spill stores" in ptxas(mine, verbose=True)
