@@ -163,7 +163,7 @@ def main():
     ap.add_argument("--small", action="store_true")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--tokens", default="1,16,64,512,4096")
-    ap.add_argument("--formats", default="bf16,fp8,mxfp4")
+    ap.add_argument("--formats", default=None, help="bf16,fp8,mxfp4 (--sm90: bf16 unless given)")
     ap.add_argument("--configs", default="32x2880x2880,128x4096x1536")
     ap.add_argument("--top-k", type=int, default=4)
     ap.add_argument("--reduce", default="atomic", choices=["atomic", "separate"])
@@ -175,7 +175,7 @@ def main():
         return small_rows(args.top_k)
     if args.sm90:
         given = args.tokens != ap.get_default("tokens")
-        formats = args.formats.split(",") if args.formats != ap.get_default("formats") else ["bf16"]
+        formats = (args.formats or "bf16").split(",")
         bad = [f for f in formats if f not in ("bf16", "fp8", "mxfp4")]
         if bad:
             ap.error(f"--sm90 takes --formats bf16, fp8 and mxfp4, not {','.join(bad)}")
@@ -184,6 +184,7 @@ def main():
             ap.error(f"--mx-variants: names of {sorted(MX_VARIANTS)}")
         sm90_table([int(t) for t in (args.tokens if given else "1024,4096").split(",")], formats, variants)
         return
+    args.formats = args.formats or "bf16,fp8,mxfp4"
     if args.quick:
         args.tokens, args.formats, args.configs = "1,64,512", "bf16,mxfp4", args.configs.split(",")[0]
     k = args.top_k

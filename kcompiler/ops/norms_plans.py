@@ -17,10 +17,6 @@ Why variants (an H100 has 132 SMs; a block of the norm kernel holds its row in r
   rows) 71, 1 block but 64 KB in flight; "split" (256 threads, NV 2) 52. A launch bound (the kernel's
   MAXT) keeps a 1024-thread block within 64 registers (without it NV 4 at 1024 threads, rows of
   32768 bf16, could not launch).
-- Few warps a row ("v8", "v16": about 8 / 16 vectors a thread, a row of 8192 bf16 in 128 / 64 threads):
-  the block reduction's cost grows with the warps that must meet at its barrier (0.37 µs at 256
-  threads, 0.78 at 1024: ``bench_norms.py --floor``), and a call of a few rows is latency, not
-  bandwidth; more loads in flight a thread keep the bytes in flight the same.
 - Many rows: "rows2" / "rows4" give a block 2 / 4 rows with the weight (and bias) read once a block
   and held in registers for all of them (in "base" every row re-reads the weight from L2: a third of
   RMSNorm's L2 reads when the data fits the 50 MB L2), their block reductions sharing one barrier.
@@ -58,8 +54,7 @@ ANY = 1 << 62
 #: 64 vectors a block; 1 for LayerNorm or without clusters).
 NORM_VARIANTS = {"base": dict(VPT=4, ROWS=1, SPLIT=1), "wide": dict(VPT=1, ROWS=1, SPLIT=1),
                  "rows2": dict(VPT=2, ROWS=2, SPLIT=1), "rows4": dict(VPT=1, ROWS=4, SPLIT=1),
-                 "split": dict(VPT=2, ROWS=1, SPLIT="auto"), "v8": dict(VPT=8, ROWS=1, SPLIT=1),
-                 "v16": dict(VPT=16, ROWS=1, SPLIT=1)}
+                 "split": dict(VPT=2, ROWS=1, SPLIT="auto")}
 
 #: silu_and_mul / gelu_and_mul: BLOCK threads (at most; fewer for short rows), NV vectors a thread.
 #: "fill": the first of FILL_ORDER's whose grid has 4 blocks an SM (else the last).
