@@ -9,10 +9,12 @@ DeepSeek's shape: B 32, 8192 keys each, latent 512 + rope 64, bf16, pages of 64 
 shuffled order. Rows (``VARIANTS``): ops' default, other tiles (BN keys a step x STAGES in the ring,
 OVERLAP, SEESAW: FlashMLA's later schedule, BN 64 x 2 as FlashMLA's and 32 x 2 / 3; at 16 heads QROWS 0, Q's
 rows compact, and ST, S transposed), split counts, the two timing probes (PROBE 1: the ring streams the cache with nothing
-computed, the bandwidth ceiling of those tiles; PROBE 2: S and the softmax without P V) and the default
-again (the run's spread). Each row is first checked: against float32 torch on 2 sequences (relative
+computed, the bandwidth ceiling of those tiles; PROBE 2: S and the softmax without P V; PROBE 3: a
+form's compute without the loads, the ring filled once and reused; PROBE 4: S alone), SACC (S's k
+steps over 2 or 4 independent accumulator chains), PSS (warpgroup 1's P V with P from shared memory),
+SSPLIT (S's k steps over both consumer warpgroups) and the default again (the run's spread). Each row is first checked: against float32 torch on 2 sequences (relative
 Frobenius error) and against the default's output and LSE on all 32 (max |difference|); PROBE 2 by its
-LSE only, PROBE 1 not at all (it computes nothing). Then timed from a CUDA graph (the device alone) and
+LSE only, PROBE 1, 3 and 4 not at all (their results mean nothing). Then timed from a CUDA graph (the device alone) and
 per call (host work included); TB/s of the latent cache read once (302 MB), % of a device-to-device
 copy measured at the start of the same run, TFLOP/s counting 2 (D + DR) + 2 D operations a key and
 head. ``--workers`` processes compile the variants first (tiny calls fill kcompiler's disk cache).
@@ -37,6 +39,7 @@ VARIANTS = {
     "default": ({}, None),
     "overlap": (dict(OVERLAP=True), None),
     "bn32x2": (dict(BN=32, STAGES=2), None),
+    "bn64x2": (dict(BN=64, STAGES=2), None),
     "bn32x3": (dict(BN=32, STAGES=3), None),
     "bn32x3-overlap": (dict(BN=32, STAGES=3, OVERLAP=True), None),
     "bn32x4": (dict(BN=32, STAGES=4), None),
@@ -68,6 +71,35 @@ VARIANTS = {
     "st": (dict(BN=64, STAGES=2, QROWS=0, ST=True), None),
     "st splits=8": (dict(BN=64, STAGES=2, QROWS=0, ST=True), 8),
     "probe loads q16 bn32x4": (dict(BN=32, STAGES=4, QROWS=0, PROBE=1), None),
+    # where a 128-head tile's time goes (issue 23): S alone (PROBE 4), each form's compute without the
+    # loads (PROBE 3: the ring filled once and reused), and S over 2 / 4 independent accumulator chains
+    # (SACC) in the kernel and in the probes
+    "sacc2": (dict(BN=32, STAGES=2, SACC=2), None),
+    "sacc2 bn32x3": (dict(BN=32, STAGES=3, SACC=2), None),
+    "sacc4 bn16x4": (dict(BN=16, STAGES=4, SACC=4), None),
+    "sacc4 bn16x8": (dict(BN=16, STAGES=8, SACC=4), None),
+    # PSS: warpgroup 1's P V with P from shared memory too (A from shared memory, as in the ST form)
+    "pss": (dict(BN=32, STAGES=2, PSS=True), None),
+    "pss sacc2": (dict(BN=32, STAGES=2, SACC=2, PSS=True), None),
+    "pss bn64x2": (dict(BN=64, STAGES=2, PSS=True), None),
+    "probe no-loads pss sacc2": (dict(BN=32, STAGES=2, SACC=2, PSS=True, PROBE=3), None),
+    # SSPLIT: S's k steps split over both consumer warpgroups (warpgroup 2 idles during S otherwise)
+    "ssplit": (dict(BN=32, STAGES=2, SSPLIT=True), None),
+    "ssplit bn32x3": (dict(BN=32, STAGES=3, SSPLIT=True), None),
+    "ssplit sacc2": (dict(BN=32, STAGES=2, SSPLIT=True, SACC=2), None),
+    "ssplit pss": (dict(BN=32, STAGES=2, SSPLIT=True, PSS=True), None),
+    "ssplit sacc4 bn16x4": (dict(BN=16, STAGES=4, SSPLIT=True, SACC=4), None),
+    "probe no-loads ssplit": (dict(BN=32, STAGES=2, SSPLIT=True, PROBE=3), None),
+    "probe S-only": (dict(PROBE=4), None),
+    "probe S-only sacc2": (dict(BN=32, STAGES=2, SACC=2, PROBE=4), None),
+    "probe S-only bn64x2": (dict(BN=64, STAGES=2, PROBE=4), None),
+    "probe no-PV sacc2": (dict(BN=32, STAGES=2, SACC=2, PROBE=2), None),
+    "probe no-loads": (dict(PROBE=3), None),
+    "probe no-loads sacc2": (dict(BN=32, STAGES=2, SACC=2, PROBE=3), None),
+    "probe no-loads bn32x4": (dict(BN=32, STAGES=4, PROBE=3), None),
+    "probe no-loads bn64x2": (dict(BN=64, STAGES=2, PROBE=3), None),
+    "probe no-loads overlap": (dict(OVERLAP=True, PROBE=3), None),
+    "probe no-loads seesaw bn32x3": (dict(BN=32, STAGES=3, SEESAW=True, PROBE=3), None),
     "probe no-PV q16 bn32x4": (dict(BN=32, STAGES=4, QROWS=0, PROBE=2), None),
     "default again": ({}, None),
 }
@@ -160,8 +192,8 @@ def main() -> None:
                         ok = err < 2e-2 and d_lse < 1e-2
                     elif probe == 2:
                         err, check, ok = float("nan"), f"probe: |dLSE| {d_lse:.1e} (O not computed)", d_lse < 1e-2
-                    else:
-                        err, check, ok = float("nan"), "probe: unchecked (computes nothing)", True
+                    else:  # 1: computes nothing; 3: computes on reused tiles; 4: S alone
+                        err, check, ok = float("nan"), f"probe {probe}: unchecked (its result means nothing)", True
                     if not ok:
                         print(f"  H{H} page {page} {name}: WRONG ({check}); not timed", flush=True)
                         continue

@@ -61,7 +61,7 @@ def mla_decode(q_nope: Any, q_pe: Any, ckv_cache: Any, kpe_cache: Any, block_tab
       :data:`MLA_SM90_SMALL_HEADS` (16: S transposed, :data:`MLA_SM90_SMALL_TILES`; between the two
       the mma.sync kernel's 16-row tiles were faster on the H100) and none of ``heads_per_block``,
       ``warps``, ``tensor_cores`` is given; else 'generic'. ``sm90_tiles``: the Hopper kernel's BN
-      (keys a step), STAGES, OVERLAP or SEESAW, QROWS, ST (and the diagnostic PROBE) over
+      (keys a step), STAGES, OVERLAP or SEESAW, QROWS, ST, SACC, PSS, SSPLIT (and the diagnostic PROBE) over
       :data:`MLA_SM90_TILES` (:func:`mla_sm90_tiles`; None or empty: the defaults by heads).
 
     Every block reads its sequence's latent rows once per group of heads (the groups after the first
@@ -174,7 +174,8 @@ class _MlaLaunch:
             self.kw = dict(T=dtype, D=D, DR=DR, PAGE=page, BN=int(tiles["BN"]), STAGES=int(tiles["STAGES"]),
                            OVERLAP=bool(tiles.get("OVERLAP", False)), PROBE=int(tiles.get("PROBE", 0)),
                            SEESAW=bool(tiles.get("SEESAW", False)), QROWS=int(tiles.get("QROWS", 64)),
-                           ST=bool(tiles.get("ST", False)),
+                           ST=bool(tiles.get("ST", False)), SACC=int(tiles.get("SACC", 1)),
+                           PSS=bool(tiles.get("PSS", False)), SSPLIT=bool(tiles.get("SSPLIT", False)),
                            shared=mla_sm90_shared_bytes(D, DR, tiles, 4 if dtype == "f32" else 2))
             self.align = (16, 16, 16, 16)
         else:
@@ -272,17 +273,27 @@ def _generic_tiles(tc: bool, H: int, D: int, DR: int, itemsize: int, heads_per_b
 #: :func:`mla_sm90_shared_bytes` gives the shared memory (64 x 2 fills sm_90's: 229,672 of 232,448
 #: bytes). PROBE: a timing diagnostic, 0 (the kernel) unless
 #: benchmarks/bench_mla_variants.py asks for 1 (the tiles streamed through the ring, nothing computed:
-#: the result is 0 and the LSE -inf) or 2 (no P V: the result is 0, the LSE right); see the kernel's header.
+#: the result is 0 and the LSE -inf), 2 (no P V: the result is 0, the LSE right), 3 (any form's
+#: compute without the loads: the ring filled once and reused; the result means nothing) or 4 (S
+#: alone; the result means nothing); see the kernel's header.
+#: SACC: S = Q K^T's k steps over SACC (1 to 4) accumulators, SACC independent wgmma chains instead of
+#: one chain of 36 short m64nBNk16 (SACC * BN <= 64; the sequential form and PROBE 2 / 4); 1 unless asked.
+#: PSS: warpgroup 1's P V with P from its shared copy (as warpgroup 2's) instead of registers; the
+#: sequential form only; off unless asked. SSPLIT: S's k steps split over both consumer warpgroups (warpgroup
+#: 2's half through shared memory: 16 + 256 BN bytes more); the sequential form, without PROBE 1, 2, 4; off
+#: unless asked.
 #: SEESAW: FlashMLA's later schedule (each consumer warpgroup owns half of O's columns and computes S and
 #: the softmax of every other tile, handing P, the row maxima and the rescale factors to the other; one
-#: warpgroup's S and softmax run under the other's P V); off: level at 128 heads, slower at 16. Without OVERLAP or PROBE.
+#: warpgroup's S and softmax run under the other's P V); off: level at 128 heads, slower at 16. Without OVERLAP or
+#: PROBE 1, 2, 4.
 #: QROWS: Q's rows kept in shared memory, 64 (every row of wgmma's M), or 0 for as few as the heads need
 #: (H rounded up to 8 where H < 64: at 16 heads Q takes 18 KB instead of 72 and the ring can have the
 #: rest; :func:`mla_sm90_qrows`); 0 in :data:`MLA_SM90_SMALL_TILES`.
 #: ST: warpgroup 1 computes S transposed (S^T = K Q^T: the tile's 64 keys as wgmma's M, Q's QROWS rows
 #: as N; the softmax down its columns, P stored transposed): for up to 16 heads (QROWS 0, or 8 or 16:
 #: more spilled at D 512); BN 64, without OVERLAP, SEESAW or PROBE; on in :data:`MLA_SM90_SMALL_TILES`.
-MLA_SM90_TILES = dict(BN=32, STAGES=2, OVERLAP=False, PROBE=0, SEESAW=False, QROWS=64, ST=False)
+MLA_SM90_TILES = dict(BN=32, STAGES=2, OVERLAP=False, PROBE=0, SEESAW=False, QROWS=64, ST=False, SACC=1, PSS=False,
+                      SSPLIT=False)
 
 #: The Hopper kernel's tiles for up to :data:`MLA_SM90_SMALL_HEADS` query heads: S transposed, tiles of
 #: 64 keys in 2 stages, Q's rows as few as the heads need.
@@ -316,12 +327,13 @@ def mla_sm90_shared_bytes(D: int, DR: int, tiles: dict[str, int], itemsize: int 
     f32 rescale factors, 5 + 2 STAGES mbarriers. SEESAW: a P a slot (none where BN is a multiple of 64:
     P then takes the tile's first k_pe slab), 128 f32 a slot (row maxima, factors) and 128 (row sums),
     4 + 3 STAGES mbarriers. Q's rows: QROWS (resolved: :func:`mla_sm90_qrows`), 64 if absent. ST: an
-    mbarrier and 320 f32 more (the warps' column maxima, the final maxima)."""
+    mbarrier and 320 f32 more (the warps' column maxima, the final maxima); SSPLIT: 2 mbarriers and 64 BN
+    f32 more (warpgroup 2's half of S)."""
     bn, st, qr = tiles["BN"], tiles["STAGES"], int(tiles.get("QROWS", 64))
     if tiles.get("SEESAW"):
         ps = 0 if bn % 64 == 0 else st * 64 * 64 * -(-bn // 64)
         return ((qr + st * bn) * (D + DR) + ps) * itemsize + 4 * (128 * st + 128) + 8 * (4 + 3 * st)
-    extra = 8 + 4 * 320 if tiles.get("ST") else 0
+    extra = 8 + 4 * 320 if tiles.get("ST") else 16 + 4 * 64 * bn if tiles.get("SSPLIT") else 0
     return ((qr + st * bn) * (D + DR) + 64 * 64 * -(-bn // 64)) * itemsize + 256 + 8 * (5 + 2 * st) + extra
 
 
@@ -365,15 +377,28 @@ def mla_sm90_reason_not(q_nope: Any, q_pe: Any, ckv_cache: Any, kpe_cache: Any, 
         return "the Hopper path computes f16 and bf16"
     if D % 128 or D > 512 or DR % 64 or DR == 0:
         return f"the Hopper path takes D a multiple of 128 up to 512 and DR of 64, not {D} and {DR}"
-    if tiles.get("PROBE", 0) not in (0, 1, 2) or (tiles.get("PROBE") and tiles.get("OVERLAP")):
-        return f"sm90_tiles: PROBE is 0, 1 or 2, and 0 with OVERLAP, not {tiles}"
-    if tiles.get("SEESAW") and (tiles.get("PROBE") or tiles.get("OVERLAP") or st < 2):
-        return f"sm90_tiles: SEESAW is a schedule of its own, without OVERLAP or PROBE, in 2 stages or more " \
+    probe = tiles.get("PROBE", 0)
+    cprobe = probe in (1, 2, 4)  # the probes that replace the consumers' loop (3: the producer's)
+    if probe not in (0, 1, 2, 3, 4) or (cprobe and tiles.get("OVERLAP")):
+        return f"sm90_tiles: PROBE is 0 to 4, and 0 or 3 with OVERLAP, not {tiles}"
+    sacc = tiles.get("SACC", 1)
+    if sacc not in (1, 2, 3, 4) or (sacc > 1 and (tiles.get("SEESAW") or tiles.get("ST") or tiles.get("OVERLAP")
+                                                  or sacc * bn > 64)):
+        return f"sm90_tiles: SACC is 1 to 4 with SACC * BN <= 64 (more spills), and 1 with SEESAW, ST or " \
+               f"OVERLAP, not {tiles}"
+    if tiles.get("PSS") and (tiles.get("OVERLAP") or tiles.get("SEESAW") or tiles.get("ST")):
+        return f"sm90_tiles: PSS (P from shared memory for both warpgroups' P V) is of the sequential form: " \
+               f"without OVERLAP, SEESAW or ST, not {tiles}"
+    if tiles.get("SSPLIT") and (tiles.get("OVERLAP") or tiles.get("SEESAW") or tiles.get("ST") or cprobe):
+        return f"sm90_tiles: SSPLIT (S's k steps over both consumer warpgroups) is of the sequential form: " \
+               f"without OVERLAP, SEESAW, ST or PROBE 1, 2, 4, not {tiles}"
+    if tiles.get("SEESAW") and (cprobe or tiles.get("OVERLAP") or st < 2):
+        return f"sm90_tiles: SEESAW is a schedule of its own, without OVERLAP or PROBE 1, 2, 4, in 2 stages or more " \
                f"(each warpgroup holds a tile the other still reads), not {tiles}"
     if bn % 16 or not 16 <= bn <= 256 or st < 1 or (tiles.get("OVERLAP") and st < 2):
         return f"sm90_tiles: BN a multiple of 16 from 16 to 256 and STAGES at least 1 (2 with OVERLAP), not {tiles}"
     qr, heads = int(tiles.get("QROWS", 64)), int(q_nope.shape[1])
-    if tiles.get("ST") and (bn != 64 or qr > 16 or tiles.get("OVERLAP") or tiles.get("SEESAW") or tiles.get("PROBE")):
+    if tiles.get("ST") and (bn != 64 or qr > 16 or tiles.get("OVERLAP") or tiles.get("SEESAW") or cprobe):
         return f"sm90_tiles: ST (S transposed) takes BN 64 and QROWS of 16 at most (more spill at D 512), " \
                f"without OVERLAP, SEESAW or PROBE, not {tiles}"
     if qr % 8 or not 8 <= qr <= 64 or (qr < 64 and heads > qr):

@@ -154,9 +154,82 @@ def test_mla_sm90_probes_emulated(monkeypatch, emulated):
         assert (np.isneginf(lse) == ~fin).all()
         lerr = np.abs(np.asarray(lse, np.float64)[fin] - ref_lse[fin])
         assert (lerr <= 1e-5 + np.abs(ref_lse[fin]) * 2.0 ** -20).all(), lerr.max()
-    with pytest.raises(RuntimeError, match="PROBE is 0, 1 or 2"):
+    with pytest.raises(RuntimeError, match="PROBE is 0 to 4, and 0 or 3 with OVERLAP"):
         ops.mla_decode(q_nope, q_pe, ckv, kpe, table, sl, scale=0.07, path="sm90", target="cpu",
                        sm90_tiles=dict(PROBE=1, OVERLAP=True))
+
+
+def test_mla_sm90_compute_probes_emulated(monkeypatch, emulated):
+    """PROBE 3 (a form's compute without the loads: the producer copies the ring's first STAGES tiles
+    and then hands each slot back uncopied) ends, in every form it takes (sequential, OVERLAP,
+    SEESAW, ST), with what the sequential kernel computes over those tiles where the chunk fits in the
+    ring, so the consumers' protocol is the kernel's; PROBE 4 (S alone) ends; PROBE 2 / 4 with OVERLAP
+    and PROBE 5 refused."""
+    monkeypatch.setattr(ops_mla, "_mla_sm90_module", lambda target: emulated)
+    lens = [37, 0, 60, 129]
+    q_nope, q_pe, ckv, kpe, table = mla_inputs(lens, 16, 128, 64, 16)
+    sl = np.array(lens, np.int32)
+    run = lambda tiles, splits=1: ops.mla_decode(q_nope, q_pe, ckv, kpe, table, sl, scale=0.07, num_splits=splits,
+                                                 return_lse=True, path="sm90", sm90_tiles=tiles, target="cpu")
+    for tiles in (dict(BN=32, STAGES=2), dict(BN=32, STAGES=2, OVERLAP=True), dict(BN=32, STAGES=3, SEESAW=True),
+                  dict(BN=64, STAGES=2, QROWS=0, ST=True)):
+        want, want_lse = run(tiles)
+        got, got_lse = run({**tiles, "PROBE": 3})
+        # sequences 0, 1, 2 fit in the ring's first fill (at most STAGES tiles): the same result
+        np.testing.assert_array_equal(np.asarray(got[:3], np.float64), np.asarray(want[:3], np.float64))
+        np.testing.assert_array_equal(got_lse[:3], want_lse[:3])
+        assert not np.array_equal(np.asarray(got[3], np.float64), np.asarray(want[3], np.float64)), tiles
+    out, lse = run(dict(PROBE=4), 2)
+    assert out.shape == (4, 16, 128) and lse.shape == (4, 16)
+    for bad in (dict(PROBE=2, OVERLAP=True), dict(PROBE=4, OVERLAP=True), dict(PROBE=5)):
+        with pytest.raises(RuntimeError, match="PROBE is 0 to 4"):
+            run(bad)
+
+
+@pytest.mark.parametrize("tiles", [dict(BN=32, STAGES=2, SACC=2), dict(BN=16, STAGES=3, SACC=4),
+                                   dict(BN=32, STAGES=2, PSS=True), dict(BN=64, STAGES=2, SACC=1, PSS=True),
+                                   dict(BN=32, STAGES=3, SACC=2, PSS=True), dict(BN=32, STAGES=2, SSPLIT=True),
+                                   dict(BN=64, STAGES=2, SSPLIT=True), dict(BN=16, STAGES=3, SACC=2, PSS=True, SSPLIT=True)],
+                         ids=["sacc2", "sacc4", "pss", "pss-bn64", "pss-sacc2", "ssplit", "ssplit-bn64",
+                              "ssplit-sacc2-pss"])
+def test_mla_sm90_sacc_pss_ssplit_emulated(monkeypatch, emulated, tiles):
+    """SACC (S's k steps over 2 or 4 accumulators: independent wgmma chains, added after the wait), PSS
+    (warpgroup 1's P V with P from shared memory) and SSPLIT (S's k steps split over both consumer
+    warpgroups, warpgroup 2's half through shared memory) against float64: odd lengths, an empty
+    sequence, pages of 16, 20 heads, 2 splits; the LSE alone through PROBE 2 too (not SSPLIT: its
+    second half is warpgroup 2's); SACC where it cannot run (with OVERLAP, SEESAW or ST, SACC * BN > 64,
+    5) and PSS / SSPLIT outside the sequential form refused with the reason."""
+    monkeypatch.setattr(ops_mla, "_mla_sm90_module", lambda target: emulated)
+    lens = [37, 0, 70, 129]
+    q_nope, q_pe, ckv, kpe, table = mla_inputs(lens, 20, 128, 64, 16)
+    sl = np.array(lens, np.int32)
+    ref, ref_lse = mla_reference(q_nope, q_pe, ckv, kpe, table, lens, 16, 0.07)
+    out, lse = ops.mla_decode(q_nope, q_pe, ckv, kpe, table, sl, scale=0.07, num_splits=2, return_lse=True,
+                              path="sm90", sm90_tiles=tiles, target="cpu")
+    check(out, lse, ref, ref_lse, finite_rows(ckv, table, lens, 16), "bf16")
+    if not tiles.get("SSPLIT"):
+        _, lse = ops.mla_decode(q_nope, q_pe, ckv, kpe, table, sl, scale=0.07, num_splits=3, return_lse=True,
+                                path="sm90", sm90_tiles={**tiles, "PROBE": 2}, target="cpu")
+        fin = np.isfinite(ref_lse)
+        assert (np.isneginf(lse) == ~fin).all()
+        assert (np.abs(np.asarray(lse, np.float64)[fin] - ref_lse[fin]) <= 1e-5 + np.abs(ref_lse[fin]) * 2.0 ** -20).all()
+    if tiles.get("SACC", 1) > 1:
+        for bad in (dict(OVERLAP=True), dict(BN=64, SEESAW=True), dict(BN=64, QROWS=0, ST=True), dict(BN=64),
+                    dict(SACC=5)):
+            with pytest.raises(RuntimeError, match="SACC is 1 to 4"):
+                ops.mla_decode(q_nope[:, :16], q_pe[:, :16], ckv, kpe, table, sl, scale=0.07, path="sm90",
+                               target="cpu", sm90_tiles={**tiles, **bad})
+    for key in ("PSS", "SSPLIT"):
+        if tiles.get(key):
+            for bad in (dict(OVERLAP=True), dict(SEESAW=True), dict(BN=64, QROWS=0, ST=True)):
+                with pytest.raises(RuntimeError, match=f"{key} .* is of the sequential form"):
+                    ops.mla_decode(q_nope[:, :16], q_pe[:, :16], ckv, kpe, table, sl, scale=0.07, path="sm90",
+                                   target="cpu", sm90_tiles={**tiles, "SACC": 1, "PSS": False, "SSPLIT": False,
+                                                             key: True, **bad})
+    if tiles.get("SSPLIT"):
+        with pytest.raises(RuntimeError, match="SSPLIT .* without OVERLAP, SEESAW, ST or PROBE 1, 2, 4"):
+            ops.mla_decode(q_nope, q_pe, ckv, kpe, table, sl, scale=0.07, path="sm90", target="cpu",
+                           sm90_tiles={**tiles, "PROBE": 2})
 
 
 def test_mla_sm90_deepseek_shape_emulated(monkeypatch, emulated):
@@ -304,12 +377,20 @@ def test_mla_auto_takes_the_hopper_kernel_from_64_heads(monkeypatch, emulated):
                                         dict(T="bf16", OUT="f32", PAGE=64, BN=64, STAGES=2, SEESAW=True),
                                         dict(T="bf16", OUT="bf16", PAGE=16, BN=32, STAGES=3, SEESAW=True),
                                         dict(T="f16", OUT="f32", PAGE=64, BN=32, STAGES=2, SEESAW=True),
-                                        dict(T="bf16", OUT="f32", PAGE=64, PROBE=2))),
+                                        dict(T="bf16", OUT="f32", PAGE=64, PROBE=2),
+                                        dict(T="bf16", OUT="f32", PAGE=64, BN=32, STAGES=4, PROBE=3),
+                                        dict(T="bf16", OUT="f32", PAGE=64, BN=32, STAGES=2, SACC=2, PROBE=4))),
                                     dict(T="bf16", OUT="f32", PAGE=64, BN=64, STAGES=2, QROWS=16, ST=True),
                                     pytest.param(dict(T="bf16", OUT="bf16", PAGE=64, BN=32, STAGES=5, QROWS=16),
+                                                 marks=pytest.mark.slow(sample=1)),
+                                    dict(T="bf16", OUT="f32", PAGE=64, BN=32, STAGES=2, SACC=2),
+                                    dict(T="bf16", OUT="bf16", PAGE=64, BN=32, STAGES=2, SACC=2, PSS=True),
+                                    dict(T="bf16", OUT="f32", PAGE=64, BN=32, STAGES=2, SSPLIT=True),
+                                    pytest.param(dict(T="f16", OUT="bf16", PAGE=16, BN=16, STAGES=4, SACC=4),
                                                  marks=pytest.mark.slow(sample=1))],
                          ids=["bf16-split", "bf16", "f16-page16", "overlap", "overlap-bn32", "bn32x4", "seesaw",
-                              "seesaw-bn32x3", "seesaw-bn32x2", "probe2", "st-q16", "q16-bn32x5"])
+                              "seesaw-bn32x3", "seesaw-bn32x2", "probe2", "probe3-bn32x4", "probe4-sacc2", "st-q16",
+                              "q16-bn32x5", "sacc2", "pss-sacc2", "ssplit", "sacc4-bn16"])
 def test_mla_sm90_ptx(params):
     """sm_90a PTX of the kernel at D 512 + 64 (built as ops builds it: approx_ftz) assembles with ptxas;
     3-D TMA copies, wgmma with A from registers (P V of the softmax warpgroup) and from shared memory
@@ -323,7 +404,9 @@ def test_mla_sm90_ptx(params):
     lines = [x for x in ptx.splitlines() if "wgmma.mma_async" in x]
     if params.get("ST"):  # S^T: n16 (Q's 16 rows as N); both halves of P V with P from shared memory
         assert any("m64n16k16" in x for x in lines) and not any("m64n256k16" in x and "}, {" in x for x in lines)
-    elif not params.get("PROBE"):  # PROBE 2 (a diagnostic) leaves P V out
+    elif params.get("PSS"):  # both halves of P V with P from shared memory
+        assert any("m64n256k16" in x for x in lines) and not any("m64n256k16" in x and "}, {" in x for x in lines)
+    elif params.get("PROBE", 0) in (0, 3):  # PROBE 2 and 4 (diagnostics) leave P V out
         assert any("m64n256k16" in x and "}, {" in x for x in lines)  # A from registers
         assert any("m64n256k16" in x and "}, {" not in x for x in lines)  # A from shared memory
     log = ptxas(ptx, "sm_90a", verbose=True)
@@ -377,9 +460,14 @@ def test_mla_sm90_gpu(H, page):
 @pytest.mark.parametrize("tiles", [dict(OVERLAP=True), dict(BN=32, STAGES=3), dict(BN=32, STAGES=3, OVERLAP=True),
                                    dict(BN=16, STAGES=4), dict(BN=32, STAGES=4), dict(BN=32, STAGES=4, OVERLAP=True),
                                    dict(BN=16, STAGES=8), dict(BN=64, STAGES=2, SEESAW=True),
-                                   dict(BN=32, STAGES=2, SEESAW=True), dict(BN=32, STAGES=3, SEESAW=True)],
+                                   dict(BN=32, STAGES=2, SEESAW=True), dict(BN=32, STAGES=3, SEESAW=True),
+                                   dict(BN=32, STAGES=2, SACC=2), dict(BN=32, STAGES=3, SACC=2),
+                                   dict(BN=16, STAGES=4, SACC=4), dict(BN=32, STAGES=2, PSS=True),
+                                   dict(BN=32, STAGES=2, SACC=2, PSS=True), dict(BN=64, STAGES=2, PSS=True),
+                                   dict(BN=32, STAGES=2, SSPLIT=True), dict(BN=32, STAGES=3, SSPLIT=True, SACC=2)],
                          ids=["overlap", "bn32", "bn32-overlap", "bn16", "bn32x4", "bn32x4-overlap", "bn16x8",
-                              "seesaw-bn64x2", "seesaw-bn32x2", "seesaw-bn32x3"])
+                              "seesaw-bn64x2", "seesaw-bn32x2", "seesaw-bn32x3", "sacc2", "sacc2-bn32x3", "sacc4-bn16x4",
+                              "pss", "pss-sacc2", "pss-bn64x2", "ssplit", "ssplit-bn32x3-sacc2"])
 def test_mla_sm90_tiles_gpu(tiles):
     """The other tiles the benchmark times, on the H100 (128 heads, pages of 16 and 64, f16)."""
     import torch
