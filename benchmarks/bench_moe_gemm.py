@@ -116,8 +116,8 @@ VARIANTS = {
     "persist gy2": ("split", dict(GY=2)),
     # the tiling before ops.MOE_GEMM_FORMAT_TILES (block_m 8 up to a mean of 8 assignments an expert, no
     # NTD, the down projection at MT 1): valid for the decode batches (T <= 64) this table times
-    "old tiles (bm8, down MT1)": ("split", dict(NTD=0)),
-    "bm16 ntd, down MT1": ("split", dict(NTD=1)),
+    "old tiles bm8 down MT1": ("split", dict(NTD=0)),
+    "bm16 ntd down MT1": ("split", dict(NTD=1)),
 }
 
 #: Per-variant extras: "bm" (the routing's block_m instead of ops.moe_block_m's, the same assignments),
@@ -126,8 +126,8 @@ EXTRA = {
     "bm16 ntd": dict(bm=16), "bm16 ntd xr": dict(bm=16),
     "down MT2": dict(down=dict(MT=2)), "down MT2 xr chk0": dict(down=dict(MT=2)),
     "down KW8 xr": dict(down=dict(KW=8)),
-    "old tiles (bm8, down MT1)": dict(bm=8, down=dict(MT=1, NTD=0)),
-    "bm16 ntd, down MT1": dict(bm=16, down=dict(MT=1)),
+    "old tiles bm8 down MT1": dict(bm=8, down=dict(MT=1, NTD=0)),
+    "bm16 ntd down MT1": dict(bm=16, down=dict(MT=1)),
 }
 
 

@@ -344,9 +344,11 @@ MOE_SIMT_BN = 64
 #: Mixtral (E 8, top_k 2) T 64 (16) 1.10 against 1.39, T 4096 4.55 against 33.0 (benchmarks/RESULTS.md).
 MOE_SM90_MIN_ROWS_PER_EXPERT = 16
 #: The same threshold for MXFP4 weights (std.moe_sm90_mx's grouped GEMM against kcompiler.ops.moe_gemm's
-#: mma.sync decode), or None: gemm='auto' keeps MXFP4 on the mma.sync path until the H100 timings of
-#: benchmarks/bench_moe.py --sm90 --formats mxfp4 set it.
-MOE_SM90_MXFP4_MIN_ROWS_PER_EXPERT: int | None = None
+#: mma.sync decode; None: never). H100, benchmarks/bench_moe.py --sm90 --formats bf16,mxfp4 (2026-11-27,
+#: benchmarks/RESULTS.md): the layer at 128 assignments an expert (gpt-oss T 1024) 0.88 ms against the
+#: mma.sync path's 1.95 (2.2x), mixtral's (E 8, top_k 2, T 1024: 256 an expert) 2.46 against 6.05 ms;
+#: the smallest of the measured points (below it untimed).
+MOE_SM90_MXFP4_MIN_ROWS_PER_EXPERT: int | None = 128
 
 #: Threads a block of std.moe's SIMT GEMMs (its GEMM_THREADS).
 MOE_SIMT_THREADS = 256
