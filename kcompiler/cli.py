@@ -310,7 +310,7 @@ def _compile(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     except ValueError as e:  # -P names no kernel declares
         parser.error(str(e))
     except RuntimeError as e:
-        if type(e).__name__ == "CubinUnavailable":  # no nvJitLink and no ptxas here
+        if type(e).__name__ == "CubinUnavailable":  # no ptxas here
             return _fail(f"cannot write a cubin: {e}; --emit asm writes PTX, which the CUDA driver "
                          f"loads as it is")
         if type(e).__name__ in ("LinkerUnavailable", "LinkError"):  # the AMD code object's ld.lld

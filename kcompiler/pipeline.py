@@ -158,7 +158,7 @@ def _emit_binary(target: Target, ref: Any, module: Any = None) -> tuple[bytes, s
             out = target.emit(ref, "obj")
         kind = target.binary_kind
     except Exception as e:
-        # No assembler here (no nvJitLink, no ptxas): the CUDA driver assembles PTX itself when the
+        # No assembler here (no ptxas): the CUDA driver assembles PTX itself when the
         # module is loaded, so the text is a loadable binary too.
         if type(e).__name__ != "CubinUnavailable":
             raise

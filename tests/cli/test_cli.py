@@ -103,10 +103,7 @@ def test_every_text_stage_prints(stage, needle, capsys):
 
 def test_emit_obj_writes_a_file_beside_the_source(tmp_path):
     if shutil.which("ptxas") is None:
-        try:
-            from cuda.bindings import nvjitlink  # noqa: F401
-        except ImportError:
-            pytest.skip("no PTX assembler here")
+        pytest.skip("no PTX assembler (ptxas) here")
     src = tmp_path / "vadd.kc"
     src.write_text(VADD.read_text())
     r = kc("compile", src, "--emit", "obj", "--arch", "sm_90a")
@@ -183,7 +180,7 @@ def test_no_assembler_is_a_clean_error(tmp_path, monkeypatch, capsys):
     from kcompiler.backends.nvptx import cubin
 
     def unavailable(ptx, arch):
-        raise cubin.CubinUnavailable("neither nvJitLink nor ptxas is available to assemble PTX")
+        raise cubin.CubinUnavailable("ptxas not found on PATH")
     monkeypatch.setattr(cubin, "assemble", unavailable)
     out = tmp_path / "v.cubin"
     assert main(["compile", str(VADD), "--emit", "obj", "-o", str(out)]) == 1

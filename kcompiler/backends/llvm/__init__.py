@@ -65,13 +65,13 @@ class InternalCompilerError(RuntimeError):
     limits it can before, kcompiler/limits.py.)"""
 
 
-#: RuntimeErrors of the emission stage that say what this machine lacks (no ptxas, no nvJitLink, no
+#: RuntimeErrors of the emission stage that say what this machine lacks (no ptxas, no
 #: ld.lld), not what kcompiler did wrong: the CLI reports them as they are.
 _MISSING_TOOLS = ("CubinUnavailable", "LinkerUnavailable")
 
 #: What each ``emit`` kind runs, as :func:`emission` names the stage.
 _EMISSION = {"asm": "the target's code generator (assembly)",
-             "obj": "the target's code generator and assembler/linker (binary: ptxas, nvJitLink, ld.lld)"}
+             "obj": "the target's code generator and assembler/linker (binary: ptxas, ld.lld)"}
 
 
 @contextmanager

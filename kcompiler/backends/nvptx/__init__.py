@@ -1,5 +1,5 @@
 """The NVIDIA target (``nvptx``, alias ``cuda``): PTX through LLVM's NVPTX backend (target.py), a cubin
-through nvJitLink or ptxas (cubin.py). Exports the :data:`BACKEND` record; importing this package
+through ptxas (cubin.py). Exports the :data:`BACKEND` record; importing this package
 loads neither llvmlite nor cuda-python."""
 from __future__ import annotations
 

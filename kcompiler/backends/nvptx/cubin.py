@@ -1,6 +1,15 @@
-"""PTX → cubin: through nvJitLink (cuda-python's ``cuda.bindings.nvjitlink``) when the library is
-present, else through the ``ptxas`` on PATH. Where neither exists, :class:`CubinUnavailable` says so
-and the runtime loads the PTX itself (the driver's JIT)."""
+"""PTX → cubin through the ``ptxas`` on PATH, compiled as a whole program (``-O3``, not ``-c``). Where
+there is no ptxas, :class:`CubinUnavailable` says so and the runtime loads the PTX itself: the CUDA
+driver's JIT compiles it, also as a whole program.
+
+Not nvJitLink (cuda-python's ``cuda.bindings.nvjitlink``, which kcompiler used first until 2026-11-27):
+it compiles PTX as a relocatable unit, as ``ptxas -c`` does, and there ptxas ignores ``setmaxnreg``
+(its info C7504, "ignored to maintain compatibility across compilation units") and serialises every
+``wgmma.mma_async`` (C7509, "due to the presence of Extern calls"): each HGMMA of a chain issued
+alone and waited for (``WARPGROUP.DEPBAR`` after each). Measured on the H100 (nvJitLink 13.0, ptxas
+13.0, benchmarks/RESULTS.md 2026-11-27): the Hopper prefill's cubin had 16 HGMMA and 16 DEPBAR a tile
+through nvJitLink, 2 DEPBAR through ptxas; Nsight Compute put the tensor pipe at 53 % of the
+prefill's cycles and 24 % of the 128-head MLA decode's."""
 from __future__ import annotations
 
 import os
@@ -10,23 +19,12 @@ import tempfile
 
 
 class CubinUnavailable(RuntimeError):
-    """Neither nvJitLink nor ptxas is available to assemble PTX."""
+    """No ptxas on PATH to assemble PTX (the runtime then loads the PTX through the driver's JIT)."""
 
 
-def _nvjitlink(ptx: str, arch: str) -> bytes:
-    from cuda.bindings import nvjitlink
-
-    handle = nvjitlink.create(2, [f"-arch={arch}", "-O3"])
-    try:
-        data = ptx.encode()
-        nvjitlink.add_data(handle, nvjitlink.InputType.PTX, data, len(data), "kernel.ptx")
-        nvjitlink.complete(handle)
-        size = nvjitlink.get_linked_cubin_size(handle)
-        buf = bytearray(size)
-        nvjitlink.get_linked_cubin(handle, buf)
-        return bytes(buf)
-    finally:
-        nvjitlink.destroy(handle)
+#: The options of every assembly: the target and full optimisation, a whole program (no ``-c``: a
+#: relocatable unit loses setmaxnreg and wgmma pipelining; module docstring).
+PTXAS_OPTIONS = ("-O3",)
 
 
 def _ptxas(ptx: str, arch: str) -> bytes:
@@ -34,10 +32,10 @@ def _ptxas(ptx: str, arch: str) -> bytes:
     if exe is None:
         raise CubinUnavailable("ptxas not found on PATH")
     with tempfile.TemporaryDirectory(prefix="kc-ptxas-") as d:
-        src, out = os.path.join(d, "k.ptx"), os.path.join(d, "k.cubin")
+        src, out = os.path.join(d, "kernel.ptx"), os.path.join(d, "kernel.cubin")
         with open(src, "w") as f:
             f.write(ptx)
-        r = subprocess.run([exe, f"-arch={arch}", "-O3", src, "-o", out], capture_output=True, text=True)
+        r = subprocess.run([exe, f"-arch={arch}", *PTXAS_OPTIONS, src, "-o", out], capture_output=True, text=True)
         if r.returncode != 0:
             # Invalid PTX from kcompiler is a compiler bug, not a user error: say so plainly.
             raise RuntimeError(f"ptxas rejected the PTX kcompiler generated (a kcompiler bug):\n{r.stderr}")
@@ -46,18 +44,7 @@ def _ptxas(ptx: str, arch: str) -> bytes:
 
 
 def assemble(ptx: str, arch: str) -> bytes:
-    """Assemble ``ptx`` for ``arch`` (e.g. 'sm_90a') into a cubin. Raises CubinUnavailable when no
-    assembler exists here."""
-    # nvJitLink first: it is in-process (no temporary files, no subprocess) where the library exists.
-    try:
-        return _nvjitlink(ptx, arch)
-    except Exception:
-        if shutil.which("ptxas"):
-            return _ptxas(ptx, arch)
-        raise CubinUnavailable("neither nvJitLink nor ptxas is available to assemble PTX")
-    try:
-        return _nvjitlink(ptx, arch)
-    except ImportError as e:
-        raise CubinUnavailable("neither ptxas nor nvJitLink is available") from e
-    except Exception as e:  # the library is missing at run time (cuda-python loads it lazily)
-        raise CubinUnavailable(f"nvJitLink failed: {e}") from e
+    """Assemble ``ptx`` for ``arch`` (e.g. 'sm_90a') into a cubin with the ptxas on PATH, as a whole
+    program. Raises CubinUnavailable when there is no ptxas (the caller keeps the PTX for the driver's
+    JIT), RuntimeError when ptxas rejects the PTX (a kcompiler bug)."""
+    return _ptxas(ptx, arch)

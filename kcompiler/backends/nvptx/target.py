@@ -1,4 +1,4 @@
-"""The NVIDIA target: LLVM's NVPTX backend, PTX out, a cubin through ptxas or nvJitLink.
+"""The NVIDIA target: LLVM's NVPTX backend, PTX out, a cubin through ptxas (cubin.py).
 
 Special registers, barriers and warp operations use the NVVM intrinsics that LLVM documents
 (https://llvm.org/docs/NVPTXUsage.html); their PTX meaning is in the PTX ISA (sections on special

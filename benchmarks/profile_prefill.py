@@ -1,0 +1,25 @@
+"""One launch each of the Hopper prefill (std.attention_sm90, its defaults) at issue 23's cuDNN shape, B4
+H32 S4096 D128 bf16, without and with the causal mask, for Nsight Compute:
+
+    ncu --clock-control none -k regex:attention_prefill_sm90 --section SpeedOfLight \\
+        --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis \\
+        python3 benchmarks/profile_prefill.py
+
+What to read (benchmarks/RESULTS.md quotes it): the tensor pipe's share of the kernel's cycles
+(ComputeWorkloadAnalysis), the issue slots used (SchedulerStats), and where warps wait
+(WarpStateStats' stall reasons: a consumer waiting on its own wgmma is 'wait'/'math pipe throttle', on
+the producer's loads 'long scoreboard' or barrier)."""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import torch  # noqa: E402
+
+from kcompiler import ops  # noqa: E402
+
+B, H, S, D = 4, 32, 4096, 128
+torch.manual_seed(0)
+q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+for causal in (False, True):
+    ops.attention(q, k, v, causal=causal, layout="bhsd")
+torch.cuda.synchronize()
