@@ -424,17 +424,13 @@ class _Sm90Plan:
 
     def __init__(self, q: Any, p: _Prefill, layout: str, causal: bool, scale: float, tiles: dict | None,
                  target: str):
-        t = sm90_tiles(ATTENTION_SM90_TILES[(p.D, bool(causal))], tiles)
+        t = sm90_tiles(ATTENTION_SM90_TILES[(p.D, bool(causal))], tiles, bool(causal), p.varlen)
         mod = _attention_sm90_module(target)
         grid, threads, t = sm90_launch(t, p.Sq, p.H, p.B, _common.device_of(mod, q).multiprocessor_count)
         c = t.get("CONSUMERS", 2)
         s = p.strides
         self.kind = ArrayKind(q)
         self.cuda = self.kind.cuda
-        if p.varlen and t.get("ORDER", 0) == 2:
-            raise ValueError("attention: ORDER 2 (tiles longest first within groups of heads) takes no variable "
-                             "lengths: its blocks count their query tiles from the longest sequence, which the "
-                             "kernel is not told with cu_seqlens (ORDER 0 or 1)")
         lens = p.rows if p.varlen else (p.Sq, p.Sk)
         self.scalars = (*lens, p.H // p.HK, s["o_sb"], s["o_ss"], s["o_sh"], p.l_sb, p.l_sh, np.float32(scale))
         self.kw = dict(T=arrays.array_scalar_type(q).name, D=p.D, CAUSAL=bool(causal), VARLEN=p.varlen, **t)
