@@ -24,7 +24,7 @@ from kcompiler.ops import moe_sm90
 from kcompiler.ops.moe_types import ExpertWeights, dequantize_reference
 
 from ..ptxas_util import needs_ptxas, ptxas
-from .test_moe_sm90 import U32, UB, f64, sm90_ref
+from .test_moe_sm90 import U32, UB, check_grouped, f64, sm90_ref
 
 RNG = np.random.default_rng()
 BF16 = ml_dtypes.bfloat16
@@ -56,21 +56,7 @@ def test_grouped_gemm_mxfp4_cpu(gated, sms, kk, tiles):
     c = moe_sm90._empty(a, (P, n), "bf16")
     c[...] = np.nan
     moe_sm90.grouped_gemm_mxfp4(moe_sm90._mx_cpu_module(), a, w, routing, c, gated=gated, sms=sms, **tiles)
-    used = int(routing.num_tiles[0]) * moe_sm90.BLOCK_M
-    assert used < P and np.isnan(f64(c[used:])).all()
-    te = np.repeat(routing.tile_expert[:used // moe_sm90.BLOCK_M], moe_sm90.BLOCK_M)
-    a64, w64 = f64(a[:used]), dequantize_reference(w)[te]
-    acc = np.einsum("pk,pnk->pn", a64, w64)
-    mag = np.einsum("pk,pnk->pn", np.abs(a64), np.abs(w64))
-    if gated:
-        g, u, gm, um = acc[:, :n], acc[:, n:], mag[:, :n], mag[:, n:]
-        s = g * 0.5 * (1 + np.tanh(g / 2))  # silu without exp's overflow
-        ref = s * u
-        tol = (kk + 2) * U32 * (1.1 * gm * np.abs(u) + np.abs(s) * um) + 8 * U32 * np.abs(ref)
-    else:
-        ref, tol = acc, (kk + 2) * U32 * mag
-    err = np.abs(f64(c[:used]) - ref)
-    assert np.all(err <= 2 * tol + UB * np.abs(ref) + 2.0 ** -126), float(np.max(err - 2 * tol - UB * np.abs(ref)))
+    check_grouped(c, a, dequantize_reference(w), routing, gated)
 
 
 def check_layer(t_n, e_n, k, hid, inter, dt=BF16):
