@@ -110,6 +110,20 @@ def emulated():
     return kc.compile_file(stdlib_dir() / "attention_sm90.kc", target="cpu", target_options={"emulate_wgmma": True})
 
 
+def _emulated_case(monkeypatch, emulated, tiles, shape):
+    """One bf16 call of the Hopper prefill with ``tiles`` on the emulation against the float64 reference:
+    ``shape`` (B, Sq, Sk, H, HK, D, causal)."""
+    from kcompiler import ops
+
+    from .test_attention import check, qkv, reference
+    B, Sq, Sk, H, HK, D, causal = shape
+    monkeypatch.setattr(ops_attention, "_attention_sm90_module", lambda target: emulated)
+    q, k, v = qkv(B, Sq, Sk, H, HK, D, "bf16")
+    out, lse = ops.attention(q, k, v, causal=causal, return_lse=True, path="sm90", tiles=tiles, target="cpu")
+    ref, ref_lse = reference(q, k, v, causal, D ** -0.5)
+    check(out, lse, ref, ref_lse, v, "bf16")
+
+
 @pytest.fixture(autouse=True)
 def fresh_plans(monkeypatch):
     """Each test starts with no prepared Hopper-path call (ops.attention's PLANS): one made on the
@@ -240,15 +254,7 @@ def test_prefill_sm90_variants_emulated(monkeypatch, emulated, tiles, shape):
     """The block shapes other than the default's two consumer warpgroups (one to three consumers, two
     blocks a multiprocessor) on the emulation: BM = 64 * CONSUMERS rows a block, the consumers' count
     on the empty barriers, causal with Sq != Sk, GQA."""
-    from kcompiler import ops
-
-    from .test_attention import check, qkv, reference
-    B, Sq, Sk, H, HK, D, causal = shape
-    monkeypatch.setattr(ops_attention, "_attention_sm90_module", lambda target: emulated)
-    q, k, v = qkv(B, Sq, Sk, H, HK, D, "bf16")
-    out, lse = ops.attention(q, k, v, causal=causal, return_lse=True, path="sm90", tiles=tiles, target="cpu")
-    ref, ref_lse = reference(q, k, v, causal, D ** -0.5)
-    check(out, lse, ref, ref_lse, v, "bf16")
+    _emulated_case(monkeypatch, emulated, tiles, shape)
 
 
 def test_prefill_sm90_plans_emulated(monkeypatch, emulated):
@@ -779,15 +785,7 @@ def test_prefill_sm90_chain_forms_emulated(monkeypatch, emulated, tiles, shape):
     """CHAIN (P_{j-1} V_{j-1} and S_j issued together, one wait a tile; the stage releases after it),
     TREE (4-chain maxima and sums, the clamped base) and UNIFORM_WG on the emulation, against the
     float64 reference: the peeled first tile, the last tile's P V, ntiles 0 and 1, the turns."""
-    from kcompiler import ops
-
-    from .test_attention import check, qkv, reference
-    B, Sq, Sk, H, HK, D, causal = shape
-    monkeypatch.setattr(ops_attention, "_attention_sm90_module", lambda target: emulated)
-    q, k, v = qkv(B, Sq, Sk, H, HK, D, "bf16")
-    out, lse = ops.attention(q, k, v, causal=causal, return_lse=True, path="sm90", tiles=tiles, target="cpu")
-    ref, ref_lse = reference(q, k, v, causal, D ** -0.5)
-    check(out, lse, ref, ref_lse, v, "bf16")
+    _emulated_case(monkeypatch, emulated, tiles, shape)
 
 
 #: the D 128 forms bench_attention_variants.py times (tiles on top of the default's), each causal and not
