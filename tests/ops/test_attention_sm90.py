@@ -779,6 +779,7 @@ CHAIN_FORMS = [(dict(BN=64, CHAIN=True), (1, 77, 290, 2, 1, 64, True)),
                (dict(BN=192, CHAIN=True, TREE=True, UNIFORM_WG=True), (1, 45, 300, 1, 1, 128, False))]
 
 
+@pytest.mark.slow(sample=2)  # opt-in forms, measured slower: two by default (CI time), -m slow all
 @pytest.mark.parametrize("tiles,shape", CHAIN_FORMS, ids=lambda x: "-".join(
     f"{k}{int(v)}" for k, v in x.items()) if isinstance(x, dict) else "x".join(map(str, x[:6])))
 def test_prefill_sm90_chain_forms_emulated(monkeypatch, emulated, tiles, shape):

@@ -186,6 +186,7 @@ def test_mla_sm90_compute_probes_emulated(monkeypatch, emulated):
             run(bad)
 
 
+@pytest.mark.slow(sample=2)  # opt-in forms, measured slower: two by default (CI time), -m slow all
 @pytest.mark.parametrize("tiles", [dict(BN=32, STAGES=2, SACC=2), dict(BN=16, STAGES=3, SACC=4),
                                    dict(BN=32, STAGES=2, PSS=True), dict(BN=64, STAGES=2, SACC=1, PSS=True),
                                    dict(BN=32, STAGES=3, SACC=2, PSS=True), dict(BN=32, STAGES=2, SSPLIT=True),
