@@ -184,6 +184,7 @@ def test_tc_tiles_bases_key():
 
 
 @needs_ptxas
+@pytest.mark.slow(sample=1)  # BASES is opt-in and measured slower: one case by default (CI time)
 @pytest.mark.parametrize("variant,twin,page,D,fast", [
     ("ring_gather_bases", "ring_gather", 16, 128, True),   # GATHER, 2 pages a step
     ("ring_bases", "ring", 64, 128, True),                 # one page a step (BN 32 divides 64)

@@ -159,10 +159,14 @@ def test_mla_sm90_probes_emulated(monkeypatch, emulated):
                        sm90_tiles=dict(PROBE=1, OVERLAP=True))
 
 
-def test_mla_sm90_compute_probes_emulated(monkeypatch, emulated):
+@pytest.mark.slow(sample=1)  # a form a case, one by default (CI time); -m slow: all four
+@pytest.mark.parametrize("tiles", [dict(BN=32, STAGES=2), dict(BN=32, STAGES=2, OVERLAP=True),
+                                   dict(BN=32, STAGES=3, SEESAW=True), dict(BN=64, STAGES=2, QROWS=0, ST=True)],
+                         ids=["sequential", "overlap", "seesaw", "st"])
+def test_mla_sm90_compute_probes_emulated(monkeypatch, emulated, tiles):
     """PROBE 3 (a form's compute without the loads: the producer copies the ring's first STAGES tiles
-    and then hands each slot back uncopied) ends, in every form it takes (sequential, OVERLAP,
-    SEESAW, ST), with what the sequential kernel computes over those tiles where the chunk fits in the
+    and then hands each slot back uncopied) ends, in each form it takes (sequential, OVERLAP,
+    SEESAW, ST: a case each), with what the sequential kernel computes over those tiles where the chunk fits in the
     ring, so the consumers' protocol is the kernel's; PROBE 4 (S alone) ends; PROBE 2 / 4 with OVERLAP
     and PROBE 5 refused."""
     monkeypatch.setattr(ops_mla, "_mla_sm90_module", lambda target: emulated)
@@ -171,14 +175,12 @@ def test_mla_sm90_compute_probes_emulated(monkeypatch, emulated):
     sl = np.array(lens, np.int32)
     run = lambda tiles, splits=1: ops.mla_decode(q_nope, q_pe, ckv, kpe, table, sl, scale=0.07, num_splits=splits,
                                                  return_lse=True, path="sm90", sm90_tiles=tiles, target="cpu")
-    for tiles in (dict(BN=32, STAGES=2), dict(BN=32, STAGES=2, OVERLAP=True), dict(BN=32, STAGES=3, SEESAW=True),
-                  dict(BN=64, STAGES=2, QROWS=0, ST=True)):
-        want, want_lse = run(tiles)
-        got, got_lse = run({**tiles, "PROBE": 3})
-        # sequences 0, 1, 2 fit in the ring's first fill (at most STAGES tiles): the same result
-        np.testing.assert_array_equal(np.asarray(got[:3], np.float64), np.asarray(want[:3], np.float64))
-        np.testing.assert_array_equal(got_lse[:3], want_lse[:3])
-        assert not np.array_equal(np.asarray(got[3], np.float64), np.asarray(want[3], np.float64)), tiles
+    want, want_lse = run(tiles)
+    got, got_lse = run({**tiles, "PROBE": 3})
+    # sequences 0, 1, 2 fit in the ring's first fill (at most STAGES tiles): the same result
+    np.testing.assert_array_equal(np.asarray(got[:3], np.float64), np.asarray(want[:3], np.float64))
+    np.testing.assert_array_equal(got_lse[:3], want_lse[:3])
+    assert not np.array_equal(np.asarray(got[3], np.float64), np.asarray(want[3], np.float64)), tiles
     out, lse = run(dict(PROBE=4), 2)
     assert out.shape == (4, 16, 128) and lse.shape == (4, 16)
     for bad in (dict(PROBE=2, OVERLAP=True), dict(PROBE=4, OVERLAP=True), dict(PROBE=5)):
@@ -246,7 +248,7 @@ def test_mla_sm90_deepseek_shape_emulated(monkeypatch, emulated):
     check(out, lse, ref, ref_lse, finite_rows(ckv, table, lens, 64), "f16")
 
 
-@pytest.mark.slow(sample=1)  # ~20 s each on CI's cores; -m slow: both
+@pytest.mark.slow(sample=0)  # ~20-30 s each on CI's cores, an opt-in form measured slower; -m slow: both
 @pytest.mark.parametrize("tiles", [dict(BN=64, STAGES=2, SEESAW=True), dict(BN=32, STAGES=3, SEESAW=True)],
                          ids=["bn64x2", "bn32x3"])
 def test_mla_sm90_seesaw_deepseek_shape_emulated(monkeypatch, emulated, tiles):
@@ -372,9 +374,9 @@ def test_mla_auto_takes_the_hopper_kernel_from_64_heads(monkeypatch, emulated):
                                     dict(T="bf16", OUT="f32", PAGE=64, OVERLAP=True),
                                     dict(T="bf16", OUT="f32", PAGE=16, BN=32, STAGES=3, OVERLAP=True),
                                     dict(T="bf16", OUT="f32", PAGE=64, BN=32, STAGES=4),
-                                    # the opt-in forms (SEESAW, a PROBE, deeper rings): one of them by default
-                                    # (20-70 s each on CI's cores), all with -m slow
-                                    *(pytest.param(p, marks=pytest.mark.slow(sample=1)) for p in (
+                                    # the opt-in forms (SEESAW, a PROBE, deeper rings, SACC, PSS, SSPLIT), all
+                                    # measured slower: with -m slow (20-70 s each on CI's cores)
+                                    *(pytest.param(p, marks=pytest.mark.slow(sample=0)) for p in (
                                         dict(T="bf16", OUT="f32", PAGE=64, BN=64, STAGES=2, SEESAW=True),
                                         dict(T="bf16", OUT="bf16", PAGE=16, BN=32, STAGES=3, SEESAW=True),
                                         dict(T="f16", OUT="f32", PAGE=64, BN=32, STAGES=2, SEESAW=True),
@@ -383,12 +385,12 @@ def test_mla_auto_takes_the_hopper_kernel_from_64_heads(monkeypatch, emulated):
                                         dict(T="bf16", OUT="f32", PAGE=64, BN=32, STAGES=2, SACC=2, PROBE=4))),
                                     dict(T="bf16", OUT="f32", PAGE=64, BN=64, STAGES=2, QROWS=16, ST=True),
                                     pytest.param(dict(T="bf16", OUT="bf16", PAGE=64, BN=32, STAGES=5, QROWS=16),
-                                                 marks=pytest.mark.slow(sample=1)),
-                                    dict(T="bf16", OUT="f32", PAGE=64, BN=32, STAGES=2, SACC=2),
-                                    dict(T="bf16", OUT="bf16", PAGE=64, BN=32, STAGES=2, SACC=2, PSS=True),
-                                    dict(T="bf16", OUT="f32", PAGE=64, BN=32, STAGES=2, SSPLIT=True),
-                                    pytest.param(dict(T="f16", OUT="bf16", PAGE=16, BN=16, STAGES=4, SACC=4),
-                                                 marks=pytest.mark.slow(sample=1))],
+                                                 marks=pytest.mark.slow(sample=0)),
+                                    *(pytest.param(p, marks=pytest.mark.slow(sample=0)) for p in (
+                                        dict(T="bf16", OUT="f32", PAGE=64, BN=32, STAGES=2, SACC=2),
+                                        dict(T="bf16", OUT="bf16", PAGE=64, BN=32, STAGES=2, SACC=2, PSS=True),
+                                        dict(T="bf16", OUT="f32", PAGE=64, BN=32, STAGES=2, SSPLIT=True),
+                                        dict(T="f16", OUT="bf16", PAGE=16, BN=16, STAGES=4, SACC=4)))],
                          ids=["bf16-split", "bf16", "f16-page16", "overlap", "overlap-bn32", "bn32x4", "seesaw",
                               "seesaw-bn32x3", "seesaw-bn32x2", "probe2", "probe3-bn32x4", "probe4-sacc2", "st-q16",
                               "q16-bn32x5", "sacc2", "pss-sacc2", "ssplit", "sacc4-bn16"])

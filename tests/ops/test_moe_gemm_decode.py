@@ -60,7 +60,8 @@ class _Recorder:
         return _K()
 
 
-@pytest.mark.parametrize("tuning, want_y", [({}, "bound"), (dict(GRID=0), "padded"), (dict(GY=1), 1)])
+@pytest.mark.parametrize("tuning, want_y", [({}, "bound"), *(pytest.param(*c, marks=pytest.mark.slow(sample=0))
+                                                              for c in ((dict(GRID=0), "padded"), (dict(GY=1), 1)))])
 def test_launch_grid(tuning, want_y, monkeypatch):
     """The launches' grid y: ops.moe_grid_tiles by default (4 tiles at T = 1, top_k 4, not the 29 of
     P / block_m at E = 32), every padded tile with GRID = 0, GY's cap (the tile loop) with GY; the
@@ -84,13 +85,13 @@ def test_launch_grid(tuning, want_y, monkeypatch):
 
 
 #: (name, tuning, block_m): the decode variants on routings where tiles hold 1-8 and 9-16 assignments
-#: (ntd, MXFP4's default at block_m 16, in every run; of the opt-in others one by default, -m slow all).
+#: (ntd, MXFP4's default at block_m 16, in every run; the opt-in others with -m slow).
 VARIANTS = [("xr", dict(XR=1), 8), ("xr chk0", dict(XR=1, CHK=0), 8), ("ntd", dict(NTD=1), 16),
             ("ntd xr", dict(NTD=1, XR=1), 16), ("ntd xr bm32", dict(NTD=1, XR=1), 32),
             ("tl gy2", dict(GY=2), 8), ("tl gy1 xr", dict(GY=1, XR=1), 16), ("lb4", dict(LB=4), 8)]
 
 
-@pytest.mark.parametrize("name, tuning, bm", [v if v[0] == "ntd" else pytest.param(*v, marks=pytest.mark.slow(sample=1))
+@pytest.mark.parametrize("name, tuning, bm", [v if v[0] == "ntd" else pytest.param(*v, marks=pytest.mark.slow(sample=0))
                                               for v in VARIANTS], ids=[v[0] for v in VARIANTS])
 def test_decode_variants(name, tuning, bm, monkeypatch):
     """Each variant, both GEMMs (gate/up + SwiGLU, the down projection separate and atomic), on the

@@ -84,6 +84,7 @@ def test_unroll_and_alignment_change_no_bits(cpu_mod, cpu_blocks, dtype, vocab):
     np.testing.assert_array_equal(ys[0], ys[1])
 
 
+@pytest.mark.slow(sample=1)  # 14-19 s each on CI's cores: one dtype by default, -m slow both
 @pytest.mark.parametrize("dtype", [np.float32, BF16], ids=["f32", "bf16"])
 def test_strided_view_draws_what_its_copy_draws(dtype):
     """ops.sample on a torch view with a row stride that is no multiple of 16 bytes, starting one
