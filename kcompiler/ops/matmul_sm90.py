@@ -46,11 +46,12 @@ CONFIGS = {"128x256": dict(BN=256, CONSUMERS=2, STAGES=4, GROUP_M=8),
            # it on the H100 (benchmarks/bench_matmul.py --variants tma128x256hn; RESULTS.md 2026-11-27)
            "tma128x256hn": dict(BN=256, CONSUMERS=2, STAGES=4, GROUP_M=8, EPI_TMA=128, EPI_BAR=True),
            # tma128x256h in clusters of 2 blocks along M sharing the B tile by multicast: a tile reads
-           # (128 + 128) K elements through L2 instead of (128 + 256) K (matmul_sm90_traffic); unmeasured
+           # (128 + 128) K elements through L2 instead of (128 + 256) K (matmul_sm90_traffic); level with
+           # tma128x256h on the H100 over two runs (RESULTS.md 2026-11-27, fifth session)
            "c2tma128x256h": dict(BN=256, CONSUMERS=2, STAGES=4, GROUP_M=8, EPI_TMA=128, CLUSTER_M=2),
            # 128-row tiles of 112 columns (7 stages, 210 KiB): N = 14336 is 128 of them, 0.97 of a wave of
            # 132 at M = 128 (128x128: 112 tiles); for small M, where A's rows are shared by every tile;
-           # unmeasured
+           # slower than the default's 64-row tiles there (RESULTS.md 2026-11-27, fifth session)
            "128x112": dict(BN=112, CONSUMERS=2, STAGES=7, GROUP_M=8)}
 
 #: The configurations :func:`choose` uses. Every one of :data:`CONFIGS` has run correctly on an H100

@@ -587,7 +587,8 @@ class _MoEPlan:
         gdata, gscales, ddata, dscales = self.wconv
         if use_mma:
             gmod = _common.stdlib_module("moe_gemm", target)
-            tk = moe_gemm.moe_gemm_tiles(bm)
+            tk = moe_gemm.moe_gemm_tiles(bm, wg.format, "gate_up")
+            tk2 = moe_gemm.moe_gemm_tiles(bm, wd.format, "down")
             dec = moe_gemm.MOE_MXFP4_DECODES[moe_gemm.MOE_MXFP4_DECODE]
             has = gmod.target_has("mma")
             self.mma1 = bool(has and hidden % moe_gemm.MOE_VALUES_PER_LOAD[wg.format] == 0
@@ -598,8 +599,8 @@ class _MoEPlan:
             self.l_g1 = gmod.moe_gemm1[(-(-inter // (16 * tk["MT"])), gy), 32 * tk["KW"]]
             self.kw_g1 = dict(MMA=self.mma1, DEC=dec, **tk)
             self.xsc = kind.empty((1,), kind.dtype("u8"))   # std.moe_gemm's MXFP8 scales of x: unread for bf16 x
-            self.l_g2 = gmod.moe_gemm2[(-(-hidden // (16 * tk["MT"])), gy), 32 * tk["KW"]]
-            self.kw_g2 = dict(MMA=self.mma2, ATOMIC=atomic, OUT="f32", DEC=dec, **tk)
+            self.l_g2 = gmod.moe_gemm2[(-(-hidden // (16 * tk2["MT"])), gy), 32 * tk2["KW"]]
+            self.kw_g2 = dict(MMA=self.mma2, ATOMIC=atomic, OUT="f32", DEC=dec, **tk2)
         else:
             self.mma1 = self.mma2 = False
             self.l_g1 = mod.moe_gemm1_simt[(tiles, -(-inter // MOE_SIMT_BN)), MOE_SIMT_THREADS]

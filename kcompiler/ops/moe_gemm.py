@@ -70,16 +70,16 @@ def moe_grid_tiles(tokens: int, top_k: int, num_experts: int, block_m: int) -> i
     return max(1, min(MoERouting.padded_slots(tokens, top_k, num_experts, block_m) // block_m, bound))
 
 
-def moe_gemm_tiles(block_m: int) -> dict[str, int]:
-    """The compile-time tiling (``BM``, ``MT``, ``KW``, ``U``) of std.moe_gemm's kernels for a routing
-    of ``block_m`` (a multiple of 8): :data:`MOE_GEMM_TILES`' entry, that of the next size up for other
-    multiples of 8. Raises ValueError for a block_m that is not a positive multiple of 8."""
+def moe_gemm_tiles(block_m: int, fmt: str | None = None, gemm: str = "gate_up") -> dict[str, int]:
+    """The compile-time tiling (``BM``, ``MT``, ``KW``, ``U``, and NTD where set) of std.moe_gemm's
+    kernels for a routing of ``block_m`` (a multiple of 8): :data:`MOE_GEMM_TILES`' entry, that of the
+    next size up for other multiples of 8, with what :data:`MOE_GEMM_FORMAT_TILES` changes for weights of
+    format ``fmt`` in GEMM ``gemm`` ('gate_up' or 'down'). Raises ValueError for a block_m that is not a
+    positive multiple of 8."""
     if block_m <= 0 or block_m % 8:
         raise ValueError(f"moe_gemm: the routing's block_m must be a positive multiple of 8, not {block_m}")
-    for bm in sorted(MOE_GEMM_TILES):
-        if block_m <= bm:
-            return dict(BM=block_m, **MOE_GEMM_TILES[bm])
-    return dict(BM=block_m, **MOE_GEMM_TILES[64])
+    base = next((MOE_GEMM_TILES[bm] for bm in sorted(MOE_GEMM_TILES) if block_m <= bm), MOE_GEMM_TILES[64])
+    return {"BM": block_m, **base, **MOE_GEMM_FORMAT_TILES.get(fmt, {}).get(gemm, {}).get(block_m, {})}
 
 
 def _scalar(a: Any) -> str | None:
@@ -130,9 +130,7 @@ def _launch_common(x: Any, w: ExpertWeights, routing: MoERouting, K: int, target
     """(module, data, scales, compile-time tiles, mma, tiles in the grid: 0 where nothing to do) for a
     launch on activations ``x`` of GEMM ``gemm`` ('gate_up' or 'down': :data:`MOE_GEMM_FORMAT_TILES`)."""
     data, scales = _weights(w, x, fn)
-    tiles = moe_gemm_tiles(routing.block_m)
-    tiles.update(MOE_GEMM_FORMAT_TILES.get(w.format, {}).get(gemm, {}).get(routing.block_m, {}))
-    tiles = _tuned(tiles, tuning, fn)
+    tiles = _tuned(moe_gemm_tiles(routing.block_m, w.format, gemm), tuning, fn)
     _, ntiles = _routing(routing, fn, w.shape[0], x)
     grid, cap = tiles.pop("GRID", 1), tiles.pop("GY", 0)
     if ntiles and grid:

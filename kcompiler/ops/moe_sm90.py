@@ -45,12 +45,13 @@ shared memory (the stdlib module's header): the result is the bf16 path's on the
 
 H and I multiples of 8 (TMA's 16-byte rows of bf16), of 16 for FP8 (of E4M3). ``ops.moe``'s "auto"
 takes this path for bf16 on an sm_90 GPU from ops.MOE_SM90_MIN_ROWS_PER_EXPERT assignments an expert
-(measured: benchmarks/RESULTS.md), for MXFP4 from ops.MOE_SM90_MXFP4_MIN_ROWS_PER_EXPERT where set (None
-until measured), not for FP8 (not yet measured; it quantises the activations).
+(measured: benchmarks/RESULTS.md), for MXFP4 from ops.MOE_SM90_MXFP4_MIN_ROWS_PER_EXPERT (128,
+measured the same way), not for FP8 (not yet measured; it quantises the activations).
 Torch CUDA tensors on an sm_90 GPU, or numpy arrays on the CPU target's emulation of wgmma and TMA
 (``target_options={"emulate_wgmma": True}``: slow, for tests)."""
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -176,8 +177,10 @@ def mx_shared_bytes(stages: int = MX_STAGES, bn: int = 256) -> int:
     return stages * (BLOCK_M + bn) * 128 + 1024 + stages * bn * 32
 
 
+@functools.lru_cache(maxsize=None)
 def _mx_cpu_module() -> Any:
-    """std.moe_sm90_mx for the CPU target with wgmma, TMA and mbarriers emulated."""
+    """std.moe_sm90_mx for the CPU target with wgmma, TMA and mbarriers emulated (compiled once a
+    process, as matmul_sm90._cpu_module)."""
     return compile_file(stdlib_dir() / "moe_sm90_mx.kc", target="cpu", target_options={"emulate_wgmma": True})
 
 
