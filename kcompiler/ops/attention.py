@@ -277,12 +277,17 @@ def _attention_fa2(q: Any, k: Any, v: Any, out: Any, lse: Any, p: _Prefill, caus
 
 #: Tiles of std.attention_sm90 (the Hopper prefill: 128 query rows a block, two consumer warpgroups of
 #: 64), by (head dimension, causal): BN keys a step, STAGES K/V buffers, OVERLAP (FlashAttention-3's
-#: intra-warpgroup overlap of the softmax with P V), PINGPONG (its inter-warpgroup turns). The fastest
-#: of benchmarks/bench_attention.py's candidates on the H100 (B 4, H 32, S 4096, bf16; two runs,
-#: benchmarks/RESULTS.md): at D 128 BN 128 in 2 stages, sequential: 425-436 TFLOP/s (causal 356-368);
-#: OVERLAP 380 (310-322), OVERLAP + PINGPONG 372 (315), 3 stages 415 (351). At D 64 OVERLAP + PINGPONG
-#: 301 (causal 215), sequential 283 (causal 246). Registers (ptxas, sm_90a): no spill but in the
-#: causal D 128 OVERLAP forms (at most 16 bytes).
+#: intra-warpgroup overlap of the softmax with P V), PINGPONG (its inter-warpgroup turns), TURNS (the
+#: turns on mbarriers, 0, or named barriers, 1). At D 128 the sequential form with the turns on named
+#: barriers since 2026-11-27 (H100, benchmarks/bench_attention_variants.py, one run, cubins assembled by
+#: ptxas as a whole program; x SDPA flash, benchmarks/RESULTS.md): B4 H32 S4096 595 TFLOP/s (0.95x
+#: cuDNN) against 562 for the sequential form without turns, causal 506 against 480; geometric mean over
+#: B16 H16 S1024 D64 .. B4 H16 S512 (16 shapes) x1.41 against x1.34 (full), x1.64 against x1.68
+#: (causal: the small causal grids, which SMALL_GRID runs with one consumer and so without turns, move
+#: within noise; B8 H16 S2048 1.63 against 1.47). OVERLAP + PINGPONG 587 / 518; FA3_ORDER non-finite
+#: (refused). Before 2026-11-27 (cubins from nvJitLink's relocatable compile, every wgmma serialised)
+#: the sequential form without turns had won. Registers (ptxas, sm_90a): no spill but in the causal
+#: D 128 OVERLAP forms (at most 16 bytes).
 #: An entry may also give CONSUMERS (1 to 3 consumer warpgroups of 64 query rows: BM = 64 * CONSUMERS rows
 #: a block; default 2) and BLOCKS_PER_SM (1 or 2: the registers are shared out for that many resident
 #: blocks; default 1); benchmarks/bench_attention_variants.py times them (SM90_VARIANTS). D 64 without a
@@ -302,8 +307,8 @@ def _attention_fa2(q: Any, k: Any, v: Any, out: Any, lse: Any, p: _Prefill, caus
 #: H16 S4096); one consumer at BN 64 had given causal 0.83-0.94 -> 0.95-1.10, in 3 stages level, two at
 #: BN 80 0.61-1.10. SMALL_GRID's ORDER 1 helps causal tiny grids (B1 H16 S512-1024: 1.56-1.62 against
 #: 0.91-0.95) and lost without a mask (B4 H16 S512 0.75 against 0.88), so full runs in ORDER 0.
-ATTENTION_SM90_TILES = {(128, False): dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=False, SMALL_GRID=True),
-                        (128, True): dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=False, SMALL_GRID=True),
+ATTENTION_SM90_TILES = {(128, False): dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=True, TURNS=1, SMALL_GRID=True),
+                        (128, True): dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=True, TURNS=1, SMALL_GRID=True),
                         (64, False): dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=False, CONSUMERS=3,
                                           SMALL_GRID=True),
                         (64, True): dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=False, SMALL_GRID=True),
@@ -424,7 +429,7 @@ class _Sm90Plan:
 
     def __init__(self, q: Any, p: _Prefill, layout: str, causal: bool, scale: float, tiles: dict | None,
                  target: str):
-        t = sm90_tiles(ATTENTION_SM90_TILES[(p.D, bool(causal))], tiles, bool(causal), p.varlen)
+        t = sm90_tiles(ATTENTION_SM90_TILES[(p.D, bool(causal))], tiles, p.varlen)
         mod = _attention_sm90_module(target)
         grid, threads, t = sm90_launch(t, p.Sq, p.H, p.B, _common.device_of(mod, q).multiprocessor_count)
         c = t.get("CONSUMERS", 2)

@@ -115,7 +115,7 @@ def attention_fp8(q: Any, k: Any, v: Any, *, causal: bool, scale: float | None, 
     mod.attention_vt_fp8[(-(-p.Sk // 128), p.HK, p.B), 256](
         _words(v), _words(vt), p.Sk, skp, s["k_sb"], s["k_ss"], s["k_sh"], D=p.D, shared=128 * (p.D + 4),
         stream=stream)
-    t = sm90_tiles(ATTENTION_FP8_TILES[bool(causal)], tiles, bool(causal))
+    t = sm90_tiles(ATTENTION_FP8_TILES[bool(causal)], tiles)
     grid, threads, t = sm90_launch(t, p.Sq, p.H, p.B, _common.device_of(mod, q).multiprocessor_count)
     c = t.get("CONSUMERS", 2)
     maps = [cached_tensor_map(_bhsd_view(q, layout, False), (1, 1, 64 * c, 128)),

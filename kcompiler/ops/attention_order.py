@@ -51,24 +51,17 @@ def small_grid_consumers(consumers: int, seqlen_q: int, heads: int, batch: int, 
     return 1
 
 
-def sm90_tiles(defaults: dict[str, Any], tiles: dict[str, Any] | None, causal: bool = False,
-               varlen: bool = False) -> dict[str, Any]:
+def sm90_tiles(defaults: dict[str, Any], tiles: dict[str, Any] | None, varlen: bool = False) -> dict[str, Any]:
     """The tiles of a call: ``defaults`` (an ATTENTION_SM90_TILES or ATTENTION_FP8_TILES entry) updated
     by the caller's ``tiles``. The small-grid rule is the defaults': tiles a caller gives are taken as
     given (SMALL_GRID off) unless they say SMALL_GRID=True, so that a form asked for (PINGPONG's two
-    consumers, say) is the form launched. Raises ValueError for the forms the kernel refuses (it says
-    so with a compile error too, for callers of the kernel itself): ORDER 2 with variable lengths
-    (``varlen``), FA3_ORDER with the causal mask (non-finite outputs on the H100 since the wgmmas run
-    pipelined, benchmarks/RESULTS.md 2026-11-27)."""
+    consumers, say) is the form launched. Raises ValueError for ORDER 2 with variable lengths
+    (``varlen``), which the kernel refuses too (a compile error, for callers of the kernel itself)."""
     t = dict(defaults) if tiles is None else {**defaults, "SMALL_GRID": False, **tiles}
     if varlen and t.get("ORDER", 0) == 2:
         raise ValueError("attention: ORDER 2 (tiles longest first within groups of heads) takes no variable "
                          "lengths: its blocks count their query tiles from the longest sequence, which the "
                          "kernel is not told with cu_seqlens (ORDER 0 or 1)")
-    if causal and t.get("FA3_ORDER"):
-        raise ValueError("attention: FA3_ORDER (FlashAttention-3's order of the overlapped form) is refused with "
-                         "causal=True: it gave non-finite outputs on the H100 once the wgmmas ran pipelined; "
-                         "OVERLAP without it, PINGPONG or the default sequential form take the mask")
     return t
 
 

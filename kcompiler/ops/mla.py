@@ -266,10 +266,12 @@ def _generic_tiles(tc: bool, H: int, D: int, DR: int, itemsize: int, heads_per_b
 
 #: Tiles of std.mla_sm90 (the Hopper MLA decode): BN keys a step (a tile serves as K and V), STAGES
 #: tiles in the ring, OVERLAP (the softmax warpgroup issues S_j = Q K_j^T with P_{j-1} V_{j-1} and runs
-#: tile j's softmax under the latter; needs 2 stages). 32 keys in 2 stages, measured on an H100
-#: (2026-11-27, benchmarks/bench_mla_variants.py, B32, 8192 keys, latent 512 + 64, one run): at 16 heads
-#: 1.80 TB/s (60% of copy) against 1.39 for FlashMLA's 64 keys x 2 stages, at 128 heads 227 against
-#: 214 TFLOP/s, the same on pages of 16; 32 x 3 within noise, OVERLAP slower (benchmarks/RESULTS.md).
+#: tile j's softmax under the latter; needs 2 stages). 64 keys in 2 stages (FlashMLA's) since
+#: 2026-11-27, measured on an H100 (benchmarks/bench_mla_variants.py, B32, 8192 keys, latent 512 + 64,
+#: pages of 64, one run, cubins assembled by ptxas as a whole program): at 128 heads 153 us = 477 TFLOP/s
+#: against 186-192 us (381-392) for 32 keys in 2 stages, 32 x 3 and 32 x 4 level with 32 x 2, OVERLAP
+#: 264 us, SEESAW 64 x 2 203 us. Before that (cubins from nvJitLink's relocatable compile, every wgmma
+#: serialised) 32 x 2 had won: 227 against 214 TFLOP/s. Up to 16 heads :data:`MLA_SM90_SMALL_TILES`.
 #: :func:`mla_sm90_shared_bytes` gives the shared memory (64 x 2 fills sm_90's: 229,672 of 232,448
 #: bytes). PROBE: a timing diagnostic, 0 (the kernel) unless
 #: benchmarks/bench_mla_variants.py asks for 1 (the tiles streamed through the ring, nothing computed:
@@ -292,7 +294,7 @@ def _generic_tiles(tc: bool, H: int, D: int, DR: int, itemsize: int, heads_per_b
 #: ST: warpgroup 1 computes S transposed (S^T = K Q^T: the tile's 64 keys as wgmma's M, Q's QROWS rows
 #: as N; the softmax down its columns, P stored transposed): for up to 16 heads (QROWS 0, or 8 or 16:
 #: more spilled at D 512); BN 64, without OVERLAP, SEESAW or PROBE; on in :data:`MLA_SM90_SMALL_TILES`.
-MLA_SM90_TILES = dict(BN=32, STAGES=2, OVERLAP=False, PROBE=0, SEESAW=False, QROWS=64, ST=False, SACC=1, PSS=False,
+MLA_SM90_TILES = dict(BN=64, STAGES=2, OVERLAP=False, PROBE=0, SEESAW=False, QROWS=64, ST=False, SACC=1, PSS=False,
                       SSPLIT=False)
 
 #: The Hopper kernel's tiles for up to :data:`MLA_SM90_SMALL_HEADS` query heads: S transposed, tiles of

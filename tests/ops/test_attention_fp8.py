@@ -157,11 +157,11 @@ def test_fp8_prefill_exp2_poly_emulated(monkeypatch, emulated, poly):
 
 #: (B, Sq, Sk, H, HK, causal, layout, tiles, out_dtype): no mask with keys over three tiles; causal
 #: with Sq < Sk in tiles of 256 keys; the overlapped, ping-pong schedule (its turns on mbarriers, and
-#: the sequential one's on named barriers; FA3_ORDER without the mask, which it is refused with); f16 out
+#: the sequential one's on named barriers); f16 out
 EMU_SWEEP = [(1, 37, 300, 2, 1, False, "bhsd", None, "bf16"),
              (1, 45, 290, 2, 2, True, "bshd", dict(BN=256), "f16"),
              (1, 140, 200, 2, 1, True, "bshd", dict(OVERLAP=True, PINGPONG=True), "bf16"),
-             (1, 140, 300, 2, 1, False, "bshd", dict(OVERLAP=True, PINGPONG=True, FA3_ORDER=True), "bf16"),
+             (1, 140, 300, 2, 1, True, "bshd", dict(OVERLAP=True, PINGPONG=True, FA3_ORDER=True), "bf16"),
              (1, 70, 300, 2, 1, False, "bhsd", dict(PACK_ABS=False, STAGES=3), "bf16"),
              # the sequential form's turns on named barriers (TURNS 1)
              (1, 140, 200, 2, 1, True, "bshd", dict(PINGPONG=True, TURNS=1), "bf16")]
@@ -270,13 +270,11 @@ GPU_SHAPES = [(2, 1000, 1000, 4, 4, "bshd", False), (2, 1000, 1000, 4, 4, "bhsd"
 
 
 def _gpu_case(shape, tiles, causal, p_rel=0.0):
-    """One FP8 call on the GPU against float64 of the dequantised inputs, outputs poisoned first
-    (FA3_ORDER's tiles without the mask: they are refused with it)."""
+    """One FP8 call on the GPU against float64 of the dequantised inputs, outputs poisoned first."""
     import torch
 
     from kcompiler import ops
     B, Sq, Sk, H, HK, layout, per_head = shape
-    causal = causal and not (tiles or {}).get("FA3_ORDER")
     q, k, v = fp8_inputs(B, Sq, Sk, H, HK)
     if per_head:
         dq, dk, dv = (RNG.uniform(0.25, 2.0, (B, HK)).astype(np.float32) for _ in range(3))
