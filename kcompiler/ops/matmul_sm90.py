@@ -216,10 +216,17 @@ def prepare(mod: Any, a: Any, b: Any, out: Any, *, b_kmajor: bool = True, scale_
     t = arrays.array_scalar_type(a).name
     o = arrays.array_scalar_type(out).name
     sms = sms or (_common.device_of(mod, a).multiprocessor_count if arrays.is_torch_tensor(a) else 8)
+    if isinstance(config, str):
+        if config not in CONFIGS:
+            raise ValueError(f"matmul_sm90.run: no configuration {config!r}; CONFIGS: {', '.join(CONFIGS)}")
+        config = CONFIGS[config]
     cfg = dict(config) if config is not None else choose(M, 2 * N if gated else N, K, sms)
     bk = BK[t]
     bm = tile_m(cfg)
     cm = cfg.get("CLUSTER_M", 1)
+    tail_split = int(cfg.pop("TAIL_SPLIT", 0))
+    if tail_split:
+        split_k = _tail_split_check(mod, cfg, tail_split, split_k, block, fuse)
     ta = cached_tensor_map(a, (bm, bk))
     if gated:  # cooperative, without clusters (the kernel's FUSE rule)
         tb = cached_tensor_map(b.reshape(2, N, K), (1, cfg["BN"] // 2, bk))
@@ -250,10 +257,39 @@ def prepare(mod: Any, a: Any, b: Any, out: Any, *, b_kmajor: bool = True, scale_
         tiles *= split_k
         grid = max(1, min(tiles, sms))
         params["SPLIT_K"] = int(split_k)
+    if tail_split:
+        params["TAIL_SPLIT"] = tail_split
+        tail, shares = tail_shares(tiles, grid, tail_split)
+        if shares > 1:  # the tail's partials: `shares` of them for each thread of a tail tile
+            ws, counts = _split_workspace(a, tail * 2 * bm, shares * cfg["BN"] // 2)
     args = [ta, tb, None, M, N, K, N, scale_a, scale_b]
     kernel = _kernel(mod, cfg, params, args, out, epi_tma, epi_bar, epilogue, block, fuse, split_k, ws, counts)
     launch = kernel[grid, 128 * (cfg["CONSUMERS"] + 1)]
     return _launcher(launch, args[:2], args[3:], shared_bytes(cfg, t), params, stream, bool(cfg["EPI_TMA"]))
+
+
+def tail_shares(tiles: int, grid: int, tail_split: int) -> tuple[int, int]:
+    """The tail split's schedule (std.matmul_sm90's TAIL_SPLIT; the kernel's fn schedule computes the
+    same on the device): ``(tail, shares)`` for ``tiles`` tiles over a persistent grid of ``grid`` blocks
+    with TAIL_SPLIT = ``tail_split``: the partial last wave, ``tail = tiles % grid`` tiles (where tiles >
+    grid), each cut along K into ``shares = min(tail_split, grid // tail)`` shares, so that every share
+    runs in the last round on a block of its own; ``(0, 1)`` where nothing is split (no partial wave,
+    or one of more than half the grid). 1024 x 14336 x 4096 with 128 x 256 tiles on 132 SMs: 448 tiles,
+    (52, 2): 396 whole tiles in 3 rounds, then 104 half tiles."""
+    tail = tiles % grid if tiles > grid else 0
+    shares = min(tail_split, grid // tail) if tail else 1
+    return (tail, shares) if shares > 1 else (0, 1)
+
+
+def _tail_split_check(mod: Any, cfg: dict, tail_split: int, split_k: int | None, block: Any, fuse: Any) -> int:
+    """:func:`prepare`'s checks of a configuration with TAIL_SPLIT (the kernel's rule: at least 2; a
+    cooperative tile without clusters, split-K, a block epilogue or a fused RMSNorm; std.matmul_sm90's own
+    kernels, not a user's epilogue module's); returns the split-K factor, 1. Raises ValueError."""
+    if tail_split < 2 or cfg.get("PINGPONG") or cfg.get("CLUSTER_M", 1) > 1 or split_k not in (None, 1) \
+            or block is not None or (fuse is not None and fuse[0] != 1) or not hasattr(mod, "matmul_sm90_tma"):
+        raise ValueError("matmul_sm90.run: TAIL_SPLIT is at least 2, for a cooperative tile without clusters, "
+                         "split-K, a block epilogue or RMSNorm, on std.matmul_sm90's own kernels")
+    return 1
 
 
 def _kernel(mod: Any, cfg: dict, params: dict, args: list, out: Any, epi_tma: int, epi_bar: bool,
@@ -273,7 +309,7 @@ def _kernel(mod: Any, cfg: dict, params: dict, args: list, out: Any, epi_tma: in
                                                              out.reshape(-1), 1.0)
         kernel = mod.matmul_sm90_tma
         params.update(EPI=fn, EPI_TMA=cfg["EPI_TMA"], **({"EPI_BAR": True} if epi_bar else {}))
-        args += [x, y, float(s)]
+        args += [x, y, float(s), ws, counts]
     elif block is not None:
         fn, x, y, s = epilogue if epilogue is not None else ("epilogue.identity", out.reshape(-1),
                                                              out.reshape(-1), 1.0)
