@@ -318,6 +318,15 @@ VARIANTS = {"default": None,
             "128x256/s4": ("128x256", {}, dict(split_k=4)),
             "64x128/s2": ("64x128", {}, dict(split_k=2)),
             "64x64/s2": ("64x64", {}, dict(split_k=2)),
+            # the tail split (TAIL_SPLIT, stream-K's "data-parallel + split-K tail"): the partial last wave's
+            # tiles cut along K into up to 2 / 4 shares on blocks of their own (kcompiler.ops.matmul_sm90.
+            # tail_shares), whole tiles stored by TMA, or every tile from registers (128x256/tail2, against
+            # 128x256/4st). 1024 x 14336 x 4096: 448 tiles = 3.39 waves, the busiest block 4 tiles -> 3.5
+            # (tail 52 in 2 shares; tail4 is tail2 there: 132 / 52 = 2); 8192 x 14336 x 4096: 28 -> 27.5 / 27.25
+            # (--shapes m8192); 4096 x 14336 x 4096 and 4096^3: nothing split (tail > 66)
+            "tma128x256h/tail2": ("tma128x256h", dict(TAIL_SPLIT=2), dict(split_k=1)),
+            "tma128x256h/tail4": ("tma128x256h", dict(TAIL_SPLIT=4), dict(split_k=1)),
+            "128x256/tail2": ("128x256", dict(TAIL_SPLIT=2), dict(split_k=1)),
             # the tile and split that kcompiler.ops.matmul_sm90_traffic.choose_by_traffic picks per shape
             "traffic": "traffic"}
 VARIANT_SHAPES = [("bf16", 1024, 14336, 4096), ("bf16", 4096, 14336, 4096), ("bf16", 8192, 14336, 4096),

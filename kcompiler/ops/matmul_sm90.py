@@ -52,10 +52,19 @@ CONFIGS = {"128x256": dict(BN=256, CONSUMERS=2, STAGES=4, GROUP_M=8),
            # 128-row tiles of 112 columns (7 stages, 210 KiB): N = 14336 is 128 of them, 0.97 of a wave of
            # 132 at M = 128 (128x128: 112 tiles); for small M, where A's rows are shared by every tile;
            # slower than the default's 64-row tiles there (RESULTS.md 2026-11-27, fifth session)
-           "128x112": dict(BN=112, CONSUMERS=2, STAGES=7, GROUP_M=8)}
+           "128x112": dict(BN=112, CONSUMERS=2, STAGES=7, GROUP_M=8),
+           # the tail split (TAIL_SPLIT, std.matmul_sm90's "the tail split"; :func:`tail_shares`): the partial
+           # last wave's tiles cut along K into up to 2 or 4 shares on blocks of their own, reduced through
+           # the split-K workspace; whole tiles stored by TMA (t2tma, t4tma) or from registers (t2x128x256).
+           # For 1024 x 14336 x 4096 (448 tiles = 3.39 waves of 132): 3.5 tiles' mainloop for the busiest
+           # block instead of 4. Unmeasured (benchmarks/bench_matmul.py --variants tma128x256h/tail2, ...)
+           "t2tma128x256h": dict(BN=256, CONSUMERS=2, STAGES=4, GROUP_M=8, EPI_TMA=128, TAIL_SPLIT=2),
+           "t4tma128x256h": dict(BN=256, CONSUMERS=2, STAGES=4, GROUP_M=8, EPI_TMA=128, TAIL_SPLIT=4),
+           "t2x128x256": dict(BN=256, CONSUMERS=2, STAGES=4, GROUP_M=8, TAIL_SPLIT=2)}
 
-#: The configurations :func:`choose` uses. Every one of :data:`CONFIGS` has run correctly on an H100
-#: (tests/ops/test_matmul_sm90.py, test_every_config, K-major and N-major B, 2026-11-23); 64x64 was the
+#: The configurations :func:`choose` uses. Every one of :data:`CONFIGS` but the tail split's has run
+#: correctly on an H100 (tests/ops/test_matmul_sm90.py, test_every_config, K-major and N-major B, 2026-11-23;
+#: the tail split's GPU tests: tests/ops/test_matmul_sm90_tail.py); 64x64 was the
 #: fastest there for M = 16 and 128 with N = K = 4096 (bf16 and FP8; benchmarks/bench_matmul.py
 #: --configs, benchmarks/RESULTS.md), 128x128 never the fastest. The large tile is tma128x256h (the
 #: 128x256 tile, 4 stages, C stored through half-width shared-memory buffers and TMA): 684-725 TFLOP/s
@@ -185,7 +194,10 @@ def prepare(mod: Any, a: Any, b: Any, out: Any, *, b_kmajor: bool = True, scale_
     scalar. ``block``: None, or (BEPI, z): a block epilogue (std.epilogue's second kind, blocks of 32
     columns; N must be a multiple of 32) applied after ``epilogue`` and its array z (the MX epilogues:
     the (M, N / 32) E8M0 scales, written); it takes kernel matmul_sm90_block_epilogue. ``config``: one
-    of :data:`CONFIGS` (default :func:`choose`). ``sms``: the blocks of the persistent grid (default:
+    of :data:`CONFIGS` (a dict, or its name; default :func:`choose`); one with TAIL_SPLIT (the tail split:
+    the partial last wave's tiles cut along K into shares, :func:`tail_shares`) takes the split-K
+    workspace for them, and no split-K, clusters, ping-pong, block epilogue, RMSNorm or user's epilogue
+    module (ValueError). ``sms``: the blocks of the persistent grid (default:
     the device's multiprocessors). ``split_k`` > 1 cuts each tile's K loop into that many work units
     whose f32 partial products the kernel adds up itself (in share order: deterministic) before the
     epilogue and the store, through a workspace kept per device (:func:`_split_workspace`; launches
@@ -635,4 +647,4 @@ def scaled_matmul_cpu(a: Any, b: Any, scale_a: Any, scale_b: Any, *, out_dtype: 
 
 __all__ = ["BK", "CHOICES", "CONFIGS", "PLANS", "choose", "choose_split", "epilogue_module", "operand_b",
            "plan_key", "prepare", "reason_not", "remember", "run", "scaled_matmul", "scaled_matmul_cpu",
-           "shared_bytes", "tile_m", "tma_store_applies"]
+           "shared_bytes", "tail_shares", "tile_m", "tma_store_applies"]

@@ -15,6 +15,10 @@ of the K loop and clusters of CLUSTER_M blocks along M sharing the B tile (TMA m
 - DRAM: A once, B once per group of GROUP_M * CLUSTER_M rows of tiles (the raster: the blocks running
   together cover such a group's rows, column by column; a later group finds B's columns evicted), C
   once;
+- the tail split (TAIL_SPLIT, :func:`kcompiler.ops.matmul_sm90.tail_shares`): the whole tiles in full
+  rounds, then one share (K / shares) of a tail tile a block, with its f32 partial written and the
+  tile's partials read back (charged to every block); waves is then fractional (3.5 for 448 tiles of
+  128 x 256 over 132 blocks in 2 shares);
 - the bound is the largest of: a block's L2 bytes at :data:`L2_PER_BLOCK` (its units one after the
   other), all L2 bytes at :data:`L2_TOTAL`, the DRAM bytes at :data:`DRAM`, a block's wgmma work (BM x
   BN x K' a unit, padded rows included) at :data:`PEAK` / SMs.
@@ -47,7 +51,7 @@ def traffic(M: int, N: int, K: int, e: int, cfg: dict, split_k: int = 1, sms: in
     C of 16-bit elements. Returns a dict: tiles, units, blocks, waves (units a block runs), l2_block
     (bytes one block reads through L2), l2_total, dram (bytes), and the bounds in µs: t_l2_block,
     t_l2_total, t_dram, t_mma and t (their largest). Raises ValueError for sizes under 1."""
-    from .matmul_sm90 import tile_m
+    from .matmul_sm90 import tail_shares, tile_m
 
     if min(M, N, K, e, split_k, sms) < 1:
         raise ValueError(f"traffic: sizes must be positive, not M={M} N={N} K={K} e={e} split_k={split_k} sms={sms}")
@@ -69,9 +73,18 @@ def traffic(M: int, N: int, K: int, e: int, cfg: dict, split_k: int = 1, sms: in
     # the last share of a tile also reads the other shares' partials: charge it to every block's last unit
     l2_block = waves * unit_l2 + (split_k - 1) * partial
     l2_total = units * unit_l2 + tiles * (split_k - 1) * partial
+    kwork = waves * ks  # the k-elements a block's units multiply
+    tail, shares = tail_shares(tiles, blocks, cfg.get("TAIL_SPLIT", 0)) if split_k == 1 and cm == 1 else (0, 1)
+    if shares > 1:  # the tail split: whole tiles in full rounds, then one share of a tail tile a block
+        full = (tiles - tail) // blocks
+        share_l2 = (rows + bn) * -(-K // shares) * e + rows * bn * 4  # its operands and its partial written
+        units, waves = tiles + tail * (shares - 1), full + 1 / shares
+        l2_block = full * (rows + bn) * K * e + share_l2 + shares * rows * bn * 4  # + the partials read back
+        l2_total = (tiles - tail) * (rows + bn) * K * e + tail * shares * (share_l2 + rows * bn * 4)
+        kwork = full * K + -(-K // shares)
     group_rows = max(1, cfg.get("GROUP_M", 8)) * cm
     dram = M * K * e + N * K * e * -(-tiles_m // group_rows) + M * N * 2
-    mma = waves * 2 * bm * bn * ks
+    mma = 2 * bm * bn * kwork
     t = dict(t_l2_block=l2_block / L2_PER_BLOCK * 1e6, t_l2_total=l2_total / L2_TOTAL * 1e6,
              t_dram=dram / DRAM * 1e6, t_mma=mma / (PEAK[2 if e >= 2 else 1] / sms) * 1e6)
     return dict(tiles=tiles, units=units, blocks=blocks, waves=waves, l2_block=l2_block, l2_total=l2_total,
