@@ -120,6 +120,13 @@ SM90_VARIANTS = {
                                                      RESCALE_SKIP=True)),
           ("2wg BN128 chain pingpong named tree uniform", dict(BN=128, STAGES=2, CHAIN=True, PINGPONG=True, TURNS=1,
                                                                TREE=True, UNIFORM_WG=True)),
+          # FlashAttention-3's own tile at D 128 without a mask: 128 x 176 with the intra-warpgroup overlap
+          # (hopper/tile_size.h); the FA3_ORDER form at BN 160 / 176 / 192 (no spills, ptxas sm_90a)
+          ("2wg BN176 pingpong fa3", dict(BN=176, STAGES=2, OVERLAP=True, PINGPONG=True, FA3_ORDER=True)),
+          ("2wg BN176 pingpong fa3 named", dict(BN=176, STAGES=2, OVERLAP=True, PINGPONG=True, FA3_ORDER=True,
+                                                TURNS=1)),
+          ("2wg BN160 pingpong fa3", dict(BN=160, STAGES=2, OVERLAP=True, PINGPONG=True, FA3_ORDER=True)),
+          ("2wg BN192 pingpong fa3", dict(BN=192, STAGES=2, OVERLAP=True, PINGPONG=True, FA3_ORDER=True)),
           ("2wg BN192 seq", dict(BN=192, STAGES=2)),
           ("2wg BN192 seq tree uniform", dict(BN=192, STAGES=2, TREE=True, UNIFORM_WG=True)),
           ("2wg BN176 seq tree uniform", dict(BN=176, STAGES=2, TREE=True, UNIFORM_WG=True)),

@@ -38,15 +38,18 @@ def heads_group(heads: int, group: int) -> int:
 def small_grid_consumers(consumers: int, seqlen_q: int, heads: int, batch: int, sms: int) -> int:
     """The small-grid rule (on where a tiles dict gives SMALL_GRID, as the defaults do): the most
     consumer warpgroups, up to ``consumers``, whose grid (ceil(seqlen_q / (64 c)) query tiles a (head,
-    batch entry)) has at least ``sms`` blocks and fills its last wave to :data:`SMALL_GRID_FILL` of the
-    waves' blocks at least, else 1. Where the default block of 128 or 192 query rows leaves
-    multiprocessors without a block (B1 H16 S512 at BM 128: 64 blocks for 132), or a second wave mostly
-    idle (B4 H16 S512 D64 at BM 192: 192 blocks, 1.45 waves, the second 45 % full), smaller blocks
-    fill them; from 4 waves up any grid fills 80 %. ``sms``: the device's multiprocessor count
-    (``_common.device_of(...).multiprocessor_count``; 132 on an H100 and on the CPU target)."""
+    batch entry)) fills its waves (rounded up) to :data:`SMALL_GRID_FILL` of their blocks at least,
+    else 1. Where the default block of 128 or 192 query rows leaves many multiprocessors without a
+    block (B1 H16 S512 at BM 128: 64 blocks for 132), or a second wave mostly idle (B4 H16 S512 D64 at
+    BM 192: 192 blocks, 1.45 waves, the second 45 % full), smaller blocks fill them; from 4 waves up
+    any grid fills 80 %. A single wave filled to 80 % keeps its consumers: B1 H32 S512 D128 (128
+    blocks of 128 rows) ran in 18.1 us against 22.6 us with one consumer (256 blocks, two waves; H100,
+    2026-11-27, bench_attention_variants.py; benchmarks/RESULTS.md). ``sms``: the device's
+    multiprocessor count (``_common.device_of(...).multiprocessor_count``; 132 on an H100 and on the
+    CPU target)."""
     for c in range(consumers, 1, -1):
         blocks = -(-seqlen_q // (64 * c)) * heads * batch
-        if blocks >= sms and blocks >= SMALL_GRID_FILL * -(-blocks // sms) * sms:
+        if blocks >= SMALL_GRID_FILL * -(-blocks // sms) * sms:
             return c
     return 1
 

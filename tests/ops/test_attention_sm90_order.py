@@ -61,13 +61,15 @@ def test_sm90_launch_grids():
 
 def test_small_grid_rule():
     """SMALL_GRID: one consumer (64 rows a block) where the tiles' block leaves multiprocessors idle,
-    the tiles' CONSUMERS where its grid fills them (at least SMs blocks, the last wave no emptier than
-    SMALL_GRID_FILL of the waves allow); from 3 consumers 2 where that suffices."""
+    the tiles' CONSUMERS where its grid fills its waves (rounded up) to SMALL_GRID_FILL, a single wave
+    too; from 3 consumers 2 where that suffices."""
     assert small_grid_consumers(2, 512, 16, 1, 132) == 1      # 4 x 16 = 64 blocks of 128 rows
     assert small_grid_consumers(2, 1024, 32, 1, 132) == 2     # 8 x 32 = 256
-    assert small_grid_consumers(2, 1024, 16, 1, 132) == 1     # 128 < 132
+    assert small_grid_consumers(2, 1024, 16, 1, 132) == 2     # 128 fill 97 % of one wave
     assert small_grid_consumers(3, 1024, 16, 4, 132) == 3     # 6 x 64 = 384
-    assert small_grid_consumers(3, 512, 16, 2, 132) == 1      # 3 x 32 = 96, 4 x 32 = 128: both < 132
+    assert small_grid_consumers(3, 512, 16, 2, 132) == 2      # 3 x 32 = 96 (73 %), 4 x 32 = 128 (97 %)
+    assert small_grid_consumers(2, 512, 32, 1, 132) == 2      # 4 x 32 = 128 (97 %)
+    assert small_grid_consumers(2, 512, 24, 1, 132) == 1      # 96 (73 %)
     assert small_grid_consumers(3, 384, 16, 3, 132) == 1      # 96; 144 fills 55 % of 2 waves; 288 fills 73 %
     assert small_grid_consumers(3, 512, 16, 4, 132) == 2      # 192 blocks fill 73 % of 2 waves, 256 fill 97 %
     assert small_grid_consumers(3, 1024, 32, 1, 132) == 2     # 192 (73 %) then 256 (97 %)
