@@ -323,7 +323,9 @@ VARIANTS = {"default": None,
             # tail_shares), whole tiles stored by TMA, or every tile from registers (128x256/tail2, against
             # 128x256/4st). 1024 x 14336 x 4096: 448 tiles = 3.39 waves, the busiest block 4 tiles -> 3.5
             # (tail 52 in 2 shares; tail4 is tail2 there: 132 / 52 = 2); 8192 x 14336 x 4096: 28 -> 27.5 / 27.25
-            # (--shapes m8192); 4096 x 14336 x 4096 and 4096^3: nothing split (tail > 66)
+            # (--shapes m8192); 4096 x 14336 x 4096 and 4096^3: nothing split (tail > 66). Measured slower at
+            # 1024 rows (H100, 2026-11-27: bf16 0.84 / 0.86x cuBLAS against the default's 0.91x, FP8 0.82x
+            # against 0.98x; RESULTS.md)
             "tma128x256h/tail2": ("tma128x256h", dict(TAIL_SPLIT=2), dict(split_k=1)),
             "tma128x256h/tail4": ("tma128x256h", dict(TAIL_SPLIT=4), dict(split_k=1)),
             "128x256/tail2": ("128x256", dict(TAIL_SPLIT=2), dict(split_k=1)),

@@ -57,7 +57,9 @@ CONFIGS = {"128x256": dict(BN=256, CONSUMERS=2, STAGES=4, GROUP_M=8),
            # last wave's tiles cut along K into up to 2 or 4 shares on blocks of their own, reduced through
            # the split-K workspace; whole tiles stored by TMA (t2tma, t4tma) or from registers (t2x128x256).
            # For 1024 x 14336 x 4096 (448 tiles = 3.39 waves of 132): 3.5 tiles' mainloop for the busiest
-           # block instead of 4. Unmeasured (benchmarks/bench_matmul.py --variants tma128x256h/tail2, ...)
+           # block instead of 4. Measured slower (H100, 2026-11-27, bench_matmul.py --variants ... --in-process,
+           # one run): bf16 1024 x 14336 x 4096 629 / 645 TFLOP/s (tail2 / tail4) against the default's 679,
+           # FP8 1030 / 1026 against 1242; elsewhere level (RESULTS.md). Opt-in; not among CHOICES.
            "t2tma128x256h": dict(BN=256, CONSUMERS=2, STAGES=4, GROUP_M=8, EPI_TMA=128, TAIL_SPLIT=2),
            "t4tma128x256h": dict(BN=256, CONSUMERS=2, STAGES=4, GROUP_M=8, EPI_TMA=128, TAIL_SPLIT=4),
            "t2x128x256": dict(BN=256, CONSUMERS=2, STAGES=4, GROUP_M=8, TAIL_SPLIT=2)}
