@@ -347,8 +347,12 @@ MOE_SM90_MIN_ROWS_PER_EXPERT = 16
 #: mma.sync decode; None: never). H100, benchmarks/bench_moe.py --sm90 --formats bf16,mxfp4 (2026-11-27,
 #: benchmarks/RESULTS.md): the layer at 128 assignments an expert (gpt-oss T 1024) 0.88 ms against the
 #: mma.sync path's 1.95 (2.2x), mixtral's (E 8, top_k 2, T 1024: 256 an expert) 2.46 against 6.05 ms;
-#: the smallest of the measured points (below it untimed).
-MOE_SM90_MXFP4_MIN_ROWS_PER_EXPERT: int | None = 128
+#: the smallest of the measured points (below it untimed). Those timings ran on cubins from nvJitLink
+#: (every wgmma serialised). None since then: with whole-program cubins (2026-11-27) the kernel's GPU
+#: test (tests/ops/test_moe_sm90_mx.py, T 1 and 37) started and did not finish while the rest of its
+#: run passed, and bench_moe.py --sm90 --formats mxfp4 printed no row in 7 minutes (benchmarks/RESULTS.md,
+#: sixth session); kcompiler.ops.moe_sm90.reason_not refuses MXFP4 on CUDA until that is found.
+MOE_SM90_MXFP4_MIN_ROWS_PER_EXPERT: int | None = None
 
 #: Threads a block of std.moe's SIMT GEMMs (its GEMM_THREADS).
 MOE_SIMT_THREADS = 256

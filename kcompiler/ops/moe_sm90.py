@@ -84,8 +84,9 @@ def reason_not(x: Any, wg: ExpertWeights, wd: ExpertWeights) -> tuple[type, str]
     the message), or None: it takes bf16, FP8 or MXFP4 weights, both of one format (TypeError), H and
     I multiples of 8, of 16 for FP8 (ValueError: TMA's 16-byte rows; MXFP4's are multiples of 32 by
     construction), torch CUDA tensors
-    (on an sm_90 GPU, else RuntimeError) or numpy arrays (the CPU target's emulation; TypeError for
-    other arrays)."""
+    (on an sm_90 GPU, else RuntimeError; MXFP4 weights on CUDA: RuntimeError, the kernel did not finish
+    on the H100 with whole-program cubins, kcompiler.ops.MOE_SM90_MXFP4_MIN_ROWS_PER_EXPERT) or numpy
+    arrays (the CPU target's emulation; TypeError for other arrays)."""
     if wg.format not in FORMATS or wd.format != wg.format:
         return TypeError, (f"gemm='sm90' takes bf16, fp8 or mxfp4 weights, both of one format (not {wg.format} "
                            f"and {wd.format})")
@@ -95,6 +96,10 @@ def reason_not(x: Any, wg: ExpertWeights, wd: ExpertWeights) -> tuple[type, str]
         return ValueError, (f"gemm='sm90' needs H ({h}) and I ({n2 // 2}) multiples of {m} with {wg.format} "
                             "weights (TMA's 16-byte rows)")
     if arrays.is_torch_tensor(x) and x.is_cuda:
+        if wg.format == "mxfp4":
+            return RuntimeError, ("gemm='sm90' with MXFP4 weights is refused on CUDA: std.moe_sm90_mx's grouped GEMM "
+                                  "did not finish on the H100 once its wgmmas ran pipelined (whole-program cubins, "
+                                  "2026-11-27; benchmarks/RESULTS.md); gemm='mma' or 'auto' decode MXFP4 on mma.sync")
         if not _common.stdlib_module("matmul_sm90", "cuda").target_has("wgmma"):
             return RuntimeError, "gemm='sm90' needs an sm_90 GPU (wgmma, TMA)"
     elif not isinstance(x, np.ndarray):

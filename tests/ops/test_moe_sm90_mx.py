@@ -120,6 +120,38 @@ def _decode_torch(torch, w):
 
 
 @pytest.mark.gpu
+def test_moe_sm90_mxfp4_refused_on_cuda():
+    """MXFP4 on the Hopper grouped GEMM is refused on CUDA (the kernel did not finish on the H100 with
+    whole-program cubins): gemm='sm90' raises, gemm='auto' takes the mma.sync decode even at prefill
+    sizes (MOE_SM90_MXFP4_MIN_ROWS_PER_EXPERT None) and is right against the float64 reference."""
+    torch = pytest.importorskip("torch")
+    assert ops.MOE_SM90_MXFP4_MIN_ROWS_PER_EXPERT is None
+    e_n, k, hid, inter, t_n = 8, 2, 256, 128, 1024
+    g = torch.Generator(device="cuda").manual_seed(5)
+    packed = lambda r, c: torch.randint(0, 256, (e_n, r, c // 2), device="cuda", dtype=torch.uint8, generator=g)
+    scales = lambda r, c: torch.randint(120, 123, (e_n, r, c // 32), device="cuda", dtype=torch.uint8, generator=g)
+    wg = ExpertWeights.mxfp4(packed(2 * inter, hid), scales(2 * inter, hid))
+    wd = ExpertWeights.mxfp4(packed(hid, inter), scales(hid, inter))
+    x = torch.randn(t_n, hid, device="cuda", dtype=torch.bfloat16, generator=g)
+    logits = torch.randn(t_n, e_n, device="cuda", generator=g)
+    with pytest.raises(RuntimeError, match="MXFP4 weights is refused on CUDA"):
+        ops.moe(x, logits, wg, wd, k, gemm="sm90")
+    got = ops.moe(x, logits, wg, wd, k).double()
+    ids, w = ops.moe_route(logits, k)
+    ref = torch.zeros(t_n, hid, dtype=torch.float64, device="cuda")
+    for e in range(e_n):
+        tok, j = (ids == e).nonzero(as_tuple=True)
+        ge = _decode_torch(torch, ExpertWeights("mxfp4", wg.data[e:e + 1], wg.scales[e:e + 1]))[0]
+        de = _decode_torch(torch, ExpertWeights("mxfp4", wd.data[e:e + 1], wd.scales[e:e + 1]))[0]
+        gu = x[tok].double() @ ge.T
+        h = gu[:, :inter] / (1 + torch.exp(-gu[:, :inter])) * gu[:, inter:]
+        ref.index_add_(0, tok, w[tok, j].double()[:, None] * (h @ de.T))
+    assert float((got - ref).norm() / ref.norm()) < 2.0 ** -6
+
+
+@pytest.mark.gpu
+@pytest.mark.skip(reason="std.moe_sm90_mx did not finish on the H100 with whole-program cubins (2026-11-27): "
+                         "ops.moe refuses MXFP4 with gemm='sm90' on CUDA until it is found (issue 25)")
 @pytest.mark.parametrize("t_n", [1, 37, 1024])
 def test_moe_sm90_mxfp4_on_cuda(t_n):
     """gpt-oss (E 32, top_k 4, H = I = 2880), MXFP4 weights, bf16 x, against a float64 torch loop over
@@ -137,9 +169,10 @@ def test_moe_sm90_mxfp4_on_cuda(t_n):
     x = torch.randn(t_n, hid, device="cuda", dtype=torch.bfloat16, generator=g)
     logits = torch.randn(t_n, e_n, device="cuda", generator=g)
     wg, wd = weights(2 * inter, hid, 120), weights(hid, inter, 120)
-    got = ops.moe(x, logits, wg, wd, k, gemm="sm90")
-    assert got.dtype == torch.bfloat16 and got.shape == (t_n, hid) and got.is_cuda
     ids, w = ops.moe_route(logits, k)
+    # the kernel itself: ops.moe refuses MXFP4 with gemm='sm90' on CUDA (test_moe_sm90_mxfp4_refused_on_cuda)
+    got = moe_sm90.moe_sm90(x, ops.moe_align(ids, w, e_n, moe_sm90.BLOCK_M), wg, wd)
+    assert got.dtype == torch.bfloat16 and got.shape == (t_n, hid) and got.is_cuda
     x64 = x.double()
     ref = torch.zeros(t_n, hid, dtype=torch.float64, device="cuda")
     bound = torch.zeros_like(ref)
