@@ -351,7 +351,10 @@ MOE_SM90_MIN_ROWS_PER_EXPERT = 16
 #: (every wgmma serialised). None since then: with whole-program cubins (2026-11-27) the kernel's GPU
 #: test (tests/ops/test_moe_sm90_mx.py, T 1 and 37) started and did not finish while the rest of its
 #: run passed, and bench_moe.py --sm90 --formats mxfp4 printed no row in 7 minutes (benchmarks/RESULTS.md,
-#: sixth session); kcompiler.ops.moe_sm90.reason_not refuses MXFP4 on CUDA until that is found.
+#: sixth session). The likely cause, found afterwards without a GPU: its setmaxnreg split (64 + 2 x 224)
+#: asked 1024 registers more than the block's pool holds (3 x 168), so setmaxnreg.inc waited for ever
+#: once ptxas honoured it; now 64 + 2 x 216 (tests/ops/test_setmaxnreg_pool.py). Not yet run on the
+#: H100, so kcompiler.ops.moe_sm90.reason_not still refuses MXFP4 on CUDA.
 MOE_SM90_MXFP4_MIN_ROWS_PER_EXPERT: int | None = None
 
 #: Threads a block of std.moe's SIMT GEMMs (its GEMM_THREADS).

@@ -98,8 +98,9 @@ def reason_not(x: Any, wg: ExpertWeights, wd: ExpertWeights) -> tuple[type, str]
     if arrays.is_torch_tensor(x) and x.is_cuda:
         if wg.format == "mxfp4":
             return RuntimeError, ("gemm='sm90' with MXFP4 weights is refused on CUDA: std.moe_sm90_mx's grouped GEMM "
-                                  "did not finish on the H100 once its wgmmas ran pipelined (whole-program cubins, "
-                                  "2026-11-27; benchmarks/RESULTS.md); gemm='mma' or 'auto' decode MXFP4 on mma.sync")
+                                  "did not finish on the H100 once ptxas honoured its setmaxnreg (whole-program "
+                                  "cubins, 2026-11-27; its register split is fixed but not yet run there; "
+                                  "benchmarks/RESULTS.md); gemm='mma' or 'auto' decode MXFP4 on mma.sync")
         if not _common.stdlib_module("matmul_sm90", "cuda").target_has("wgmma"):
             return RuntimeError, "gemm='sm90' needs an sm_90 GPU (wgmma, TMA)"
     elif not isinstance(x, np.ndarray):
