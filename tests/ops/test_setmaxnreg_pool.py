@@ -1,5 +1,5 @@
 """setmaxnreg's register pool in the warp-specialised Hopper kernels (std.attention_sm90,
-std.matmul_sm90, std.moe_sm90_mx).
+std.matmul_sm90, std.mla_sm90, std.moe_sm90_mx).
 
 PTX ISA, setmaxnreg: "A pool of available registers is maintained per-CTA"; setmaxnreg.dec releases a
 warpgroup's registers to it and setmaxnreg.inc "blocks the execution until enough registers are
@@ -23,6 +23,7 @@ from ..ptxas_util import needs_ptxas, ptxas
 CASES = [("moe_sm90_mx.kc", "matmul_sm90_grouped_mxfp4", dict(OUT="bf16", FUSE=1), 2),
          ("moe_sm90_mx.kc", "matmul_sm90_grouped_mxfp4", dict(OUT="bf16", FUSE=0), 2),
          ("matmul_sm90.kc", "matmul_sm90", dict(T="bf16"), 2),
+         ("mla_sm90.kc", "mla_decode_sm90", dict(T="bf16", OUT="bf16"), 2),
          ("attention_sm90.kc", "attention_prefill_sm90", dict(T="bf16", D=128, CAUSAL=True, PINGPONG=True, TURNS=1), 2),
          ("attention_sm90.kc", "attention_prefill_sm90", dict(T="bf16", D=64, CONSUMERS=3), 3),
          ("attention_sm90.kc", "attention_prefill_sm90", dict(T="bf16", D=256, BN=96, CONSUMERS=1), 1),
