@@ -240,7 +240,8 @@ def prepare(mod: Any, a: Any, b: Any, out: Any, *, b_kmajor: bool = True, scale_
     cm = cfg.get("CLUSTER_M", 1)
     tail_split = int(cfg.pop("TAIL_SPLIT", 0))
     if tail_split:
-        split_k = _tail_split_check(mod, cfg, tail_split, split_k, block, fuse)
+        _tail_split_check(mod, cfg, tail_split, split_k, block, fuse)
+        split_k = 1
     ta = cached_tensor_map(a, (bm, bk))
     if gated:  # cooperative, without clusters (the kernel's FUSE rule)
         tb = cached_tensor_map(b.reshape(2, N, K), (1, cfg["BN"] // 2, bk))
@@ -295,15 +296,14 @@ def tail_shares(tiles: int, grid: int, tail_split: int) -> tuple[int, int]:
     return (tail, shares) if shares > 1 else (0, 1)
 
 
-def _tail_split_check(mod: Any, cfg: dict, tail_split: int, split_k: int | None, block: Any, fuse: Any) -> int:
+def _tail_split_check(mod: Any, cfg: dict, tail_split: int, split_k: int | None, block: Any, fuse: Any) -> None:
     """:func:`prepare`'s checks of a configuration with TAIL_SPLIT (the kernel's rule: at least 2; a
     cooperative tile without clusters, split-K, a block epilogue or a fused RMSNorm; std.matmul_sm90's own
-    kernels, not a user's epilogue module's); returns the split-K factor, 1. Raises ValueError."""
+    kernels, not a user's epilogue module's). Raises ValueError."""
     if tail_split < 2 or cfg.get("PINGPONG") or cfg.get("CLUSTER_M", 1) > 1 or split_k not in (None, 1) \
             or block is not None or (fuse is not None and fuse[0] != 1) or not hasattr(mod, "matmul_sm90_tma"):
         raise ValueError("matmul_sm90.run: TAIL_SPLIT is at least 2, for a cooperative tile without clusters, "
                          "split-K, a block epilogue or RMSNorm, on std.matmul_sm90's own kernels")
-    return 1
 
 
 def _kernel(mod: Any, cfg: dict, params: dict, args: list, out: Any, epi_tma: int, epi_bar: bool,

@@ -45,8 +45,9 @@ shared memory (the stdlib module's header): the result is the bf16 path's on the
 
 H and I multiples of 8 (TMA's 16-byte rows of bf16), of 16 for FP8 (of E4M3). ``ops.moe``'s "auto"
 takes this path for bf16 on an sm_90 GPU from ops.MOE_SM90_MIN_ROWS_PER_EXPERT assignments an expert
-(measured: benchmarks/RESULTS.md), for MXFP4 from ops.MOE_SM90_MXFP4_MIN_ROWS_PER_EXPERT (128,
-measured the same way), not for FP8 (not yet measured; it quantises the activations).
+(measured: benchmarks/RESULTS.md), not for MXFP4 (ops.MOE_SM90_MXFP4_MIN_ROWS_PER_EXPERT None: refused
+on CUDA until std.moe_sm90_mx has run on the H100 with whole-program cubins, :func:`reason_not`), not
+for FP8 (not yet measured; it quantises the activations).
 Torch CUDA tensors on an sm_90 GPU, or numpy arrays on the CPU target's emulation of wgmma and TMA
 (``target_options={"emulate_wgmma": True}``: slow, for tests)."""
 from __future__ import annotations
