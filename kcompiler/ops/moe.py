@@ -344,18 +344,15 @@ MOE_SIMT_BN = 64
 #: Mixtral (E 8, top_k 2) T 64 (16) 1.10 against 1.39, T 4096 4.55 against 33.0 (benchmarks/RESULTS.md).
 MOE_SM90_MIN_ROWS_PER_EXPERT = 16
 #: The same threshold for MXFP4 weights (std.moe_sm90_mx's grouped GEMM against kcompiler.ops.moe_gemm's
-#: mma.sync decode; None: never). H100, benchmarks/bench_moe.py --sm90 --formats bf16,mxfp4 (2026-11-27,
-#: benchmarks/RESULTS.md): the layer at 128 assignments an expert (gpt-oss T 1024) 0.88 ms against the
-#: mma.sync path's 1.95 (2.2x), mixtral's (E 8, top_k 2, T 1024: 256 an expert) 2.46 against 6.05 ms;
-#: the smallest of the measured points (below it untimed). Those timings ran on cubins from nvJitLink
-#: (every wgmma serialised). None since then: with whole-program cubins (2026-11-27) the kernel's GPU
-#: test (tests/ops/test_moe_sm90_mx.py, T 1 and 37) started and did not finish while the rest of its
-#: run passed, and bench_moe.py --sm90 --formats mxfp4 printed no row in 7 minutes (benchmarks/RESULTS.md,
-#: sixth session). The likely cause, found afterwards without a GPU: its setmaxnreg split (64 + 2 x 224)
-#: asked 1024 registers more than the block's pool holds (3 x 168), so setmaxnreg.inc waited for ever
-#: once ptxas honoured it; now 64 + 2 x 216 (tests/ops/test_setmaxnreg_pool.py). Not yet run on the
-#: H100, so kcompiler.ops.moe_sm90.reason_not still refuses MXFP4 on CUDA.
-MOE_SM90_MXFP4_MIN_ROWS_PER_EXPERT: int | None = None
+#: mma.sync decode; None: never). H100, benchmarks/bench_moe.py --sm90 --formats mxfp4 (2026-11-27, seventh
+#: session, whole-program cubins; benchmarks/RESULTS.md), ms a layer, sm90 against mma.sync: gpt-oss (E 32,
+#: top_k 4) T 256 (32 an expert) 0.742 against 0.674, T 512 (64) 0.716 against 1.107, T 1024 (128) 1.058
+#: against 1.950; Mixtral (E 8, top_k 2) T 128 (32) 1.137 against 0.981, T 256 (64) 1.124 against 1.651.
+#: Below 64 the Hopper kernel's time is flat (~0.73 ms gpt-oss, ~1.12 Mixtral): it decodes every weight
+#: of every expert hit into shared memory whatever the rows. (The sixth session's hang of this kernel was its
+#: setmaxnreg split, 64 + 2 x 224 > the block's pool of 3 x 168; now 64 + 2 x 216,
+#: tests/ops/test_setmaxnreg_pool.py.)
+MOE_SM90_MXFP4_MIN_ROWS_PER_EXPERT: int | None = 64
 
 #: Threads a block of std.moe's SIMT GEMMs (its GEMM_THREADS).
 MOE_SIMT_THREADS = 256

@@ -45,8 +45,7 @@ shared memory (the stdlib module's header): the result is the bf16 path's on the
 
 H and I multiples of 8 (TMA's 16-byte rows of bf16), of 16 for FP8 (of E4M3). ``ops.moe``'s "auto"
 takes this path for bf16 on an sm_90 GPU from ops.MOE_SM90_MIN_ROWS_PER_EXPERT assignments an expert
-(measured: benchmarks/RESULTS.md), not for MXFP4 (ops.MOE_SM90_MXFP4_MIN_ROWS_PER_EXPERT None: refused
-on CUDA until std.moe_sm90_mx has run on the H100 with whole-program cubins, :func:`reason_not`), not
+and for MXFP4 from ops.MOE_SM90_MXFP4_MIN_ROWS_PER_EXPERT (measured: benchmarks/RESULTS.md), not
 for FP8 (not yet measured; it quantises the activations).
 Torch CUDA tensors on an sm_90 GPU, or numpy arrays on the CPU target's emulation of wgmma and TMA
 (``target_options={"emulate_wgmma": True}``: slow, for tests)."""
@@ -85,9 +84,7 @@ def reason_not(x: Any, wg: ExpertWeights, wd: ExpertWeights) -> tuple[type, str]
     the message), or None: it takes bf16, FP8 or MXFP4 weights, both of one format (TypeError), H and
     I multiples of 8, of 16 for FP8 (ValueError: TMA's 16-byte rows; MXFP4's are multiples of 32 by
     construction), torch CUDA tensors
-    (on an sm_90 GPU, else RuntimeError; MXFP4 weights on CUDA: RuntimeError, the kernel did not finish
-    on the H100 with whole-program cubins, kcompiler.ops.MOE_SM90_MXFP4_MIN_ROWS_PER_EXPERT) or numpy
-    arrays (the CPU target's emulation; TypeError for other arrays)."""
+    (on an sm_90 GPU, else RuntimeError) or numpy arrays (the CPU target's emulation; TypeError for other arrays)."""
     if wg.format not in FORMATS or wd.format != wg.format:
         return TypeError, (f"gemm='sm90' takes bf16, fp8 or mxfp4 weights, both of one format (not {wg.format} "
                            f"and {wd.format})")
@@ -97,11 +94,6 @@ def reason_not(x: Any, wg: ExpertWeights, wd: ExpertWeights) -> tuple[type, str]
         return ValueError, (f"gemm='sm90' needs H ({h}) and I ({n2 // 2}) multiples of {m} with {wg.format} "
                             "weights (TMA's 16-byte rows)")
     if arrays.is_torch_tensor(x) and x.is_cuda:
-        if wg.format == "mxfp4":
-            return RuntimeError, ("gemm='sm90' with MXFP4 weights is refused on CUDA: std.moe_sm90_mx's grouped GEMM "
-                                  "did not finish on the H100 once ptxas honoured its setmaxnreg (whole-program "
-                                  "cubins, 2026-11-27; its register split is fixed but not yet run there; "
-                                  "benchmarks/RESULTS.md); gemm='mma' or 'auto' decode MXFP4 on mma.sync")
         if not _common.stdlib_module("matmul_sm90", "cuda").target_has("wgmma"):
             return RuntimeError, "gemm='sm90' needs an sm_90 GPU (wgmma, TMA)"
     elif not isinstance(x, np.ndarray):

@@ -120,12 +120,12 @@ def _decode_torch(torch, w):
 
 
 @pytest.mark.gpu
-def test_moe_sm90_mxfp4_refused_on_cuda():
-    """MXFP4 on the Hopper grouped GEMM is refused on CUDA (the kernel did not finish on the H100 with
-    whole-program cubins): gemm='sm90' raises, gemm='auto' takes the mma.sync decode even at prefill
-    sizes (MOE_SM90_MXFP4_MIN_ROWS_PER_EXPERT None) and is right against the float64 reference."""
+def test_moe_mxfp4_auto_on_cuda(monkeypatch):
+    """gemm='auto' with MXFP4 weights takes the Hopper grouped GEMM from
+    MOE_SM90_MXFP4_MIN_ROWS_PER_EXPERT assignments an expert (here 256) and the mma.sync decode below it;
+    both, and gemm='sm90' and 'mma' given, are right against the float64 reference."""
     torch = pytest.importorskip("torch")
-    assert ops.MOE_SM90_MXFP4_MIN_ROWS_PER_EXPERT is None
+    assert ops.MOE_SM90_MXFP4_MIN_ROWS_PER_EXPERT == 64
     e_n, k, hid, inter, t_n = 8, 2, 256, 128, 1024
     g = torch.Generator(device="cuda").manual_seed(5)
     packed = lambda r, c: torch.randint(0, 256, (e_n, r, c // 2), device="cuda", dtype=torch.uint8, generator=g)
@@ -134,9 +134,18 @@ def test_moe_sm90_mxfp4_refused_on_cuda():
     wd = ExpertWeights.mxfp4(packed(hid, inter), scales(hid, inter))
     x = torch.randn(t_n, hid, device="cuda", dtype=torch.bfloat16, generator=g)
     logits = torch.randn(t_n, e_n, device="cuda", generator=g)
-    with pytest.raises(RuntimeError, match="MXFP4 weights is refused on CUDA"):
-        ops.moe(x, logits, wg, wd, k, gemm="sm90")
-    got = ops.moe(x, logits, wg, wd, k).double()
+    calls = []
+    real = moe_sm90.moe_sm90
+    monkeypatch.setattr(moe_sm90, "moe_sm90", lambda *a, **kw: calls.append(a[0].shape[0]) or real(*a, **kw))
+    for t in (t_n, 31):  # 256 assignments an expert (sm90), then 7.75 (mma.sync)
+        check_gemms_cuda(torch, x[:t], logits[:t], wg, wd, k)
+    assert calls == [t_n, t_n, 31]  # 'auto' and 'sm90' at T 1024; 'sm90' only at T 31
+
+
+def check_gemms_cuda(torch, x, logits, wg, wd, k):
+    """ops.moe's three choices of GEMM against a float64 torch loop over the experts (relative norm)."""
+    t_n, hid = x.shape
+    e_n, inter = wg.shape[0], wg.shape[1] // 2
     ids, w = ops.moe_route(logits, k)
     ref = torch.zeros(t_n, hid, dtype=torch.float64, device="cuda")
     for e in range(e_n):
@@ -146,13 +155,12 @@ def test_moe_sm90_mxfp4_refused_on_cuda():
         gu = x[tok].double() @ ge.T
         h = gu[:, :inter] / (1 + torch.exp(-gu[:, :inter])) * gu[:, inter:]
         ref.index_add_(0, tok, w[tok, j].double()[:, None] * (h @ de.T))
-    assert float((got - ref).norm() / ref.norm()) < 2.0 ** -6
+    for gemm in ("auto", "sm90", "mma"):
+        got = ops.moe(x, logits, wg, wd, k, gemm=gemm).double()
+        assert float((got - ref).norm() / ref.norm()) < 2.0 ** -6, gemm
 
 
 @pytest.mark.gpu
-@pytest.mark.skip(reason="std.moe_sm90_mx did not finish on the H100 with whole-program cubins (2026-11-27; "
-                         "likely its setmaxnreg split, since fixed: test_setmaxnreg_pool.py); not yet run there "
-                         "again, so ops.moe refuses MXFP4 with gemm='sm90' on CUDA (issue 25)")
 @pytest.mark.parametrize("t_n", [1, 37, 1024])
 def test_moe_sm90_mxfp4_on_cuda(t_n):
     """gpt-oss (E 32, top_k 4, H = I = 2880), MXFP4 weights, bf16 x, against a float64 torch loop over
@@ -171,8 +179,7 @@ def test_moe_sm90_mxfp4_on_cuda(t_n):
     logits = torch.randn(t_n, e_n, device="cuda", generator=g)
     wg, wd = weights(2 * inter, hid, 120), weights(hid, inter, 120)
     ids, w = ops.moe_route(logits, k)
-    # the kernel itself: ops.moe refuses MXFP4 with gemm='sm90' on CUDA (test_moe_sm90_mxfp4_refused_on_cuda)
-    got = moe_sm90.moe_sm90(x, ops.moe_align(ids, w, e_n, moe_sm90.BLOCK_M), wg, wd)
+    got = ops.moe(x, logits, wg, wd, k, gemm="sm90")
     assert got.dtype == torch.bfloat16 and got.shape == (t_n, hid) and got.is_cuda
     x64 = x.double()
     ref = torch.zeros(t_n, hid, dtype=torch.float64, device="cuda")
