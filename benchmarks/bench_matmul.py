@@ -278,6 +278,9 @@ def time_mx() -> list:
 VARIANTS = {"default": None,
             "128x256/3st": ("128x256", dict(STAGES=3)),
             "128x256/4st": ("128x256", dict(STAGES=4)),
+            # 128 x 224 tiles (wave quantisation): 1024 x 14336 x 4096 is 512 of them = 3.88 waves of 132,
+            # against 448 of 128 x 256 = 3.39 waves (the busiest block 4 tiles either way, of 224 columns)
+            "128x224/4st": ("128x256", dict(BN=224, STAGES=4)),
             "128x128/6st": ("128x128", {}),
             "pp64x256/4st": ("pp64x256", dict(STAGES=4)),
             "pp64x256/5st": ("pp64x256", dict(STAGES=5)),
@@ -294,6 +297,9 @@ VARIANTS = {"default": None,
             # stages, or half buffers (two copies a tile) with 4
             "tma128x256/3st": ("tma128x256", {}),
             "tma128x256h/4st": ("tma128x256h", {}),
+            # 128 x 224 tiles with the TMA store (boxes of 32 columns): the default's choice where its waves
+            # cost less (kcompiler.ops.matmul_sm90.WAVE_ALTERNATIVES)
+            "tma128x224h": ("tma128x224h", {}),
             # the same, its consumers meeting on named barriers (bar.sync) instead of mbarriers
             "tma128x256hn/4st": ("tma128x256hn", {}),
             # large M (issue 23): the raster's rows of tiles a group (GROUP_M; 8 the default). Blocks running

@@ -62,7 +62,11 @@ CONFIGS = {"128x256": dict(BN=256, CONSUMERS=2, STAGES=4, GROUP_M=8),
            # FP8 1030 / 1026 against 1242; elsewhere level (RESULTS.md). Opt-in; not among CHOICES.
            "t2tma128x256h": dict(BN=256, CONSUMERS=2, STAGES=4, GROUP_M=8, EPI_TMA=128, TAIL_SPLIT=2),
            "t4tma128x256h": dict(BN=256, CONSUMERS=2, STAGES=4, GROUP_M=8, EPI_TMA=128, TAIL_SPLIT=4),
-           "t2x128x256": dict(BN=256, CONSUMERS=2, STAGES=4, GROUP_M=8, TAIL_SPLIT=2)}
+           "t2x128x256": dict(BN=256, CONSUMERS=2, STAGES=4, GROUP_M=8, TAIL_SPLIT=2),
+           # 128 x 224 tiles against wave quantisation: 1024 x 14336 x 4096 is 512 of them, 3.88 waves of 132
+           # (448 of 128 x 256: 3.39), so the busiest block's 4 tiles are 224 columns wide, not 256; C stored
+           # in parts of 128 and 96 columns, boxes of 32 (store_tile_tma). 4 stages, 208 KiB.
+           "tma128x224h": dict(BN=224, CONSUMERS=2, STAGES=4, GROUP_M=8, EPI_TMA=128)}
 
 #: The configurations :func:`choose` uses. Every one of :data:`CONFIGS` but the tail split's has run
 #: correctly on an H100 (tests/ops/test_matmul_sm90.py, test_every_config, K-major and N-major B, 2026-11-23;
@@ -74,6 +78,14 @@ CONFIGS = {"128x256": dict(BN=256, CONSUMERS=2, STAGES=4, GROUP_M=8),
 #: cuBLAS (H100, 2026-11-27, bench_matmul.py --variants); where its TMA store does not apply (an f32 C,
 #: split-K, a fused or block epilogue), :func:`prepare` stores from registers, which is 128x256.
 CHOICES = ("tma128x256h", "64x128", "64x64")
+
+#: Tiles of as many rows that :func:`choose` takes instead of a configuration of :data:`CHOICES` where
+#: they cost :data:`WAVE_MARGIN` less in its wave model: tma128x224h for tma128x256h (1024 x 14336 x 4096:
+#: H100, 2026-11-27, benchmarks/RESULTS.md).
+WAVE_ALTERNATIVES = {"tma128x256h": ("tma128x224h",)}
+
+#: How much less (a fraction) a tile of :data:`WAVE_ALTERNATIVES` must cost in :func:`choose`'s wave model.
+WAVE_MARGIN = 0.05
 
 #: Element types of A and B, and the BK of each (one 128-byte swizzled row).
 BK = {"bf16": 64, "f16": 64, "f8e4m3": 128, "f8e5m2": 128}
@@ -95,18 +107,30 @@ def shared_bytes(cfg: dict, t: str) -> int:
             + (cfg["CONSUMERS"] * (128 * epi + 8) if epi else 0))
 
 
-def choose(M: int, N: int, K: int, sms: int = Device.multiprocessor_count) -> dict:
+def choose(M: int, N: int, K: int, sms: int = Device.multiprocessor_count, b_kmajor: bool = True) -> dict:
     """The configuration :func:`run` uses for an M x K by K x N product on ``sms`` multiprocessors:
-    the largest tile of :data:`CHOICES` that gives every multiprocessor a tile at least (more than
-    80% of them, where tiles run out), else the smallest (small products are bound by reading B:
-    what counts there is how many blocks stream it at once); one consumer warpgroup (64 rows) where
-    M <= 64."""
+    the first of :data:`CHOICES` that gives most multiprocessors a tile (at least 80% of them, where tiles
+    run out), or one of its :data:`WAVE_ALTERNATIVES` where that costs :data:`WAVE_MARGIN` less by waves:
+    ceil(tiles / sms) x BN, the columns the busiest block multiplies (wave quantisation: 1024 x 14336 has
+    448 tiles of 128 x 256, 3.39 waves, the busiest block 4 x 256 columns, and 512 of 128 x 224, 4 x
+    224); none fitting, the smallest (small products are bound by reading B: what counts there is how
+    many blocks stream it at once); one consumer warpgroup (64 rows) where M <= 64; BN a multiple of 64
+    for an N-major B (``b_kmajor`` False: the kernel's rule)."""
+    def tiles(cfg: dict) -> int:
+        return -(-M // tile_m(cfg)) * -(-N // cfg["BN"])
+
+    def cost(cfg: dict) -> int:
+        return -(-tiles(cfg) // sms) * cfg["BN"]
+
     for name in CHOICES:
         cfg = CONFIGS[name]
         if M <= 64 and tile_m(cfg) > 64:
             continue  # a second consumer would multiply rows of zeros
-        tiles = -(-M // tile_m(cfg)) * -(-N // cfg["BN"])
-        if tiles >= 0.8 * sms:
+        if tiles(cfg) >= 0.8 * sms:
+            for alt in WAVE_ALTERNATIVES.get(name, ()):
+                other = CONFIGS[alt]
+                if (b_kmajor or other["BN"] % 64 == 0) and cost(other) < (1 - WAVE_MARGIN) * cost(cfg):
+                    cfg = other
             return dict(cfg)
     return dict(CONFIGS[CHOICES[-1]])
 
@@ -234,7 +258,7 @@ def prepare(mod: Any, a: Any, b: Any, out: Any, *, b_kmajor: bool = True, scale_
         if config not in CONFIGS:
             raise ValueError(f"matmul_sm90.run: no configuration {config!r}; CONFIGS: {', '.join(CONFIGS)}")
         config = CONFIGS[config]
-    cfg = dict(config) if config is not None else choose(M, 2 * N if gated else N, K, sms)
+    cfg = dict(config) if config is not None else choose(M, 2 * N if gated else N, K, sms, b_kmajor)
     bk = BK[t]
     bm = tile_m(cfg)
     cm = cfg.get("CLUSTER_M", 1)
@@ -280,7 +304,8 @@ def prepare(mod: Any, a: Any, b: Any, out: Any, *, b_kmajor: bool = True, scale_
     args = [ta, tb, None, M, N, K, N, scale_a, scale_b]
     kernel = _kernel(mod, cfg, params, args, out, epi_tma, epi_bar, epilogue, block, fuse, split_k, ws, counts)
     launch = kernel[grid, 128 * (cfg["CONSUMERS"] + 1)]
-    return _launcher(launch, args[:2], args[3:], shared_bytes(cfg, t), params, stream, bool(cfg["EPI_TMA"]))
+    return _launcher(launch, args[:2], args[3:], shared_bytes(cfg, t), params, stream,
+                     epi_box(cfg) if cfg["EPI_TMA"] else 0)
 
 
 def tail_shares(tiles: int, grid: int, tail_split: int) -> tuple[int, int]:
@@ -343,15 +368,23 @@ def _kernel(mod: Any, cfg: dict, params: dict, args: list, out: Any, epi_tma: in
     return kernel
 
 
+def epi_box(cfg: dict) -> int:
+    """The columns of a box of the TMA store epilogue (std.matmul_sm90_store's store_tile_tma: C's tensor
+    map has box (64, epi_box), swizzled by its 2 epi_box bytes): 64 where the tile's BN is a multiple of
+    64, else 32 (BN 224)."""
+    return 64 if cfg["BN"] % 64 == 0 else 32
+
+
 def _launcher(launch: Any, head: list, tail: list, shared: int, params: dict, stream: Any,
-              tma: bool) -> Callable[[Any], Any]:
+              box: int) -> Callable[[Any], Any]:
     """:func:`prepare`'s ``go(c)`` (returns c): ``launch`` (the kernel and its grid) on ``head`` (the
-    tensor maps of a and B), C (with ``tma``: the tensor map of this call's C and its flat view, else
-    the flat view), ``tail`` (the other arguments), ``shared`` bytes of shared memory and ``params``;
+    tensor maps of a and B), C (where ``box``: the tensor map of this call's C and its flat view, else
+    the flat view; ``box``: the columns of its box, :func:`epi_box`, 0 without it), ``tail`` (the other
+    arguments), ``shared`` bytes of shared memory and ``params``;
     on ``stream``, or torch's current stream of c at each call where None."""
-    if tma:
-        def go(c: Any) -> Any:  # the tensor map of this call's C (box: 64 rows of 64 columns, 128 bytes)
-            launch(*head, cached_tensor_map(c, (64, 64)), c.reshape(-1), *tail, shared=shared,
+    if box:
+        def go(c: Any) -> Any:  # the tensor map of this call's C (box: 64 rows of `box` columns, swizzled)
+            launch(*head, cached_tensor_map(c, (64, box), swizzle=2 * box), c.reshape(-1), *tail, shared=shared,
                    stream=_common.stream_of(c) if stream is None else stream, **params)
             return c
         return go
@@ -647,6 +680,6 @@ def scaled_matmul_cpu(a: Any, b: Any, scale_a: Any, scale_b: Any, *, out_dtype: 
     return run(_cpu_module(), a2, b_nk, out, scale_a=sa, scale_b=sb, scale=mode)
 
 
-__all__ = ["BK", "CHOICES", "CONFIGS", "PLANS", "choose", "choose_split", "epilogue_module", "operand_b",
+__all__ = ["BK", "CHOICES", "CONFIGS", "PLANS", "WAVE_ALTERNATIVES", "WAVE_MARGIN", "choose", "choose_split", "epi_box", "epilogue_module", "operand_b",
            "plan_key", "prepare", "reason_not", "remember", "run", "scaled_matmul", "scaled_matmul_cpu",
            "shared_bytes", "tail_shares", "tile_m", "tma_store_applies"]

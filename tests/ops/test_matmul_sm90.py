@@ -98,6 +98,13 @@ def test_config_choice():
     from kcompiler.ops import matmul_sm90 as m
     assert m.choose(8192, 8192, 8192) == m.CONFIGS["tma128x256h"]
     assert m.choose(1024, 4096, 4096) == m.CONFIGS["tma128x256h"]  # 128 tiles of 132
+    # waves: 448 tiles of 128 x 256 (4 waves of 256 columns) against 512 of 128 x 224 (4 of 224)
+    assert m.choose(1024, 14336, 4096) == m.CONFIGS["tma128x224h"]
+    assert m.choose(512, 14336, 4096) == m.CONFIGS["tma128x224h"]  # 2 waves either way
+    assert m.choose(1024, 14336, 4096, b_kmajor=False) == m.CONFIGS["tma128x256h"]  # N-major: BN of 64s
+    assert m.choose(4096, 14336, 4096) == m.CONFIGS["tma128x256h"]  # 14 x 256 = 16 x 224: the first
+    assert m.choose(4096, 4096, 4096) == m.CONFIGS["tma128x256h"]  # 4 x 256 < 5 x 224
+    assert m.choose(8192, 8192, 8192) == m.CONFIGS["tma128x256h"]  # 16 x 256 against 18 x 224: within the margin
     assert m.choose(128, 4096, 4096) == m.CONFIGS["64x64"]  # 128 tiles of 132
     assert m.choose(16, 14336, 4096) == m.CONFIGS["64x128"]
     assert m.choose(1, 8, 8) == m.CONFIGS["64x64"]

@@ -21,14 +21,18 @@ from .test_matmul_sm90 import _check64, _emulated, _reference_check, _sm90
 
 
 @needs_ptxas
-@pytest.mark.parametrize("params", [dict(T="bf16", OUT="bf16", STAGES=3, EPI_TMA=256),
-                                    dict(T="f8e4m3", OUT="f16", BK=128, SCALE=2, STAGES=4, EPI_TMA=128)],
-                         ids=["bf16-full", "fp8-half"])
-def test_tma_epilogue_assembles(params):
-    """A TMA store a box of 64 columns of the consumer's buffer, no spills, no serialised wgmma."""
+@pytest.mark.parametrize("params, boxes", [(dict(T="bf16", OUT="bf16", STAGES=3, EPI_TMA=256), 4),
+                                           (dict(T="f8e4m3", OUT="f16", BK=128, SCALE=2, STAGES=4, EPI_TMA=128), 4),
+                                           (dict(T="bf16", OUT="bf16", BN=224, STAGES=4, EPI_TMA=128), 7),
+                                           (dict(T="f8e4m3", OUT="bf16", BK=128, BN=224, SCALE=1, STAGES=4,
+                                                 EPI_TMA=128), 7)],
+                         ids=["bf16-full", "fp8-half", "bf16-224", "fp8-224"])
+def test_tma_epilogue_assembles(params, boxes):
+    """A TMA store a box of the consumer's buffer (64 columns; 32 for BN 224: 128 + 96 columns in 4 + 3
+    boxes), no spills, no serialised wgmma."""
     ptx = emit_file(stdlib_dir() / "matmul_sm90.kc", "asm", "nvptx", "sm_90a", kernel="matmul_sm90_tma",
                     comptime=params)
-    assert ptx.count("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group") == 4
+    assert ptx.count("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group") == boxes
     assert "cp.async.bulk.wait_group.read 0" in ptx and "cp.async.bulk.commit_group" in ptx
     log = ptxas(ptx, verbose=True)
     assert " 0 bytes spill stores" in log and "C75" not in log, log
@@ -51,10 +55,12 @@ def test_tma_epilogue_named_barriers_ptx():
 
 
 def test_refused_where_it_does_not_apply():
-    """EPI_TMA with split-K or an f32 C: a located error (the kernel's rule)."""
+    """EPI_TMA with an f32 C, or not a multiple of the box (64 columns; 32 where BN is not a multiple of
+    64), or past BN: a located error (the kernel's rule)."""
     from kcompiler.backends import get_target
     from kcompiler.diagnostics import CompileError
-    for params in (dict(T="bf16", OUT="f32", EPI_TMA=256), dict(T="bf16", OUT="bf16", EPI_TMA=96)):
+    for params in (dict(T="bf16", OUT="f32", EPI_TMA=256), dict(T="bf16", OUT="bf16", EPI_TMA=96),
+                   dict(T="bf16", OUT="bf16", BN=224, EPI_TMA=48), dict(T="bf16", OUT="bf16", BN=224, EPI_TMA=256)):
         with pytest.raises(CompileError, match="EPI_TMA") as ei:
             emit_file(stdlib_dir() / "matmul_sm90.kc", "llvm", get_target("cpu", emulate_wgmma=True),
                       kernel="matmul_sm90_tma", comptime=params)
@@ -68,8 +74,9 @@ def test_host_choice():
     import numpy as np
 
     from kcompiler.ops import matmul_sm90 as m
-    for name in ("tma128x256", "tma128x256h"):
+    for name in ("tma128x256", "tma128x256h", "tma128x224h"):
         assert m.shared_bytes(m.CONFIGS[name], "bf16") <= 227 * 1024
+    assert m.epi_box(m.CONFIGS["tma128x256h"]) == 64 and m.epi_box(m.CONFIGS["tma128x224h"]) == 32
     cfg = m.CONFIGS["tma128x256"]
     out = np.zeros((100, 136), ml_dtypes.bfloat16)
     assert m.tma_store_applies(cfg, out, 1, None, None)
@@ -84,6 +91,8 @@ EMU_CASES = [  # (M, N, K), config, blocks, epilogue
     ((70, 264, 72), "tma128x256h", 1, None),  # two copies a tile (half buffers), 2 tiles in one block
     ((70, 264, 72), "tma128x256hn", 1, None),  # the same, the consumers meeting on named barriers (EPI_BAR)
     ((130, 136, 72), "tma128x256", 1, "bias_relu"),  # EPI reads x only inside C
+    ((70, 456, 72), "tma128x224h", 2, None),  # boxes of 32 columns (64-byte swizzle), parts of 128 + 96; N 8 past 448
+    ((130, 200, 72), "tma128x224h", 1, "bias_relu"),  # one column of tiles, clipped inside its second part
 ]
 
 
@@ -132,7 +141,7 @@ def test_emulated_tma_epilogue_fp8_scaled():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("config", ["tma128x256", "tma128x256h", "tma128x256hn"])
+@pytest.mark.parametrize("config", ["tma128x256", "tma128x256h", "tma128x256hn", "tma128x224h"])
 @pytest.mark.parametrize("shape", [(333, 1000, 520), (1024, 14336, 512), (4096, 4096, 256)],
                          ids=lambda s: "x".join(map(str, s)))
 def test_tma_epilogue_on_gpu(config, shape):
