@@ -378,8 +378,8 @@ def epi_box(cfg: dict) -> int:
 def _launcher(launch: Any, head: list, tail: list, shared: int, params: dict, stream: Any,
               box: int) -> Callable[[Any], Any]:
     """:func:`prepare`'s ``go(c)`` (returns c): ``launch`` (the kernel and its grid) on ``head`` (the
-    tensor maps of a and B), C (where ``box``: the tensor map of this call's C and its flat view, else
-    the flat view; ``box``: the columns of its box, :func:`epi_box`, 0 without it), ``tail`` (the other
+    tensor maps of a and B), C (its flat view, after the tensor map of this call's C where ``box``, the
+    columns of that map's box, :func:`epi_box`, is not 0: the TMA store), ``tail`` (the other
     arguments), ``shared`` bytes of shared memory and ``params``;
     on ``stream``, or torch's current stream of c at each call where None."""
     if box:
@@ -680,6 +680,6 @@ def scaled_matmul_cpu(a: Any, b: Any, scale_a: Any, scale_b: Any, *, out_dtype: 
     return run(_cpu_module(), a2, b_nk, out, scale_a=sa, scale_b=sb, scale=mode)
 
 
-__all__ = ["BK", "CHOICES", "CONFIGS", "PLANS", "WAVE_ALTERNATIVES", "WAVE_MARGIN", "choose", "choose_split", "epi_box", "epilogue_module", "operand_b",
-           "plan_key", "prepare", "reason_not", "remember", "run", "scaled_matmul", "scaled_matmul_cpu",
-           "shared_bytes", "tail_shares", "tile_m", "tma_store_applies"]
+__all__ = ["BK", "CHOICES", "CONFIGS", "PLANS", "WAVE_ALTERNATIVES", "WAVE_MARGIN", "choose", "choose_split",
+           "epi_box", "epilogue_module", "operand_b", "plan_key", "prepare", "reason_not", "remember", "run",
+           "scaled_matmul", "scaled_matmul_cpu", "shared_bytes", "tail_shares", "tile_m", "tma_store_applies"]
