@@ -5,7 +5,7 @@ device-to-device copy measured in the same run.
 
     python benchmarks/bench_moe.py [--quick] [--tokens 1,16,64,512,4096] [--formats bf16,fp8,mxfp4]
         [--configs 32x2880x2880,128x4096x1536] [--top-k 4] [--reduce atomic|separate] [--gemm auto|simt|mma|sm90]
-    python benchmarks/bench_moe.py --sm90 [--tokens 1024,4096] [--formats bf16,fp8,mxfp4] [--mx-variants default,s3]
+    python benchmarks/bench_moe.py --sm90 [--tokens 1024,4096] [--formats bf16,fp8,mxfp4] [--gemm-variants default,bn192]
 
 --sm90: the Hopper path (ops.moe(gemm="sm90"): std.matmul_sm90's grouped GEMMs, TMA + wgmma) against
 the mma.sync path (gemm="mma", "auto"'s choice below ops.MOE_SM90_MIN_ROWS_PER_EXPERT, and for FP8
@@ -17,8 +17,8 @@ tokens 1024 and 4096 unless --tokens says otherwise, bf16 weights unless --forma
 two per-row quantisations, moe_sm90_quant, together; its results are checked by the relative error
 norm, within 2^-3: the activations' quantisation alone is about 2^-4.5; mxfp4: std.moe_sm90_mx's grouped
 GEMMs, the codes decoded exactly to bf16 in shared memory, beside the mma.sync decode and torch on the
-decoded weights; its two GEMMs alone are timed for each of --mx-variants, named in MX_VARIANTS, each
-checked against the first variant's result, within 1 % of its largest element).
+decoded weights). The two GEMMs alone (bf16, MXFP4) are timed for each of --gemm-variants, named in
+GEMM_VARIANTS, each checked against the first variant's result, within 1 % of its largest element.
 
 --small: the decode rows instead (gpt-oss's E 32, top_k 4, H = I = 2880; T 1, 4, 16, 64; bf16 and MXFP4):
 routing + alignment (ops.moe_route_align), the two GEMMs alone (ops.moe_gemm_swiglu + moe_gemm_down on a
@@ -169,7 +169,7 @@ def main():
     ap.add_argument("--reduce", default="atomic", choices=["atomic", "separate"])
     ap.add_argument("--gemm", default="auto", choices=["auto", "simt", "mma", "sm90"])
     ap.add_argument("--sm90", action="store_true")
-    ap.add_argument("--mx-variants", default="default")
+    ap.add_argument("--gemm-variants", "--mx-variants", default="default")
     args = ap.parse_args()
     if args.small:
         return small_rows(args.top_k)
@@ -179,9 +179,9 @@ def main():
         bad = [f for f in formats if f not in ("bf16", "fp8", "mxfp4")]
         if bad:
             ap.error(f"--sm90 takes --formats bf16, fp8 and mxfp4, not {','.join(bad)}")
-        variants = args.mx_variants.split(",")
-        if any(v not in MX_VARIANTS for v in variants):
-            ap.error(f"--mx-variants: names of {sorted(MX_VARIANTS)}")
+        variants = args.gemm_variants.split(",")
+        if any(v not in GEMM_VARIANTS for v in variants):
+            ap.error(f"--gemm-variants: names of {sorted(GEMM_VARIANTS)}")
         sm90_table([int(t) for t in (args.tokens if given else "1024,4096").split(",")], formats, variants)
         return
     args.formats = args.formats or "bf16,fp8,mxfp4"
@@ -231,12 +231,42 @@ def main():
         torch.cuda.empty_cache()
 
 
-#: Named compile-time variants of std.moe_sm90_mx's kernel for --sm90 --formats mxfp4 (--mx-variants).
-MX_VARIANTS = {"default": {}, "s3": {"STAGES": 3}, "s2": {"STAGES": 2}, "g4": {"GROUP_M": 4}, "g16": {"GROUP_M": 16},
-               "bn128": {"BN": 128}}
+#: Named compile-time variants of the grouped GEMMs for --sm90's "GEMMs alone" columns (--gemm-variants):
+#: overrides of std.moe_sm90_mx's kernel parameters (MXFP4) or of kcompiler.ops.moe_sm90.CONFIG's
+#: (bf16, FP8 aside); "default" is none (BN 256, not kcompiler.ops.moe_sm90.choose_bn's width).
+GEMM_VARIANTS = {"default": {}, "s3": {"STAGES": 3}, "s2": {"STAGES": 2}, "g4": {"GROUP_M": 4}, "g16": {"GROUP_M": 16},
+                 "bn128": {"BN": 128}, "bn192": {"BN": 192}}
 
 
-def sm90_table(tokens, formats=("bf16",), mx_variants=("default",)):
+def gmod_config():
+    from kcompiler.ops import matmul_sm90, moe_sm90
+    return dict(matmul_sm90.CONFIGS[moe_sm90.CONFIG])
+
+
+def time_gemm_variants(variants, routing, tkhi, run1, run2):
+    """The two grouped GEMMs (``run1(tiles)``: gate/up, ``run2(tiles)``: down) timed for each of
+    ``variants`` (names of GEMM_VARIANTS; tkhi: T top_k H I), each checked against the first's result over the routing's
+    used rows (within 1 % of the largest element); a line of TFLOP/s for every variant but the last,
+    whose (ms, ms, row note) are returned."""
+    used = int(routing.num_tiles[0]) * routing.block_m
+    first, note = None, ""
+    for v in variants:
+        tiles = GEMM_VARIANTS[v]
+        got = (run1(tiles)[:used].float().clone(), run2(tiles)[:used].float().clone())
+        first = first or got
+        same = all(float((a - b).abs().max()) <= 1e-2 * float(b.abs().max()) for a, b in zip(got, first))
+        g1, g2 = time_ms(lambda: run1(tiles)), time_ms(lambda: run2(tiles))
+        if v != variants[-1]:
+            print(f"      GEMMs alone, variant {v}: {4 * tkhi / g1 / 1e9:.1f} / {2 * tkhi / g2 / 1e9:.1f} "
+                  "TFLOP/s" + ("" if same else " WRONG (differs from the first variant)"), flush=True)
+        elif not same:
+            note += " WRONG"
+    if len(variants) > 1:
+        note += f" [{variants[-1]}]"
+    return g1, g2, note
+
+
+def sm90_table(tokens, formats=("bf16",), variants=("default",)):
     """The --sm90 table (the module docstring)."""
     from kcompiler.ops import moe_sm90
     from kcompiler.ops._common import stdlib_module
@@ -299,31 +329,21 @@ def sm90_table(tokens, formats=("bf16",), mx_variants=("default",)):
                 elif fmt == "mxfp4":
                     xp = torch.randn(P, hid, device="cuda", dtype=torch.bfloat16)
                     hp = torch.randn(P, inter, device="cuda", dtype=torch.bfloat16)
-                    used = int(routing.num_tiles[0]) * moe_sm90.BLOCK_M
-                    outs = {}
-                    for v in mx_variants:
-                        tiles = MX_VARIANTS[v]
-                        run1 = (lambda tiles=tiles: moe_sm90.grouped_gemm_mxfp4(xmod, xp, wg, routing, h, gated=True,
-                                                                                sms=sms, **tiles))
-                        run2 = (lambda tiles=tiles: moe_sm90.grouped_gemm_mxfp4(xmod, hp, wd, routing, y, gated=False,
-                                                                                sms=sms, **tiles))
-                        got = (run1()[:used].float().clone(), run2()[:used].float().clone())
-                        outs.setdefault("default", got)
-                        same = all(float((a - b).abs().max()) <= 1e-2 * float(b.abs().max())
-                                   for a, b in zip(got, outs["default"]))
-                        g1, g2 = time_ms(run1), time_ms(run2)
-                        if v != mx_variants[-1]:
-                            print(f"      GEMMs alone, variant {v}: {4 * t * k * hid * inter / g1 / 1e9:.1f} / "
-                                  f"{2 * t * k * hid * inter / g2 / 1e9:.1f} TFLOP/s"
-                                  + ("" if same else " WRONG (differs from the first variant)"), flush=True)
-                        elif not same:
-                            row += " WRONG"
-                    if len(mx_variants) > 1:
-                        row += f" [{mx_variants[-1]}]"
+                    g1, g2, note = time_gemm_variants(
+                        variants, routing, t * k * hid * inter,
+                        lambda tiles: moe_sm90.grouped_gemm_mxfp4(xmod, xp, wg, routing, h, gated=True, sms=sms, **tiles),
+                        lambda tiles: moe_sm90.grouped_gemm_mxfp4(xmod, hp, wd, routing, y, gated=False, sms=sms, **tiles))
+                    row += note
                 else:
                     xp = torch.randn(P, hid, device="cuda", dtype=torch.bfloat16)
-                    g1 = time_ms(lambda: moe_sm90.grouped_gemm(gmod, xp, wg.data, routing, h, gated=True, sms=sms))
-                    g2 = time_ms(lambda: moe_sm90.grouped_gemm(gmod, h, wd.data, routing, y, gated=False, sms=sms))
+                    base = gmod_config()
+                    g1, g2, note = time_gemm_variants(
+                        variants, routing, t * k * hid * inter,
+                        lambda tiles: moe_sm90.grouped_gemm(gmod, xp, wg.data, routing, h, gated=True, sms=sms,
+                                                            config={**base, **tiles}),
+                        lambda tiles: moe_sm90.grouped_gemm(gmod, h, wd.data, routing, y, gated=False, sms=sms,
+                                                            config={**base, **tiles}))
+                    row += note
                 row += f" {4 * t * k * hid * inter / g1 / 1e9:>14.1f} {2 * t * k * hid * inter / g2 / 1e9:>14.1f}"
                 if fmt == "fp8":
                     row += f" {qt:>9.3f}"

@@ -52,6 +52,7 @@ Torch CUDA tensors on an sm_90 GPU, or numpy arrays on the CPU target's emulatio
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any
 
 import numpy as np
@@ -65,12 +66,49 @@ from .moe_types import ExpertWeights, MoERouting
 from .norms import _vec
 
 #: The tile configuration of both grouped GEMMs (std.matmul_sm90's CONFIGS: 2 consumer warpgroups,
-#: 128 x 256 tiles, 4 stages); GEMM1 (gated) writes tiles of 128 columns of h.
+#: 128 x 256 tiles, 4 stages); GEMM1 (gated) writes tiles of 128 columns of h. (MXFP4's kernel takes
+#: its BN from :func:`choose_bn`.)
 CONFIG = "128x256"
 #: The rows of a tile, and so the routing's block_m on this path.
 BLOCK_M = matmul_sm90.tile_m(matmul_sm90.CONFIGS[CONFIG])
 #: Threads a block of the gather and of the sum.
 THREADS = 128
+
+
+#: The widths of B's tile (BN) std.moe_sm90_mx's grouped GEMM (MXFP4) chooses from (:func:`choose_bn`),
+#: the default first. The bf16 and FP8 grouped GEMMs keep :data:`CONFIG`'s 256: 192 measured level to 12 %
+#: slower there (H100, 2026-11-27, bench_moe.py --sm90 --gemm-variants default,bn192; benchmarks/RESULTS.md).
+MX_BN_CHOICES = (256, 192)
+
+
+def expected_tiles(tokens: int, top_k: int, num_experts: int) -> float:
+    """The rows of tiles (of :data:`BLOCK_M` slots) a routing of ``tokens`` x ``top_k`` assignments over
+    ``num_experts`` experts is expected to use: each expert hit pads its run by (BLOCK_M - 1) / 2 slots
+    on average, and min(E, T top_k) experts are hit at most (gpt-oss's T 1024: (4096 + 32 x 63.5) / 128
+    = 47.9)."""
+    n = tokens * top_k
+    return (n + min(num_experts, n) * (BLOCK_M - 1) / 2) / BLOCK_M
+
+
+def choose_bn(N: int, gated: bool, tiles_m: float, sms: int) -> int:
+    """BN for std.moe_sm90_mx's grouped GEMM writing N columns of C (``gated``: from 2 N rows of B, BN /
+    2 columns a tile) over ``tiles_m`` rows of tiles (:func:`expected_tiles`) on a persistent grid of
+    ``sms`` blocks: the width of :data:`MX_BN_CHOICES` of the least cost, a later one only where it costs
+    matmul_sm90.WAVE_MARGIN less. The cost is the grid's rounds, ceil(tiles_m ceil(N / cols) / sms),
+    times the dequantising warps' rounds a k-step, ceil(2 BN / 96) (96 threads, a task a row of B and
+    scale block of 32 k; their decode bounds the kernel): 6 at 256 (the last only a third busy), 4 at 192.
+    Measured (H100, bench_moe.py --sm90 --gemm-variants default,bn192): 192 gives 1.07-1.17x at gpt-oss
+    (N = 2880) T 256-4096 and Mixtral (4096, 14336) T 1024-4096; at Mixtral T 256 the down GEMM's 8 x 16
+    tiles of 256 fill one round of 132 and 22 columns of 192 need two (0.75x): the rule keeps 256."""
+    def cost(bn: int) -> int:
+        cols = bn // 2 if gated else bn
+        return math.ceil(tiles_m * -(-N // cols) / sms) * -(-2 * bn // 96)
+
+    best = MX_BN_CHOICES[0]
+    for bn in MX_BN_CHOICES[1:]:
+        if cost(bn) < (1 - matmul_sm90.WAVE_MARGIN) * cost(best):
+            best = bn
+    return best
 
 
 #: The weight formats this path takes (both GEMMs' weights in one of them).
@@ -192,7 +230,7 @@ def grouped_gemm_mxfp4(mod: Any, a: Any, w: ExpertWeights, routing: MoERouting, 
     (or gated, silu(gate) * up). ``a``: bf16 (P, K), ``c``: bf16 (P, N), both contiguous and 16-byte
     aligned; the routing's block_m is :data:`BLOCK_M`. ``tiles``: the kernel's other compile-time
     parameters (STAGES overrides ``stages``; BN, GROUP_M, DQ_REGS, CONS_REGS: the benchmark's
-    variants, bench_moe.py's MX_VARIANTS). Returns c."""
+    variants, bench_moe.py's GEMM_VARIANTS). Returns c."""
     if routing.block_m != BLOCK_M:
         raise ValueError(f"grouped_gemm_mxfp4: the routing's block_m must be {BLOCK_M}, not {routing.block_m}")
     if arrays.array_scalar_type(a).name != "bf16" or w.format != "mxfp4":
@@ -248,7 +286,8 @@ def moe_sm90(x: Any, routing: MoERouting, wg: ExpertWeights, wd: ExpertWeights, 
     quantised per row to E4M3: the module docstring's accuracy contract) or both MXFP4 (x rounded to
     bf16, the weights decoded exactly: :func:`grouped_gemm_mxfp4`; ``mx_tiles`` its compile-time
     parameters), where :func:`reason_not` finds nothing. h and y are bf16; sums in f32. Returns (T, H) in x's dtype and kind. ``sms``:
-    the persistent grids' most blocks (default: the device's multiprocessors; 8 on the CPU)."""
+    the persistent grids' most blocks (default: the device's multiprocessors; 8 on the CPU). MXFP4:
+    each GEMM's BN is :func:`choose_bn`'s for the expected rows of tiles, unless ``mx_tiles`` gives it."""
     src = arrays.array_scalar_type(x)
     T, H = (int(d) for d in x.shape)
     E, n2, _ = wg.shape
@@ -285,9 +324,10 @@ def moe_sm90(x: Any, routing: MoERouting, wg: ExpertWeights, wd: ExpertWeights, 
                                                 H, xp, inv, T=src.name, VEC=vec, stream=stream)
         if wg.format == "mxfp4":
             xmod = _common.stdlib_module("moe_sm90_mx", "cuda") if cuda else _mx_cpu_module()
-            tiles = dict(mx_tiles or {})
-            grouped_gemm_mxfp4(xmod, xp, wg, routing, h, gated=True, sms=sms, stream=stream, **tiles)
-            grouped_gemm_mxfp4(xmod, h, wd, routing, y, gated=False, sms=sms, stream=stream, **tiles)
+            tiles, tiles_m = dict(mx_tiles or {}), expected_tiles(T, k, E)
+            bn_g, bn_d = choose_bn(inter, True, tiles_m, sms), choose_bn(H, False, tiles_m, sms)
+            grouped_gemm_mxfp4(xmod, xp, wg, routing, h, gated=True, sms=sms, stream=stream, **{"BN": bn_g, **tiles})
+            grouped_gemm_mxfp4(xmod, h, wd, routing, y, gated=False, sms=sms, stream=stream, **{"BN": bn_d, **tiles})
         else:
             grouped_gemm(gmod, xp, _aligned(wg.data), routing, h, gated=True, sms=sms, config=config, stream=stream)
             grouped_gemm(gmod, h, _aligned(wd.data), routing, y, gated=False, sms=sms, config=config, stream=stream)
@@ -303,5 +343,5 @@ def moe_sm90(x: Any, routing: MoERouting, wg: ExpertWeights, wd: ExpertWeights, 
     return out
 
 
-__all__ = ["BLOCK_M", "CONFIG", "FORMATS", "MX_STAGES", "THREADS", "grouped_gemm", "grouped_gemm_mxfp4", "moe_sm90",
-           "mx_shared_bytes", "quantize_rows", "reason_not"]
+__all__ = ["BLOCK_M", "CONFIG", "FORMATS", "MX_BN_CHOICES", "MX_STAGES", "THREADS", "choose_bn", "expected_tiles",
+           "grouped_gemm", "grouped_gemm_mxfp4", "moe_sm90", "mx_shared_bytes", "quantize_rows", "reason_not"]

@@ -38,9 +38,9 @@ def random_mxfp4(e_n, rows, k, lo=118, hi=124):
 
 
 @pytest.mark.parametrize("gated, sms, kk, tiles", [
-    (True, 2, 96, {}), (False, 64, 160, {}),
+    (True, 2, 96, {}), (False, 64, 160, {}), (False, 2, 96, {"BN": 192}), (True, 2, 96, {"BN": 192}),
     pytest.param(True, 3, 160, {"BN": 128, "STAGES": 2, "GROUP_M": 4}, marks=pytest.mark.slow(sample=0))],
-    ids=["gated-persistent", "plain-surplus", "gated-bn128-s2"])
+    ids=["gated-persistent", "plain-surplus", "plain-bn192", "gated-bn192", "gated-bn128-s2"])
 def test_grouped_gemm_mxfp4_cpu(gated, sms, kk, tiles):
     """Every slot of the tiles in use equals A[p] @ W[e]^T (gated: silu(gate) * up) for its tile's expert
     on the decoded weights, within f32 accumulation and one bf16 rounding; the slots past them keep their
@@ -57,6 +57,22 @@ def test_grouped_gemm_mxfp4_cpu(gated, sms, kk, tiles):
     c[...] = np.nan
     moe_sm90.grouped_gemm_mxfp4(moe_sm90._mx_cpu_module(), a, w, routing, c, gated=gated, sms=sms, **tiles)
     check_grouped(c, a, dequantize_reference(w), routing, gated)
+
+
+def test_bn_choice():
+    """choose_bn: the grid's rounds times the dequantising warps' rounds a k-step (6 at BN 256, 4 at 192),
+    256 unless 192 costs 5 % less; expected_tiles: each expert hit pads its run by half a tile on average.
+    The widths bench_moe.py --sm90 --gemm-variants default,bn192 found faster on the H100."""
+    assert moe_sm90.expected_tiles(1024, 4, 32) == pytest.approx((4096 + 32 * 63.5) / 128)
+    assert moe_sm90.expected_tiles(1, 4, 32) == pytest.approx((4 + 4 * 63.5) / 128)  # 4 experts hit at most
+    for t_n in (1, 256, 1024, 4096):  # gpt-oss (H = I = 2880): 192 throughout (1.07-1.17x from T 256)
+        t = moe_sm90.expected_tiles(t_n, 4, 32)
+        assert moe_sm90.choose_bn(2880, True, t, 132) == 192 and moe_sm90.choose_bn(2880, False, t, 132) == 192
+    t = moe_sm90.expected_tiles(1024, 2, 8)  # Mixtral (H 4096, I 14336), T 1024: 192 (1.12x, 1.15x)
+    assert moe_sm90.choose_bn(14336, True, t, 132) == 192 and moe_sm90.choose_bn(4096, False, t, 132) == 192
+    t = moe_sm90.expected_tiles(256, 2, 8)  # T 256: 8 x 16 tiles of 256 are one round, 8 x 22 of 192 two
+    assert moe_sm90.choose_bn(4096, False, t, 132) == 256 and moe_sm90.choose_bn(14336, True, t, 132) == 256
+    assert moe_sm90.choose_bn(2880, False, 1, 12) == 256 and moe_sm90.choose_bn(2880, False, 1, 15) == 192
 
 
 def check_layer(t_n, e_n, k, hid, inter, dt=BF16):
@@ -85,12 +101,13 @@ def test_moe_sm90_mxfp4_layer_f32_cpu():
 
 
 @needs_ptxas
-@pytest.mark.parametrize("fuse", [pytest.param(0, marks=pytest.mark.slow(sample=0)), 1], ids=["plain", "gated"])
-def test_grouped_mxfp4_ptx_assembles(fuse):
+@pytest.mark.parametrize("fuse, bn", [pytest.param(0, 256, marks=pytest.mark.slow(sample=0)), (1, 256), (1, 192)],
+                         ids=["plain", "gated", "gated-bn192"])
+def test_grouped_mxfp4_ptx_assembles(fuse, bn):
     """sm_90a: 3-D / 4-D TMA copies of the codes, the exact decode's PRMT pairs, fence.proxy.async before
     the ready arrivals, the registers split 64 / 216 / 216 (the block's pool: test_setmaxnreg_pool.py), no spills."""
     ptx = pipeline.emit_file(stdlib_dir() / "moe_sm90_mx.kc", "asm", target="nvptx", arch="sm_90a",
-                             kernel="matmul_sm90_grouped_mxfp4", comptime=dict(OUT="bf16", FUSE=fuse))
+                             kernel="matmul_sm90_grouped_mxfp4", comptime=dict(OUT="bf16", FUSE=fuse, BN=bn))
     assert "call" not in ptx and ".func" not in ptx
     assert (".4d" if fuse else ".3d") in ptx and "prmt.b32" in ptx and "fence.proxy.async.shared::cta" in ptx
     assert "setmaxnreg.dec.sync.aligned.u32 64" in ptx and "setmaxnreg.inc.sync.aligned.u32 216" in ptx
