@@ -5,7 +5,8 @@ device-to-device copy measured in the same run.
 
     python benchmarks/bench_moe.py [--quick] [--tokens 1,16,64,512,4096] [--formats bf16,fp8,mxfp4]
         [--configs 32x2880x2880,128x4096x1536] [--top-k 4] [--reduce atomic|separate] [--gemm auto|simt|mma|sm90]
-    python benchmarks/bench_moe.py --sm90 [--tokens 1024,4096] [--formats bf16,fp8,mxfp4] [--gemm-variants default,bn192]
+    python benchmarks/bench_moe.py --sm90 [--tokens 1024,4096] [--formats bf16,fp8,mxfp4]
+        [--gemm-variants default,bn192]
 
 --sm90: the Hopper path (ops.moe(gemm="sm90"): std.matmul_sm90's grouped GEMMs, TMA + wgmma) against
 the mma.sync path (gemm="mma", "auto"'s choice below ops.MOE_SM90_MIN_ROWS_PER_EXPERT, and for FP8
@@ -238,16 +239,17 @@ GEMM_VARIANTS = {"default": {}, "s3": {"STAGES": 3}, "s2": {"STAGES": 2}, "g4": 
                  "bn128": {"BN": 128}, "bn192": {"BN": 192}}
 
 
-def gmod_config():
+def grouped_config():
+    """kcompiler.ops.moe_sm90's tile configuration of the bf16 / FP8 grouped GEMMs, as a new dict."""
     from kcompiler.ops import matmul_sm90, moe_sm90
     return dict(matmul_sm90.CONFIGS[moe_sm90.CONFIG])
 
 
 def time_gemm_variants(variants, routing, tkhi, run1, run2):
     """The two grouped GEMMs (``run1(tiles)``: gate/up, ``run2(tiles)``: down) timed for each of
-    ``variants`` (names of GEMM_VARIANTS; tkhi: T top_k H I), each checked against the first's result over the routing's
-    used rows (within 1 % of the largest element); a line of TFLOP/s for every variant but the last,
-    whose (ms, ms, row note) are returned."""
+    ``variants`` (names of GEMM_VARIANTS; tkhi: T top_k H I), each checked against the first's result
+    over the routing's used rows (within 1 % of the largest element); a line of TFLOP/s for every variant
+    but the last, whose (ms, ms, row note) are returned."""
     used = int(routing.num_tiles[0]) * routing.block_m
     first, note = None, ""
     for v in variants:
@@ -331,12 +333,14 @@ def sm90_table(tokens, formats=("bf16",), variants=("default",)):
                     hp = torch.randn(P, inter, device="cuda", dtype=torch.bfloat16)
                     g1, g2, note = time_gemm_variants(
                         variants, routing, t * k * hid * inter,
-                        lambda tiles: moe_sm90.grouped_gemm_mxfp4(xmod, xp, wg, routing, h, gated=True, sms=sms, **tiles),
-                        lambda tiles: moe_sm90.grouped_gemm_mxfp4(xmod, hp, wd, routing, y, gated=False, sms=sms, **tiles))
+                        lambda tiles: moe_sm90.grouped_gemm_mxfp4(xmod, xp, wg, routing, h, gated=True, sms=sms,
+                                                                  **tiles),
+                        lambda tiles: moe_sm90.grouped_gemm_mxfp4(xmod, hp, wd, routing, y, gated=False, sms=sms,
+                                                                  **tiles))
                     row += note
                 else:
                     xp = torch.randn(P, hid, device="cuda", dtype=torch.bfloat16)
-                    base = gmod_config()
+                    base = grouped_config()
                     g1, g2, note = time_gemm_variants(
                         variants, routing, t * k * hid * inter,
                         lambda tiles: moe_sm90.grouped_gemm(gmod, xp, wg.data, routing, h, gated=True, sms=sms,

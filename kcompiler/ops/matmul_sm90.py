@@ -384,8 +384,8 @@ def _launcher(launch: Any, head: list, tail: list, shared: int, params: dict, st
     on ``stream``, or torch's current stream of c at each call where None."""
     if box:
         def go(c: Any) -> Any:  # the tensor map of this call's C (box: 64 rows of `box` columns, swizzled)
-            launch(*head, cached_tensor_map(c, (64, box), swizzle=2 * box), c.reshape(-1), *tail, shared=shared,
-                   stream=_common.stream_of(c) if stream is None else stream, **params)
+            launch(*head, cached_tensor_map(c, (64, box), swizzle=2 * box), c.reshape(-1), *tail,
+                   shared=shared, stream=_common.stream_of(c) if stream is None else stream, **params)
             return c
         return go
 

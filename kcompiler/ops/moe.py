@@ -347,7 +347,8 @@ MOE_SM90_MIN_ROWS_PER_EXPERT = 16
 #: mma.sync decode; None: never). H100, benchmarks/bench_moe.py --sm90 --formats mxfp4 (2026-11-27, seventh
 #: session, whole-program cubins; benchmarks/RESULTS.md), ms a layer, sm90 against mma.sync: gpt-oss (E 32,
 #: top_k 4) T 256 (32 an expert) 0.742 against 0.674, T 512 (64) 0.716 against 1.107, T 1024 (128) 1.058
-#: against 1.950; Mixtral (E 8, top_k 2) T 128 (32) 1.137 against 0.981, T 256 (64) 1.124 against 1.651.
+#: against 1.950; Mixtral (E 8, top_k 2) T 128 (32) 1.137 against 0.981, T 256 (64) 1.124 against 1.651
+#: (B tiles of 256; with moe_sm90.choose_bn's 192 since, gpt-oss T 256 is 0.689 against 0.682: level).
 #: Below 64 the Hopper kernel's time is flat (~0.73 ms gpt-oss, ~1.12 Mixtral): it decodes every weight
 #: of every expert hit into shared memory whatever the rows. (The sixth session's hang of this kernel was its
 #: setmaxnreg split, 64 + 2 x 224 > the block's pool of 3 x 168; now 64 + 2 x 216,

@@ -122,7 +122,8 @@ def reason_not(x: Any, wg: ExpertWeights, wd: ExpertWeights) -> tuple[type, str]
     the message), or None: it takes bf16, FP8 or MXFP4 weights, both of one format (TypeError), H and
     I multiples of 8, of 16 for FP8 (ValueError: TMA's 16-byte rows; MXFP4's are multiples of 32 by
     construction), torch CUDA tensors
-    (on an sm_90 GPU, else RuntimeError) or numpy arrays (the CPU target's emulation; TypeError for other arrays)."""
+    (on an sm_90 GPU, else RuntimeError) or numpy arrays (the CPU target's emulation; TypeError for
+    other arrays)."""
     if wg.format not in FORMATS or wd.format != wg.format:
         return TypeError, (f"gemm='sm90' takes bf16, fp8 or mxfp4 weights, both of one format (not {wg.format} "
                            f"and {wd.format})")
