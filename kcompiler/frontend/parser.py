@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import threading
+from collections import OrderedDict
 from functools import lru_cache
 from pathlib import Path
 
@@ -563,10 +564,31 @@ _RESYNC = re.compile(r"^[ \t]*(kernel|fn|import|const|struct)\b", re.M)
 _LOCK = threading.Lock()  # the parser's reduce actions share one builder
 
 
+#: Trees of the texts parsed without a diagnostic, by (path, text), most recent last: a program's
+#: imports (the standard library's modules, ~0.3 s each) parse once a process instead of once a
+#: compile. Sharing is safe because no stage changes a tree after parsing (the checker and the
+#: lowering keep what they learn beside it; tests/frontend/test_parse_cache.py checks that a compile
+#: leaves every tree as it was).
+_TREES: OrderedDict[tuple[str, str], A.Module] = OrderedDict()
+_TREES_KEPT = 96  # twice the standard library's modules: room for a process's own files beside them
+
+
 def parse(file: SourceFile, diag: Diagnostics) -> A.Module | None:
-    """Parse ``file``; syntax errors are recorded in ``diag`` (and None returned)."""
+    """Parse ``file``; syntax errors are recorded in ``diag`` (and None returned). A text parsed before
+    under the same path gives the same tree (:data:`_TREES`), which callers must not change."""
+    key = (file.path, file.text)
     with _LOCK:
-        return _parse(file, diag)
+        tree = _TREES.get(key)
+        if tree is not None:
+            _TREES.move_to_end(key)
+            return tree
+        before = len(diag.items)
+        tree = _parse(file, diag)
+        if tree is not None and len(diag.items) == before:
+            _TREES[key] = tree
+            if len(_TREES) > _TREES_KEPT:
+                _TREES.popitem(last=False)
+        return tree
 
 
 def _parse(file: SourceFile, diag: Diagnostics) -> A.Module | None:
