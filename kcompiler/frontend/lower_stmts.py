@@ -47,12 +47,17 @@ class StatementLowering:
         self.scopes.pop()
 
     def stmt(self, s: A.Stmt) -> None:
-        with self.b.located(s.span):
-            try:
-                _STATEMENTS[type(s)](self, s)
-            except Poison:
-                for n in _defined_names(s):
-                    self.bind(n, POISON)
+        b = self.b
+        saved = b.span  # the builder's located(s.span), spelled out as in ev (hot)
+        if s.span is not None:
+            b.span = s.span
+        try:
+            _STATEMENTS[type(s)](self, s)
+        except Poison:
+            for n in _defined_names(s):
+                self.bind(n, POISON)
+        finally:
+            b.span = saved
 
     def stmt_block(self, s: A.Block) -> None:
         self.block(s.stmts)

@@ -49,8 +49,7 @@ def _spy(monkeypatch) -> list[tuple[str, object, bytes]]:
 @pytest.mark.parametrize("target", ["nvptx", "cpu", "amdgcn"])
 def test_compiles_leave_the_trees_as_they_were(monkeypatch, target):
     built = _spy(monkeypatch)
-    for T in ("f32", "bf16"):
-        emit(Source(PROGRAM, "<cache>", "."), "llvm", target, comptime={"T": T})
+    emit(Source(PROGRAM, "<cache>", "."), "llvm", target, comptime={"T": "bf16"})
     # a standard-library kernel with compile-time parameters, through the same trees again
     emit_file(stdlib_dir() / "merge_states.kc", "llvm", target, kernel="merge_states",
               comptime=dict(T="f32", OUT="bf16"))

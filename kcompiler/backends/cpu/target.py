@@ -64,6 +64,7 @@ I1, I8, I32, I64 = ll.IntType(1), ll.IntType(8), ll.IntType(32), ll.IntType(64)
 PTR = ll.PointerType()
 INFO_SYMBOL = "__kc_cpu_info"
 CHECK_FUNCTION = "__kc_check_access"
+RECORD_FUNCTION = "__kc_record_error"
 THUNK_SUFFIX = ".kc_start"
 #: The prefix of the LLVM symbol of every function of the program (kernels and device functions):
 #: with a dot, which no identifier of the language has, so that no kernel or fn name can be a
@@ -86,6 +87,7 @@ class _ModuleState:
     locations: list[str] = field(default_factory=list)
     kernels: dict[str, dict[str, Any]] = field(default_factory=dict)
     check_function: ll.Function | None = None
+    record_function: ll.Function | None = None
     #: device functions that use what only a kernel has: name -> (what, span of the first use)
     needs_kernel: dict[str, tuple[str, Any]] = field(default_factory=dict)
 
@@ -403,27 +405,44 @@ class CpuTarget(Target):
     def _record_error(self, ctx: "LoweringContext", co: coroutine.Coroutine, kind: int, site: int,
                       addr: ll.Value | None = None, nbytes: ll.Value | None = None,
                       access: int | None = None) -> None:
-        """Claim the launch's error (the first one wins) and fill its fields: ``kind`` (ERR_*), the
-        location id ``site``, this thread and block, and ``addr``/``nbytes``/``access`` if given."""
-        b = ctx.b
-        launch = load_thread(b, co.ctx, "launch")
-        record = b.append_basic_block("record_error")
-        done = b.append_basic_block("error_recorded")
+        """Claim the launch's error (the first one wins) and fill its fields (:meth:`_record_function`):
+        ``kind`` (ERR_*), the location id ``site``, this thread and block, ``addr``/``nbytes``/``access``
+        (0 where not given: the runtime reads them only for the kinds that give them)."""
+        zero64 = ll.Constant(I64, 0)
+        ctx.b.call(self._record_function(ctx.module),
+                   [co.ctx, ll.Constant(I32, kind), ll.Constant(I32, site), addr or zero64, nbytes or zero64,
+                    ll.Constant(I32, access or 0)])
+
+    def _record_function(self, m: ll.Module) -> ll.Function:
+        """``void __kc_record_error(ptr ctx, i32 kind, i32 loc, i64 addr, i64 nbytes, i32 access)``:
+        claims the launch's error (the first one wins) and fills its fields and the thread's and
+        block's ids. One noinline function a module, called from every failure path of the bounds
+        checks and of trap: inlined, its ~30 instructions at each of a bounds-checked kernel's
+        thousands of checks were half of its IR (and of its compile time)."""
+        st = self._mstate(m)
+        if st.record_function is not None:
+            return st.record_function
+        fn = ll.Function(m, ll.FunctionType(ll.VoidType(), [PTR, I32, I32, I64, I64, I32]), RECORD_FUNCTION)
+        fn.linkage = "internal"
+        fn.attributes.add("noinline")
+        fn.attributes.add("cold")
+        tctx, kind, loc, addr, nbytes, access = fn.args
+        b = ll.IRBuilder(fn.append_basic_block("entry"))
+        record, done = fn.append_basic_block("record"), fn.append_basic_block("done")
+        launch = load_thread(b, tctx, "launch")
         b.cbranch(claim_error(b, launch), record, done)
         b.position_at_end(record)
-        store_launch(b, launch, "err_kind", ll.Constant(I32, kind))
-        store_launch(b, launch, "err_loc", ll.Constant(I32, site))
-        if addr is not None:
-            store_launch(b, launch, "err_addr", addr)
-        if nbytes is not None:
-            store_launch(b, launch, "err_nbytes", nbytes)
-        if access is not None:
-            store_launch(b, launch, "err_access", ll.Constant(I32, access))
+        for field_, value in (("err_kind", kind), ("err_loc", loc), ("err_addr", addr), ("err_nbytes", nbytes),
+                              ("err_access", access)):
+            store_launch(b, launch, field_, value)
         for d in range(3):
-            store_launch(b, launch, "err_tid", load_thread(b, co.ctx, "thread_id", d), d)
-            store_launch(b, launch, "err_bid", load_thread(b, co.ctx, "block_id", d), d)
+            store_launch(b, launch, "err_tid", load_thread(b, tctx, "thread_id", d), d)
+            store_launch(b, launch, "err_bid", load_thread(b, tctx, "block_id", d), d)
         b.branch(done)
         b.position_at_end(done)
+        b.ret_void()
+        st.record_function = fn
+        return fn
 
     def warp_sync(self, ctx: "LoweringContext", mask: ll.Value | None = None) -> None:
         # A warp operation is where the lanes of a warp meet: every active lane gets there first.
@@ -560,20 +579,7 @@ class CpuTarget(Target):
         b.position_at_end(hit)
         b.ret(ll.Constant(I1, 1))
         b.position_at_end(miss)
-        record = fn.append_basic_block("record")
-        done = fn.append_basic_block("done")
-        b.cbranch(claim_error(b, launch), record, done)
-        b.position_at_end(record)
-        store_launch(b, launch, "err_kind", kind)
-        store_launch(b, launch, "err_addr", lo)
-        store_launch(b, launch, "err_nbytes", n)
-        store_launch(b, launch, "err_loc", loc)
-        store_launch(b, launch, "err_access", access)
-        for d in range(3):
-            store_launch(b, launch, "err_tid", load_thread(b, tctx, "thread_id", d), d)
-            store_launch(b, launch, "err_bid", load_thread(b, tctx, "block_id", d), d)
-        b.branch(done)
-        b.position_at_end(done)
+        b.call(self._record_function(m), [tctx, kind, loc, lo, n, access])
         b.ret(ll.Constant(I1, 0))
         st.check_function = fn
         return fn
