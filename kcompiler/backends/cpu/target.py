@@ -410,8 +410,8 @@ class CpuTarget(Target):
         (0 where not given: the runtime reads them only for the kinds that give them)."""
         zero64 = ll.Constant(I64, 0)
         ctx.b.call(self._record_function(ctx.module),
-                   [co.ctx, ll.Constant(I32, kind), ll.Constant(I32, site), addr or zero64, nbytes or zero64,
-                    ll.Constant(I32, access or 0)])
+                   [co.ctx, ll.Constant(I32, kind), ll.Constant(I32, site), zero64 if addr is None else addr,
+                    zero64 if nbytes is None else nbytes, ll.Constant(I32, access or 0)])
 
     def _record_function(self, m: ll.Module) -> ll.Function:
         """``void __kc_record_error(ptr ctx, i32 kind, i32 loc, i64 addr, i64 nbytes, i32 access)``:
