@@ -77,3 +77,34 @@ def test_ptx_steps_by_the_packed_size(arch):
 def test_amdgcn_assembles(arch):
     text = compile_source_to(_src("f32", 3), "v3.kc", "asm", "amdgcn", arch)
     assert "twice" in text and "through_shared" in text
+
+
+BOOLS = """
+kernel bools(x: ptr<i32>, o: ptr<i32>) {
+    var loc: [vec<bool, 3>; 2] = [vec<bool, 3>; 2](vec<bool, 3>(false));
+    let i = i32(thread_id.x);
+    loc[i % 2] = vec<bool, 3>(x[3 * i] > 0, x[3 * i + 1] > 0, x[3 * i + 2] > 0);
+    let v = loc[i % 2];
+    o[3 * i] = i32(v[0]);
+    o[3 * i + 1] = i32(v[1]);
+    o[3 * i + 2] = i32(v[2]);
+}
+"""
+
+
+def test_bool_lanes_round_trip_through_memory(target):
+    """vec<bool, 3> lies in memory as 3 bytes: stored and loaded again as one vector of bytes
+    (kcompiler/backends/llvm/lower_memory.py: zext to bytes, trunc back), every lane kept."""
+    x = np.random.default_rng().integers(-1, 2, 3 * 32).astype(np.int32)
+    o = np.full_like(x, 9)
+    kc.compile(BOOLS, target=target, path="b3.kc").bools[1, 32](x, o)
+    np.testing.assert_array_equal(o, (x > 0).astype(np.int32))
+
+
+def test_loaded_and_stored_as_one_vector_of_lanes():
+    """A load or store of a 3-lane vector is one LLVM load or store of <3 x T> aligned as a lane: the
+    same 12 bytes as the array [3 x T] (a vector's store size is its lanes'), without converting
+    the array lane by lane."""
+    text = compile_source_to(_src("f32", 3), "v3.kc", "llvm", "cpu")
+    assert "load <3 x float>, ptr" in text and "store <3 x float>" in text, text
+    assert "[3 x float] undef" not in text
