@@ -86,6 +86,7 @@ def test_runtime_names_on_the_cpu(name, kind, capfd):
     assert sorted(capfd.readouterr().out.split()) == ["0", "1", "2", "3"]
 
 
+@pytest.mark.slow(sample=24)  # CI time: a deterministic sample by default, all with -m slow
 @pytest.mark.parametrize("kind", ["kernel", "fn"])
 @pytest.mark.parametrize("name", NAMES)
 @pytest.mark.parametrize("target", ["nvptx", "amdgcn"])

@@ -175,6 +175,7 @@ def _ids(x):
     return str(x)
 
 
+@pytest.mark.slow(sample=3)  # CI time: a deterministic sample by default, all with -m slow
 @pytest.mark.parametrize("tiles,shape,layout", ORDER_CASES, ids=_ids)
 def test_prefill_sm90_order_emulated(monkeypatch, emulated, tiles, shape, layout):
     """ORDER 1 and 2: every (query tile, head, batch entry) decoded from the block ids exactly as the

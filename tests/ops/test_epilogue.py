@@ -507,6 +507,7 @@ def test_mx_epilogue_exact_product(target, fmt):
     _same_bits(codes, want_c)
 
 
+@pytest.mark.slow(sample=2)  # CI time: a deterministic sample by default, all with -m slow
 @pytest.mark.parametrize("dtype, shape", [("f32", (45, 64, 33)), ("bf16", (70, 160, 41)), ("f16", (19, 32, 72))])
 def test_mx_epilogue_random(target, dtype, shape):
     """On fresh random inputs, alone and after a per-element bias + GELU, into out pairs of either scale

@@ -125,6 +125,7 @@ def _config(c):
     return matmul_sm90.CONFIGS[c] if isinstance(c, str) else dict(matmul_sm90.CONFIGS[c[0]], TAIL_SPLIT=c[1])
 
 
+@pytest.mark.slow(sample=3)  # CI time: a deterministic sample by default, all with -m slow
 @pytest.mark.parametrize("shape, config, sms, out_t, expect", EMU_CASES,
                          ids=[f"{'x'.join(map(str, c[0]))}-{c[1] if isinstance(c[1], str) else '%s-t%d' % c[1]}-"
                               f"{c[2]}blocks" for c in EMU_CASES])

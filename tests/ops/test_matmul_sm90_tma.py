@@ -96,6 +96,7 @@ EMU_CASES = [  # (M, N, K), config, blocks, epilogue
 ]
 
 
+@pytest.mark.slow(sample=3)  # CI time: a deterministic sample by default, all with -m slow
 @pytest.mark.parametrize("shape, config, sms, epi", EMU_CASES,
                          ids=[f"{'x'.join(map(str, c[0]))}-{c[1]}-{c[3] or 'plain'}" for c in EMU_CASES])
 def test_emulated_tma_epilogue(shape, config, sms, epi):

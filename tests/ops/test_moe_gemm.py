@@ -156,6 +156,7 @@ def test_swiglu(path, fmt):
     check(H, want, bound, f"{fmt} {path}")
 
 
+@pytest.mark.slow(sample=6)  # CI time: a deterministic sample by default, all with -m slow
 @pytest.mark.parametrize("fmt, reduce", [("bf16", "atomic"), ("fp8", "separate"), ("mxfp4", "atomic"),
                                          ("mxfp4", "separate")])
 def test_down(path, fmt, reduce):

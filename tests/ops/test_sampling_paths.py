@@ -55,7 +55,7 @@ def launch_sample(mod, x, ld, vocab, params, cfg, seed=3, offset=1):
     return out
 
 
-@pytest.mark.slow(sample=4)
+@pytest.mark.slow(sample=2)
 @pytest.mark.parametrize("dtype", [np.float32, BF16], ids=["f32", "bf16"])
 @pytest.mark.parametrize("vocab", [1, 7, 1001, 32003])
 def test_unroll_and_alignment_change_no_bits(cpu_mod, cpu_blocks, dtype, vocab):

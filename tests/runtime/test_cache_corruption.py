@@ -112,6 +112,7 @@ def _warned(caplog, path: Path) -> bool:
     return any(str(path) in line and "damaged cache entry" in line and "\n" not in line for line in lines)
 
 
+@pytest.mark.slow(sample=2)  # CI time: a deterministic sample by default, all with -m slow
 @pytest.mark.parametrize("target, arch, kind", [("nvptx", "sm_90", "cubin"), ("amdgcn", "gfx942", "hsaco"),
                                                 ("cpu", None, "obj")])
 def test_damaged_artifact_is_recompiled_and_replaced(fresh_cache, caplog, target, arch, kind):

@@ -161,6 +161,7 @@ def test_f32_random_and_hard_cases_within_bound(target, name):
     assert same > 0.95, (name, same)             # most are correctly rounded (docs/math.md: 97-99.9%)
 
 
+@pytest.mark.slow(sample=3)  # CI time: a deterministic sample by default, all with -m slow
 @pytest.mark.parametrize("name", UNARY)
 def test_f32_dense_binades(target, name):
     """Every f32 in the binades where the error peaks (reduction boundaries, cancellation near 0)."""
