@@ -8,9 +8,10 @@ from typing import TYPE_CHECKING
 from llvmlite import ir as ll
 
 from ...ir.core import Op
-from ...ir.types import AddressSpace, ArrayType, PointerType, ScalarType, Type, VectorType, alignof, elem_of, sizeof
+from ...ir.types import (AddressSpace, ArrayType, PointerType, ScalarType, Type, VectorType, alignof, elem_of,
+                         sizeof)
 from ..target import LLVM_ORDERS, local_name, set_syncscope
-from .lltypes import _I32, _I64, struct_field_lltype
+from .lltypes import _I64, struct_field_lltype
 
 if TYPE_CHECKING:
     from .lower import LoweringContext
@@ -146,74 +147,45 @@ class MemoryLowering:
                                         base.pointee.count, op)
             v = o.operands[0]
 
-    def _lanes_in_memory(self, t: Type, align: int | None) -> tuple[ll.VectorType, int] | None:
-        """For a vector whose memory form is an array of its lanes (a lane count that is not a power of
-        two: :meth:`memtype`), the LLVM vector of those memory lanes that a load or store moves
-        instead, and its alignment (the array's, a lane's, unless the IR asks for more). The bytes
-        are the same: LLVM's store size of a vector of whole-byte lanes is its lanes' (only its
-        allocation size rounds up, which no load or store reads). Moving the array would take
-        2 x lanes instructions more a value to convert it lane by lane (72-lane accumulators made
-        three quarters of an attention kernel's IR). None for any other type."""
+    def access_type(self, t: Type, align: int | None) -> tuple[ll.Type, int | None]:
+        """What a load or store of a value of IR type ``t`` moves, and the alignment to ask for
+        (``align``: the IR's, None for the type's natural one): :meth:`memtype`, except that a vector
+        whose memory form is an array of its lanes (a lane count that is not a power of two) moves as
+        an LLVM vector of those memory lanes, aligned as a lane unless the IR asks for more. The
+        bytes are the same: LLVM's store size of a vector of whole-byte lanes is its lanes' (only its
+        allocation size rounds up, which no load or store reads); moving the array instead would
+        take 2 x lanes instructions a value to convert it lane by lane (72-lane accumulators made
+        three quarters of an attention kernel's IR)."""
         mt = self.memtype(t)
-        if not (isinstance(t, VectorType) and isinstance(mt, ll.ArrayType)):
-            return None
-        return ll.VectorType(mt.element, mt.count), align or alignof(t)
+        if isinstance(t, VectorType) and isinstance(mt, ll.ArrayType):
+            return ll.VectorType(mt.element, mt.count), align or alignof(t)
+        return mt, align
 
     def op_load(self, ctx: LoweringContext, op: Op) -> ll.Value:
         p = self.v(ctx, op.operands[0])
         pt = op.operands[0].type
         self._checked(ctx, p, pt, op)
         t = op.result.type
-        lanes = self._lanes_in_memory(t, op.attrs.get("align"))
-        if lanes is not None:
-            vt, align = lanes
-            x = ctx.b.load(p, typ=vt, align=self.target.access_align(vt, align))
-            rt = self.lltype(t)
-            return x if vt == rt else ctx.b.trunc(x, rt)  # bool lanes: bytes to i1
-        x = ctx.b.load(p, typ=self.memtype(t), align=self.target.access_align(self.memtype(t), op.attrs.get("align")))
+        at, align = self.access_type(t, op.attrs.get("align"))
+        x = ctx.b.load(p, typ=at, align=self.target.access_align(at, align))
         return self.from_memory(ctx, x, t)
 
     def op_store(self, ctx: LoweringContext, op: Op) -> None:
         p, x = (self.v(ctx, v) for v in op.operands)
         pt = op.operands[0].type
         self._checked(ctx, p, pt, op)
-        t = op.operands[1].type
-        lanes = self._lanes_in_memory(t, op.attrs.get("align"))
-        if lanes is not None:
-            vt, align = lanes
-            ctx.b.store(x if vt == x.type else ctx.b.zext(x, vt), p, align=self.target.access_align(vt, align))
-            return
-        x = self.to_memory(ctx, x, t)
-        ctx.b.store(x, p, align=self.target.access_align(self.memtype(t), op.attrs.get("align")))
+        at, align = self.access_type(op.operands[1].type, op.attrs.get("align"))
+        ctx.b.store(self.to_memory(ctx, x, at), p, align=self.target.access_align(at, align))
 
     def from_memory(self, ctx: LoweringContext, x: ll.Value, t: Type) -> ll.Value:
-        """A value of IR type ``t`` as loaded (``memtype``) into its register form (``lltype``):
-        bools truncated to i1, an array of lanes gathered into a vector."""
-        mt, rt = self.memtype(t), self.lltype(t)
-        if mt == rt:
-            return x
-        if isinstance(mt, ll.ArrayType):
-            lane = elem_of(t)
-            out: ll.Value = ll.Constant(rt, ll.Undefined)
-            for k in range(mt.count):
-                out = ctx.b.insert_element(out, self.from_memory(ctx, ctx.b.extract_value(x, k), lane),
-                                           ll.Constant(_I32, k))
-            return out
-        return ctx.b.trunc(x, rt)  # bool (or a vector of bools) in bytes
+        """A value of IR type ``t`` as loaded (:meth:`access_type`) into its register form
+        (``lltype``): bools, and vectors of them, truncated from bytes to i1."""
+        rt = self.lltype(t)
+        return x if x.type == rt else ctx.b.trunc(x, rt)
 
-    def to_memory(self, ctx: LoweringContext, x: ll.Value, t: Type) -> ll.Value:
-        """The inverse of :meth:`from_memory`: a register value of IR type ``t`` in its memory form."""
-        mt, rt = self.memtype(t), self.lltype(t)
-        if mt == rt:
-            return x
-        if isinstance(mt, ll.ArrayType):
-            lane = elem_of(t)
-            out: ll.Value = ll.Constant(mt, ll.Undefined)
-            for k in range(mt.count):
-                out = ctx.b.insert_value(out, self.to_memory(ctx, ctx.b.extract_element(x, ll.Constant(_I32, k)),
-                                                             lane), k)
-            return out
-        return ctx.b.zext(x, mt)
+    def to_memory(self, ctx: LoweringContext, x: ll.Value, at: ll.Type) -> ll.Value:
+        """The inverse of :meth:`from_memory`: a register value as the access type ``at`` stores it."""
+        return x if x.type == at else ctx.b.zext(x, at)
 
     def op_atomic(self, ctx: LoweringContext, op: Op) -> ll.Value:
         p, x = (self.v(ctx, v) for v in op.operands)
