@@ -282,9 +282,10 @@ def emit(source: Source | Any, stage: str, target: str | Target = "nvptx", arch:
     options = options or CompileOptions()
     from .frontend import check  # lazy: lark, which a warm compile from the cache never loads
 
-    check(program, tgt)
+    frontend_target = _frontend_target(tgt, options)
+    check(program, frontend_target)  # as the lowering sees the target: fast_math and release too
     kernels = select_kernels(program, kernel, dict(comptime or {}))
-    module = lower_to_ir(program, _frontend_target(tgt, options), kernels)
+    module = lower_to_ir(program, frontend_target, kernels)
     if stage == "ir":
         return print_module(module)
     from .backends.llvm import compile_ir, emission  # lazy: llvmlite, as the frontend above

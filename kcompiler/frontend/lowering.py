@@ -19,10 +19,11 @@ poisoned so that their uses report nothing more.
 from __future__ import annotations
 
 import re
+from collections import OrderedDict
 from typing import Any
 
 from ..diagnostics import CompileError, Diagnostics, SourceSpan
-from ..ir import Function, Module
+from ..ir import Function, Module, builtin_surface, intrinsics
 from ..limits import check_region_depth, deep_recursion
 from . import ast as A
 from .comptime_defaults import MissingParam, bind_defaults
@@ -193,6 +194,11 @@ def check(program: Program, target: Any, max_errors: int = 50) -> None:
     is abandoned and the names it defines are poisoned, so nothing that follows from it is reported
     again, and the declaration's other, independent type errors still are. A declaration with any
     other loader error (scopes, arity, recursion, ...) is declared but its body is not type-checked."""
+    key = None if program.errors else _checked_key(program, target, max_errors)
+    if key is not None and key in _CHECKED:
+        _CHECKED.move_to_end(key)
+        return
+
     def clean(d: Any) -> bool:  # no loader error inside this declaration but undefined names
         whole = d.span.merge(d.body.span)
         return not any(_inside(e.span, whole) for e in program.errors if e.span not in program.recoverable)
@@ -220,6 +226,33 @@ def check(program: Program, target: Any, max_errors: int = 50) -> None:
             items += e.diagnostics
     if items:
         raise CompileError(sorted(items, key=_position))
+    if key is not None:  # the key as it is now: checking may have loaded a backend's intrinsics
+        _CHECKED[_checked_key(program, target, max_errors)] = None  # type: ignore[index]
+        if len(_CHECKED) > _CHECKED_KEPT:
+            _CHECKED.popitem(last=False)
+
+
+#: What :func:`check` found without an error in this process, by :func:`_checked_key`: a compile
+#: checks the whole program, the standard library's imports included (every device function without
+#: compile-time parameters), and a process compiling many specialisations of one program checked it
+#: again for each. Only a clean result is kept, so every error is still reported at every call.
+_CHECKED: "OrderedDict[tuple, None]" = OrderedDict()
+_CHECKED_KEPT = 64
+
+
+def _checked_key(program: Program, target: Any, max_errors: int) -> tuple | None:
+    """What :func:`check`'s result depends on: the text and path of every module of ``program``, the
+    target as the frontend sees it (its class, ``describe()``, its features: fast_math and release
+    among them), and the builtins and intrinsics registered now (a backend registered later adds
+    some). None, not kept, for a target that is not a Target record (the tests' stand-ins)."""
+    if not callable(getattr(target, "describe", None)) or not hasattr(target, "features"):
+        return None
+    modules = tuple((m.key, m.file.path, m.file.text) for m in program.modules.values())
+    tgt = (type(target).__module__, type(target).__qualname__, repr(sorted(target.describe().items())),
+           tuple(sorted(target.features)))
+    registered = (tuple((n, id(b)) for n, b in builtin_surface.builtins().items()),
+                  tuple((n, id(intrinsics.lookup(n))) for n in intrinsics.registered()))
+    return modules, tgt, registered, max_errors
 
 
 def _inside(span: SourceSpan | None, outer: SourceSpan) -> bool:
