@@ -40,8 +40,18 @@ def pool(ptx: str, log: str) -> tuple[int, int, int]:
     return used, int(dec[0]), int(inc[0])
 
 
+def _ids(c) -> str:
+    return f"{c[1]}-{'-'.join(f'{k}{v}' for k, v in c[2].items())}"
+
+
+#: The MoE kernels (the one that hung) and the default matmul always run; of the attention and MLA
+#: kernels a sample of 2 by default (CI time), all with -m slow.
+PARAMS = [pytest.param(c, id=_ids(c), marks=[pytest.mark.slow(sample=2)] if k >= 3 else [])
+          for k, c in enumerate(CASES)]
+
+
 @needs_ptxas
-@pytest.mark.parametrize("case", CASES, ids=[f"{c[1]}-{'-'.join(f'{k}{v}' for k, v in c[2].items())}" for c in CASES])
+@pytest.mark.parametrize("case", PARAMS)
 def test_consumers_increase_within_the_producers_release(case):
     """dec + consumers x inc <= (consumers + 1) x the kernel's registers: setmaxnreg.inc never waits
     for registers the block does not have."""
