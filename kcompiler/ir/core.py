@@ -276,13 +276,25 @@ def clone_op(op: Op, value_map: dict[int, Value]) -> Op:
     """A deep copy of ``op``: its operands are looked up in ``value_map`` (Value.id → Value; values not
     in it, defined outside what is cloned, are kept), its result and the arguments of its nested regions
     are new Values, and the map is extended with old id → new value for each of them."""
-    new = Op(op.name, [value_map.get(v.id, v) for v in op.operands], None, dict(op.attrs), None, op.span)
-    if op.result is not None:
-        r = Value(op.result.type, op.result.hint, new)
+    # Op's slots filled directly, not through Op.__init__ (whose copies of the lists and the dict
+    # would be made twice): inlining clones every op of a callee's body at each call.
+    new = _new_op(Op)
+    new.name = op.name
+    new.operands = [value_map.get(v.id, v) for v in op.operands]
+    new.attrs = dict(op.attrs)
+    new.span = op.span
+    res = op.result
+    if res is not None:
+        r = Value(res.type, res.hint, new)
         new.result = r
-        value_map[op.result.id] = r
-    new.regions = [clone_region(r, value_map) for r in op.regions]
+        value_map[res.id] = r
+    else:
+        new.result = None
+    new.regions = [clone_region(r, value_map) for r in op.regions] if op.regions else []
     return new
+
+
+_new_op = object.__new__
 
 
 def clone_region(region: Region, value_map: dict[int, Value]) -> Region:

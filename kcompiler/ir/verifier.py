@@ -548,8 +548,7 @@ class _Verifier:
         self.fn: Function | None = None
         self.defined: set[int] = set()
         self.visible: set[int] = set()
-        self.region_defs: list[set[int]] = []  # values defined at the top of each open region
-        self.function_defs: set[int] = set()
+        self.open_regions: list[Region] = []  # the regions being checked, outermost first (messages)
 
     def fail(self, op: Op | None, msg: str) -> None:
         where = f"in @{self.fn.name}" if self.fn is not None else f"in module @{self.m.name}"
@@ -578,16 +577,22 @@ class _Verifier:
             self.fail(None, f"kernel returns {fn.ret} (kernels return void)")
         self.defined = set()
         self.visible = set()  # the ids in ``scopes``, all levels together (one lookup per use)
-        self.region_defs = []
-        self.function_defs = {a.id for a in fn.params}
-        for op in fn.body.walk():
-            if op.result is not None:
-                self.function_defs.add(op.result.id)
-            self.function_defs.update(a.id for r in op.regions for a in r.args)
+        self.open_regions = []
         scope: set[int] = set()
         for p in fn.params:
             self.define(None, p, scope)
         self.region(fn.body, [scope], loop_body=False, cond_region=False)
+
+    def _function_defs(self) -> set[int]:
+        """Every value the current function defines (its parameters, op results, region arguments):
+        computed only for the message of an operand that is not visible."""
+        assert self.fn is not None
+        defs = {a.id for a in self.fn.params}
+        for op in self.fn.body.walk():
+            if op.result is not None:
+                defs.add(op.result.id)
+            defs.update(a.id for r in op.regions for a in r.args)
+        return defs
 
     def define(self, op: Op | None, v: Value, scope: set[int]) -> None:
         if v.id in self.defined:
@@ -603,11 +608,11 @@ class _Verifier:
         for a in r.args:
             self.define(None, a, scope)
         scopes = scopes + [scope]
-        self.region_defs.append({op.result.id for op in r.ops if op.result is not None})
+        self.open_regions.append(r)
         try:
             self._region_ops(r, scopes, loop_body, cond_region, scope)
         finally:
-            self.region_defs.pop()
+            self.open_regions.pop()
             self.visible -= scope
 
     def _region_ops(self, r: Region, scopes: list[set[int]], loop_body: bool, cond_region: bool,
@@ -639,9 +644,9 @@ class _Verifier:
             if not isinstance(v, Value):
                 self.fail(op, f"operand {k} is {v!r}, not a Value")
             if v.id not in self.visible:
-                if any(v.id in r for r in self.region_defs):
+                if any(o.result is not None and o.result.id == v.id for r in self.open_regions for o in r.ops):
                     why = "used before its definition"
-                elif v.id in self.function_defs:
+                elif v.id in self._function_defs():
                     why = "not defined in this region or an enclosing one"
                 else:
                     why = f"not defined in @{self.fn.name}"

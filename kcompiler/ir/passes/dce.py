@@ -60,14 +60,24 @@ def _sweep(r: Region, uses: dict[int, int]) -> bool:
 
 
 def _dead_slots(fn: Function) -> set[int]:
-    """ids of the ops to remove for slots only stored to."""
+    """ids of the ops to remove for slots only stored to.
+
+    Only the users of a slot and of the addresses derived from it are collected: the walk is in
+    program order, so an address (a slot, or an ``elemptr``/``ptrcast`` of one) is seen before its
+    users."""
     users: dict[int, list[tuple[Op, int]]] = {}
     allocas: list[Op] = []
     for op in fn.body.walk():
+        for k, v in enumerate(op.operands):
+            u = users.get(v.id)
+            if u is not None:
+                u.append((op, k))
         if op.name == "alloca":
             allocas.append(op)
-        for k, v in enumerate(op.operands):
-            users.setdefault(v.id, []).append((op, k))
+        elif not (op.name in ADDRESS_OPS and op.operands and op.operands[0].id in users):
+            continue
+        if op.result is not None:
+            users[op.result.id] = []
     remove: set[int] = set()
     for a in allocas:
         assert a.result is not None
