@@ -502,7 +502,7 @@ def test_fuzz_truncations(src, cut):
     only_compile_errors(src[: cut % (len(src) + 1)])
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])  # 200: CI time
 @given(st.sampled_from(SOURCES), st.integers(min_value=0), st.integers(min_value=0, max_value=12),
        st.sampled_from(TOKENS + ["", " ", "1000000000000", "-1", "0.0", "f64", "u8"]))
 def test_fuzz_mutations(src, pos, length, insert):
@@ -515,7 +515,7 @@ def test_fuzz_token_swaps_of_programs():
     rng = random.Random(1234)
     for src in SOURCES:
         words = src.split(" ")
-        for _ in range(60):
+        for _ in range(30):  # 30 a program: CI time
             w = list(words)
             i = rng.randrange(len(w))
             w[i] = rng.choice(TOKENS)

@@ -48,6 +48,7 @@ SM90_KERNELS = [
 
 
 @needs_ptxas
+@pytest.mark.slow(sample=8)  # 8 of the 13 configurations by default (CI time); -m slow: all
 @pytest.mark.parametrize("params", SM90_KERNELS, ids=lambda p: f"{p['T']}-{p['OUT']}-{p['BN']}x{p['CONSUMERS']}-"
                                                              f"{'kn' if p.get('B_KMAJOR') is False else 'nk'}"
                                                              f"{'-pp' if p.get('PINGPONG') else ''}"

@@ -79,6 +79,7 @@ def test_list_cap_follows_shared_memory(monkeypatch):
     assert S.list_cap(None, None) == 0
 
 
+@pytest.mark.slow(sample=1)  # one dtype by default (CI time); -m slow: both
 @pytest.mark.parametrize("dtype", [np.float32, BF16], ids=["f32", "bf16"])
 def test_split_filtered_rows_draw_the_unsplit_tokens(monkeypatch, dtype):
     """sample_split (vocabulary 4099 in chunks of 512) and sample, both with lists: rows with top-k,
