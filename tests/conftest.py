@@ -87,17 +87,18 @@ def _sample_key(nodeid: str) -> str:
 
 def _sample_slow(config, items) -> None:
     """Deselects all but a deterministic sample of each parametrised slow test's cases (those not
-    marked gpu)."""
+    marked gpu). Cases of one test marked with different ``sample`` sizes are sampled apart, each
+    set by its own size."""
     if _full_sweeps(config):
         return
-    groups: dict[str, list] = {}
+    groups: dict[tuple[str, int], list] = {}
     for item in items:
         mark = item.get_closest_marker("slow")
         if mark is not None and "[" in item.nodeid and item.get_closest_marker("gpu") is None:
-            groups.setdefault(item.nodeid.split("[", 1)[0], []).append(item)
+            n = mark.kwargs.get("sample", SLOW_SAMPLE)
+            groups.setdefault((item.nodeid.split("[", 1)[0], n), []).append(item)
     drop = set()
-    for cases in groups.values():
-        n = cases[0].get_closest_marker("slow").kwargs.get("sample", SLOW_SAMPLE)
+    for (_, n), cases in groups.items():
         ranked = sorted(cases, key=lambda it: hashlib.sha256(_sample_key(it.nodeid).encode()).hexdigest())
         drop.update(id(it) for it in ranked[n:])
     if drop:

@@ -8,8 +8,7 @@ from typing import TYPE_CHECKING
 from llvmlite import ir as ll
 
 from ...ir.core import Op
-from ...ir.types import (AddressSpace, ArrayType, PointerType, ScalarType, Type, VectorType, alignof, elem_of,
-                         sizeof)
+from ...ir.types import AddressSpace, ArrayType, PointerType, ScalarType, Type, VectorType, alignof, elem_of, sizeof
 from ..target import LLVM_ORDERS, local_name, set_syncscope
 from .lltypes import _I64, struct_field_lltype
 
@@ -168,7 +167,7 @@ class MemoryLowering:
         t = op.result.type
         at, align = self.access_type(t, op.attrs.get("align"))
         x = ctx.b.load(p, typ=at, align=self.target.access_align(at, align))
-        return self.from_memory(ctx, x, t)
+        return self.from_memory(ctx, x, self.lltype(t))
 
     def op_store(self, ctx: LoweringContext, op: Op) -> None:
         p, x = (self.v(ctx, v) for v in op.operands)
@@ -177,10 +176,9 @@ class MemoryLowering:
         at, align = self.access_type(op.operands[1].type, op.attrs.get("align"))
         ctx.b.store(self.to_memory(ctx, x, at), p, align=self.target.access_align(at, align))
 
-    def from_memory(self, ctx: LoweringContext, x: ll.Value, t: Type) -> ll.Value:
-        """A value of IR type ``t`` as loaded (:meth:`access_type`) into its register form
-        (``lltype``): bools, and vectors of them, truncated from bytes to i1."""
-        rt = self.lltype(t)
+    def from_memory(self, ctx: LoweringContext, x: ll.Value, rt: ll.Type) -> ll.Value:
+        """A value as loaded (:meth:`access_type`) in its register form ``rt`` (:meth:`lltype`):
+        bools, and vectors of them, truncated from bytes to i1."""
         return x if x.type == rt else ctx.b.trunc(x, rt)
 
     def to_memory(self, ctx: LoweringContext, x: ll.Value, at: ll.Type) -> ll.Value:
