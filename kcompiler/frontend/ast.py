@@ -349,13 +349,23 @@ class Module(Node):
     structs: list[StructDecl] = field(default_factory=list)
 
 
+#: Per node class, the names of its fields that may hold nodes (all but span and depth), worked out
+#: once: dataclasses.fields() on every visit was most of a walk's time (and walks are most of load's).
+_CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _child_fields(cls: type) -> tuple[str, ...]:
+    names = _CHILD_FIELDS.get(cls)
+    if names is None:
+        names = _CHILD_FIELDS[cls] = tuple(f.name for f in fields(cls) if f.name not in ("span", "depth"))
+    return names
+
+
 def children(node: Node) -> list[Node]:
     """The nodes directly inside ``node`` (for walks and the AST dump)."""
     out: list[Node] = []
-    for f in fields(node):
-        if f.name in ("span", "depth"):
-            continue
-        v = getattr(node, f.name)
+    for name in _child_fields(type(node)):
+        v = getattr(node, name)
         if isinstance(v, Node):
             out.append(v)
         elif isinstance(v, list):

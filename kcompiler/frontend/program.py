@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import os
 import re
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..diagnostics import CompileError, Diagnostics, SourceFile, SourceSpan
+from ..gcscope import fewer_collections
 from ..limits import deep_recursion
 from ..ir.types import (AddressSpace, ArrayType, PointerType, ScalarType, SCALARS, Type, VectorType, type_from_str)
 from . import ast as A
@@ -452,7 +454,7 @@ def load_program(source: str, path: str = "<string>", keep_going: bool = False) 
     of the name, scope and declaration checks are kept in ``Program.errors`` instead, so that
     :func:`~kcompiler.frontend.check` can add the type errors of the other declarations (syntax and
     import errors still raise: without a tree there is nothing to check)."""
-    with deep_recursion():
+    with deep_recursion(), fewer_collections():
         return _load(source, path, keep_going)
 
 
@@ -467,10 +469,23 @@ PRINTF_BUFFER_ALIAS = "<printf_buffer>"
 MATH_ALIAS = "<math>"
 
 
+#: _implicit_imports by module tree: a tree is the parser's, shared by every load of the same text and
+#: never changed (parser.parse), and the imports are a function of it; a walk of every module on every
+#: load was most of the time a load took.
+_IMPLICIT: weakref.WeakKeyDictionary[A.Module, list[A.Import]] = weakref.WeakKeyDictionary()
+
+
 def _implicit_imports(mod: SourceModule) -> list[A.Import]:
     """``import std.hostcall`` and ``std.printf_buffer`` for a module that calls printf (whichever
     target it is lowered for; only the functions a printf lowering calls are instantiated), and
     ``import std.math`` for one that calls an accurate math builtin it does not define itself."""
+    out = _IMPLICIT.get(mod.ast)
+    if out is None:
+        out = _IMPLICIT[mod.ast] = _find_implicit_imports(mod)
+    return list(out)
+
+
+def _find_implicit_imports(mod: SourceModule) -> list[A.Import]:
     out: list[A.Import] = []
     printf = math = False
     for n in A.walk(mod.ast):
