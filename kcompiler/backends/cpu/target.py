@@ -172,6 +172,7 @@ class CpuTarget(Target):
         self.triple = llvm.get_process_triple()
         self.data_layout = str(self.target_machine(0).target_data)
         self._target_data = llvm.create_target_data(self.data_layout)
+        self._abi: dict[tuple[str, str], int] = {}  # (what, type's text) -> bytes: _abi_bytes
         self.address_spaces = {s: 0 for s in AddressSpace}
         self.alloca_space = 0
         # named barriers (NVIDIA's bar.sync / bar.arrive, counted in warps of 32): named_barrier.py
@@ -463,9 +464,9 @@ class CpuTarget(Target):
         if co is None:
             return ll.Constant(PTR, None)
         info = self._mstate(ctx.module).kernels[ctx.fn.name]
-        align = max(16, lltype.get_abi_alignment(self._target_data))
+        align = max(16, self._abi_bytes("alignment", lltype))
         offset = (info["static_shared"] + align - 1) // align * align
-        info["static_shared"] = offset + lltype.get_abi_size(self._target_data)
+        info["static_shared"] = offset + self._abi_bytes("size", lltype)
         base = load_thread(ctx.b, co.ctx, "shared")
         return ctx.b.gep(base, [ll.Constant(I64, offset)], source_etype=I8, name=local_name(symbol))
 
@@ -473,12 +474,27 @@ class CpuTarget(Target):
         co = self._coroutine(ctx, "dynamic shared memory")
         return load_thread(ctx.b, co.ctx, "dyn_shared") if co is not None else ll.Constant(PTR, None)
 
+    def _abi_bytes(self, what: str, lltype: ll.Type) -> int:
+        """The host ABI's ``what`` ('size' or 'alignment') of ``lltype`` in bytes, remembered by the
+        type's text: llvmlite answers by parsing a module that holds a global of the type (a vector
+        access asks at every load and store). Not remembered for a type that names a struct (its
+        text is the name, which another program may give another body)."""
+        text = str(lltype)
+        get = lltype.get_abi_size if what == "size" else lltype.get_abi_alignment
+        if "%" in text:
+            return get(self._target_data)
+        key = (what, text)
+        n = self._abi.get(key)
+        if n is None:
+            n = self._abi[key] = get(self._target_data)
+        return n
+
     def access_align(self, memtype: ll.Type, align: int | None) -> int | None:
         # A host faults (SIGSEGV, killing the process) on an aligned vector move to an address a GPU
         # would also refuse; the CPU target asks only for the element's alignment, so such a kernel
         # runs, and check_bounds reports the misaligned access as a GPU's "misaligned address".
         if isinstance(memtype, ll.VectorType):
-            elem = memtype.element.get_abi_alignment(self._target_data)
+            elem = self._abi_bytes("alignment", memtype.element)
             return min(align, elem) if align else elem
         return align
 
@@ -491,7 +507,7 @@ class CpuTarget(Target):
         site = self._site(ctx, getattr(op, "span", None))
         check = self._check_function(ctx.module)
         if not align:
-            align = memtype.get_abi_alignment(self._target_data) if memtype is not None else 1
+            align = self._abi_bytes("alignment", memtype) if memtype is not None else 1
         b = ctx.b
         ok = b.call(check, [co.ctx, ptr, ll.Constant(I64, nbytes), ll.Constant(I32, site),
                             ll.Constant(I32, access), ll.Constant(I64, align)])
