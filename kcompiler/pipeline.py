@@ -30,6 +30,7 @@ from .backends import canonical_target, default_arch, find_backend
 from .backends.target import CompileOptions, Target
 from .diagnostics import CompileError
 from .ir.types import Type
+from .gcscope import fewer_collections
 from .limits import check_inlined_size, check_region_depth, check_resources, deep_recursion
 from .ir.types import type_from_str
 from .runtime.cache import CACHE, KernelCache, compiler_fingerprint, make_key
@@ -129,6 +130,7 @@ def resolve_target(target: str | Target, arch: str | None = None, **target_opts:
 
 
 @deep_recursion()
+@fewer_collections()
 def lower_to_ir(program: Any, target: Target, kernels: dict[str, dict[str, Any]]) -> Any:
     """Lower the given kernel specialisations, run the default passes, verify. Returns ir.Module.
 
@@ -204,6 +206,7 @@ def _frontend_target(target: Target, options: CompileOptions | None) -> Target:
 
 
 @deep_recursion()
+@fewer_collections()
 def artifact_of_ir(module: Any, kernel_name: str, target: Target, options: CompileOptions | None = None,
                    comptime: dict[str, Any] | None = None) -> Artifact:
     """Compile a (lowered, verified) IR module holding kernel ``kernel_name`` (its

@@ -24,6 +24,7 @@ from typing import Any
 
 from ..diagnostics import CompileError, Diagnostics, SourceSpan
 from ..ir import Function, Module, builtin_surface, intrinsics
+from ..gcscope import fewer_collections
 from ..limits import check_region_depth, deep_recursion
 from . import ast as A
 from .comptime_defaults import MissingParam, bind_defaults
@@ -170,7 +171,7 @@ def lower(program: Program, target: Any, kernels: dict[str, dict[str, Any]] | No
     KeyError for a kernel name the program does not define."""
     if program.errors:  # kept by load_program(keep_going=True): such a program is checked, never lowered
         raise CompileError(program.errors)
-    with deep_recursion():
+    with deep_recursion(), fewer_collections():
         L = ModuleLowering(program, target)
         L.consts(program.main)
         if kernels is None:
@@ -204,7 +205,7 @@ def check(program: Program, target: Any, max_errors: int = 50) -> None:
         return not any(_inside(e.span, whole) for e in program.errors if e.span not in program.recoverable)
 
     items = list(program.errors)
-    with deep_recursion():
+    with deep_recursion(), fewer_collections():
         try:
             L = ModuleLowering(program, target)
             L.silenced = program.recoverable

@@ -9,6 +9,7 @@ import llvmlite.binding as llvm
 
 from ...diagnostics import CompileError
 from ...ir.core import Module
+from ...gcscope import fewer_collections
 from ...limits import deep_recursion, kernel_display
 from ..target import CompileOptions, Target
 from .codegen import note_memory_ops
@@ -35,6 +36,7 @@ def optimize(ref: "llvm.ModuleRef", target: Target, opt_level: int) -> None:
 
 
 @deep_recursion()
+@fewer_collections()
 def compile_ir(ir_module: Module, target: Target, options: CompileOptions | None = None) -> "llvm.ModuleRef":
     """Lower ``ir_module`` for ``target``, verify it with LLVM's verifier, optimise it, and give
     the target its last rewrite (:meth:`Target.rewrite_optimized`).
