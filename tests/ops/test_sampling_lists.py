@@ -40,10 +40,11 @@ def case(rng, rows, vocab, dtype, spread):
 @pytest.mark.slow(sample=1)
 @pytest.mark.parametrize("dtype", [np.float32, BF16, "probs"], ids=["f32", "bf16", "probs"])
 @pytest.mark.parametrize("vocab", [7, 1001, 4099, 32003])
-def test_lists_change_no_bits(monkeypatch, dtype, vocab):
+def test_lists_change_no_bits(monkeypatch, dtype, vocab, full_sweep):
     """CAP 0 (no lists) against the host's CAP and CAP 1 and 3 (lists that overflow: those threads read
-    the row again), 12 seeds, 16 rows of every combination of top-k / top-p / min-p (and rows without
-    any), flat and peaked rows: the same tokens, each in the allowed set of the sorting reference."""
+    the row again), 12 seeds (4 by default: CI time; -m slow: 12), 16 rows of every combination of
+    top-k / top-p / min-p (and rows without any), flat and peaked rows: the same tokens, each in the
+    allowed set of the sorting reference."""
     rng = np.random.default_rng(vocab)
     rows = 16
     params = row_params(rng, rows, vocab)
@@ -52,7 +53,7 @@ def test_lists_change_no_bits(monkeypatch, dtype, vocab):
         x = case(rng, rows, vocab, np.float32 if dtype == "probs" else dtype, spread)
         if dtype == "probs":
             x = ref_probs(x, params[0]).astype(np.float32)
-        seeds = range(12)
+        seeds = range(12 if full_sweep else 4)
         monkeypatch.setattr(S, "SAMPLING_LISTS", 0)
         monkeypatch.setattr(S, "SAMPLING_PRUNE", False)         # the kernels' first version
         want = draws(x, params, seeds, probs=dtype == "probs")
