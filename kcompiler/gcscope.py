@@ -8,7 +8,9 @@ collections, 4.2 s, of a 26 s pytest run of ``tests/ops/test_moe_gemm_decode.py:
 on the 2-core box, three CPU-target compiles of MXFP4 MoE kernels). :func:`fewer_collections` raises
 the thresholds to at least :data:`COMPILE_GC_THRESHOLDS` for the length of a compile (the same run:
 2 full collections, 1.9 s of collecting in all against 4.7) and puts the application's back afterwards;
-the garbage a compile leaves (its IR's reference cycles) is collected as usual after it.
+the garbage a compile leaves (its IR's reference cycles) is collected as usual after it. It wraps each
+stage that allocates: ``frontend.load_program``, ``frontend.check``, ``pipeline.lower_to_ir`` (lowering,
+passes, verifier) and ``backends.llvm.compile_ir`` (llvmlite's IR, LLVM).
 """
 from __future__ import annotations
 

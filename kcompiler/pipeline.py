@@ -206,7 +206,6 @@ def _frontend_target(target: Target, options: CompileOptions | None) -> Target:
 
 
 @deep_recursion()
-@fewer_collections()
 def artifact_of_ir(module: Any, kernel_name: str, target: Target, options: CompileOptions | None = None,
                    comptime: dict[str, Any] | None = None) -> Artifact:
     """Compile a (lowered, verified) IR module holding kernel ``kernel_name`` (its

@@ -171,7 +171,7 @@ def lower(program: Program, target: Any, kernels: dict[str, dict[str, Any]] | No
     KeyError for a kernel name the program does not define."""
     if program.errors:  # kept by load_program(keep_going=True): such a program is checked, never lowered
         raise CompileError(program.errors)
-    with deep_recursion(), fewer_collections():
+    with deep_recursion():
         L = ModuleLowering(program, target)
         L.consts(program.main)
         if kernels is None:
