@@ -178,7 +178,7 @@ def time_configs() -> None:
         a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn if fp8 else torch.bfloat16)
         b = torch.randn(n, k, device="cuda").to(a.dtype)
         out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-        chosen = matmul_sm90.choose(m, n, k)
+        chosen = matmul_sm90.choose(m, n, k, sms, True, 128 if fp8 else 64)
         split = matmul_sm90.choose_split(m, n, k, chosen, 128 if fp8 else 64, sms)
         line = []
         for name, cfg in matmul_sm90.CONFIGS.items():
@@ -323,7 +323,17 @@ VARIANTS = {"default": None,
             "128x256/s2": ("128x256", {}, dict(split_k=2)),
             "128x256/s4": ("128x256", {}, dict(split_k=4)),
             "64x128/s2": ("64x128", {}, dict(split_k=2)),
+            "64x64": ("64x64", {}),  # with choose_split's shares: the choice for M <= 64 before SMALL_M_WIDE
             "64x64/s2": ("64x64", {}, dict(split_k=2)),
+            "64x64/s4": ("64x64", {}, dict(split_k=4)),
+            # one consumer on 128 / 256 columns: twice / four times 64x64's B bytes in flight a block
+            # (M <= 64: memory-bound, what counts is how many bytes each block keeps requested)
+            "64x128": ("64x128", {}, dict(split_k=1)),
+            "64x128/s3": ("64x128", {}, dict(split_k=3)),
+            "64x128/s4": ("64x128", {}, dict(split_k=4)),
+            "64x256": ("64x128", dict(BN=256, STAGES=5), dict(split_k=1)),
+            "64x256/s2": ("64x128", dict(BN=256, STAGES=5), dict(split_k=2)),
+            "64x256/s4": ("64x128", dict(BN=256, STAGES=5), dict(split_k=4)),
             # the tail split (TAIL_SPLIT, stream-K's "data-parallel + split-K tail"): the partial last wave's
             # tiles cut along K into up to 2 / 4 shares on blocks of their own (kcompiler.ops.matmul_sm90.
             # tail_shares), whole tiles stored by TMA, or every tile from registers (128x256/tail2, against
@@ -407,10 +417,10 @@ def time_variants(names: list[str] | None = None, shapes: str = "large") -> list
                 return torch.matmul(a, w.T)
         want = theirs()
         t_cublas = bench(theirs)
-        default_cfg = matmul_sm90.choose(m, n, k)
+        e = 1 if fp8 else 2
+        default_cfg = matmul_sm90.choose(m, n, k, sms, True, 128 // e)
         ref = None
         line = [f"cuBLAS {tflops(m, n, k, t_cublas):.0f}"]
-        e = 1 if fp8 else 2
         for name, v in variants.items():
             extra = dict(scale_a=one, scale_b=one, scale=1) if fp8 else {}
             if v == "traffic":

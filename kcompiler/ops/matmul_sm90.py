@@ -87,6 +87,17 @@ WAVE_ALTERNATIVES = {"tma128x256h": ("tma128x224h",)}
 #: How much less (a fraction) a tile of :data:`WAVE_ALTERNATIVES` must cost in :func:`choose`'s wave model.
 WAVE_MARGIN = 0.05
 
+#: The tile :func:`choose` takes instead of 64x64 where M <= 64 (a product bound by reading B) and its
+#: tiles with :func:`choose_split`'s shares make at least as many work units: each block then keeps twice
+#: the B bytes in flight (8 stages of 128 rows against 64), which counts for more than the number of
+#: blocks streaming. H200, 2026-11-28 (benchmarks/bench_matmul.py --variants default,64x128,64x128/s2,...
+#: --shapes small; RESULTS.md): bf16 16 x 8192 x 8192 0.76x -> 0.89-0.91x cuBLAS, 16 x 4096 x 14336
+#: 0.91x -> 0.95-0.96x, 16 x 4096 x 4096 0.88x -> 0.91x; FP8 16 x 8192 x 8192 0.82x -> 0.90x, 16 x 4096 x
+#: 14336 0.89x -> 0.93x; FP8 16 x 4096 x 4096 (32 tiles unsplit against 64) keeps 64x64 (0.83-0.92x
+#: against 0.85x). Not for 65-128 rows, where 64x64's two rows of tiles won (128 x 4096 x 4096: 0.87x
+#: against 64x128/s2's 0.74x).
+SMALL_M_WIDE = "64x128"
+
 #: Element types of A and B, and the BK of each (one 128-byte swizzled row).
 BK = {"bf16": 64, "f16": 64, "f8e4m3": 128, "f8e5m2": 128}
 
@@ -107,7 +118,8 @@ def shared_bytes(cfg: dict, t: str) -> int:
             + (cfg["CONSUMERS"] * (128 * epi + 8) if epi else 0))
 
 
-def choose(M: int, N: int, K: int, sms: int = Device.multiprocessor_count, b_kmajor: bool = True) -> dict:
+def choose(M: int, N: int, K: int, sms: int = Device.multiprocessor_count, b_kmajor: bool = True,
+           bk: int = 64) -> dict:
     """The configuration :func:`run` uses for an M x K by K x N product on ``sms`` multiprocessors:
     the first of :data:`CHOICES` that gives most multiprocessors a tile (at least 80% of them, where tiles
     run out), or one of its :data:`WAVE_ALTERNATIVES` where that costs :data:`WAVE_MARGIN` less by waves:
@@ -115,7 +127,9 @@ def choose(M: int, N: int, K: int, sms: int = Device.multiprocessor_count, b_kma
     448 tiles of 128 x 256, 3.39 waves, the busiest block 4 x 256 columns, and 512 of 128 x 224, 4 x
     224); none fitting, the smallest (small products are bound by reading B: what counts there is how
     many blocks stream it at once); one consumer warpgroup (64 rows) where M <= 64; BN a multiple of 64
-    for an N-major B (``b_kmajor`` False: the kernel's rule)."""
+    for an N-major B (``b_kmajor`` False: the kernel's rule). Where M <= 64 and that gives 64x64,
+    :data:`SMALL_M_WIDE` instead where its tiles times :func:`choose_split`'s shares (``bk``: the k-step,
+    :data:`BK` of the element type) are at least as many work units as 64x64's tiles."""
     def tiles(cfg: dict) -> int:
         return -(-M // tile_m(cfg)) * -(-N // cfg["BN"])
 
@@ -131,8 +145,14 @@ def choose(M: int, N: int, K: int, sms: int = Device.multiprocessor_count, b_kma
                 other = CONFIGS[alt]
                 if (b_kmajor or other["BN"] % 64 == 0) and cost(other) < (1 - WAVE_MARGIN) * cost(cfg):
                     cfg = other
-            return dict(cfg)
-    return dict(CONFIGS[CHOICES[-1]])
+            break
+    else:
+        cfg = CONFIGS[CHOICES[-1]]
+    if M <= 64 and cfg is CONFIGS["64x64"]:
+        wide = CONFIGS[SMALL_M_WIDE]
+        if tiles(wide) * choose_split(M, N, K, wide, bk, sms) >= tiles(cfg):
+            cfg = wide
+    return dict(cfg)
 
 
 def choose_split(M: int, N: int, K: int, cfg: dict, bk: int, sms: int = Device.multiprocessor_count) -> int:
@@ -258,8 +278,8 @@ def prepare(mod: Any, a: Any, b: Any, out: Any, *, b_kmajor: bool = True, scale_
         if config not in CONFIGS:
             raise ValueError(f"matmul_sm90.run: no configuration {config!r}; CONFIGS: {', '.join(CONFIGS)}")
         config = CONFIGS[config]
-    cfg = dict(config) if config is not None else choose(M, 2 * N if gated else N, K, sms, b_kmajor)
     bk = BK[t]
+    cfg = dict(config) if config is not None else choose(M, 2 * N if gated else N, K, sms, b_kmajor, bk)
     bm = tile_m(cfg)
     cm = cfg.get("CLUSTER_M", 1)
     tail_split = int(cfg.pop("TAIL_SPLIT", 0))
@@ -680,6 +700,6 @@ def scaled_matmul_cpu(a: Any, b: Any, scale_a: Any, scale_b: Any, *, out_dtype: 
     return run(_cpu_module(), a2, b_nk, out, scale_a=sa, scale_b=sb, scale=mode)
 
 
-__all__ = ["BK", "CHOICES", "CONFIGS", "PLANS", "WAVE_ALTERNATIVES", "WAVE_MARGIN", "choose", "choose_split",
-           "epi_box", "epilogue_module", "operand_b", "plan_key", "prepare", "reason_not", "remember", "run",
+__all__ = ["BK", "CHOICES", "CONFIGS", "PLANS", "SMALL_M_WIDE", "WAVE_ALTERNATIVES", "WAVE_MARGIN", "choose",
+           "choose_split", "epi_box", "epilogue_module", "operand_b", "plan_key", "prepare", "reason_not", "remember", "run",
            "scaled_matmul", "scaled_matmul_cpu", "shared_bytes", "tail_shares", "tile_m", "tma_store_applies"]

@@ -108,7 +108,13 @@ def test_config_choice():
     assert m.choose(8192, 8192, 8192) == m.CONFIGS["tma128x256h"]  # 16 x 256 against 18 x 224: within the margin
     assert m.choose(128, 4096, 4096) == m.CONFIGS["64x64"]  # 128 tiles of 132
     assert m.choose(16, 14336, 4096) == m.CONFIGS["64x128"]
-    assert m.choose(1, 8, 8) == m.CONFIGS["64x64"]
+    # M <= 64: 64x128 where its tiles with split-K make as many work units as 64x64's tiles (SMALL_M_WIDE)
+    assert m.choose(16, 4096, 4096) == m.CONFIGS["64x128"]  # 32 tiles x 2 shares against 64 tiles
+    assert m.choose(16, 8192, 8192) == m.CONFIGS["64x128"]  # 64 x 2 against 128
+    assert m.choose(16, 8192, 8192, bk=128) == m.CONFIGS["64x128"]  # FP8: 64 k-steps, 2 shares
+    assert m.choose(16, 4096, 4096, bk=128) == m.CONFIGS["64x64"]  # FP8: 32 k-steps, no split: 32 < 64
+    assert m.choose(16, 4096, 4096, b_kmajor=False) == m.CONFIGS["64x128"]
+    assert m.choose(1, 8, 8) == m.CONFIGS["64x128"]  # one tile either way
     assert m.choose(16, 14336, 4096, sms=100) == m.CONFIGS["64x128"]
     assert set(m.CHOICES) <= set(m.CONFIGS)
     # split-K where the tiles fill at most half of the multiprocessors, at least 32 k-steps a share
