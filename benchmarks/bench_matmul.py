@@ -178,7 +178,7 @@ def time_configs() -> None:
         a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn if fp8 else torch.bfloat16)
         b = torch.randn(n, k, device="cuda").to(a.dtype)
         out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-        chosen = matmul_sm90.choose(m, n, k, sms, True, 128 if fp8 else 64)
+        chosen = matmul_sm90.choose(m, n, k)
         split = matmul_sm90.choose_split(m, n, k, chosen, 128 if fp8 else 64, sms)
         line = []
         for name, cfg in matmul_sm90.CONFIGS.items():
@@ -323,7 +323,10 @@ VARIANTS = {"default": None,
             "128x256/s2": ("128x256", {}, dict(split_k=2)),
             "128x256/s4": ("128x256", {}, dict(split_k=4)),
             "64x128/s2": ("64x128", {}, dict(split_k=2)),
-            "64x64": ("64x64", {}),  # with choose_split's shares: the choice for M <= 64 before SMALL_M_WIDE
+            "64x64": ("64x64", {}),  # with choose_split's shares (and small_m_rows where M <= 56)
+            # without AROWS (all 64 rows of A a stage, the configuration's stages: before small_m_rows)
+            "64x64/a0": ("64x64", dict(AROWS=0)),
+            "64x128/a0": ("64x128", dict(AROWS=0)),
             "64x64/s2": ("64x64", {}, dict(split_k=2)),
             "64x64/s4": ("64x64", {}, dict(split_k=4)),
             # one consumer on 128 / 256 columns: twice / four times 64x64's B bytes in flight a block
@@ -418,7 +421,7 @@ def time_variants(names: list[str] | None = None, shapes: str = "large") -> list
         want = theirs()
         t_cublas = bench(theirs)
         e = 1 if fp8 else 2
-        default_cfg = matmul_sm90.choose(m, n, k, sms, True, 128 // e)
+        default_cfg = matmul_sm90.choose(m, n, k)
         ref = None
         line = [f"cuBLAS {tflops(m, n, k, t_cublas):.0f}"]
         for name, v in variants.items():

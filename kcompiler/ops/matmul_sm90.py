@@ -87,17 +87,6 @@ WAVE_ALTERNATIVES = {"tma128x256h": ("tma128x224h",)}
 #: How much less (a fraction) a tile of :data:`WAVE_ALTERNATIVES` must cost in :func:`choose`'s wave model.
 WAVE_MARGIN = 0.05
 
-#: The tile :func:`choose` takes instead of 64x64 where M <= 64 (a product bound by reading B) and its
-#: tiles with :func:`choose_split`'s shares make at least as many work units: each block then keeps twice
-#: the B bytes in flight (8 stages of 128 rows against 64), which counts for more than the number of
-#: blocks streaming. H200, 2026-11-28 (benchmarks/bench_matmul.py --variants default,64x128,64x128/s2,...
-#: --shapes small; RESULTS.md): bf16 16 x 8192 x 8192 0.76x -> 0.89-0.91x cuBLAS, 16 x 4096 x 14336
-#: 0.91x -> 0.95-0.96x, 16 x 4096 x 4096 0.88x -> 0.91x; FP8 16 x 8192 x 8192 0.82x -> 0.90x, 16 x 4096 x
-#: 14336 0.89x -> 0.93x; FP8 16 x 4096 x 4096 (32 tiles unsplit against 64) keeps 64x64 (0.83-0.92x
-#: against 0.85x). Not for 65-128 rows, where 64x64's two rows of tiles won (128 x 4096 x 4096: 0.87x
-#: against 64x128/s2's 0.74x).
-SMALL_M_WIDE = "64x128"
-
 #: Element types of A and B, and the BK of each (one 128-byte swizzled row).
 BK = {"bf16": 64, "f16": 64, "f8e4m3": 128, "f8e5m2": 128}
 
@@ -110,16 +99,38 @@ def tile_m(cfg: dict) -> int:
 
 def shared_bytes(cfg: dict, t: str) -> int:
     """Dynamic shared memory of std.matmul_sm90 (the formula stated in the .kc file): the stages'
-    A and B tiles (each BK elements of 128 bytes a row), two mbarriers a stage and, ping-pong, the
-    consumers' two order mbarriers; with the TMA store epilogue (EPI_TMA), each consumer's C buffer (64
-    rows of EPI_TMA 16-bit columns) and store mbarrier."""
+    A and B tiles (each BK elements of 128 bytes a row; A's AROWS rows where given, else BM), two
+    mbarriers a stage and, ping-pong, the consumers' two order mbarriers; with the TMA store epilogue
+    (EPI_TMA), each consumer's C buffer (64 rows of EPI_TMA 16-bit columns) and store mbarrier."""
     epi = cfg.get("EPI_TMA", 0)
-    return (cfg["STAGES"] * (tile_m(cfg) + cfg["BN"]) * 128 + 16 * cfg["STAGES"] + 16 * bool(cfg.get("PINGPONG"))
+    rows = cfg.get("AROWS") or tile_m(cfg)
+    return (cfg["STAGES"] * (rows + cfg["BN"]) * 128 + 16 * cfg["STAGES"] + 16 * bool(cfg.get("PINGPONG"))
             + (cfg["CONSUMERS"] * (128 * epi + 8) if epi else 0))
 
 
-def choose(M: int, N: int, K: int, sms: int = Device.multiprocessor_count, b_kmajor: bool = True,
-           bk: int = 64) -> dict:
+#: The dynamic shared memory (bytes) :func:`small_m_rows` fills with stages where a stage holds only
+#: AROWS rows of A: 200 KiB, as much as the large tiles take (cuBLAS's small-M kernels on the H200 run 16
+#: stages of 64 x 16 tiles, 160 KiB: ncu, benchmarks/profile_cublas.py, 2026-11-28).
+SMALL_M_SHARED = 200 * 1024
+
+
+def small_m_rows(M: int, cfg: dict) -> dict:
+    """std.matmul_sm90's AROWS and STAGES for an M-row product on configuration ``cfg`` (the kernel's
+    header, "AROWS"): where M <= 56 on a tile of one consumer's 64 rows (cooperative, no clusters, no TMA
+    store), a stage holds only M rows of A rounded up to 8, and the stages fill :data:`SMALL_M_SHARED`
+    (at least cfg's own): ``{"AROWS": rows, "STAGES": stages}``; else ``{}``. bf16, M <= 8, on 64x64: 22
+    stages of 9 KiB (176 KiB of B in flight a block) against 8 of 16 KiB (64 KiB). H200 (2026-11-28,
+    benchmarks/bench_matmul.py --variants default,64x64/a0 --shapes small, one run): M = 16, 64x64, bf16
+    × 4096 × 4096 / × 14336 × 4096 / × 4096 × 14336 / × 8192 × 8192 0.88 / 0.71 / 0.93 / 0.75x cuBLAS ->
+    0.97 / 0.95 / 0.98 / 0.95x; FP8 0.88 / 0.80 / 0.90 / 0.84x -> 0.98 / 0.91 / 0.97 / 0.95x."""
+    if M > 56 or tile_m(cfg) != 64 or cfg["CONSUMERS"] != 1 or cfg.get("PINGPONG") or cfg.get("CLUSTER_M", 1) > 1 \
+            or cfg.get("EPI_TMA"):
+        return {}
+    rows = max(8, -(-M // 8) * 8)
+    return {"AROWS": rows, "STAGES": max(cfg["STAGES"], SMALL_M_SHARED // ((rows + cfg["BN"]) * 128 + 16))}
+
+
+def choose(M: int, N: int, K: int, sms: int = Device.multiprocessor_count, b_kmajor: bool = True) -> dict:
     """The configuration :func:`run` uses for an M x K by K x N product on ``sms`` multiprocessors:
     the first of :data:`CHOICES` that gives most multiprocessors a tile (at least 80% of them, where tiles
     run out), or one of its :data:`WAVE_ALTERNATIVES` where that costs :data:`WAVE_MARGIN` less by waves:
@@ -127,9 +138,8 @@ def choose(M: int, N: int, K: int, sms: int = Device.multiprocessor_count, b_kma
     448 tiles of 128 x 256, 3.39 waves, the busiest block 4 x 256 columns, and 512 of 128 x 224, 4 x
     224); none fitting, the smallest (small products are bound by reading B: what counts there is how
     many blocks stream it at once); one consumer warpgroup (64 rows) where M <= 64; BN a multiple of 64
-    for an N-major B (``b_kmajor`` False: the kernel's rule). Where M <= 64 and that gives 64x64,
-    :data:`SMALL_M_WIDE` instead where its tiles times :func:`choose_split`'s shares (``bk``: the k-step,
-    :data:`BK` of the element type) are at least as many work units as 64x64's tiles."""
+    for an N-major B (``b_kmajor`` False: the kernel's rule). (Where M <= 56, :func:`prepare` then
+    gives one consumer's tiles fewer rows of A a stage and more stages: :func:`small_m_rows`.)"""
     def tiles(cfg: dict) -> int:
         return -(-M // tile_m(cfg)) * -(-N // cfg["BN"])
 
@@ -145,14 +155,8 @@ def choose(M: int, N: int, K: int, sms: int = Device.multiprocessor_count, b_kma
                 other = CONFIGS[alt]
                 if (b_kmajor or other["BN"] % 64 == 0) and cost(other) < (1 - WAVE_MARGIN) * cost(cfg):
                     cfg = other
-            break
-    else:
-        cfg = CONFIGS[CHOICES[-1]]
-    if M <= 64 and cfg is CONFIGS["64x64"]:
-        wide = CONFIGS[SMALL_M_WIDE]
-        if tiles(wide) * choose_split(M, N, K, wide, bk, sms) >= tiles(cfg):
-            cfg = wide
-    return dict(cfg)
+            return dict(cfg)
+    return dict(CONFIGS[CHOICES[-1]])
 
 
 def choose_split(M: int, N: int, K: int, cfg: dict, bk: int, sms: int = Device.multiprocessor_count) -> int:
@@ -278,15 +282,24 @@ def prepare(mod: Any, a: Any, b: Any, out: Any, *, b_kmajor: bool = True, scale_
         if config not in CONFIGS:
             raise ValueError(f"matmul_sm90.run: no configuration {config!r}; CONFIGS: {', '.join(CONFIGS)}")
         config = CONFIGS[config]
+    cfg = dict(config) if config is not None else choose(M, 2 * N if gated else N, K, sms, b_kmajor)
     bk = BK[t]
-    cfg = dict(config) if config is not None else choose(M, 2 * N if gated else N, K, sms, b_kmajor, bk)
     bm = tile_m(cfg)
     cm = cfg.get("CLUSTER_M", 1)
     tail_split = int(cfg.pop("TAIL_SPLIT", 0))
     if tail_split:
         _tail_split_check(mod, cfg, tail_split, split_k, block, fuse)
         split_k = 1
-    ta = cached_tensor_map(a, (bm, bk))
+    # small M: fewer rows of A a stage, more stages (small_m_rows; a configuration's own AROWS, 0 for none,
+    # stands); the plain and epilogue kernels only
+    if "AROWS" not in cfg and block is None and not cfg.get("EPI_TMA"):
+        cfg.update(small_m_rows(M, cfg))
+    if cfg.get("AROWS") and (M > cfg["AROWS"] or block is not None or cfg.get("EPI_TMA")):
+        raise ValueError(f"matmul_sm90.run: AROWS {cfg['AROWS']} holds M <= AROWS rows, without a block epilogue "
+                         f"or the TMA store (M = {M})")
+    if not cfg.get("AROWS", 1):
+        del cfg["AROWS"]
+    ta = cached_tensor_map(a, (cfg.get("AROWS", bm), bk))
     if gated:  # cooperative, without clusters (the kernel's FUSE rule)
         tb = cached_tensor_map(b.reshape(2, N, K), (1, cfg["BN"] // 2, bk))
     else:
@@ -700,6 +713,7 @@ def scaled_matmul_cpu(a: Any, b: Any, scale_a: Any, scale_b: Any, *, out_dtype: 
     return run(_cpu_module(), a2, b_nk, out, scale_a=sa, scale_b=sb, scale=mode)
 
 
-__all__ = ["BK", "CHOICES", "CONFIGS", "PLANS", "SMALL_M_WIDE", "WAVE_ALTERNATIVES", "WAVE_MARGIN", "choose",
-           "choose_split", "epi_box", "epilogue_module", "operand_b", "plan_key", "prepare", "reason_not", "remember", "run",
-           "scaled_matmul", "scaled_matmul_cpu", "shared_bytes", "tail_shares", "tile_m", "tma_store_applies"]
+__all__ = ["BK", "CHOICES", "CONFIGS", "PLANS", "SMALL_M_SHARED", "WAVE_ALTERNATIVES", "WAVE_MARGIN",
+           "choose", "choose_split", "epi_box", "epilogue_module", "operand_b", "plan_key", "prepare", "reason_not",
+           "remember", "run", "scaled_matmul", "scaled_matmul_cpu", "shared_bytes", "small_m_rows", "tail_shares",
+           "tile_m", "tma_store_applies"]

@@ -125,7 +125,7 @@ def choose_by_traffic(M: int, N: int, K: int, e: int, sms: int = 132, bk: int | 
             t = traffic(M, N, K, e, CONFIGS[name], s, sms)["t"]
             if best is None or t < best[0] * 0.999:
                 best = (t, CONFIGS[name], s)
-    cfg = choose(M, N, K, sms, True, bk)
+    cfg = choose(M, N, K, sms)
     split = choose_split(M, N, K, cfg, bk, sms)
     if traffic(M, N, K, e, cfg, split, sms)["t"] * (1 - margin) <= best[0]:
         return cfg, split
