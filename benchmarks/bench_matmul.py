@@ -324,6 +324,11 @@ VARIANTS = {"default": None,
             "128x256/s4": ("128x256", {}, dict(split_k=4)),
             "64x128/s2": ("64x128", {}, dict(split_k=2)),
             "64x64": ("64x64", {}),  # with choose_split's shares (and small_m_rows where M <= 56)
+            # M 65-128 (two rows of 64-row tiles): stages filling 200 KiB (cuBLAS: 64 x 64 tiles, 13 stages, in
+            # clusters of 2 at 128 x 4096 x 4096 on the H200, ncu), and 2-block clusters sharing B by multicast
+            "64x64/12st": ("64x64", dict(STAGES=12)),
+            "64x64/c2": ("64x64", dict(CLUSTER_M=2)),
+            "64x64/c2/12st": ("64x64", dict(CLUSTER_M=2, STAGES=12)),
             # without AROWS (all 64 rows of A a stage, the configuration's stages: before small_m_rows)
             "64x64/a0": ("64x64", dict(AROWS=0)),
             "64x128/a0": ("64x128", dict(AROWS=0)),
