@@ -79,8 +79,17 @@ CONFIGS = {"128x256": dict(BN=256, CONSUMERS=2, STAGES=4, GROUP_M=8),
 #: 128x256 tile, 4 stages, C stored through half-width shared-memory buffers and TMA): 684-725 TFLOP/s
 #: bf16 and 1253 FP8 on the LLM shapes against 595-633 and 1026 for 128x256's register store, 0.89-1.02x
 #: cuBLAS (H100, 2026-11-27, bench_matmul.py --variants); where its TMA store does not apply (an f32 C,
-#: split-K, a fused or block epilogue), :func:`prepare` stores from registers, which is 128x256.
-CHOICES = ("tma128x256h", "64x128", "64x64")
+#: split-K, a fused or block epilogue), :func:`prepare` stores from registers, which is 128x256. 128x112
+#: where 128 x 256 tiles are too few and 128 x 112 tiles fill one wave (:data:`ONE_WAVE`): 128 x 14336 x
+#: 4096 (128 tiles) 0.98x cuBLAS bf16 and 0.94x FP8 against 64x128's 0.93x and 0.92x (H200, 2026-11-28,
+#: bench_matmul.py --variants default,128x112 --shapes small, one run; cuBLAS runs 128 x 112 tiles there
+#: too, ncu).
+CHOICES = ("tma128x256h", "128x112", "64x128", "64x64")
+
+#: Configurations of :data:`CHOICES` that :func:`choose` takes only where their tiles fit one wave (no
+#: more tiles than multiprocessors): past that the busiest block multiplies two 128 x 112 tiles where
+#: 64x128's multiplies two of 64 x 128 (512 x 4096: 148 tiles against 256).
+ONE_WAVE = ("128x112",)
 
 #: Tiles of as many rows that :func:`choose` takes instead of a configuration of :data:`CHOICES` where
 #: they cost :data:`WAVE_MARGIN` less in its wave model: tma128x224h for tma128x256h (1024 x 14336 x 4096:
@@ -133,15 +142,17 @@ def small_m_rows(M: int, cfg: dict) -> dict:
     return {"AROWS": rows, "STAGES": max(cfg["STAGES"], SMALL_M_SHARED // ((rows + cfg["BN"]) * 128 + 16))}
 
 
-def choose(M: int, N: int, K: int, sms: int = Device.multiprocessor_count, b_kmajor: bool = True) -> dict:
+def choose(M: int, N: int, K: int, sms: int = Device.multiprocessor_count, b_kmajor: bool = True,
+           bn_multiple: int = 8) -> dict:
     """The configuration :func:`run` uses for an M x K by K x N product on ``sms`` multiprocessors:
     the first of :data:`CHOICES` that gives most multiprocessors a tile (at least 80% of them, where tiles
-    run out), or one of its :data:`WAVE_ALTERNATIVES` where that costs :data:`WAVE_MARGIN` less by waves:
+    run out; those of :data:`ONE_WAVE` no more than one each), or one of its :data:`WAVE_ALTERNATIVES` where that costs :data:`WAVE_MARGIN` less by waves:
     ceil(tiles / sms) x BN, the columns the busiest block multiplies (wave quantisation: 1024 x 14336 has
     448 tiles of 128 x 256, 3.39 waves, the busiest block 4 x 256 columns, and 512 of 128 x 224, 4 x
     224); none fitting, the smallest (small products are bound by reading B: what counts there is how
-    many blocks stream it at once); one consumer warpgroup (64 rows) where M <= 64; BN a multiple of 64
-    for an N-major B (``b_kmajor`` False: the kernel's rule). (Where M <= 56, :func:`prepare` then
+    many blocks stream it at once); one consumer warpgroup (64 rows) where M <= 64; BN a multiple of
+    ``bn_multiple`` (32 for a block epilogue or a gated one: the kernel's rules), and of 64 for an
+    N-major B (``b_kmajor`` False). (Where M <= 56, :func:`prepare` then
     gives one consumer's tiles fewer rows of A a stage and more stages: :func:`small_m_rows`.)"""
     def tiles(cfg: dict) -> int:
         return -(-M // tile_m(cfg)) * -(-N // cfg["BN"])
@@ -149,14 +160,15 @@ def choose(M: int, N: int, K: int, sms: int = Device.multiprocessor_count, b_kma
     def cost(cfg: dict) -> int:
         return -(-tiles(cfg) // sms) * cfg["BN"]
 
+    step = max(bn_multiple, 8 if b_kmajor else 64)
     for name in CHOICES:
         cfg = CONFIGS[name]
-        if M <= 64 and tile_m(cfg) > 64:
-            continue  # a second consumer would multiply rows of zeros
+        if (M <= 64 and tile_m(cfg) > 64) or cfg["BN"] % step or (name in ONE_WAVE and tiles(cfg) > sms):
+            continue  # (a second consumer would multiply rows of zeros)
         if tiles(cfg) >= 0.8 * sms:
             for alt in WAVE_ALTERNATIVES.get(name, ()):
                 other = CONFIGS[alt]
-                if (b_kmajor or other["BN"] % 64 == 0) and cost(other) < (1 - WAVE_MARGIN) * cost(cfg):
+                if other["BN"] % step == 0 and cost(other) < (1 - WAVE_MARGIN) * cost(cfg):
                     cfg = other
             return dict(cfg)
     return dict(CONFIGS[CHOICES[-1]])
@@ -285,7 +297,8 @@ def prepare(mod: Any, a: Any, b: Any, out: Any, *, b_kmajor: bool = True, scale_
         if config not in CONFIGS:
             raise ValueError(f"matmul_sm90.run: no configuration {config!r}; CONFIGS: {', '.join(CONFIGS)}")
         config = CONFIGS[config]
-    cfg = dict(config) if config is not None else choose(M, 2 * N if gated else N, K, sms, b_kmajor)
+    cfg = dict(config) if config is not None else \
+        choose(M, 2 * N if gated else N, K, sms, b_kmajor, 32 if gated or block is not None else 8)
     bk = BK[t]
     bm = tile_m(cfg)
     cm = cfg.get("CLUSTER_M", 1)
@@ -716,7 +729,7 @@ def scaled_matmul_cpu(a: Any, b: Any, scale_a: Any, scale_b: Any, *, out_dtype: 
     return run(_cpu_module(), a2, b_nk, out, scale_a=sa, scale_b=sb, scale=mode)
 
 
-__all__ = ["BK", "CHOICES", "CONFIGS", "PLANS", "SMALL_M_SHARED", "WAVE_ALTERNATIVES", "WAVE_MARGIN",
+__all__ = ["BK", "CHOICES", "CONFIGS", "PLANS", "ONE_WAVE", "SMALL_M_SHARED", "WAVE_ALTERNATIVES", "WAVE_MARGIN",
            "choose", "choose_split", "epi_box", "epilogue_module", "operand_b", "plan_key", "prepare", "reason_not",
            "remember", "run", "scaled_matmul", "scaled_matmul_cpu", "shared_bytes", "small_m_rows", "tail_shares",
            "tile_m", "tma_store_applies"]

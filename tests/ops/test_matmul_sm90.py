@@ -113,6 +113,13 @@ def test_config_choice():
     assert m.choose(8192, 8192, 8192) == m.CONFIGS["tma128x256h"]  # 16 x 256 against 18 x 224: within the margin
     assert m.choose(128, 4096, 4096) == m.CONFIGS["64x64"]  # 128 tiles of 132
     assert m.choose(16, 14336, 4096) == m.CONFIGS["64x128"]
+    # 128 x 112 where 128 x 256 tiles are too few: 128 of them at 128 x 14336; not for an N-major B, a block
+    # or gated epilogue (BN a multiple of 64, 32)
+    assert m.choose(128, 14336, 4096) == m.CONFIGS["128x112"]
+    assert m.choose(128, 14336, 4096, b_kmajor=False) == m.CONFIGS["64x128"]
+    assert m.choose(128, 14336, 4096, bn_multiple=32) == m.CONFIGS["64x128"]
+    assert m.choose(1024, 14336, 4096, bn_multiple=32) == m.CONFIGS["tma128x224h"]  # 224 = 7 x 32
+    assert m.choose(512, 4096, 4096) == m.CONFIGS["64x128"]  # 148 tiles of 128 x 112: more than one wave
     assert m.choose(1, 8, 8) == m.CONFIGS["64x64"]
     assert m.choose(16, 14336, 4096, sms=100) == m.CONFIGS["64x128"]
     assert set(m.CHOICES) <= set(m.CONFIGS)
@@ -594,7 +601,8 @@ def test_tensor_map_type_roundtrips():
 # --- on the H100 -------------------------------------------------------------------------------------
 
 SHAPES = [(128, 256, 64), (1, 1, 8), (17, 33, 72), (200, 300, 136), (257, 513, 1000), (64, 4096, 4096),
-          (16, 4096, 8192), (1000, 777, 1024), (2048, 2048, 2048), (129, 255, 4104)]
+          (16, 4096, 8192), (1000, 777, 1024), (2048, 2048, 2048), (129, 255, 4104),
+          (128, 14336, 4096)]  # 128 x 112 tiles (K-major B; N-major: 64 x 128)
 
 
 def _reference_check(c, a, b, fp8: bool = False, scale=None):
