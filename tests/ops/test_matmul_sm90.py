@@ -306,6 +306,27 @@ def test_small_m_rows():
               config={**c64, "AROWS": 16}, sms=3)
 
 
+def test_choice_keeps_the_kernels_rules():
+    """Over a grid of shapes, the default choice (choose, choose_split, small_m_rows) is one the kernel
+    accepts: BN a multiple of 64 for an N-major B and of 32 for a block or gated epilogue, AROWS only on
+    one consumer's tiles and at least M, split-K shares of at least one k-step, shared memory within the
+    227 KiB a block may have."""
+    from kcompiler.ops import matmul_sm90 as m
+    for M in (1, 7, 8, 16, 33, 56, 57, 64, 65, 100, 128, 129, 256, 512, 1000, 1024, 4096, 8192):
+        for N in (8, 64, 256, 1000, 4096, 8192, 14336, 28672):
+            for K, bk in ((4096, 64), (4096, 128), (14336, 64), (72, 64)):
+                for b_kmajor, mult in ((True, 8), (False, 8), (True, 32)):
+                    cfg = m.choose(M, N, K, 132, b_kmajor, mult)
+                    step = max(mult, 8 if b_kmajor else 64)
+                    assert cfg["BN"] % step == 0, (M, N, cfg)
+                    rows = m.small_m_rows(M, cfg)
+                    if rows:
+                        assert cfg["CONSUMERS"] == 1 and not cfg.get("PINGPONG") and M <= rows["AROWS"] <= 56
+                    assert m.shared_bytes({**cfg, **rows}, "bf16") <= 227 * 1024, (M, N, cfg, rows)
+                    split = m.choose_split(M, N, K, cfg, bk, 132)
+                    assert 1 <= split <= max(1, -(-K // bk)), (M, N, K, split)
+
+
 @pytest.mark.parametrize("split_k, out_t", [(3, "bf16"), (5, "f32")])
 def test_emulated_split_k(split_k, out_t):
     """Split-K: each tile's K loop in shares (one of them empty with 5 shares of 4 k-steps), the partial
