@@ -527,7 +527,8 @@ import std.epilogue as kc_std_epilogue
 kernel matmul_sm90_epilogue[T: type, OUT: type, BK: i32, BN: i32, CONSUMERS: i32, STAGES: i32, GROUP_M: i32,
                             SCALE: i32, ALIGNED: bool, B_KMAJOR: bool, X: type, Y: type,
                             EPI: fn(acc: f32, row: i32, col: i32, ld: i32, x: ptr<X>, y: ptr<Y>, s: f32) -> f32,
-                            SPLIT_K: i32 = 1, PINGPONG: bool = false, WG_M: i32 = 1, CLUSTER_M: i32 = 1](
+                            SPLIT_K: i32 = 1, PINGPONG: bool = false, WG_M: i32 = 1, CLUSTER_M: i32 = 1,
+                            AROWS: i32 = 0](
         ta: tensor_map, tb: tensor_map, c: ptr<OUT>, M: i32, N: i32, K: i32, ldc: i32, sa: ptr<f32>,
         sb: ptr<f32>, x: ptr<X>, y: ptr<Y>, s: f32, ws: ptr<f32>, counts: ptr<u32>) {
     launch_bounds(128 * (CONSUMERS + 1), 1);
@@ -535,7 +536,8 @@ kernel matmul_sm90_epilogue[T: type, OUT: type, BK: i32, BN: i32, CONSUMERS: i32
         cluster_dims(CLUSTER_M);
     }
     kc_std_matmul_sm90.gemm_sm90[T, OUT, BK, BN, CONSUMERS, STAGES, GROUP_M, SCALE, ALIGNED, B_KMAJOR, SPLIT_K, X, Y,
-                                 EPI, OUT, 0, kc_std_epilogue.block_identity, PINGPONG, WG_M, CLUSTER_M](
+                                 EPI, OUT, 0, kc_std_epilogue.block_identity, PINGPONG, WG_M, CLUSTER_M, 0,
+                                 kc_std_epilogue.silu_and_mul, false, 0, false, 0, AROWS](
         ta, tb, c, M, N, K, ldc, sa, sb, x, y, s, c, ws, counts, bitcast[ptr<i32>](counts), bitcast[ptr<i32>](counts),
         ta);
 }

@@ -155,10 +155,11 @@ class _CheckedLaunches:
         return _Grid()
 
 
-@pytest.mark.parametrize("epilogue", [None, "source"])
-def test_host_launch_matches_kernel(monkeypatch, epilogue):
+@pytest.mark.parametrize("epilogue, M", [(None, 300), ("source", 300), ("source", 16)])
+def test_host_launch_matches_kernel(monkeypatch, epilogue, M):
     """kcompiler.ops.matmul_sm90.run passes what the kernel's signature asks (tensor maps, pointers, the
-    epilogue's inputs), within the shared memory a block may have; checked without a GPU."""
+    epilogue's inputs), within the shared memory a block may have; checked without a GPU. M 16: a
+    user's epilogue module takes small_m_rows' AROWS and stages too."""
     import kcompiler as kc
     import ml_dtypes
     import numpy as np
@@ -168,7 +169,7 @@ def test_host_launch_matches_kernel(monkeypatch, epilogue):
 
     monkeypatch.setattr(matmul_sm90, "cached_tensor_map",
                         lambda x, box: TensorMap(bytes(128), 0, "bf16", x.shape, box, 128, None))
-    M, N, K = 300, 520, 264
+    N, K = 520, 264
     a = np.zeros((M, K), ml_dtypes.bfloat16)
     b = np.zeros((N, K), ml_dtypes.bfloat16)
     out = np.zeros((M, N), np.float32)
@@ -183,7 +184,8 @@ def test_host_launch_matches_kernel(monkeypatch, epilogue):
     matmul_sm90.run(mod, a, b, out, epilogue=epi, sms=132)
     (name, (grid, block), shared, params, art), = mod.launches
     assert name == ("matmul_sm90" if epilogue is None else "matmul_sm90_epilogue")
-    cfg = matmul_sm90.choose(M, N, K)
+    cfg = {**matmul_sm90.choose(M, N, K), **matmul_sm90.small_m_rows(M, matmul_sm90.choose(M, N, K))}
+    assert ("AROWS" in params) == (M <= 56)
     assert {k: params[k] for k in cfg} == cfg and block == 128 * (cfg["CONSUMERS"] + 1)
     assert grid == min(132, -(-M // (64 * cfg["CONSUMERS"])) * -(-N // cfg["BN"]))
     assert shared == matmul_sm90.shared_bytes(params, "bf16") <= 227 * 1024
