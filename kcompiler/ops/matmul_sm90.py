@@ -146,14 +146,15 @@ def choose(M: int, N: int, K: int, sms: int = Device.multiprocessor_count, b_kma
            bn_multiple: int = 8) -> dict:
     """The configuration :func:`run` uses for an M x K by K x N product on ``sms`` multiprocessors:
     the first of :data:`CHOICES` that gives most multiprocessors a tile (at least 80% of them, where tiles
-    run out; those of :data:`ONE_WAVE` no more than one each), or one of its :data:`WAVE_ALTERNATIVES` where that costs :data:`WAVE_MARGIN` less by waves:
+    run out; those of :data:`ONE_WAVE` no more than one each), or one of its :data:`WAVE_ALTERNATIVES`
+    where that costs :data:`WAVE_MARGIN` less by waves:
     ceil(tiles / sms) x BN, the columns the busiest block multiplies (wave quantisation: 1024 x 14336 has
     448 tiles of 128 x 256, 3.39 waves, the busiest block 4 x 256 columns, and 512 of 128 x 224, 4 x
     224); none fitting, the smallest (small products are bound by reading B: what counts there is how
     many blocks stream it at once); one consumer warpgroup (64 rows) where M <= 64; BN a multiple of
     ``bn_multiple`` (32 for a block epilogue or a gated one: the kernel's rules), and of 64 for an
-    N-major B (``b_kmajor`` False). (Where M <= 56, :func:`prepare` then
-    gives one consumer's tiles fewer rows of A a stage and more stages: :func:`small_m_rows`.)"""
+    N-major B (``b_kmajor`` False). (Where M <= 56, :func:`prepare` then gives one consumer's tiles
+    fewer rows of A a stage and more stages: :func:`small_m_rows`.)"""
     def tiles(cfg: dict) -> int:
         return -(-M // tile_m(cfg)) * -(-N // cfg["BN"])
 
@@ -163,8 +164,9 @@ def choose(M: int, N: int, K: int, sms: int = Device.multiprocessor_count, b_kma
     step = max(bn_multiple, 8 if b_kmajor else 64)
     for name in CHOICES:
         cfg = CONFIGS[name]
+        # (M <= 64: a second consumer would multiply rows of zeros)
         if (M <= 64 and tile_m(cfg) > 64) or cfg["BN"] % step or (name in ONE_WAVE and tiles(cfg) > sms):
-            continue  # (a second consumer would multiply rows of zeros)
+            continue
         if tiles(cfg) >= 0.8 * sms:
             for alt in WAVE_ALTERNATIVES.get(name, ()):
                 other = CONFIGS[alt]
@@ -306,15 +308,15 @@ def prepare(mod: Any, a: Any, b: Any, out: Any, *, b_kmajor: bool = True, scale_
     if tail_split:
         _tail_split_check(mod, cfg, tail_split, split_k, block, fuse)
         split_k = 1
-    # small M: fewer rows of A a stage, more stages (small_m_rows; a configuration's own AROWS, 0 for none,
-    # stands); the plain and epilogue kernels only
-    if "AROWS" not in cfg and block is None and not cfg.get("EPI_TMA"):
+    # small M: fewer rows of A a stage, more stages (small_m_rows: not with the TMA store), on the plain and
+    # epilogue kernels; a configuration's own AROWS stands, 0 for none
+    if "AROWS" not in cfg and block is None:
         cfg.update(small_m_rows(M, cfg))
-    if cfg.get("AROWS") and (M > cfg["AROWS"] or block is not None or cfg.get("EPI_TMA")):
+    if cfg.get("AROWS") == 0:
+        del cfg["AROWS"]
+    if "AROWS" in cfg and (M > cfg["AROWS"] or block is not None or cfg.get("EPI_TMA")):
         raise ValueError(f"matmul_sm90.run: AROWS {cfg['AROWS']} holds M <= AROWS rows, without a block epilogue "
                          f"or the TMA store (M = {M})")
-    if not cfg.get("AROWS", 1):
-        del cfg["AROWS"]
     ta = cached_tensor_map(a, (cfg.get("AROWS", bm), bk))
     if gated:  # cooperative, without clusters (the kernel's FUSE rule)
         tb = cached_tensor_map(b.reshape(2, N, K), (1, cfg["BN"] // 2, bk))
