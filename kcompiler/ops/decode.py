@@ -65,12 +65,13 @@ DECODE_TC_VARIANTS = {
 #: The tensor-core decode's default variant (:data:`DECODE_TC_VARIANTS`) by G, the query heads a KV
 #: head: the entry of the least key at or above G (the last one past them). The measured choice
 #: (benchmarks/RESULTS.md) is this one line.
-DECODE_TC_DEFAULT = {4: "ring", 8: "ring_gather", 16: "ring"}
-# 8: H100 2026-11-27, ring_1wave 92-93 % vs 87-88 % of copy for the split ring; then (second session,
-# bench_decode_variants.py, B32 H32 HKV4 8192 keys, per call / graph) ring_gather 92.1 / 93.4 % on pages
-# of 16 against ring_1wave's 90.6 / 92.0 (default again: 90.5 / 92.0), the same on pages of 64 (92.7 %).
-# GQA 4:1 took 93.8 % with ring_gather against ring's 92.5 % on pages of 16: not switched yet (ring
-# splits by another rule at other shapes; ring_gather adds MIN_WAVES).
+DECODE_TC_DEFAULT = {4: "ring_gather_bases", 8: "ring_gather_bases", 16: "ring"}
+# 4 and 8: H200 2026-11-28 (bench_decode_variants.py --kinds gqa4,gqa8, B32 H32 8192 keys D 128, % of copy
+# per call / graph): ring_gather_bases GQA 4:1 96.5 / 97.1 on pages of 16 and 97.3 / 98.3 on pages of 64
+# against ring's 84.6 / 85.7 and 97.2 / 97.5; GQA 8:1 93.7 / 94.9 and 94.2 / 96.2 against ring_gather's
+# 91.0 / 92.5 and 93.4 / 95.6 (the default again at the end: 91.2 / 92.6, 94.1 / 95.6). On the H100
+# (2026-11-27) GQA 8:1 read ring_gather_bases 91.4 / 92.6 against ring_gather's 92.2 / 93.4 (within that
+# run's spread) and GQA 4:1 ring_gather 93.8 against ring's 92.5 on pages of 16.
 #: paged_decode_tc's tiles where RING is false.
 DECODE_TC_SINGLE = dict(BN=64, STAGES=2)
 

@@ -176,16 +176,36 @@ def test_tc_decode_variants_gpu(page):
 
 
 def test_tc_tiles_bases_key():
-    """BASES reaches the kernel's compile-time values only where a variant asks for it (the default
-    kernels' keys, and so their cached builds, stay as they were)."""
+    """BASES reaches the kernel's compile-time values only where a variant asks for it: the default at
+    GQA 4:1 and 8:1 (ring_gather_bases), not GQA 16:1's (ring, whose kernel's key stays as it was)."""
     tiles, _, _, _ = decode._tc_tiles("ring_gather_bases", 8, 128, 2, "paged_decode")
     assert tiles == dict(RING=True, WARPS=4, BN=32, STAGES=2, EAGER=False, GATHER=True, MIN_WAVES=0.9, BASES=True)
-    assert "BASES" not in decode._tc_tiles(None, 8, 128, 2, "paged_decode")[0]
-    assert "BASES" not in decode._tc_tiles(None, 4, 128, 2, "paged_decode")[0]
+    assert decode._tc_tiles(None, 8, 128, 2, "paged_decode")[0] == tiles
+    assert decode._tc_tiles(None, 4, 128, 2, "paged_decode")[0] == tiles
+    assert "BASES" not in decode._tc_tiles(None, 16, 128, 2, "paged_decode")[0]
+
+
+@pytest.mark.parametrize("G,page,D", [(4, 16, 64), (8, 16, 64)], ids=["4to1-p16", "8to1-p16"])
+def test_tc_decode_default_emulated(monkeypatch, emulated, G, page, D):  # noqa: F811
+    """The default tensor-core decode (ring_gather_bases at GQA 4:1 and 8:1: GATHER's pages a step
+    ahead, BASES' unchecked full steps beside the bounded last one) on the emulation: lengths ending
+    mid-page and mid-step, past several full steps, one key, none; the split choice and 3 splits."""
+    assert ops.decode_tc_tiles(G) == ops.DECODE_TC_VARIANTS["ring_gather_bases"]
+    monkeypatch.setattr(_common, "stdlib_module", emulated)
+    HK = 2
+    lens = [197, 0, 1, 64, 130]
+    bf = DTYPES["bf16"]
+    k_cache, v_cache, table, dense = paged_cache(lens, page, HK, D, bf)
+    q = RNG.standard_normal((len(lens), HK * G, D)).astype(bf)
+    ref, ref_lse = decode_reference(q, dense, D ** -0.5)
+    for splits in (None, 3):
+        out, lse = ops.paged_decode(q, k_cache, v_cache, table, np.array(lens, np.int32), num_splits=splits,
+                                    tensor_cores=True, return_lse=True, target="cpu")
+        check(out, lse, ref, ref_lse, v_cache, "bf16")
 
 
 @needs_ptxas
-@pytest.mark.slow(sample=1)  # BASES is opt-in and measured slower: one case by default (CI time)
+@pytest.mark.slow(sample=1)  # CI time: one case by default
 @pytest.mark.parametrize("variant,twin,page,D,fast", [
     ("ring_gather_bases", "ring_gather", 16, 128, True),   # GATHER, 2 pages a step
     ("ring_bases", "ring", 64, 128, True),                 # one page a step (BN 32 divides 64)
