@@ -16,9 +16,13 @@ from ._common import (ArrayKind, const_f32, contiguous, data_ptr, device_of, emp
 
 
 #: The SIMT decode's (WARPS, U, STAGES) by kind of cache: one query head a KV head (or two) in 16-bit
-#: types, more (grouped-query attention, several query tokens), and FP8.
+#: types, more (grouped-query attention, several query tokens), and FP8. FP8: 8 warps of U 4 (the same
+#: shared memory as 4 warps of U 8, twice the warps an SM): H200 2026-11-28 (bench_attention.py --only
+#: decode --kinds fp8, B32 H32 8192 keys, pages of 16) 93 % of copy against 84 % for 4 warps of U 8,
+#: which ncu showed at 12.5 % occupancy and 25 % of warp cycles stalled on the ring's wait; on the H100
+#: (2026-11-23) every tiling of that sweep read 91-94 %.
 DECODE_SIMT = {"mha": dict(WARPS=4, U=4, STAGES=3), "gqa": dict(WARPS=4, U=2, STAGES=3),
-               "fp8": dict(WARPS=4, U=8, STAGES=3)}
+               "fp8": dict(WARPS=8, U=4, STAGES=3)}
 #: The tensor-core decode's variants by name (``tc_tiles`` may name one): RING (std.decode's
 #: paged_decode_ring: WARPS warps with private cp.async rings of BN keys a step, STAGES deep; else
 #: paged_decode_tc: one warp a block, prefill_mma's tiles, :data:`DECODE_TC_SINGLE`), EAGER (a warp
