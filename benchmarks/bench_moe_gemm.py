@@ -122,6 +122,12 @@ VARIANTS = {
     # an SM are 1.36 waves)
     "MT2": ("split", dict(MT=2)),
     "MT2 xr": ("split", dict(MT=2, XR=1)),
+    # fewer warps a block splitting K (more steps a warp, less of each block's start and end: the
+    # ncu stall profile of 2026-11-28 shows 10 % of warp cycles at the end-of-block barrier at T 16)
+    "KW2": ("split", dict(KW=2)),
+    "KW1": ("split", dict(KW=1)),
+    "KW2 chk0": ("split", dict(KW=2, CHK=0)),
+    "KW1 U1": ("split", dict(KW=1, U=1)),
 }
 
 #: Per-variant extras: "bm" (the routing's block_m instead of ops.moe_block_m's, the same assignments),
