@@ -128,6 +128,10 @@ VARIANTS = {
     "KW1": ("split", dict(KW=1)),
     "KW2 chk0": ("split", dict(KW=2, CHK=0)),
     "KW1 U1": ("split", dict(KW=1, U=1)),
+    # the down projection at block_m 16 uses 130 registers (3 blocks an SM); launch bounds of 4 blocks
+    # cap it at 128 without spills (ptxas 13.0)
+    "down LB4": ("split", {}),
+    "KW2 down LB4": ("split", dict(KW=2)),
 }
 
 #: Per-variant extras: "bm" (the routing's block_m instead of ops.moe_block_m's, the same assignments),
@@ -138,6 +142,7 @@ EXTRA = {
     "down KW8 xr": dict(down=dict(KW=8)),
     "old tiles bm8 down MT1": dict(bm=8, down=dict(MT=1, NTD=0)),
     "bm16 ntd down MT1": dict(bm=16, down=dict(MT=1)),
+    "down LB4": dict(down=dict(LB=4)), "KW2 down LB4": dict(down=dict(KW=4, LB=4)),
 }
 
 

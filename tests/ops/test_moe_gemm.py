@@ -537,3 +537,23 @@ def test_ptx_assembles(kernel, W, WS, BM, extra):
         assert "mul.bf16x2" in ptx or "fma.rn.bf16x2" in ptx
     log = ptxas(ptx, verbose=True)
     assert "0 bytes spill stores" in log, log
+
+
+@needs_ptxas
+@pytest.mark.parametrize("kernel, gemm", [("moe_gemm1", "gate_up"), ("moe_gemm2", "down")])
+def test_mxfp4_block_m16_tiles_fill_the_sm(kernel, gemm):
+    """The planned MXFP4 tiles at block_m 16 (ops.MOE_GEMM_FORMAT_TILES: gate/up in blocks of 2 warps,
+    the down projection with launch bounds of 4 blocks) assemble for sm_90a without spills in at most
+    16 warps' worth of registers an SM (65536 / 512 = 128 a thread): the down kernel took 130 without
+    the bounds, one block an SM fewer."""
+    import re
+
+    from kcompiler import pipeline
+
+    tiles = ops.moe_gemm_tiles(16, "mxfp4", gemm)
+    assert tiles.get("NTD") == 1 and (tiles["KW"] == 2 if gemm == "gate_up" else tiles["LB"] == 4)
+    ptx = pipeline.emit_file(stdlib_dir() / "moe_gemm.kc", "asm", target="nvptx", arch="sm_90a", kernel=kernel,
+                             comptime=dict(W="u8", WS="u8", MMA=True, DEC=moe_gemm_mod.MOE_MXFP4_DECODES["split"], **tiles))
+    log = ptxas(ptx, verbose=True)
+    regs = int(re.search(r"Used (\d+) registers", log).group(1))
+    assert "0 bytes spill stores" in log and regs <= 128, log

@@ -186,11 +186,17 @@ def test_gpu_decode_variants(T):
     import ml_dtypes
     Hh = H.view(torch.int16).cpu().numpy().view(ml_dtypes.bfloat16)
     check(Hh, want, bound, "default swiglu")
+    # block_m 16 plans gate/up in blocks of 2 warps (ops.MOE_GEMM_FORMAT_TILES): another split of K, other
+    # sums, so those rows ask for the 4 warps of block_m 8 to compare bits, and the planned tiles are
+    # checked against the reference below
     for tuning, vbm, down in [(dict(GRID=0), bm, {}), (dict(XR=1), bm, {}), (dict(XR=1, CHK=0), bm, {}),
-                              (dict(NTD=1), 16, {}), (dict(NTD=1, XR=1), 16, {}), ({}, bm, dict(MT=2)),
+                              (dict(NTD=1, KW=4), 16, {}), (dict(NTD=1, XR=1, KW=4), 16, {}), ({}, bm, dict(MT=2)),
                               (dict(GY=2), bm, {})]:
         vr = dev(make_routing(np.asarray(r.topk_ids), np.asarray(r.topk_weights), E, vbm)) if vbm != bm else dr
         Hv = ops.moe_gemm_swiglu(x, w1, vr, tuning=tuning)
         assert torch.equal(Hv.view(torch.int16), H.view(torch.int16)), (tuning, vbm)
         Yv = ops.moe_gemm_down(H, w2, vr, reduce="separate", tuning={**tuning, **down})
         assert torch.equal(Yv, Y), (tuning, vbm, down)
+    r16 = dev(make_routing(np.asarray(r.topk_ids), np.asarray(r.topk_weights), E, 16))
+    check(ops.moe_gemm_swiglu(x, w1, r16).view(torch.int16).cpu().numpy().view(ml_dtypes.bfloat16), want, bound,
+          "block_m 16's planned tiles (KW 2)")
