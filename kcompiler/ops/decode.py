@@ -18,9 +18,9 @@ from ._common import (ArrayKind, const_f32, contiguous, data_ptr, device_of, emp
 #: The SIMT decode's (WARPS, U, STAGES) by kind of cache: one query head a KV head (or two) in 16-bit
 #: types, more (grouped-query attention, several query tokens), and FP8. FP8: 8 warps of U 4 (the same
 #: shared memory as 4 warps of U 8, twice the warps an SM): H200 2026-11-28 (bench_attention.py --only
-#: decode --kinds fp8, B32 H32 8192 keys, pages of 16) 93 % of copy against 84 % for 4 warps of U 8,
-#: which ncu showed at 12.5 % occupancy and 25 % of warp cycles stalled on the ring's wait; on the H100
-#: (2026-11-23) every tiling of that sweep read 91-94 %.
+#: decode --kinds fp8, B32 H32 8192 keys, pages of 16) 85 % of copy in back-to-back calls (87-93 % by
+#: do_bench) against 79 % (81-84 %) for 4 warps of U 8, which ncu showed at 12.5 % occupancy and 25 % of
+#: warp cycles stalled on the ring's wait; on the H100 (2026-11-23) every tiling of that sweep read 91-94 %.
 DECODE_SIMT = {"mha": dict(WARPS=4, U=4, STAGES=3), "gqa": dict(WARPS=4, U=2, STAGES=3),
                "fp8": dict(WARPS=8, U=4, STAGES=3)}
 #: The tensor-core decode's variants by name (``tc_tiles`` may name one): RING (std.decode's
@@ -351,7 +351,7 @@ def paged_decode(q: Any, k_cache: Any, v_cache: Any, block_table: Any, seq_lens:
       (:func:`max_len_of`). Either way a call makes no copy between host and device.
     - ``warps``, ``unroll``, ``stages``: the SIMT kernel's WARPS, U (keys a group of lanes takes a
       step) and STAGES (steps of cache rows a warp has in shared memory, STAGES - 1 of them loading by
-      cp.async while it computes one). Defaults: :data:`DECODE_SIMT` (the fastest on the H100,
+      cp.async while it computes one). Defaults: :data:`DECODE_SIMT` (the fastest measured,
       benchmarks/RESULTS.md).
     - ``tensor_cores``: the mma.sync path (the G = Hq / Hkv query heads of a KV head as the rows of an
       m16 tile, G <= 16; one query token; a cache of q's dtype, f16 or bf16; NVIDIA sm_80+), for

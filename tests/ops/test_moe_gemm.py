@@ -552,8 +552,9 @@ def test_mxfp4_block_m16_tiles_fill_the_sm(kernel, gemm):
 
     tiles = ops.moe_gemm_tiles(16, "mxfp4", gemm)
     assert tiles.get("NTD") == 1 and (tiles["KW"] == 2 if gemm == "gate_up" else tiles["LB"] == 4)
+    dec = moe_gemm_mod.MOE_MXFP4_DECODES[moe_gemm_mod.MOE_MXFP4_DECODE]
     ptx = pipeline.emit_file(stdlib_dir() / "moe_gemm.kc", "asm", target="nvptx", arch="sm_90a", kernel=kernel,
-                             comptime=dict(W="u8", WS="u8", MMA=True, DEC=moe_gemm_mod.MOE_MXFP4_DECODES["split"], **tiles))
+                             comptime=dict(W="u8", WS="u8", MMA=True, DEC=dec, **tiles))
     log = ptxas(ptx, verbose=True)
     regs = int(re.search(r"Used (\d+) registers", log).group(1))
     assert "0 bytes spill stores" in log and regs <= 128, log
