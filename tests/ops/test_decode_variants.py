@@ -60,9 +60,15 @@ def test_tc_decode_gather_emulated(monkeypatch, emulated, variant, page, D):  # 
     each (PAGE x D / 8 a multiple of 32: the page picked at compile time) and where they do not (pages
     of 8 at D 16: picked by the row; BN 64 takes 8 pages a step): GQA 8:1, lengths ending mid-page
     and mid-step, one key, none, a split into 3 (merge_states) and the split choice's own count."""
+    split_and_not_emulated(monkeypatch, emulated, 8, page, D, [211, 0, 1, 64, 9], variant)
+
+
+def split_and_not_emulated(monkeypatch, emulated, G, page, D, lens, variant=None):
+    """ops.paged_decode on the tensor-core path's emulation (2 KV heads of G query heads, bf16, pages of
+    ``page``, ``lens`` keys, tc_tiles ``variant``) with the split choice's count and 3 splits
+    (merge_states), against the float64 reference."""
     monkeypatch.setattr(_common, "stdlib_module", emulated)
-    HK, G = 2, 8
-    lens = [211, 0, 1, 64, 9]
+    HK = 2
     bf = DTYPES["bf16"]
     k_cache, v_cache, table, dense = paged_cache(lens, page, HK, D, bf)
     q = RNG.standard_normal((len(lens), HK * G, D)).astype(bf)
@@ -191,17 +197,7 @@ def test_tc_decode_default_emulated(monkeypatch, emulated, G, page, D):  # noqa:
     ahead, BASES' unchecked full steps beside the bounded last one) on the emulation: lengths ending
     mid-page and mid-step, past several full steps, one key, none; the split choice and 3 splits."""
     assert ops.decode_tc_tiles(G) == ops.DECODE_TC_VARIANTS["ring_gather_bases"]
-    monkeypatch.setattr(_common, "stdlib_module", emulated)
-    HK = 2
-    lens = [197, 0, 1, 64, 130]
-    bf = DTYPES["bf16"]
-    k_cache, v_cache, table, dense = paged_cache(lens, page, HK, D, bf)
-    q = RNG.standard_normal((len(lens), HK * G, D)).astype(bf)
-    ref, ref_lse = decode_reference(q, dense, D ** -0.5)
-    for splits in (None, 3):
-        out, lse = ops.paged_decode(q, k_cache, v_cache, table, np.array(lens, np.int32), num_splits=splits,
-                                    tensor_cores=True, return_lse=True, target="cpu")
-        check(out, lse, ref, ref_lse, v_cache, "bf16")
+    split_and_not_emulated(monkeypatch, emulated, G, page, D, [197, 0, 1, 64, 130])
 
 
 @needs_ptxas
