@@ -53,13 +53,17 @@ DECODE_CONFIGS = {
             (16, 4, 8, 2, None), (16, 8, 8, 3, None), (16, 8, 4, 4, None), (16, 8, 2, 3, None)],
 }
 #: the tensor-core paths (GQA; also MHA, one row of 16 used): (page, RING, WARPS, BN, STAGES, splits);
-#: splits None: ops' default. The first is the default.
+#: splits None: ops' default; RING a string: that variant of ops.DECODE_TC_VARIANTS by name ("default":
+#: ops' own choice for the kind's G, ops.decode_tc_tiles; WARPS, BN and STAGES unused). The first is the
+#: default.
 DECODE_TC_CONFIGS = {
-    "gqa": [(16, True, 4, 32, 2, None), (16, True, 4, 32, 3, None), (16, True, 2, 32, 3, None),
+    "gqa": [(16, "default", 0, 0, 0, None), (16, True, 4, 32, 2, None), (16, True, 4, 32, 3, None),
+            (16, True, 2, 32, 3, None),
             (16, True, 2, 64, 2, None), (16, True, 2, 32, 2, None), (16, True, 4, 32, 2, 2),
             (16, True, 8, 16, 3, None), (16, True, 4, 16, 3, None), (16, True, 4, 16, 3, 4), (16, True, 4, 16, 3, 1),
             (64, True, 4, 32, 2, None), (16, False, 1, 32, 2, None)],
-    "gqa8": [(16, True, 4, 32, 2, None), (64, True, 4, 32, 2, None)],
+    "gqa8": [(16, "default", 0, 0, 0, None), (16, True, 4, 32, 2, None), (64, "default", 0, 0, 0, None),
+             (64, True, 4, 32, 2, None)],
     "mha": [(16, True, 4, 32, 2, None)],
 }
 #: the decode's caches: (name, KV heads of 32 query heads, FP8)
@@ -280,14 +284,17 @@ def decode(results: dict, bw: float, quick: bool, kinds: str = "mha,gqa,fp8", fi
         lens = torch.full((B,), S, dtype=torch.int32, device="cuda")
         best = None
         configs = [(p, w, u, st, sp, None) for p, w, u, st, sp in DECODE_CONFIGS[kind][:1 if quick else first]]
-        configs += [(p, w, bn, st, sp, dict(RING=ring, WARPS=w, BN=bn, STAGES=st))
+        configs += [(p, w, bn, st, sp, ring if isinstance(ring, str) else dict(RING=ring, WARPS=w, BN=bn, STAGES=st))
                     for p, ring, w, bn, st, sp in DECODE_TC_CONFIGS.get(kind, [])[:1 if quick else None]]
         caches = {}
         for page, w, u, st, splits, tc in configs:
             if page not in caches:
                 caches = {page: paged(k, v, page, gen)}
             kc, vc, table = caches[page]
-            if tc:
+            if isinstance(tc, str):
+                opts = dict(tensor_cores=True, **({} if tc == "default" else dict(tc_tiles=tc)))
+                what = f"mma.sync {'ops default' if tc == 'default' else tc}"
+            elif tc:
                 opts = dict(tensor_cores=True, tc_tiles=tc)
                 what = f"mma.sync {'ring' if tc['RING'] else 'single warp'} warps {w} BN {u} STAGES {st}"
             else:
