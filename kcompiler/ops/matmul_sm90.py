@@ -143,7 +143,7 @@ def small_m_rows(M: int, cfg: dict) -> dict:
 
 
 def choose(M: int, N: int, K: int, sms: int = Device.multiprocessor_count, b_kmajor: bool = True,
-           bn_multiple: int = 8) -> dict:
+           bn_multiple: int = 8, why: list[str] | None = None) -> dict:
     """The configuration :func:`run` uses for an M x K by K x N product on ``sms`` multiprocessors:
     the first of :data:`CHOICES` that gives most multiprocessors a tile (at least 80% of them, where tiles
     run out; those of :data:`ONE_WAVE` no more than one each), or one of its :data:`WAVE_ALTERNATIVES`
@@ -154,39 +154,58 @@ def choose(M: int, N: int, K: int, sms: int = Device.multiprocessor_count, b_kma
     many blocks stream it at once); one consumer warpgroup (64 rows) where M <= 64; BN a multiple of
     ``bn_multiple`` (32 for a block epilogue or a gated one: the kernel's rules), and of 64 for an
     N-major B (``b_kmajor`` False). (Where M <= 56, :func:`prepare` then gives one consumer's tiles
-    fewer rows of A a stage and more stages: :func:`small_m_rows`.)"""
+    fewer rows of A a stage and more stages: :func:`small_m_rows`.) ``why``: a list that receives a
+    line for each configuration weighed and the rule that settled it (matmul_sm90_traffic.explain)."""
     def tiles(cfg: dict) -> int:
         return -(-M // tile_m(cfg)) * -(-N // cfg["BN"])
 
     def cost(cfg: dict) -> int:
         return -(-tiles(cfg) // sms) * cfg["BN"]
 
+    note = why.append if why is not None else (lambda line: None)
     step = max(bn_multiple, 8 if b_kmajor else 64)
     for name in CHOICES:
         cfg = CONFIGS[name]
-        # (M <= 64: a second consumer would multiply rows of zeros)
-        if (M <= 64 and tile_m(cfg) > 64) or cfg["BN"] % step or (name in ONE_WAVE and tiles(cfg) > sms):
-            continue
-        if tiles(cfg) >= 0.8 * sms:
+        if M <= 64 and tile_m(cfg) > 64:
+            note(f"{name}: not for M <= 64 (a second consumer would multiply rows of zeros)")
+        elif cfg["BN"] % step:
+            note(f"{name}: BN {cfg['BN']} is not a multiple of {step}")
+        elif name in ONE_WAVE and tiles(cfg) > sms:
+            note(f"{name}: {tiles(cfg)} tiles, more than one wave of {sms}")
+        elif tiles(cfg) >= 0.8 * sms:
+            note(f"{name}: {tiles(cfg)} tiles give at least 80 % of the {sms} multiprocessors one")
             for alt in WAVE_ALTERNATIVES.get(name, ()):
                 other = CONFIGS[alt]
                 if other["BN"] % step == 0 and cost(other) < (1 - WAVE_MARGIN) * cost(cfg):
+                    note(f"{alt} instead: its busiest block multiplies {cost(other)} columns, not {cost(cfg)} "
+                         f"({tiles(other)} tiles against {tiles(cfg)}: wave quantisation)")
                     cfg = other
             return dict(cfg)
+        else:
+            note(f"{name}: {tiles(cfg)} tiles, under 80 % of the {sms} multiprocessors")
+    note(f"none fills 80 %: the smallest tiles, {CHOICES[-1]} (small products are bound by reading B)")
     return dict(CONFIGS[CHOICES[-1]])
 
 
-def choose_split(M: int, N: int, K: int, cfg: dict, bk: int, sms: int = Device.multiprocessor_count) -> int:
+def choose_split(M: int, N: int, K: int, cfg: dict, bk: int, sms: int = Device.multiprocessor_count,
+                 why: list[str] | None = None) -> int:
     """The split-K factor :func:`run` uses by default: where the configuration's tiles fill at most half
     of the ``sms`` multiprocessors (small M), each tile's K loop is cut into as many shares as fill
     them, at most 4, each of at least 32 k-steps of ``bk``; else 1. Measured on the H100 (bench_matmul
     --configs): shares of 32 k-steps or more pay for the fix-up (M = 16, bf16: N = K = 4096 24 TFLOP/s
     with 64x64 tiles in 2 shares against 22 unsplit; K = 14336 34 against 29), shorter ones do not
-    (FP8 at K = 4096, 32 k-steps of 128: 33 in 2 shares against 38), nor does M = 128 (128 tiles)."""
+    (FP8 at K = 4096, 32 k-steps of 128: 33 in 2 shares against 38), nor does M = 128 (128 tiles).
+    ``why``: a list that receives a line saying which rule applied."""
     tiles = -(-M // tile_m(cfg)) * -(-N // cfg["BN"])
     if 2 * tiles > sms:
+        if why is not None:
+            why.append(f"split-K 1: {tiles} tiles fill more than half of the {sms} multiprocessors")
         return 1
-    return max(1, min(4, sms // tiles, -(-K // bk) // 32))
+    split = max(1, min(4, sms // tiles, -(-K // bk) // 32))
+    if why is not None:
+        why.append(f"split-K {split}: {tiles} tiles fill at most half of the {sms} multiprocessors; at most 4 "
+                   f"shares, as many as fill them, each of 32 k-steps of {bk} or more ({-(-K // bk)} k-steps)")
+    return split
 
 
 def reason_not(mod: Any, a: Any, b: Any, out: Any, b_kmajor: bool = True) -> str | None:

@@ -132,5 +132,49 @@ def choose_by_traffic(M: int, N: int, K: int, e: int, sms: int = 132, bk: int | 
     return dict(best[1]), best[2]
 
 
+def plan(M: int, N: int, K: int, dtype: str = "bf16", sms: int = 132, b_kmajor: bool = True) -> dict[str, Any]:
+    """What kcompiler.ops.matmul_sm90.prepare's defaults do with an M x K by K x N product of ``dtype``
+    ('bf16', 'f16', 'f8e4m3', 'f8e5m2'; B as an (N, K) weight, or (K, N) with ``b_kmajor`` False) on
+    ``sms`` multiprocessors, for the plain product (no block epilogue or gated fusion, which choose BN
+    a multiple of 32): ``name`` (of CONFIGS), ``config`` (with small_m_rows' AROWS and STAGES where they
+    apply), ``split_k``, ``traffic`` (:func:`traffic`'s dict for them) and ``why`` (the lines of choose
+    and choose_split: each configuration weighed, the rule that settled it). ValueError for another
+    dtype or a size below 1."""
+    from .matmul_sm90 import BK, CONFIGS, choose, choose_split, small_m_rows
+
+    if dtype not in BK:
+        raise ValueError(f"matmul_sm90 plan: dtype {dtype!r} is none of {', '.join(BK)}")
+    if min(M, N, K, sms) < 1:
+        raise ValueError(f"matmul_sm90 plan: M, N, K and sms must be at least 1, not {M}, {N}, {K}, {sms}")
+    why: list[str] = []
+    cfg = choose(M, N, K, sms, b_kmajor, why=why)
+    name = next(n for n, c in CONFIGS.items() if c == cfg)
+    rows = small_m_rows(M, cfg)
+    if rows:
+        why.append(f"M <= 56 on one consumer's 64-row tiles: a stage holds {rows['AROWS']} rows of A, "
+                   f"{rows['STAGES']} stages (small_m_rows)")
+    cfg.update(rows)
+    split = 1 if cfg.get("TAIL_SPLIT") else choose_split(M, N, K, cfg, BK[dtype], sms, why=why)
+    return dict(name=name, config=cfg, split_k=split, why=why,
+                traffic=traffic(M, N, K, 1 if dtype.startswith("f8") else 2, cfg, split, sms))
+
+
+def explain(M: int, N: int, K: int, dtype: str = "bf16", sms: int = 132, b_kmajor: bool = True) -> str:
+    """:func:`plan` as text: the configuration, its tile and stages, the split-K factor, the lines of
+    the rules that chose them, and the traffic model's bound (:func:`describe`; rates fitted to the
+    H100, a bound to rank choices by, not a prediction). E.g.
+    ``print(explain(16, 4096, 4096))`` for a decode-sized product of bf16 on an H100's 132 SMs.
+    ValueError as :func:`plan`."""
+    from .matmul_sm90 import tile_m
+
+    p = plan(M, N, K, dtype, sms, b_kmajor)
+    c = p["config"]
+    extra = "".join(f", {k} {c[k]}" for k in ("AROWS", "CLUSTER_M", "EPI_TMA", "TAIL_SPLIT") if c.get(k))
+    head = (f"{M} x {N} x {K} {dtype} on {sms} multiprocessors: {p['name']} (tiles of {tile_m(c)} x {c['BN']}, "
+            f"{c['CONSUMERS']} consumer warpgroup{'s' if c['CONSUMERS'] > 1 else ''}, {c['STAGES']} stages{extra}), "
+            f"split-K {p['split_k']}")
+    return "\n".join([head, *("  " + line for line in p["why"]), "  traffic model (the H100's rates): " + describe(p["traffic"])])
+
+
 __all__ = ["DRAM", "L2_PER_BLOCK", "L2_TOTAL", "PEAK", "TRAFFIC_CHOICES", "TRAFFIC_SPLITS", "choose_by_traffic",
-           "describe", "traffic"]
+           "describe", "explain", "plan", "traffic"]
