@@ -162,28 +162,35 @@ def choose(M: int, N: int, K: int, sms: int = Device.multiprocessor_count, b_kma
     def cost(cfg: dict) -> int:
         return -(-tiles(cfg) // sms) * cfg["BN"]
 
-    note = why.append if why is not None else (lambda line: None)
+    # the lines are formatted only where asked for (prepare runs choose for each launch it prepares)
+    say = why is not None
     step = max(bn_multiple, 8 if b_kmajor else 64)
     for name in CHOICES:
         cfg = CONFIGS[name]
         if M <= 64 and tile_m(cfg) > 64:
-            note(f"{name}: not for M <= 64 (a second consumer would multiply rows of zeros)")
+            if say:
+                why.append(f"{name}: not for M <= 64 (a second consumer would multiply rows of zeros)")
         elif cfg["BN"] % step:
-            note(f"{name}: BN {cfg['BN']} is not a multiple of {step}")
+            if say:
+                why.append(f"{name}: BN {cfg['BN']} is not a multiple of {step}")
         elif name in ONE_WAVE and tiles(cfg) > sms:
-            note(f"{name}: {tiles(cfg)} tiles, more than one wave of {sms}")
+            if say:
+                why.append(f"{name}: {tiles(cfg)} tiles, more than one wave of {sms}")
         elif tiles(cfg) >= 0.8 * sms:
-            note(f"{name}: {tiles(cfg)} tiles give at least 80 % of the {sms} multiprocessors one")
+            if say:
+                why.append(f"{name}: {tiles(cfg)} tiles give at least 80 % of the {sms} multiprocessors one")
             for alt in WAVE_ALTERNATIVES.get(name, ()):
                 other = CONFIGS[alt]
                 if other["BN"] % step == 0 and cost(other) < (1 - WAVE_MARGIN) * cost(cfg):
-                    note(f"{alt} instead: its busiest block multiplies {cost(other)} columns, not {cost(cfg)} "
-                         f"({tiles(other)} tiles against {tiles(cfg)}: wave quantisation)")
+                    if say:
+                        why.append(f"{alt} instead: its busiest block multiplies {cost(other)} columns, not "
+                                   f"{cost(cfg)} ({tiles(other)} tiles against {tiles(cfg)}: wave quantisation)")
                     cfg = other
             return dict(cfg)
-        else:
-            note(f"{name}: {tiles(cfg)} tiles, under 80 % of the {sms} multiprocessors")
-    note(f"none fills 80 %: the smallest tiles, {CHOICES[-1]} (small products are bound by reading B)")
+        elif say:
+            why.append(f"{name}: {tiles(cfg)} tiles, under 80 % of the {sms} multiprocessors")
+    if say:
+        why.append(f"none fills 80 %: the smallest tiles, {CHOICES[-1]} (small products are bound by reading B)")
     return dict(CONFIGS[CHOICES[-1]])
 
 

@@ -173,7 +173,8 @@ def explain(M: int, N: int, K: int, dtype: str = "bf16", sms: int = 132, b_kmajo
     head = (f"{M} x {N} x {K} {dtype} on {sms} multiprocessors: {p['name']} (tiles of {tile_m(c)} x {c['BN']}, "
             f"{c['CONSUMERS']} consumer warpgroup{'s' if c['CONSUMERS'] > 1 else ''}, {c['STAGES']} stages{extra}), "
             f"split-K {p['split_k']}")
-    return "\n".join([head, *("  " + line for line in p["why"]), "  traffic model (the H100's rates): " + describe(p["traffic"])])
+    model = "  traffic model (the H100's rates): " + describe(p["traffic"])
+    return "\n".join([head, *("  " + line for line in p["why"]), model])
 
 
 __all__ = ["DRAM", "L2_PER_BLOCK", "L2_TOTAL", "PEAK", "TRAFFIC_CHOICES", "TRAFFIC_SPLITS", "choose_by_traffic",
