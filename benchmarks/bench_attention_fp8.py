@@ -8,7 +8,8 @@ with T = f8e4m3) against our bf16 Hopper path and torch's cuDNN SDPA, all measur
 ``--variants``: only these FP8 forms (names: ``default`` the ATTENTION_FP8_TILES entry; ``polyN``: BN 128
 with EXP2_POLY N, N of a thread's 64 exponentials a tile on the FMA pipe, stdlib/attention_sm90.kc;
 suffixes ``-3st`` (STAGES 3), ``-fa3`` (OVERLAP, PINGPONG, FA3_ORDER), ``-pp`` (PINGPONG: the sequential
-form's turns), ``-named`` (TURNS 1: the turns on named barriers), ``-skip`` (RESCALE_SKIP));
+form's turns), ``-named`` (TURNS 1: the turns on named barriers), ``-skip`` (RESCALE_SKIP), ``-bn128`` / ``-bn256`` (key
+tiles of 128 / 256), ``-c1b2`` (one consumer warpgroup a block, two blocks a multiprocessor));
 ``--bf16-variants`` times our bf16 path with those forms too (``poly0`` its default), e.g.
 ``--variants default,default-pp,default-pp-named,default-fa3-named``.
 
@@ -30,9 +31,10 @@ from triton.testing import do_bench
 
 from kcompiler import ops
 
-#: FP8 tile candidates (ops.attention's tiles for the Hopper kernel); none spills (ptxas, sm_90a: BN 256
-#: and CONSUMERS 3 do, so they are not timed)
-FP8_TILES = [dict(BN=128), dict(BN=128, STAGES=3), dict(BN=128, OVERLAP=True),
+#: FP8 tile candidates (ops.attention's tiles for the Hopper kernel, over its defaults: the first is the
+#: default itself, BN 256); none spills (ptxas 13.0, sm_90a; CONSUMERS 3 does, so it is not timed)
+FP8_TILES = [{}, dict(BN=128), dict(BN=256, STAGES=3), dict(BN=256, RESCALE_SKIP=True), dict(BN=128, STAGES=3),
+             dict(BN=128, OVERLAP=True),
              dict(BN=128, OVERLAP=True, PINGPONG=True), dict(BN=128, STAGES=3, OVERLAP=True, PINGPONG=True),
              # P packed as before (PACK_ABS false: the NaN-sign fix-up, 145 more SASS instructions a tile)
              dict(BN=128, STAGES=3, PACK_ABS=False),
@@ -49,8 +51,8 @@ def variant(name: str) -> dict:
     elif base.startswith("poly") and base[4:].isdigit():
         t = dict(BN=128, EXP2_POLY=int(base[4:]))
     else:
-        raise ValueError(f"unknown variant {name!r}: default or polyN, with -3st / -fa3 / -pp / -named / -skip "
-                         "suffixes")
+        raise ValueError(f"unknown variant {name!r}: default or polyN, with -3st / -fa3 / -pp / -named / -skip / "
+                         "-bn128 / -bn256 / -c1b2 suffixes")
     for x in suffixes:
         if x == "3st":
             t["STAGES"] = 3
@@ -62,8 +64,13 @@ def variant(name: str) -> dict:
             t["TURNS"] = 1
         elif x == "skip":
             t["RESCALE_SKIP"] = True
+        elif x in ("bn128", "bn256"):
+            t["BN"] = int(x[2:])
+        elif x == "c1b2":
+            t.update(CONSUMERS=1, BLOCKS_PER_SM=2)
         else:
-            raise ValueError(f"unknown variant suffix {x!r} in {name!r}: -3st, -fa3, -pp, -named or -skip")
+            raise ValueError(f"unknown variant suffix {x!r} in {name!r}: -3st, -fa3, -pp, -named, -skip, -bn128, "
+                             "-bn256 or -c1b2")
     return t
 
 

@@ -3,7 +3,11 @@ H32 S4096 D128 bf16, without and with the causal mask, for Nsight Compute:
 
     ncu --clock-control none -k regex:attention_prefill_sm90 --section SpeedOfLight \\
         --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis \\
-        python3 benchmarks/profile_prefill.py
+        python3 benchmarks/profile_prefill.py [--fp8]
+
+``--fp8``: then the FP8 (E4M3) forms too, the same shape quantised per tensor, after the bf16 launches
+(attention_vt_fp8's V^T before each; ncu lists the launches in this order: bf16 full, causal, FP8
+full, causal).
 
 What to read (benchmarks/RESULTS.md quotes it): the tensor pipe's share of the kernel's cycles
 (ComputeWorkloadAnalysis), the issue slots used (SchedulerStats), and where warps wait
@@ -22,4 +26,10 @@ torch.manual_seed(0)
 q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
 for causal in (False, True):
     ops.attention(q, k, v, causal=causal, layout="bhsd")
+if "--fp8" in sys.argv[1:]:
+    amax = [x.abs().max().item() / 448.0 for x in (q, k, v)]
+    q8, k8, v8 = ((x / d).to(torch.float8_e4m3fn) for x, d in zip((q, k, v), amax))
+    for causal in (False, True):
+        ops.attention(q8, k8, v8, causal=causal, layout="bhsd", descale_q=amax[0], descale_k=amax[1],
+                      descale_v=amax[2])
 torch.cuda.synchronize()

@@ -15,17 +15,19 @@ from .attention_order import sm90_launch, sm90_tiles
 
 #: Tiles of the FP8 Hopper prefill by causal (D 128 only): BN keys a step (128 or 256: whole slabs of
 #: V^T's 128-byte rows), STAGES K/V buffers, OVERLAP, PINGPONG, TURNS, CONSUMERS as ATTENTION_SM90_TILES.
-#: The defaults: the sequential form with the two consumer warpgroups taking turns (PINGPONG) on named
-#: barriers (TURNS 1, FlashAttention-3's scheduler barriers), 3 stages where causal. H100, B4 H32 S4096
-#: D128, TFLOP/s with V^T, two runs of bench_attention_fp8.py --variants (benchmarks/RESULTS.md,
-#: 2026-11-27): non-causal 691-692 against the sequential form's 671-673 (mbarrier turns 669, 3 stages
-#: 694); causal 611 in 3 stages (599 in 2) against 556-558 (3 stages 572). Registers (ptxas, sm_90a, a
-#: consumer 240): BN 128 in 2 or 3 stages spill nothing; BN 256 spills 4-9 KB (S's 128 f32 a thread beside
-#: O's 64) and CONSUMERS 3 (160 registers) 0.2-2 KB. EXP2_POLY (opt-in) moves that many of a thread's 64
-#: exponentials a tile off the MUFU (stdlib/attention_sm90.kc's header): slower on the H100 (600-622
-#: against 683), none spills.
-ATTENTION_FP8_TILES = {False: dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=True, TURNS=1),
-                       True: dict(BN=128, STAGES=3, OVERLAP=False, PINGPONG=True, TURNS=1)}
+#: The defaults: key tiles of 256 (FlashAttention-3's FP8 tile at D 128), the sequential form with the two
+#: consumer warpgroups taking turns (PINGPONG) on named barriers (TURNS 1, FlashAttention-3's scheduler
+#: barriers), 3 stages where causal. H200, B4 H32 S4096 D128, TFLOP/s with V^T, bench_attention_fp8.py
+#: --variants (benchmarks/RESULTS.md, 2026-11-28, the BN 128 default timed first and last: 758 both):
+#: BN 256 828 (3 stages 830, RESCALE_SKIP 822) against BN 128's 758 (RESCALE_SKIP 781); causal 698
+#: against 673. Under ncu (H200) the BN 128 kernel kept the tensor pipe 44 % busy and the MUFU 45 %: each
+#: tile's fixed work (the row maxima's shuffles, O's rescale, the turns) is paid half as often at 256.
+#: Registers (ptxas 13.0, sm_90a, a consumer 240): BN 128 and 256, 2 or 3 stages, spill nothing (BN 256
+#: had spilled 4-9 KB before the compiler's register work); CONSUMERS 3 (160 registers) spills 0.2-2 KB.
+#: EXP2_POLY (opt-in) moves that many of a thread's exponentials a tile off the MUFU
+#: (stdlib/attention_sm90.kc's header): slower on the H100 (600-622 against 683), none spills.
+ATTENTION_FP8_TILES = {False: dict(BN=256, STAGES=2, OVERLAP=False, PINGPONG=True, TURNS=1),
+                       True: dict(BN=256, STAGES=3, OVERLAP=False, PINGPONG=True, TURNS=1)}
 
 
 def is_fp8(x: Any) -> bool:
