@@ -20,7 +20,7 @@ from kcompiler.frontend.program import stdlib_dir
 from kcompiler.pipeline import emit_file
 
 from ..ptxas_util import needs_ptxas, ptxas
-from .test_matmul_sm90 import _check64, _emulated, _reference_check, _sm90
+from .matmul_sm90_util import _check64, _emulated, _reference_check, _sm90
 
 
 def _busiest(tiles: int, grid: int, tail: int, shares: int) -> float:
@@ -178,7 +178,7 @@ def test_emulated_tail_split_epilogue_and_scales():
     import numpy as np
 
     from kcompiler.ops import matmul_sm90
-    from .test_matmul_sm90 import _fp8_operands
+    from .matmul_sm90_util import _fp8_operands
     rng = np.random.default_rng()
     M, N, K = 77, 264, 200  # 64 x 128 tiles: 2 x 3 = 6 over 4 blocks: tail 2 in 2 shares
     import ml_dtypes

@@ -17,7 +17,7 @@ from kcompiler.frontend.program import stdlib_dir
 from kcompiler.pipeline import emit_file
 
 from ..ptxas_util import needs_ptxas, ptxas
-from .test_matmul_sm90 import _check64, _emulated, _reference_check, _sm90
+from .matmul_sm90_util import _check64, _emulated, _reference_check, _sm90
 
 
 @needs_ptxas
@@ -130,7 +130,7 @@ def test_emulated_tma_epilogue_fp8_scaled():
     import numpy as np
 
     from kcompiler.ops import matmul_sm90
-    from .test_matmul_sm90 import _fp8_operands
+    from .matmul_sm90_util import _fp8_operands
     M, N, K = 77, 136, 144
     a, b, sa, sb = _fp8_operands(np.random.default_rng(), "float8_e4m3fn", M, N, K, True)
     out = np.full((M, N), np.nan, np.float16)

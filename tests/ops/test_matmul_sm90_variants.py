@@ -15,7 +15,7 @@ from kcompiler.frontend.program import stdlib_dir
 from kcompiler.pipeline import emit_file
 
 from ..ptxas_util import needs_ptxas, ptxas
-from .test_matmul_sm90 import _check64, _emulated, _fp8_operands, _reference_check, _sm90
+from .matmul_sm90_util import _check64, _emulated, _fp8_operands, _reference_check, _sm90
 
 
 @needs_ptxas
