@@ -103,16 +103,18 @@ def run_fp8(monkeypatch, emulated, q, k, v, causal, layout="bshd", **kw):
     return (out.transpose(0, 2, 1, 3) if layout == "bhsd" else out), lse
 
 
-def test_fp8_vt_emulated(emulated):
+@pytest.mark.parametrize("Sk", [77, 300])
+def test_fp8_vt_emulated(emulated, Sk):
     """attention_vt_fp8: V^T with keys permuted in chunks of 32 (p = 32c + 16h + 4t + i holds key 32c +
-    16h + 2t + i % 2 + 8 (i / 2)), zeros past Sk, from a bshd V, against numpy."""
-    B, Sk, HK, D = 2, 77, 3, 128
+    16h + 2t + i % 2 + 8 (i / 2)), zeros past Sk, from a bshd V, against numpy: one block of keys, part
+    full, and three (128 keys each, the swizzled rows of shared memory among them), the last partial."""
+    B, HK, D = 2, 3, 128
     v = RNG.standard_normal((B, Sk, HK, D)).astype(F8)
-    skp = 96
+    skp = -(-Sk // 32) * 32
     vt = np.full((B, HK, D, skp), np.nan, F8)
     words = lambda x: x.reshape(-1).view(np.uint8).view(np.int32)  # noqa: E731
-    emulated.attention_vt_fp8[(1, HK, B), 256](words(v), words(vt), Sk, skp, Sk * HK * D, HK * D, D, D=D,
-                                               shared=128 * (D + 4))
+    emulated.attention_vt_fp8[(-(-Sk // 128), HK, B), 256](words(v), words(vt), Sk, skp, Sk * HK * D, HK * D, D,
+                                                           D=D, shared=128 * (D + 4))
     pos = np.arange(skp)
     r = pos % 16
     key = pos // 16 * 16 + 2 * (r // 4) + r % 2 + 8 * (r % 4 // 2)
