@@ -50,7 +50,8 @@ DECODE_CONFIGS = {
     "gqa": [(16, 4, 4, 3, None)],
     "gqa8": [(16, 4, 4, 3, None)],
     "fp8": [(16, 8, 4, 3, None), (16, 4, 8, 3, None), (16, 4, 4, 3, None), (16, 4, 4, 4, None), (64, 8, 4, 3, None),
-            (16, 4, 8, 2, None), (16, 8, 8, 3, None), (16, 8, 4, 4, None), (16, 8, 2, 3, None)],
+            (16, 4, 8, 2, None), (16, 8, 8, 3, None), (16, 8, 4, 4, None), (16, 8, 2, 3, None), (16, 8, 4, 2, None),
+            (16, 8, 2, 2, None), (16, 16, 2, 2, None), (16, 16, 2, 3, None)],
 }
 #: the tensor-core paths (GQA; also MHA, one row of 16 used): (page, RING, WARPS, BN, STAGES, splits);
 #: splits None: ops' default; RING a string: that variant of ops.DECODE_TC_VARIANTS by name ("default":
