@@ -9,7 +9,8 @@ with T = f8e4m3) against our bf16 Hopper path and torch's cuDNN SDPA, all measur
 with EXP2_POLY N, N of a thread's 64 exponentials a tile on the FMA pipe, stdlib/attention_sm90.kc;
 suffixes ``-3st`` (STAGES 3), ``-fa3`` (OVERLAP, PINGPONG, FA3_ORDER), ``-pp`` (PINGPONG: the sequential
 form's turns), ``-named`` (TURNS 1: the turns on named barriers), ``-skip`` (RESCALE_SKIP), ``-bn128`` / ``-bn256`` (key
-tiles of 128 / 256), ``-c1b2`` (one consumer warpgroup a block, two blocks a multiprocessor), ``-tree``,
+tiles of 128 / 256), ``-c1b2`` (one consumer warpgroup a block, two blocks a multiprocessor), ``-c3`` (three
+consumer warpgroups, 192 query rows a block; PINGPONG needs two, so none), ``-tree``,
 ``-chain``, ``-uni`` (std.attention_sm90_chain's TREE, CHAIN, UNIFORM_WG));
 ``--bf16-variants`` times our bf16 path with those forms too (``poly0`` its default), e.g.
 ``--variants default,default-pp,default-pp-named,default-fa3-named``.
@@ -53,7 +54,7 @@ def variant(name: str) -> dict:
         t = dict(BN=128, EXP2_POLY=int(base[4:]))
     else:
         raise ValueError(f"unknown variant {name!r}: default or polyN, with -3st / -fa3 / -pp / -named / -skip / "
-                         "-bn128 / -bn256 / -c1b2 / -tree / -chain / -uni suffixes")
+                         "-bn128 / -bn256 / -c1b2 / -c3 / -tree / -chain / -uni suffixes")
     for x in suffixes:
         if x == "3st":
             t["STAGES"] = 3
@@ -69,13 +70,15 @@ def variant(name: str) -> dict:
             t["BN"] = int(x[2:])
         elif x == "c1b2":
             t.update(CONSUMERS=1, BLOCKS_PER_SM=2)
+        elif x == "c3":
+            t["CONSUMERS"] = 3
         elif x in ("tree", "chain"):
             t[x.upper()] = True
         elif x == "uni":
             t["UNIFORM_WG"] = True
         else:
             raise ValueError(f"unknown variant suffix {x!r} in {name!r}: -3st, -fa3, -pp, -named, -skip, -bn128, "
-                             "-bn256, -c1b2, -tree, -chain or -uni")
+                             "-bn256, -c1b2, -c3, -tree, -chain or -uni")
     return t
 
 
