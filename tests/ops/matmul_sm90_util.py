@@ -71,3 +71,25 @@ def _reference_check(c, a, b, fp8: bool = False, scale=None):
 def _sm90(torch):
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("needs an sm_90 GPU (H100/H200)")
+
+
+def _fp8_gpu_case(config: str, per_row: bool, K: int, split_k: int) -> None:
+    """std.matmul_sm90 on the GPU in configuration ``config`` (matmul_sm90.CONFIGS) on FP8 e4m3 a (333, K)
+    and a weight (1000, K), scaled per tensor or per row / column (``per_row``), split ``split_k`` ways,
+    the output poisoned first, against torch in float64 (:func:`_reference_check`)."""
+    import torch
+
+    from kcompiler.ops import matmul_sm90
+    from kcompiler.ops._common import stdlib_module
+    _sm90(torch)
+    M, N = 333, 1000
+    a = (torch.randn(M, K, device="cuda") * 2).to(torch.float8_e4m3fn)
+    w = (torch.randn(N, K, device="cuda") * 2).to(torch.float8_e4m3fn)
+    sa = torch.rand(M if per_row else 1, device="cuda") + 0.5
+    sb = torch.rand(N if per_row else 1, device="cuda") + 0.5
+    out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+    matmul_sm90.run(stdlib_module("matmul_sm90", "cuda"), a, w, out, scale_a=sa, scale_b=sb,
+                    scale=2 if per_row else 1, config=matmul_sm90.CONFIGS[config], split_k=split_k)
+    torch.cuda.synchronize()
+    scale = sa.double()[:, None] * sb.double()[None, :] if per_row else sa.double() * sb.double()
+    _reference_check(out, a.float(), w.float().T, fp8=True, scale=scale)

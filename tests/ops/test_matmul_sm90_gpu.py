@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from .matmul_sm90_util import _reference_check, _sm90
+from .matmul_sm90_util import _fp8_gpu_case, _reference_check, _sm90
 
 SHAPES = [(128, 256, 64), (1, 1, 8), (17, 33, 72), (200, 300, 136), (257, 513, 1000), (64, 4096, 4096),
           (16, 4096, 8192), (1000, 777, 1024), (2048, 2048, 2048), (129, 255, 4104),
@@ -93,22 +93,7 @@ def test_fp8_variants(config, per_row):
     """FP8 (e4m3, BK = 128) through each variant (ping-pong, clusters) on an odd shape, scaled per tensor
     or per row / column, against torch in float64; 3 row-tiles of 128 leave the second pair of a
     cluster half past M."""
-    import torch
-
-    from kcompiler.ops import matmul_sm90
-    from kcompiler.ops._common import stdlib_module
-    _sm90(torch)
-    M, N, K = 333, 1000, 528
-    a = (torch.randn(M, K, device="cuda") * 2).to(torch.float8_e4m3fn)
-    w = (torch.randn(N, K, device="cuda") * 2).to(torch.float8_e4m3fn)
-    sa = torch.rand(M if per_row else 1, device="cuda") + 0.5
-    sb = torch.rand(N if per_row else 1, device="cuda") + 0.5
-    out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
-    matmul_sm90.run(stdlib_module("matmul_sm90", "cuda"), a, w, out, scale_a=sa, scale_b=sb,
-                    scale=2 if per_row else 1, config=matmul_sm90.CONFIGS[config], split_k=1)
-    torch.cuda.synchronize()
-    scale = sa.double()[:, None] * sb.double()[None, :] if per_row else sa.double() * sb.double()
-    _reference_check(out, a.float(), w.float().T, fp8=True, scale=scale)
+    _fp8_gpu_case(config, per_row, 528, 1)
 
 
 @pytest.mark.gpu

@@ -15,7 +15,7 @@ from kcompiler.frontend.program import stdlib_dir
 from kcompiler.pipeline import emit_file
 
 from ..ptxas_util import needs_ptxas, ptxas
-from .matmul_sm90_util import _check64, _emulated, _fp8_operands, _reference_check, _sm90
+from .matmul_sm90_util import _check64, _emulated, _fp8_gpu_case, _fp8_operands, _reference_check, _sm90
 
 
 @needs_ptxas
@@ -180,22 +180,7 @@ def test_cluster_tma_store_on_gpu(shape, group_m):
 @pytest.mark.parametrize("per_row", [False, True])
 def test_variants_fp8_on_gpu(config, split, per_row):
     """FP8 e4m3 through each variant on an odd shape, scaled per tensor or per row / column."""
-    import torch
-
-    from kcompiler.ops import matmul_sm90
-    from kcompiler.ops._common import stdlib_module
-    _sm90(torch)
-    M, N, K = 333, 1000, 1040
-    a = (torch.randn(M, K, device="cuda") * 2).to(torch.float8_e4m3fn)
-    w = (torch.randn(N, K, device="cuda") * 2).to(torch.float8_e4m3fn)
-    sa = torch.rand(M if per_row else 1, device="cuda") + 0.5
-    sb = torch.rand(N if per_row else 1, device="cuda") + 0.5
-    out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
-    matmul_sm90.run(stdlib_module("matmul_sm90", "cuda"), a, w, out, scale_a=sa, scale_b=sb,
-                    scale=2 if per_row else 1, config=matmul_sm90.CONFIGS[config], split_k=split)
-    torch.cuda.synchronize()
-    scale = sa.double()[:, None] * sb.double()[None, :] if per_row else sa.double() * sb.double()
-    _reference_check(out, a.float(), w.float().T, fp8=True, scale=scale)
+    _fp8_gpu_case(config, per_row, 1040, split)
 
 
 @pytest.mark.gpu
