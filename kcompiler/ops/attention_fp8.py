@@ -22,8 +22,11 @@ from .attention_order import sm90_launch, sm90_tiles
 #: BN 256 828 (3 stages 830, RESCALE_SKIP 822) against BN 128's 758 (RESCALE_SKIP 781); causal 698
 #: against 673. Under ncu (H200) the BN 128 kernel kept the tensor pipe 44 % busy and the MUFU 45 %: each
 #: tile's fixed work (the row maxima's shuffles, O's rescale, the turns) is paid half as often at 256.
+#: Measured at S 4096 only: a short key length pays up to 255 masked keys a row (Sk 300: 512 computed,
+#: 384 at BN 128); ``tiles=dict(BN=128)`` takes the other.
 #: Registers (ptxas 13.0, sm_90a, a consumer 240): BN 128 and 256, 2 or 3 stages, spill nothing (BN 256
-#: had spilled 4-9 KB before the compiler's register work); CONSUMERS 3 (160 registers) spills 0.2-2 KB.
+#: had spilled 4-9 KB before the compiler's register work), nor does CONSUMERS 3 at BN 128 (160 registers;
+#: 837-858 TFLOP/s, level with the default).
 #: EXP2_POLY (opt-in) moves that many of a thread's exponentials a tile off the MUFU
 #: (stdlib/attention_sm90.kc's header): slower on the H100 (600-622 against 683), none spills.
 ATTENTION_FP8_TILES = {False: dict(BN=256, STAGES=2, OVERLAP=False, PINGPONG=True, TURNS=1),
