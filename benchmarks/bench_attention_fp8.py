@@ -18,7 +18,7 @@ consumer warpgroups, 192 query rows a block; PINGPONG needs two, so none), ``-tr
 B 4, H 32, S 4096, D 128, layout (B, H, S, D), causal and not; TFLOP/s with 4 B H S^2 D operations
 (half that when causal). The inputs are bf16 randn, quantised per tensor (descale = amax / 448). Each
 FP8 tile candidate is checked against our bf16 result on the dequantised inputs (relative Frobenius
-error) and timed with the V^T transpose it launches first (attention_vt_fp8, timed alone too). cuDNN's
+error) and timed with the V^T transpose it launches first (std.attention_vt_fp8, timed alone too). cuDNN's
 FP8 SDPA is timed where torch exposes it (torch 2.11's scaled_dot_product_attention takes no FP8
 inputs: then the row says so, and the goal is >= 1.6x our bf16 path, issue 23).
 """
@@ -104,11 +104,10 @@ def prefill_fp8(results: dict, quick: bool = False, variants: list[str] | None =
     deq = [(x.to(torch.bfloat16) * d).to(torch.bfloat16) for x, d in ((q8, dq), (k8, dk), (v8, dv))]
     desc = dict(descale_q=dq, descale_k=dk, descale_v=dv)
     from kcompiler.ops import _common
-    from kcompiler.ops.attention import _attention_sm90_module
-    mod = _attention_sm90_module("cuda")
+    vt_mod = _common.stdlib_module("attention_vt_fp8", "cuda")
     vt = torch.empty(B, H, D, S, device="cuda", dtype=torch.float8_e4m3fn)
     words = lambda x: x.view(-1).view(torch.uint8).view(torch.int32)  # noqa: E731
-    t_vt = bench(lambda: mod.attention_vt_fp8[(S // 128, H, B), 256](
+    t_vt = bench(lambda: vt_mod.attention_vt_fp8[(S // 128, H, B), 256](
         words(v8), words(vt), S, S, H * S * D, D, S * D, D=D, shared=128 * (D + 4), stream=_common.stream_of(v8)))
     print(f"  V^T transpose (attention_vt_fp8) alone: {t_vt:.3f} ms, {2 * v8.numel() / t_vt / 1e9:.2f} TB/s")
     for causal in (False, True):

@@ -75,7 +75,7 @@ def attention_fp8(q: Any, k: Any, v: Any, *, causal: bool, scale: float | None, 
     (natural log of the descaled scores' sum). S = Q K^T is FP8 wgmma (m64nNk32), P is rounded to e4m3
     in registers (.satfinite) for O += P V (FP8 wgmma with A from registers), f32 accumulation.
 
-    V enters the product as B, which FP8 wgmma reads K-major only: a first kernel (attention_vt_fp8)
+    V enters the product as B, which FP8 wgmma reads K-major only: a first kernel (std.attention_vt_fp8)
     writes V^T, (B, Hkv, D, Sk rounded up to 32), its keys permuted within chunks of 32 to match P's
     register fragment (stdlib/attention_sm90.kc, p_frag), then the prefill kernel reads it by TMA.
 
@@ -117,7 +117,7 @@ def attention_fp8(q: Any, k: Any, v: Any, *, causal: bool, scale: float | None, 
     skp = -(-p.Sk // 32) * 32
     vt = empty_like(q, (p.B, p.HK, p.D, skp), "f8e4m3")
     s = p.strides
-    mod.attention_vt_fp8[(-(-p.Sk // 128), p.HK, p.B), 256](
+    _common.stdlib_module("attention_vt_fp8", tgt).attention_vt_fp8[(-(-p.Sk // 128), p.HK, p.B), 256](
         _words(v), _words(vt), p.Sk, skp, s["k_sb"], s["k_ss"], s["k_sh"], D=p.D, shared=128 * (p.D + 4),
         stream=stream)
     t = sm90_tiles(ATTENTION_FP8_TILES[bool(causal)], tiles)

@@ -104,17 +104,19 @@ def run_fp8(monkeypatch, emulated, q, k, v, causal, layout="bshd", **kw):
 
 
 @pytest.mark.parametrize("Sk", [77, 300])
-def test_fp8_vt_emulated(emulated, Sk):
-    """attention_vt_fp8: V^T with keys permuted in chunks of 32 (p = 32c + 16h + 4t + i holds key 32c +
-    16h + 2t + i % 2 + 8 (i / 2)), zeros past Sk, from a bshd V, against numpy: one block of keys, part
-    full, and three (128 keys each, the swizzled rows of shared memory among them), the last partial."""
+def test_fp8_vt_cpu(Sk):
+    """std.attention_vt_fp8 on the CPU target: V^T with keys permuted in chunks of 32 (p = 32c + 16h + 4t + i
+    holds key 32c + 16h + 2t + i % 2 + 8 (i / 2)), zeros past Sk, from a bshd V, against numpy: one block
+    of keys, part full, and three (128 keys each, the swizzled rows of shared memory among them), the last
+    partial."""
     B, HK, D = 2, 3, 128
     v = RNG.standard_normal((B, Sk, HK, D)).astype(F8)
     skp = -(-Sk // 32) * 32
     vt = np.full((B, HK, D, skp), np.nan, F8)
     words = lambda x: x.reshape(-1).view(np.uint8).view(np.int32)  # noqa: E731
-    emulated.attention_vt_fp8[(-(-Sk // 128), HK, B), 256](words(v), words(vt), Sk, skp, Sk * HK * D, HK * D, D,
-                                                           D=D, shared=128 * (D + 4))
+    from kcompiler.ops import _common
+    _common.stdlib_module("attention_vt_fp8", "cpu").attention_vt_fp8[(-(-Sk // 128), HK, B), 256](
+        words(v), words(vt), Sk, skp, Sk * HK * D, HK * D, D, D=D, shared=128 * (D + 4))
     pos = np.arange(skp)
     r = pos % 16
     key = pos // 16 * 16 + 2 * (r // 4) + r % 2 + 8 * (r % 4 // 2)
@@ -226,7 +228,7 @@ def test_fp8_prefill_ptx(causal):
     log = ptxas(ptx, "sm_90a", verbose=True)
     assert "C7514" not in log and "serialized" not in log, log
     assert " 0 bytes spill stores" in log, log
-    vt = emit_file(stdlib_dir() / "attention_sm90.kc", "asm", NvptxTarget("sm_90a"), kernel="attention_vt_fp8",
+    vt = emit_file(stdlib_dir() / "attention_vt_fp8.kc", "asm", NvptxTarget("sm_90a"), kernel="attention_vt_fp8",
                    comptime=dict(D=128))
     assert " 0 bytes spill stores" in ptxas(vt, "sm_90a", verbose=True)
 
