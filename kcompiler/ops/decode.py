@@ -66,7 +66,8 @@ DECODE_TC_VARIANTS = {
     "w8_bases_1wave": dict(RING=True, WARPS=8, BN=16, STAGES=2, EAGER=True, MIN_WAVES=0.9, BASES=True),  # 2 a scheduler
     "ring_bases": dict(RING=True, WARPS=4, BN=32, STAGES=2, BASES=True),  # pages >= 32 (GQA 4:1's default + BASES)
     # GQA 8:1 on pages of 16 with BASES: 3 stages (4 x 32 KB in flight at the wait: 208 KB, 1 block an SM),
-    # 2 warps of BN 64 (2 x 64 KB)
+    # 2 warps of BN 64 (2 x 64 KB). H200 2026-11-28, % of copy per call on pages of 16: 92.8 and 87.0
+    # against the default's 92.7-93.1 (benchmarks/RESULTS.md)
     "s3_gather_bases": dict(RING=True, WARPS=4, BN=32, STAGES=3, MIN_WAVES=0.9, GATHER=True, BASES=True),
     "w2_bn64_bases": dict(RING=True, WARPS=2, BN=64, STAGES=2, EAGER=True, MIN_WAVES=0.9, GATHER=True, BASES=True),
 }
