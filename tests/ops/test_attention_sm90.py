@@ -110,7 +110,7 @@ def _emulated_case(monkeypatch, emulated, tiles, shape):
     ``shape`` (B, Sq, Sk, H, HK, D, causal)."""
     from kcompiler import ops
 
-    from .test_attention import check, qkv, reference
+    from .attention_util import check, qkv, reference
     B, Sq, Sk, H, HK, D, causal = shape
     monkeypatch.setattr(ops_attention, "_attention_sm90_module", lambda target: emulated)
     q, k, v = qkv(B, Sq, Sk, H, HK, D, "bf16")
@@ -133,7 +133,7 @@ def test_prefill_sm90_emulated(monkeypatch, emulated, shape):
     CPU target's emulation, against test_attention.py's float64 reference and bounds."""
     from kcompiler import ops
 
-    from .test_attention import check, qkv, reference
+    from .attention_util import check, qkv, reference
     B, Sq, Sk, H, HK, D, causal, layout = shape
     monkeypatch.setattr(ops_attention, "_attention_sm90_module", lambda target: emulated)
     q, k, v = qkv(B, Sq, Sk, H, HK, D, "bf16")
@@ -165,7 +165,7 @@ def test_prefill_sm90_tiles_emulated(monkeypatch, emulated, tiles):
     named barriers), causal with Sq != Sk."""
     from kcompiler import ops
 
-    from .test_attention import check, qkv, reference
+    from .attention_util import check, qkv, reference
     monkeypatch.setattr(ops_attention, "_attention_sm90_module", lambda target: emulated)
     q, k, v = qkv(1, 77, 290, 2, 1, 64, "bf16")
     out, lse = ops.attention(q, k, v, causal=True, return_lse=True, path="sm90", tiles=tiles, target="cpu")
@@ -179,7 +179,7 @@ def test_prefill_sm90_rescale_skip_emulated(monkeypatch, emulated):
     it is; with ping-pong turns in the sequential form (the specialisation of the tiles test above)."""
     from kcompiler import ops
 
-    from .test_attention import check, qkv, reference
+    from .attention_util import check, qkv, reference
     monkeypatch.setattr(ops_attention, "_attention_sm90_module", lambda target: emulated)
     q, k, v = qkv(1, 77, 290, 2, 1, 64, "bf16")
     q = np.abs(q.astype(np.float32)).astype(ml_dtypes.bfloat16)
@@ -196,7 +196,7 @@ def test_prefill_sm90_exp2_poly_emulated(monkeypatch, emulated):
     Sk (rows that see no key: the -inf scores through the polynomial give 0), two query blocks."""
     from kcompiler import ops
 
-    from .test_attention import check, qkv, reference
+    from .attention_util import check, qkv, reference
     monkeypatch.setattr(ops_attention, "_attention_sm90_module", lambda target: emulated)
     q, k, v = qkv(1, 150, 131, 2, 1, 64, "bf16")
     out, lse = ops.attention(q, k, v, causal=True, return_lse=True, path="sm90", tiles=dict(EXP2_POLY=16),
@@ -236,7 +236,7 @@ def test_prefill_sm90_plans_emulated(monkeypatch, emulated):
     tiles are not served by it."""
     from kcompiler import ops
 
-    from .test_attention import check, qkv, reference
+    from .attention_util import check, qkv, reference
     monkeypatch.setattr(ops_attention, "_attention_sm90_module", lambda target: emulated)
     q, k, v = qkv(1, 20, 33, 2, 1, 64, "bf16")
     first, lse1 = ops.attention(q, k, v, causal=True, return_lse=True, path="sm90", target="cpu")
@@ -271,7 +271,7 @@ def test_prefill_sm90_varlen_emulated(monkeypatch, emulated):
     zeroed (V) or left unstored."""
     from kcompiler import ops
 
-    from .test_attention import check, reference
+    from .attention_util import check, reference
     monkeypatch.setattr(ops_attention, "_attention_sm90_module", lambda target: emulated)
     lq, lk = [5, 0, 140, 33], [9, 3, 131, 60]
     cu_q = np.concatenate([[0], np.cumsum(lq)]).astype(np.int32)
@@ -316,7 +316,7 @@ def test_prefill_sm90_varlen_nan_tail_emulated(monkeypatch, emulated, causal, ma
     against a float64 reference per sequence."""
     from kcompiler import ops
 
-    from .test_attention import check, reference
+    from .attention_util import check, reference
     monkeypatch.setattr(ops_attention, "_attention_sm90_module", lambda target: emulated)
     lq, lk = [7, 0, 37], [131, 3, 60]
     cu_q, cu_k, q, k, v = packed_with_nan_tails(lq, lk, 2, 1, 64, 100, 70)
@@ -336,7 +336,7 @@ def test_prefill_sm90_varlen_plan_emulated(monkeypatch, emulated):
     from kcompiler import ops
     from kcompiler.frontend.program import stdlib_dir
 
-    from .test_attention import check, reference
+    from .attention_util import check, reference
     checked = kc.compile_file(stdlib_dir() / "attention_sm90.kc", target="cpu",
                               target_options={"emulate_wgmma": True}, check_bounds=True)
     monkeypatch.setattr(ops_attention, "_attention_sm90_module", lambda target: checked)
@@ -622,7 +622,7 @@ def test_prefill_sm90_chain_forms_gpu(tiles, causal):
 
     from kcompiler import ops
 
-    from .test_attention import check, sdpa64
+    from .attention_util import check, sdpa64
     for D in (64, 128):
         q = torch.randn(2, 1111, 4, D, device="cuda", dtype=torch.bfloat16)
         k, v = (torch.randn(2, 1234, 2, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))

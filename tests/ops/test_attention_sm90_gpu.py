@@ -25,7 +25,7 @@ def test_prefill_sm90_gpu(D, causal):
     f16, both layouts, against SDPA in float64 (test_attention.py's bounds); outputs poisoned first."""
     import torch
 
-    from .test_attention import attention_in_layout, check, sdpa64
+    from .attention_util import attention_in_layout, check, sdpa64
     for dt, (B, Sq, Sk, H, HK), layout in GPU_SHAPES:
         dtype = {"bf16": torch.bfloat16, "f16": torch.float16}[dt]
         q = torch.randn(B, Sq, H, D, device="cuda", dtype=dtype)
@@ -63,7 +63,7 @@ def test_prefill_sm90_tiles_gpu(tiles):
 
     from kcompiler import ops
 
-    from .test_attention import check, sdpa64
+    from .attention_util import check, sdpa64
     two_blocks_d128 = tiles.get("BLOCKS_PER_SM") == 2 and tiles.get("CONSUMERS", 2) == 2  # refused at D 128
     for D in (64,) if tiles.get("BN") == 192 or two_blocks_d128 else (64, 128):
         q = torch.randn(2, 1111, 4, D, device="cuda", dtype=torch.bfloat16)
@@ -103,7 +103,7 @@ def test_prefill_sm90_plans_gpu():
 
     from kcompiler import ops
 
-    from .test_attention import check, sdpa64
+    from .attention_util import check, sdpa64
     ops_attention.PLANS.clear()
     for _ in range(2):
         q = torch.randn(2, 333, 4, 64, device="cuda", dtype=torch.bfloat16)
@@ -128,7 +128,7 @@ def test_prefill_sm90_varlen_gpu():
 
     from kcompiler import ops
 
-    from .test_attention import check, reference
+    from .attention_util import check, reference
     lq, lk = [300, 0, 1000, 77], [300, 5, 1200, 64]
     cu_q = torch.tensor(np.concatenate([[0], np.cumsum(lq)]), dtype=torch.int32, device="cuda")
     cu_k = torch.tensor(np.concatenate([[0], np.cumsum(lk)]), dtype=torch.int32, device="cuda")
@@ -158,7 +158,7 @@ def _varlen_gpu_inputs(lq, lk, H, HK, D, tail):
 
 def _check_varlen_gpu(out, lse, cu_q, cu_k, q, k, v, causal):
     """out and lse of the packed sequences against test_attention's float64 reference."""
-    from .test_attention import check, reference
+    from .attention_util import check, reference
     n, nk = int(cu_q[-1]), int(cu_k[-1])
     qn, kn, vn = (x.float().cpu().numpy() for x in (q[:n], k[:nk], v[:nk]))
     ref, ref_lse = reference(qn, kn, vn, causal, q.shape[-1] ** -0.5, cu_q.cpu().numpy(), cu_k.cpu().numpy())

@@ -143,7 +143,7 @@ def test_block_order(order, causal):
 def _run(monkeypatch, emulated, shape, tiles, layout="bshd"):
     from kcompiler import ops
 
-    from .test_attention import check, qkv, reference
+    from .attention_util import check, qkv, reference
     B, Sq, Sk, H, HK, D, causal = shape
     monkeypatch.setattr(ops_attention, "_attention_sm90_module", lambda target: emulated)
     q, k, v = qkv(B, Sq, Sk, H, HK, D, "bf16")
@@ -219,7 +219,7 @@ def test_prefill_sm90_order_varlen_emulated(monkeypatch, emulated):
     group's tiles from seqlen_q (the packed rows with VARLEN), is refused."""
     from kcompiler import ops
 
-    from .test_attention import check, reference
+    from .attention_util import check, reference
     monkeypatch.setattr(ops_attention, "_attention_sm90_module", lambda target: emulated)
     lq, lk = [5, 0, 140], [9, 3, 131]
     cu_q = np.concatenate([[0], np.cumsum(lq)]).astype(np.int32)
@@ -284,7 +284,7 @@ def test_prefill_sm90_order_gpu(tiles, causal):
 
     from kcompiler import ops
 
-    from .test_attention import check, reference, sdpa64
+    from .attention_util import check, reference, sdpa64
     for D in (64, 128):
         q = torch.randn(2, 1111, 6, D, device="cuda", dtype=torch.bfloat16)
         k, v = (torch.randn(2, 1234, 2, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from kcompiler import ops
-from .test_attention import DTYPES, RNG, check, decode_reference, mla_reference, paged_cache
+from .attention_util import DTYPES, RNG, check, decode_reference, mla_reference, paged_cache
 
 
 @pytest.fixture(autouse=True)

@@ -13,7 +13,7 @@ from kcompiler import ops
 from kcompiler.ops import _common, decode
 from kcompiler.frontend.program import stdlib_dir
 from ..ptxas_util import needs_ptxas, ptxas
-from .test_attention import DTYPES, RNG, check, decode_reference, emulated, paged_cache  # noqa: F401 (fixture)
+from .attention_util import DTYPES, RNG, check, decode_reference, emulated, paged_cache  # noqa: F401 (fixture)
 
 def _kernel_of(name: str) -> tuple:
     """A variant's kernel: its compile-time values (MIN_WAVES is the host's split choice only)."""

@@ -23,7 +23,7 @@ from kcompiler.ops import mla as ops_mla
 from kcompiler.frontend.program import stdlib_dir
 
 from ..ptxas_util import needs_ptxas, ptxas
-from .test_attention import DTYPES, RNG, check, fold_lse_tol, mla_reference, paged_cache
+from .attention_util import DTYPES, RNG, check, fold_lse_tol, mla_reference, paged_cache
 
 
 @pytest.fixture(autouse=True)
