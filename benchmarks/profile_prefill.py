@@ -17,6 +17,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch  # noqa: E402
 
 from kcompiler import ops  # noqa: E402
@@ -27,9 +28,8 @@ q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16) for _ in
 for causal in (False, True):
     ops.attention(q, k, v, causal=causal, layout="bhsd")
 if "--fp8" in sys.argv[1:]:
-    amax = [x.abs().max().item() / 448.0 for x in (q, k, v)]
-    q8, k8, v8 = ((x / d).to(torch.float8_e4m3fn) for x, d in zip((q, k, v), amax))
+    from bench_attention_fp8 import quantise  # per tensor, as the benchmark does
+    (q8, dq), (k8, dk), (v8, dv) = (quantise(x) for x in (q, k, v))
     for causal in (False, True):
-        ops.attention(q8, k8, v8, causal=causal, layout="bhsd", descale_q=amax[0], descale_k=amax[1],
-                      descale_v=amax[2])
+        ops.attention(q8, k8, v8, causal=causal, layout="bhsd", descale_q=dq, descale_k=dk, descale_v=dv)
 torch.cuda.synchronize()

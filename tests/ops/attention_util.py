@@ -56,17 +56,25 @@ def check(out, lse, ref, ref_lse, v, dtype, lse_tol=0.0):
     the LSE's bound (a kernel's own share of its error, e.g. :func:`fold_lse_tol`)."""
     u_in = u_out = float(ml_dtypes.finfo(DTYPES[dtype]).eps) / 2
     vmax = float(np.abs(v.astype(np.float64)).max()) if v.size else 0.0
-    o = out.astype(np.float64)
+    check_bounds(out, lse, ref, ref_lse, 2 * u_in * vmax + u_out * np.abs(ref) + 1e-5 * vmax + 1e-30,
+                 1e-5 + np.abs(ref_lse) * 2.0 ** -20 + lse_tol)
+
+
+def check_bounds(out, lse, ref, ref_lse, tol, lse_tol):
+    """Asserts that ``out`` is finite and within ``tol`` (broadcast to ref's shape) of ``ref`` elementwise
+    (naming the worst element), that ``lse`` is -inf exactly where ``ref_lse`` is, and within ``lse_tol``
+    of it elsewhere."""
+    o = np.asarray(out, np.float64)
     assert np.isfinite(o).all(), "non-finite outputs"
-    tol = 2 * u_in * vmax + u_out * np.abs(ref) + 1e-5 * vmax + 1e-30
     err = np.abs(o - ref)
     w = np.unravel_index(np.argmax(err - tol), err.shape)
-    assert (err <= tol).all(), f"out{list(w)} = {o[w]}, want {ref[w]} (error {err[w]:.3g} > {tol[w]:.3g})"
+    tw = np.broadcast_to(tol, err.shape)[w]
+    assert (err <= tol).all(), f"out{list(w)} = {o[w]}, want {ref[w]} (error {err[w]:.3g} > {tw:.3g})"
     lse = np.asarray(lse, np.float64)
     fin = np.isfinite(ref_lse)
     assert (np.isneginf(lse) == ~fin).all(), "LSE -inf exactly where a row sees no key"
     lerr = np.abs(lse[fin] - ref_lse[fin])
-    assert (lerr <= 1e-5 + np.abs(ref_lse[fin]) * 2.0 ** -20 + lse_tol).all(), f"LSE error {lerr.max():.3g}"
+    assert (lerr <= np.broadcast_to(lse_tol, ref_lse.shape)[fin]).all(), f"LSE error {lerr.max():.3g}"
 
 
 def fold_lse_tol(keys: int, bn: int) -> float:
