@@ -398,8 +398,10 @@ class Target:
         LLVM packs into words without splitting and re-joining bytes."""
         return None
 
-    def minifloat_decode(self, ctx: "LoweringContext", codes: list[ll.Value], fmt: Any) -> list[ll.Value]:
-        """The f32 values of the i8 ``codes`` in ``fmt`` (exact); software by default."""
+    def minifloat_decode(self, ctx: "LoweringContext", codes: list[ll.Value], fmt: Any,
+                         exact_nan: bool = True) -> list[ll.Value]:
+        """The f32 values of the i8 ``codes`` in ``fmt`` (exact); software by default. ``exact_nan``
+        false: a NaN code may give any NaN (a hardware path may skip its fix-up of the NaN's bits)."""
         from .llvm import minifloat  # lazy: llvmlite, which `import kcompiler` does not load
         return [minifloat.decode(ctx.b, c, fmt) for c in codes]
 

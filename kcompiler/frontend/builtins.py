@@ -105,9 +105,11 @@ _FNS = [
     BuiltinFn("load", 1, 1, brackets="yes", doc="load[vec<T, N>](p): one wide load"),
     BuiltinFn("store", 2, 2, doc="store(p, v): one wide store"),
     BuiltinFn("bitcast", 1, 1, brackets="required", doc="bitcast[T](x)"),
-    BuiltinFn("convert", 1, 1, ("saturate",), brackets="required",
-              doc="convert[T](x, saturate = false): T(x); into an 8-bit float, saturate = true clamps "
-                  "overflows and infinities to the largest finite value instead of NaN/Inf"),
+    BuiltinFn("convert", 1, 1, ("saturate", "exact_nan"), brackets="required",
+              doc="convert[T](x, saturate = false, exact_nan = true): T(x); into an 8-bit float, saturate = "
+                  "true clamps overflows and infinities to the largest finite value instead of NaN/Inf; from "
+                  "one, exact_nan = false lets a NaN code give the convert instruction's NaN (sign and "
+                  "payload unspecified) instead of ml_dtypes' bits"),
     BuiltinFn("dynamic_shared", 0, 0, brackets="required", doc="dynamic_shared[T]() -> ptr<T, shared>"),
     # The vendors' builtins (wgmma, mma_sync, mfma...) are not declared here: each backend contributes
     # its own (kcompiler.ir.builtin_surface; backends/<name>/builtins.py), found by vendor_function() below.

@@ -1,5 +1,6 @@
-"""The conversion builtins: ``convert[T](x, saturate = false)`` (an explicit conversion that can
-saturate into a small float) and ``bitcast[T](x)`` (the same bits as another type).
+"""The conversion builtins: ``convert[T](x, saturate = false, exact_nan = true)`` (an explicit
+conversion that can saturate into a small float, or leave a small float's NaN bits to the hardware) and
+``bitcast[T](x)`` (the same bits as another type).
 """
 from __future__ import annotations
 
@@ -10,14 +11,22 @@ from .values import has_bool
 
 @builtin("convert")
 def _convert(fl, f, e, kw):
-    """convert[T](x, saturate = false): T(x), choosing what a small float does on overflow."""
+    """convert[T](x, saturate = false, exact_nan = true): T(x), choosing what a small float does on
+    overflow (into one) and whether its NaN codes give ml_dtypes' NaN bits (from one; false: the
+    convert instruction's NaN, one fix-up fewer a value where the target converts in hardware)."""
     t = fl._type_arg(f)
     v = fl.rvalue(fl.ev(e.args[0]), e.args[0].span)
     saturate = fl._bool_kw(kw, "saturate", False)
+    exact_nan = fl._bool_kw(kw, "exact_nan", True)
     te = t.elem if isinstance(t, VectorType) else t
     if saturate and not (isinstance(te, ScalarType) and te.is_minifloat):
         fl.fail(f"saturate applies to conversions into small floats, not to {t}", kw["saturate"].span)
-    return fl.convert_value(v, t, e.args[0].span, saturate=saturate)
+    vt = getattr(v, "type", None)
+    ve = vt.elem if isinstance(vt, VectorType) else vt
+    if not exact_nan and not (isinstance(ve, ScalarType) and ve.is_minifloat):
+        fl.fail(f"exact_nan applies to conversions from small floats, not from {vt or 'a constant'}",
+                kw["exact_nan"].span)
+    return fl.convert_value(v, t, e.args[0].span, saturate=saturate, exact_nan=exact_nan)
 
 
 @builtin("bitcast")

@@ -329,10 +329,12 @@ class FnLowering(StatementLowering, ExpressionLowering):
         v = self.rvalue(self.ev(args[0]), args[0].span)
         return self.convert_value(v, t, args[0].span)
 
-    def convert_value(self, v: Any, t: Type, span: SourceSpan, saturate: bool = False) -> Any:
+    def convert_value(self, v: Any, t: Type, span: SourceSpan, saturate: bool = False,
+                      exact_nan: bool = True) -> Any:
         """Explicit conversion (C's value conversions; vectors elementwise; a scalar splats). A small
         float (8 bits and fewer) converts from and to the floats only; ``saturate`` (conversions into
-        one) clamps overflows to its largest finite value."""
+        one) clamps overflows to its largest finite value; ``exact_nan`` false (conversions from one)
+        leaves a NaN code's NaN bits to the target's convert instruction."""
         te = t.elem if isinstance(t, VectorType) else t
         ve = None if isinstance(v, CV) else (v.type.elem if isinstance(v.type, VectorType) else v.type)
         if isinstance(te, ScalarType) and (te.is_minifloat or (isinstance(ve, ScalarType) and ve.is_minifloat)):
@@ -345,11 +347,12 @@ class FnLowering(StatementLowering, ExpressionLowering):
             if isinstance(other, ScalarType) and not (other.is_float or other.is_minifloat):
                 self.fail(f"cannot convert {v.type} to {t}: small floats convert to and from "
                           f"f16, bf16, f32 and f64 only", span, hint="convert through f32: f32(x)")
+            attrs = {**({"saturate": True} if saturate else {}), **({} if exact_nan else {"exact_nan": False})}
             if isinstance(t, VectorType) and isinstance(v.type, ScalarType):
-                return self.b.splat(self.b.value("cast", [v], t.elem, saturate=saturate), t.count)
+                return self.b.splat(self.b.value("cast", [v], t.elem, **attrs), t.count)
             if isinstance(t, VectorType) and (not isinstance(v.type, VectorType) or v.type.count != t.count):
                 self.fail(f"cannot convert {v.type} to {t}", span)
-            return self.b.value("cast", [v], t, saturate=saturate) if saturate else self.b.cast(v, t)
+            return self.b.value("cast", [v], t, **attrs) if attrs else self.b.cast(v, t)
         if isinstance(t, ScalarType):
             if isinstance(v, CV):
                 try:

@@ -177,6 +177,8 @@ def _t_cast(op: Op, fn: Function, m: Module) -> None:
              "to and from floats only")
     else:
         _req("saturate" not in op.attrs, f"cast from {s} to {d}: saturate is for casts into small floats")
+    _req("exact_nan" not in op.attrs or _kind(s) == "minifloat",
+         f"cast from {s} to {d}: exact_nan is for casts from small floats")
 
 
 def _bits(t: Type) -> int:

@@ -75,6 +75,15 @@ kernel dec[T: type](c: ptr<T>, f: ptr<f32>, h: ptr<f16>, b: ptr<bf16>, d: ptr<f6
     }
 }
 
+kernel dec_any_nan[T: type](c: ptr<T>, f: ptr<f32>, h: ptr<f16>, n: i32) {
+    let i = (block_id.x * block_dim.x + thread_id.x) * 2;
+    if i + 2 <= n {
+        let v = load[vec<T, 2>](c + i);
+        store(f + i, convert[vec<f32, 2>](v, exact_nan = false));
+        store(h + i, convert[vec<f16, 2>](v, exact_nan = false));
+    }
+}
+
 kernel vec4[T: type](x: ptr<f32>, y: ptr<T>, back: ptr<f32>, n: i32) {
     let i = (block_id.x * block_dim.x + thread_id.x) * 4;
     if i + 4 <= n {
@@ -159,6 +168,22 @@ def test_every_code_to_f32_f16_bf16_f64(target, name):
             assert same.all(), (dt, np.nonzero(~same)[0][:5])
     # f32 results bit for bit, NaNs included (the quiet NaN with the code's sign)
     assert (f.view(np.uint32) == codes.astype(np.float32).view(np.uint32)).all()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_code_with_any_nan(target, name):
+    """convert[T](c, exact_nan = false): every code's value bit for bit, a NaN code a NaN (of any sign
+    and payload: on NVIDIA sm_89+ the cvt instruction's, with no fix-up)."""
+    n = 1 << FORMATS[name].bits
+    codes = np.arange(n, dtype=np.uint8).view(ml_dtype(name))
+    f, h = np.zeros(n, np.float32), np.zeros(n, np.float16)
+    _module(target).dec_any_nan[1, 128](codes, f, h, n, T=name)
+    with np.errstate(invalid="ignore", over="ignore"):
+        for arr, dt in ((f, np.float32), (h, np.float16)):
+            want = codes.astype(dt)
+            nan = np.isnan(want)
+            assert (np.isnan(arr) == nan).all(), (dt, np.nonzero(np.isnan(arr) != nan)[0][:5])
+            assert (arr[~nan].view(f"u{arr.itemsize}") == want[~nan].view(f"u{arr.itemsize}")).all(), dt
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -309,6 +334,33 @@ def test_ptx_uses_cvt_on_sm89_and_later(arch, tmp_path):
     assert "e4m3x2" not in compile_source_to(SRC8.replace("T8", "f8e4m3fnuz"), "k.kc", "asm", "nvptx", "sm_90a")
 
 
+SRC_ANY_NAN = """
+kernel k(y: ptr<T8>, z: ptr<f32>) {
+    store(z, convert[vec<f32, 2>](load[vec<T8, 2>](y), exact_nan = EXACT));
+}
+"""
+
+
+@pytest.mark.parametrize("target, arch, fmt", [("nvptx", "sm_90a", "f8e4m3"), ("nvptx", "sm_89", "f8e5m2"),
+                                               ("amdgcn", "gfx950", "f8e4m3"), ("amdgcn", "gfx942", "f8e4m3fnuz")])
+def test_any_nan_skips_the_nan_fixup(target, arch, fmt):
+    """exact_nan = false: the hardware convert alone. exact_nan = true puts ml_dtypes' quiet NaN (with
+    the code's sign; FNUZ: -NaN) after it: a select between the instruction's value and those bits;
+    without it there is no select, and the code is shorter."""
+
+    def code(exact):
+        return compile_source_to(SRC_ANY_NAN.replace("T8", fmt).replace("EXACT", exact), "k.kc", "llvm", target,
+                                 arch)
+    exact, fast = code("true"), code("false")
+    hw = {"nvptx": "to.f16x2", "amdgcn": "cvt.f32."}[target]
+    assert hw in exact and hw in fast
+    assert " select " in exact and " select " not in fast
+    assert len(fast) < len(exact)
+    if target == "nvptx":
+        ptxas(compile_source_to(SRC_ANY_NAN.replace("T8", fmt).replace("EXACT", "false"), "k.kc", "asm", target, arch),
+              arch)
+
+
 @pytest.mark.parametrize("arch, fmt, hw", [("gfx942", "f8e4m3fnuz", "fp8"), ("gfx942", "f8e5m2fnuz", "bf8"),
                                            ("gfx950", "f8e4m3", "fp8"), ("gfx950", "f8e5m2", "bf8"),
                                            ("gfx1201", "f8e4m3", "fp8")])
@@ -336,6 +388,9 @@ def test_amdgcn_without_the_format_uses_software(arch, fmt):
     ("let a = i32(f8e4m3(x[0]));", "cannot convert f8e4m3 to i32"),
     ("let a = convert[f32](x[0], saturate = true);", "saturate applies to conversions into small floats"),
     ("let a = convert[f8e4m3](x[0], saturate = 1);", "saturate must be a compile-time bool"),
+    ("let a = convert[f16](x[0], exact_nan = false);", "exact_nan applies to conversions from small floats, not "
+                                                       "from f32"),
+    ("let a = convert[f32](f8e4m3(x[0]), exact_nan = 0);", "exact_nan must be a compile-time bool"),
 ])
 def test_errors(body, message):
     src = f"kernel k(x: ptr<f32>, n: i32) {{\n    {body}\n}}\n"

@@ -214,6 +214,14 @@ def cast_lanes(ok):
     return module(f)
 
 
+@case("exact_nan is for casts from small floats")
+def cast_exact_nan(ok):
+    from kcompiler.ir.types import SCALARS
+    f, b = fn()
+    b.op("cast", [b.const(1.0, SCALARS["f8e4m3"] if ok else F32)], F16, exact_nan=False)
+    return module(f)
+
+
 @case("bitcast from i32 (32 bits) to f16 (16 bits)")
 def bitcast_size(ok):
     f, b = fn()

@@ -221,15 +221,17 @@ class AmdgcnTarget(Target):
             return [b.trunc(word, i8), b.trunc(b.lshr(word, ll.Constant(_I32, 8)), i8)]
         return minifloat.encode_pairs(b, xs, fmt, saturate, pair)
 
-    def minifloat_decode(self, ctx: LoweringContext, codes: list[ll.Value], fmt) -> list[ll.Value]:
-        """``v_cvt_f32_{fp8,bf8}`` (exact); NaNs as the software path."""
+    def minifloat_decode(self, ctx: LoweringContext, codes: list[ll.Value], fmt,
+                         exact_nan: bool = True) -> list[ll.Value]:
+        """``v_cvt_f32_{fp8,bf8}`` (exact); NaNs as the software path, or (``exact_nan`` false) as the
+        instruction gives them."""
         hw = self._fp8_hw(fmt)
         if hw is None:
-            return super().minifloat_decode(ctx, codes, fmt)
+            return super().minifloat_decode(ctx, codes, fmt, exact_nan)
         b = ctx.b
         cvt = ctx.declare(f"llvm.amdgcn.cvt.f32.{hw}", ll.FloatType(), [_I32, _I32])
-        return [minifloat.fix_decoded(b, c, b.call(cvt, [b.zext(c, _I32), ll.Constant(_I32, 0)]), fmt)
-                for c in codes]
+        vals = [b.call(cvt, [b.zext(c, _I32), ll.Constant(_I32, 0)]) for c in codes]
+        return [minifloat.fix_decoded(b, c, v, fmt) if exact_nan else v for c, v in zip(codes, vals)]
 
     def nanosleep(self, ctx: LoweringContext, ns: ll.Value) -> None:
         # s_sleep takes an immediate (units of 64 clocks); 1 is what ockl's hostcall wait loop uses.

@@ -99,19 +99,20 @@ class ArithmeticLowering:
 
     def op_cast(self, ctx: LoweringContext, op: Op) -> ll.Value:
         return self.convert(ctx, self.v(ctx, op.operands[0]), op.operands[0].type, op.result.type,
-                            bool(op.attrs.get("saturate", False)))
+                            bool(op.attrs.get("saturate", False)), bool(op.attrs.get("exact_nan", True)))
 
     def convert(self, ctx: LoweringContext, x: ll.Value, src: Type, dst: Type,
-                saturate: bool = False) -> ll.Value:
+                saturate: bool = False, exact_nan: bool = True) -> ll.Value:
         """C-style value conversion of scalars or same-length vectors. Float to int saturates and
         maps NaN to 0 (what PTX's cvt.rzi does and what LLVM's fptosi.sat gives on every target).
         8-bit floats convert through f32 (exact in both directions for f16 and bf16 sources, so one
-        rounding), by the target's minifloat hooks; ``saturate`` applies to conversions into them."""
+        rounding), by the target's minifloat hooks; ``saturate`` applies to conversions into them,
+        ``exact_nan`` (false: the instruction's NaN bits) to conversions from them."""
         if src == dst:
             return x
         s, d = elem_of(src), elem_of(dst)
         if s.is_minifloat or d.is_minifloat:
-            return self._convert_minifloat(ctx, x, src, dst, saturate)
+            return self._convert_minifloat(ctx, x, src, dst, saturate, exact_nan)
         B = ctx.b
         lt = self.lltype(dst)
         if d.kind == "bool":
@@ -162,13 +163,13 @@ class ArithmeticLowering:
         return B.select(isnan, B.bitcast(nan, y.type), y)
 
     def _convert_minifloat(self, ctx: LoweringContext, x: ll.Value, src: Type, dst: Type,
-                        saturate: bool) -> ll.Value:
+                        saturate: bool, exact_nan: bool = True) -> ll.Value:
         s, d = elem_of(src), elem_of(dst)
         n = src.count if isinstance(src, VectorType) else 0
         B = ctx.b
         lanes = [B.extract_element(x, ll.Constant(_I32, i)) for i in range(n)] if n else [x]
         if s.is_minifloat:
-            lanes = self.target.minifloat_decode(ctx, lanes, FORMATS[s.name])
+            lanes = self.target.minifloat_decode(ctx, lanes, FORMATS[s.name], exact_nan)
         else:
             lanes = [self._convert_keep_nan_sign(ctx, v, s, F32) for v in lanes]
         if d.is_minifloat and n and n % 2 == 0 and d.bits == 8:
