@@ -282,7 +282,10 @@ def run_variants(args, copy, g, rng):
                 mx_pre = [lambda i=i: ops.moe_gemm_swiglu(ops.mx_dequantize(codes, scales, "bf16"), w13, rs[i],
                                                           out=hs[i], decode=dec, tuning=tun) for i in range(len(rs))]
                 for how, fns in (("registers", mx_reg), ("dequant first", mx_pre)):
+                    # ops.moe_gemm_swiglu's own choice for MXFP8 x is MOE_MXFP8_X_IN_REGISTERS: set it for the row
+                    ops.moe_gemm.MOE_MXFP8_X_IN_REGISTERS = how == "registers"
                     ms1 = time_ms(fns)
+                    ops.moe_gemm.MOE_MXFP8_X_IN_REGISTERS = False
                     g1 = hit * b13 / ms1 / 1e6
                     print(f"{T:>5} {'MXFP8 x ' + name + ', ' + how:>34} {ms1:>10.4f} {g1:>6.0f} "
                           f"{100 * g1 / copy:>5.0f}% {base[0] / ms1:>6.2f}", flush=True)

@@ -365,8 +365,8 @@ def moe(x: Any, router_logits: Any, w_gate_up: Any, w_down: Any, top_k: int, *, 
     (x[t] Wu[e]^T)) Wd[e]^T`` over token t's top_k experts e = e_tj with weights w_tj.
 
     - ``x``: (T, H) activations, f32, bf16 or f16, or MXFP8 (:class:`~kcompiler.ops.moe_types.MXActivations`:
-      decoded to bf16 in registers by the tensor-core GEMM, dequantised to bf16 first for the SIMT
-      one; the result is bf16; see :func:`_moe_mxfp8`).
+      dequantised to bf16 exactly, first or in the tensor-core GEMM's registers as
+      kcompiler.ops.moe_gemm.MOE_MXFP8_X_IN_REGISTERS says; the result is bf16; see :func:`_moe_mxfp8`).
     - ``router_logits``: (T, E) router logits (f32, bf16, f16), routed by :func:`moe_route` with
       ``mode`` ('softmax_topk' or 'topk_softmax', defined there) and ``renormalize``.
     - ``w_gate_up``: :class:`~kcompiler.ops.moe_types.ExpertWeights` of shape (E, 2 I, H) (rows
@@ -468,7 +468,8 @@ def moe(x: Any, router_logits: Any, w_gate_up: Any, w_down: Any, top_k: int, *, 
 def _moe_mxfp8(xq: MXActivations, router_logits: Any, w_gate_up: Any, w_down: Any, top_k: int, *, mode: str,
                renormalize: bool, reduce: str, gemm: str, target: str) -> Any:
     """:func:`moe` for MXFP8 activations (bf16 result): where kcompiler.ops.moe_gemm's tensor-core GEMMs
-    run (``gemm`` 'mma', or 'auto' on a target with 'mma'), its gate/up GEMM decodes x in registers;
+    run (``gemm`` 'mma', or 'auto' on a target with 'mma'), through its gate/up GEMM
+    (:func:`~kcompiler.ops.moe_gemm.moe_gemm_swiglu`: x dequantised first or decoded in its registers);
     elsewhere ('simt', 'sm90', or no 'mma') x is dequantised to bf16 (``ops.mx_dequantize``, exact) for
     :func:`moe`."""
     codes = xq.codes

@@ -20,6 +20,7 @@ from ..runtime import arrays
 from . import _common
 from ._common import data_ptr, empty_like, stream_of, target_for
 from .moe_types import ExpertWeights, MoERouting, MXActivations
+from .mx import mx_dequantize
 
 #: K a lane's 16-byte weight load holds, by format (the tensor-core path needs K a multiple of it).
 MOE_VALUES_PER_LOAD = {"bf16": 8, "fp8": 16, "mxfp4": 32}
@@ -44,6 +45,15 @@ MOE_GEMM_TILES = {8: dict(MT=1, KW=4, U=2), 16: dict(MT=1, KW=4, U=2), 32: dict(
 MOE_GEMM_FORMAT_TILES = {"mxfp4": {"gate_up": {16: dict(NTD=1, KW=2)},
                                    "down": {8: dict(MT=2), 16: dict(MT=2, NTD=1, LB=4)},
                                    "bm8_mean": 4}}
+
+
+#: MXFP8 activations (:class:`MXActivations`) into :func:`moe_gemm_swiglu`: False (default) dequantises
+#: them to bf16 first (``ops.mx_dequantize``, exact, one small launch) for the bf16-activation kernel;
+#: True decodes them in the GEMM's registers as they are loaded (X = f8e4m3: no launch, but each lane
+#: decodes its x vectors for every chunk). H200, gpt-oss MXFP4 gate/up (bench_moe_gemm.py --variants,
+#: 2026-11-28): dequantising first 1.26-1.93x faster at T 1, 16 and 64. Both give the same bits but for
+#: an E4M3 NaN element code, which the in-register decode reads as +-480 times its block's scale.
+MOE_MXFP8_X_IN_REGISTERS = False
 
 
 def moe_block_m(tokens: int, top_k: int, num_experts: int, fmt: str | None = None) -> int:
@@ -220,9 +230,9 @@ def moe_gemm_swiglu(x: Any, w_gate_up: ExpertWeights, routing: MoERouting, *, ou
     (token t's j-th expert e), ``H[a] = silu(x[t] @ Wg[e]^T) * (x[t] @ Wu[e]^T)``.
 
     ``x``: bf16 (T, H), or :class:`~kcompiler.ops.moe_types.MXActivations` (MXFP8: E4M3 codes and
-    E8M0 scales per 32 along H), whose values the kernel decodes to bf16 in registers as it loads them
-    (exactly: an E4M3 value times a power of two fits bf16 unless past its range; Hopper's mma.sync
-    has no FP8 x bf16 product). ``w_gate_up``: :class:`ExpertWeights` of shape (E, 2 I, H), gate rows [0, I),
+    E8M0 scales per 32 along H), dequantised to bf16 first or decoded in the kernel's registers as it
+    loads them (:data:`MOE_MXFP8_X_IN_REGISTERS`), exactly either way (an E4M3 value times a power of
+    two fits bf16 unless past its range; Hopper's mma.sync has no FP8 x bf16 product). ``w_gate_up``: :class:`ExpertWeights` of shape (E, 2 I, H), gate rows [0, I),
     up rows [I, 2 I); bf16, FP8 (the channel scales multiply the f32 sums) or MXFP4 (dequantised to
     bf16 exactly in registers). ``routing``: a :class:`MoERouting` of T tokens over E experts whose
     ``block_m`` is a multiple of 8 (:func:`moe_block_m`). Products of bf16 values, summed in f32, the
@@ -237,6 +247,8 @@ def moe_gemm_swiglu(x: Any, w_gate_up: ExpertWeights, routing: MoERouting, *, ou
     ``decode`` or ``tuning``."""
     fn = "moe_gemm_swiglu"
     dec = _decode(decode, fn)
+    if isinstance(x, MXActivations) and not MOE_MXFP8_X_IN_REGISTERS:
+        x = mx_dequantize(x.codes, x.scales_as("e8m0"), "bf16", target=target)
     x, xsc = _activations(x, fn)
     E, N, K = w_gate_up.shape
     if N % 2 or N == 0:
@@ -325,5 +337,5 @@ def moe_gemm_down(h: Any, w_down: ExpertWeights, routing: MoERouting, *, reduce:
     return out
 
 
-__all__ = ["MOE_GEMM_FORMAT_TILES", "MOE_GEMM_TILES", "MOE_MXFP4_DECODE", "MOE_MXFP4_DECODES", "MOE_TUNING_KEYS", "MOE_VALUES_PER_LOAD", "moe_block_m",
+__all__ = ["MOE_GEMM_FORMAT_TILES", "MOE_GEMM_TILES", "MOE_MXFP4_DECODE", "MOE_MXFP8_X_IN_REGISTERS", "MOE_MXFP4_DECODES", "MOE_TUNING_KEYS", "MOE_VALUES_PER_LOAD", "moe_block_m",
            "moe_gemm_down", "moe_gemm_swiglu", "moe_gemm_tiles", "moe_grid_tiles"]

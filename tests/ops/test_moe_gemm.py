@@ -126,7 +126,9 @@ def _module(mma: bool):
 def path(request, monkeypatch):
     """The path under test: ops' module replaced by one compiled with bounds checks (and emulate_mma)."""
     mod = _module(request.param == "mma")
-    monkeypatch.setattr(moe_gemm_mod._common, "stdlib_module", lambda name, target: mod)
+    real = moe_gemm_mod._common.stdlib_module  # the others (ops.mx_dequantize's std.mx) as they are
+    monkeypatch.setattr(moe_gemm_mod._common, "stdlib_module",
+                        lambda name, target: mod if name == "moe_gemm" else real(name, target))
     return request.param
 
 
@@ -314,6 +316,15 @@ def _mx_x(rng, T, Hd):
 
 
 def _mxfp8_case(path, fmt, seed):
+    """Both ways into the kernel (ops.moe_gemm.MOE_MXFP8_X_IN_REGISTERS): dequantised first, decoded in
+    registers."""
+    for registers in (False, True):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(moe_gemm_mod, "MOE_MXFP8_X_IN_REGISTERS", registers)
+            _mxfp8_check(path, fmt, seed, registers)
+
+
+def _mxfp8_check(path, fmt, seed, registers):
     T, top_k, E, used, Hd, I, bm = CASES[0]
     rng = np.random.default_rng(seed)
     xq, xv = _mx_x(rng, T, Hd)
@@ -322,13 +333,13 @@ def _mxfp8_case(path, fmt, seed):
     H = ops.moe_gemm_swiglu(xq, w, r, target="cpu")
     want, bound = ref_swiglu(xv, w, r)
     assert np.isnan(want).any() and not np.isnan(want).all()
-    check(H, want, bound, f"{fmt} {path} MXFP8 x")
+    check(H, want, bound, f"{fmt} {path} MXFP8 x{' in registers' if registers else ''}")
 
 
 @pytest.mark.parametrize("path", ["mma"], indirect=True)
 def test_mxfp8_activations(path):
-    """MXFP8 x (E4M3 codes, an E8M0 scale per 32, OCP MX v1.0) into the gate/up GEMM, decoded in registers,
-    against the float64 reference on the exactly dequantised x: scales over 2^-20 .. 2^20 (the products
+    """MXFP8 x (E4M3 codes, an E8M0 scale per 32, OCP MX v1.0) into the gate/up GEMM, dequantised first
+    and decoded in registers, against the float64 reference on the exactly dequantised x: scales over 2^-20 .. 2^20 (the products
     exact in f32 either way), a NaN scale (that token's rows NaN), K = 96 (a partial chunk)."""
     _mxfp8_case(path, "mxfp4", 30)
 
@@ -476,8 +487,8 @@ def test_gpu_gpt_oss_shapes(fmt, T):
 @pytest.mark.parametrize("T", [1, 64, 300])
 def test_gpu_mxfp8_activations_and_variants(T):
     """On CUDA tensors, gpt-oss's H = 2880 (I = 1440), MXFP4 weights: MXFP8 x (ops.mx_quantize on the
-    device) gives the bits that its bf16 values (ops.mx_dequantize) give, the in-register decode being
-    exact; every benchmark variant (VARIANTS) gives the bits of the default decode with the variant's
+    device) gives the bits that its bf16 values (ops.mx_dequantize) give, dequantised first or
+    decoded in registers (exact); every benchmark variant (VARIANTS) gives the bits of the default decode with the variant's
     KW (the warps' split of K fixes the order of the f32 sums; the variants otherwise change loads,
     branches and scale factors, not the order) for gate/up and the separate down projection."""
     torch = pytest.importorskip("torch")
@@ -501,8 +512,11 @@ def test_gpu_mxfp8_activations_and_variants(T):
     codes, scales = ops.mx_quantize(x, "f8e4m3")
     xb = ops.mx_dequantize(codes, scales, "bf16")
     H = ops.moe_gemm_swiglu(xb, w1, dr)
-    assert torch.equal(ops.moe_gemm_swiglu(MXActivations.mxfp8(codes, scales), w1, dr).view(torch.int16),
-                       H.view(torch.int16))
+    for registers in (False, True):  # ops.moe_gemm.MOE_MXFP8_X_IN_REGISTERS
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(moe_gemm_mod, "MOE_MXFP8_X_IN_REGISTERS", registers)
+            got = ops.moe_gemm_swiglu(MXActivations.mxfp8(codes, scales), w1, dr)
+        assert torch.equal(got.view(torch.int16), H.view(torch.int16)), registers
     for name, (decode, tuning) in VARIANTS.items():
         kw = {k: v for k, v in tuning.items() if k == "KW"}
         Hd_ = ops.moe_gemm_swiglu(xb, w1, dr, tuning=kw)
