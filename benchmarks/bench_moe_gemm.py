@@ -47,7 +47,7 @@ E2M1 = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -
 
 
 def routing(ids: np.ndarray, w: np.ndarray, E: int, bm: int) -> MoERouting:
-    """vLLM's aligned layout on the host (as tests/ops/test_moe_gemm.py builds it), moved to the GPU."""
+    """vLLM's aligned layout on the host (as tests/ops/moe_util.py's make_routing builds it), moved to the GPU."""
     T, top_k = ids.shape
     numel = T * top_k
     flat = ids.reshape(-1)

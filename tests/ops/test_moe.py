@@ -20,33 +20,13 @@ import numpy as np
 import pytest
 
 from kcompiler import ops
-from kcompiler.ops.moe_types import ExpertWeights, MoERouting, dequantize_reference
+from kcompiler.ops.moe_types import ExpertWeights, dequantize_reference
 
-RNG = np.random.default_rng()
-U32 = 2.0 ** -24
-UNIT = {"f32": 2.0 ** -24, "bf16": 2.0 ** -8, "f16": 2.0 ** -11}
-DTYPES = {"f32": np.float32, "bf16": ml_dtypes.bfloat16, "f16": np.float16}
-
-
-def f64(a):
-    return np.asarray(a).astype(np.float64)
+from .moe_util import DTYPES, RNG, U32, UNIT, align_ref, check_moe, f64, route_ref
+from .moe_util import layer_weights as weights
 
 
 # --- routing -------------------------------------------------------------------------------------------
-
-def route_ref(logits, top_k, mode, renormalize):
-    """(ids, weights) in float64: NaN as -inf, an all -inf row as all equal, ties to the lower index."""
-    lg = f64(logits)
-    lg[np.isnan(lg)] = -np.inf
-    dead = np.all(lg == -np.inf, axis=1)
-    lg[dead] = 0.0
-    ids = np.argsort(-lg, axis=1, kind="stable")[:, :top_k]
-    e = np.exp(lg - lg.max(axis=1, keepdims=True))
-    chosen = np.take_along_axis(e, ids, 1)
-    full = mode == "softmax_topk" and not renormalize
-    w = chosen / (e.sum(axis=1, keepdims=True) if full else chosen.sum(axis=1, keepdims=True))
-    return ids.astype(np.int32), w
-
 
 def check_route(logits, top_k, mode, renormalize):
     ids, w = ops.moe_route(logits, top_k, mode=mode, renormalize=renormalize, target="cpu")
@@ -110,24 +90,6 @@ def test_route_errors():
 
 
 # --- alignment -----------------------------------------------------------------------------------------
-
-def align_ref(ids, e, bm):
-    """(sorted_ids, tile_expert, num_tiles) built directly: assignments by expert, in order within one."""
-    t, k = ids.shape
-    n = t * k
-    flat = ids.reshape(-1)
-    slots = MoERouting.padded_slots(t, k, e, bm)
-    sorted_ids = np.full(slots, n, np.int32)
-    tile_expert = np.full(slots // bm, -1, np.int32)
-    at = 0
-    for x in range(e):
-        mine = np.nonzero(flat == x)[0]
-        sorted_ids[at:at + len(mine)] = mine
-        tiles = -(-len(mine) // bm)
-        tile_expert[at // bm:at // bm + tiles] = x
-        at += tiles * bm
-    return sorted_ids, tile_expert, at // bm
-
 
 def random_ids(t, k, e):
     """Distinct experts within each row (as routing gives), skewed so that some experts get none."""
@@ -201,53 +163,6 @@ def test_moe_sum_errors():
 
 
 # --- the layer -----------------------------------------------------------------------------------------
-
-def moe_ref(x, logits, wg, wd, top_k, mode, renormalize, h_unit):
-    """(out, bound): the float64 layer on the reference routing and decoded weights, and the bound on
-    a kernel result's error (the module docstring), for intermediate values rounded to h_unit."""
-    ids, w = route_ref(logits, top_k, mode, renormalize)
-    g_all, d_all = dequantize_reference(wg), dequantize_reference(wd)
-    x64 = f64(x)
-    t_n, hid = x64.shape
-    inter = g_all.shape[1] // 2
-    e_n = logits.shape[1]
-    out = np.zeros((t_n, hid))
-    bound = np.zeros((t_n, hid))
-    for t in range(t_n):
-        for j in range(top_k):
-            e = ids[t, j]
-            g, u = g_all[e, :inter] @ x64[t], g_all[e, inter:] @ x64[t]
-            gm, um = np.abs(g_all[e, :inter]) @ np.abs(x64[t]), np.abs(g_all[e, inter:]) @ np.abs(x64[t])
-            s = g / (1 + np.exp(-g))
-            h = s * u
-            dh = (hid + 2) * U32 * (1.1 * gm * np.abs(u) + np.abs(s) * um) + (4 * U32 + h_unit) * np.abs(h)
-            y = d_all[e] @ h
-            ym = np.abs(d_all[e]) @ (np.abs(h) + dh)
-            out[t] += w[t, j] * y
-            bound[t] += w[t, j] * ((inter + 2) * U32 * ym + np.abs(d_all[e]) @ dh
-                                   + ((e_n + 12) * U32 + (top_k + 1) * U32) * ym)
-    return out, ids, 2 * bound
-
-
-def weights(e, n, k, fmt, scale=0.1):
-    return ExpertWeights.quantize(RNG.standard_normal((e, n, k)) * scale, fmt)
-
-
-def check_moe(fmt, t, e, top_k, mode, hid=96, inter=160, dt="f32", reduce="atomic", renormalize=True):
-    x = RNG.standard_normal((t, hid)).astype(DTYPES[dt])
-    logits = (RNG.standard_normal((t, e)) * 2).astype(np.float32)
-    wg, wd = weights(e, 2 * inter, hid, fmt), weights(e, hid, inter, fmt)
-    got = ops.moe(x, logits, wg, wd, top_k, mode=mode, renormalize=renormalize, reduce=reduce, target="cpu")
-    ref, ids, bound = moe_ref(x, logits, wg, wd, top_k, mode, renormalize, UNIT[dt] if dt != "f32" else 0.0)
-    np.testing.assert_array_equal(ops.moe_route(logits, top_k, mode=mode, target="cpu")[0], ids)
-    assert got.dtype == DTYPES[dt] and got.shape == (t, hid)
-    bound = bound + UNIT[dt] * np.abs(ref) + 2.0 ** -126
-    err = np.abs(f64(got) - ref)
-    at = np.unravel_index(np.argmax(err - bound), err.shape)
-    assert np.all(err <= bound), (f"{fmt}: {int((err > bound).sum())} elements off, worst {err[at]:.3g} "
-                                  f"(bound {bound[at]:.3g}, value {ref[at]:.3g}) at {at}")
-    return x, logits, wg, wd, got
-
 
 @pytest.mark.slow(sample=3)
 @pytest.mark.parametrize("fmt", ["bf16", "fp8", "mxfp4"])

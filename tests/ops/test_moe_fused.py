@@ -18,7 +18,7 @@ from kcompiler.frontend.program import stdlib_dir
 from kcompiler.ops import _common
 from kcompiler.ops.moe_types import ExpertWeights
 
-from .test_moe import align_ref, check_moe, moe_ref, route_ref
+from .moe_util import align_ref, check_moe, moe_ref, route_ref
 
 moe_mod = importlib.import_module("kcompiler.ops.moe")  # ops.moe is the function
 

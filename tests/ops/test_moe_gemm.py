@@ -5,121 +5,33 @@ sizes (T = 1, 3, 17; K a multiple of 32, not of 64; I not a multiple of the 16-r
 get no token, MXFP4 scales at the edges (0, above 128, NaN). GPU tests (marked ``gpu``) run the
 gpt-oss-like shapes on CUDA tensors.
 
-The routing is built here by a small numpy routine (sort the assignments by expert, pad each expert's
-run to block_m with the sentinel T * top_k), independent of ops/moe.py.
+The routing is built by a small numpy routine (moe_util.py's make_routing: sort the assignments by
+expert, pad each expert's run to block_m with the sentinel T * top_k), independent of ops/moe.py.
 
 Tolerances: the kernels multiply bf16 operands (x, H, and the weights, whose bf16 dequantisation is
 exact for every format: an E2M1 or E4M3 value times a power of two fits bf16's 8 significant bits), so
 every product is exact in f32, and sum K of them in f32: the sum's error is at most K 2^-24 sum|x w|
 (the recursive-summation bound, any order; the tensor core's internal order is not specified). The
 FP8 channel scale and the routing weight are f32 multiplies (2^-24 each). SwiGLU's SiLU is std.math's
-(a few ulp of f32) and H is rounded once to bf16 (2^-9 relative); the bounds below add these terms per
-element, with the sums' error propagated through silu(g) u (|silu'| <= 1.1).
+(a few ulp of f32) and H is rounded once to bf16 (2^-9 relative); the bounds (moe_util.py's ref_swiglu
+and ref_down) add these terms per element, with the sums' error propagated through silu(g) u
+(|silu'| <= 1.1).
 """
 from __future__ import annotations
-
-import functools
 
 import ml_dtypes
 import numpy as np
 import pytest
 
-import kcompiler as kc
 from kcompiler import ops
 from kcompiler.frontend.program import stdlib_dir
 from kcompiler.ops import moe_gemm as moe_gemm_mod
-from kcompiler.ops.moe_types import ExpertWeights, MoERouting, MXActivations, dequantize_reference
+from kcompiler.ops.moe_types import ExpertWeights, MoERouting, MXActivations
 
 from ..ptxas_util import needs_ptxas, ptxas
-
-U = 2.0 ** -24  # f32's unit roundoff
-
-
-def make_routing(topk_ids: np.ndarray, topk_weights: np.ndarray, num_experts: int, block_m: int) -> MoERouting:
-    """vLLM's moe_align_block_size layout, in numpy: assignments a = t * top_k + j grouped by expert
-    (ascending a within an expert), each run padded to a multiple of block_m with T * top_k."""
-    T, top_k = topk_ids.shape
-    numel = T * top_k
-    flat = topk_ids.reshape(-1)
-    ids, tiles = [], []
-    for e in range(num_experts):
-        a = np.nonzero(flat == e)[0].tolist()
-        n = -(-len(a) // block_m) * block_m
-        ids += a + [numel] * (n - len(a))
-        tiles += [e] * (n // block_m)
-    P = MoERouting.padded_slots(T, top_k, num_experts, block_m)
-    ids += [numel] * (P - len(ids))
-    tiles += [-1] * (P // block_m - len(tiles))
-    return MoERouting(topk_ids.astype(np.int32), topk_weights.astype(np.float32), np.array(ids, np.int32),
-                      np.array(tiles, np.int32), np.array([len([t for t in tiles if t >= 0])], np.int32), block_m,
-                      top_k, num_experts)
-
-
-def random_routing(rng, T: int, top_k: int, E: int, block_m: int, used: int | None = None) -> MoERouting:
-    """Each token picks top_k distinct experts among the first ``used`` (the rest get no token)."""
-    used = E if used is None else used
-    ids = np.stack([rng.choice(used, top_k, replace=False) for _ in range(T)]).reshape(T, top_k)
-    w = rng.random((T, top_k)).astype(np.float32) + 0.25
-    return make_routing(ids, w, E, block_m)
-
-
-def bf16(a) -> np.ndarray:
-    return np.asarray(a, np.float32).astype(ml_dtypes.bfloat16)
-
-
-def ref_swiglu(x, w: ExpertWeights, r: MoERouting):
-    """(H float64, bound): silu(x[t] Wg[e]^T) * (x[t] Wu[e]^T) for every assignment, and its error
-    bound per element (see the module docstring)."""
-    W = dequantize_reference(w)
-    I = W.shape[1] // 2
-    K = W.shape[2]
-    xr = np.asarray(x).astype(np.float64)
-    flat = r.topk_ids.reshape(-1)
-    H = np.zeros((flat.size, I))
-    bound = np.zeros_like(H)
-    for a, e in enumerate(flat):
-        xa = xr[a // r.top_k]
-        g, u = W[e, :I] @ xa, W[e, I:] @ xa
-        ga, ua = np.abs(W[e, :I]) @ np.abs(xa), np.abs(W[e, I:]) @ np.abs(xa)
-        s = g / (1 + np.exp(-g))
-        H[a] = s * u
-        dg, du = (K + 2) * U * ga, (K + 2) * U * ua
-        bound[a] = 2.0 ** -8 * np.abs(H[a]) + 1.1 * dg * (np.abs(u) + du) + np.abs(s) * du + 1e-30
-    return H, bound
-
-
-def ref_down(h, w: ExpertWeights, r: MoERouting):
-    """(Y float64 (T * top_k, Hd), bound of each Y element, out float64 (T, Hd), its bound)."""
-    W = dequantize_reference(w)
-    K = W.shape[2]
-    hr = np.asarray(h).astype(np.float64)
-    flat = r.topk_ids.reshape(-1)
-    p = r.topk_weights.reshape(-1).astype(np.float64)
-    Y = np.zeros((flat.size, W.shape[1]))
-    bY = np.zeros_like(Y)
-    for a, e in enumerate(flat):
-        Y[a] = p[a] * (W[e] @ hr[a])
-        bY[a] = (K + 3) * U * p[a] * (np.abs(W[e]) @ np.abs(hr[a])) + 1e-30
-    T = r.tokens
-    out = Y.reshape(T, r.top_k, -1).sum(1)
-    bout = bY.reshape(T, r.top_k, -1).sum(1) + r.top_k * U * np.abs(Y).reshape(T, r.top_k, -1).sum(1)
-    return Y, bY, out, bout
-
-
-def check(got, want, bound, what):
-    got = np.asarray(got).astype(np.float64)
-    nan = np.isnan(want)
-    assert (np.isnan(got) == nan).all(), f"{what}: NaN where the reference has none, or the reverse"
-    err = np.abs(got - want)[~nan]
-    bad = err > bound[~nan]
-    assert not bad.any(), f"{what}: {bad.sum()} of {err.size} beyond the bound, worst {np.max(err - bound[~nan]):.3g}"
-
-
-@functools.lru_cache(maxsize=None)
-def _module(mma: bool):
-    opts = {"emulate_mma": True} if mma else {}
-    # every global access checked as a GPU would fault on it (in bounds; 16-byte loads aligned)
-    return kc.compile_file(stdlib_dir() / "moe_gemm.kc", target="cpu", target_options=opts, check_bounds=True)
+from .moe_util import (U, _module, _mxfp4_variant_case, bf16, check, make_routing, random_routing, ref_down,
+                       ref_swiglu)
+from .moe_util import gemm_weights as weights
 
 
 @pytest.fixture(params=["simt", "mma"])
@@ -130,10 +42,6 @@ def path(request, monkeypatch):
     monkeypatch.setattr(moe_gemm_mod._common, "stdlib_module",
                         lambda name, target: mod if name == "moe_gemm" else real(name, target))
     return request.param
-
-
-def weights(rng, E, N, K, fmt, scale=0.3):
-    return ExpertWeights.quantize(rng.standard_normal((E, N, K)) * scale, fmt)
 
 
 FORMATS = ["bf16", "fp8", "mxfp4"]
@@ -248,16 +156,6 @@ VARIANTS = {"split chk0 pf": ("split", dict(CHK=0, PF=1)), "split": ("split", {}
             "split chk0 U4 KW2": ("split", dict(CHK=0, U=4, KW=2)),
             "split chk0 pf U1": ("split", dict(CHK=0, PF=1, U=1)),
             "mul pf MT2": ("mul", dict(PF=1, MT=2))}
-
-
-def _mxfp4_variant_case(rng, E, N, K):
-    """MXFP4 weights whose scales mix blocks below 128, above it and NaN, so that DEC = 2 takes both
-    of its passes (a warp's step with and without a scale above 128)."""
-    w = weights(rng, E, N, K, "mxfp4")
-    s = rng.integers(115, 128, size=np.asarray(w.scales).shape).astype(np.uint8)
-    s[:, 1, 0] = 131   # row 1's first block: above 128 (the steps of chunk 0 take the second pass)
-    s[:, 6, -1] = 255  # NaN in the last block of row 6 (a partial chunk where K % 128 != 0)
-    return ExpertWeights.mxfp4(w.data, s)
 
 
 def _variant(variant, fn, *args, **kw):

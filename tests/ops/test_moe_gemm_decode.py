@@ -2,7 +2,7 @@
 ops.moe_grid_tiles (no block for tiles that only pad), and the tensor-core path's XR (x rows per lane
 from sorted_ids), NTD (empty n8 tiles skipped, block_m 16), TL / GY (a block loops over tiles) on the
 CPU target (emulate_mma, every access bounds-checked) against the float64 references of
-test_moe_gemm.py; GPU tests (marked ``gpu``) at gpt-oss's sizes against the default's bits."""
+moe_util.py; GPU tests (marked ``gpu``) at gpt-oss's sizes against the default's bits."""
 from __future__ import annotations
 
 import numpy as np
@@ -13,8 +13,8 @@ from kcompiler.ops import moe_gemm as moe_gemm_mod
 from kcompiler.ops.moe_types import MoERouting
 
 from ..ptxas_util import needs_ptxas, ptxas
-from .test_moe_gemm import (_module, _mxfp4_variant_case, bf16, check, make_routing, random_routing, ref_down,
-                            ref_swiglu)
+from .moe_util import (_module, _mxfp4_variant_case, bf16, check, make_routing, random_routing, ref_down,
+                       ref_swiglu)
 
 
 @pytest.mark.parametrize("T, top_k, E, bm", [(1, 4, 32, 8), (1, 4, 128, 8), (16, 4, 32, 8), (16, 4, 128, 8),
@@ -159,7 +159,7 @@ def test_gpu_decode_variants(T):
         pytest.skip("no CUDA device")
     from kcompiler.ops.moe_types import ExpertWeights
 
-    from .test_moe_gemm import weights
+    from .moe_util import gemm_weights as weights
     E, top_k, Hd, I = 32, 4, 2880, 1440
     rng = np.random.default_rng(90 + T)
     bm = ops.moe_block_m(T, top_k, E)

@@ -8,7 +8,7 @@ GEMM, gated and plain, against float64 numpy on weights decoded by kcompiler.num
 E2M1 and E8M0, independent of the kernel's bit tricks), with K not a multiple of the 64-k step, N not
 of the tile, scales above 128 (the second factor), persistent blocks and (slow) the benchmark's
 BN 128 / 2-stage variant; the layer through ops.moe
-against tests/ops/test_moe_sm90.py's float64 reference and bounds on the decoded weights. The sm_90a
+against tests/ops/moe_sm90_util.py's float64 reference and bounds on the decoded weights. The sm_90a
 PTX assembles without spills. On an H100 (marked gpu): gpt-oss's shape against a float64 torch loop
 that decodes the codes through a table.
 """
@@ -24,7 +24,7 @@ from kcompiler.ops import moe_sm90
 from kcompiler.ops.moe_types import ExpertWeights, dequantize_reference
 
 from ..ptxas_util import needs_ptxas, ptxas
-from .test_moe_sm90 import U32, UB, check_grouped, f64, sm90_ref
+from .moe_sm90_util import U32, UB, check_grouped, f64, sm90_ref
 
 RNG = np.random.default_rng()
 BF16 = ml_dtypes.bfloat16

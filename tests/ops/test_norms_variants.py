@@ -1,6 +1,6 @@
 """The launch variants of std.norms's kernels (kcompiler/ops/norms_plans.py): each plan covers its rows
 (pure Python, every variant over many shapes), each variant's kernel matches the float64 references of
-test_norms.py on the CPU target (the tables set to that variant), the cluster split assembles for
+norms_util.py on the CPU target (the tables set to that variant), the cluster split assembles for
 sm_90a without spills, and on CUDA (marked gpu) every variant matches torch at odd sizes."""
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from kcompiler.frontend.program import stdlib_dir
 from kcompiler.ops import norms_plans as P
 
 from ..ptxas_util import needs_ptxas, ptxas
-from .test_norms import TINY, U32, UNIT, check, f64, rand, residual_sum, rope_cache, rope_ref
+from .norms_util import TINY, U32, UNIT, check, f64, rand, residual_sum, rope_cache, rope_ref
 
 
 @contextlib.contextmanager

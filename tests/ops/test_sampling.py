@@ -8,52 +8,15 @@ from __future__ import annotations
 import re
 
 import ml_dtypes
-import mpmath
 import numpy as np
 import pytest
 
 from kcompiler.frontend.program import stdlib_dir
 from kcompiler.ops import sampling as S
 from ..ptxas_util import needs_ptxas, ptxas
+from .sampling_util import distribution_case, grid_logits, ref_allowed, ref_probs
 
 BF16 = ml_dtypes.bfloat16
-
-
-def ref_probs(logits, temperature):
-    """softmax(logits / temperature) in float64, row by row."""
-    x = logits.astype(np.float64) / np.asarray(temperature, np.float64).reshape(-1, 1)
-    e = np.exp(x - x.max(1, keepdims=True))
-    return e / e.sum(1, keepdims=True)
-
-
-def ref_allowed(p, top_k, top_p, min_p, slack=1e-5):
-    """The allowed set of each row by sorting (float64), ties included: top-k (fewer than k larger),
-    top-p (the larger ones hold less than top_p; ``slack`` absorbs f32 rounding at the boundary), min-p
-    (p >= min_p max p, the same slack)."""
-    rows, v = p.shape
-    ok = np.ones_like(p, bool)
-    for b in range(rows):
-        order = np.argsort(-p[b], kind="stable")
-        ps = p[b][order]
-        csum = np.concatenate([[0.0], np.cumsum(ps)])
-        # tokens strictly larger than p_j: the first index of p_j's value in the sorted list
-        first = np.searchsorted(-ps, -ps, side="left")
-        above_cnt = np.empty(v, np.int64)
-        above_mass = np.empty(v)
-        above_cnt[order] = first
-        above_mass[order] = csum[first]
-        if 0 < top_k[b] < v:
-            ok[b] &= above_cnt < top_k[b]
-        if top_p[b] < 1.0:
-            ok[b] &= above_mass < top_p[b] + slack
-        if min_p[b] > 0:
-            ok[b] &= p[b] >= min_p[b] * p[b].max() * (1 - slack)
-    return ok
-
-
-def grid_logits(rng, rows, vocab, dtype):
-    """Logits on a grid of 1/8 (many ties, distinct values far apart in f32 and bf16)."""
-    return (rng.integers(-64, 24, (rows, vocab)) / 8.0).astype(dtype)
 
 
 @pytest.mark.slow(sample=4)  # on the CPU target 4 of the 8 by default (CI time); the GPU runs all
@@ -92,44 +55,6 @@ def test_greedy_is_argmax_lowest_index(target, dtype):
     # top_k = 1 without ties at the top is greedy too
     logits[:, 3] = 10.0
     np.testing.assert_array_equal(S.sample(logits, top_k=1, seed=3, target=target), np.full(64, 3))
-
-
-def chi_square_p(counts, expected):
-    """The chi-square test's p-value (upper tail, df = cells - 1) by mpmath's regularised gamma."""
-    keep = expected > 0
-    assert counts[~keep].sum() == 0, "a token outside the allowed set was drawn"
-    c, e = counts[keep], expected[keep]
-    small = e < 5                       # cells expected fewer than 5 times pooled into one
-    if small.any():
-        c, e = np.append(c[~small], c[small].sum()), np.append(e[~small], e[small].sum())
-    stat = float(((c - e) ** 2 / e).sum())
-    return float(mpmath.gammainc((len(c) - 1) / 2.0, stat / 2.0, mpmath.inf, regularized=True))
-
-
-def distribution_case(draws_per_call, calls, target, dtype=np.float32, probs=False):
-    rng = np.random.default_rng(25)
-    vocab = 37
-    row = (rng.normal(0, 1.5, vocab)).astype(np.float32)
-    row[[4, 9]] = row[2]                                # ties inside the set
-    cases = [dict(top_k=0, top_p=1.0, min_p=0.0), dict(top_k=8, top_p=1.0, min_p=0.0),
-             dict(top_k=0, top_p=0.7, min_p=0.0), dict(top_k=0, top_p=1.0, min_p=0.1),
-             dict(top_k=12, top_p=0.8, min_p=0.05)]
-    for c in cases:
-        temp = 0.8
-        p = ref_probs(row[None], [temp])
-        allowed = ref_allowed(p, [c["top_k"]], [c["top_p"]], [c["min_p"]], slack=0.0)[0]
-        want = np.where(allowed, p[0], 0.0)
-        want /= want.sum()
-        x = np.repeat(row[None], draws_per_call, 0).astype(dtype)
-        if probs:
-            x = np.repeat(p.astype(np.float32), draws_per_call, 0)
-        counts = np.zeros(vocab)
-        for off in range(calls):
-            kw = dict(probs=x) if probs else dict(logits=x, temperature=temp)
-            tok = S.sample(**kw, seed=1234, offset=off, target=target, **c)
-            counts += np.bincount(np.asarray(tok), minlength=vocab)
-        pv = chi_square_p(counts, want * counts.sum())
-        assert pv > 1e-3, (c, pv)
 
 
 def test_distribution_matches_renormalised(target):

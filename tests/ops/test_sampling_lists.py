@@ -12,8 +12,7 @@ import numpy as np
 import pytest
 
 from kcompiler.ops import sampling as S
-from .test_sampling import grid_logits, ref_allowed, ref_probs
-from .test_sampling_paths import row_params, to_torch
+from .sampling_util import grid_logits, ref_allowed, ref_probs, row_params, to_torch
 
 BF16 = ml_dtypes.bfloat16
 

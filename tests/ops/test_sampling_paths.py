@@ -2,20 +2,19 @@
 loaded a loop iteration, one wide load a run where rows are 16-byte aligned) on odd vocabularies (a
 partial run, a partial tile), rows not 16-byte aligned, f32 and bf16, top-k/top-p/min-p combinations;
 and sample_split (a row over several blocks). The sampled token is checked against the sorting
-reference of test_sampling.py; U and the alignment must change no bit (they change only how elements
+reference of sampling_util.py; U and the alignment must change no bit (they change only how elements
 are loaded), and a strided or misaligned view must draw what its packed copy draws."""
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 import pytest
 
 import kcompiler as kc
 from kcompiler.frontend.program import stdlib_dir
 from kcompiler.ops import sampling as S
-from .test_sampling import chi_square_p, distribution_case, grid_logits, ref_allowed, ref_probs
+from .sampling_util import (BF16, chi_square_p, distribution_case, grid_logits, ref_allowed, ref_probs,
+                            row_params, to_torch)
 
-BF16 = ml_dtypes.bfloat16
 TNAME = {np.dtype(np.float32): "f32", np.dtype(BF16): "bf16"}
 
 
@@ -27,24 +26,6 @@ def cpu_mod():
 @pytest.fixture(scope="module")
 def cpu_blocks():
     return kc.compile_file(stdlib_dir() / "sampling_blocks.kc", target="cpu")
-
-
-def to_torch(torch, a):
-    """A torch CPU tensor of numpy ``a`` (f32 or ml_dtypes bf16: torch reads no ml_dtypes array)."""
-    a = np.ascontiguousarray(a)
-    if a.dtype == BF16:
-        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
-    return torch.from_numpy(a)
-
-
-def row_params(rng, rows, vocab):
-    """Per-row temperature, top-k, top-p, min-p: every combination of on and off."""
-    on = np.array([(i >> b) & 1 for i in range(rows) for b in range(3)]).reshape(rows, 3).astype(bool)
-    temp = rng.uniform(0.4, 1.5, rows).astype(np.float32)
-    top_k = np.where(on[:, 0], rng.integers(1, 60, rows), 0).astype(np.int32)
-    top_p = np.where(on[:, 1], rng.uniform(0.1, 0.95, rows), 1.0).astype(np.float32)
-    min_p = np.where(on[:, 2], rng.uniform(0.01, 0.3, rows), 0.0).astype(np.float32)
-    return temp, top_k, top_p, min_p
 
 
 def launch_sample(mod, x, ld, vocab, params, cfg, seed=3, offset=1):

@@ -27,9 +27,9 @@ from kcompiler.runtime.codeobject import read_code_object
 from kcompiler.runtime.printf_buffer import (PrintfBuffer, format_table, lost_message,
                                              parse_amdhsa_printf, read_format_table, record_words)
 
-from .test_printf import CASES
-from .test_printf_hostcall import (FIELD_CASES, REPO, cases_arrays, check_cases, run,
-                                   split_source)
+from ..paths import ROOT as REPO
+from .printf_util import (CASES, FIELD_CASES, _buffered_stdio_env, cases_arrays, check_cases, check_ids, run,
+                          run_every, split_source)
 
 BUFFERED = {"printf": "buffered"}
 
@@ -47,54 +47,6 @@ def test_cpu_buffered_printf_matches_snprintf(tmp_path, warp):
     out = run(tmp_path, src, kernels, cases_arrays(cases), "cpu", options=BUFFERED,
               arch="host-w64" if warp == 64 else None)
     check_cases(out, cases)
-
-
-EVERY = """
-kernel every(n: i32) {
-    let i = block_id.x * block_dim.x + thread_id.x;
-    if i < n {
-        printf("id %d\\n", i);
-    }
-}
-"""
-
-_CHILD = """
-import sys
-sys.path.insert(0, {repo!r})
-import numpy as np
-import kcompiler as kc
-mod = kc.compile({src!r}, target={target!r}, target_options={{"printf": "buffered"}})
-n = {n}
-mod.every[(n + 255) // 256, 256](np.int32(n))
-mod.device.synchronize()
-"""
-
-
-def run_every(n: int, target: str = "cpu", buffer: str | None = None) -> tuple[str, str]:
-    """``every`` with ``n`` threads in a fresh process (KC_PRINTF_BUFFER=``buffer``): its stdout and
-    stderr."""
-    env = {**os.environ, "KC_CACHE": "0"}
-    env.pop("KC_PRINTF_BUFFER", None)
-    if buffer is not None:
-        env["KC_PRINTF_BUFFER"] = buffer
-    r = subprocess.run([sys.executable, "-c", _CHILD.format(repo=str(REPO), src=EVERY, target=target, n=n)],
-                       capture_output=True, timeout=900, env=env)
-    assert r.returncode == 0, r.stderr.decode(errors="replace")[-3000:]
-    return r.stdout.decode(), r.stderr.decode()
-
-
-def check_ids(out: str, err: str, n: int, capacity: int) -> tuple[int, int]:
-    """Each printed line is ``id I`` with a distinct I < n, and printed + the loss reported on
-    stderr = n; a loss is reported once, with the buffer's size. Returns (printed, lost)."""
-    ids = [int(line.split()[1]) for line in out.splitlines()]
-    assert all(line.startswith("id ") for line in out.splitlines())
-    assert len(set(ids)) == len(ids) and all(0 <= i < n for i in ids)
-    lost = n - len(ids)
-    if lost:
-        assert err == lost_message(lost, capacity), err
-    else:
-        assert err == "", err
-    return len(ids), lost
 
 
 def test_cpu_overflow_is_reported_exactly():
@@ -288,14 +240,6 @@ def test_buffered_metadata_equals_clangs(arch, tmp_path):
 
 
 # --- where the output goes (item 3) -----------------------------------------------------------------
-
-def _buffered_stdio_env() -> dict:
-    """The environment of a child whose C stdio buffers a piped stdout, as it does by default:
-    without PYTHONUNBUFFERED, which also makes CPython turn C stdio's buffering off."""
-    env = {**os.environ, "KC_CACHE": "0"}
-    env.pop("PYTHONUNBUFFERED", None)
-    return env
-
 
 _EXIT_CHILD = """
 import ctypes, ctypes.util, os, sys

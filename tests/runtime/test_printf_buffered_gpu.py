@@ -16,10 +16,9 @@ import sys
 
 import pytest
 
-from .test_printf import CASES
-from .test_printf_buffered import _buffered_stdio_env, check_ids, run_every
-from .test_printf_hostcall import FIELD_CASES, REPO, cases_arrays, check_cases, run
-from .test_printf import gpu_source
+from ..paths import ROOT as REPO
+from .printf_util import (CASES, FIELD_CASES, _buffered_stdio_env, cases_arrays, check_cases, check_ids,
+                          gpu_source, run, run_every)
 
 N = 1 << 20
 

@@ -16,47 +16,8 @@ import pytest
 
 from kcompiler.pipeline import compile_source_to
 
-from .test_printf import CASES, _case_arrays, gpu_source, snprintf
 from ..paths import ROOT as REPO
-
-
-_CHILD = """
-import sys
-import numpy as np
-sys.path.insert(0, {repo!r})
-import kcompiler as kc
-arrays = np.load({arrays!r})
-mod = kc.compile(open({src!r}).read(), target={target!r}, arch={arch!r}, path="k.kc",
-                 target_options={options!r})
-for mode in {modes!r}:
-    if mode:  # the CPU target's listener reads %s as the named runtime does (see run())
-        import kcompiler.runtime.cpu as cpu
-        cpu.hostcall_buffer()
-        cpu._hostcall[1].printf.string_advance = mode
-        print("##" + mode, flush=True)
-    for kernel in {kernels!r}:
-        getattr(mod, kernel)[{grid}, {block}](*[arrays[k] if arrays[k].ndim else arrays[k][()]
-                                                for k in {names!r}])
-    sys.stdout.flush()
-"""
-
-
-def run(tmp_path, src: str, kernel: str | list[str], arrays: dict, target: str, grid=1, block=1,
-        arch=None, options=None, modes=(None,)) -> str:
-    """Launch ``kernel`` (or each of a list) in a fresh process; its stdout (every printf line,
-    written by the hostcall listener before the printing wave is released). ``modes`` (CPU target):
-    launch once per listed ``string_advance`` of the listener ("length", "printed"), each run's
-    output after a line ``##<mode>``; None: once, as the listener is."""
-    (tmp_path / "k.kc").write_text(src)
-    np.savez(tmp_path / "arrays.npz", **arrays)
-    script = _CHILD.format(repo=str(REPO), src=str(tmp_path / "k.kc"), arrays=str(tmp_path / "arrays.npz"),
-                           target=target, arch=arch, options=options,
-                           kernels=[kernel] if isinstance(kernel, str) else kernel, grid=grid,
-                           block=block, names=list(arrays), modes=list(modes))
-    r = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=900,
-                       env={**os.environ, "KC_CACHE": "0"})
-    assert r.returncode == 0, r.stderr.decode(errors="replace")[-4000:]
-    return r.stdout.decode("utf-8", "surrogateescape")
+from .printf_util import CASES, FIELD_CASES, cases_arrays, check_cases, run, split_source
 
 
 def by_mode(out: str) -> dict[str, str]:
@@ -64,65 +25,6 @@ def by_mode(out: str) -> dict[str, str]:
     parts = out.split("##")
     assert parts[0] == "", parts[0][:200]
     return {p.split("\n", 1)[0]: p.split("\n", 1)[1] for p in parts[1:]}
-
-
-def check_cases(out: str, cases=None) -> None:
-    cases = CASES if cases is None else cases
-    got = {}
-    for line in out.split("\n"):
-        if line.startswith("@@"):
-            k, _, text = line[2:].partition("|")
-            assert int(k) not in got, f"case {k} printed twice"
-            got[int(k)] = text
-    assert sorted(got) == list(range(len(cases))), out[-2000:]
-    bad = [f"{suite} {fmt!r} {args}: got {got[k]!r}, snprintf {snprintf(fmt, args)!r}"
-           for k, (suite, fmt, args) in enumerate(cases) if got[k] != snprintf(fmt, args)]
-    assert not bad, f"{len(bad)} of {len(cases)} differ:\n" + "\n".join(bad)
-
-
-def cases_arrays(cases=None):
-    ints, fl, s, _ = _case_arrays(CASES if cases is None else cases)
-    return {"ints": ints, "fl": fl, "s": s}
-
-
-def split_source(per_kernel: int = 8, cases=None) -> tuple[str, list[str]]:
-    """The cases kernel cut into kernels of ``per_kernel`` printfs (cases_0, cases_1, ...), same
-    arrays and same line numbering: one huge kernel takes the CPU target's coroutine passes
-    superlinear time (the CPU conformance and buffered tests: 61 s in kernels of 24, 54 in kernels of 8,
-    as in kernels of 4; the 14 %s-field cases are 5.7 MB of LLVM IR in one kernel)."""
-    lines = gpu_source(CASES if cases is None else cases).splitlines()
-    header, body = lines[0], lines[1:-1]
-    out, names = [], []
-    for k in range(0, len(body), per_kernel):
-        name = f"cases_{k // per_kernel}"
-        names.append(name)
-        out += [header.replace("kernel cases(", f"kernel {name}("), *body[k:k + per_kernel], "}"]
-    return "\n".join(out) + "\n", names
-
-
-#: %s fields on device strings followed by other conversions (issue 20): widths (%Ns), left
-#: justification (%-Ns), precisions (%.Ns), `*` widths and precisions (negative ones too), fields
-#: wider than one 56-byte chunk of the message, strings cut before their end, empty strings, and a
-#: string literal with a `*` width (sent from constant memory). On ROCm 6.x's clr a field formatted
-#: by the host misplaces the next argument (tests/runtime/test_hostcall_host.py has the host-side reading).
-S17 = b"abcdefghijklmnopq"
-S64 = bytes(range(0x40, 0x80)).replace(b"%", b"#")
-FIELD_CASES = [
-    ("field", "[%-8s|%d]", [("str", b"ab"), ("i32", 77)]),
-    ("field", "[%.2s|%d]", [("str", S17), ("i32", 1)]),
-    ("field", "[%8s|%d|%s]", [("str", b"ab"), ("i32", 5), ("str", b"xyz")]),
-    ("field", "[%.0s|%x|%.3s%.3s]", [("str", S17), ("u32", 0xBEEF), ("str", b"ab"), ("str", S17)]),
-    ("field", "[%*.*s|%d]", [("i32", 10), ("i32", 3), ("str", b"abcdef"), ("i32", -9)]),
-    ("field", "[%*.*s|%d]", [("i32", -10), ("i32", -1), ("str", b"abcdef"), ("i32", 4)]),
-    ("field", "[%-*s|%c|%ld]", [("i32", 6), ("str", b"ab"), ("i32", ord("z")), ("i64", -(2 ** 40))]),
-    ("field", "[%.*s|%f]", [("i32", 60), ("str", S64), ("f64", 2.5)]),
-    ("field", "[%70s|%lu]", [("str", b"x"), ("u64", 2 ** 64 - 5)]),
-    ("field", "[%-60.58s|%u|%s]", [("str", S64), ("u32", 7), ("str", S17)]),
-    ("field", "[%5s|%-5s|%.1s|%d]", [("str", b""), ("str", b"abcdefg"), ("str", b""), ("i32", 8)]),
-    ("field", "[%-3.9s|%e|%p]", [("str", S17), ("f64", -1.25e-7), ("ptr", 0x1234)]),
-    ("field", "[%*s|%*s|%d]", [("i32", 9), ("lit", b"lit"), ("i32", -4), ("str", b"dv"), ("i32", 6)]),
-    ("field", "[%.*s|%o]", [("i32", 0), ("str", S17), ("u32", 8)]),
-]
 
 
 @pytest.mark.slow(sample=1)  # one warp size by default (80-120 s each on CI's 2 cores); -m slow: both
