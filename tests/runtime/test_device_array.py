@@ -340,7 +340,7 @@ def fake_hip(monkeypatch):
     from kcompiler.runtime import device as device_module
     from kcompiler.runtime import hip as hip_rt
 
-    from .test_runtime_hip import FakeHip
+    from .hip_fakes import FakeHip
 
     class FakeHipAsync(FakeHip):
         """With the stream-ordered copies, stream synchronisation and events device arrays use."""
