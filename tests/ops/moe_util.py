@@ -157,7 +157,8 @@ def ref_swiglu(x, w: ExpertWeights, r: MoERouting):
         xa = xr[a // r.top_k]
         g, u = W[e, :I] @ xa, W[e, I:] @ xa
         ga, ua = np.abs(W[e, :I]) @ np.abs(xa), np.abs(W[e, I:]) @ np.abs(xa)
-        s = g / (1 + np.exp(-g))
+        with np.errstate(over="ignore"):  # exp(-g) overflows to inf for g below -709: s is then -0
+            s = g / (1 + np.exp(-g))
         H[a] = s * u
         dg, du = (K + 2) * U * ga, (K + 2) * U * ua
         bound[a] = 2.0 ** -8 * np.abs(H[a]) + 1.1 * dg * (np.abs(u) + du) + np.abs(s) * du + 1e-30
