@@ -372,6 +372,24 @@ def test_amdgcn_uses_packed_converts(arch, fmt, hw):
     """)
 
 
+@pytest.mark.parametrize("target, arch, ocp", [("nvptx", "sm_80", False), ("nvptx", "sm_89", True),
+                                               ("nvptx", "sm_90a", True), ("amdgcn", "gfx942", False),
+                                               ("amdgcn", "gfx950", True), ("amdgcn", "gfx1201", True),
+                                               ("amdgcn", "gfx1100", False)])
+def test_fp8_ocp_says_which_chips_convert_the_ocp_kinds(target, arch, ocp):
+    """``fp8_ocp`` (what std.decode asks before converting E4M3 rows in hardware) is true exactly where
+    the chip's converts take OCP E4M3 / E5M2, and float8="software" takes it away with the converts."""
+    from kcompiler.backends.amdgcn.target import AmdgcnTarget
+    from kcompiler.backends.nvptx.target import NvptxTarget
+    make = NvptxTarget if target == "nvptx" else AmdgcnTarget
+    t = make(arch)
+    assert t.has("fp8_ocp") == ocp
+    assert not (ocp and not t.has("fp8_convert"))
+    assert not (t.has("fp8_ocp") and t.has("fp8_fnuz"))
+    soft = make(arch, float8="software")
+    assert not soft.has("fp8_ocp") and not soft.has("fp8_convert")
+
+
 @pytest.mark.parametrize("arch, fmt", [("gfx942", "f8e4m3"), ("gfx950", "f8e4m3fnuz"), ("gfx1100", "f8e4m3")])
 def test_amdgcn_without_the_format_uses_software(arch, fmt):
     asm = compile_source_to(SRC8.replace("T8", fmt), "k.kc", "asm", "amdgcn", arch)

@@ -4,14 +4,19 @@
 from __future__ import annotations
 
 #: The architectures kcompiler targets, with what each adds for ``comptime target.has(...)``.
+#: ``fp8_convert``: the chip converts between FP8 and wider floats (cvt.*.e4m3x2 / e5m2x2, sm_89 on);
+#: ``fp8_ocp``: those converts take the OCP kinds E4M3 and E5M2 (as AMD's gfx950 / gfx1201; gfx942's
+#: take only the FNUZ kinds, ``fp8_fnuz``).
 ARCHS: dict[str, frozenset[str]] = {
     "sm_80": frozenset({"sm_80", "cp_async", "mma_bf16", "bf16"}),
     "sm_86": frozenset({"sm_80", "sm_86", "cp_async", "mma_bf16", "bf16"}),
-    "sm_89": frozenset({"sm_80", "sm_86", "sm_89", "cp_async", "mma_bf16", "bf16", "fp8_convert", "mma_fp8"}),
+    "sm_89": frozenset({"sm_80", "sm_86", "sm_89", "cp_async", "mma_bf16", "bf16", "fp8_convert", "fp8_ocp",
+                        "mma_fp8"}),
     "sm_90": frozenset({"sm_80", "sm_86", "sm_89", "sm_90", "cp_async", "mma_bf16", "bf16", "fp8_convert",
-                        "mma_fp8", "tma", "mbarrier", "cluster"}),
+                        "fp8_ocp", "mma_fp8", "tma", "mbarrier", "cluster"}),
     "sm_90a": frozenset({"sm_80", "sm_86", "sm_89", "sm_90", "sm_90a", "cp_async", "mma_bf16", "bf16",
-                         "fp8_convert", "mma_fp8", "tma", "mbarrier", "cluster", "wgmma", "setmaxnreg"}),
+                         "fp8_convert", "fp8_ocp", "mma_fp8", "tma", "mbarrier", "cluster", "wgmma",
+                         "setmaxnreg"}),
 }
 
 # Every arch here is sm_80 or later: tensor-core mma.sync (bf16/f16), ldmatrix and cp.async (mma.py).

@@ -121,7 +121,7 @@ class NvptxTarget(Target):
         if float8 not in ("hardware", "software"):
             raise ValueError(f"float8 must be 'hardware' or 'software', not {float8!r}")
         # float8="software": the reference conversions even on sm_89+ (to compare the two on a GPU)
-        self.features = ARCHS[arch] - ({"fp8_convert"} if float8 == "software" else set())
+        self.features = ARCHS[arch] - ({"fp8_convert", "fp8_ocp"} if float8 == "software" else set())
         # approx_ftz: the approximate builtins flush subnormal inputs and results to zero (PTX .ftz),
         # one MUFU instruction without ptxas's subnormal fix-up around it: nvcc's --use_fast_math
         # (FlashAttention's softmax exponentials are these)
