@@ -95,8 +95,9 @@ class CaiArray:
                                          "version": 3, "strides": None}
 
 
-def make_module(stub: ctypes.CDLL):
-    """A Module of one 4-parameter kernel 'vadd' on a CudaDevice whose driver calls go to ``stub``."""
+def make_module(stub: ctypes.CDLL, pdl: bool = False):
+    """A Module of one 4-parameter kernel 'vadd' on a CudaDevice whose driver calls go to ``stub``
+    (``pdl``: as a kernel that calls grid_dependency_wait, launched with programmatic serialisation)."""
     from kcompiler.ir.types import F32, I32, PointerType
     from kcompiler.runtime import cuda
     from kcompiler.runtime.device import Artifact, KernelParam
@@ -105,7 +106,7 @@ def make_module(stub: ctypes.CDLL):
     P = PointerType(F32)
     art = Artifact("nvptx", "sm_90a", "vadd", b"", "cubin",
                    [KernelParam("a", P), KernelParam("b", P), KernelParam("out", P),
-                    KernelParam("n", I32)])
+                    KernelParam("n", I32)], meta={"pdl": pdl})
     try:
         from kcompiler.runtime.cuda_driver import use_driver_library
         use_driver_library(stub)
@@ -123,7 +124,8 @@ def make_module(stub: ctypes.CDLL):
             pass
 
         def load(self, artifact):
-            return cuda.CudaKernelHandle(None, None, 0x1000, artifact.symbol, 0, 48 * 1024)
+            return cuda.CudaKernelHandle(None, None, 0x1000, artifact.symbol, 0, 48 * 1024,
+                                         pdl=bool(artifact.meta.get("pdl")))
 
     class Program:
         target_name, arch, kernel_names = "nvptx", "sm_90a", ["vadd"]

@@ -296,8 +296,18 @@ def run_variants(args, copy, g, rng):
 
 #: A read-only streaming kernel (the --size-anchor's own): U independent 16-byte loads a lane in flight,
 #: a grid-stride walk over n words, their XOR kept alive by a store that never happens in practice.
+#: PDL (programmatic dependent launch): 0 none; 1 every block lets the next launch start and waits for
+#: the one before it first, before any load (as a kernel reading that launch's output must); 2 the same
+#: wait after its loads, before its store (loads of data no earlier launch writes, e.g. weights, then
+#: overlap the launch before).
 READ_KC = """
-kernel stream_read[U: i32](x: ptr<i32>, n: i64, out: ptr<i32>) {
+kernel stream_read[U: i32, PDL: i32 = 0](x: ptr<i32>, n: i64, out: ptr<i32>) {
+    comptime if PDL > 0 {
+        launch_dependents();
+    }
+    comptime if PDL == 1 {
+        grid_dependency_wait();
+    }
     let step = i64(grid_dim.x) * i64(block_dim.x) * 4;
     var i = (i64(block_id.x) * i64(block_dim.x) + i64(thread_id.x)) * 4;
     var acc = vec<i32, 4>(0);
@@ -311,6 +321,9 @@ kernel stream_read[U: i32](x: ptr<i32>, n: i64, out: ptr<i32>) {
         acc = acc ^ load[vec<i32, 4>](x + i);
         i += step;
     }
+    comptime if PDL == 2 {
+        grid_dependency_wait();
+    }
     if (acc[0] ^ acc[1] ^ acc[2] ^ acc[3]) == 0x7a5c3e1f {
         out[0] = 1;
     }
@@ -318,55 +331,13 @@ kernel stream_read[U: i32](x: ptr<i32>, n: i64, out: ptr<i32>) {
 """
 
 
-class PdlRead:
-    """READ_KC (U = 4) as PTX with PTX ISA 7.8's griddepcontrol (sm_90) written in by hand, loaded and
-    launched through the driver with programmatic stream serialisation (CUDA's programmatic dependent
-    launch, PDL): a launch may start while the one before it on the stream finishes. ``wait``: each
-    block first triggers its dependents (griddepcontrol.launch_dependents) and then waits for the
-    grid before it (griddepcontrol.wait) before any load, as a kernel reading the previous launch's
-    output must; without it, no wait (the loads of data no earlier launch writes, e.g. weights, overlap
-    the previous launch). kcompiler has no builtin for these yet: this measures what one would buy."""
-
-    def __init__(self, wait: bool):
-        import re
-        from cuda.bindings import driver as drv
-        from kcompiler.pipeline import compile_source_to
-        src = re.sub(r"\bU\b", "4", READ_KC.replace("[U: i32]", ""))
-        ptx = compile_source_to(src, "<stream_read>", "asm", "nvptx", "sm_90a")
-        head, body = ptx.split(".entry stream_read", 1)
-        i = body.index("{") + 1
-        gdc = "\n\tgriddepcontrol.launch_dependents;\n" + ("\tgriddepcontrol.wait;\n" if wait else "")
-        ptx = head + ".entry stream_read" + body[:i] + gdc + body[i:]
-        self.drv = drv
-        err, self.mod = drv.cuModuleLoadData(ptx.encode() + b"\0")
-        assert int(err) == 0, err
-        err, self.fn = drv.cuModuleGetFunction(self.mod, b"stream_read")
-        assert int(err) == 0, err
-        a = drv.CUlaunchAttribute()
-        a.id = drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
-        a.value.programmaticStreamSerializationAllowed = 1
-        self.attr = a
-
-    def __call__(self, x, n, out, blocks):
-        import ctypes
-        c = self.drv.CUlaunchConfig()
-        c.gridDimX, c.gridDimY, c.gridDimZ = blocks, 1, 1
-        c.blockDimX, c.blockDimY, c.blockDimZ = 512, 1, 1
-        c.sharedMemBytes = 0
-        c.hStream = torch.cuda.current_stream().cuda_stream
-        c.attrs = [self.attr]
-        c.numAttrs = 1
-        err, = self.drv.cuLaunchKernelEx(c, self.fn, ((x.data_ptr(), n, out.data_ptr()),
-                                                      (ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p)), 0)
-        assert int(err) == 0, err
-
-
 def run_size_anchor(args, copy, g, rng):
     """The --size-anchor table: what one launch streaming b bytes reaches at all, for the byte counts of
     a decode step's MXFP4 launches (gpt-oss: experts hit x an expert's bytes at T 1, 16, 64) and powers of
     two around them. Two movers, timed as the GEMMs are (a CUDA graph cycling over buffers of 400 MB in
     all, so that L2 holds none), GB/s as a % of the copy anchor: torch's device copy of b / 2 bytes (b
-    read + written) and READ_KC (read only, 4 blocks of 512 threads a multiprocessor). A line fitted to the read-only times gives a launch's fixed cost t0 and the rate
+    read + written) and READ_KC (read only, 4 blocks of 512 threads a multiprocessor), plain and
+    with programmatic dependent launch (its PDL 1: waiting before its loads; 2: after them). A line fitted to the read-only times gives a launch's fixed cost t0 and the rate
     once it is paid: b / (t0 + b / rate) is then the most a launch of b bytes reaches."""
     import kcompiler as kc
     mod = kc.compile(READ_KC, target="cuda", path="<stream_read>")
@@ -381,9 +352,8 @@ def run_size_anchor(args, copy, g, rng):
         sizes += [(f"T {T} gate/up", hit * b13), (f"T {T} down", hit * b2)]
     sizes += [(f"{m} MB", m * 1e6) for m in (8, 16, 32, 64, 128, 256, 512)]
     print("\nOne launch moving b bytes (gpt-oss MXFP4 launches, then powers of two): ms, GB/s, % of copy")
-    pdl = [PdlRead(True), PdlRead(False)]
     print(f"{'launch':>15} {'MB':>7} {'copy ms':>8} {'%copy':>6} {'kc ms':>8} {'%copy':>6} "
-          f"{'PDL ms':>8} {'%copy':>6} {'no wait':>8} {'%copy':>6}")
+          f"{'PDL ms':>8} {'%copy':>6} {'PDL late':>8} {'%copy':>6}")
     fit, fit_pdl, fit_nw = [], [], []
     out = torch.zeros(1, dtype=torch.int32, device="cuda")
     for name, b in sizes:
@@ -393,10 +363,9 @@ def run_size_anchor(args, copy, g, rng):
         half = [(s[: n // 2], torch.empty(n // 2, dtype=torch.uint8, device="cuda")) for s in src]
         words = [s.view(torch.int32) for s in src]
         t_copy = time_ms([lambda i=i: half[i][1].copy_(half[i][0]) for i in range(nbuf)])
-        t_kc = time_ms([lambda i=i: mod.stream_read[(4 * sms,), 512](
-            words[i], n // 4, out, U=4, stream=torch.cuda.current_stream().cuda_stream) for i in range(nbuf)])
-        t_pdl = time_ms([lambda i=i: pdl[0](words[i], n // 4, out, 4 * sms) for i in range(nbuf)])
-        t_nw = time_ms([lambda i=i: pdl[1](words[i], n // 4, out, 4 * sms) for i in range(nbuf)])
+        t_kc, t_pdl, t_nw = (time_ms([lambda i=i: mod.stream_read[(4 * sms,), 512](
+            words[i], n // 4, out, U=4, PDL=pdl, stream=torch.cuda.current_stream().cuda_stream) for i in range(nbuf)])
+            for pdl in (0, 1, 2))
         fit.append((n, t_kc))
         fit_pdl.append((n, t_pdl))
         fit_nw.append((n, t_nw))
@@ -406,7 +375,7 @@ def run_size_anchor(args, copy, g, rng):
         print(" ".join(row), flush=True)
         src.clear(), half.clear(), words.clear()
         torch.cuda.empty_cache()
-    for what, pts in (("kc read", fit), ("kc read, PDL", fit_pdl), ("kc read, PDL, no wait", fit_nw)):
+    for what, pts in (("kc read", fit), ("kc read, PDL", fit_pdl), ("kc read, PDL, wait after the loads", fit_nw)):
         nb, tb = np.array([f[0] for f in pts], float), np.array([f[1] for f in pts], float)
         slope, t0 = np.polyfit(nb, tb, 1)
         need = 0.85 * copy * 1e6 * t0 / (1 - 0.85 * copy * 1e6 * slope) / 1e6

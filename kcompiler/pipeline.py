@@ -221,7 +221,9 @@ def artifact_of_ir(module: Any, kernel_name: str, target: Target, options: Compi
                for i, (n, v) in enumerate(zip(names, fn.params))]
     meta = {"kernel": kernel_name, "warp_size": target.warp_size,
             "comptime": {k: encode_value(v) for k, v in (comptime or {}).items()},
-            "check_bounds": options.check_bounds}
+            "check_bounds": options.check_bounds,
+            # a kernel that waits for the launch before it may start early (runtime/cuda.py)
+            "pdl": any(op.name == "grid_dependency_wait" for f in module.functions for op in f.body.walk())}
     return Artifact(target=target.name, arch=target.arch, symbol=fn.name, binary=binary,
                     binary_kind=kind, params=kparams,
                     static_shared=int(fn.attrs.get("shared_bytes", 0) or 0), meta=meta)

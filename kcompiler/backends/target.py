@@ -218,6 +218,14 @@ class Target:
     def nanosleep(self, ctx: "LoweringContext", ns: ll.Value) -> None:
         """A hint to back off a spin loop for about ``ns`` (i32) nanoseconds; may do nothing."""
 
+    def grid_dependency_wait(self, ctx: "LoweringContext") -> None:
+        """Wait until the stream's previous launch has ended and its memory is visible. Nothing where
+        launches start only after the one before them ends (the default: stream order already holds);
+        NVIDIA sm_90+ overrides it (programmatic dependent launch)."""
+
+    def launch_dependents(self, ctx: "LoweringContext") -> None:
+        """Let the stream's next launch start early (a hint); nothing where launches never overlap."""
+
     def spin_point(self, ctx: "LoweringContext", value: ll.Value, failed: ll.Value | None = None) -> None:
         """After an atomic read inside a ``while`` loop (atomic_load, atomic_cas, atomic exch; a ``for``
         loop is counted, so it ends without help; ``value`` the

@@ -73,6 +73,13 @@ _FNS = [
     BuiltinFn("warp_sync", 0, 1, doc="warp_sync([mask: u64]): the lanes of mask (default: the active "
                                      "ones) reconverge here"),
     BuiltinFn("nanosleep", 1, 1, doc="nanosleep(ns: u32): back off a spin loop (a hint)"),
+    BuiltinFn("grid_dependency_wait", 0, 0,
+              doc="grid_dependency_wait(): wait until the launch before this one on the stream has finished "
+                  "and its writes are visible (CUDA's programmatic dependent launch; a kernel that calls "
+                  "it may start before that launch ends)"),
+    BuiltinFn("launch_dependents", 0, 0,
+              doc="launch_dependents(): the next launch on the stream may start once every block of this "
+                  "one has called it or ended (a hint; CUDA's programmatic dependent launch)"),
     BuiltinFn("hostcall_buffer", 0, 0, doc="hostcall_buffer() -> u64: the launch's hostcall buffer "
                                            "(std.hostcall uses it; 0 when there is none)"),
     BuiltinFn("hostcall_interrupt", 1, 1, doc="hostcall_interrupt(event_id: u32): wake the host "

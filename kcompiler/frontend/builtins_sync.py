@@ -1,5 +1,6 @@
 """The synchronisation builtins of a block and a thread: ``barrier()``, ``fence(scope)`` and
-``nanosleep(ns)``.
+``nanosleep(ns)``, and programmatic dependent launch's ``grid_dependency_wait()`` and
+``launch_dependents()``.
 """
 from __future__ import annotations
 
@@ -28,6 +29,18 @@ def _fence(fl, f, e, kw):
     else:
         scope = fl._str_kw(kw, "scope", B.FENCE_SCOPES, "device")
     fl.b.op("fence", scope=scope)
+    return VOIDV
+
+
+@builtin("grid_dependency_wait")
+def _grid_dependency_wait(fl, f, e, kw):
+    fl.b.op("grid_dependency_wait")
+    return VOIDV
+
+
+@builtin("launch_dependents")
+def _launch_dependents(fl, f, e, kw):
+    fl.b.op("launch_dependents")
     return VOIDV
 
 

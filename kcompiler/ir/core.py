@@ -233,6 +233,11 @@ OPS: dict[str, OpInfo] = {
                         doc="warp_sync([mask: u64]): the lanes of mask (default: the active ones) "
                             "reconverge here, memory ordered among them"),
     "nanosleep": OpInfo(1, result="none", pure=False, doc="nanosleep(ns: u32): a hint to back off a spin loop"),
+    "grid_dependency_wait": OpInfo(0, result="none", pure=False,
+                                   doc="wait for the stream's previous launch to end, its writes visible "
+                                       "(a kernel holding it launches with programmatic stream serialisation)"),
+    "launch_dependents": OpInfo(0, result="none", pure=False,
+                                doc="let the stream's next launch start once every block got here or ended"),
     "trap": OpInfo(0, ("reason",), result="none", pure=False,
                    doc="stop this thread and fail the launch (GPUs: the trap instruction; the cpu target "
                        "records the error); attr reason: 'assert' (a failed device assertion, whose "

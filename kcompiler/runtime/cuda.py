@@ -179,6 +179,9 @@ class CudaKernelHandle:
     #: printf="buffered": the kernel writes printf records to the device's printf buffer, printed
     #: when a launch of it is synchronised (each such launch is).
     printf_buffered: bool = False
+    #: The kernel calls grid_dependency_wait: it launches with programmatic stream serialisation
+    #: (cuda_driver.launch_attributes), so it may start before the launch ahead of it ends.
+    pdl: bool = False
 
 
 class _DeviceBuffer(HostCopy):
@@ -284,7 +287,7 @@ class CudaDevice(Device):
                     self._printf_formats.update(formats)
         return CudaKernelHandle(module, fn, int(fn), artifact.meta.get("kernel", artifact.symbol),
                                 int(static), max(DEFAULT_SHARED_LIMIT - int(static), 0),
-                                printf_buffered=buffered)
+                                printf_buffered=buffered, pdl=bool(artifact.meta.get("pdl", False)))
 
     def _read_device(self, address: int, n: int) -> bytes:
         out = ctypes.create_string_buffer(max(n, 1))
@@ -508,10 +511,15 @@ class CudaDevice(Device):
             raise LaunchError(f"kernel '{handle.name}' prints with printf=\"buffered\", which waits for "
                               f"the launch: it cannot be captured in a CUDA graph")
         pp = ctypes.addressof(ptrs)
-        rc = cuda_driver.launch_fn()(handle.address, *grid, *block, shared, s, pp, None)
+        if handle.pdl:  # cuLaunchKernelEx with the programmatic-serialisation attribute
+            cfg = cuda_driver.launch_config(grid, block, shared, s, True)
+            args_ex = (cfg, ctypes.c_void_p(handle.address), ctypes.c_void_p(pp), None)
+            call = lambda: cuda_driver.launch_ex_fn()(*args_ex)  # noqa: E731
+        else:
+            call = lambda: cuda_driver.launch_fn()(handle.address, *grid, *block, shared, s, pp, None)  # noqa: E731
+        rc = call()
         if rc:
-            _launch_failed(rc, self, handle, grid, block, shared,
-                           lambda: cuda_driver.launch_fn()(handle.address, *grid, *block, shared, s, pp, None))
+            _launch_failed(rc, self, handle, grid, block, shared, call)
         if handle.printf_buffered:  # its lines now, as the HIP runtime prints after the kernel
             self.synchronize()
 
@@ -616,7 +624,9 @@ def _generate_launcher(dev: CudaDevice, h: CudaKernelHandle, artifact: Artifact,
     ptrs = (ctypes.c_void_p * max(n, 1))(*[base + off for off in _param_offsets(artifact, cuda_driver.LAUNCH_CONFIG_SIZE)])
     # cuLaunchKernelEx(&config, function, params, NULL) as one prepared call of no arguments
     call = bound_call(cuda_driver.launch_ex_fn(), base, h.address, ctypes.addressof(ptrs), 0)
-    env.update(pack=st.pack_into, packcfg=cfg.pack_into, PAD=pad, buf=buf, ptrs=ptrs, CALL=call,
+    attrs, nattrs = cuda_driver.launch_attributes(h.pdl)
+    env.update(pack=st.pack_into, packcfg=cfg.pack_into, PAD=pad, buf=buf, ptrs=ptrs, CALL=call, ATTRS=attrs,
+               NATTRS=nattrs,
                CUR=CURRENT, CAPTURES=_CAPTURES, LAST=[None, None, None, None],
                OWNER=threading.get_ident(), get_ident=threading.get_ident)
     # The buffer belongs to the thread that made the launcher; other threads take the general path,
@@ -628,7 +638,7 @@ def _generate_launcher(dev: CudaDevice, h: CudaKernelHandle, artifact: Artifact,
         "    elif type(stream) is int: s = stream",
         "    else: s = _stream_handle(stream)",
         "    if grid is not LAST[0] or block is not LAST[1] or shared != LAST[2] or s != LAST[3]:",
-        "        packcfg(buf, PAD, *grid, *block, shared, s)",
+        "        packcfg(buf, PAD, *grid, *block, shared, s, ATTRS, NATTRS)",
         "        LAST[:] = grid, block, shared, s",
         *([f"    pack(buf, PAD + {cuda_driver.LAUNCH_CONFIG_SIZE}, {', '.join(values)})"] if values else []),
         "    rc = CALL()",

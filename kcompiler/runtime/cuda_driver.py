@@ -6,16 +6,39 @@ of a launch without a GPU: benchmarks/bench_launch_host.py)."""
 from __future__ import annotations
 
 import ctypes
+import struct
 from typing import Any, Callable
 
 _libcuda: Any = None
 _launch_ex: Any = None
 
 #: CUlaunchConfig (cuda.h, CUDA >= 11.8): grid x/y/z, block x/y/z, sharedMemBytes (7 u32), hStream
-#: at offset 32, attrs (pointer) and numAttrs (u32) left zero; 56 bytes. The fast launchers keep one
-#: in front of the parameter slots and fill both with a single struct.pack_into.
-LAUNCH_CONFIG = "7I4xQ16x"
+#: at offset 32, attrs (a pointer to numAttrs CUlaunchAttribute) at 40 and numAttrs (u32) at 48; 56
+#: bytes. The fast launchers keep one in front of the parameter slots and fill both with a single
+#: struct.pack_into.
+LAUNCH_CONFIG = "7I4xQQI4x"
 LAUNCH_CONFIG_SIZE = 56
+
+#: One CUlaunchAttribute (cuda.h: the u32 id, then the 64-byte CUlaunchAttributeValue at offset 8; 72
+#: bytes): CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION (6) with
+#: programmaticStreamSerializationAllowed = 1, CUDA's programmatic dependent launch: the launch may
+#: start before the one ahead of it on the stream ends (its griddepcontrol.wait waits for that one).
+#: Process-wide and never freed: configurations point at it.
+_PDL_ATTRIBUTE = ctypes.create_string_buffer(struct.pack("=I4xi60x", 6, 1), 72)
+
+
+def launch_attributes(pdl: bool) -> tuple[int, int]:
+    """CUlaunchConfig's (attrs, numAttrs) for a kernel: programmatic stream serialisation where
+    ``pdl`` (a kernel that calls grid_dependency_wait, Artifact.meta["pdl"]), else none."""
+    return (ctypes.addressof(_PDL_ATTRIBUTE), 1) if pdl else (0, 0)
+
+
+def launch_config(grid: tuple[int, int, int], block: tuple[int, int, int], shared: int, stream: int,
+                  pdl: bool) -> Any:
+    """A CUlaunchConfig (:data:`LAUNCH_CONFIG`) for cuLaunchKernelEx, as a ctypes buffer."""
+    buf = ctypes.create_string_buffer(LAUNCH_CONFIG_SIZE)
+    struct.pack_into("=" + LAUNCH_CONFIG, buf, 0, *grid, *block, shared, stream or 0, *launch_attributes(pdl))
+    return buf
 
 
 def _bind(lib: Any) -> None:
@@ -54,4 +77,5 @@ def use_driver_library(lib: Any) -> None:
     _bind(lib)
 
 
-__all__ = ["LAUNCH_CONFIG", "LAUNCH_CONFIG_SIZE", "launch_ex_fn", "launch_fn", "use_driver_library"]
+__all__ = ["LAUNCH_CONFIG", "LAUNCH_CONFIG_SIZE", "launch_attributes", "launch_config", "launch_ex_fn", "launch_fn",
+           "use_driver_library"]

@@ -162,6 +162,37 @@ def test_fast_launcher_packs_config_and_parameters(setup, stub):
     assert _config(stub)[7] == 0
 
 
+def test_grid_dependency_wait_launches_with_programmatic_serialisation(stub, monkeypatch):
+    """A kernel that calls grid_dependency_wait (Artifact.meta["pdl"]) goes through cuLaunchKernelEx with
+    one CUlaunchAttribute, CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION (6) allowed (cuda.h),
+    on the general path and the fast one; a kernel without it has none."""
+    from kcompiler.runtime import cuda_driver
+
+    torch = bench.fake_torch()
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    try:
+        for pdl in (True, False):
+            mod = bench.make_module(stub, pdl=pdl)
+            a, b, out = (torch.Tensor(0x7000_0000 + 0x1000 * i, torch.float32) for i in range(3))
+            for grid in (3, 5):  # the general path, then the fast launcher it made
+                n0 = _calls(stub)
+                mod.vadd[grid, 128](a, b, out, 7, stream=0x77)
+                assert _calls(stub) == n0 + 1
+                raw = bytes((ctypes.c_ubyte * 56).in_dll(stub, "last_config"))
+                assert struct.unpack_from("=7I4xQ", raw) == (grid, 1, 1, 128, 1, 1, 0, 0x77)
+                attrs, nattrs = struct.unpack_from("=QI", raw, 40)
+                if not pdl:
+                    assert (attrs, nattrs) == (0, 0) or grid == 3  # the general path: cuLaunchKernel
+                    continue
+                assert nattrs == 1 and attrs
+                assert struct.unpack("=I4xi", ctypes.string_at(attrs, 12)) == (6, 1)
+                assert _params(stub)[:3] == [0x7000_0000, 0x7000_1000, 0x7000_2000]
+            assert (mod.vadd._fast is not None)
+    finally:
+        monkeypatch.setattr(cuda_driver, "_libcuda", None)
+        monkeypatch.setattr(cuda_driver, "_launch_ex", None)
+
+
 def test_fast_launcher_refuses_a_tensor_of_another_device(setup, stub):
     """A tensor of the same type and dtype on cuda:1 must not be launched on device 0 by the fast
     path (it used to check is_cuda only); the general path names the device."""

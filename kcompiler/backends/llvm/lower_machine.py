@@ -133,6 +133,12 @@ class MachineLowering:
     def op_nanosleep(self, ctx: LoweringContext, op: Op) -> None:
         self.target.nanosleep(ctx, self.v(ctx, op.operands[0]))
 
+    def op_grid_dependency_wait(self, ctx: LoweringContext, op: Op) -> None:
+        self.target.grid_dependency_wait(ctx)
+
+    def op_launch_dependents(self, ctx: LoweringContext, op: Op) -> None:
+        self.target.launch_dependents(ctx)
+
     def op_trap(self, ctx: LoweringContext, op: Op) -> None:
         self.target.trap(ctx, op.attrs["reason"], op.attrs.get("message", ""), op.attrs.get("function", ""))
 

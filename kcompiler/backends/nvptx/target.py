@@ -339,6 +339,18 @@ class NvptxTarget(Target):
     def nanosleep(self, ctx: LoweringContext, ns: ll.Value) -> None:
         ctx.b.call(ctx.declare("llvm.nvvm.nanosleep", ll.VoidType(), [_I32]), [ns])
 
+    # Programmatic dependent launch (PTX ISA 7.8, sm_90: griddepcontrol): a kernel holding
+    # grid_dependency_wait is launched with programmatic stream serialisation (runtime/cuda.py), so it
+    # may start before the launch ahead of it ends; griddepcontrol.wait is where it stops for that.
+    # Before sm_90 the launch attribute does nothing, and neither do these.
+    def grid_dependency_wait(self, ctx: LoweringContext) -> None:
+        if self.has("sm_90"):
+            ctx.b.call(ctx.declare("llvm.nvvm.griddepcontrol.wait", ll.VoidType(), []), [])
+
+    def launch_dependents(self, ctx: LoweringContext) -> None:
+        if self.has("sm_90"):
+            ctx.b.call(ctx.declare("llvm.nvvm.griddepcontrol.launch.dependents", ll.VoidType(), []), [])
+
     # --- printf -----------------------------------------------------------------------------------
     def trap(self, ctx: LoweringContext, reason: str, message: str = "", function: str = "") -> None:
         """CUDA's ``__assertfail(message, file, line, function, 1)`` (what nvcc's ``assert`` calls; the

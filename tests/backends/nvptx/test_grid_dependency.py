@@ -1,0 +1,81 @@
+"""Programmatic dependent launch (CUDA's PDL): ``grid_dependency_wait()`` and ``launch_dependents()``.
+
+NVIDIA sm_90+: griddepcontrol.wait / griddepcontrol.launch_dependents (PTX ISA 7.8), and a kernel that
+calls grid_dependency_wait carries Artifact.meta["pdl"], which launches it with programmatic stream
+serialisation (tests/runtime/test_launch_host.py checks the launch attribute). Elsewhere (sm_80, AMD,
+the CPU target) launches never overlap, and both builtins do nothing. On the GPU: a chain of launches,
+each reading the one before it after its wait, against numpy."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kcompiler as kc
+from kcompiler.backends.nvptx.target import NvptxTarget
+from kcompiler.pipeline import Source, compile_kernel, compile_source_to, load
+
+from ...ptxas_util import needs_ptxas, ptxas
+
+SRC = """
+kernel step(x: ptr<f32>, y: ptr<f32>, n: i32) {
+    let i = i32(block_id.x * block_dim.x + thread_id.x);
+    launch_dependents();
+    grid_dependency_wait();
+    if i < n {
+        y[i] = x[i] * 2.0 + 1.0;
+    }
+}
+
+kernel plain(x: ptr<f32>, y: ptr<f32>, n: i32) {
+    let i = i32(block_id.x * block_dim.x + thread_id.x);
+    if i < n {
+        y[i] = x[i];
+    }
+}
+"""
+
+
+@needs_ptxas
+def test_sm90_emits_griddepcontrol():
+    ptx = compile_source_to(SRC, "k.kc", "asm", "nvptx", "sm_90a")
+    step = ptx.split(".entry step", 1)[1].split(".entry", 1)[0]
+    assert step.index("griddepcontrol.launch_dependents;") < step.index("griddepcontrol.wait;") < step.index("ld.global")
+    ptxas(ptx, "sm_90a")
+
+
+@pytest.mark.parametrize("target, arch", [("nvptx", "sm_80"), ("amdgcn", "gfx942")])
+def test_without_pdl_nothing_is_emitted(target, arch):
+    asm = compile_source_to(SRC, "k.kc", "asm", target, arch)
+    assert "griddepcontrol" not in asm
+
+
+def test_meta_marks_the_kernels_that_wait():
+    prog = load(Source(SRC, "k.kc"))
+    t = NvptxTarget("sm_90a")
+    assert compile_kernel(prog, "step", {}, t).meta["pdl"] is True
+    assert compile_kernel(prog, "plain", {}, t).meta["pdl"] is False
+
+
+def test_cpu_target_runs_them_as_nothing():
+    m = kc.compile(SRC, target="cpu", path="k.kc")
+    x = np.random.default_rng().standard_normal(1000).astype(np.float32)
+    y = np.full_like(x, np.nan)
+    m.step[(8,), 128](x, y, x.size)
+    np.testing.assert_array_equal(y, x * 2 + 1)
+
+
+@pytest.mark.gpu
+def test_a_chain_of_dependent_launches_reads_each_result():
+    """Ten launches on one stream, each reading what the one before wrote only after its wait: the
+    final values are numpy's whatever the overlap (a missing wait reads stale values here: the blocks
+    of launch k + 1 start while launch k still writes)."""
+    m = kc.compile(SRC, target="cuda", path="k.kc")
+    n = 1 << 22
+    x0 = np.random.default_rng().standard_normal(n).astype(np.float32)
+    bufs = [kc.to_device(x0), kc.to_device(np.zeros_like(x0))]
+    want = x0.astype(np.float64)
+    for k in range(10):
+        m.step[((n + 255) // 256,), 256](bufs[k % 2], bufs[(k + 1) % 2], n)
+        want = want * 2 + 1
+    got = bufs[0].copy_to_host()
+    np.testing.assert_allclose(got, want, rtol=1e-6)
