@@ -218,6 +218,10 @@ class Target:
     def nanosleep(self, ctx: "LoweringContext", ns: ll.Value) -> None:
         """A hint to back off a spin loop for about ``ns`` (i32) nanoseconds; may do nothing."""
 
+    def prefetch_l2(self, ctx: "LoweringContext", p: ll.Value, nbytes: ll.Value) -> None:
+        """A hint to bring global memory [p, p + nbytes) (nbytes an i32) into the L2 cache; may do
+        nothing (the default)."""
+
     def grid_dependency_wait(self, ctx: "LoweringContext") -> None:
         """Wait until the stream's previous launch has ended and its memory is visible. Nothing where
         launches start only after the one before them ends (the default: stream order already holds);

@@ -73,6 +73,9 @@ _FNS = [
     BuiltinFn("warp_sync", 0, 1, doc="warp_sync([mask: u64]): the lanes of mask (default: the active "
                                      "ones) reconverge here"),
     BuiltinFn("nanosleep", 1, 1, doc="nanosleep(ns: u32): back off a spin loop (a hint)"),
+    BuiltinFn("prefetch_l2", 2, 2,
+              doc="prefetch_l2(p: ptr<T>, bytes: i32): a hint to bring global memory [p, p + bytes) into L2 "
+                  "(NVIDIA sm_90: one cp.async.bulk.prefetch.L2; elsewhere nothing)"),
     BuiltinFn("grid_dependency_wait", 0, 0,
               doc="grid_dependency_wait(): wait until the launch before this one on the stream has finished "
                   "and its writes are visible (CUDA's programmatic dependent launch; a kernel that calls "

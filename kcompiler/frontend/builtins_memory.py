@@ -1,10 +1,10 @@
 """The memory builtins: ``load[T](p)`` and ``store(p, v)`` (one wide access, vectors aligned to their
-size) and ``dynamic_shared[T]()`` (the launch's dynamic shared memory).
+size), ``dynamic_shared[T]()`` (the launch's dynamic shared memory) and ``prefetch_l2(p, bytes)``.
 """
 from __future__ import annotations
 
 from ..ir import Value
-from ..ir.types import ArrayType, ScalarType, Type, VectorType
+from ..ir.types import I32, AddressSpace, ArrayType, ScalarType, Type, VectorType
 from .builtin_registry import builtin
 from .values import VOIDV
 
@@ -48,6 +48,16 @@ def _store(fl, f, e, kw):
         fl.fail(f"cannot store into {p.type}", e.args[0].span)
     x = fl.coerce(v, pointee, e.args[1].span, f"store {{src}} into {p.type}")
     fl.b.store(p, x, align=_vec_align(pointee) if isinstance(pointee, VectorType) else None)
+    return VOIDV
+
+
+@builtin("prefetch_l2")
+def _prefetch_l2(fl, f, e, kw):
+    p = fl._pointer(e.args[0], "prefetch_l2")
+    if p.type.space != AddressSpace.GLOBAL:
+        fl.fail(f"prefetch_l2 takes a global pointer, not {p.type}", e.args[0].span)
+    n = fl.operand(e.args[1], I32, "pass {src} as prefetch_l2's i32 byte count")
+    fl.b.op("prefetch_l2", [p, n])
     return VOIDV
 
 

@@ -339,6 +339,22 @@ class NvptxTarget(Target):
     def nanosleep(self, ctx: LoweringContext, ns: ll.Value) -> None:
         ctx.b.call(ctx.declare("llvm.nvvm.nanosleep", ll.VoidType(), [_I32]), [ns])
 
+    def prefetch_l2(self, ctx: LoweringContext, p: ll.Value, nbytes: ll.Value) -> None:
+        """sm_90 (PTX ISA 8.0): one ``cp.async.bulk.prefetch.L2.global [a], n`` over the 16-byte
+        granules the range touches (the instruction takes a 16-byte aligned address and a multiple of
+        16 bytes); nothing for an empty range or before sm_90."""
+        if not self.has("tma"):
+            return
+        b = ctx.b
+        i64 = ll.IntType(64)
+        a = b.ptrtoint(p, i64)
+        lo = b.and_(a, ll.Constant(i64, ~15))
+        hi = b.and_(b.add(b.add(a, b.sext(nbytes, i64)), ll.Constant(i64, 15)), ll.Constant(i64, ~15))
+        n = b.trunc(b.sub(hi, lo), _I32)
+        with b.if_then(b.icmp_signed(">", nbytes, ll.Constant(_I32, 0))):
+            ftype = ll.FunctionType(ll.VoidType(), [i64, _I32])
+            b.asm(ftype, "cp.async.bulk.prefetch.L2.global [$0], $1;", "l,r,~{memory}", [lo, n], side_effect=True)
+
     # Programmatic dependent launch (PTX ISA 7.8, sm_90: griddepcontrol): a kernel holding
     # grid_dependency_wait is launched with programmatic stream serialisation (runtime/cuda.py), so it
     # may start before the launch ahead of it ends; griddepcontrol.wait is where it stops for that.

@@ -1,4 +1,5 @@
-"""Programmatic dependent launch (CUDA's PDL): ``grid_dependency_wait()`` and ``launch_dependents()``.
+"""Programmatic dependent launch (CUDA's PDL): ``grid_dependency_wait()`` and ``launch_dependents()``;
+and ``prefetch_l2(p, bytes)``, the hint a kernel may give before such a wait.
 
 NVIDIA sm_90+: griddepcontrol.wait / griddepcontrol.launch_dependents (PTX ISA 7.8), and a kernel that
 calls grid_dependency_wait carries Artifact.meta["pdl"], which launches it with programmatic stream
@@ -79,3 +80,42 @@ def test_a_chain_of_dependent_launches_reads_each_result():
         want = want * 2 + 1
     got = bufs[0].copy_to_host()
     np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+PREFETCH = """
+kernel k(x: ptr<f32>, y: ptr<f32>, n: i32) {
+    prefetch_l2(x + i64(block_id.x) * 1000, n * 4);
+    y[thread_id.x] = x[thread_id.x];
+}
+"""
+
+
+@needs_ptxas
+def test_prefetch_l2_is_one_bulk_prefetch_on_sm90():
+    """sm_90a: one cp.async.bulk.prefetch.L2.global over the 16-byte granules of the range (address
+    rounded down, size up: PTX ISA 8.0 requires both aligned), skipped for an empty range; nothing on
+    sm_80, AMD or the CPU target, which runs the kernel as if it were absent."""
+    ptx = compile_source_to(PREFETCH, "k.kc", "asm", "nvptx", "sm_90a")
+    assert ptx.count("cp.async.bulk.prefetch.L2.global") == 1 and "-16" in ptx
+    ptxas(ptx, "sm_90a")
+    for target, arch in (("nvptx", "sm_80"), ("amdgcn", "gfx942")):
+        assert "prefetch" not in compile_source_to(PREFETCH, "k.kc", "asm", target, arch)
+    m = kc.compile(PREFETCH, target="cpu", path="k.kc")
+    x = np.random.default_rng().standard_normal(3000).astype(np.float32)
+    y = np.zeros(32, np.float32)
+    m.k[(3,), 32](x, y, 1000)
+    np.testing.assert_array_equal(y, x[:32])
+
+
+def test_prefetch_l2_takes_a_global_pointer():
+    from kcompiler.diagnostics import CompileError
+    src = """
+kernel k(y: ptr<f32>) {
+    let s = dynamic_shared[f32]();
+    prefetch_l2(s, 64);
+}
+"""
+    with pytest.raises(CompileError) as e:
+        compile_source_to(src, "k.kc", "asm", "nvptx", "sm_90a")
+    msg = str(e.value)
+    assert "prefetch_l2 takes a global pointer" in msg and "k.kc:4:17" in msg and "^" in msg
