@@ -59,7 +59,9 @@ UNTYPED = frozenset({
     "cluster_dims", "cluster_ctarank", "cluster_arrive", "cluster_wait", "mbarrier_arrive_cluster",
     "tma_load_multicast",
     # named barriers (tests/backends/nvptx/test_named_barrier.py)
-    "barrier_sync", "barrier_arrive"})
+    "barrier_sync", "barrier_arrive",
+    # programmatic dependent launch and the L2 prefetch (tests/backends/nvptx/test_grid_dependency.py)
+    "grid_dependency_wait", "launch_dependents", "prefetch_l2"})
 
 
 @dataclass(frozen=True)
