@@ -119,3 +119,28 @@ kernel k(y: ptr<f32>) {
         compile_source_to(src, "k.kc", "asm", "nvptx", "sm_90a")
     msg = str(e.value)
     assert "prefetch_l2 takes a global pointer" in msg and "k.kc:4:17" in msg and "^" in msg
+
+
+@pytest.mark.gpu
+def test_prefetch_l2_on_the_gpu_changes_nothing():
+    """prefetch_l2 over ranges of any alignment and length, up to an array's last byte and empty: the
+    kernel's copy is exact (the prefetch is a hint; its 16-byte rounding stays inside the granules, so
+    inside the pages, the range touches)."""
+    src = """
+kernel k(x: ptr<u8>, y: ptr<u8>, n: i32) {
+    let i = i32(block_id.x * block_dim.x + thread_id.x);
+    if thread_id.x == 0 {
+        let start = min(i32(block_id.x) * 977 + 3, n);
+        prefetch_l2(x + start, min(1500 + i32(block_id.x) * 13, n - start));
+    }
+    if i < n {
+        y[i] = x[i];
+    }
+}
+"""
+    m = kc.compile(src, target="cuda", path="k.kc")
+    n = 100_003
+    x = np.random.default_rng().integers(0, 256, n, dtype=np.uint8)
+    dx, dy = kc.to_device(x), kc.to_device(np.zeros_like(x))
+    m.k[((n + 127) // 128,), 128](dx, dy, n)
+    np.testing.assert_array_equal(dy.copy_to_host(), x)
