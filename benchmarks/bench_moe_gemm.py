@@ -336,9 +336,10 @@ def run_size_anchor(args, copy, g, rng):
     a decode step's MXFP4 launches (gpt-oss: experts hit x an expert's bytes at T 1, 16, 64) and powers of
     two around them. Two movers, timed as the GEMMs are (a CUDA graph cycling over buffers of 400 MB in
     all, so that L2 holds none), GB/s as a % of the copy anchor: torch's device copy of b / 2 bytes (b
-    read + written) and READ_KC (read only, 4 blocks of 512 threads a multiprocessor), plain and
-    with programmatic dependent launch (its PDL 1: waiting before its loads; 2: after them). A line fitted to the read-only times gives a launch's fixed cost t0 and the rate
-    once it is paid: b / (t0 + b / rate) is then the most a launch of b bytes reaches."""
+    read + written) and READ_KC (read only, 4 blocks of 512 threads a multiprocessor), plain and with
+    programmatic dependent launch (its PDL 1: waiting before its loads; 2: after them). A line fitted to
+    each READ_KC form's times gives a launch's fixed cost t0 and the rate once it is paid:
+    b / (t0 + b / rate) is then the most a launch of b bytes reaches."""
     import kcompiler as kc
     mod = kc.compile(READ_KC, target="cuda", path="<stream_read>")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
@@ -373,7 +374,8 @@ def run_size_anchor(args, copy, g, rng):
         for t in (t_copy, t_kc, t_pdl, t_nw):
             row.append(f"{t:>8.4f} {100 * n / t / 1e6 / copy:>5.0f}%")
         print(" ".join(row), flush=True)
-        src.clear(), half.clear(), words.clear()
+        for bufs in (src, half, words):
+            bufs.clear()
         torch.cuda.empty_cache()
     for what, pts in (("kc read", fit), ("kc read, PDL", fit_pdl), ("kc read, PDL, wait after the loads", fit_nw)):
         nb, tb = np.array([f[0] for f in pts], float), np.array([f[1] for f in pts], float)
