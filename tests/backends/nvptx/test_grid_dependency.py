@@ -40,7 +40,8 @@ kernel plain(x: ptr<f32>, y: ptr<f32>, n: i32) {
 def test_sm90_emits_griddepcontrol():
     ptx = compile_source_to(SRC, "k.kc", "asm", "nvptx", "sm_90a")
     step = ptx.split(".entry step", 1)[1].split(".entry", 1)[0]
-    assert step.index("griddepcontrol.launch_dependents;") < step.index("griddepcontrol.wait;") < step.index("ld.global")
+    trigger, wait = step.index("griddepcontrol.launch_dependents;"), step.index("griddepcontrol.wait;")
+    assert trigger < wait < step.index("ld.global")
     ptxas(ptx, "sm_90a")
 
 
