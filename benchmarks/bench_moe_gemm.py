@@ -334,8 +334,8 @@ kernel stream_read[U: i32, PDL: i32 = 0](x: ptr<i32>, n: i64, out: ptr<i32>) {
 def run_size_anchor(args, copy, g, rng):
     """The --size-anchor table: what one launch streaming b bytes reaches at all, for the byte counts of
     a decode step's MXFP4 launches (gpt-oss: experts hit x an expert's bytes at T 1, 16, 64, or --tokens)
-    and powers of two around them. Two movers, timed as the GEMMs are (a CUDA graph cycling over buffers of 400 MB in
-    all, so that L2 holds none), GB/s as a % of the copy anchor: torch's device copy of b / 2 bytes (b
+    and powers of two around them. Two movers, timed as the GEMMs are (a CUDA graph cycling over buffers
+    of 400 MB in all, so that L2 holds none), GB/s as a % of the copy anchor: torch's device copy of b / 2 bytes (b
     read + written) and READ_KC (read only, 4 blocks of 512 threads a multiprocessor), plain and with
     programmatic dependent launch (its PDL 1: waiting before its loads; 2: after them). A line fitted to
     each READ_KC form's times gives a launch's fixed cost t0 and the rate once it is paid:
