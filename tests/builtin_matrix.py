@@ -52,7 +52,7 @@ UNARY_OPS = {"neg": "-", "not": "~", "lnot": "!"}
 UNTYPED = frozenset({
     "barrier", "fence", "active_mask", "warp_sync", "nanosleep", "hostcall_buffer", "hostcall_interrupt",
     "cp_async_commit", "cp_async_wait", "wgmma_fence", "wgmma_commit", "wgmma_wait", "wgmma_desc",
-    "tma_load", "tma_store", "tma_store_commit", "tma_store_wait", "mbarrier_init", "mbarrier_arrive", "mbarrier_arrive_expect_tx", "mbarrier_try_wait",
+    "tma_load", "bulk_load", "tma_store", "tma_store_commit", "tma_store_wait", "mbarrier_init", "mbarrier_arrive", "mbarrier_arrive_expect_tx", "mbarrier_try_wait",
     "mbarrier_wait", "fence_proxy_async", "setmaxnreg_inc", "setmaxnreg_dec", "launch_bounds",
     "compile_error", "printf", "assert",
     # thread-block clusters (tests/backends/nvptx/test_cluster_builtins.py)

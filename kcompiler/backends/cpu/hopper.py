@@ -15,6 +15,7 @@ What each does here (the PTX semantics are stated in backends/nvptx/wgmma.py and
   ``r * box_row_bytes + c * size`` from the destination, swizzled: for an S-byte swizzle (32, 64, 128),
   address bits 4 .. 4 + log2(S / 16) are XORed with bits 7 .. (PTX ISA "Tensor copy: swizzling modes";
   CUTLASS's Swizzle<3, 4, 3> for 128 bytes). Then complete-tx of the box's bytes on the barrier.
+- ``bulk_load`` copies its bytes at once (a byte loop), then complete-tx of them on the barrier.
 - ``tma_store`` (1-D to 5-D) is the reverse copy, at once: box element (r, c) is read from the same
   swizzled offset of the source and written to global (c0 + c, c1 + r1, ...) where that lies inside
   the tensor (TMA clips the box there); ``tma_store_commit`` and ``tma_store_wait`` do nothing (the
@@ -188,6 +189,22 @@ def _tma_helper(m: ll.Module, store: bool = False) -> ll.Function:
     return fn
 
 
+def _bulk_helper(m: ll.Module) -> ll.Function:
+    """``void __kc_emu_bulk(ptr dst, ptr src, i32 bytes, ptr bar)``: bulk_load (module docstring)."""
+    fn, new = _helper(m, "__kc_emu_bulk", ll.VoidType(), [PTR, PTR, I32, PTR])
+    if not new:
+        return fn
+    dst, src, nbytes, bar = fn.args
+    b = ll.IRBuilder(fn.append_basic_block("entry"))
+
+    def byte(i: ll.Value) -> None:
+        b.store(b.load(b.gep(src, [i], source_etype=I8), typ=I8), b.gep(dst, [i], source_etype=I8))
+    _loop(b, b.zext(nbytes, I64), "i", byte)
+    b.call(_mbar_helper(m), [bar, _c(_COMPLETE_TX, I32), nbytes])
+    b.ret_void()
+    return fn
+
+
 def _fp8_table(m: ll.Module, fmt: str) -> ll.Value:
     """A [256 x float] constant: each FP8 code's value (through ml_dtypes, the project's reference)."""
     name = f"__kc_emu_{fmt}_values"
@@ -304,6 +321,7 @@ def _linear_tid(target: "CpuTarget", ctx: "LoweringContext") -> ll.Value:
 #: The Hopper intrinsics' names (backends/nvptx/intrinsics.py) by the builtins' names this file uses.
 _NAMES = {"wgmma.mma_async": "wgmma", "wgmma.fence": "wgmma_fence", "wgmma.commit_group": "wgmma_commit",
           "wgmma.wait_group": "wgmma_wait", "wgmma.desc": "wgmma_desc", "tma.load": "tma_load",
+          "tma.bulk_load": "bulk_load",
           "tma.store": "tma_store", "tma.store_commit": "tma_store_commit", "tma.store_wait": "tma_store_wait",
           "mbarrier.init": "mbarrier_init", "mbarrier.arrive": "mbarrier_arrive",
           "mbarrier.arrive_expect_tx": "mbarrier_arrive_expect_tx", "mbarrier.try_wait": "mbarrier_try_wait",
@@ -343,6 +361,9 @@ def emulate(target: "CpuTarget", ctx: "LoweringContext", op: Any, args: list[ll.
         for k in range(5):
             b.store(args[3 + k] if 3 + k < len(args) else _c(0, I32), b.gep(coords, [_c(0, I32), _c(k, I32)]))
         b.call(_tma_helper(m), [base, args[0], args[1], args[2], b.bitcast(coords, PTR)])
+        return None
+    if name == "bulk_load":
+        b.call(_bulk_helper(m), list(args))
         return None
     if name == "tma_store":
         coords = ctx.alloca(ll.ArrayType(I32, 5), name="tma_coords")

@@ -6,7 +6,7 @@ frontend first resolves a name the language itself does not declare (the Backend
   ``"ldmatrix"``, ``"cp_async"``; ``"mma_fp8"`` for the FP8 form, sm_89+): ``mma_sync``, ``ldmatrix``,
   ``cp_async``, ``cp_async_commit``, ``cp_async_wait``, checked in builtins_mma.py; mma.py gives the
   fragment layouts (PTX ISA 8.x, "Matrix Fragments for mma.m16n8k16 / m16n8k32", "ldmatrix");
-- Hopper, sm_90a: warpgroup MMA, TMA, mbarriers, setmaxnreg, TMA stores (``tma_store``, ``tma_store_commit``, ``tma_store_wait``) (``target.has("wgmma")``, ``"tma"``,
+- Hopper, sm_90a: warpgroup MMA, TMA, bulk copies (``bulk_load``), mbarriers, setmaxnreg, TMA stores (``tma_store``, ``tma_store_commit``, ``tma_store_wait``) (``target.has("wgmma")``, ``"tma"``,
   ``"mbarrier"``, ``"setmaxnreg"``), checked in builtins_hopper.py; wgmma.py and tma.py give the PTX;
 - thread-block clusters, sm_90 (``target.has("cluster")``): ``cluster_dims``, ``cluster_ctarank``,
   ``cluster_arrive``, ``cluster_wait``, ``mbarrier_arrive_cluster``, ``tma_load_multicast``, checked
@@ -67,6 +67,10 @@ HOPPER = (
                    doc="tma_load(dst: ptr<T, shared>, map: tensor_map, bar: ptr<u64, shared>, c0, "
                        "...): copy the map's box at coordinates (c0 innermost) into dst; bar "
                        "receives its bytes (mbarrier_arrive_expect_tx)"),
+    SurfaceBuiltin("bulk_load", hopper.check, 4, 4,
+                   doc="bulk_load(dst: ptr<T, shared>, src: ptr<T>, bytes: u32, bar: ptr<u64, shared>): copy bytes "
+                       "(a multiple of 16; dst and src 16-byte aligned) of contiguous global memory into dst; bar "
+                       "receives them (mbarrier_arrive_expect_tx)"),
     SurfaceBuiltin("tma_store", hopper.check, 3, 7,
                    doc="tma_store(map: tensor_map, src: ptr<T, shared>, c0, ...): copy the box at src (laid out as "
                        "the map's box, swizzled as it says) into the map's tensor at coordinates (c0 innermost), "

@@ -1,6 +1,6 @@
 """The checks of the Hopper (NVIDIA sm_90 / sm_90a) builtins: warpgroup matrix multiply-accumulate
 (``wgmma``, ``wgmma_fence``, ``wgmma_commit``, ``wgmma_wait``, ``wgmma_desc``), TMA tensor copies
-(``tma_load``, ``tma_store``, ``tma_store_commit``, ``tma_store_wait``), mbarriers (``mbarrier_init``, ``mbarrier_arrive``, ``mbarrier_arrive_expect_tx``,
+(``tma_load``, ``tma_store``, ``tma_store_commit``, ``tma_store_wait``), bulk copies (``bulk_load``), mbarriers (``mbarrier_init``, ``mbarrier_arrive``, ``mbarrier_arrive_expect_tx``,
 ``mbarrier_try_wait``, ``mbarrier_wait``), ``fence_proxy_async`` and ``setmaxnreg_inc`` /
 ``setmaxnreg_dec``, written against :class:`~kcompiler.ir.builtin_surface.BuiltinCall`. Each call is
 type-checked (a located error for a wrong operand type, address space or size, and for a target
@@ -14,6 +14,7 @@ Surface::
     let d = wgmma_desc(p, swizzle = 128, sbo = 1024)        // p: ptr<T, shared>  ->  u64
     tma_load(dst, map, bar, x, y)                           // map: tensor_map, bar: ptr<u64, shared>
     tma_store(map, src, x, y); tma_store_commit(); tma_store_wait[0]()   // src: ptr<T, shared>
+    bulk_load(dst, src, bytes, bar)                         // src: ptr<T>, bytes: u32 (a multiple of 16)
     mbarrier_arrive_expect_tx(bar, bytes); mbarrier_wait(bar, parity)
     setmaxnreg_dec[40](); setmaxnreg_inc[232]()
 """
@@ -29,7 +30,7 @@ from ...ir.types import BOOL, I32, SCALARS, U32, U64, AddressSpace, ScalarType, 
 #: intrinsic's record says what the feature is and which chips have it).
 INTRINSIC_OF = {"wgmma": "nvptx.wgmma.mma_async", "wgmma_fence": "nvptx.wgmma.fence",
                 "wgmma_commit": "nvptx.wgmma.commit_group", "wgmma_wait": "nvptx.wgmma.wait_group",
-                "wgmma_desc": "nvptx.wgmma.desc", "tma_load": "nvptx.tma.load",
+                "wgmma_desc": "nvptx.wgmma.desc", "tma_load": "nvptx.tma.load", "bulk_load": "nvptx.tma.bulk_load",
                 "tma_store": "nvptx.tma.store", "tma_store_commit": "nvptx.tma.store_commit",
                 "tma_store_wait": "nvptx.tma.store_wait",
                 "mbarrier_init": "nvptx.mbarrier.init", "mbarrier_arrive": "nvptx.mbarrier.arrive",
@@ -189,6 +190,21 @@ def _tma_load(call: BuiltinCall) -> None:
     call.emit("nvptx.tma.load", [dst, m, bar, *coords])
 
 
+def _bulk_load(call: BuiltinCall) -> None:
+    """``bulk_load(dst: ptr<T, shared>, src: ptr<T>, bytes: u32, bar: ptr<u64, shared>)``."""
+    dst = shared_ptr(call, 0, "bulk_load", "destination")
+    src = call.pointer(1, "bulk_load's source")
+    if src.type.space != AddressSpace.GLOBAL:
+        call.fail(f"bulk_load copies from global memory: the source must be a ptr<{src.type.pointee}>, found "
+                  f"{src.type}", 1)
+    c = call.constant(2)
+    if c is not None and c.kind == "int" and (c.value <= 0 or c.value % 16):
+        call.fail(f"bulk_load's byte count must be a positive multiple of 16, not {c.value}", 2)
+    nbytes = int_operand(call, 2, U32, "the byte count")
+    bar = shared_ptr(call, 3, "bulk_load", "barrier", U64)
+    call.emit("nvptx.tma.bulk_load", [dst, src, nbytes, bar])
+
+
 def _tma_store(call: BuiltinCall) -> None:
     """``tma_store(map: tensor_map, src: ptr<T, shared>, c0, ...)``."""
     m = call.value(0)
@@ -237,7 +253,7 @@ def _setmaxnreg(call: BuiltinCall) -> None:
 
 _CHECKS = {"wgmma": _wgmma, "wgmma_fence": _no_operands("nvptx.wgmma.fence"),
            "wgmma_commit": _no_operands("nvptx.wgmma.commit_group"), "wgmma_wait": _wgmma_wait,
-           "wgmma_desc": _wgmma_desc, "tma_load": _tma_load, "tma_store": _tma_store,
+           "wgmma_desc": _wgmma_desc, "tma_load": _tma_load, "bulk_load": _bulk_load, "tma_store": _tma_store,
            "tma_store_commit": _no_operands("nvptx.tma.store_commit"), "tma_store_wait": _tma_store_wait,
            "mbarrier_init": _mbarrier_init,
            "mbarrier_arrive": _mbarrier_arrive, "mbarrier_arrive_expect_tx": _mbarrier_arrive_expect_tx,

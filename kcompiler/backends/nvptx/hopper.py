@@ -1,5 +1,5 @@
 """The registry's lowering of NVIDIA's Hopper intrinsics (intrinsics.py: ``nvptx.wgmma.*``,
-``nvptx.tma.load``, ``nvptx.tma.store*``, ``nvptx.mbarrier.*``, ``nvptx.setmaxnreg``, ``nvptx.fence.proxy_async``,
+``nvptx.tma.load``, ``nvptx.tma.bulk_load``, ``nvptx.tma.store*``, ``nvptx.mbarrier.*``, ``nvptx.setmaxnreg``, ``nvptx.fence.proxy_async``,
 ``nvptx.cluster.*``, ``nvptx.tma.load_multicast``) to the PTX of wgmma.py, tma.py and cluster.py.
 Each needs its feature (``wgmma``, ``tma``, ``mbarrier``, ``cluster``, ``setmaxnreg``: sm_90, wgmma
 and setmaxnreg sm_90a); the frontend refuses them first, with the call's
@@ -39,6 +39,9 @@ def lower(target, ctx: LoweringContext, op, args: list[ll.Value]) -> ll.Value | 
         gv = target.dynamic_shared(ctx)
         gv.align = max(gv.align or 0, tma.SHARED_ALIGN)
         tma.tma_load(ctx, args[0], args[1], args[2], args[3:])
+        return None
+    if name == "tma.bulk_load":
+        tma.bulk_load(ctx, *args)
         return None
     if name == "tma.store":
         gv = target.dynamic_shared(ctx)

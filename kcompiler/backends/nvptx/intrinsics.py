@@ -17,6 +17,7 @@ nvptx.wgmma.wait_group             wgmma_wait    wgmma            (none); n
 nvptx.wgmma.desc                   wgmma_desc    wgmma            p: ptr<T, shared> -> u64; swizzle, lbo, sbo
 nvptx.tma.load                     tma_load      tma              dst, map, bar, c0, ... (1 to 5 coordinates)
 nvptx.tma.store                    tma_store     tma              map, src: ptr<T, shared>, c0, ... (1 to 5)
+nvptx.tma.bulk_load                bulk_load     tma              dst: ptr<T, shared>, src: ptr<T>, bytes: u32, bar
 nvptx.tma.store_commit             tma_store...  tma              (none)
 nvptx.tma.store_wait               tma_store...  tma              (none); n, read
 nvptx.mbarrier.*                   mbarrier_*    mbarrier         bar: ptr<u64, shared>, [u32]
@@ -142,6 +143,16 @@ def _t_tma_load(op: Op) -> None:
     _t_tma_operands(op, "tma_load", *op.operands[:3], list(op.operands[3:]))
 
 
+def _t_bulk_load(op: Op) -> None:
+    dst, src, nbytes, bar = op.operands
+    d, s = pointer(dst, "destination"), pointer(src, "source")
+    require(d.space == AddressSpace.SHARED, f"bulk_load into {d} (needs a shared pointer)")
+    require(s.space == AddressSpace.GLOBAL, f"bulk_load from {s} (needs a global pointer)")
+    require(nbytes.type == U32, f"bulk_load byte count of type {nbytes.type} (needs u32)")
+    b = pointer(bar, "mbarrier")
+    require(b.space == AddressSpace.SHARED and b.pointee == U64, f"bulk_load completing on {b} (needs ptr<u64, shared>)")
+
+
 def _t_tma_store(op: Op) -> None:
     require(len(op.operands) > 2, f"tma_store with {len(op.operands) - 2} coordinates (1 to 5)")
     m, src, coords = op.operands[0], op.operands[1], list(op.operands[2:])
@@ -252,6 +263,9 @@ INTRINSICS = (
     _hopper("tma.load", "tma_load", "tma", None, type_rule=_t_tma_load,
             doc="dst: ptr<T, shared>, map: tensor_map, bar: ptr<u64, shared>, c0: i32, ...: copy the map's box "
                 "at coordinates (c0 innermost, ...) into dst, completing on bar"),
+    _hopper("tma.bulk_load", "bulk_load", "tma", 4, type_rule=_t_bulk_load,
+            doc="dst: ptr<T, shared>, src: ptr<T>, bytes: u32 (a multiple of 16, both addresses 16-byte aligned), "
+                "bar: ptr<u64, shared>: copy bytes of contiguous global memory into dst, completing on bar"),
     _hopper("tma.store", "tma_store", "tma", None, type_rule=_t_tma_store,
             doc="map: tensor_map, src: ptr<T, shared>, c0: i32, ...: copy the box at src to the map's tensor at "
                 "coordinates (c0 innermost, ...), what lies outside the tensor not written; in the thread's bulk "

@@ -11,6 +11,11 @@ The instructions (PTX ISA 8.x):
   bytes have landed the copy performs complete-tx of the box's full byte count on the mbarrier. ``map``
   is the generic address of the map, a grid-constant kernel parameter here (``.param`` space made
   generic by ``cvta.param``, which LLVM emits for a ``nvvm.grid_constant`` byval parameter).
+- ``cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [dst], [src], size, [mbar];``
+  (section 9.7.9.25.4.1 "cp.async.bulk"; sm_90, PTX 8.0): the non-tensor bulk copy: ``size`` bytes (a
+  multiple of 16) of contiguous global memory at src (16-byte aligned) into shared memory at dst
+  (16-byte aligned), then complete-tx of ``size`` bytes on the mbarrier. No tensor map: the copy a
+  kernel issues for a contiguous span (e.g. a block's rows of a weight matrix).
 - ``cp.async.bulk.tensor.Nd.global.shared::cta.bulk_group [map, {c0, ..}], [src];`` (the same section;
   sm_90, PTX 8.0): the store, shared -> global: the box at src (laid out and swizzled as the map
   says) is written to the tensor at coordinates (c0, ...); elements of the box outside the tensor
@@ -63,6 +68,14 @@ def tma_load(ctx: LoweringContext, dst: ll.Value, tensor_map: ll.Value, bar: ll.
             f"[$0], [$1, {{{cs}}}], [$2];")
     m = ctx.b.ptrtoint(tensor_map, _I64)
     _asm(ctx, text, ",".join(["r", "l", "r"] + ["r"] * n), [_shared(ctx, dst), m, _shared(ctx, bar)] + coords)
+
+
+def bulk_load(ctx: LoweringContext, dst: ll.Value, src: ll.Value, nbytes: ll.Value, bar: ll.Value) -> None:
+    """``cp.async.bulk`` global -> shared of ``nbytes`` (i32) bytes, completing on ``bar`` (module
+    docstring)."""
+    text = "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [$0], [$1], $2, [$3];"
+    # a global pointer's generic address is its global address (as cp.async's source, mma.py)
+    _asm(ctx, text, "r,l,r,r", [_shared(ctx, dst), ctx.b.ptrtoint(src, _I64), nbytes, _shared(ctx, bar)])
 
 
 def tma_store(ctx: LoweringContext, tensor_map: ll.Value, src: ll.Value, coords: list[ll.Value]) -> None:
