@@ -74,18 +74,7 @@ kernel stream_bulk[CH: i32, LN: i32, ST: i32](x: ptr<u8>, n: i64, out: ptr<i32>)
 
 
 def time_ms(fn, reps=20):
-    fn()
-    torch.cuda.synchronize()
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    best = float("inf")
-    for _ in range(3):
-        a.record()
-        for _ in range(reps):
-            fn()
-        b.record()
-        torch.cuda.synchronize()
-        best = min(best, a.elapsed_time(b) / reps)
-    return best
+    return harness.best_device_ms(fn, reps, warm=1)
 
 
 def main():

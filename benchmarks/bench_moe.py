@@ -117,19 +117,8 @@ def triton_kernels_fn(x, logits, wg, wd, top_k):
 
 
 def time_ms(fn, reps=10):
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    best = float("inf")
-    for _ in range(3):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(reps):
-            fn()
-        b.record()
-        torch.cuda.synchronize()
-        best = min(best, a.elapsed_time(b) / reps)
-    return best
+    """harness.best_device_ms: the best of 3 rounds of back-to-back calls."""
+    return harness.best_device_ms(fn, reps)
 
 
 def copy_gbs():

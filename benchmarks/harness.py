@@ -66,6 +66,27 @@ def compile_in_parallel(warm: Callable[[Any], Any], jobs: Iterable[Any], workers
         print(f"parallel compile failed ({type(e).__name__}: {str(e)[:200]}); compiling as the rows come")
 
 
+def best_device_ms(fn: Callable[[], Any], reps: int = 10, warm: int = 3) -> float:
+    """Milliseconds a call of ``fn`` on torch's current CUDA device: ``warm`` calls, then the best of 3
+    rounds of ``reps`` back-to-back calls timed with CUDA events (launch costs included, L2 as the calls
+    leave it)."""
+    import torch  # deferred: the host-only benchmarks run without torch
+
+    for _ in range(warm):
+        fn()
+    torch.cuda.synchronize()
+    best = float("inf")
+    for _ in range(3):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(reps):
+            fn()
+        b.record()
+        torch.cuda.synchronize()
+        best = min(best, a.elapsed_time(b) / reps)
+    return best
+
+
 def device_copy_gbs(nbytes: int = 4 << 30, reps: int = 20) -> float:
     """GB/s of a device-to-device copy of ``nbytes`` random bytes on torch's current CUDA device, bytes
     read plus written, the median of ``reps`` copies timed with CUDA events (benchmarks/RESULTS.md's
