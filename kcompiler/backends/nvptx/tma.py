@@ -12,7 +12,8 @@ The instructions (PTX ISA 8.x):
   is the generic address of the map, a grid-constant kernel parameter here (``.param`` space made
   generic by ``cvta.param``, which LLVM emits for a ``nvvm.grid_constant`` byval parameter).
 - ``cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [dst], [src], size, [mbar];``
-  (section 9.7.9.25.4.1 "cp.async.bulk"; sm_90, PTX 8.0): the non-tensor bulk copy: ``size`` bytes (a
+  (PTX ISA, "Data Movement and Conversion Instructions: cp.async.bulk"; sm_90, PTX 8.0; the same
+  alignment rules in libcu++'s cuda::ptx::cp_async_bulk notes): the non-tensor bulk copy: ``size`` bytes (a
   multiple of 16) of contiguous global memory at src (16-byte aligned) into shared memory at dst
   (16-byte aligned), then complete-tx of ``size`` bytes on the mbarrier. No tensor map: the copy a
   kernel issues for a contiguous span (e.g. a block's rows of a weight matrix).
