@@ -17,7 +17,7 @@ The instructions (PTX ISA 8.x):
   multiple of 16) of contiguous global memory at src (16-byte aligned) into shared memory at dst
   (16-byte aligned), then complete-tx of ``size`` bytes on the mbarrier. No tensor map: the copy a
   kernel issues for a contiguous span (e.g. a block's rows of a weight matrix).
-- ``cp.async.bulk.tensor.Nd.global.shared::cta.bulk_group [map, {c0, ..}], [src];`` (the same section;
+- ``cp.async.bulk.tensor.Nd.global.shared::cta.bulk_group [map, {c0, ..}], [src];`` (cp.async.bulk.tensor's section;
   sm_90, PTX 8.0): the store, shared -> global: the box at src (laid out and swizzled as the map
   says) is written to the tensor at coordinates (c0, ...); elements of the box outside the tensor
   are not written. It completes in the issuing thread's bulk async-groups:
