@@ -92,7 +92,8 @@ def main():
     print(f"{'mover':>28} {'ms':>8} {'GB/s':>7} {'%copy':>6}")
     rd = kc.compile(READ_KC, target="cuda", path="<stream_read>")
     t = time_ms(lambda: rd.stream_read[(4 * sms,), 512](x.view(torch.int32), n // 4, out, U=4, stream=stream))
-    print(f"{'registers, 16 B x 4 a lane':>28} {t:>8.4f} {n / t / 1e6:>7.0f} {100 * n / t / 1e6 / copy:>5.0f}%", flush=True)
+    name = "registers, 16 B x 4 a lane"
+    print(f"{name:>28} {t:>8.4f} {n / t / 1e6:>7.0f} {100 * n / t / 1e6 / copy:>5.0f}%", flush=True)
     bk = kc.compile(STREAM_BULK, target="cuda", path="<stream_bulk>")
     ST = 4
     for ch in (256, 512, 1024, 2048, 4096, 8192, 16384):

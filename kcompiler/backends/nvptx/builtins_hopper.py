@@ -1,6 +1,7 @@
 """The checks of the Hopper (NVIDIA sm_90 / sm_90a) builtins: warpgroup matrix multiply-accumulate
 (``wgmma``, ``wgmma_fence``, ``wgmma_commit``, ``wgmma_wait``, ``wgmma_desc``), TMA tensor copies
-(``tma_load``, ``tma_store``, ``tma_store_commit``, ``tma_store_wait``), bulk copies (``bulk_load``), mbarriers (``mbarrier_init``, ``mbarrier_arrive``, ``mbarrier_arrive_expect_tx``,
+(``tma_load``, ``tma_store``, ``tma_store_commit``, ``tma_store_wait``), bulk copies (``bulk_load``),
+mbarriers (``mbarrier_init``, ``mbarrier_arrive``, ``mbarrier_arrive_expect_tx``,
 ``mbarrier_try_wait``, ``mbarrier_wait``), ``fence_proxy_async`` and ``setmaxnreg_inc`` /
 ``setmaxnreg_dec``, written against :class:`~kcompiler.ir.builtin_surface.BuiltinCall`. Each call is
 type-checked (a located error for a wrong operand type, address space or size, and for a target

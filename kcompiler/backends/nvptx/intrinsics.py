@@ -150,7 +150,8 @@ def _t_bulk_load(op: Op) -> None:
     require(s.space == AddressSpace.GLOBAL, f"bulk_load from {s} (needs a global pointer)")
     require(nbytes.type == U32, f"bulk_load byte count of type {nbytes.type} (needs u32)")
     b = pointer(bar, "mbarrier")
-    require(b.space == AddressSpace.SHARED and b.pointee == U64, f"bulk_load completing on {b} (needs ptr<u64, shared>)")
+    require(b.space == AddressSpace.SHARED and b.pointee == U64,
+            f"bulk_load completing on {b} (needs ptr<u64, shared>)")
 
 
 def _t_tma_store(op: Op) -> None:
