@@ -106,6 +106,8 @@ class CpuKernelHandle:
     #: module's formats by hash (its ``kc_printf_formats`` table).
     printf_slot: int = 0
     printf_formats: dict = field(default_factory=dict)
+    #: why an emulated instruction faults, by location id (abi.ERR_FAULT; CpuTarget.fault)
+    faults: dict = field(default_factory=dict)
 
 
 _hostcall_lock = threading.Lock()
@@ -289,7 +291,8 @@ class CpuDevice(Device):
         return CpuKernelHandle(engine, name, start, int(info["warp_size"]), int(k["static_shared"]),
                                bool(k["check_bounds"]), [tuple(p) for p in k["params"]],
                                int(k["arg_bytes"]), list(info["locations"]), hostcall_slot,
-                               printf_slot, _formats_at(formats_at))
+                               printf_slot, _formats_at(formats_at),
+                               {int(i): m for i, m in info.get("faults", {}).items()})
 
     # --- arguments ---
     def marshal(self, artifact: Artifact, args: Sequence[Any],
@@ -692,6 +695,9 @@ def _error_message(h: CpuKernelHandle, st: abi.LaunchState, table: list[PointerA
         return (f"kernel '{h.name}': misaligned {access} {_what(table, addr, n)} at {_loc(h, st.err_loc)}, "
                 f"{who}: the address {addr:#x} is not a multiple of the access's alignment, which a GPU "
                 f"faults on")
+    if st.err_kind == abi.ERR_FAULT:
+        why = h.faults.get(st.err_loc, "an emulated instruction faulted")
+        return f"kernel '{h.name}': {why} at {_loc(h, st.err_loc)}, {who} (a GPU faults on this)"
     if st.err_kind == abi.ERR_BOUNDS:
         access = abi.ACCESS_NAMES.get(st.err_access, "access to")
         addr, n = st.err_addr & (2**64 - 1), st.err_nbytes

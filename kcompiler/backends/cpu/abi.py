@@ -65,6 +65,9 @@ ERR_ASSERT, ERR_INDEX, ERR_DEADLOCK = 5, 6, 7
 #: A shared-memory access outside the block's shared memory under check_bounds (``err_addr``: its
 #: offset from the start of the block's shared memory, ``err_nbytes``: its size).
 ERR_SHARED = 8
+#: An emulated instruction would fault on a GPU (``err_loc``: the call; the module's info says why,
+#: by location: CpuTarget.fault).
+ERR_FAULT = 9
 # LaunchState.err_access
 ACCESS_LOAD, ACCESS_STORE, ACCESS_ATOMIC = 0, 1, 2
 ACCESS_NAMES = {ACCESS_LOAD: "load from", ACCESS_STORE: "store to", ACCESS_ATOMIC: "atomic on"}

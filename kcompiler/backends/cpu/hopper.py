@@ -16,8 +16,8 @@ What each does here (the PTX semantics are stated in backends/nvptx/wgmma.py and
   address bits 4 .. 4 + log2(S / 16) are XORed with bits 7 .. (PTX ISA "Tensor copy: swizzling modes";
   CUTLASS's Swizzle<3, 4, 3> for 128 bytes). Then complete-tx of the box's bytes on the barrier.
 - ``bulk_load`` copies its bytes at once (a byte loop), then complete-tx of them on the barrier; a
-  source address or byte count that is not a multiple of 16 stops the launch (DeviceAssertionError at
-  the call's file:line:col), as the instruction faults on a GPU.
+  source address or byte count that is not a multiple of 16 stops the launch (LaunchError naming it
+  and the call's file:line:col: CpuTarget.fault), as the instruction faults on a GPU.
 - ``tma_store`` (1-D to 5-D) is the reverse copy, at once: box element (r, c) is read from the same
   swizzled offset of the source and written to global (c0 + c, c1 + r1, ...) where that lies inside
   the tensor (TMA clips the box there); ``tma_store_commit`` and ``tma_store_wait`` do nothing (the
@@ -368,8 +368,7 @@ def emulate(target: "CpuTarget", ctx: "LoweringContext", op: Any, args: list[ll.
         # cp.async.bulk faults on a misaligned source or size (PTX: multiples of 16): so does this
         bad = b.icmp_unsigned("!=", b.and_(b.or_(b.ptrtoint(args[1], I64), b.zext(args[2], I64)), _c(15)), _c(0))
         with b.if_then(bad, likely=False):
-            target.trap(ctx, "assert", message="bulk_load: the source address and the byte count must be multiples "
-                        "of 16", function=ctx.fn.name)
+            target.fault(ctx, "bulk_load: the source address and the byte count must be multiples of 16")
         b.call(_bulk_helper(m), list(args))
         return None
     if name == "tma_store":

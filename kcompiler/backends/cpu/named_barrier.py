@@ -43,7 +43,7 @@ def emulate(target: "CpuTarget", ctx: "LoweringContext", op: Any, args: list[ll.
     if not isinstance(bid, ll.Constant):
         bad = b.or_(b.icmp_unsigned("==", bid, ll.Constant(I32, 0)), b.icmp_unsigned(">=", bid, ll.Constant(I32, COUNT)))
         with b.if_then(bad, likely=False):
-            target.trap(ctx, "assert", message="named barrier id outside 1 to 15", function=ctx.fn.name)
+            target.fault(ctx, "named barrier id outside 1 to 15")
     n = int(op.attrs["nthreads"])
     slot = b.gep(load_thread(b, co.ctx, "nbar"), [b.zext(b.and_(bid, ll.Constant(I32, COUNT - 1)), I64)],
                  source_etype=I64)

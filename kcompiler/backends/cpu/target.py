@@ -50,7 +50,8 @@ from ...ir.types import AddressSpace
 from ..target import Target, local_name
 from . import approx, contract, coroutine, hopper, mfma, warp_matrix
 from .cpu_names import check_cpu_name
-from .abi import (ACCESS_ATOMIC, ACCESS_LOAD, ACCESS_STORE, ERR_ASSERT, ERR_BOUNDS, ERR_INDEX, ERR_MISALIGNED,
+from .abi import (ACCESS_ATOMIC, ACCESS_LOAD, ACCESS_STORE, ERR_ASSERT, ERR_BOUNDS, ERR_FAULT, ERR_INDEX,
+                  ERR_MISALIGNED,
                   ERR_SHARED, WAIT_BARRIER, WAIT_RUN, WAIT_WARP, WARP_ACTIVE_MASK, WARP_BALLOT, WARP_FIRST_LANE, WARP_SHUFFLE,
                   load_launch, load_thread, store_launch, store_thread)
 from .scheduler import START_TYPE, claim_error
@@ -85,6 +86,8 @@ class _ModuleState:
     """What the CPU target learns while lowering one module, written out by finalize_module."""
 
     locations: list[str] = field(default_factory=list)
+    #: why an emulated instruction faults, by the location id of its check (CpuTarget.fault)
+    faults: dict[int, str] = field(default_factory=dict)
     kernels: dict[str, dict[str, Any]] = field(default_factory=dict)
     check_function: ll.Function | None = None
     record_function: ll.Function | None = None
@@ -403,6 +406,21 @@ class CpuTarget(Target):
         b.branch(co.error)
         b.position_at_end(b.append_basic_block("after_trap"))
 
+    def fault(self, ctx: "LoweringContext", message: str) -> None:
+        """Stop the launch where an emulated instruction would fault on a GPU (a misaligned bulk copy,
+        a named barrier id out of range): the runtime raises LaunchError naming ``message``, the
+        call's file:line:col and the thread. The builder continues in a new, unreachable block."""
+        co = self._coroutine(ctx, "fault")
+        b = ctx.b
+        if co is None:
+            super().trap(ctx, "assert", message)
+            return
+        site = self._site(ctx)
+        self._mstate(ctx.module).faults[site] = message
+        self._record_error(ctx, co, ERR_FAULT, site)
+        b.branch(co.error)
+        b.position_at_end(b.append_basic_block("after_fault"))
+
     def _record_error(self, ctx: "LoweringContext", co: coroutine.Coroutine, kind: int, site: int,
                       addr: ll.Value | None = None, nbytes: ll.Value | None = None,
                       access: int | None = None) -> None:
@@ -617,7 +635,8 @@ class CpuTarget(Target):
             info = dict(info)
             kernels[info.pop("symbol")] = {**info, "thunk": name + THUNK_SUFFIX, "params": params,
                                            "arg_bytes": max((o + s for o, s in params), default=0)}
-        text = json.dumps({"warp_size": self.warp_size, "kernels": kernels, "locations": st.locations})
+        text = json.dumps({"warp_size": self.warp_size, "kernels": kernels, "locations": st.locations,
+                           "faults": {str(k): v for k, v in st.faults.items()}})
         data = bytearray(text.encode()) + b"\0"
         gv = ll.GlobalVariable(module, ll.ArrayType(I8, len(data)), INFO_SYMBOL)
         gv.initializer = ll.Constant(ll.ArrayType(I8, len(data)), data)

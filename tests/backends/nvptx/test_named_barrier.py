@@ -99,7 +99,7 @@ def _child(tmp_path, body: str) -> subprocess.CompletedProcess:
 
 def test_cpu_incomplete_barrier_is_a_deadlock(tmp_path):
     """64 threads wait for 96: the launch stops with the deadlock error (a GPU hangs); a run-time id
-    of 0 stops it too."""
+    of 0 stops it too, with an error that says why and where."""
     r = _child(tmp_path, """
         for call in (lambda: mod.stuck[1, 64](np.zeros(64, np.int32)),
                      lambda: mod.handoff[1, 64](np.zeros(64, np.int32), np.zeros(1, np.uint32), 1, shared=128)):
@@ -112,7 +112,8 @@ def test_cpu_incomplete_barrier_is_a_deadlock(tmp_path):
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert "deadlock in block (0,0,0)" in lines[0], r.stdout
-    assert "device assertion failed at k.kc:15:13" in lines[1], r.stdout  # barrier_sync(full, 64), full = 0
+    assert lines[1] == ("LaunchError kernel 'handoff': named barrier id outside 1 to 15 at k.kc:15:13, thread (0,0,0) "
+                        "block (0,0,0) (a GPU faults on this)"), r.stdout  # barrier_sync(full, 64), full = 0
 
 
 ERRORS = [
