@@ -51,9 +51,8 @@ from ..target import Target, local_name
 from . import approx, contract, coroutine, hopper, mfma, warp_matrix
 from .cpu_names import check_cpu_name
 from .abi import (ACCESS_ATOMIC, ACCESS_LOAD, ACCESS_STORE, ERR_ASSERT, ERR_BOUNDS, ERR_FAULT, ERR_INDEX,
-                  ERR_MISALIGNED,
-                  ERR_SHARED, WAIT_BARRIER, WAIT_RUN, WAIT_WARP, WARP_ACTIVE_MASK, WARP_BALLOT, WARP_FIRST_LANE, WARP_SHUFFLE,
-                  load_launch, load_thread, store_launch, store_thread)
+                  ERR_MISALIGNED, ERR_SHARED, WAIT_BARRIER, WAIT_RUN, WAIT_WARP, WARP_ACTIVE_MASK, WARP_BALLOT,
+                  WARP_FIRST_LANE, WARP_SHUFFLE, load_launch, load_thread, store_launch, store_thread)
 from .scheduler import START_TYPE, claim_error
 from ..llvm import initialize
 from ..llvm.codegen import machine_code
