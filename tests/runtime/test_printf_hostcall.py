@@ -7,6 +7,7 @@ offset, nothing undefined, no device-libs symbol)."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -27,16 +28,52 @@ def by_mode(out: str) -> dict[str, str]:
     return {p.split("\n", 1)[0]: p.split("\n", 1)[1] for p in parts[1:]}
 
 
+_CONVERSION = re.compile(r"%([-+ #0]*)(\*|\d+)?(\.(\*|\d*))?(hh|h|ll|l|z|j|t)?([diouxXcspfFeEgGaA%])")
+
+
+def _features(case) -> set:
+    """What a conformance case exercises: its argument types, and each conversion's letter, length
+    modifier, flags, and `*` width or precision."""
+    _, fmt, args = case
+    out = {("type", t) for t, _ in args}
+    for m in _CONVERSION.finditer(fmt):
+        flags, width, _, prec, length, conv = m.groups()
+        out |= {("conv", conv), ("length", length), ("star width", width == "*"), ("star prec", prec == "*")}
+        out |= {("flag", f) for f in flags}
+    return out
+
+
+def feature_sample(cases) -> list:
+    """A fixed few of ``cases`` that together exercise every feature (:func:`_features`) of all of
+    them: the first case, in list order, that adds the most features not yet covered, until none is
+    left."""
+    want, picked = set().union(*map(_features, cases)), []
+    while want:
+        best = max(cases, key=lambda c: len(_features(c) & want))
+        picked.append(best)
+        want -= _features(best)
+    return [c for c in cases if c in picked]
+
+
+def test_feature_sample_covers_every_feature():
+    sample = feature_sample(CASES)
+    assert set().union(*map(_features, sample)) == set().union(*map(_features, CASES))
+    assert {("type", t) for t in ("i8", "u16", "f16", "bf16", "f32", "str", "lit", "ptr")} <= set().union(
+        *map(_features, sample))
+    assert len(sample) < len(CASES) // 4
+
+
 @pytest.mark.slow(sample=1)  # one warp size by default (80-120 s each on CI's 2 cores); -m slow: both
 @pytest.mark.parametrize("warp", [32, 64])
 def test_cpu_printf_matches_snprintf(tmp_path, warp, full_sweep):
     """Every case of the conformance list and of FIELD_CASES, printed through hostcall on the CPU
     target (wavefronts of 32 and of 64 lanes) and read by a listener that steps past %s as the
     newer clr does ("length") and as ROCm 6.x's clr does ("printed"), equals libc's snprintf. By
-    default every fourth case of the conformance list (a fixed sample: CI time) and all of
-    FIELD_CASES; -m slow: all."""
+    default a fixed sample of the conformance list that exercises every argument type, conversion,
+    length modifier, flag and `*` field of it (feature_sample: CI time) and all of FIELD_CASES;
+    -m slow: all."""
     assert len(CASES) >= 100
-    cases = (CASES if full_sweep else CASES[::4]) + FIELD_CASES
+    cases = (CASES if full_sweep else feature_sample(CASES)) + FIELD_CASES
     src, kernels = split_source(cases=cases)
     out = run(tmp_path, src, kernels, cases_arrays(cases), "cpu", arch="host-w64" if warp == 64 else None,
               modes=("length", "printed"))
