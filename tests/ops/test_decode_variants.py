@@ -191,7 +191,10 @@ def test_tc_tiles_bases_key():
     assert "BASES" not in decode._tc_tiles(None, 16, 128, 2, "paged_decode")[0]
 
 
-@pytest.mark.parametrize("G,page,D", [(4, 16, 64), (8, 16, 64)], ids=["4to1-p16", "8to1-p16"])
+# CI time: 4:1 by default (GQA 8:1 runs on the emulation by default in test_tc_decode_variant_emulated and
+# test_tc_decode_gather_emulated); -m slow: both
+@pytest.mark.parametrize("G,page,D", [(4, 16, 64), pytest.param(8, 16, 64, marks=pytest.mark.slow(sample=0))],
+                         ids=["4to1-p16", "8to1-p16"])
 def test_tc_decode_default_emulated(monkeypatch, emulated, G, page, D):  # noqa: F811
     """The default tensor-core decode (ring_gather_bases at GQA 4:1 and 8:1: GATHER's pages a step
     ahead, BASES' unchecked full steps beside the bounded last one) on the emulation: lengths ending
