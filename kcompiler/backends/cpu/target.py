@@ -396,29 +396,30 @@ class CpuTarget(Target):
     def trap(self, ctx: "LoweringContext", reason: str, message: str = "", function: str = "") -> None:
         # The launch stops with the error (the first one wins), the thread ends; the runtime raises
         # DeviceAssertionError with the message the thread printed before.
-        co = self._coroutine(ctx, "assert")
-        b = ctx.b
-        if co is None:
+        if not self._stop(ctx, "assert", ERR_ASSERT):
             super().trap(ctx, reason, message, function)
-            return
-        self._record_error(ctx, co, ERR_ASSERT, self._site(ctx))
-        b.branch(co.error)
-        b.position_at_end(b.append_basic_block("after_trap"))
 
     def fault(self, ctx: "LoweringContext", message: str) -> None:
         """Stop the launch where an emulated instruction would fault on a GPU (a misaligned bulk copy,
         a named barrier id out of range): the runtime raises LaunchError naming ``message``, the
         call's file:line:col and the thread. The builder continues in a new, unreachable block."""
-        co = self._coroutine(ctx, "fault")
-        b = ctx.b
-        if co is None:
+        if not self._stop(ctx, "fault", ERR_FAULT, message):
             super().trap(ctx, "assert", message)
-            return
+
+    def _stop(self, ctx: "LoweringContext", what: str, kind: int, fault: str | None = None) -> bool:
+        """Claim the launch's error ``kind`` at the current location (recording ``fault``, the reason an
+        ERR_FAULT gives, by that location) and end the thread; the builder continues in a new,
+        unreachable block. False in a device function that is not a kernel (no coroutine)."""
+        co = self._coroutine(ctx, what)
+        if co is None:
+            return False
         site = self._site(ctx)
-        self._mstate(ctx.module).faults[site] = message
-        self._record_error(ctx, co, ERR_FAULT, site)
-        b.branch(co.error)
-        b.position_at_end(b.append_basic_block("after_fault"))
+        if fault is not None:
+            self._mstate(ctx.module).faults[site] = fault
+        self._record_error(ctx, co, kind, site)
+        ctx.b.branch(co.error)
+        ctx.b.position_at_end(ctx.b.append_basic_block(f"after_{what}"))
+        return True
 
     def _record_error(self, ctx: "LoweringContext", co: coroutine.Coroutine, kind: int, site: int,
                       addr: ll.Value | None = None, nbytes: ll.Value | None = None,

@@ -6,7 +6,8 @@ frontend first resolves a name the language itself does not declare (the Backend
   ``"ldmatrix"``, ``"cp_async"``; ``"mma_fp8"`` for the FP8 form, sm_89+): ``mma_sync``, ``ldmatrix``,
   ``cp_async``, ``cp_async_commit``, ``cp_async_wait``, checked in builtins_mma.py; mma.py gives the
   fragment layouts (PTX ISA 8.x, "Matrix Fragments for mma.m16n8k16 / m16n8k32", "ldmatrix");
-- Hopper, sm_90a: warpgroup MMA, TMA, bulk copies (``bulk_load``), mbarriers, setmaxnreg, TMA stores (``tma_store``, ``tma_store_commit``, ``tma_store_wait``) (``target.has("wgmma")``, ``"tma"``,
+- Hopper, sm_90a: warpgroup MMA, TMA, bulk copies (``bulk_load``), mbarriers, setmaxnreg, TMA stores
+  (``tma_store``, ``tma_store_commit``, ``tma_store_wait``) (``target.has("wgmma")``, ``"tma"``,
   ``"mbarrier"``, ``"setmaxnreg"``), checked in builtins_hopper.py; wgmma.py and tma.py give the PTX;
 - thread-block clusters, sm_90 (``target.has("cluster")``): ``cluster_dims``, ``cluster_ctarank``,
   ``cluster_arrive``, ``cluster_wait``, ``mbarrier_arrive_cluster``, ``tma_load_multicast``, checked

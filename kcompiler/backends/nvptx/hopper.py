@@ -1,6 +1,6 @@
 """The registry's lowering of NVIDIA's Hopper intrinsics (intrinsics.py: ``nvptx.wgmma.*``,
-``nvptx.tma.load``, ``nvptx.tma.bulk_load``, ``nvptx.tma.store*``, ``nvptx.mbarrier.*``, ``nvptx.setmaxnreg``, ``nvptx.fence.proxy_async``,
-``nvptx.cluster.*``, ``nvptx.tma.load_multicast``) to the PTX of wgmma.py, tma.py and cluster.py.
+``nvptx.tma.load``, ``nvptx.tma.bulk_load``, ``nvptx.tma.store*``, ``nvptx.mbarrier.*``, ``nvptx.setmaxnreg``,
+``nvptx.fence.proxy_async``, ``nvptx.cluster.*``, ``nvptx.tma.load_multicast``) to the PTX of wgmma.py, tma.py and cluster.py.
 Each needs its feature (``wgmma``, ``tma``, ``mbarrier``, ``cluster``, ``setmaxnreg``: sm_90, wgmma
 and setmaxnreg sm_90a); the frontend refuses them first, with the call's
 location, and this is the backstop for IR built directly."""
