@@ -533,10 +533,10 @@ def test_every_small_float_expression_compiles_or_is_a_located_error(full_sweep)
 
 
 VEC8 = """
-kernel enc8[ABS: bool](x: ptr<f32>, y: ptr<f8e4m3>, n: i64) {
+kernel enc8[ABS: bool, S: type = f32](x: ptr<S>, y: ptr<f8e4m3>, n: i64) {
     let i = i64(block_id.x * block_dim.x + thread_id.x) * 8;
     if i + 8 <= n {
-        var v = load[vec<f32, 8>](x + i);
+        var v = load[vec<S, 8>](x + i);
         comptime if ABS {
             v = abs(v);
         }
@@ -561,6 +561,33 @@ def test_ptx_saturating_e4m3_vector_packs_words(use_abs):
     if use_abs:
         assert not re.search(r"\b(or|and)\.b16\b", ptx), ptx
     ptxas(ptx, "sm_90a")
+
+
+@pytest.mark.parametrize("use_abs", [False, True], ids=["plain", "abs"])
+def test_ptx_saturating_e4m3_from_f16_vector(use_abs):
+    """From f16 pairs (FP8 attention's EXP2_POLY -1: P computed in f16) the saturating E4M3 vector
+    conversion is one cvt.rn.satfinite.e4m3x2.f16x2 a pair, with no conversion through f32; the
+    NaN-sign fix-up folds away where the signs are known clear (abs)."""
+    from kcompiler.backends.nvptx.target import NvptxTarget
+    from kcompiler.pipeline import Source, emit
+    ptx = emit(Source(VEC8, "k.kc", "."), "asm", NvptxTarget("sm_90a"), comptime={"ABS": use_abs, "S": "f16"})
+    assert ptx.count("cvt.rn.satfinite.e4m3x2.f16x2") == 4 and "cvt.f32.f16" not in ptx, ptx
+    assert "e4m3x2.f32" not in ptx and not re.search(r"\b(prmt|bfi)\b", ptx), ptx
+    if use_abs:
+        assert not re.search(r"\b(or|and)\.b16\b", ptx), ptx
+    ptxas(ptx, "sm_90a")
+
+
+def test_saturating_e4m3_from_every_f16_pair(target):
+    """Every f16 value (NaNs of both signs, infinities, subnormals) through the vector conversion from
+    f16 (on sm_89+ one cvt.rn.satfinite.e4m3x2.f16x2 a pair and the NaN-sign fix-up) gives ml_dtypes'
+    saturating bits, as the f32 route does; the CPU target takes the software path."""
+    x = np.arange(1 << 16, dtype=np.uint16).view(np.float16)
+    y = np.zeros(x.size, ml_dtype("f8e4m3"))
+    kc.compile(VEC8, target=target, path="vec8.kc").enc8[(x.size // 8 + 255) // 256, 256](x, y, x.size, ABS=False,
+                                                                                         S="f16")
+    want = reference.encode(x.astype(np.float32), "f8e4m3", True)
+    assert (y.view(np.uint8) == want).all(), _bad(x.astype(np.float32), y.view(np.uint8), want)
 
 
 @pytest.mark.gpu

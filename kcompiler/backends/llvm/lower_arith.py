@@ -168,18 +168,24 @@ class ArithmeticLowering:
         n = src.count if isinstance(src, VectorType) else 0
         B = ctx.b
         lanes = [B.extract_element(x, ll.Constant(_I32, i)) for i in range(n)] if n else [x]
-        if s.is_minifloat:
-            lanes = self.target.minifloat_decode(ctx, lanes, FORMATS[s.name], exact_nan)
-        else:
-            lanes = [self._convert_keep_nan_sign(ctx, v, s, F32) for v in lanes]
-        if d.is_minifloat and n and n % 2 == 0 and d.bits == 8:
+        pairs, packable = None, d.is_minifloat and d.bits == 8 and n and n % 2 == 0
+        if packable and s.name == "f16":
+            # f16 pairs straight to 8-bit codes where the target has that convert (f16 to f32 is exact,
+            # so the codes are those of the f32 route)
             pairs = self.target.minifloat_encode_pairs(ctx, lanes, FORMATS[d.name], saturate)
-            if pairs is not None:  # 16-bit lanes: whole words for a wgmma/mma fragment or a store
-                i16 = ll.IntType(16)
-                out: ll.Value = ll.Constant(ll.VectorType(i16, n // 2), ll.Undefined)
-                for i, v in enumerate(pairs):
-                    out = B.insert_element(out, v, ll.Constant(_I32, i))
-                return B.bitcast(out, self.lltype(dst))
+        if pairs is None:
+            if s.is_minifloat:
+                lanes = self.target.minifloat_decode(ctx, lanes, FORMATS[s.name], exact_nan)
+            else:
+                lanes = [self._convert_keep_nan_sign(ctx, v, s, F32) for v in lanes]
+            if packable:
+                pairs = self.target.minifloat_encode_pairs(ctx, lanes, FORMATS[d.name], saturate)
+        if pairs is not None:  # 16-bit lanes: whole words for a wgmma/mma fragment or a store
+            i16 = ll.IntType(16)
+            out: ll.Value = ll.Constant(ll.VectorType(i16, n // 2), ll.Undefined)
+            for i, v in enumerate(pairs):
+                out = B.insert_element(out, v, ll.Constant(_I32, i))
+            return B.bitcast(out, self.lltype(dst))
         if d.is_minifloat:
             lanes = self.target.minifloat_encode(ctx, lanes, FORMATS[d.name], saturate)
         else:

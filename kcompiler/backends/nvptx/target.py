@@ -214,7 +214,18 @@ class NvptxTarget(Target):
         if hw is None or not saturate or fmt.kind != "fn":
             return None
         b = ctx.b
-        f32, i16 = ll.FloatType(), ll.IntType(16)
+        f32, i16, i32 = ll.FloatType(), ll.IntType(16), ll.IntType(32)
+        if isinstance(xs[0].type, ll.HalfType):  # cvt.rn.satfinite.e4m3x2.f16x2: element 0 in the low byte
+            h2 = ll.VectorType(ll.HalfType(), 2)
+            cvt = ctx.declare(f"llvm.nvvm.f16x2.to.{hw}x2.rn", i16, [h2])
+            out = []
+            for k in range(0, len(xs), 2):
+                pair = b.insert_element(b.insert_element(ll.Constant(h2, ll.Undefined), xs[k], ll.Constant(i32, 0)),
+                                        xs[k + 1], ll.Constant(i32, 1))
+                out.append(minifloat.or_signs(b, b.call(cvt, [pair]), xs[k], xs[k + 1]))
+            return out
+        if not isinstance(xs[0].type, ll.FloatType):
+            return None
         cvt = ctx.declare(f"llvm.nvvm.ff.to.{hw}x2.rn", i16, [f32, f32])
         return [minifloat.or_signs(b, b.call(cvt, [xs[k + 1], xs[k]]), xs[k], xs[k + 1])
                 for k in range(0, len(xs), 2)]
