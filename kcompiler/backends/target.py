@@ -406,8 +406,9 @@ class Target:
                                saturate: bool) -> list[ll.Value] | None:
         """:meth:`minifloat_encode`'s codes of an even number of f32 (or, where the target converts
         those directly, f16) ``xs`` two to an i16 (the first of a pair in the low byte), the same bits,
-        where the target converts pairs in one instruction; None (the default) where it does not. A vector conversion is then built of 16-bit lanes, which
-        LLVM packs into words without splitting and re-joining bytes."""
+        where the target converts pairs in one instruction; None (the default) where it does not. A
+        vector conversion is then built of 16-bit lanes, which LLVM packs into words without splitting
+        and re-joining bytes."""
         return None
 
     def minifloat_decode(self, ctx: "LoweringContext", codes: list[ll.Value], fmt: Any,

@@ -565,9 +565,9 @@ def test_ptx_saturating_e4m3_vector_packs_words(use_abs):
 
 @pytest.mark.parametrize("use_abs", [False, True], ids=["plain", "abs"])
 def test_ptx_saturating_e4m3_from_f16_vector(use_abs):
-    """From f16 pairs (FP8 attention's EXP2_POLY -1: P computed in f16) the saturating E4M3 vector
-    conversion is one cvt.rn.satfinite.e4m3x2.f16x2 a pair, with no conversion through f32; the
-    NaN-sign fix-up folds away where the signs are known clear (abs)."""
+    """From f16 pairs (a kernel that computes in f16 and stores E4M3, e.g. quantising f16 activations)
+    the saturating E4M3 vector conversion is one cvt.rn.satfinite.e4m3x2.f16x2 a pair, with no
+    conversion through f32; the NaN-sign fix-up folds away where the signs are known clear (abs)."""
     from kcompiler.backends.nvptx.target import NvptxTarget
     from kcompiler.pipeline import Source, emit
     ptx = emit(Source(VEC8, "k.kc", "."), "asm", NvptxTarget("sm_90a"), comptime={"ABS": use_abs, "S": "f16"})

@@ -148,12 +148,13 @@ def encode_pairs(b: ll.IRBuilder, xs: list[ll.Value], fmt: Float8Format, saturat
 
 
 def or_signs(b: ll.IRBuilder, two: ll.Value, first: ll.Value, second: ll.Value) -> ll.Value:
-    """The i16 ``two`` (two E4M3 codes of ``first``, low byte, and ``second``, high byte, f32 or f16, from
-    a saturating convert such as NVIDIA's ``cvt.rn.satfinite.e4m3x2.f32`` or ``.f16x2``) with each value's sign bit
-    ORed into its code. Such a convert gives the software path's saturating code (sign-preserved
-    largest finite value for an overflow or an infinity, signed zeros) but for a NaN, which it gives
-    as 0x7F whatever its sign: the OR sets that sign and changes nothing else (every other code's sign
-    is its value's). A shift and a logical op a pair, where :func:`fix_encoded` compares and selects."""
+    """The i16 ``two`` (two E4M3 codes of ``first``, low byte, and ``second``, high byte, f32 or f16,
+    from a saturating convert such as NVIDIA's ``cvt.rn.satfinite.e4m3x2.f32`` or ``.f16x2``) with each
+    value's sign bit ORed into its code. Such a convert gives the software path's saturating code
+    (sign-preserved largest finite value for an overflow or an infinity, signed zeros) but for a NaN,
+    which it gives as 0x7F whatever its sign: the OR sets that sign and changes nothing else (every
+    other code's sign is its value's). A shift and a logical op a pair, where :func:`fix_encoded`
+    compares and selects."""
     i16 = ll.IntType(16)
 
     def sign(x: ll.Value, bit: int) -> ll.Value:  # x's sign (an f32 or an f16) at bit `bit` of an i16
