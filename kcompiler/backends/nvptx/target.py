@@ -207,9 +207,10 @@ class NvptxTarget(Target):
 
     def minifloat_encode_pairs(self, ctx: LoweringContext, xs: list[ll.Value], fmt,
                                saturate: bool) -> list[ll.Value] | None:
-        """Saturating E4M3 (sm_89+): one ``cvt.rn.satfinite.e4m3x2.f32`` a pair, its NaN's sign ORed
-        in (minifloat.or_signs; LLVM drops the OR where it knows the sign bits clear, e.g. of abs(x)).
-        None for the other conversions (their fix-ups are per byte)."""
+        """Saturating E4M3 (sm_89+) of f32 or f16 lanes ``xs`` (an even number): one
+        ``cvt.rn.satfinite.e4m3x2.f32`` (or ``.f16x2``) a pair, its NaN's sign ORed in (minifloat.or_signs;
+        LLVM drops the OR where it knows the sign bits clear, e.g. of abs(x)). None for the other
+        conversions (their fix-ups are per byte)."""
         hw = self._fp8_hw(fmt)
         if hw is None or not saturate or fmt.kind != "fn":
             return None
@@ -224,8 +225,6 @@ class NvptxTarget(Target):
                                         xs[k + 1], ll.Constant(i32, 1))
                 out.append(minifloat.or_signs(b, b.call(cvt, [pair]), xs[k], xs[k + 1]))
             return out
-        if not isinstance(xs[0].type, ll.FloatType):
-            return None
         cvt = ctx.declare(f"llvm.nvvm.ff.to.{hw}x2.rn", i16, [f32, f32])
         return [minifloat.or_signs(b, b.call(cvt, [xs[k + 1], xs[k]]), xs[k], xs[k + 1])
                 for k in range(0, len(xs), 2)]
