@@ -501,6 +501,15 @@ def _find_implicit_imports(mod: SourceModule) -> list[A.Import]:
     return out
 
 
+def _is_file(p: Path) -> bool:
+    """Whether ``p`` is a file; False where the OS refuses the name itself (too long: ENAMETOOLONG,
+    which Path.is_file raises rather than answers)."""
+    try:
+        return p.is_file()
+    except OSError:
+        return False
+
+
 def _load(source: str, path: str, keep_going: bool = False) -> Program:
     diag = Diagnostics()
     if not isinstance(source, str):
@@ -523,7 +532,7 @@ def _load(source: str, path: str, keep_going: bool = False) -> Program:
             mod.structs.setdefault(sd.name, sd)
         for imp in mod.ast.imports + _implicit_imports(mod):
             fpath, name = _module_file(imp, mod)
-            if fpath is None or not fpath.is_file():
+            if fpath is None or not _is_file(fpath):
                 where = "the standard library" if imp.path[0] == "std" else \
                     f"{fpath.parent if fpath else '.'}"
                 hint = None
