@@ -16,6 +16,20 @@ from .values import type_desc
 U32 = SCALARS["u32"]
 
 
+def _lanes(t) -> ScalarType | None:
+    """The scalar type of a scalar or of a vector's lanes; None for anything else (a pointer, an array:
+    the callers' located errors name it)."""
+    return elem_of(t) if isinstance(t, (ScalarType, VectorType)) else None
+
+
+def _is_int(v) -> bool:
+    """Whether operand ``v`` (an IR value or a compile-time value) is an integer or integer vector."""
+    if isinstance(v, CV):
+        return v.kind == "int"
+    et = _lanes(v.type)
+    return et is not None and et.is_int
+
+
 def _int_operand(fl, name: str, a: A.Expr, v=None) -> Value:
     """Argument ``a`` of ``name`` as an integer (scalar or vector) IR value; a located error for
     anything else (an untyped literal becomes i32, or i64 when too big)."""
@@ -23,10 +37,9 @@ def _int_operand(fl, name: str, a: A.Expr, v=None) -> Value:
     if isinstance(v, CV) and v.kind != "int":
         fl.fail(f"{name} needs integers, found {v.describe()}", a.span)
     v = fl.materialise(v, a.span)
-    et = elem_of(v.type)
-    if not (isinstance(et, ScalarType) and et.is_int):
-        hint = f"reinterpret the bits: bitcast[u{et.bits}](x)" if isinstance(et, ScalarType) and et.is_float \
-            else None
+    et = _lanes(v.type)
+    if not (et is not None and et.is_int):
+        hint = f"reinterpret the bits: bitcast[u{et.bits}](x)" if et is not None and et.is_float else None
         fl.fail(f"{name} needs integers, found {type_desc(v)}", a.span, hint=hint)
     return v
 
@@ -49,8 +62,7 @@ def _mulhi(fl, f, e, kw):
     a = fl.rvalue(fl.ev(e.args[0]), e.args[0].span)
     b = fl.rvalue(fl.ev(e.args[1]), e.args[1].span)
     for v, arg in ((a, e.args[0]), (b, e.args[1])):
-        if isinstance(v, CV) and v.kind != "int" or isinstance(v, Value) and not (
-                isinstance(elem_of(v.type), ScalarType) and elem_of(v.type).is_int):
+        if not _is_int(v):
             fl.fail(f"mulhi needs integers, found {type_desc(v)}", arg.span)
     x, y = fl.common(a, b, "mulhi", e.span)
     return fl.b.value("bits", [x, y], x.type, fn="mulhi")
@@ -62,8 +74,7 @@ def _funnel(fl, f, e, kw):
     hi = fl.rvalue(fl.ev(e.args[0]), e.args[0].span)
     lo = fl.rvalue(fl.ev(e.args[1]), e.args[1].span)
     for v, arg in ((hi, e.args[0]), (lo, e.args[1])):
-        if isinstance(v, CV) and v.kind != "int" or isinstance(v, Value) and not (
-                isinstance(elem_of(v.type), ScalarType) and elem_of(v.type).is_int):
+        if not _is_int(v):
             fl.fail(f"{name} needs integers, found {type_desc(v)}", arg.span)
     x, y = fl.common(hi, lo, name, e.span)
     n = _int_operand(fl, name, e.args[2])
@@ -102,11 +113,11 @@ def _fclass(fl, f, e, kw):
         if v.kind != "float":
             fl.fail(f"{name} needs a floating-point value, found {v.describe()}", a.span)
         v = fl.materialise(v, a.span, v.type if v.type is not None and v.type.is_float else SCALARS["f32"])
-    et = elem_of(v.type)
-    if not (isinstance(et, ScalarType) and (et.is_float or et.is_minifloat)):
+    et = _lanes(v.type)
+    if not (et is not None and (et.is_float or et.is_minifloat)):
         fl.fail(f"{name} needs a floating-point value, found {type_desc(v)}", a.span,
-                hint="an integer is always finite: convert it first, f32(x)" if isinstance(et, ScalarType)
-                and et.is_int else None)
+                hint="an integer is always finite: convert it first, f32(x)" if et is not None and et.is_int
+                else None)
     t = v.type
     rt = VectorType(BOOL, t.count) if isinstance(t, VectorType) else BOOL
     return fl.b.value("fclass", [v], rt, test=name)

@@ -252,6 +252,12 @@ def test_byte_perm_selector_on_amdgcn_folds():
     ("byte_perm(w[0], u[0], 0u32)", "byte_perm takes 32-bit integers"),
     ("isnan(w[0])", "isnan needs a floating-point value, found u32"),
     ("signbit(true)", "signbit needs a floating-point value"),
+    # operands that are neither scalars nor vectors (a pointer, an array literal): located errors too
+    ("clz([0])", "clz needs integers, found ptr<i32, local>"),
+    ("popcount(w)", "popcount needs integers, found ptr<u32>"),
+    ("mulhi(w, 3)", "mulhi needs integers, found ptr<u32>"),
+    ("funnel_shr(w[0], f, 1)", "funnel_shr needs integers, found ptr<f32>"),
+    ("isinf(f)", "isinf needs a floating-point value, found ptr<f32>"),
 ])
 def test_wrong_types_are_located_errors(call, msg):
     src = f"kernel k(f: ptr<f32>, u: ptr<u8>, w: ptr<u32>, o: ptr<u32>) {{\n    let r = {call};\n}}\n"
