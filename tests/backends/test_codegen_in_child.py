@@ -203,3 +203,34 @@ def test_a_block_of_more_than_large_block_loads_and_stores_is_compiled_without_t
     n = LARGE_BLOCK // 2 + 50  # n loads and n stores in the block
     big = ptx(n)
     assert big.count("st.shared.v4") == 0 and big.count("st.shared.b32") == n
+
+
+def test_a_long_chain_of_predicated_loads_takes_nvptx_codegen_at_o2(monkeypatch):
+    """NVPTX's code generator at O3 ends its IR passes with a GVN whose time grows about as the cube of a
+    chain of predicated loads (a comptime loop of 512 ``if i < n { acc += x[i] }``: 52 s of code
+    generation, where O2's EarlyCSE takes 2 s; the fuzzer's hang of 2026-11-29). Past codegen.GVN_HEAVY
+    (blocks x loads of a function) the target emits at O2; a small kernel stays at O3. The PTX is the
+    same computation: every load is still there."""
+    import llvmlite.binding as llvm
+
+    from kcompiler.backends.llvm.codegen import GVN_HEAVY, late_gvn_cost
+    from kcompiler.pipeline import Source, emit
+
+    def src(n: int) -> Source:
+        return Source(f"kernel k(x: ptr<f32>, out: ptr<f32>, n: i32) {{\n    var acc: f32 = 0.0;\n"
+                      f"    for k in comptime range(0, {n}) {{\n        let i = k * block_dim.x + thread_id.x;\n"
+                      "        if i < n {\n            acc += x[i];\n        }\n    }\n    out[thread_id.x] = acc;\n}\n",
+                      f"chain{n}.kc")
+
+    small = llvm.parse_assembly(emit(src(8), "llvm", "nvptx", "sm_90"))
+    big = llvm.parse_assembly(emit(src(512), "llvm", "nvptx", "sm_90"))
+    assert late_gvn_cost(small) < GVN_HEAVY < late_gvn_cost(big)
+    from kcompiler.backends.nvptx.target import NvptxTarget
+    levels = []
+    tm = NvptxTarget.target_machine
+    monkeypatch.setattr(NvptxTarget, "target_machine", lambda self, opt_level=3: levels.append(opt_level) or
+                        tm(self, opt_level))
+    assert emit(src(8), "asm", "nvptx", "sm_90").count("ld.global") == 8
+    ptx = emit(src(512), "asm", "nvptx", "sm_90")  # a minute at O3
+    assert ptx.count("ld.global") == 512, ptx.count("ld.global")
+    assert levels[-1] == 2 and 3 in levels[:-1], levels  # the small kernel's code generator ran at O3

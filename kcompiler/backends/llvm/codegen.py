@@ -104,6 +104,28 @@ def note_memory_ops(ref: Any, llvm_ir: Any, alloca_space: int = 0) -> None:
                             for f in llvm_ir.functions), default=0)
 
 
+#: blocks x loads of one function past which NVPTX's code generator runs at O2, not O3
+#: (:func:`late_gvn_cost`). At O3 its IR passes end with a GVN (TargetPassConfig's
+#: addEarlyCSEOrGVNPass; O2 runs EarlyCSE there), whose time grows about as the cube of a chain of
+#: predicated loads: a comptime loop of n ``if i < n { acc += x[i] }``, NVPTX code generation 5.4 s at
+#: n = 256, 52 s at 512, over 200 s at 1,023 (2.4 and 9.8 s at O2; found by the fuzzer, 2026-11-29).
+#: The standard library's kernels stay under it (the largest, std.sampling's sample, 857 blocks x 371
+#: loads = 318,000), so their code is as before.
+GVN_HEAVY = 400_000
+
+
+def late_gvn_cost(ref: Any) -> int:
+    """The most (basic blocks x loads) of one function of ``ref``, an llvmlite ModuleRef: what the
+    late GVN of NVPTX's code generator at O3 costs (:data:`GVN_HEAVY`). About 1 ms per 3,000
+    instructions."""
+    best = 0
+    for f in ref.functions:
+        blocks = list(f.blocks)
+        loads = sum(i.opcode == "load" for b in blocks for i in b.instructions)
+        best = max(best, len(blocks) * loads)
+    return best
+
+
 def largest_block(ref: Any) -> int:
     """The most loads and stores of one basic block of ``ref``, an llvmlite ModuleRef; 0 without
     counting where :func:`note_memory_ops` noted that no function of it has more than

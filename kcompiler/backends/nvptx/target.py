@@ -22,7 +22,7 @@ from ...ir.printf import Conversion, escape_text, expected_args, parse_format
 from ..llvm import minifloat
 from ..llvm.lltypes import BFloatType
 from ..llvm import initialize
-from ..llvm.codegen import machine_code
+from ..llvm.codegen import GVN_HEAVY, late_gvn_cost, machine_code
 from . import cubin  # as a module: cubin.assemble is looked up at each call (tests replace it)
 from ...limits import ResourceLimits
 
@@ -493,7 +493,8 @@ class NvptxTarget(Target):
             params=lim["params"])
 
     def emit(self, llvm_module, kind: str) -> bytes | str:
-        ptx = mma.raise_ptx_version(machine_code(self.target_machine(), llvm_module, "asm", _LARGE_BLOCK_OPTIONS))
+        level = 2 if late_gvn_cost(llvm_module) > GVN_HEAVY else 3  # codegen.GVN_HEAVY says why
+        ptx = mma.raise_ptx_version(machine_code(self.target_machine(level), llvm_module, "asm", _LARGE_BLOCK_OPTIONS))
         if kind == "asm":
             return ptx
         if kind == "obj":
