@@ -109,8 +109,8 @@ def note_memory_ops(ref: Any, llvm_ir: Any, alloca_space: int = 0) -> None:
 #: addEarlyCSEOrGVNPass; O2 runs EarlyCSE there), whose time grows about as the cube of a chain of
 #: predicated loads: a comptime loop of n ``if i < n { acc += x[i] }``, NVPTX code generation 5.4 s at
 #: n = 256, 52 s at 512, over 200 s at 1,023 (2.4 and 9.8 s at O2; found by the fuzzer, 2026-11-29).
-#: The standard library's kernels stay under it (the largest, std.sampling's sample, 857 blocks x 371
-#: loads = 318,000), so their code is as before.
+#: The 129 NVPTX modules the test suite's PTX/SASS tests compile stay under it (the largest, std.sampling's
+#: sample, 857 blocks x 371 loads = 318,000), so their code is as before.
 GVN_HEAVY = 400_000
 
 
