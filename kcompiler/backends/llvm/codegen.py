@@ -75,6 +75,10 @@ LARGE_BLOCK = 1024
 #: a module past :data:`LARGE_BLOCK` is counted again, instruction by instruction.
 _MEMORY_OPS: "weakref.WeakKeyDictionary[Any, int]" = weakref.WeakKeyDictionary()
 
+#: The same count times the function's basic blocks, before optimisation: the bound under which
+#: :func:`late_gvn_cost` need not walk the optimised module (under :data:`GVN_HEAVY`: 0).
+_BLOCKS_X_MEMORY_OPS: "weakref.WeakKeyDictionary[Any, int]" = weakref.WeakKeyDictionary()
+
 
 def note_memory_ops(ref: Any, llvm_ir: Any, alloca_space: int = 0) -> None:
     """Note for ``ref`` (an llvmlite ModuleRef) the most loads and stores of one function of
@@ -100,8 +104,9 @@ def note_memory_ops(ref: Any, llvm_ir: Any, alloca_space: int = 0) -> None:
         if isinstance(i, ll.LoadInstr):
             return not slot(i.operands[0])
         return isinstance(i, ll.StoreInstr) and not slot(i.operands[1])
-    _MEMORY_OPS[ref] = max((sum(memory(i) for b in f.blocks for i in b.instructions)
-                            for f in llvm_ir.functions), default=0)
+    counts = [(sum(memory(i) for b in f.blocks for i in b.instructions), len(f.blocks)) for f in llvm_ir.functions]
+    _MEMORY_OPS[ref] = max((m for m, _ in counts), default=0)
+    _BLOCKS_X_MEMORY_OPS[ref] = max((m * nb for m, nb in counts), default=0)
 
 
 #: blocks x loads of one function past which NVPTX's code generator runs at O2, not O3
@@ -116,8 +121,11 @@ GVN_HEAVY = 400_000
 
 def late_gvn_cost(ref: Any) -> int:
     """The most (basic blocks x loads) of one function of ``ref``, an llvmlite ModuleRef: what the
-    late GVN of NVPTX's code generator at O3 costs (:data:`GVN_HEAVY`). About 1 ms per 3,000
-    instructions."""
+    late GVN of NVPTX's code generator at O3 costs (:data:`GVN_HEAVY`); 0 without counting where
+    :func:`note_memory_ops` noted that no function of it comes near (the walk over the optimised module
+    costs about 10 us an instruction: 53 ms for 5,600)."""
+    if _BLOCKS_X_MEMORY_OPS.get(ref, GVN_HEAVY + 1) <= GVN_HEAVY:
+        return 0
     best = 0
     for f in ref.functions:
         blocks = list(f.blocks)
