@@ -28,6 +28,7 @@ import os
 import queue
 import random
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -294,6 +295,13 @@ def _selftest(src: str) -> None:
         os.abort()
     if src == "//@fuzz-selftest hang":
         time.sleep(3600)
+    if src == "//@fuzz-selftest hang-child":  # a hang in a forked child, as codegen's child can hang
+        pid = os.fork() if hasattr(os, "fork") else 0
+        if pid == 0:
+            time.sleep(3600)
+            os._exit(0)
+        print(f"selftest child {pid}", file=sys.stderr, flush=True)
+        time.sleep(3600)
 
 
 @dataclass
@@ -320,7 +328,11 @@ class Result:
 
 class Worker:
     """A worker subprocess (``python -m kcompiler.tools.fuzz --worker``), restarted after a death, a
-    hang, or ``recycle`` inputs. :meth:`run` compiles one input with a per-target ``timeout``."""
+    hang, or ``recycle`` inputs. :meth:`run` compiles one input with a per-target ``timeout``.
+
+    The worker leads a process group of its own (POSIX), and :meth:`stop` kills the group: a hang is
+    usually in the code generator's forked child (kcompiler.backends.llvm.codegen), which killing the
+    worker alone would leave running."""
 
     def __init__(self, timeout: float = 20.0, recycle: int = 200):
         self.timeout, self.recycle = timeout, recycle
@@ -335,7 +347,7 @@ class Worker:
         env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
         self.proc = subprocess.Popen([sys.executable, "-m", "kcompiler.tools.fuzz", "--worker"],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     text=True, env=env, bufsize=1)
+                                     text=True, env=env, bufsize=1, start_new_session=os.name == "posix")
         self.lines = queue.Queue()
         self.stderr_tail = []
         self.used = 0
@@ -355,10 +367,19 @@ class Worker:
         threading.Thread(target=read_out, daemon=True).start()
         threading.Thread(target=read_err, daemon=True).start()
 
+    def _kill_group(self) -> None:
+        """SIGKILL to the worker's process group (POSIX; a no-op once no process of it is left)."""
+        if self.proc is not None and os.name == "posix":
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
     def stop(self) -> None:
-        """End the worker subprocess (if running)."""
+        """End the worker subprocess (if running) and every process of its group."""
         if self.proc is not None:
             try:
+                self._kill_group()
                 self.proc.kill()
                 self.proc.wait(5)
             except (OSError, subprocess.TimeoutExpired):
@@ -385,6 +406,7 @@ class Worker:
                 return Result("hang", current, f"over {self.timeout:g} s", time.monotonic() - t0)
             if msg is None:  # the process died
                 rc = self.proc.wait()
+                self._kill_group()  # what it forked dies with it
                 time.sleep(0.05)
                 errs = [ln for ln in self.stderr_tail if re.search(r"ERROR|error|Error|fault|Abort", ln)]
                 self.proc = None

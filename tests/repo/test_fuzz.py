@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -63,6 +64,39 @@ def test_worker_observes_deaths_hangs_and_exceptions(monkeypatch):
         assert w.run("kernel k( {", [("nvptx", "sm_90")]).outcome == "error"
     finally:
         w.stop()
+
+
+@pytest.mark.skipif(not hasattr(fuzz.os, "fork") or fuzz.os.name != "posix", reason="needs fork and process groups")
+def test_worker_hang_kills_the_forked_child_too(monkeypatch):
+    """A hang in a child the worker forked (as the code generator forks one) is killed with the worker."""
+    monkeypatch.setenv("KC_FUZZ_SELFTEST", "1")
+    w = fuzz.Worker(timeout=3)
+    try:
+        r = w.run("//@fuzz-selftest hang-child", [("nvptx", "sm_90")])
+        assert r.outcome == "hang", r
+        pids = [int(m.group(1)) for ln in w.stderr_tail if (m := re.match(r"selftest child (\d+)", ln))]
+        assert len(pids) == 1, w.stderr_tail
+    finally:
+        w.stop()
+    deadline = time.monotonic() + 5
+    while _alive(pids[0]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(pids[0]), f"the worker's forked child {pids[0]} outlived it"
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, dead but not yet reaped by its new parent, does not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    except OSError:
+        try:
+            fuzz.os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+    return state != "Z"
 
 
 @settings(derandomize=True, max_examples=250, deadline=None, database=None,
