@@ -3,7 +3,8 @@ without sorting the vocabulary: one fused kernel a call) and its building blocks
 :func:`top_k_mask_logits`, :func:`top_p_renorm_probs` (std.sampling_blocks)."""
 from __future__ import annotations
 
-from typing import Any
+import math
+from typing import Any, Callable
 
 import numpy as np
 
@@ -35,11 +36,35 @@ def _rows(x: Any, fn: str, kinds: tuple = ("f32", "f16", "bf16")) -> tuple[Any, 
     return src, (shape[0] if len(shape) == 2 else 1), shape[-1]
 
 
+#: What a scalar per-row parameter may be, by (function, name): a predicate and the range it states.
+#: Arrays of them are not checked (that would copy a device array to the host each call).
+_SCALAR_RANGES: dict[tuple[str, str], tuple[Callable[[float], bool], str]] = {
+    ("sample", "temperature"): (lambda t: not math.isnan(t), "a number (<= 0: greedy), not NaN"),
+    ("softmax", "temperature"): (lambda t: t > 0, "> 0"),
+    ("sample", "top_p"): (lambda p: p > 0, "in (0, 1] (>= 1: off)"),
+    ("top_p_renorm_probs", "top_p"): (lambda p: p > 0, "in (0, 1] (>= 1: off)"),
+    ("sample", "min_p"): (lambda p: 0 <= p <= 1, "in [0, 1] (0: off)"),
+}
+
+
 def _row_param(v: Any, like: Any, rows: int, dtype: str, name: str, fn: str) -> Any:
     """Per-row parameter ``v`` (a scalar, or an array of ``rows``) as a contiguous 1-D array of ``dtype``
-    ('f32' or 'i32') of ``like``'s kind (numpy, or torch on its device)."""
+    ('f32' or 'i32') of ``like``'s kind (numpy, or torch on its device). A scalar is checked against
+    :data:`_SCALAR_RANGES`; an i32 scalar (top_k) must be an integer, and is clamped to [0, 2^31 - 1]
+    (every value outside (0, vocab) means off). Raises TypeError for None or a non-integer top_k,
+    ValueError for a scalar out of range or an array of the wrong shape."""
     np_dtype = np.float32 if dtype == "f32" else np.int32
-    if isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool):
+    if v is None or isinstance(v, (bool, str, bytes)):
+        raise TypeError(f"{fn}: {name} must be a number or an array of one a row, not {v!r}")
+    if isinstance(v, (int, float, np.integer, np.floating)):
+        if dtype == "i32":
+            if not float(v).is_integer():
+                raise TypeError(f"{fn}: {name} must be an integer, not {v!r}")
+            v = min(max(int(v), 0), 2**31 - 1)
+        else:
+            ok, want = _SCALAR_RANGES.get((fn, name), (lambda x: not math.isnan(x), "a number, not NaN"))
+            if not ok(float(v)):
+                raise ValueError(f"{fn}: {name} must be {want}, not {v!r}")
         # a scalar: a cached device array (no host-to-device copy a call)
         return _common.const_fill(v, rows, like, dtype)
     if arrays.is_torch_tensor(like):
@@ -58,6 +83,10 @@ def _row_param(v: Any, like: Any, rows: int, dtype: str, name: str, fn: str) -> 
 
 
 def _u32_pair(v: int, name: str, fn: str) -> tuple[np.uint32, np.uint32]:
+    """An integer in [0, 2^64) as its low and high 32-bit words. Raises TypeError for a non-integer,
+    ValueError out of range."""
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+        raise TypeError(f"{fn}: {name} must be an integer, not {v!r}")
     v = int(v)
     if not 0 <= v < 2 ** 64:
         raise ValueError(f"{fn}: {name} must be in [0, 2^64), not {v}")
@@ -206,7 +235,9 @@ def sample(logits: Any = None, *, probs: Any = None, temperature: Any = 1.0, top
     Inputs: (batch, vocab) or (vocab,) arrays of f32, f16 or bf16 (numpy, or torch on the CPU or a GPU).
     Per-row parameters (a scalar, or an array of batch values): ``temperature`` (<= 0: greedy, the
     lowest index of the row's maximum; from probs only its sign matters), ``top_k`` (<= 0 or >= vocab:
-    off), ``top_p`` (in (0, 1]; 1: off), ``min_p`` (keep w >= min_p * max w; 0: off). The allowed set
+    off; an integer), ``top_p`` (in (0, 1]; >= 1: off), ``min_p`` (in [0, 1]: keep w >= min_p * max w;
+    0: off). A scalar outside its range (or NaN) raises ValueError; an array's values are not checked
+    (that would copy it to the host each call): keep them in range. The allowed set
     is the intersection, all three judged on the same softmax(logits / temperature) distribution (not
     one after another), ties included: top-k keeps a token if fewer than top_k tokens have a larger
     probability, top-p if the tokens more probable than it hold less than top_p of the mass. The token
@@ -282,7 +313,8 @@ def sample(logits: Any = None, *, probs: Any = None, temperature: Any = 1.0, top
 def softmax(logits: Any, temperature: Any = 1.0, *, target: str = "auto") -> Any:
     """softmax(logits / temperature) over the last axis, as f32 of the input's shape and kind; one
     kernel, a block a row (three passes: max, sum, write; std.math's exp). ``temperature``: > 0, a
-    scalar or one a row. Raises TypeError / ValueError for other dtypes or shapes."""
+    scalar or one a row. Raises TypeError / ValueError for other dtypes or shapes, or a scalar
+    temperature <= 0 or NaN (an array's values are not checked)."""
     src, rows, vocab = _rows(logits, "softmax")
     out = empty_like(logits, tuple(logits.shape), "f32")
     temp = _row_param(temperature, logits, rows, "f32", "temperature", "softmax")
@@ -298,8 +330,9 @@ def top_k_mask_logits(logits: Any, top_k: Any, *, target: str = "auto") -> Any:
     """``logits`` with every value outside its row's top-k set (the values with fewer than top_k larger
     ones in the row: ties at the k-th value kept) replaced by -inf; same dtype, shape and kind. The
     k-th value is found without sorting: a bisection over the 2^32 order-preserving keys of f32 (32
-    counting passes over the row, a block a row). ``top_k``: a scalar or one a row; <= 0 or >= vocab
-    keeps the row. Raises TypeError / ValueError for other dtypes or shapes."""
+    counting passes over the row, a block a row). ``top_k``: an integer scalar or one a row; <= 0 or
+    >= vocab keeps the row. Raises TypeError / ValueError for other dtypes or shapes, or a top_k that is
+    not an integer."""
     src, rows, vocab = _rows(logits, "top_k_mask_logits")
     out = empty_like(logits, tuple(logits.shape), src.name)
     k = _row_param(top_k, logits, rows, "i32", "top_k", "top_k_mask_logits")
@@ -316,7 +349,8 @@ def top_p_renorm_probs(probs: Any, top_p: Any, *, target: str = "auto") -> Any:
     less than top_p of its mass; ties kept) and renormalised to sum 1; 0 elsewhere. f32 of the input's
     shape and kind. The cut is found without sorting: a bisection over the f32 keys, 32 summing passes
     (a block a row). ``top_p``: in (0, 1], a scalar or one a row; 1 only renormalises. Raises
-    TypeError / ValueError for other dtypes or shapes."""
+    TypeError / ValueError for other dtypes or shapes, or a scalar top_p <= 0 or NaN (an array's values
+    are not checked; a row whose top_p is <= 0 comes back all zeros)."""
     src, rows, vocab = _rows(probs, "top_p_renorm_probs")
     out = empty_like(probs, tuple(probs.shape), "f32")
     p = _row_param(top_p, probs, rows, "f32", "top_p", "top_p_renorm_probs")

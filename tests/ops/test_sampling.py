@@ -162,6 +162,34 @@ def test_bad_input_is_a_python_error():
         S.sample(x, seed=-1, target="cpu")
 
 
+@pytest.mark.parametrize("call, exc, match", [
+    (lambda x: S.sample(x, top_p=0.0), ValueError, r"top_p must be in \(0, 1\]"),
+    (lambda x: S.sample(x, top_p=float("nan")), ValueError, "top_p must be"),
+    (lambda x: S.sample(x, top_p=None), TypeError, "top_p must be a number"),
+    (lambda x: S.sample(x, min_p=1.5), ValueError, r"min_p must be in \[0, 1\]"),
+    (lambda x: S.sample(x, min_p=-0.1), ValueError, "min_p must be"),
+    (lambda x: S.sample(x, temperature=float("nan")), ValueError, "temperature must be"),
+    (lambda x: S.sample(x, top_k=2.5), TypeError, "top_k must be an integer"),
+    (lambda x: S.sample(x, seed=2.5), TypeError, "seed must be an integer"),
+    (lambda x: S.softmax(x, 0.0), ValueError, "temperature must be > 0"),
+    (lambda x: S.top_p_renorm_probs(x, -1.0), ValueError, "top_p must be"),
+    (lambda x: S.top_k_mask_logits(x, "3"), TypeError, "top_k must be a number"),
+])
+def test_scalar_parameters_out_of_range_are_python_errors(call, exc, match):
+    """A scalar parameter outside its documented range is refused before any launch (not read by the
+    kernel as greedy, all-zero rows or a wrapped int32)."""
+    with pytest.raises(exc, match=match):
+        call(np.zeros((2, 10), np.float32))
+
+
+def test_top_k_beyond_int32_means_off():
+    """top_k >= vocab is off however large (clamped to int32 on the host, not an OverflowError)."""
+    x = np.random.default_rng(5).standard_normal((3, 40)).astype(np.float32)
+    np.testing.assert_array_equal(S.top_k_mask_logits(x, 2**40, target="cpu"), x)
+    np.testing.assert_array_equal(S.top_k_mask_logits(x, -2**40, target="cpu"), x)
+    assert (S.sample(x, top_k=2**40, seed=9, target="cpu") == S.sample(x, seed=9, target="cpu")).all()
+
+
 SM90_KERNELS = [("sample", dict(T="bf16", PROBS=False)), ("sample", dict(T="f32", PROBS=True)),
                 ("sample", dict(T="f32", PROBS=False, VEC=1, U=1)), ("sample_split", dict(T="bf16", PROBS=False)),
                 ("softmax", dict(T="f16")), ("top_k_mask_logits", dict(T="bf16")),
