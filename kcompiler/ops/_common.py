@@ -228,7 +228,9 @@ def torch_dtype(name: str) -> Any:
 
 def scalar_of(dtype: Any) -> Any:
     """The language's scalar type of ``dtype`` (a type name, or a numpy / ml_dtypes / torch dtype), or
-    None."""
+    None (also for None, which numpy would read as float64)."""
+    if dtype is None:
+        return None
     return SCALARS.get(dtype) if isinstance(dtype, str) else arrays.scalar_of_dtype(dtype)
 
 

@@ -70,7 +70,7 @@ def _zeros(like: Any, shape: tuple, name: str) -> Any:
 
 
 def _same_kind(a: Any, like: Any, fn: str, name: str) -> None:
-    if arrays.is_torch_tensor(a) != arrays.is_torch_tensor(like) or (
+    if not arrays.is_array(a) or arrays.is_torch_tensor(a) != arrays.is_torch_tensor(like) or (
             arrays.is_torch_tensor(a) and a.device != like.device):
         raise TypeError(f"{fn}: {name} must be an array of the same kind and device as the input "
                         f"({arrays.describe(like)}), not {arrays.describe(a)}")
@@ -430,9 +430,9 @@ def moe(x: Any, router_logits: Any, w_gate_up: Any, w_down: Any, top_k: int, *, 
     if wd.shape != (e, hidden, inter):
         raise ValueError(f"{fn}: w_down must be (E, H, I) = {(e, hidden, inter)} for w_gate_up {wg.shape}, "
                          f"not {wd.shape}")
+    _same_kind(router_logits, x, fn, "router_logits")
     if tuple(router_logits.shape) != (tokens, e):
         raise ValueError(f"{fn}: router_logits must be (T, E) = {(tokens, e)}, not {tuple(router_logits.shape)}")
-    _same_kind(router_logits, x, fn, "router_logits")
     _route_args(router_logits, top_k, mode, renormalize, fn)
     if tokens == 0 or hidden == 0:
         return _zeros(x, (tokens, hidden), src.name)

@@ -226,6 +226,9 @@ def test_moe_errors():
         ops.moe(x, logits, wg, wd, 2, reduce="tree", target="cpu")
     with pytest.raises(TypeError, match="ExpertWeights"):
         ops.moe(x, logits, np.asarray(wg.data, np.float32), wd, 2, target="cpu")
+    for bad in (None, logits.tolist()):  # not an array: a TypeError, not an AttributeError on .shape
+        with pytest.raises(TypeError, match="router_logits must be an array"):
+            ops.moe(x, bad, wg, wd, 2, target="cpu")
 
 
 # --- CUDA ----------------------------------------------------------------------------------------------
