@@ -170,6 +170,8 @@ def paged_lengths(block_table: Any, seq_lens: Any, max_seq_len: int | None, like
     the longest sequence the split choice plans for (:func:`max_len_of`). ValueError / TypeError for
     arrays that do not fit."""
     B = int(like.shape[0])
+    if not arrays.is_array(block_table):
+        raise TypeError(f"{fn}: block_table must be a (B, max_pages) int32 array, not {arrays.describe(block_table)}")
     if len(block_table.shape) != 2 or block_table.shape[0] != B:
         raise ValueError(f"{fn}: block_table must be (B, max_pages) = ({B}, ...), not {tuple(block_table.shape)}")
     max_pages = int(block_table.shape[1])

@@ -38,9 +38,24 @@ def mx_quantize(x: Any, fmt: str = "f8e4m3", *, target: str = "auto") -> tuple[A
     return codes, scales
 
 
+def _check_scales(scales: Any, codes: Any, block: int, fn: str) -> None:
+    """``scales`` must be an array of one scale per ``block`` codes along the last axis: shape
+    ``codes.shape[:-1] + (last // block,)`` (any shape of that many elements is read in that order).
+    Raises TypeError for a non-array, ValueError for another count (the kernel would read past it)."""
+    if not arrays.is_array(scales):
+        raise TypeError(f"{fn}: scales must be an array, not {arrays.describe(scales)}")
+    shape = tuple(codes.shape)
+    want = shape[:-1] + (shape[-1] // block,)
+    if int(np.prod(tuple(scales.shape))) != int(np.prod(want)):
+        raise ValueError(f"{fn}: scales must hold one scale per {block} codes, shape {want}, not "
+                         f"{tuple(scales.shape)}")
+
+
 def mx_dequantize(codes: Any, scales: Any, dtype: Any = np.float32, *, target: str = "auto") -> Any:
     """The values X * P_i of MX ``codes`` and their E8M0 ``scales`` (as :func:`mx_quantize` gives
-    them), as ``dtype`` (f32, f16 or bf16); NaN where a scale is NaN."""
+    them), as ``dtype`` (f32, f16 or bf16); NaN where a scale is NaN. Raises TypeError for codes of
+    another format or another dtype, ValueError for a last axis that is not a multiple of 32 or scales
+    that do not hold one scale per 32 codes."""
     t = arrays.array_scalar_type(codes) if arrays.is_array(codes) else None
     fmt = "int8" if t is not None and t.name == "i8" else (t.name if t is not None else "")
     if fmt not in MX.ELEMENTS:
@@ -52,6 +67,7 @@ def mx_dequantize(codes: Any, scales: Any, dtype: Any = np.float32, *, target: s
     shape = tuple(codes.shape)
     if not shape or shape[-1] % MX.BLOCK:
         raise ValueError(f"mx_dequantize: the last axis of {shape} must be a multiple of {MX.BLOCK}")
+    _check_scales(scales, codes, MX.BLOCK, "mx_dequantize")
     out = empty_like(codes, shape, dst.name)
     n = int(np.prod(shape))
     if n:
@@ -154,12 +170,17 @@ def nvfp4_quantize(x: Any, global_scale: float = 1.0, *, target: str = "auto") -
 
 def nvfp4_dequantize(codes: Any, scales: Any, global_scale: float = 1.0, dtype: Any = np.float32, *,
                      target: str = "auto") -> Any:
-    """The values FP4 * scale / global_scale of :func:`nvfp4_quantize`'s output, as ``dtype``."""
+    """The values FP4 * scale / global_scale of :func:`nvfp4_quantize`'s output, as ``dtype``. Raises
+    TypeError for another dtype, ValueError for a last axis that is not a multiple of 16 or scales that
+    do not hold one scale per 16 codes."""
     dst = scalar_of(dtype)
     if dst is None or dst.name not in ("f32", "f16", "bf16"):
         raise TypeError(f"nvfp4_dequantize: dtype must be f32, f16 or bf16, not {dtype!r}")
+    if not arrays.is_array(codes):
+        raise TypeError(f"nvfp4_dequantize: codes must be an array, not {arrays.describe(codes)}")
     if not codes.shape or codes.shape[-1] % 16:
         raise ValueError(f"nvfp4_dequantize: the last axis of {tuple(codes.shape)} must be a multiple of 16")
+    _check_scales(scales, codes, 16, "nvfp4_dequantize")
     out = empty_like(codes, tuple(codes.shape), dst.name)
     n = int(np.prod(tuple(codes.shape)))
     if n:

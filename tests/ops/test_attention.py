@@ -145,6 +145,14 @@ def test_paged_decode_cpu(page, G, splits, cfg):
     check(out, lse, ref, ref_lse, v_cache, "bf16")
 
 
+def test_paged_decode_block_table_not_an_array_is_a_type_error():
+    k_cache = np.zeros((2, 16, 1, 16), np.float32)
+    q = np.zeros((1, 1, 16), np.float32)
+    for bad in (None, [[0, 1]]):
+        with pytest.raises(TypeError, match="block_table must be a \\(B, max_pages\\) int32 array"):
+            ops.paged_decode(q, k_cache, k_cache, bad, np.array([20], np.int32), target="cpu")
+
+
 @pytest.mark.parametrize("splits", [1, 3])
 def test_paged_decode_several_query_tokens_cpu(splits):
     """QL = 3 new tokens a sequence (speculative decoding's verification step), GQA 2:1: token t sees

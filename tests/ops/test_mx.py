@@ -97,6 +97,22 @@ def test_mx_errors():
         ops.mx_quantize(np.zeros((4, 64), np.int32), "f8e4m3")
 
 
+@pytest.mark.parametrize("fn, block, fmt", [("mx_dequantize", 32, "f8e4m3"), ("nvfp4_dequantize", 16, "f4e2m1")])
+def test_dequantize_refuses_scales_of_another_count(fn, block, fmt):
+    """Too few scales would be read past their end by the kernel: a ValueError instead; not an array:
+    a TypeError."""
+    x = np.random.default_rng(3).standard_normal((3, 4 * block)).astype(np.float32)
+    codes, scales = (ops.mx_quantize(x, fmt, target="cpu") if fn == "mx_dequantize"
+                     else ops.nvfp4_quantize(x, target="cpu"))
+    deq = getattr(ops, fn)
+    with pytest.raises(ValueError, match=f"one scale per {block} codes, shape \\(3, 4\\)"):
+        deq(codes, scales[:, :3], target="cpu")
+    with pytest.raises(TypeError, match="scales must be an array"):
+        deq(codes, None, target="cpu")
+    assert np.array_equal(deq(codes, scales.reshape(-1), target="cpu"), deq(codes, scales, target="cpu"),
+                          equal_nan=True)  # another shape of the same count is read in order
+
+
 def test_fp4_packing():
     """Two FP4 codes a byte, the first in the low nibble; unpacking gives the codes back."""
     x = blocks_of_every_kind()
