@@ -53,10 +53,14 @@ _HIDDEN_HOSTCALL_BUFFER = 80  # u64 hidden_hostcall_buffer
 _HIDDEN_PRINTF_BUFFER = 72
 
 
-#: LLVM's options for a module with a huge basic block (codegen.LARGE_BLOCK): no load/store vectorizer
-#: (AMDGPUTargetMachine.cpp), whose time grows as the square of the block's loads and stores; the
-#: SelectionDAG still merges adjacent stores (4,096 f32 stores: about 1,024 global_store_dwordx4 either way).
-_LARGE_BLOCK_OPTIONS = ("-amdgpu-load-store-vectorizer=0",)
+#: LLVM's options for a module with a huge basic block (codegen.LARGE_BLOCK):
+#: - no load/store vectorizer (AMDGPUTargetMachine.cpp), whose time grows as the square of the block's
+#:   loads and stores; the SelectionDAG still merges adjacent stores (4,096 f32 stores: about 1,024
+#:   global_store_dwordx4 either way);
+#: - no post-RA machine scheduler (MachineScheduler.cpp's -enable-post-misched), which GFX11 runs and
+#:   GFX9 does not: on gfx1100, 4,096 stores of constants took 56 s in it (of 58 s of code generation;
+#:   1.9 s without it), 3,000 loads summed 31 s of 33 (2.3 s); found by the fuzzer, 2026-11-29.
+_LARGE_BLOCK_OPTIONS = ("-amdgpu-load-store-vectorizer=0", "-enable-post-misched=0")
 
 
 class AmdgcnTarget(Target):
