@@ -31,8 +31,8 @@ runs in the process itself, as before: an error LLVM ends the process on then st
 The child is also where LLVM's command-line options can be set for one module without changing
 them for the process: :data:`LARGE_BLOCK` below turns off the GPU load/store vectorizer (and, on AMDGCN,
 the post-RA machine scheduler: amdgcn/target.py) for a module with a basic block of thousands of loads
-and stores (a fully unrolled comptime loop), whose time
-grows as their square (4,096 stores: 3.5 s of NVPTX's 4.2 s of code generation, 5.4 of AMDGCN's 6.4).
+and stores (a fully unrolled comptime loop), whose time grows as their square (4,096 stores: 3.5 s of
+NVPTX's 4.2 s of code generation, 5.4 of AMDGCN's 6.4).
 """
 from __future__ import annotations
 
