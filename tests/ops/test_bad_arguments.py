@@ -1,0 +1,108 @@
+"""Every op of kcompiler.ops called with one bad argument at a time (the CPU target): the call either
+runs (a NaN, a leading batch dimension, an empty batch are all fine) or raises ValueError, TypeError,
+NotImplementedError or a CompileError. Never another exception (an AttributeError on ``.shape``, an
+OverflowError from numpy, a KeyError), which is an internal error shown to a user as a traceback.
+
+The arguments of each call are small valid inputs; the mutations are those a user makes: another
+dtype, one dimension more or less, a transposed view, a last dimension one too long, an empty batch, a
+Python list, a bare scalar, None; for numbers: negative, zero, NaN, 2^70, a string, a fraction.
+Found with it (2026-11-29): top_k past int32, router_logits and block_table given as lists or None,
+mx_dequantize's scales not an array (and too few of them, read past their end).
+"""
+from __future__ import annotations
+
+import warnings
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from kcompiler import ops
+from kcompiler.diagnostics import CompileError
+
+ALLOWED = (ValueError, TypeError, NotImplementedError, CompileError)
+RNG = np.random.default_rng(20261129)
+
+
+def f32(*shape: int) -> np.ndarray:
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+def bf16(*shape: int) -> np.ndarray:
+    return RNG.standard_normal(shape).astype(ml_dtypes.bfloat16)
+
+
+T, H, E, INTER = 5, 64, 4, 32
+
+#: op name -> (function, positional arguments, keyword arguments): a valid call.
+CALLS = {
+    "rms_norm": (ops.rms_norm, (f32(T, H), f32(H)), {"residual": f32(T, H)}),
+    "layer_norm": (ops.layer_norm, (f32(T, H), f32(H), f32(H)), {}),
+    "rotary_embedding": (ops.rotary_embedding, (f32(T, 2, 16), f32(T, 1, 16), np.arange(T), f32(32, 16)), {}),
+    "silu_and_mul": (ops.silu_and_mul, (f32(T, 2 * H),), {}),
+    "gelu_and_mul": (ops.gelu_and_mul, (f32(T, 2 * H),), {}),
+    "softmax": (ops.softmax, (f32(3, 100), 0.7), {}),
+    "top_k_mask_logits": (ops.top_k_mask_logits, (f32(3, 100), 5), {}),
+    "top_p_renorm_probs": (ops.top_p_renorm_probs, (np.full((3, 100), 0.01, np.float32), 0.5), {}),
+    "sample": (ops.sample, (f32(3, 100),), {"temperature": 0.8, "top_k": 5, "top_p": 0.9, "min_p": 0.05,
+                                            "seed": 1}),
+    "matmul": (ops.matmul, (f32(17, 32), f32(32, 24)), {"epilogue": ops.Epilogue("bias_gelu", x=f32(24))}),
+    "attention": (ops.attention, (f32(1, 16, 2, 16), f32(1, 16, 2, 16), f32(1, 16, 2, 16)), {"causal": True}),
+    "paged_decode": (ops.paged_decode, (f32(2, 4, 16), f32(6, 16, 2, 16), f32(6, 16, 2, 16),
+                                        np.array([[0, 1, 2], [3, 4, 5]], np.int32), np.array([40, 17], np.int32)),
+                     {"scale": 0.25}),
+    "merge_states": (ops.merge_states, (f32(3, 2, 4, 16), f32(3, 2, 4)), {}),
+    "cast": (ops.cast, (f32(40), ml_dtypes.float8_e4m3fn), {}),
+    "mx_quantize": (ops.mx_quantize, (f32(4, 64),), {}),
+    "mx_dequantize": (ops.mx_dequantize, ops.mx_quantize(f32(2, 64), target="cpu"), {}),
+    "nvfp4_quantize": (ops.nvfp4_quantize, (f32(3, 32), 2.0), {}),
+    "nvfp4_dequantize": (ops.nvfp4_dequantize, ops.nvfp4_quantize(f32(3, 32), target="cpu"), {}),
+    "moe_route": (ops.moe_route, (f32(T, E), 2), {}),
+    "moe": (ops.moe, (bf16(T, H), f32(T, E), bf16(E, 2 * INTER, H), bf16(E, H, INTER), 2), {}),
+}
+
+
+def mutations(v):
+    """(name, bad value) pairs for argument value ``v``."""
+    if isinstance(v, np.ndarray):
+        yield "int32", v.astype(np.int32)
+        yield "complex64", v.astype(np.complex64)
+        yield "one dimension more", v[None]
+        if v.ndim > 1:
+            yield "flattened", v.reshape(-1)
+            yield "transposed", np.swapaxes(v, -1, -2)
+        yield "last dimension + 1", np.concatenate([v, v[..., :1]], axis=-1)
+        yield "empty", v[:0]
+        yield "a list", v.tolist()
+        yield "a scalar", np.float32(1.0)
+    elif isinstance(v, ops.Epilogue):
+        for name, bad in mutations(v.x):
+            yield "epilogue x " + name, ops.Epilogue(v.fn, x=bad)
+    elif isinstance(v, (int, float)) and not isinstance(v, bool):
+        yield from (("negative", -3), ("zero", 0), ("NaN", float("nan")), ("2^70", 2**70), ("a string", "x"),
+                    ("a fraction", 2.5))
+    yield "None", None
+
+
+@pytest.mark.parametrize("op", sorted(CALLS))
+def test_one_bad_argument_is_a_value_or_type_error(op):
+    fn, args, kwargs = CALLS[op]
+    fn(*args, target="cpu", **kwargs)  # the valid call runs
+    internal = []
+    cases = [(f"argument {i}", i, None, m) for i, a in enumerate(args) for m in mutations(a)]
+    cases += [(f"{k}=", None, k, m) for k, a in kwargs.items() for m in mutations(a)]
+    for where, i, key, (what, bad) in cases:
+        a, kw = list(args), dict(kwargs)
+        if key is None:
+            a[i] = bad
+        else:
+            kw[key] = bad
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                fn(*a, target="cpu", **kw)
+        except ALLOWED:
+            pass
+        except Exception as e:  # noqa: BLE001 - what the test is looking for
+            internal.append(f"{op}: {where} {what}: {type(e).__name__}: {e}")
+    assert not internal, "\n".join(internal)
