@@ -1,7 +1,7 @@
 """FP8 (E4M3) prefill attention on Hopper (ops.attention on float8_e4m3fn q, k, v: std.attention_sm90
 with T = f8e4m3) against our bf16 Hopper path and torch's cuDNN SDPA, all measured in this run.
 
-    python benchmarks/bench_attention_fp8.py [--quick] [--json OUT.json]
+    python benchmarks/bench_attention_fp8.py [--quick] [--json OUT.json] [--shapes 4,32,4096,128;2,16,16384,128]
     python benchmarks/bench_attention.py --fp8      (the same rows)
     python benchmarks/bench_attention_fp8.py --variants default,poly8,poly16,poly24 [--bf16-variants poly0,poly16]
 
@@ -15,7 +15,7 @@ consumer warpgroups, 192 query rows a block; PINGPONG needs two, so none), ``-tr
 ``--bf16-variants`` times our bf16 path with those forms too (``poly0`` its default), e.g.
 ``--variants default,default-pp,default-pp-named,default-fa3-named``.
 
-B 4, H 32, S 4096, D 128, layout (B, H, S, D), causal and not; TFLOP/s with 4 B H S^2 D operations
+B 4, H 32, S 4096, D 128 (``--shapes``: others), layout (B, H, S, D), causal and not; TFLOP/s with 4 B H S^2 D operations
 (half that when causal). The inputs are bf16 randn, quantised per tensor (descale = amax / 448). Each
 FP8 tile candidate is checked against our bf16 result on the dequantised inputs (relative Frobenius
 error) and timed with the V^T transpose it launches first (std.attention_vt_fp8, timed alone too). cuDNN's
@@ -97,8 +97,8 @@ def quantise(x: torch.Tensor) -> tuple[torch.Tensor, float]:
 
 
 def prefill_fp8(results: dict, quick: bool = False, variants: list[str] | None = None,
-                bf16_variants: list[str] | None = None) -> None:
-    B, H, S, D = 4, 32, 4096, 128
+                bf16_variants: list[str] | None = None, shape: tuple[int, int, int, int] = (4, 32, 4096, 128)) -> None:
+    B, H, S, D = shape
     q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     (q8, dq), (k8, dk), (v8, dv) = quantise(q), quantise(k), quantise(v)
     deq = [(x.to(torch.bfloat16) * d).to(torch.bfloat16) for x, d in ((q8, dq), (k8, dk), (v8, dv))]
@@ -121,7 +121,7 @@ def prefill_fp8(results: dict, quick: bool = False, variants: list[str] | None =
             tv = bench(lambda: ops.attention(q, k, v, causal=causal, layout="bhsd", path="sm90", tiles=tb))
             print(f"  bf16 {'causal' if causal else 'full'} {name} {tb}: {tf(tv):.0f} TFLOP/s ({tv:.3f} ms; x{t16 / tv:.3f} "
                   f"of the default bf16), relative difference from the default's result {err:.1e}")
-            results.setdefault("bf16_variants", {})[f"{name} {'causal' if causal else 'full'}"] = dict(
+            results.setdefault("bf16_variants", {})[f"B{B} H{H} S{S} D{D} {name} {'causal' if causal else 'full'}"] = dict(
                 tflops=tf(tv), ms=tv, vs_default=t16 / tv, rel_diff=err)
         try:
             with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
@@ -148,7 +148,7 @@ def prefill_fp8(results: dict, quick: bool = False, variants: list[str] | None =
             print(f"  FP8 {'causal' if causal else 'full'} {vname if variants else ''} {tiles}: {tf(t):.0f} TFLOP/s "
                   f"({t:.3f} ms, V^T included; x{t16 / t:.2f} of our bf16), relative error vs our bf16 of the "
                   f"dequantised inputs {err:.1e}")
-            results.setdefault("fp8_variants", {})[f"{vname} {'causal' if causal else 'full'}"] = dict(
+            results.setdefault("fp8_variants", {})[f"B{B} H{H} S{S} D{D} {vname} {'causal' if causal else 'full'}"] = dict(
                 tflops=tf(t), ms=t, vs_our_bf16=t16 / t, rel_err=err)
             if err < 5e-2 and t < best[0]:
                 best = (t, tiles, err)
@@ -168,13 +168,20 @@ def main() -> None:
     p.add_argument("--variants", help="comma-separated FP8 forms to time instead of FP8_TILES: default, polyN "
                    "(EXP2_POLY N), with -3st / -fa3 / -pp / -named / -skip suffixes (module docstring)")
     p.add_argument("--bf16-variants", help="comma-separated polyN forms of our bf16 path to time beside its default")
+    p.add_argument("--shapes", default="4,32,4096,128",
+                   help="semicolon-separated B,H,S,D shapes (default: the issue's 4,32,4096,128)")
     args = p.parse_args()
+    shapes = [tuple(int(v) for v in s.split(",")) for s in args.shapes.split(";") if s]
+    if any(len(s) != 4 for s in shapes):
+        p.error(f"--shapes: B,H,S,D;... , not {args.shapes!r}")
     split = lambda x: [n for n in x.split(",") if n] if x else None  # noqa: E731
     variants, bf16_variants = split(args.variants), split(args.bf16_variants)
     for n in (variants or []) + (bf16_variants or []):
         variant(n)  # a bad name fails before the GPU work
     results: dict = {"device": torch.cuda.get_device_name()}
-    prefill_fp8(results, args.quick, variants, bf16_variants)
+    for shape in shapes:
+        print(f"B, H, S, D = {shape}")
+        prefill_fp8(results, args.quick, variants, bf16_variants, shape)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
