@@ -13,7 +13,7 @@ from ..runtime.tensormap import cached_tensor_map
 from . import _common
 from ._common import (ArrayKind, capturing, check_same, contiguous, data_ptr, empty_like, flat, hopper_reason_not,
                       host_ints, index_array, query_type, target_for)
-from .attention_fp8 import attention_fp8, is_fp8
+from .attention_fp8 import attention_fp8, is_fp8, plan_options
 from .attention_order import sm90_launch, sm90_tiles
 from .decode import plan_key
 
@@ -105,17 +105,19 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | No
     B and ``max_seqlen_q``), checks contiguity and alignment (varlen: cu_seqlens int32 arrays of q's
     kind and device), allocates the result and launches, without the other checks and choices."""
     varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
-    key, got = _planned(q, k, v, causal, scale, layout, tiles, path, target, cu_seqlens_q, cu_seqlens_k, max_seqlen_q)
-    if got is not None:  # a prepared call (there is none for FP8)
+    fp8 = is_fp8(q)
+    key, got = _planned(q, k, v, causal, scale, layout, tiles, path, target, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                        plan_options(descale_q, descale_k, descale_v, out_dtype) if fp8 else None, fp8)
+    if got is not None:  # a prepared call
         return got if return_lse else got[0]
-    if is_fp8(q):
+    if fp8:
         if cu_seqlens_q is not None or cu_seqlens_k is not None:
             raise ValueError("attention: FP8 attention takes no variable lengths (cu_seqlens) yet")
         if path == "fa2":
             raise ValueError("attention: FP8 attention has the Hopper path only (path 'auto' or 'sm90')")
         return attention_fp8(q, k, v, causal=causal, scale=scale, layout=layout, return_lse=return_lse, tiles=tiles,
                              target=target, descale_q=descale_q, descale_k=descale_k, descale_v=descale_v,
-                             out_dtype=out_dtype)
+                             out_dtype=out_dtype, keep=lambda plan: _keep(key, plan, q))
     fn = "attention"
     src = query_type(q, fn)
     check_same("k", k, src, fn)
@@ -143,10 +145,7 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | No
         if why is None:
             plan = _Sm90Plan(q, p, layout, causal, scale, tiles, tgt)
             plan.run(q, k, v, out, lse, p.cq, p.ck)
-            if key is not None and not capturing(q):
-                PLANS[key] = plan
-                if len(PLANS) > _PLANS_MAX:
-                    PLANS.popitem(last=False)
+            _keep(key, plan, q)
             return (out, lse) if return_lse else out
         if path == "sm90":
             raise RuntimeError(f"{fn}: the Hopper path cannot run here: {why}")
@@ -365,24 +364,27 @@ def _bhsd_view(x: Any, layout: str, varlen: bool) -> Any:
     return x.permute(0, 2, 1, 3) if arrays.is_torch_tensor(x) else x.transpose(0, 2, 1, 3)
 
 
-#: Prepared calls of :func:`attention` on the Hopper path (:class:`_Sm90Plan`) by :func:`_sm90_plan_key`,
-#: the least recently made dropped past 256. A plan holds no array but the kernel's unused cu_seqlens
-#: stand-ins (dense calls; varlen ones pass theirs); its tensor maps come from runtime.tensormap's cache
-#: (by address) at each call.
-PLANS: "OrderedDict[tuple, _Sm90Plan]" = OrderedDict()
+#: Prepared calls of :func:`attention` on the Hopper path (:class:`_Sm90Plan`; FP8:
+#: kcompiler.ops.attention_fp8.Fp8Plan) by :func:`_sm90_plan_key`, the least recently made dropped past
+#: 256. A plan holds no array but the kernel's unused cu_seqlens stand-ins (dense calls; varlen ones pass
+#: theirs) and FP8's descale factors (kept constants); its tensor maps come from runtime.tensormap's
+#: cache (by address) at each call.
+PLANS: "OrderedDict[tuple, Any]" = OrderedDict()  # _Sm90Plan or attention_fp8.Fp8Plan
 _PLANS_MAX = 256
 
 
 def _planned(q: Any, k: Any, v: Any, causal: bool, scale: Any, layout: str, tiles: Any, path: str, target: str,
-             cu_q: Any, cu_k: Any, max_seqlen_q: Any) -> tuple[tuple | None, tuple | None]:
+             cu_q: Any, cu_k: Any, max_seqlen_q: Any, fp8_options: tuple | None = None,
+             fp8: bool = False) -> tuple[tuple | None, tuple | None]:
     """:func:`attention`'s prepared call: the key of a call the Hopper path may keep (:data:`PLANS`: not
-    on path 'fa2', nor with variable lengths but no ``max_seqlen_q``; None where it may not) and, where
+    on path 'fa2', nor with variable lengths but no ``max_seqlen_q``, nor FP8 with a descale array
+    (``fp8_options`` None: kcompiler.ops.attention_fp8.plan_options); None where it may not) and, where
     PLANS holds a plan for it that takes these arrays, its (out, lse) (else None)."""
     varlen = cu_q is not None or cu_k is not None
-    if path == "fa2" or (varlen and max_seqlen_q is None):
+    if path == "fa2" or (varlen and max_seqlen_q is None) or (fp8 and fp8_options is None):
         return None, None
     key = _sm90_plan_key(q, k, v, causal, scale, layout, tiles, path, target,
-                         _varlen_key(cu_q, cu_k, max_seqlen_q) if varlen else None)
+                         _varlen_key(cu_q, cu_k, max_seqlen_q) if varlen else None, fp8_options)
     plan = PLANS.get(key) if key is not None else None
     return key, None if plan is None else plan(q, k, v, cu_q, cu_k)
 
@@ -400,19 +402,29 @@ def _varlen_key(cu_q: Any, cu_k: Any, max_seqlen_q: Any) -> tuple | None:
 
 
 def _sm90_plan_key(q: Any, k: Any, v: Any, causal: bool, scale: Any, layout: str, tiles: Any, path: str,
-                   target: str, varlen: tuple | None = None) -> tuple | None:
+                   target: str, varlen: tuple | None = None, fp8: tuple | None = None) -> tuple | None:
     """The key of a prepared Hopper-path call (:data:`PLANS`): the arrays' kinds, shapes, dtypes and
     devices, the options, the default tiles of (D, causal) (so that a change of
-    :data:`ATTENTION_SM90_TILES` takes effect) and, for variable lengths, ``varlen``
-    (:func:`_varlen_key`); None where something is not hashable or not an array."""
+    :data:`ATTENTION_SM90_TILES` takes effect), for variable lengths ``varlen``
+    (:func:`_varlen_key`) and for FP8 its options (``fp8``: attention_fp8.plan_options); None where
+    something is not hashable or not an array."""
     try:
         d = q.shape[-1]
         tkey = None if tiles is None else tuple(sorted(tiles.items()))
         dflt = ATTENTION_SM90_TILES.get((d, bool(causal)))
         return plan_key("attention", (q, k, v), (bool(causal), scale, layout, tkey, path, target,
-                                                 None if dflt is None else tuple(dflt.items()), varlen))
+                                                 None if dflt is None else tuple(dflt.items()), varlen, fp8))
     except (AttributeError, TypeError, IndexError):
         return None
+
+
+def _keep(key: tuple | None, plan: Any, q: Any) -> None:
+    """Keep ``plan`` in :data:`PLANS` under ``key`` (not while torch captures a CUDA graph on q's
+    stream, nor without a key), the oldest dropped past :data:`_PLANS_MAX`."""
+    if key is not None and not capturing(q):
+        PLANS[key] = plan
+        if len(PLANS) > _PLANS_MAX:
+            PLANS.popitem(last=False)
 
 
 class _Sm90Plan:

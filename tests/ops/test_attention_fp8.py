@@ -31,6 +31,7 @@ import pytest
 import kcompiler as kc
 
 from ..ptxas_util import needs_ptxas, ptxas
+from .attention_sm90_util import fresh_plans  # noqa: F401 - autouse: no prepared call crosses tests
 from .attention_util import check_bounds
 
 ops_attention = importlib.import_module("kcompiler.ops.attention")
@@ -129,6 +130,31 @@ def test_fp8_prefill_emulated(monkeypatch, emulated):
     assert out.dtype == ml_dtypes.bfloat16 and out.shape == q.shape and lse.shape == (B, H, Sq)
     check_fp8(out, lse, reference_fp8(*(x.astype(np.float64) for x in (q, k, v)), True, 128 ** -0.5, dq, dk, dv))
     assert (np.asarray(out[:, :Sq - Sk], np.float64) == 0).all()
+
+
+def test_fp8_plans_emulated(monkeypatch, emulated):
+    """A repeated FP8 call with number descales takes the prepared launch (ops.attention's PLANS,
+    attention_fp8.Fp8Plan: V^T and the prefill, no shape checks): the same result; other descales make
+    another plan and their own result; descale arrays make none (their values live on the device)."""
+    B, Sq, Sk, H, HK = 1, 70, 45, 2, 1
+    q, k, v = fp8_inputs(B, Sq, Sk, H, HK)
+    first, lse1 = run_fp8(monkeypatch, emulated, q, k, v, True, descale_q=0.5, descale_k=2.0, descale_v=0.75)
+    assert len(ops_attention.PLANS) == 1
+    checks = []
+    real = ops_attention._prefill_shapes
+    monkeypatch.setattr(ops_attention, "_prefill_shapes", lambda *a: checks.append(1) or real(*a))
+    again, lse2 = run_fp8(monkeypatch, emulated, q, k, v, True, descale_q=0.5, descale_k=2.0, descale_v=0.75)
+    assert not checks and again is not first
+    np.testing.assert_array_equal(again, first)
+    np.testing.assert_array_equal(lse2, lse1)
+    ones = np.ones((B, HK))
+    f64 = [x.astype(np.float64) for x in (q, k, v)]
+    check_fp8(first, lse1, reference_fp8(*f64, True, 128 ** -0.5, 0.5 * ones, 2.0 * ones, 0.75 * ones))
+    other, lse3 = run_fp8(monkeypatch, emulated, q, k, v, True, descale_q=1.0, descale_k=1.0, descale_v=2.0)
+    assert checks and len(ops_attention.PLANS) == 2
+    check_fp8(other, lse3, reference_fp8(*f64, True, 128 ** -0.5, ones, ones, 2.0 * ones))
+    run_fp8(monkeypatch, emulated, q, k, v, True, descale_v=np.full((B, HK), 0.5, np.float32))
+    assert len(ops_attention.PLANS) == 2
 
 
 #: std.math.fast_exp2_poly's relative error (tests/stdlib/test_exp2_poly.py)
