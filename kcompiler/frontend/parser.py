@@ -451,6 +451,8 @@ def _describe_terminal(name: str) -> str:
             pat = t.pattern
             if pat.type == "str":
                 return f"'{pat.value}'"
+            if name.lower() in KEYWORDS:  # a keyword's whole-word pattern (grammar.lark)
+                return f"'{name.lower()}'"
             if name == "AUGOP":
                 return "a compound assignment ('+=', ...)"
             return name.lower()

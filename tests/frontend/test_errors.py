@@ -356,6 +356,16 @@ CASES = [
      'kernel k(n: i32, x: f32) {\n    printf("%f", n);\n    printf("%d", x);\n}\n',
      [(2, 18, "'%f' expects a floating-point value, found i32: write %d (or"),
       (3, 18, "'%d' expects an integer, found f32: write %f (or %g, %e) to ")]),
+    # a keyword glued to a name is one name (the lexer had read 'kernelk(' as 'kernel k(')
+    ('keyword_glued_to_a_name_at_top_level',
+     'kernelk(x: ptr<f32>) {\n    x[0] = 1.0;\n}\n',
+     [(1, 1, "unexpected name 'kernelk', expected one of 'const', 'fn', 'import', 'kernel', 'struct'")]),
+    ('keyword_glued_in_a_for',
+     'kernel k(x: ptr<i32>) {\n    for i incomptime range(4) {\n        x[i] = i;\n    }\n}\n',
+     [(2, 11, "unexpected name 'incomptime', expected 'in'")]),
+    ('keyword_glued_in_a_body',
+     'kernel k(x: ptr<i32>) {\n    letv = 3;\n    x[0] = letv;\n}\n',
+     [(2, 5, "unknown name 'letv'"), (3, 12, "unknown name 'letv'")]),
 ]
 
 
