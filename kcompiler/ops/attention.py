@@ -101,11 +101,10 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | No
     or 'f16'; these four are ignored for 16-bit inputs).
 
     A call on the Hopper path keeps its host work (:data:`PLANS`; varlen only with ``max_seqlen_q``, FP8
-    only with number descales; on the H200 an FP8 call's host time went from 270-360 us to 80-110, a
-    bf16 call's is 31-40 us, benchmarks/bench_attention_host.py): a
-    later call on arrays of the same kinds, shapes, dtypes and devices, with the same options (varlen:
-    B and ``max_seqlen_q``), checks contiguity and alignment (varlen: cu_seqlens int32 arrays of q's
-    kind and device), allocates the result and launches, without the other checks and choices."""
+    only with number descales: attention_fp8.Fp8Plan): a later call on arrays of the same kinds, shapes,
+    dtypes and devices, with the same options (varlen: B and ``max_seqlen_q``), checks contiguity and
+    alignment (varlen: cu_seqlens int32 arrays of q's kind and device), allocates the result and
+    launches, without the other checks and choices."""
     varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
     fp8 = is_fp8(q)
     key, got = _planned(q, k, v, causal, scale, layout, tiles, path, target, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
