@@ -45,7 +45,7 @@ def math_operands(fl, name: str, e: A.Call) -> list[Value]:
         fl.fail(f"{name} needs numbers, found {t}", e.span)
     if not et.is_float and not (name == "abs" and et.is_signed):
         fl.fail(f"{name} needs floating-point arguments, found {t}", e.span,
-                hint=f"convert it: f32(x)" if name != "abs" else "abs takes floats and signed integers")
+                hint="convert it: f32(x)" if name != "abs" else "abs takes floats and signed integers")
     if name in MATH_FUNCTIONS and (why := fl.target.math_unsupported(name, str(et))) is not None:
         fl.fail(why[0], e.span, hint=why[1])
     return [fl.to_type(v, t, a.span) for v, a in zip(vals, e.args)]

@@ -20,7 +20,7 @@ from typing import Any
 from ..ir.types import SCALARS, ScalarType, Type
 from . import ast as A
 from .checker import dotted_name
-from .program import UNBOUND, ComptimeParam, StaticEvalError, static_value
+from .program import ComptimeParam, StaticEvalError, static_value
 from .semantic import CV, fits
 
 __all__ = ["MissingParam", "bind_defaults", "check_default", "env_value"]

@@ -303,7 +303,7 @@ def check_argument(conv: Conversion, t: Union[Type, str], position: int = -1) ->
         if isinstance(t, ScalarType) and (t.is_int or t.is_bool):
             bits = 32 if t.is_bool or t.bits < 32 else t.bits
             if bits > int(kind[1:]):
-                fix = f"write i32(x) or u32(x)"
+                fix = "write i32(x) or u32(x)"
                 if is_value and conv.conv in INT_CONVERSIONS:
                     fix = f"write %l{conv.conv} to print a 64-bit integer, or {fix} to convert"
                 else:

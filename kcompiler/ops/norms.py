@@ -9,7 +9,6 @@ stride is passed to the kernel, and elements move in vectors of up to 16 bytes w
 strides and the data's alignment allow (else narrower ones)."""
 from __future__ import annotations
 
-import math as _math
 from typing import Any
 
 import numpy as np

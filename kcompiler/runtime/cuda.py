@@ -37,7 +37,7 @@ import numpy as np
 
 from . import cuda_driver
 from ..backends.nvptx.archs import arch_of_cc as arch_of  # the arch names are the backend's data
-from ..ir.types import PointerType, ScalarType, StructType, TensorMapType, Type
+from ..ir.types import PointerType, ScalarType, StructType, TensorMapType
 from . import arrays
 from .arrays import ArgMismatch
 from .device import Artifact, Device, DeviceAssertionError, LaunchError
@@ -603,7 +603,7 @@ def _generate_launcher(dev: CudaDevice, h: CudaKernelHandle, artifact: Artifact,
     env: dict[str, Any] = {"ArgMismatch": ArgMismatch, "H": h, "dev": dev,
                            "_stream_handle": _stream_handle, "_bf16_bits": _bf16_bits,
                            "_fail": _launch_failed, "_cai_ptr": _cai_pointer}
-    lines = [f"def launch(grid, block, args, shared, stream):",
+    lines = ["def launch(grid, block, args, shared, stream):",
              f"    if len(args) != {n}: raise ArgMismatch"]
     if n:
         lines.append(f"    {''.join(f'a{i}, ' for i in range(n))}= args")

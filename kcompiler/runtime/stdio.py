@@ -15,7 +15,6 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import io
-import os
 import sys
 import threading
 from typing import Any

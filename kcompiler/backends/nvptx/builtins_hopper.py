@@ -110,7 +110,7 @@ def _wgmma_operands(call: BuiltinCall, ta: str) -> tuple[Value, Value, Value]:
         per = 8 if _WGMMA_K[ta] == 16 else 16
         a_regs = (k == 0 and isinstance(d.type, VectorType) and d.type.count == per and d.type.elem == SCALARS[ta])
         if d.type != U64 and not a_regs:
-            what = (f"a shared-memory matrix descriptor (u64, from wgmma_desc)"
+            what = ("a shared-memory matrix descriptor (u64, from wgmma_desc)"
                     + (f" or a register fragment (vec<{ta}, {per}>)" if k == 0 else ""))
             call.fail(f"wgmma's {'AB'[k]} operand is {what}, found {d.type}", k)
         descs.append(d)
