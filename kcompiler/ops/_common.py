@@ -292,6 +292,8 @@ def check_same(name: str, x: Any, src: Any, fn: str) -> None:
 def index_array(x: Any, like: Any, name: str, fn: str, n: int | None = None) -> Any:
     """``x`` as a contiguous 1-D int32 array of ``like``'s kind (numpy, or torch on its device), of
     length ``n`` if given; TypeError / ValueError otherwise."""
+    if x is None or isinstance(x, (str, bytes)):
+        raise TypeError(f"{fn}: {name} must be an int32 array, not {x!r}")
     if arrays.is_torch_tensor(like):
         import torch  # deferred: torch is optional
         t = torch.as_tensor(x, device=like.device)

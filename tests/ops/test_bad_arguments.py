@@ -6,8 +6,10 @@ OverflowError from numpy, a KeyError), which is an internal error shown to a use
 The arguments of each call are small valid inputs; the mutations are those a user makes: another
 dtype, one dimension more or less, a transposed view, a last dimension one too long, an empty batch, a
 Python list, a bare scalar, None; for numbers: negative, zero, NaN, 2^70, a string, a fraction.
-Found with it (2026-11-29): top_k past int32, router_logits and block_table given as lists or None,
-mx_dequantize's scales not an array (and too few of them, read past their end).
+The same with torch CPU tensors (and, as a bad argument, a strided last axis or a numpy array among
+tensors). Found with it (2026-11-29): top_k past int32, router_logits and block_table given as lists or
+None, mx_dequantize's scales not an array (and too few of them, read past their end), seq_lens None
+beside torch tensors.
 """
 from __future__ import annotations
 
@@ -84,13 +86,58 @@ def mutations(v):
     yield "None", None
 
 
+#: Ops whose results have no torch dtype (FP4 codes one a byte): numpy only, as documented.
+NUMPY_ONLY = {"nvfp4_quantize", "nvfp4_dequantize"}
+
+
+def as_torch(v):
+    """``v`` with its numpy arrays (and an Epilogue's x) as torch CPU tensors of the same dtype."""
+    import torch
+    if isinstance(v, ops.Epilogue):
+        return ops.Epilogue(v.fn, x=as_torch(v.x))
+    if not isinstance(v, np.ndarray):
+        return v
+    named = {ml_dtypes.bfloat16: torch.bfloat16, ml_dtypes.float8_e4m3fn: torch.float8_e4m3fn,
+             ml_dtypes.float8_e8m0fnu: torch.float8_e8m0fnu}
+    for np_dtype, t_dtype in named.items():
+        if v.dtype == np_dtype:
+            bits = {1: np.uint8, 2: np.int16}[v.dtype.itemsize]
+            return torch.from_numpy(np.ascontiguousarray(v).view(bits)).view(t_dtype)
+    return torch.from_numpy(np.ascontiguousarray(v))
+
+
+def torch_mutations(v):
+    """Mutations of a torch tensor argument: those of its numpy twin, plus a strided last axis and
+    the numpy array itself (another kind than the other arguments)."""
+    import torch
+    if not isinstance(v, torch.Tensor):
+        yield from ((n, as_torch(b)) for n, b in mutations(v))
+        return
+    yield "float64", v.to(torch.float64)
+    yield "int32", v.to(torch.int32)
+    yield "one dimension more", v[None]
+    if v.dim() > 1:
+        yield "transposed", v.transpose(-1, -2)
+        yield "flattened", v.reshape(-1)
+        yield "a strided last axis", v[..., ::2]
+    yield "empty", v[:0]
+    yield "None", None
+
+
+@pytest.mark.parametrize("kind", ["numpy", "torch"])
 @pytest.mark.parametrize("op", sorted(CALLS))
-def test_one_bad_argument_is_a_value_or_type_error(op):
+def test_one_bad_argument_is_a_value_or_type_error(op, kind):
     fn, args, kwargs = CALLS[op]
+    if kind == "torch":
+        pytest.importorskip("torch")
+        if op in NUMPY_ONLY:
+            pytest.skip("FP4 codes have no torch dtype (one a byte): numpy only")
+        args, kwargs = tuple(as_torch(a) for a in args), {k: as_torch(a) for k, a in kwargs.items()}
+    muts = mutations if kind == "numpy" else torch_mutations
     fn(*args, target="cpu", **kwargs)  # the valid call runs
     internal = []
-    cases = [(f"argument {i}", i, None, m) for i, a in enumerate(args) for m in mutations(a)]
-    cases += [(f"{k}=", None, k, m) for k, a in kwargs.items() for m in mutations(a)]
+    cases = [(f"argument {i}", i, None, m) for i, a in enumerate(args) for m in muts(a)]
+    cases += [(f"{k}=", None, k, m) for k, a in kwargs.items() for m in muts(a)]
     for where, i, key, (what, bad) in cases:
         a, kw = list(args), dict(kwargs)
         if key is None:
