@@ -107,8 +107,8 @@ def as_torch(v):
 
 
 def torch_mutations(v):
-    """Mutations of a torch tensor argument: those of its numpy twin, plus a strided last axis and
-    the numpy array itself (another kind than the other arguments)."""
+    """Mutations of a torch tensor argument: those of its numpy twin, plus a strided last axis and a
+    numpy array (another kind than the other arguments); other arguments: :func:`mutations`."""
     import torch
     if not isinstance(v, torch.Tensor):
         yield from ((n, as_torch(b)) for n, b in mutations(v))
@@ -121,6 +121,7 @@ def torch_mutations(v):
         yield "flattened", v.reshape(-1)
         yield "a strided last axis", v[..., ::2]
     yield "empty", v[:0]
+    yield "a numpy array", (v if v.dtype in (torch.float32, torch.int32, torch.int64) else v.float()).numpy()
     yield "None", None
 
 
