@@ -213,11 +213,13 @@ def check(program: Program, target: Any, max_errors: int = 50) -> None:
             # A clean declaration may call one with errors: that one is declared but not lowered.
             L.skip_bodies = {id(d) for m in program.modules.values() for d in m.ast.decls if not clean(d)}
             L.consts(program.main)
-            for name, decl in program.kernels.items():
+            # snapshots: lowering may load a module the program did not import (a float % takes
+            # stdlib/libm_rem.kc's fmod), whose functions are then checked where they are used
+            for name, decl in list(program.kernels.items()):
                 if clean(decl) and all(c.default is not None for c in program.signature(name).comptime):
                     L.kernel(name, {})
                     L.drain()
-            for mod in program.modules.values():
+            for mod in list(program.modules.values()):
                 for d in mod.ast.decls:
                     if not d.is_kernel and not d.cparams and clean(d):
                         L.instance(mod, d, {}, None)

@@ -82,3 +82,22 @@ def test_memo_is_bounded():
     for i in range(L._CHECKED_KEPT + 5):
         L.check(load(Source(CLEAN.replace("2.0", f"{i}.0"), f"<bound {i}>", "."), keep_going=True), target)
     assert len(L._CHECKED) <= L._CHECKED_KEPT
+
+
+@pytest.mark.parametrize("target, arch", [("nvptx", "sm_90"), ("cpu", None)])
+def test_a_module_loaded_while_checking(target, arch):
+    """check() type-checks every device function, called or not; a float % in one loads
+    stdlib/libm_rem.kc (its fmod) in the middle of that walk over the program's modules. That raised
+    "dictionary changed size during iteration", an internal compiler error, on a valid program (the
+    fuzzer, 2026-11-29); it compiles, and a call of the function computes fmod."""
+    src = ("fn w(x: f32) -> f32 { return x % 2.0; }\n"
+           "kernel k(out: ptr<f32>) {\n    out[0] = 1.0;\n}\n")
+    assert emit(Source(src, "fmod_unused.kc"), "llvm", target, arch)
+    if target == "cpu":
+        import numpy as np
+
+        import kcompiler as kc
+        m = kc.compile(src.replace("out[0] = 1.0;", "out[0] = w(out[0]);"), target="cpu")
+        out = np.array([7.5], np.float32)
+        m.k[1, 1](out)
+        assert out[0] == np.float32(np.fmod(7.5, 2.0))
