@@ -83,8 +83,9 @@ def attention_fp8(q: Any, k: Any, v: Any, *, causal: bool, scale: float | None, 
     Runs where std.attention_sm90 runs (an sm_90 GPU with torch CUDA tensors; the CPU target's wgmma
     emulation with numpy arrays). Raises ValueError where it cannot: a target without wgmma (FP8
     attention needs wgmma), D other than 128, variable lengths, mismatched shapes; TypeError unless q,
-    k and v are all e4m3. ``keep``: given the call's :class:`Fp8Plan` where its descale factors are
-    numbers (or None), to prepare later calls (kcompiler.ops.attention.PLANS)."""
+    k and v are all e4m3. ``keep``: given the call's :class:`Fp8Plan`, to prepare later calls
+    (kcompiler.ops.attention.PLANS, which keeps it only under a key: none for descale arrays,
+    :func:`plan_options`)."""
     from .attention import _attention_sm90_module, _prefill_shapes
     for name, x in (("k", k), ("v", v)):
         check_same(name, x, arrays.array_scalar_type(q), fn)
@@ -112,10 +113,10 @@ def attention_fp8(q: Any, k: Any, v: Any, *, causal: bool, scale: float | None, 
             lse.fill(-np.inf)
         return (out, lse) if return_lse else out
     scale = p.D ** -0.5 if scale is None else scale
-    values = (descale_q, descale_k, descale_v)
-    plan = Fp8Plan(q, p, layout, causal, scale, tiles, tgt, out_dtype, descales(values, p.B, p.HK, q, fn))
+    ds = descales((descale_q, descale_k, descale_v), p.B, p.HK, q, fn)
+    plan = Fp8Plan(q, p, layout, causal, scale, tiles, tgt, out_dtype, ds)
     plan.run(q, k, v, out, lse)
-    if keep is not None and plan_options(*values, out_dtype) is not None:
+    if keep is not None:
         keep(plan)
     return (out, lse) if return_lse else out
 
