@@ -11,7 +11,8 @@ suffixes ``-3st`` (STAGES 3), ``-fa3`` (OVERLAP, PINGPONG, FA3_ORDER), ``-pp`` (
 form's turns), ``-named`` (TURNS 1: the turns on named barriers), ``-skip`` (RESCALE_SKIP), ``-bn128`` / ``-bn256`` (key
 tiles of 128 / 256), ``-c1b2`` (one consumer warpgroup a block, two blocks a multiprocessor), ``-c3`` (three
 consumer warpgroups, 192 query rows a block; PINGPONG needs two, so none), ``-tree``,
-``-chain``, ``-uni`` (std.attention_sm90_chain's TREE, CHAIN, UNIFORM_WG));
+``-chain``, ``-uni`` (std.attention_sm90_chain's TREE, CHAIN, UNIFORM_WG), ``-persist`` (PERSIST: a block a
+multiprocessor looping over the query tiles));
 ``--bf16-variants`` times our bf16 path with those forms too (``poly0`` its default), e.g.
 ``--variants default,default-pp,default-pp-named,default-fa3-named``.
 
@@ -76,9 +77,11 @@ def variant(name: str) -> dict:
             t[x.upper()] = True
         elif x == "uni":
             t["UNIFORM_WG"] = True
+        elif x == "persist":
+            t["PERSIST"] = True
         else:
             raise ValueError(f"unknown variant suffix {x!r} in {name!r}: -3st, -fa3, -pp, -named, -skip, -bn128, "
-                             "-bn256, -c1b2, -c3, -tree, -chain or -uni")
+                             "-bn256, -c1b2, -c3, -tree, -chain, -uni or -persist")
     return t
 
 

@@ -143,12 +143,14 @@ SM90_VARIANTS = {
 #: (name, tiles) timed beside the default at every head dimension, on top of the default tiles: the
 #: blocks' ORDER (std.attention_sm90_order: 1 every (head, batch entry)'s longest causal tile first, 2
 #: the same by groups of GROUP heads), one consumer warpgroup (64 query rows a block: twice the blocks),
-#: and the small-grid rule (kcompiler.ops.attention_order.small_grid_consumers: one consumer where the
-#: default block leaves multiprocessors idle, else the default).
+#: the small-grid rule (kcompiler.ops.attention_order.small_grid_consumers: one consumer where the
+#: default block leaves multiprocessors idle, else the default), and PERSIST (a block a multiprocessor
+#: looping over the query tiles, its producer loading the next tile's Q, K and V under the last's end).
 VARIANTS_ALL_D = [("order1", dict(ORDER=1)), ("order2 g8", dict(ORDER=2, GROUP=8)),
                   ("order2 g4", dict(ORDER=2, GROUP=4)),
                   ("1wg", dict(CONSUMERS=1)), ("1wg order1", dict(CONSUMERS=1, ORDER=1)),
-                  ("small-grid", dict(SMALL_GRID=True)), ("small-grid order1", dict(SMALL_GRID=True, ORDER=1))]
+                  ("small-grid", dict(SMALL_GRID=True)), ("small-grid order1", dict(SMALL_GRID=True, ORDER=1)),
+                  ("persist", dict(PERSIST=True))]
 for _d in SM90_VARIANTS:
     SM90_VARIANTS[_d] += VARIANTS_ALL_D
 

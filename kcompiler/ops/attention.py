@@ -322,9 +322,9 @@ def attention_sm90_shared_bytes(tiles: dict[str, Any], head_dim: int, itemsize: 
     """Dynamic shared memory of std.attention_sm90 in bytes (the formula stated in
     stdlib/attention_sm90.kc): Q's BM = 64 * CONSUMERS rows (CONSUMERS default 2) and STAGES tiles of BN
     rows of K and of V, D elements each, then 3 + 4 * STAGES mbarriers, one more with ``varlen``
-    (VARLEN's edge tile of V)."""
+    (VARLEN's edge tile of V) or PERSIST (Q's buffer free for the next unit)."""
     bm = 64 * tiles.get("CONSUMERS", 2)
-    nbar = 3 + 4 * tiles["STAGES"] + int(varlen)
+    nbar = 3 + 4 * tiles["STAGES"] + int(varlen or bool(tiles.get("PERSIST")))
     return (bm + 2 * tiles["STAGES"] * tiles["BN"]) * head_dim * itemsize + 8 * nbar
 
 
@@ -450,7 +450,7 @@ class _Sm90Plan:
         self.kind = ArrayKind(q)
         self.cuda = self.kind.cuda
         lens = p.rows if p.varlen else (p.Sq, p.Sk)
-        self.scalars = (*lens, p.H // p.HK, s["o_sb"], s["o_ss"], s["o_sh"], p.l_sb, p.l_sh, np.float32(scale))
+        self.scalars = (*lens, p.H // p.HK, p.H, p.B, s["o_sb"], s["o_ss"], s["o_sh"], p.l_sb, p.l_sh, np.float32(scale))
         self.kw = dict(T=arrays.array_scalar_type(q).name, D=p.D, CAUSAL=bool(causal), VARLEN=p.varlen, **t)
         self.launch = mod.attention_prefill_sm90[grid, threads].bind(
             shared=attention_sm90_shared_bytes(t, p.D, varlen=p.varlen), **self.kw)

@@ -157,7 +157,7 @@ class Fp8Plan:
         self.launch = mod.attention_prefill_sm90[grid, threads].bind(
             T="f8e4m3", OUT=out_dtype, D=p.D, CAUSAL=bool(causal), VARLEN=False,
             shared=attention_sm90_shared_bytes(t, p.D, 1), **t)
-        self.scalars = (p.cq, p.ck, p.Sq, p.Sk, p.H // p.HK, s["o_sb"], s["o_ss"], s["o_sh"], p.l_sb, p.l_sh,
+        self.scalars = (p.cq, p.ck, p.Sq, p.Sk, p.H // p.HK, p.H, p.B, s["o_sb"], s["o_ss"], s["o_sh"], p.l_sb, p.l_sh,
                         np.float32(scale))
         # V^T, keys permuted in chunks of 32 (attention_vt_fp8)
         skp = -(-p.Sk // 32) * 32

@@ -88,6 +88,10 @@ def sm90_launch(tiles: dict[str, Any], seqlen_q: int, heads: int, batch: int,
     if tiles.get("SMALL_GRID") and "ORDER" not in tiles and nt * heads * batch <= SMALL_GRID_WAVES * sms:
         kw["ORDER"] = 1
     order = kw.get("ORDER", 0)
+    if kw.get("PERSIST"):
+        if nt * heads * batch > sms * kw.get("BLOCKS_PER_SM", 1):
+            return (sms * kw.get("BLOCKS_PER_SM", 1), 1, 1), 128 * (c + 1), kw
+        del kw["PERSIST"]  # a unit a block at most: the plain grid is the same schedule
     if order == 0:
         grid = (nt, heads, batch)
     elif order == 1:

@@ -89,17 +89,15 @@ def test_small_grid_rule():
 
 
 #: Each block of a grid writes the (tile, head, batch entry) std.attention_sm90_order decodes from its
-#: ids, and the heads and batch entries it reads off the grid, at its linear index (x fastest).
+#: ids at its linear index (x fastest).
 DECODE = """
 import std.attention_sm90_order as order
 kernel decode[ORDER: i32, CAUSAL: bool, BM: i32](out: ptr<i32>, seqlen_q: i32) {
     if thread_id.x == 0 {
-        let i = 5 * (block_id.x + grid_dim.x * (block_id.y + grid_dim.y * block_id.z));
+        let i = 3 * (block_id.x + grid_dim.x * (block_id.y + grid_dim.y * block_id.z));
         out[i] = order.block_mb[ORDER, CAUSAL, BM](seqlen_q);
         out[i + 1] = order.block_h[ORDER, BM](seqlen_q);
         out[i + 2] = order.block_b[ORDER](seqlen_q);
-        out[i + 3] = order.grid_h[ORDER, BM](seqlen_q);
-        out[i + 4] = order.grid_b[ORDER]();
     }
 }
 """
@@ -109,19 +107,17 @@ kernel decode[ORDER: i32, CAUSAL: bool, BM: i32](out: ptr<i32>, seqlen_q: i32) {
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
 def test_block_order(order, causal):
     """The blocks' order as the hardware hands them out (the grid's linear order) from the kernel's
-    decode on the host's grid (sm90_launch): every (query tile, head, batch entry) once; the grid's H
-    and B read back; causal tiles longest first (ORDER 0: within each (head, batch entry); ORDER 1: no
+    decode on the host's grid (sm90_launch): every (query tile, head, batch entry) once; causal tiles longest first (ORDER 0: within each (head, batch entry); ORDER 1: no
     block's tile longer than an earlier one's; ORDER 2: so within each group of G heads, the groups in
     turn, G heads a wave's group)."""
     B, H, S, bm = 3, 12, 1000, 128  # 8 tiles, the last partial; ORDER 2: GROUP 5 gives groups of 4
     grid, _, _ = sm90_launch(dict(ORDER=order, GROUP=5), S, H, B)
     mod = kc.compile(DECODE, target="cpu", path="order_test.kc")
-    out = np.full(5 * int(np.prod(grid)), -1, np.int32)
+    out = np.full(3 * int(np.prod(grid)), -1, np.int32)
     mod.decode[grid, 32](out, S, ORDER=order, CAUSAL=causal, BM=bm)
-    got = out.reshape(-1, 5)
+    got = out.reshape(-1, 3)
     ids = [tuple(r) for r in got[:, :3].tolist()]
     nt = -(-S // bm)
-    assert (got[:, 3] == H).all() and (got[:, 4] == B).all()
     assert sorted(ids) == [(t, h, b) for t in range(nt) for h in range(H) for b in range(B)]
     tile = got[:, 0]
     if not causal:
@@ -310,8 +306,8 @@ def test_prefill_sm90_order_gpu(tiles, causal):
 @pytest.mark.gpu
 @pytest.mark.parametrize("order", [1, 2])
 def test_prefill_sm90_order_fp8_gpu(order):
-    """FP8 with ORDER 1 and 2: the descale index reads the heads and batch entries off the grid
-    (std.attention_sm90_order's grid_h, grid_b): per-head descales, against the same call with ORDER 0."""
+    """FP8 with ORDER 1 and 2: the descale index of each block's (batch entry, key-value head) as
+    std.attention_sm90_order decodes it: per-head descales, against the same call with ORDER 0."""
     import torch
 
     from kcompiler import ops

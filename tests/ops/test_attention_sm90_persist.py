@@ -1,0 +1,176 @@
+"""std.attention_sm90's persistent form (PERSIST: a block a multiprocessor loops over the work units,
+its producer loading the next unit's Q, K and V while the consumers finish the last): the units'
+order (std.attention_sm90_order's unit_of, unit_bhm), the host's grid, the kernel on the CPU target's
+wgmma emulation against a float64 reference with few multiprocessors (so that each block takes several
+units: the rings' phases and Q's carry over), and on the H100."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+import kcompiler as kc
+from kcompiler.ops import _common
+from kcompiler.ops.attention_order import sm90_launch
+
+from ..ptxas_util import needs_ptxas, ptxas
+from .attention_sm90_util import fresh_plans, ops_attention  # noqa: F401 - fresh_plans: an autouse fixture
+
+RNG = np.random.default_rng()
+
+#: Each block of a persistent grid (P, 1, 1) writes, for each of its rounds, the unit it takes and that
+#: unit's (batch entry, head, query tile) and key tiles, at (round, block); -1 past the units.
+UNITS = """
+import std.attention_sm90_order as order
+kernel units[CAUSAL: bool, BM: i32](out: ptr<i32>, rounds: i32, seqlen_q: i32, seqlen_k: i32, heads: i32,
+                                    batch: i32) {
+    if thread_id.x == 0 {
+        for r in range(0, rounds) {
+            let u = order.unit[CAUSAL, false, true, 0, BM, 64](r, bitcast[ptr<i32>](out), bitcast[ptr<i32>](out),
+                                                           seqlen_q, seqlen_k, heads, batch);
+            let i = 5 * (r * grid_dim.x + block_id.x);
+            if u[6] < u[4] {
+                out[i] = order.unit_of[CAUSAL](r);
+                out[i + 1] = u[0];
+                out[i + 2] = u[1];
+                out[i + 3] = u[6] / BM;
+                out[i + 4] = u[7];
+            }
+        }
+    }
+}
+"""
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("blocks", [13, 132])
+def test_persistent_units(causal, blocks):
+    """Every (query tile, head, batch entry) exactly once over the blocks' rounds; without a mask in
+    ORDER 0's order (tile fastest), with one longest first (no round holds a longer tile than the round
+    before) and snaked, so that the blocks' key tiles summed over their rounds differ by at most half
+    the longest unit's (here 4 against 16 in a plain round robin, which gives block 0 the most every
+    round). 132 blocks take the 120 units in one round."""
+    B, H, S, bm = 3, 5, 1000, 128
+    nt = -(-S // bm)
+    grid, threads, kw = sm90_launch(dict(BN=64, STAGES=2, PERSIST=True), S, H, B, blocks)
+    units = nt * H * B
+    assert grid == ((blocks, 1, 1) if units > blocks else (nt, H, B)) and threads == 384
+    assert kw.get("PERSIST", False) == (units > blocks)
+    p = min(blocks, units)
+    rounds = -(-units // p)
+    mod = kc.compile(UNITS, target="cpu", path="units_test.kc")
+    out = np.full(5 * rounds * p, -1, np.int32)
+    mod.units[(p, 1, 1), 32](out, rounds, S, S, H, B, CAUSAL=causal, BM=bm)
+    got = out.reshape(rounds, p, 5)
+    taken = got[got[..., 0] >= 0]
+    assert sorted(taken[:, 0].tolist()) == list(range(units))
+    assert sorted(map(tuple, taken[:, 1:4].tolist())) == [(b, h, t) for b in range(B) for h in range(H)
+                                                          for t in range(nt)]
+    if not causal:
+        assert (taken[:, 3] == taken[:, 0] % nt).all()
+        return
+    tiles = [got[r, :, 3][got[r, :, 0] >= 0] for r in range(rounds)]
+    assert all(a.min() >= b.max() for a, b in zip(tiles, tiles[1:]))
+    work = np.where(got[..., 0] >= 0, got[..., 4], 0).sum(axis=0)
+    assert rounds == 1 or work.max() - work.min() <= got[..., 4].max() // 2, work
+
+
+@pytest.fixture(scope="module")
+def emulated():
+    """std.attention_sm90 on the CPU target with the Hopper instructions emulated."""
+    from kcompiler.frontend.program import stdlib_dir
+    return kc.compile_file(stdlib_dir() / "attention_sm90.kc", target="cpu", target_options={"emulate_wgmma": True})
+
+
+# (tiles, (B, Sq, Sk, H, HK, D, causal), multiprocessors): more units than blocks, the last round
+# partial; odd lengths, GQA, causal rows that see no key (Sq > Sk)
+CASES = [(dict(PERSIST=True), (2, 150, 133, 4, 2, 64, False), 3),
+         (dict(PERSIST=True, PINGPONG=True, TURNS=1), (1, 300, 190, 2, 1, 64, True), 2),
+         pytest.param(dict(PERSIST=True, PINGPONG=True, TURNS=0), (2, 150, 290, 2, 2, 64, True), 3,
+                      marks=pytest.mark.slow(sample=0)),
+         pytest.param(dict(PERSIST=True, CONSUMERS=1, STAGES=3), (1, 200, 133, 3, 1, 128, False), 4,
+                      marks=pytest.mark.slow(sample=0))]
+
+
+@pytest.mark.parametrize("tiles,shape,sms", CASES, ids=["full", "causal-turns1", "causal-turns0", "1consumer"])
+def test_prefill_sm90_persist_emulated(monkeypatch, emulated, tiles, shape, sms):
+    """PERSIST on the CPU target's emulation, with ``sms`` multiprocessors so that each block loops
+    over several units: against the float64 reference (a unit decoded wrongly leaves rows unwritten or
+    writes another head's; a ring phase carried wrongly deadlocks or reads a stale tile)."""
+    from kcompiler import ops
+
+    from .attention_util import check, qkv, reference
+    monkeypatch.setattr(ops_attention, "_attention_sm90_module", lambda target: emulated)
+    monkeypatch.setattr(_common, "device_of", lambda mod, x: SimpleNamespace(multiprocessor_count=sms))
+    B, Sq, Sk, H, HK, D, causal = shape
+    q, k, v = qkv(B, Sq, Sk, H, HK, D, "bf16")
+    out, lse = ops.attention(q, k, v, causal=causal, return_lse=True, path="sm90", tiles=tiles, target="cpu")
+    (plan,) = ops_attention.PLANS.values()
+    assert plan.kw["PERSIST"] and plan.launch.launch.grid == (sms, 1, 1)
+    ref, ref_lse = reference(q, k, v, causal, D ** -0.5)
+    check(out, lse, ref, ref_lse, v, "bf16")
+
+
+@needs_ptxas
+@pytest.mark.parametrize("T,causal", [("bf16", False), ("f8e4m3", True)], ids=["bf16", "fp8-causal"])
+def test_prefill_sm90_persist_ptx(T, causal):
+    """PERSIST assembles for sm_90a in the defaults' form (sequential, turns on named barriers): no
+    spill, no serialised wgmma, the consumers' 240 registers."""
+    from kcompiler.backends.nvptx.target import NvptxTarget
+    from kcompiler.frontend.program import stdlib_dir
+    from kcompiler.pipeline import emit_file
+    fp8 = dict(OUT="bf16", BN=256) if T == "f8e4m3" else {}
+    ptx = emit_file(stdlib_dir() / "attention_sm90.kc", "asm", NvptxTarget("sm_90a", approx_ftz=True),
+                    kernel="attention_prefill_sm90",
+                    comptime=dict(T=T, D=128, CAUSAL=causal, PINGPONG=True, TURNS=1, PERSIST=True, **fp8))
+    assert "setmaxnreg.inc.sync.aligned.u32 240;" in ptx
+    log = ptxas(ptx, "sm_90a", verbose=True)
+    assert "C7514" not in log and "serialized" not in log, log
+    assert int(log.split(" bytes spill stores")[0].rsplit(None, 1)[-1]) == 0, log
+
+
+@pytest.mark.parametrize("tiles", [dict(OVERLAP=True), dict(CHAIN=True), dict(VARLEN=True)], ids=["overlap", "chain",
+                                                                                                   "varlen"])
+def test_prefill_sm90_persist_error(tiles):
+    """PERSIST with a form it does not take is a located compile error."""
+    from kcompiler.backends.nvptx.target import NvptxTarget
+    from kcompiler.frontend.program import stdlib_dir
+    from kcompiler.pipeline import emit_file
+    with pytest.raises(kc.CompileError, match="PERSIST") as e:
+        emit_file(stdlib_dir() / "attention_sm90.kc", "asm", NvptxTarget("sm_90a"),
+                  kernel="attention_prefill_sm90", comptime=dict(T="bf16", D=64, PERSIST=True, **tiles))
+    assert "attention_sm90.kc:" in str(e.value)
+
+
+# --- on the GPU: against torch's SDPA in float64 ---------------------------------------------------------
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_prefill_sm90_persist_gpu(causal):
+    """PERSIST on the H100 (132 blocks, several units each): D 64, 128 and 256 in their default
+    tiles, odd lengths (Sq != Sk), GQA 3:1, outputs poisoned first; FP8 against the same call without
+    PERSIST (bit for bit: the same sums in the same order)."""
+    import torch
+
+    from kcompiler import ops
+
+    from .attention_util import check, sdpa64
+    for D in (64, 128, 256):
+        q = torch.randn(4, 1111, 12, D, device="cuda", dtype=torch.bfloat16)
+        k, v = (torch.randn(4, 1234, 4, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        torch.empty(64 << 20, device="cuda", dtype=torch.uint8).fill_(0xFF)  # NaN where ops allocates next
+        tiles = dict(ops_attention.ATTENTION_SM90_TILES[(D, causal)], PERSIST=True)
+        out, lse = ops.attention(q, k, v, causal=causal, return_lse=True, path="sm90", tiles=tiles)
+        (plan,) = [p for p in ops_attention.PLANS.values() if p.kw.get("PERSIST")]
+        assert plan.launch.launch.grid[1:] == (1, 1)
+        ops_attention.PLANS.clear()
+        ref, ref_lse = sdpa64(q, k, v, causal, D ** -0.5)
+        check(out.cpu().float().numpy(), lse.cpu().numpy(), ref.cpu().numpy(), ref_lse.cpu().numpy(),
+              v.cpu().float().numpy(), "bf16")
+    q, k, v = (torch.randn(4, 1500, h, 128, device="cuda").to(torch.float8_e4m3fn) for h in (12, 4, 4))
+    ds = [torch.rand(4, 4, device="cuda") + 0.5 for _ in range(3)]
+    want = ops.attention(q, k, v, causal=causal, descale_q=ds[0], descale_k=ds[1], descale_v=ds[2])
+    got = ops.attention(q, k, v, causal=causal, descale_q=ds[0], descale_k=ds[1], descale_v=ds[2],
+                        tiles=dict(PERSIST=True))
+    assert torch.equal(got, want)
