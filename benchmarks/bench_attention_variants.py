@@ -47,7 +47,11 @@ SHAPES += [(4, 16, 512, 256, False), (16, 32, 512, 256, False), (1, 16, 1024, 25
            (4, 32, 2048, 256, False), (16, 32, 1024, 256, True), (1, 16, 512, 256, True)]
 #: named sets of SHAPES (indices) for --shapes: 'small' the grids above, 'order' the causal shapes where
 #: ORDER's longest-first schedule should show (B4 H32 S4096 D128 and B8 H16 S2048 D128), 'd256' D 256's
-SHAPE_SETS = {"small": list(range(8, 20)), "order": [3, 1], "d256": [6, 7] + list(range(20, 26))}
+#: sequence lengths 1024 to 8192 at D 64 and 128, causal and not, where PERSIST's gain shows (or not)
+SHAPES += [(16, 16, 1024, 128, False), (16, 16, 1024, 128, True), (8, 16, 2048, 128, False), (2, 32, 8192, 128, False),
+           (2, 32, 8192, 128, True), (16, 16, 1024, 64, True), (4, 16, 8192, 64, True), (8, 16, 2048, 64, False)]
+SHAPE_SETS = {"small": list(range(8, 20)), "order": [3, 1], "d256": [6, 7] + list(range(20, 26)),
+              "lengths": [0, 5] + list(range(26, 34)) + [1, 2, 3]}
 
 #: (name, tiles) timed beside the default, by head dimension. CONSUMERS: consumer warpgroups of 64
 #: query rows (BM = 64 * CONSUMERS; default 2); BLOCKS_PER_SM: blocks a multiprocessor holds, the

@@ -307,11 +307,19 @@ def _attention_fa2(q: Any, k: Any, v: Any, out: Any, lse: Any, p: _Prefill, caus
 #: H16 S4096); one consumer at BN 64 had given causal 0.83-0.94 -> 0.95-1.10, in 3 stages level, two at
 #: BN 80 0.61-1.10. SMALL_GRID's ORDER 1 helps causal tiny grids (B1 H16 S512-1024: 1.56-1.62 against
 #: 0.91-0.95) and lost without a mask (B4 H16 S512 0.75 against 0.88), so full runs in ORDER 0.
+#: PERSIST (since 2026-11-29; a block a multiprocessor looping over the query tiles, the next one's
+#: loads under the last one's end; PERSIST_TILES: only where a query tile reads at most that many key
+#: tiles): x SDPA flash, default -> PERSIST, H200, bench_attention_variants.py --shapes lengths (one run;
+#: benchmarks/RESULTS.md): D 64 full S1024 1.21 -> 1.37, S2048 1.42 -> 1.55, S8192 1.52 -> 1.60; causal
+#: S1024 1.26 -> 1.44, S8192 1.35 both. D 128 causal S1024 1.51 -> 1.64, S2048 1.61 -> 1.66, S4096 1.67
+#: -> 1.63, S8192 1.72 -> 1.68 (hence 16 key tiles); D 128 full gains nowhere (S1024 1.52 both, S4096
+#: 1.66 -> 1.64), D 256 level or lower (S4096 causal 1.51 -> 1.46): not taken there.
 ATTENTION_SM90_TILES = {(128, False): dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=True, TURNS=1, SMALL_GRID=True),
-                        (128, True): dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=True, TURNS=1, SMALL_GRID=True),
+                        (128, True): dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=True, TURNS=1, SMALL_GRID=True,
+                                          PERSIST=True, PERSIST_TILES=16),
                         (64, False): dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=False, CONSUMERS=3,
-                                          SMALL_GRID=True),
-                        (64, True): dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=False, SMALL_GRID=True),
+                                          SMALL_GRID=True, PERSIST=True),
+                        (64, True): dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=False, SMALL_GRID=True, PERSIST=True),
                         (256, False): dict(BN=96, STAGES=2, OVERLAP=False, PINGPONG=False, RESCALE_SKIP=True,
                                            CONSUMERS=1, SMALL_GRID=True, ORDER=0),
                         (256, True): dict(BN=96, STAGES=2, OVERLAP=False, PINGPONG=False, RESCALE_SKIP=True,
@@ -444,7 +452,8 @@ class _Sm90Plan:
                  target: str):
         t = sm90_tiles(ATTENTION_SM90_TILES[(p.D, bool(causal))], tiles, p.varlen)
         mod = _attention_sm90_module(target)
-        grid, threads, t = sm90_launch(t, p.Sq, p.H, p.B, _common.device_of(mod, q).multiprocessor_count)
+        grid, threads, t = sm90_launch(t, p.Sq, p.H, p.B, _common.device_of(mod, q).multiprocessor_count,
+                                       seqlen_k=p.Sk)
         c = t.get("CONSUMERS", 2)
         s = p.strides
         self.kind = ArrayKind(q)

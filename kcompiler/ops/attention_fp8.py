@@ -30,8 +30,15 @@ from .attention_order import sm90_launch, sm90_tiles
 #: 837-858 TFLOP/s, level with the default).
 #: EXP2_POLY (opt-in) moves that many of a thread's exponentials a tile off the MUFU
 #: (stdlib/attention_sm90.kc's header): slower on the H100 (600-622 against 683), none spills.
-ATTENTION_FP8_TILES = {False: dict(BN=256, STAGES=2, OVERLAP=False, PINGPONG=True, TURNS=1),
-                       True: dict(BN=256, STAGES=3, OVERLAP=False, PINGPONG=True, TURNS=1)}
+#: PERSIST up to 8 key tiles of 256 (Sk <= 2048; kcompiler.ops.attention_order.sm90_launch), TFLOP/s with
+#: V^T, default -> PERSIST (H200, 2026-11-29, bench_attention_fp8.py --variants default,default-persist):
+#: full / causal B32 H16 S512 424 -> 478 / 225 -> 255, B16 H16 S1024 604 -> 641 / 369 -> 408, B8 H16
+#: S2048 762 -> 781 / 542 -> 582; level or lower from 16 key tiles (B4 H32 S4096 854 -> 851 / 734 ->
+#: 731, B2 H32 S8192 893 -> 872 / 817 -> 815).
+ATTENTION_FP8_TILES = {False: dict(BN=256, STAGES=2, OVERLAP=False, PINGPONG=True, TURNS=1, PERSIST=True,
+                                   PERSIST_TILES=8),
+                       True: dict(BN=256, STAGES=3, OVERLAP=False, PINGPONG=True, TURNS=1, PERSIST=True,
+                                  PERSIST_TILES=8)}
 
 
 def is_fp8(x: Any) -> bool:
@@ -150,7 +157,8 @@ class Fp8Plan:
         from .attention import _attention_sm90_module, attention_sm90_shared_bytes
         t = sm90_tiles(ATTENTION_FP8_TILES[bool(causal)], tiles)
         mod = _attention_sm90_module(target)
-        grid, threads, t = sm90_launch(t, p.Sq, p.H, p.B, _common.device_of(mod, q).multiprocessor_count)
+        grid, threads, t = sm90_launch(t, p.Sq, p.H, p.B, _common.device_of(mod, q).multiprocessor_count,
+                                       seqlen_k=p.Sk)
         s = p.strides
         self.kind = ArrayKind(q)
         self.cuda = self.kind.cuda

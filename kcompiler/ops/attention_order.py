@@ -7,8 +7,10 @@ from typing import Any
 
 #: Keys of a Hopper tiles dict that the host reads and the kernel does not (not passed as compile-time
 #: values): GROUP, ORDER 2's heads a group (default 8; the largest divisor of H up to it is taken);
-#: SMALL_GRID, whether :func:`small_grid_consumers` may lower CONSUMERS for the shape (default False).
-HOST_KEYS = ("GROUP", "SMALL_GRID")
+#: SMALL_GRID, whether :func:`small_grid_consumers` may lower CONSUMERS for the shape (default False);
+#: PERSIST_TILES, the most key tiles (ceil(seqlen_k / BN)) a query tile may read for PERSIST to be taken
+#: (default: no limit; :func:`sm90_launch`).
+HOST_KEYS = ("GROUP", "SMALL_GRID", "PERSIST_TILES")
 
 #: Waves (blocks a multiprocessor) up to which SMALL_GRID also takes ORDER 1 where the tiles give no
 #: ORDER: there every (head, batch entry)'s longest causal tile starts in the first wave, and K and V fit
@@ -56,11 +58,18 @@ def small_grid_consumers(consumers: int, seqlen_q: int, heads: int, batch: int, 
 
 def sm90_tiles(defaults: dict[str, Any], tiles: dict[str, Any] | None, varlen: bool = False) -> dict[str, Any]:
     """The tiles of a call: ``defaults`` (an ATTENTION_SM90_TILES or ATTENTION_FP8_TILES entry) updated
-    by the caller's ``tiles``. The small-grid rule is the defaults': tiles a caller gives are taken as
-    given (SMALL_GRID off) unless they say SMALL_GRID=True, so that a form asked for (PINGPONG's two
-    consumers, say) is the form launched. Raises ValueError for ORDER 2 with variable lengths
-    (``varlen``), which the kernel refuses too (a compile error, for callers of the kernel itself)."""
-    t = dict(defaults) if tiles is None else {**defaults, "SMALL_GRID": False, **tiles}
+    by the caller's ``tiles``. The small-grid rule and the persistent form are the defaults': tiles a
+    caller gives (not empty) are taken as given (SMALL_GRID and PERSIST off) unless they say
+    SMALL_GRID=True or PERSIST=True, so that a form asked for (PINGPONG's two consumers, OVERLAP, say)
+    is the form launched. PERSIST takes no variable lengths (``varlen``): the defaults' is dropped there.
+    Raises ValueError for ORDER 2 or a PERSIST the caller asks for with variable lengths, which the
+    kernel refuses too (a compile error, for callers of the kernel itself)."""
+    t = dict(defaults) if not tiles else {**defaults, "SMALL_GRID": False, **tiles}
+    if tiles and "PERSIST" not in tiles or varlen and not (tiles or {}).get("PERSIST"):
+        t.pop("PERSIST", None)
+    if varlen and t.get("PERSIST"):
+        raise ValueError("attention: PERSIST (a block a multiprocessor looping over the query tiles) takes no "
+                         "variable lengths")
     if varlen and t.get("ORDER", 0) == 2:
         raise ValueError("attention: ORDER 2 (tiles longest first within groups of heads) takes no variable "
                          "lengths: its blocks count their query tiles from the longest sequence, which the "
@@ -68,8 +77,8 @@ def sm90_tiles(defaults: dict[str, Any], tiles: dict[str, Any] | None, varlen: b
     return t
 
 
-def sm90_launch(tiles: dict[str, Any], seqlen_q: int, heads: int, batch: int,
-                sms: int = 132) -> tuple[tuple[int, int, int], int, dict[str, Any]]:
+def sm90_launch(tiles: dict[str, Any], seqlen_q: int, heads: int, batch: int, sms: int = 132,
+                seqlen_k: int | None = None) -> tuple[tuple[int, int, int], int, dict[str, Any]]:
     """(grid, threads a block, compile-time values) of std.attention_sm90 for ``tiles`` (a full tiles dict:
     ATTENTION_SM90_TILES' entry updated by the caller's) on ``batch`` entries of ``heads`` query heads
     and ``seqlen_q`` queries (the longest, with variable lengths). The compile-time values are the
@@ -77,8 +86,10 @@ def sm90_launch(tiles: dict[str, Any], seqlen_q: int, heads: int, batch: int,
     SMALL_GRID is on, the tiles give no ORDER and the grid is at most :data:`SMALL_GRID_WAVES` blocks a
     multiprocessor. The grid by ORDER
     (stdlib/attention_sm90_order.kc): 0 (NT, H, B), 1 (H, B, NT), 2 (G, H / G NT, B), NT =
-    ceil(seqlen_q / (64 CONSUMERS)). Raises ValueError for an ORDER other than 0, 1, 2 or a grid past
-    CUDA's limits (65535 on y and z)."""
+    ceil(seqlen_q / (64 CONSUMERS)); with PERSIST (sms x BLOCKS_PER_SM, 1, 1) where the NT H B query
+    tiles outnumber those blocks and a query tile reads at most PERSIST_TILES key tiles
+    (ceil(``seqlen_k`` / BN), ``seqlen_k`` default ``seqlen_q``), else PERSIST is dropped. Raises
+    ValueError for an ORDER other than 0, 1, 2 or a grid past CUDA's limits (65535 on y and z)."""
     kw = {k: v for k, v in tiles.items() if k not in HOST_KEYS}
     c = kw.get("CONSUMERS", 2)
     if tiles.get("SMALL_GRID"):
@@ -89,9 +100,11 @@ def sm90_launch(tiles: dict[str, Any], seqlen_q: int, heads: int, batch: int,
         kw["ORDER"] = 1
     order = kw.get("ORDER", 0)
     if kw.get("PERSIST"):
-        if nt * heads * batch > sms * kw.get("BLOCKS_PER_SM", 1):
-            return (sms * kw.get("BLOCKS_PER_SM", 1), 1, 1), 128 * (c + 1), kw
-        del kw["PERSIST"]  # a unit a block at most: the plain grid is the same schedule
+        blocks = sms * kw.get("BLOCKS_PER_SM", 1)
+        key_tiles = -(-(seqlen_q if seqlen_k is None else seqlen_k) // kw["BN"])
+        if nt * heads * batch > blocks and key_tiles <= tiles.get("PERSIST_TILES", key_tiles):
+            return (blocks, 1, 1), 128 * (c + 1), kw
+    kw.pop("PERSIST", None)  # or a query tile a block at most: the plain grid is the same schedule
     if order == 0:
         grid = (nt, heads, batch)
     elif order == 1:

@@ -74,6 +74,27 @@ def test_persistent_units(causal, blocks):
         assert np.ptp(work) < np.ptp(plain), (work, plain)
 
 
+def test_persist_host_rules():
+    """The defaults' PERSIST is the host's to take: dropped for tiles a caller gives without it and for
+    variable lengths (a caller's PERSIST there is a ValueError); taken only where the query tiles
+    outnumber the blocks and each reads at most PERSIST_TILES key tiles, which no kernel is given."""
+    from kcompiler.ops.attention_order import sm90_tiles
+    dflt = dict(BN=128, STAGES=2, PINGPONG=True, TURNS=1, PERSIST=True, PERSIST_TILES=16)
+    assert sm90_tiles(dflt, None)["PERSIST"] and sm90_tiles(dflt, {})["PERSIST"]
+    assert "PERSIST" not in sm90_tiles(dflt, dict(OVERLAP=True))
+    assert sm90_tiles(dflt, dict(OVERLAP=False, PERSIST=True))["PERSIST"]
+    assert "PERSIST" not in sm90_tiles(dflt, None, varlen=True)
+    with pytest.raises(ValueError, match="PERSIST .* takes no variable lengths"):
+        sm90_tiles(dflt, dict(PERSIST=True), varlen=True)
+    t = sm90_tiles(dflt, None)
+    assert sm90_launch(t, 2048, 16, 8, 132, seqlen_k=2048)[:2] == ((132, 1, 1), 384)  # 16 key tiles
+    grid, _, kw = sm90_launch(t, 2048, 16, 8, 132, seqlen_k=2049)  # 17
+    assert grid == (16, 16, 8) and "PERSIST" not in kw and "PERSIST_TILES" not in kw
+    assert sm90_launch(t, 4096, 16, 8, 132)[0] == (32, 16, 8)  # seqlen_k defaults to seqlen_q
+    grid, _, kw = sm90_launch(dict(t, CONSUMERS=1, BLOCKS_PER_SM=2), 1000, 4, 20, 132, seqlen_k=100)
+    assert grid == (264, 1, 1) and kw["PERSIST"] and "PERSIST_TILES" not in kw
+
+
 @pytest.fixture(scope="module")
 def emulated():
     """std.attention_sm90 on the CPU target with the Hopper instructions emulated."""
@@ -147,8 +168,8 @@ def test_prefill_sm90_persist_error(tiles):
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_prefill_sm90_persist_gpu(causal):
     """PERSIST on the H100 (132 blocks, several units each): D 64, 128 and 256 in their default
-    tiles, odd lengths (Sq != Sk), GQA 3:1, outputs poisoned first; FP8 against the same call without
-    PERSIST (bit for bit: the same sums in the same order)."""
+    tiles, odd lengths (Sq != Sk), GQA 3:1, outputs poisoned first; FP8's default (PERSIST at 1500
+    keys) against the same call without PERSIST (bit for bit: the same sums in the same order)."""
     import torch
 
     from kcompiler import ops
@@ -168,7 +189,7 @@ def test_prefill_sm90_persist_gpu(causal):
               v.cpu().float().numpy(), "bf16")
     q, k, v = (torch.randn(4, 1500, h, 128, device="cuda").to(torch.float8_e4m3fn) for h in (12, 4, 4))
     ds = [torch.rand(4, 4, device="cuda") + 0.5 for _ in range(3)]
-    want = ops.attention(q, k, v, causal=causal, descale_q=ds[0], descale_k=ds[1], descale_v=ds[2])
-    got = ops.attention(q, k, v, causal=causal, descale_q=ds[0], descale_k=ds[1], descale_v=ds[2],
-                        tiles=dict(PERSIST=True))
+    want = ops.attention(q, k, v, causal=causal, descale_q=ds[0], descale_k=ds[1], descale_v=ds[2],
+                         tiles=dict(PERSIST=False))
+    got = ops.attention(q, k, v, causal=causal, descale_q=ds[0], descale_k=ds[1], descale_v=ds[2])  # the default
     assert torch.equal(got, want)
