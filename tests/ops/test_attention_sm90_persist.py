@@ -106,13 +106,16 @@ def emulated():
 # partial; odd lengths, GQA, causal rows that see no key (Sq > Sk)
 CASES = [(dict(PERSIST=True), (2, 150, 133, 4, 2, 64, False), 3),
          (dict(PERSIST=True, PINGPONG=True, TURNS=1), (1, 300, 190, 2, 1, 64, True), 2),
+         # Sq - Sk >= 2 tiles: the first two query tiles read no key tile (a unit of ntiles 0)
+         (dict(PERSIST=True, PINGPONG=True, TURNS=1), (1, 400, 100, 2, 1, 64, True), 2),
          pytest.param(dict(PERSIST=True, PINGPONG=True, TURNS=0), (2, 150, 290, 2, 2, 64, True), 3,
                       marks=pytest.mark.slow(sample=0)),
          pytest.param(dict(PERSIST=True, CONSUMERS=1, STAGES=3), (1, 200, 133, 3, 1, 128, False), 4,
                       marks=pytest.mark.slow(sample=0))]
 
 
-@pytest.mark.parametrize("tiles,shape,sms", CASES, ids=["full", "causal-turns1", "causal-turns0", "1consumer"])
+@pytest.mark.parametrize("tiles,shape,sms", CASES, ids=["full", "causal-turns1", "causal-no-keys", "causal-turns0",
+                                                       "1consumer"])
 def test_prefill_sm90_persist_emulated(monkeypatch, emulated, tiles, shape, sms):
     """PERSIST on the CPU target's emulation, with ``sms`` multiprocessors so that each block loops
     over several units: against the float64 reference (a unit decoded wrongly leaves rows unwritten or
