@@ -134,6 +134,26 @@ def test_prefill_sm90_persist_emulated(monkeypatch, emulated, tiles, shape, sms)
     check(out, lse, ref, ref_lse, v, "bf16")
 
 
+@pytest.mark.parametrize("causal", [True, pytest.param(False, marks=pytest.mark.slow(sample=0))],
+                         ids=["causal", "full"])
+def test_prefill_sm90_persist_fp8_emulated(monkeypatch, emulated, causal):
+    """FP8 (key tiles of 256, V^T) with PERSIST on 2 multiprocessors: the same bits as the plain grid
+    (each unit's sums in the same order), per-head descales read at each unit's (batch entry, head)."""
+    from kcompiler import ops
+
+    from .test_attention_fp8 import F8, fp8_inputs
+    monkeypatch.setattr(ops_attention, "_attention_sm90_module", lambda target: emulated)
+    B, Sq, Sk, H, HK = 2, 200, 300, 4, 2
+    q, k, v = fp8_inputs(B, Sq, Sk, H, HK)
+    ds = {f"descale_{n}": (RNG.random((B, HK)) + 0.5).astype(np.float32) for n in "qkv"}
+    assert q.dtype == F8
+    want, want_lse = ops.attention(q, k, v, causal=causal, return_lse=True, target="cpu", **ds)
+    monkeypatch.setattr(_common, "device_of", lambda mod, x: SimpleNamespace(multiprocessor_count=2))
+    got, lse = ops.attention(q, k, v, causal=causal, return_lse=True, target="cpu", tiles=dict(PERSIST=True), **ds)
+    np.testing.assert_array_equal(np.asarray(got, np.float32), np.asarray(want, np.float32))
+    np.testing.assert_array_equal(lse, want_lse)
+
+
 @needs_ptxas
 @pytest.mark.parametrize("T,causal", [("bf16", False), ("f8e4m3", True)], ids=["bf16", "fp8-causal"])
 def test_prefill_sm90_persist_ptx(T, causal):
