@@ -86,8 +86,8 @@ def sm90_launch(tiles: dict[str, Any], seqlen_q: int, heads: int, batch: int, sm
     SMALL_GRID is on, the tiles give no ORDER and the grid is at most :data:`SMALL_GRID_WAVES` blocks a
     multiprocessor. The grid by ORDER
     (stdlib/attention_sm90_order.kc): 0 (NT, H, B), 1 (H, B, NT), 2 (G, H / G NT, B), NT =
-    ceil(seqlen_q / (64 CONSUMERS)); with PERSIST (sms x BLOCKS_PER_SM, 1, 1) where the NT H B query
-    tiles outnumber those blocks and a query tile reads at most PERSIST_TILES key tiles
+    ceil(seqlen_q / (64 CONSUMERS)); with PERSIST (sms x BLOCKS_PER_SM, 1, 1), ORDER dropped, where the
+    NT H B query tiles outnumber those blocks and a query tile reads at most PERSIST_TILES key tiles
     (ceil(``seqlen_k`` / BN), ``seqlen_k`` default ``seqlen_q``), else PERSIST is dropped. Raises
     ValueError for an ORDER other than 0, 1, 2 or a grid past CUDA's limits (65535 on y and z)."""
     kw = {k: v for k, v in tiles.items() if k not in HOST_KEYS}
@@ -103,6 +103,7 @@ def sm90_launch(tiles: dict[str, Any], seqlen_q: int, heads: int, batch: int, sm
         blocks = sms * kw.get("BLOCKS_PER_SM", 1)
         key_tiles = -(-(seqlen_q if seqlen_k is None else seqlen_k) // kw["BN"])
         if nt * heads * batch > blocks and key_tiles <= tiles.get("PERSIST_TILES", key_tiles):
+            kw.pop("ORDER", None)  # PERSIST's units have their own order (stdlib/attention_sm90_order.kc)
             return (blocks, 1, 1), 128 * (c + 1), kw
     kw.pop("PERSIST", None)  # or a query tile a block at most: the plain grid is the same schedule
     if order == 0:

@@ -91,8 +91,8 @@ def test_persist_host_rules():
     grid, _, kw = sm90_launch(t, 2048, 16, 8, 132, seqlen_k=2049)  # 17
     assert grid == (16, 16, 8) and "PERSIST" not in kw and "PERSIST_TILES" not in kw
     assert sm90_launch(t, 4096, 16, 8, 132)[0] == (32, 16, 8)  # seqlen_k defaults to seqlen_q
-    grid, _, kw = sm90_launch(dict(t, CONSUMERS=1, BLOCKS_PER_SM=2), 1000, 4, 20, 132, seqlen_k=100)
-    assert grid == (264, 1, 1) and kw["PERSIST"] and "PERSIST_TILES" not in kw
+    grid, _, kw = sm90_launch(dict(t, CONSUMERS=1, BLOCKS_PER_SM=2, ORDER=1), 1000, 4, 20, 132, seqlen_k=100)
+    assert grid == (264, 1, 1) and kw["PERSIST"] and "PERSIST_TILES" not in kw and "ORDER" not in kw
 
 
 @pytest.fixture(scope="module")
