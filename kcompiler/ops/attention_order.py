@@ -3,6 +3,7 @@ tiles: the grid its ORDER needs (stdlib/attention_sm90_order.kc), the tiles' hos
 small-grid rule (fewer query rows a block where the default block would leave multiprocessors idle)."""
 from __future__ import annotations
 
+from numbers import Integral
 from typing import Any
 
 #: Keys of a Hopper tiles dict that the host reads and the kernel does not (not passed as compile-time
@@ -63,8 +64,16 @@ def sm90_tiles(defaults: dict[str, Any], tiles: dict[str, Any] | None, varlen: b
     SMALL_GRID=True or PERSIST=True, so that a form asked for (PINGPONG's two consumers, OVERLAP, say)
     is the form launched. PERSIST takes no variable lengths (``varlen``): the defaults' is dropped there.
     Raises ValueError for ORDER 2 or a PERSIST the caller asks for with variable lengths, which the
-    kernel refuses too (a compile error, for callers of the kernel itself)."""
+    kernel refuses too (a compile error, for callers of the kernel itself), and for a host key that is
+    not a positive int (GROUP, PERSIST_TILES) or a bool (SMALL_GRID); the kernel's own keys are checked
+    where it compiles."""
     t = dict(defaults) if not tiles else {**defaults, "SMALL_GRID": False, **tiles}
+    for key in HOST_KEYS:
+        x = t.get(key)
+        ok = isinstance(x, bool) if key == "SMALL_GRID" else isinstance(x, Integral) and not isinstance(x, bool) and x > 0
+        if key in t and not ok:
+            raise ValueError(f"attention: the tiles' {key} is {'a bool' if key == 'SMALL_GRID' else 'a positive int'}, "
+                             f"not {x!r}")
     if tiles and "PERSIST" not in tiles or varlen and not (tiles or {}).get("PERSIST"):
         t.pop("PERSIST", None)
     if varlen and t.get("PERSIST"):

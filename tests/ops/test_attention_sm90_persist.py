@@ -77,7 +77,8 @@ def test_persistent_units(causal, blocks):
 def test_persist_host_rules():
     """The defaults' PERSIST is the host's to take: dropped for tiles a caller gives without it and for
     variable lengths (a caller's PERSIST there is a ValueError); taken only where the query tiles
-    outnumber the blocks and each reads at most PERSIST_TILES key tiles, which no kernel is given."""
+    outnumber the blocks and each reads at most PERSIST_TILES key tiles, which no kernel is given; host
+    keys of another type are refused."""
     from kcompiler.ops.attention_order import sm90_tiles
     dflt = dict(BN=128, STAGES=2, PINGPONG=True, TURNS=1, PERSIST=True, PERSIST_TILES=16)
     assert sm90_tiles(dflt, None)["PERSIST"] and sm90_tiles(dflt, {})["PERSIST"]
@@ -86,6 +87,10 @@ def test_persist_host_rules():
     assert "PERSIST" not in sm90_tiles(dflt, None, varlen=True)
     with pytest.raises(ValueError, match="PERSIST .* takes no variable lengths"):
         sm90_tiles(dflt, dict(PERSIST=True), varlen=True)
+    for bad in (dict(PERSIST_TILES=0), dict(PERSIST_TILES="8"), dict(PERSIST_TILES=True), dict(GROUP=2.5),
+                dict(SMALL_GRID=1)):
+        with pytest.raises(ValueError, match=f"the tiles' {next(iter(bad))} is"):
+            sm90_tiles(dflt, bad)
     t = sm90_tiles(dflt, None)
     assert sm90_launch(t, 2048, 16, 8, 132, seqlen_k=2048)[:2] == ((132, 1, 1), 384)  # 16 key tiles
     grid, _, kw = sm90_launch(t, 2048, 16, 8, 132, seqlen_k=2049)  # 17
