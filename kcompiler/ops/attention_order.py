@@ -1,6 +1,7 @@
 """kcompiler.ops.attention_order: the launch shape of std.attention_sm90 (the Hopper prefill) from its
-tiles: the grid its ORDER needs (stdlib/attention_sm90_order.kc), the tiles' host-only keys, and the
-small-grid rule (fewer query rows a block where the default block would leave multiprocessors idle)."""
+tiles: the grid its ORDER needs (stdlib/attention_sm90_order.kc), PERSIST's grid of a block a
+multiprocessor and where it is taken, the tiles' host-only keys, and the small-grid rule (fewer query
+rows a block where the default block would leave multiprocessors idle)."""
 from __future__ import annotations
 
 from numbers import Integral
