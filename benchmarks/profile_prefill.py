@@ -3,8 +3,10 @@ H32 S4096 D128 bf16, without and with the causal mask, for Nsight Compute:
 
     ncu --clock-control none -k regex:attention_prefill_sm90 --section SpeedOfLight \\
         --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis \\
-        python3 benchmarks/profile_prefill.py [--fp8]
+        python3 benchmarks/profile_prefill.py [--cudnn] [--fp8]
 
+``--cudnn``: then one launch of torch's cuDNN SDPA on the same bf16 inputs, full then causal (its
+kernels' names vary by cuDNN version: widen -k, e.g. ``-k regex:'attention_prefill_sm90|sdpa|fmha|cudnn'``).
 ``--fp8``: then the FP8 (E4M3) forms too, the same shape quantised per tensor, after the bf16 launches
 (attention_vt_fp8's V^T before each; ncu lists the launches in this order: bf16 full, causal, FP8
 full, causal).
@@ -27,6 +29,11 @@ torch.manual_seed(0)
 q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
 for causal in (False, True):
     ops.attention(q, k, v, causal=causal, layout="bhsd")
+if "--cudnn" in sys.argv[1:]:
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+        for causal in (False, True):
+            torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
 if "--fp8" in sys.argv[1:]:
     from bench_attention_fp8 import quantise  # per tensor, as the benchmark does
     (q8, dq), (k8, dk), (v8, dv) = (quantise(x) for x in (q, k, v))
