@@ -8,10 +8,10 @@
 
 Public API: :func:`compile`, :func:`compile_file`, :func:`devices`, :func:`resolve_target_name`,
 :data:`TARGETS`, :data:`TARGET_ALIASES`, :class:`Target`, :class:`CompileOptions`, :class:`CompileError`,
-:class:`LaunchError` (its :class:`DeviceAssertionError`), :class:`Module`, :class:`Kernel`, :class:`Launch`,
-:class:`Device`, :class:`Artifact`, :class:`capture_printf` (kernels' printf output into ``sys.stdout`` or a
-string, on every target), :func:`graph` (capture launches into a CUDA graph and replay them); array
-operations in :mod:`kcompiler.ops`; :func:`autotune` (a kernel tuned over configurations of
+:class:`LaunchError` (its :class:`DeviceAssertionError`, :class:`LaunchConfigError`), :class:`Module`,
+:class:`Kernel`, :class:`Launch`, :class:`Device`, :class:`Artifact`, :class:`capture_printf` (kernels' printf
+output into ``sys.stdout`` or a string, on every target), :func:`graph` (capture launches into a CUDA graph
+and replay them); array operations in :mod:`kcompiler.ops`; :func:`autotune` (a kernel tuned over configurations of
 compile-time values and launch shapes, :mod:`kcompiler.runtime.tuning`);
 device arrays without torch or CuPy: :func:`to_device`, :func:`device_array`, :func:`from_dlpack`,
 :class:`DeviceArray` (runtime/device_array.py).
@@ -25,7 +25,7 @@ import os
 from typing import Any
 
 from .diagnostics import CompileError
-from .runtime.device import Artifact, Device, DeviceAssertionError, LaunchError
+from .runtime.device import Artifact, Device, DeviceAssertionError, LaunchConfigError, LaunchError
 
 #: Public names imported at first use (module ``__getattr__``): ``import kcompiler`` loads neither
 #: llvmlite, numpy, lark, torch, cuda-python nor hip-python, so that the CLI starts fast.
@@ -178,7 +178,8 @@ def devices() -> list[Device]:
 
 
 __all__ = ["compile", "compile_file", "devices", "TARGETS", "TARGET_ALIASES", "Target",
-           "CompileOptions", "CompileError", "LaunchError", "DeviceAssertionError", "Artifact", "Device",
+           "CompileOptions", "CompileError", "LaunchError", "LaunchConfigError", "DeviceAssertionError", "Artifact",
+           "Device",
            "Module", "Kernel",
            "resolve_target_name", "capture_printf", "to_device", "device_array", "from_dlpack",
            "DeviceArray", "torch_op", "autotune", "__version__"]

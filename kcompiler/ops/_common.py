@@ -4,6 +4,8 @@ an input's kind, flat aligned views, index arrays)."""
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterable, Mapping
+from numbers import Integral
 from typing import Any, Callable
 
 import numpy as np
@@ -287,6 +289,26 @@ def check_same(name: str, x: Any, src: Any, fn: str) -> None:
     """TypeError unless ``x`` is an array of scalar type ``src`` (q's)."""
     if not arrays.is_array(x) or arrays.array_scalar_type(x) != src:
         raise TypeError(f"{fn}: {name} must be an array of {src} like q, not {arrays.describe(x)}")
+
+
+def check_tiles(tiles: Any, keys: Iterable[str], fn: str) -> dict[str, int]:
+    """A caller's ``tiles`` (the tile sizes of an op's kernel, given instead of its choice) as a dict of
+    exactly ``keys``, each a positive int. Raises TypeError where ``tiles`` is not a mapping, ValueError
+    naming the keys missing or not taken, or a value that is not a positive int; the kernel's own rules
+    (a multiple of 16, shared memory that fits) are its errors."""
+    keys = tuple(keys)
+    if not isinstance(tiles, Mapping):
+        raise TypeError(f"{fn}: tiles is a dict of {', '.join(keys)}, not {type(tiles).__name__}")
+    missing = [k for k in keys if k not in tiles]
+    other = [str(k) for k in tiles if k not in keys]
+    if missing or other:
+        raise ValueError(f"{fn}: tiles takes {', '.join(keys)}" + (f"; missing {', '.join(missing)}" if missing else "")
+                         + (f"; no {', '.join(other)}" if other else ""))
+    for k in keys:
+        v = tiles[k]
+        if not isinstance(v, Integral) or isinstance(v, bool) or v < 1:
+            raise ValueError(f"{fn}: tiles' {k} is a positive int, not {v!r}")
+    return {k: int(tiles[k]) for k in keys}
 
 
 def index_array(x: Any, like: Any, name: str, fn: str, n: int | None = None) -> Any:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import OrderedDict
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -254,14 +255,14 @@ def _attention_fa2(q: Any, k: Any, v: Any, out: Any, lse: Any, p: _Prefill, caus
     mfma = not tensor_cores and mod.target_has("mfma") and src.name in ("f16", "bf16")
     if (tensor_cores or mfma) and (D % 16 or D > 256):
         raise ValueError(f"{fn}: the head dimension must be a multiple of 16 up to 256, not {D}")
-    if tiles is not None:
-        t = dict(tiles)
-    elif tensor_cores:
+    if tensor_cores:
         t = dict(ATTENTION_TILES.get(D, ATTENTION_TILES[256 if D > 128 else 128 if D > 64 else 64]))
     elif mfma:
         t = dict(ATTENTION_MFMA_TILES[256 if D > 128 else 128])
     else:
         t = dict(ATTENTION_SIMT_TILES)
+    if tiles is not None:
+        t = _common.check_tiles(tiles, t, fn)
     threads = t["WARPS"] * 32 if tensor_cores else t["WARPS"] * 64 if mfma else t["BM"]
     fq, fk, fv, fo = flat(q, 16), flat(k, 16), flat(v, 16), flat(out, 1)
     aligned = D % 8 == 0 and all(data_ptr(x) % 16 == 0 for x in (fq, fk, fv, fo))
@@ -388,7 +389,10 @@ def _planned(q: Any, k: Any, v: Any, causal: bool, scale: Any, layout: str, tile
     """:func:`attention`'s prepared call: the key of a call the Hopper path may keep (:data:`PLANS`: not
     on path 'fa2', nor with variable lengths but no ``max_seqlen_q``, nor FP8 with a descale array
     (``fp8_options`` None: kcompiler.ops.attention_fp8.plan_options); None where it may not) and, where
-    PLANS holds a plan for it that takes these arrays, its (out, lse) (else None)."""
+    PLANS holds a plan for it that takes these arrays, its (out, lse) (else None). Raises TypeError
+    for ``tiles`` that are not a mapping (this runs first)."""
+    if tiles is not None and not isinstance(tiles, Mapping):
+        raise TypeError(f"attention: tiles is a dict of the kernel's tile sizes, not {type(tiles).__name__}")
     varlen = cu_q is not None or cu_k is not None
     if path == "fa2" or (varlen and max_seqlen_q is None) or (fp8 and fp8_options is None):
         return None, None

@@ -344,7 +344,7 @@ def matmul(a: Any, b: Any, out: Any = None, epilogue: Epilogue | str | None = No
                               shared=matmul_shared_bytes(t, src.size, b_kmajor, mfma), stream=stream, **params, **t)
 
     if tiles is not None:
-        t = dict(tiles)
+        t = _common.check_tiles(tiles, MATMUL_TILES["simt"], "matmul")
     elif not tensor_cores:
         t = matmul_tiles(M, N, K, False)
     else:

@@ -94,7 +94,9 @@ def fused_matmul(a: Any, b: Any, out: Any, ep: _mm.Epilogue, out_dtype: Any, til
     if not gated and N > NORM_MAX_N:
         raise ValueError(f"matmul: epilogue {ep.fn} normalises whole rows inside one block's tile: N = {N} exceeds "
                          f"the widest tile (BN = {NORM_MAX_N}); run ops.rms_norm on the product instead")
-    if tiles is not None and not gated and int(tiles["BN"]) < N:
+    if tiles is not None:
+        tiles = _common.check_tiles(tiles, _mm.MATMUL_TILES["simt"], "matmul")
+    if tiles is not None and not gated and tiles["BN"] < N:
         raise ValueError(f"matmul: epilogue {ep.fn} needs the tile to hold a whole row: N = {N} exceeds the tile's "
                          f"BN = {tiles['BN']}")
     out, dst = _mm._matmul_out(a, out, out_dtype, src, M, N)
@@ -144,7 +146,7 @@ def fused_matmul(a: Any, b: Any, out: Any, ep: _mm.Epilogue, out_dtype: Any, til
                                            **params, **t)
 
     if tiles is not None:
-        t = dict(tiles)
+        t = tiles
     elif not gated:
         t = dict((_NORM_TILES_MFMA if mfma else _NORM_TILES_MMA if tensor_cores else _NORM_TILES_SIMT)[_norm_bn(N)])
     elif not tensor_cores:

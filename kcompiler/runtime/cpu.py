@@ -58,7 +58,7 @@ from ..ir.types import PointerType, ScalarType, StructType, TensorMapType, Vecto
 from . import arrays, interrupt
 from .structs import pack_struct
 from .arrays import ArgMismatch
-from .device import Artifact, Device, DeviceAssertionError, LaunchError
+from .device import Artifact, Device, DeviceAssertionError, LaunchConfigError, LaunchError
 from .stdio import flush_c_stdio
 from .printf_buffer import PrintfBuffer, buffer_bytes_from_env
 from .hostcall import HostcallBuffer, HostcallListener, packets_for
@@ -649,17 +649,17 @@ def _check_limits(h: CpuKernelHandle, grid: tuple, block: tuple, shared: int) ->
     for what, dims, limit in (("block", block, MAX_BLOCK_DIM), ("grid", grid, MAX_GRID_DIM)):
         for axis, n, m in zip("xyz", dims, limit):
             if not 1 <= n <= m:
-                raise LaunchError(f"kernel '{name}': {what} dimension {axis} = {n} is outside [1, {m}] "
-                                  f"({what} {dims})")
+                raise LaunchConfigError(f"kernel '{name}': {what} dimension {axis} = {n} is outside [1, {m}] "
+                                        f"({what} {dims})")
     n = block[0] * block[1] * block[2]
     if n > MAX_THREADS_PER_BLOCK:
-        raise LaunchError(f"kernel '{name}': block {block} has {n} threads; at most "
-                          f"{MAX_THREADS_PER_BLOCK} are allowed")
+        raise LaunchConfigError(f"kernel '{name}': block {block} has {n} threads; at most "
+                                f"{MAX_THREADS_PER_BLOCK} are allowed")
     if shared < 0:
-        raise LaunchError(f"kernel '{name}': dynamic shared memory of {shared} bytes is negative")
+        raise LaunchConfigError(f"kernel '{name}': dynamic shared memory of {shared} bytes is negative")
     if h.static_shared + shared > MAX_SHARED_BYTES:
-        raise LaunchError(f"kernel '{name}': {shared} bytes of dynamic shared memory plus {h.static_shared} "
-                          f"static exceed the {MAX_SHARED_BYTES} bytes a block may use")
+        raise LaunchConfigError(f"kernel '{name}': {shared} bytes of dynamic shared memory plus {h.static_shared} "
+                                f"static exceed the {MAX_SHARED_BYTES} bytes a block may use")
 
 
 def _xyz(a: Any) -> str:

@@ -40,7 +40,7 @@ from ..backends.nvptx.archs import arch_of_cc as arch_of  # the arch names are t
 from ..ir.types import PointerType, ScalarType, StructType, TensorMapType
 from . import arrays
 from .arrays import ArgMismatch
-from .device import Artifact, Device, DeviceAssertionError, LaunchError
+from .device import Artifact, Device, DeviceAssertionError, LaunchConfigError, LaunchError
 from .stdio import flush_c_stdio
 from .marshal import STRUCT_CODES as _STRUCT, HostCopy, bf16_bits as _bf16_bits, device_pointer, \
     marshal_args, stream_handle
@@ -397,9 +397,9 @@ class CudaDevice(Device):
             if nbytes <= h.dynamic_limit:
                 return
             if nbytes + h.static_shared > self.max_shared_optin:
-                raise LaunchError(f"kernel '{h.name}': {nbytes} bytes of dynamic shared memory (plus "
-                                  f"{h.static_shared} static) exceed the {self.max_shared_optin} bytes "
-                                  f"a block may use on {self.name}")
+                raise LaunchConfigError(f"kernel '{h.name}': {nbytes} bytes of dynamic shared memory (plus "
+                                        f"{h.static_shared} static) exceed the {self.max_shared_optin} bytes "
+                                        f"a block may use on {self.name}")
             _check(_drv.cuFuncSetAttribute(
                 h.function, _drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                 nbytes), f"kernel '{h.name}': setting its dynamic shared memory to {nbytes} bytes")
@@ -754,8 +754,11 @@ def _launch_failed(rc: int, dev: CudaDevice, h: CudaKernelHandle, grid: tuple, b
         hint = ("; during a CUDA graph capture a launch must go to the capturing stream: under "
                 "torch.cuda.graph pass stream=torch.cuda.current_stream(), inside kc.graph() leave "
                 "stream=None")
-    raise LaunchError(f"launching kernel '{h.name}' with grid {tuple(grid)}, block {tuple(block)}, "
-                      f"{shared} bytes of dynamic shared memory: {_err_name(_drv.CUresult(rc))}{hint}")
+    # a block past CUDA's limits (1024 threads; x and y to 1024, z to 64) is the caller's value at fault
+    threads = block[0] * block[1] * block[2]
+    error = LaunchConfigError if threads > 1024 or block[0] > 1024 or block[1] > 1024 or block[2] > 64 else LaunchError
+    raise error(f"launching kernel '{h.name}' with grid {tuple(grid)}, block {tuple(block)}, "
+                f"{shared} bytes of dynamic shared memory: {_err_name(_drv.CUresult(rc))}{hint}")
 
 
 class CudaGraphExec:

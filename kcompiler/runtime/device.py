@@ -47,6 +47,12 @@ class LaunchError(RuntimeError):
     """A launch was refused or failed; the message names the kernel and the cause."""
 
 
+class LaunchConfigError(LaunchError, ValueError):
+    """A launch configuration the device cannot take: a grid or block dimension, a block's threads or
+    its shared memory past the device's limits. A LaunchError that is also a ValueError, since the
+    caller's values (an op's ``tiles``, say) are what is wrong."""
+
+
 class DeviceAssertionError(LaunchError):
     """A device ``assert`` failed in a launch: the message is the line the failing thread printed
     (kernel, file:line:col, block, thread, condition, message; ir/assertion.py) where the runtime

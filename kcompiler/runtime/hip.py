@@ -33,7 +33,7 @@ from typing import Any, Sequence
 
 from ..ir.types import PointerType, ScalarType, StructType
 from .codeobject import ET_DYN, CodeObject, CodeObjectError, KernelInfo, read_code_object
-from .device import Artifact, Device, LaunchError
+from .device import Artifact, Device, LaunchConfigError, LaunchError
 from .stdio import flush_c_stdio
 from .marshal import STRUCT_CODES, HostCopy, device_pointer, marshal_args, stream_handle
 from .hip_hostcall import check_printing_kernel
@@ -404,12 +404,12 @@ class HipDevice(Device):
         threads = block[0] * block[1] * block[2]
         limit = min(k.max_flat_workgroup_size, self.max_threads or k.max_flat_workgroup_size)
         if threads > limit:
-            raise LaunchError(f"kernel '{handle.name}': a block of {tuple(block)} is {threads} "
-                              f"work-items; it may have at most {limit} on {self.name}")
+            raise LaunchConfigError(f"kernel '{handle.name}': a block of {tuple(block)} is {threads} "
+                                    f"work-items; it may have at most {limit} on {self.name}")
         if self.max_shared and handle.static_shared + shared > self.max_shared:
-            raise LaunchError(f"kernel '{handle.name}': {shared} bytes of dynamic shared memory "
-                              f"(plus {handle.static_shared} static) exceed the {self.max_shared} "
-                              f"bytes a block may use on {self.name}")
+            raise LaunchConfigError(f"kernel '{handle.name}': {shared} bytes of dynamic shared memory "
+                                    f"(plus {handle.static_shared} static) exceed the {self.max_shared} "
+                                    f"bytes a block may use on {self.name}")
         data = handle.layout.pack(args)
         buf = ctypes.create_string_buffer(data, max(len(data), 8))
         size = ctypes.c_size_t(len(data))

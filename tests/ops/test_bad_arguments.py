@@ -154,3 +154,37 @@ def test_one_bad_argument_is_a_value_or_type_error(op, kind):
         except Exception as e:  # noqa: BLE001 - what the test is looking for
             internal.append(f"{op}: {where} {what}: {type(e).__name__}: {e}")
     assert not internal, "\n".join(internal)
+
+
+#: op name -> (a call taking ``tiles``, the full tiles of the path it takes on the CPU target)
+TILED = {
+    "attention": (lambda t: ops.attention(f32(1, 40, 2, 32), f32(1, 40, 2, 32), f32(1, 40, 2, 32), causal=True,
+                                          tiles=t, target="cpu"), dict(BM=64, BN=32, WARPS=2, STAGES=2)),
+    "matmul": (lambda t: ops.matmul(f32(33, 40), f32(40, 24), tiles=t, target="cpu"),
+               dict(BM=64, BN=64, BK=32, WM=32, WN=32, STAGES=2)),
+    "matmul rms_norm": (lambda t: ops.matmul(f32(33, 40), f32(40, 24), tiles=t, target="cpu",
+                                             epilogue=ops.Epilogue("rms_norm", x=np.ones(24, np.float32))),
+                        dict(BM=64, BN=64, BK=32, WM=32, WN=32, STAGES=2)),
+}
+
+
+@pytest.mark.parametrize("op", sorted(TILED))
+def test_bad_tiles_are_a_value_or_type_error(op):
+    """``tiles`` a caller gives (the kernel's tile sizes): not a dict, a key missing or one the kernel
+    does not take, and each value in turn 0, negative, 2^20, 2^40, odd, a string, a float, None, a bool.
+    Only ValueError, TypeError or CompileError may come out (the launch's limits too:
+    kcompiler.LaunchConfigError is a ValueError). Found with it (2026-11-29): a partial dict raised
+    KeyError, BM 0 ZeroDivisionError, BM 2^20 a LaunchError (a RuntimeError)."""
+    fn, full = TILED[op]
+    fn(full)  # the valid call runs
+    bad = ["abc", 5, [1, 2], {k: v for k, v in list(full.items())[1:]}, {**full, "FOO": 1}]
+    bad += [{**full, k: v} for k in full for v in (0, -16, 1 << 20, 1 << 40, 7, "x", 16.0, None, True)]
+    internal = []
+    for t in bad:
+        try:
+            fn(t)
+        except ALLOWED:
+            pass
+        except Exception as e:  # noqa: BLE001 - what the test is looking for
+            internal.append(f"{op}: tiles={t!r}: {type(e).__name__}: {e}")
+    assert not internal, "\n".join(internal)

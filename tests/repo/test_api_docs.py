@@ -32,7 +32,7 @@ from ..paths import ROOT
 RUNTIME_MODULES = sorted(p.stem for p in (ROOT / "kcompiler" / "runtime").glob("*.py") if not p.stem.startswith("_"))
 #: Documented on the kcompiler page (the names users write: ``kc.Module``), left out of the runtime page.
 ON_TOP_PAGE = {"module": {"Module", "Kernel", "Launch", "CompileError"},
-               "device": {"Device", "Artifact", "LaunchError", "DeviceAssertionError"},
+               "device": {"Device", "Artifact", "LaunchError", "DeviceAssertionError", "LaunchConfigError"},
                "stdio": {"capture_printf"}, "graph": {"graph", "Graph"},
                "device_array": {"DeviceArray", "device_array", "to_device", "from_dlpack"},
                "tuning": {"autotune"}}

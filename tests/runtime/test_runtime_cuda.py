@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from kcompiler.ir.types import (BF16, BOOL, F16, F32, F64, I8, I32, I64, U64, PointerType)
-from kcompiler.runtime.device import LaunchError
+from kcompiler.runtime.device import LaunchConfigError
 from kcompiler.runtime.module import Module
 
 from ..runtime_fakes import IrProgram, global_index, ir_kernel
@@ -170,16 +170,16 @@ def test_dynamic_shared_above_48k(mod, dev):
     mod.dyn[1, threads](out, threads, shared=nbytes)
     torch.cuda.synchronize()
     assert out.cpu().tolist() == [float(i) for i in range(threads)]
-    with pytest.raises(LaunchError, match="dyn.*exceed"):
+    with pytest.raises(LaunchConfigError, match="dyn.*exceed"):  # a LaunchError and a ValueError
         mod.dyn[1, threads](out, threads, shared=dev.max_shared_optin + 1024)
 
 
 def test_launch_error_names_the_cuda_error_and_kernel(mod):
     torch = pytest.importorskip("torch")
     a = torch.zeros(4, device="cuda")
-    with pytest.raises(LaunchError, match=r"vadd.*CUDA_ERROR_INVALID_VALUE"):
+    with pytest.raises(LaunchConfigError, match=r"vadd.*CUDA_ERROR_INVALID_VALUE"):  # 2048 threads: a ValueError too
         mod.vadd[1, 2048](a, a, a, 4)
-    with pytest.raises(LaunchError, match=r"vadd.*CUDA_ERROR_INVALID_VALUE"):
+    with pytest.raises(LaunchConfigError, match=r"vadd.*CUDA_ERROR_INVALID_VALUE"):
         mod.vadd[1, (32, 32, 2)](np.zeros(4, np.float32), np.zeros(4, np.float32),
                                  np.zeros(4, np.float32), 4)
 

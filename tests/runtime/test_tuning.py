@@ -185,7 +185,7 @@ def test_failing_configurations_are_skipped_with_a_note(mod, tmp_path, caplog):
     assert [s for _, s in t.timings] == [None, None, 2.0, 1.0]
     assert set(t.rejected) == {0, 1}
     assert "BLOCK too big" in t.rejected[0] and t.rejected[0].startswith("CompileError")
-    assert "shared memory" in t.rejected[1] and t.rejected[1].startswith("LaunchError")
+    assert "shared memory" in t.rejected[1] and t.rejected[1].startswith("LaunchConfigError")
     assert "configuration 0" in caplog.text and "configuration 1" in caplog.text
     assert np.array_equal(x, np.ones(500, np.float32))
 
@@ -195,7 +195,7 @@ def test_all_failing_is_an_error_naming_each(mod, tmp_path):
                     block=_block, timer=fake_timer({}, []), cache=KernelCache(tmp_path, disk=True))
     x = np.zeros(10, np.float32)
     with pytest.raises(TuningFailed, match=r"(?s)every configuration failed.*configuration 0 \{BLOCK=512\}: "
-                                           r"CompileError.*BLOCK too big.*configuration 1 .*LaunchError.*2048"):
+                                           r"CompileError.*BLOCK too big.*configuration 1 .*LaunchConfigError.*2048"):
         t(x, 10)
     assert _records(tmp_path) == []
     assert np.array_equal(x, np.zeros(10, np.float32))
@@ -357,7 +357,7 @@ def test_gpu_choice_is_the_fastest_measured(tmp_path):
                     cache=KernelCache(tmp_path, disk=True), repeats=20)
     t(x, out, n)
     times = {c["BLOCK"]: s for c, s in t.timings}
-    assert times[2048] is None and t.rejected[3].startswith("LaunchError")
+    assert times[2048] is None and t.rejected[3].startswith("LaunchConfigError")  # 2048 threads
     measured = {b: s for b, s in times.items() if s is not None}
     assert set(measured) == {4, 256, 1024} and all(0 < s < 1 for s in measured.values()), measured
     assert t.best_config["BLOCK"] == min(measured, key=measured.get)

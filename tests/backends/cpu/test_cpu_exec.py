@@ -16,7 +16,7 @@ from kcompiler.ir import Builder, Function, Module, Value
 from kcompiler.ir.types import (ArrayType, BOOL, F32, F64, I32, I64, PointerType, U32, U64, VOID)
 from kcompiler.runtime.arrays import ArgMismatch
 from kcompiler.runtime.cpu import CpuDevice
-from kcompiler.runtime.device import Artifact, KernelParam, LaunchError
+from kcompiler.runtime.device import Artifact, KernelParam, LaunchConfigError, LaunchError
 
 RNG = np.random.default_rng(1234)
 _TARGETS: dict[int, CpuTarget] = {}
@@ -404,8 +404,10 @@ def test_launch_limits():
         (0, 1, 0, r"grid dimension x = 0"),
         (1, 1, 300_000, r"300000 bytes of dynamic shared memory"),
     ]:
-        with pytest.raises(LaunchError, match=r"kernel 'noop': " + ".*" + pat):
+        with pytest.raises(LaunchError, match=r"kernel 'noop': " + ".*" + pat) as e:
             k[grid, block](O, shared=shared)
+        # the caller's values are at fault: also a ValueError (kcompiler.LaunchConfigError)
+        assert isinstance(e.value, LaunchConfigError) and isinstance(e.value, ValueError)
     with pytest.raises(TypeError, match="noop"):
         k[1, 1](np.zeros(3, np.float32))
 
