@@ -289,7 +289,9 @@ class _PagedLaunch:
         """Launch on ``args`` (q, the caches, the block table, seq_lens, the scales: checked arrays),
         writing ``out`` and ``lse``; the split count for sequences of up to ``max_len`` keys."""
         B, QL, H, HK, D = self.dims
-        n = self.fixed or split_count(B * HK, max_len, self.slots, min_waves=self.waves)
+        # a given count at most the keys (more chunks would be empty, their scratch allocated for nothing)
+        n = min(self.fixed, max(max_len, 1)) if self.fixed else split_count(B * HK, max_len, self.slots,
+                                                                             min_waves=self.waves)
         stream = self.kind.stream()
         if n == 1:
             self.kernel[(1, HK, B), self.threads](*args, out, lse, HK, self.max_pages, 1, self.sc, stream=stream,
@@ -346,7 +348,8 @@ def paged_decode(q: Any, k_cache: Any, v_cache: Any, block_table: Any, seq_lens:
       multiple of 16.
     - block_table: (B, max_pages) int32, the pages of each sequence in order; seq_lens: (B,) int32.
     - ``num_splits``: the keys of each sequence are cut into this many chunks, a block each, and the
-      partial results combined by :func:`merge_states` (split-KV, FlashDecoding). Default
+      partial results combined by :func:`merge_states` (split-KV, FlashDecoding; at most one chunk a key of
+      the longest sequence: a larger count is cut to that). Default
       (:func:`decode_splits`): the fewest that fill the multiprocessors of the device that runs the
       kernel (its ``multiprocessor_count``; the CPU target answers with an H100's, see
       kcompiler.runtime.device.Device) with whole waves of resident blocks, chunks of at least 256

@@ -186,8 +186,8 @@ class _MlaLaunch:
     def splits(self, max_len: int) -> int:
         """The split count for sequences of up to ``max_len`` keys (``num_splits`` if given)."""
         B, H = self.dims[:2]
-        if self.fixed:
-            return self.fixed
+        if self.fixed:  # at most a chunk a key (more would be empty, their scratch allocated for nothing)
+            return min(self.fixed, max(max_len, 1))
         if self.tiles is not None:
             return _sm90_splits(B * -(-H // 64), max_len, self.sms, int(self.tiles["BN"]))
         return split_count(B * H // self.G, max_len, self.slots)

@@ -9,7 +9,8 @@ Python list, a bare scalar, None; for numbers: negative, zero, NaN, 2^70, a stri
 The same with torch CPU tensors (and, as a bad argument, a strided last axis or a numpy array among
 tensors). Found with it (2026-11-29): top_k past int32, router_logits and block_table given as lists or
 None, mx_dequantize's scales not an array (and too few of them, read past their end), seq_lens None
-beside torch tensors.
+beside torch tensors; later the same day a caller's ``tiles`` (test_bad_tiles_are_a_value_or_type_error)
+and a split count past the keys (test_num_splits_past_the_keys_is_cut).
 """
 from __future__ import annotations
 
@@ -52,7 +53,7 @@ CALLS = {
     "attention": (ops.attention, (f32(1, 16, 2, 16), f32(1, 16, 2, 16), f32(1, 16, 2, 16)), {"causal": True}),
     "paged_decode": (ops.paged_decode, (f32(2, 4, 16), f32(6, 16, 2, 16), f32(6, 16, 2, 16),
                                         np.array([[0, 1, 2], [3, 4, 5]], np.int32), np.array([40, 17], np.int32)),
-                     {"scale": 0.25}),
+                     {"scale": 0.25, "num_splits": 2, "warps": 2, "unroll": 2, "stages": 2}),
     "merge_states": (ops.merge_states, (f32(3, 2, 4, 16), f32(3, 2, 4)), {}),
     "cast": (ops.cast, (f32(40), ml_dtypes.float8_e4m3fn), {}),
     "mx_quantize": (ops.mx_quantize, (f32(4, 64),), {}),
@@ -174,7 +175,8 @@ def test_bad_tiles_are_a_value_or_type_error(op):
     does not take, and each value in turn 0, negative, 2^20, 2^40, odd, a string, a float, None, a bool.
     Only ValueError, TypeError or CompileError may come out (the launch's limits too:
     kcompiler.LaunchConfigError is a ValueError). Found with it (2026-11-29): a partial dict raised
-    KeyError, BM 0 ZeroDivisionError, BM 2^20 a LaunchError (a RuntimeError)."""
+    KeyError, BM 0 ZeroDivisionError, BM 2^20 a LaunchError (a RuntimeError), and matmul's STAGES 0
+    aborted the process (the SIMT kernel wrote past shared memory sized at 0 bytes)."""
     fn, full = TILED[op]
     fn(full)  # the valid call runs
     bad = ["abc", 5, [1, 2], {k: v for k, v in list(full.items())[1:]}, {**full, "FOO": 1}]
@@ -188,3 +190,13 @@ def test_bad_tiles_are_a_value_or_type_error(op):
         except Exception as e:  # noqa: BLE001 - what the test is looking for
             internal.append(f"{op}: tiles={t!r}: {type(e).__name__}: {e}")
     assert not internal, "\n".join(internal)
+
+
+def test_num_splits_past_the_keys_is_cut():
+    """paged_decode's num_splits beyond the longest sequence's keys is cut to that (each chunk a key at
+    least): 2^40 raised MemoryError (its scratch allocated), 2^20 allocated 512 MB for 40 keys. The
+    result equals the default's."""
+    fn, args, kwargs = CALLS["paged_decode"]
+    want = fn(*args, target="cpu", scale=0.25)
+    for n in (41, 1 << 20, 1 << 40):
+        np.testing.assert_allclose(fn(*args, target="cpu", scale=0.25, num_splits=n), want, rtol=1e-5, atol=1e-6)
