@@ -320,7 +320,8 @@ ATTENTION_SM90_TILES = {(128, False): dict(BN=128, STAGES=2, OVERLAP=False, PING
                                           PERSIST=True, PERSIST_TILES=16),
                         (64, False): dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=False, CONSUMERS=3,
                                           SMALL_GRID=True, PERSIST=True),
-                        (64, True): dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=False, SMALL_GRID=True, PERSIST=True),
+                        (64, True): dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=False, SMALL_GRID=True,
+                                         PERSIST=True),
                         (256, False): dict(BN=96, STAGES=2, OVERLAP=False, PINGPONG=False, RESCALE_SKIP=True,
                                            CONSUMERS=1, SMALL_GRID=True, ORDER=0),
                         (256, True): dict(BN=96, STAGES=2, OVERLAP=False, PINGPONG=False, RESCALE_SKIP=True,
@@ -463,7 +464,8 @@ class _Sm90Plan:
         self.kind = ArrayKind(q)
         self.cuda = self.kind.cuda
         lens = p.rows if p.varlen else (p.Sq, p.Sk)
-        self.scalars = (*lens, p.H // p.HK, p.H, p.B, s["o_sb"], s["o_ss"], s["o_sh"], p.l_sb, p.l_sh, np.float32(scale))
+        self.scalars = (*lens, p.H // p.HK, p.H, p.B, s["o_sb"], s["o_ss"], s["o_sh"], p.l_sb, p.l_sh,
+                        np.float32(scale))
         self.kw = dict(T=arrays.array_scalar_type(q).name, D=p.D, CAUSAL=bool(causal), VARLEN=p.varlen, **t)
         self.launch = mod.attention_prefill_sm90[grid, threads].bind(
             shared=attention_sm90_shared_bytes(t, p.D, varlen=p.varlen), **self.kw)

@@ -71,7 +71,8 @@ def sm90_tiles(defaults: dict[str, Any], tiles: dict[str, Any] | None, varlen: b
     t = dict(defaults) if not tiles else {**defaults, "SMALL_GRID": False, **tiles}
     for key in HOST_KEYS:
         x = t.get(key)
-        ok = isinstance(x, bool) if key == "SMALL_GRID" else isinstance(x, Integral) and not isinstance(x, bool) and x > 0
+        positive = isinstance(x, Integral) and not isinstance(x, bool) and x > 0
+        ok = isinstance(x, bool) if key == "SMALL_GRID" else positive
         if key in t and not ok:
             raise ValueError(f"attention: the tiles' {key} is {'a bool' if key == 'SMALL_GRID' else 'a positive int'}, "
                              f"not {x!r}")

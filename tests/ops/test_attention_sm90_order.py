@@ -107,9 +107,10 @@ kernel decode[ORDER: i32, CAUSAL: bool, BM: i32](out: ptr<i32>, seqlen_q: i32) {
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
 def test_block_order(order, causal):
     """The blocks' order as the hardware hands them out (the grid's linear order) from the kernel's
-    decode on the host's grid (sm90_launch): every (query tile, head, batch entry) once; causal tiles longest first (ORDER 0: within each (head, batch entry); ORDER 1: no
-    block's tile longer than an earlier one's; ORDER 2: so within each group of G heads, the groups in
-    turn, G heads a wave's group)."""
+    decode on the host's grid (sm90_launch): every (query tile, head, batch entry) once; causal tiles
+    longest first (ORDER 0: within each (head, batch entry); ORDER 1: no block's tile longer than an
+    earlier one's; ORDER 2: so within each group of G heads, the groups in turn, G heads a wave's
+    group)."""
     B, H, S, bm = 3, 12, 1000, 128  # 8 tiles, the last partial; ORDER 2: GROUP 5 gives groups of 4
     grid, _, _ = sm90_launch(dict(ORDER=order, GROUP=5), S, H, B)
     mod = kc.compile(DECODE, target="cpu", path="order_test.kc")

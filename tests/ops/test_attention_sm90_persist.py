@@ -49,7 +49,8 @@ kernel units[CAUSAL: bool, BM: i32](out: ptr<i32>, rounds: i32, seqlen_q: i32, s
 def test_persistent_units(causal, blocks):
     """Every (query tile, head, batch entry) exactly once over the blocks' rounds, in ORDER 0's order
     (the tile fastest; causal: longest first) and, causal, snaked over the blocks, so that the blocks'
-    key tiles summed over their rounds differ less than in a plain round robin (here 14 against 20). 132 blocks take the 120 units in one round."""
+    key tiles summed over their rounds differ less than in a plain round robin (here 14 against 20).
+    132 blocks take the 120 units in one round."""
     B, H, S, bm = 3, 5, 1000, 128
     nt = -(-S // bm)
     grid, threads, kw = sm90_launch(dict(BN=64, STAGES=2, PERSIST=True), S, H, B, blocks)
