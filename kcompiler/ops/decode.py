@@ -506,8 +506,9 @@ def merge_states(v: Any, s: Any, *, out: Any = None, lse_out: Any = None, out_dt
     normalised over its own keys, ``s`` (N, S, H) f32 their log-sum-exps (-inf: no keys); returns
     ``(o, lse)``, o (N, H, D) = sum_s exp(s_s - lse) v_s and lse (N, H) = log sum_s exp(s_s), exactly
     the attention over the union of the states' keys (cascade attention, split-KV). ``v``: f32, f16 or
-    bf16; o in ``out_dtype`` (default v's), or written into ``out`` / ``lse_out``. Raises TypeError /
-    ValueError for dtypes and shapes that do not match."""
+    bf16; o in ``out_dtype`` (default v's), or written into ``out`` / ``lse_out`` (contiguous arrays of
+    v's kind: (N, H, D) of f32, f16 or bf16, and (N, H) of f32). Raises TypeError / ValueError for kinds,
+    dtypes and shapes that do not match."""
     fn = "merge_states"
     src = arrays.array_scalar_type(v) if arrays.is_array(v) else None
     if src is None or src.name not in ("f16", "bf16", "f32"):
@@ -522,12 +523,21 @@ def merge_states(v: Any, s: Any, *, out: Any = None, lse_out: Any = None, out_dt
         if dst is None or dst.name not in ("f16", "bf16", "f32"):
             raise TypeError(f"{fn}: out_dtype must be f32, f16 or bf16, not {out_dtype!r}")
         out = empty_like(v, (N, H, D), dst.name)
+    kind = ArrayKind(v)
+    for name, x in (("out", out), ("lse_out", lse_out)):
+        if x is not None and not kind.holds(x):
+            raise TypeError(f"{fn}: {name} must be an array of v's kind (numpy, or torch on v's device), not "
+                            f"{arrays.describe(x)}")
     dst = arrays.array_scalar_type(out)
     if tuple(out.shape) != (N, H, D) or not arrays.is_contiguous(out) or dst is None \
             or dst.name not in ("f16", "bf16", "f32"):
         raise ValueError(f"{fn}: out must be a contiguous ({N}, {H}, {D}) array of f32, f16 or bf16")
     if lse_out is None:
         lse_out = empty_like(v, (N, H), "f32")
+    elif tuple(lse_out.shape) != (N, H) or not arrays.is_contiguous(lse_out) \
+            or getattr(arrays.array_scalar_type(lse_out), "name", None) != "f32":
+        raise ValueError(f"{fn}: lse_out must be a contiguous ({N}, {H}) array of f32, not "
+                         f"{arrays.describe(lse_out)} of shape {tuple(lse_out.shape)}")
     if N * H == 0 or D == 0:
         return out, lse_out
     v, s = contiguous(v), contiguous(s)

@@ -9,8 +9,11 @@ Python list, a bare scalar, None; for numbers: negative, zero, NaN, 2^70, a stri
 The same with torch CPU tensors (and, as a bad argument, a strided last axis or a numpy array among
 tensors). Found with it (2026-11-29): top_k past int32, router_logits and block_table given as lists or
 None, mx_dequantize's scales not an array (and too few of them, read past their end), seq_lens None
-beside torch tensors; later the same day a caller's ``tiles`` (test_bad_tiles_are_a_value_or_type_error)
-and a split count past the keys (test_num_splits_past_the_keys_is_cut).
+beside torch tensors; later the same day a caller's ``tiles`` (test_bad_tiles_are_a_value_or_type_error),
+a split count past the keys (test_num_splits_past_the_keys_is_cut), merge_states' ``out`` given as a list
+(AttributeError) and its unchecked ``lse_out`` (test_merge_states_lse_out_is_checked). The calls pass
+their optional ``out`` arrays and numbers (eps, scale, num_splits, warps, ...) so that they are mutated
+too.
 """
 from __future__ import annotations
 
@@ -39,22 +42,23 @@ T, H, E, INTER = 5, 64, 4, 32
 
 #: op name -> (function, positional arguments, keyword arguments): a valid call.
 CALLS = {
-    "rms_norm": (ops.rms_norm, (f32(T, H), f32(H)), {"residual": f32(T, H)}),
-    "layer_norm": (ops.layer_norm, (f32(T, H), f32(H), f32(H)), {}),
+    "rms_norm": (ops.rms_norm, (f32(T, H), f32(H)), {"residual": f32(T, H), "eps": 1e-6, "out": f32(T, H)}),
+    "layer_norm": (ops.layer_norm, (f32(T, H), f32(H), f32(H)), {"eps": 1e-5, "out": f32(T, H)}),
     "rotary_embedding": (ops.rotary_embedding, (f32(T, 2, 16), f32(T, 1, 16), np.arange(T), f32(32, 16)), {}),
-    "silu_and_mul": (ops.silu_and_mul, (f32(T, 2 * H),), {}),
-    "gelu_and_mul": (ops.gelu_and_mul, (f32(T, 2 * H),), {}),
+    "silu_and_mul": (ops.silu_and_mul, (f32(T, 2 * H),), {"out": f32(T, H)}),
+    "gelu_and_mul": (ops.gelu_and_mul, (f32(T, 2 * H),), {"out": f32(T, H)}),
     "softmax": (ops.softmax, (f32(3, 100), 0.7), {}),
     "top_k_mask_logits": (ops.top_k_mask_logits, (f32(3, 100), 5), {}),
     "top_p_renorm_probs": (ops.top_p_renorm_probs, (np.full((3, 100), 0.01, np.float32), 0.5), {}),
     "sample": (ops.sample, (f32(3, 100),), {"temperature": 0.8, "top_k": 5, "top_p": 0.9, "min_p": 0.05,
                                             "seed": 1}),
     "matmul": (ops.matmul, (f32(17, 32), f32(32, 24)), {"epilogue": ops.Epilogue("bias_gelu", x=f32(24))}),
-    "attention": (ops.attention, (f32(1, 16, 2, 16), f32(1, 16, 2, 16), f32(1, 16, 2, 16)), {"causal": True}),
+    "attention": (ops.attention, (f32(1, 16, 2, 16), f32(1, 16, 2, 16), f32(1, 16, 2, 16)),
+                  {"causal": True, "scale": 0.25}),
     "paged_decode": (ops.paged_decode, (f32(2, 4, 16), f32(6, 16, 2, 16), f32(6, 16, 2, 16),
                                         np.array([[0, 1, 2], [3, 4, 5]], np.int32), np.array([40, 17], np.int32)),
                      {"scale": 0.25, "num_splits": 2, "warps": 2, "unroll": 2, "stages": 2}),
-    "merge_states": (ops.merge_states, (f32(3, 2, 4, 16), f32(3, 2, 4)), {}),
+    "merge_states": (ops.merge_states, (f32(3, 2, 4, 16), f32(3, 2, 4)), {"out": f32(3, 4, 16), "lse_out": f32(3, 4)}),
     "cast": (ops.cast, (f32(40), ml_dtypes.float8_e4m3fn), {}),
     "mx_quantize": (ops.mx_quantize, (f32(4, 64),), {}),
     "mx_dequantize": (ops.mx_dequantize, ops.mx_quantize(f32(2, 64), target="cpu"), {}),
@@ -200,3 +204,22 @@ def test_num_splits_past_the_keys_is_cut():
     want = fn(*args, target="cpu", scale=0.25)
     for n in (41, 1 << 20, 1 << 40):
         np.testing.assert_allclose(fn(*args, target="cpu", scale=0.25, num_splits=n), want, rtol=1e-5, atol=1e-6)
+
+
+def test_merge_states_lse_out_is_checked():
+    """merge_states' ``lse_out`` of the wrong size, dtype or kind is refused. Before (2026-11-29) it was
+    not checked: a 1-element view of a larger buffer had 11 floats written past its end (N H = 12)."""
+    fn, args, _ = CALLS["merge_states"]
+    big = np.full(100, -7.0, np.float32)
+    with pytest.raises(ValueError, match=r"lse_out must be a contiguous \(3, 4\) array of f32"):
+        fn(*args, lse_out=big[:1], target="cpu")
+    assert (big == -7.0).all()
+    for bad in (np.zeros((3, 4), np.float64), np.zeros((4, 3), np.float32), np.zeros((3, 8), np.float32)[:, ::2]):
+        with pytest.raises(ValueError, match="lse_out"):
+            fn(*args, lse_out=bad, target="cpu")
+    with pytest.raises(TypeError, match="lse_out must be an array of v's kind"):
+        fn(*args, lse_out=[[0.0] * 4] * 3, target="cpu")
+    out, lse = fn(*args, lse_out=np.zeros((3, 4), np.float32), target="cpu")
+    want_out, want_lse = fn(*args, target="cpu")
+    np.testing.assert_array_equal(lse, want_lse)
+    np.testing.assert_array_equal(out, want_out)
