@@ -22,7 +22,7 @@ from kcompiler.ir.types import BF16, BOOL, F16, F32, F64, I8, I32, I64, PointerT
 from kcompiler.runtime import device as device_module
 from kcompiler.runtime import hip as hip_rt
 from kcompiler.runtime.codeobject import ArgInfo, KernelDescriptor, KernelInfo, read_code_object
-from kcompiler.runtime.device import Artifact, KernelParam, LaunchError
+from kcompiler.runtime.device import Artifact, KernelParam, LaunchConfigError, LaunchError
 from kcompiler.runtime.hip import HipDevice, HipUnavailable, kernarg_layout, pack_kernargs
 from kcompiler.runtime.module import Module, device_for
 
@@ -256,12 +256,14 @@ def test_launch_errors_name_the_hip_error_and_the_kernel(fake_hip):
         mod.store_n[1, 64](a, 1)
     assert fake_hip.memory == {}  # freed, not copied back
     fake_hip.fail_launch = 0
-    with pytest.raises(LaunchError,
+    # the launch's limits: kcompiler.LaunchConfigError, a LaunchError and a ValueError
+    with pytest.raises(LaunchConfigError,
                        match="65537 bytes of dynamic shared memory .* exceed the 65536 bytes"):
         mod.store_n[1, 64](a, 1, shared=65537)
-    with pytest.raises(LaunchError, match=r"a block of \(2048, 1, 1\) is 2048 work-items; it may have "
-                                          r"at most 1024"):
+    with pytest.raises(LaunchConfigError, match=r"a block of \(2048, 1, 1\) is 2048 work-items; it may have "
+                                                r"at most 1024"):
         mod.store_n[1, 2048](a, 1)
+    assert issubclass(LaunchConfigError, ValueError) and issubclass(LaunchConfigError, LaunchError)
 
 
 def test_a_hip_python_for_another_rocm_is_a_launch_error(fake_hip, monkeypatch):
