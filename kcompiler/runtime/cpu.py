@@ -658,8 +658,8 @@ def _check_limits(h: CpuKernelHandle, grid: tuple, block: tuple, shared: int) ->
     if shared < 0:
         raise LaunchConfigError(f"kernel '{name}': dynamic shared memory of {shared} bytes is negative")
     if h.static_shared + shared > MAX_SHARED_BYTES:
-        raise LaunchConfigError(f"kernel '{name}': {shared} bytes of dynamic shared memory plus {h.static_shared} "
-                                f"static exceed the {MAX_SHARED_BYTES} bytes a block may use")
+        raise LaunchConfigError(f"kernel '{name}': {shared} bytes of dynamic shared memory plus "
+                                f"{h.static_shared} static exceed the {MAX_SHARED_BYTES} bytes a block may use")
 
 
 def _xyz(a: Any) -> str:

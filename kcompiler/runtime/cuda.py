@@ -754,9 +754,9 @@ def _launch_failed(rc: int, dev: CudaDevice, h: CudaKernelHandle, grid: tuple, b
         hint = ("; during a CUDA graph capture a launch must go to the capturing stream: under "
                 "torch.cuda.graph pass stream=torch.cuda.current_stream(), inside kc.graph() leave "
                 "stream=None")
-    # a block past CUDA's limits (1024 threads; x and y to 1024, z to 64) is the caller's value at fault
-    threads = block[0] * block[1] * block[2]
-    error = LaunchConfigError if threads > 1024 or block[0] > 1024 or block[1] > 1024 or block[2] > 64 else LaunchError
+    # a block past CUDA's limits (1024 threads, z to 64; x or y past 1024 means threads past it too) is the
+    # caller's value at fault
+    error = LaunchConfigError if block[0] * block[1] * block[2] > 1024 or block[2] > 64 else LaunchError
     raise error(f"launching kernel '{h.name}' with grid {tuple(grid)}, block {tuple(block)}, "
                 f"{shared} bytes of dynamic shared memory: {_err_name(_drv.CUresult(rc))}{hint}")
 
