@@ -12,7 +12,8 @@ form's turns), ``-named`` (TURNS 1: the turns on named barriers), ``-skip`` (RES
 tiles of 128 / 256), ``-c1b2`` (one consumer warpgroup a block, two blocks a multiprocessor), ``-c3`` (three
 consumer warpgroups, 192 query rows a block; PINGPONG needs two, so none), ``-tree``,
 ``-chain``, ``-uni`` (std.attention_sm90_chain's TREE, CHAIN, UNIFORM_WG), ``-persist`` (PERSIST: a block a
-multiprocessor looping over the query tiles));
+multiprocessor looping over the query tiles), ``-lazy`` (LAZY_MAX: std.attention_sm90_lazy's exponentials
+before the row maxima));
 ``--bf16-variants`` times our bf16 path with those forms too (``poly0`` its default), e.g.
 ``--variants default,default-pp,default-pp-named,default-fa3-named``.
 
@@ -79,9 +80,11 @@ def variant(name: str) -> dict:
             t["UNIFORM_WG"] = True
         elif x == "persist":
             t["PERSIST"] = True
+        elif x == "lazy":
+            t["LAZY_MAX"] = True
         else:
             raise ValueError(f"unknown variant suffix {x!r} in {name!r}: -3st, -fa3, -pp, -named, -skip, -bn128, "
-                             "-bn256, -c1b2, -c3, -tree, -chain, -uni or -persist")
+                             "-bn256, -c1b2, -c3, -tree, -chain, -uni, -persist or -lazy")
     return t
 
 

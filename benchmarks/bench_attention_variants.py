@@ -140,7 +140,13 @@ SM90_VARIANTS = {
           ("2wg BN192 seq tree uniform", dict(BN=192, STAGES=2, TREE=True, UNIFORM_WG=True)),
           ("2wg BN176 seq tree uniform", dict(BN=176, STAGES=2, TREE=True, UNIFORM_WG=True)),
           ("2wg BN192 chain tree uniform", dict(BN=192, STAGES=2, CHAIN=True, TREE=True, UNIFORM_WG=True)),
-          ("2wg BN192 seq tree uniform skip", dict(BN=192, STAGES=2, TREE=True, UNIFORM_WG=True, RESCALE_SKIP=True))],
+          ("2wg BN192 seq tree uniform skip", dict(BN=192, STAGES=2, TREE=True, UNIFORM_WG=True, RESCALE_SKIP=True)),
+          # LAZY_MAX (std.attention_sm90_lazy) in the default's form with longer key tiles (BN 160: no
+          # spills; 176 and 192 spill), some exponentials on the FMA pipe (EXP2_POLY), 3 stages
+          ("lazy BN160", dict(LAZY_MAX=True, BN=160)),
+          ("lazy poly8", dict(LAZY_MAX=True, EXP2_POLY=8)),
+          ("lazy poly16", dict(LAZY_MAX=True, EXP2_POLY=16)),
+          ("lazy 3st", dict(LAZY_MAX=True, STAGES=3))],
 }
 
 
@@ -149,12 +155,14 @@ SM90_VARIANTS = {
 #: the same by groups of GROUP heads), one consumer warpgroup (64 query rows a block: twice the blocks),
 #: the small-grid rule (kcompiler.ops.attention_order.small_grid_consumers: one consumer where the
 #: default block leaves multiprocessors idle, else the default), and PERSIST (a block a multiprocessor
-#: looping over the query tiles, its producer loading the next tile's Q, K and V under the last's end).
+#: looping over the query tiles, its producer loading the next tile's Q, K and V under the last's end), and
+#: LAZY_MAX (std.attention_sm90_lazy: a tile's exponentials against the rows' bases, before their maxima).
 VARIANTS_ALL_D = [("order1", dict(ORDER=1)), ("order2 g8", dict(ORDER=2, GROUP=8)),
                   ("order2 g4", dict(ORDER=2, GROUP=4)),
                   ("1wg", dict(CONSUMERS=1)), ("1wg order1", dict(CONSUMERS=1, ORDER=1)),
                   ("small-grid", dict(SMALL_GRID=True)), ("small-grid order1", dict(SMALL_GRID=True, ORDER=1)),
-                  ("persist", dict(PERSIST=True))]
+                  ("persist", dict(PERSIST=True)), ("lazy", dict(LAZY_MAX=True)),
+                  ("lazy persist", dict(LAZY_MAX=True, PERSIST=True))]
 for _d in SM90_VARIANTS:
     SM90_VARIANTS[_d] += VARIANTS_ALL_D
 

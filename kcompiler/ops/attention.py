@@ -85,12 +85,12 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | No
     mma.sync on NVIDIA; MFMA on AMD; SIMT elsewhere); 'sm90' insists on the Hopper kernel (RuntimeError
     where it cannot run), 'fa2' on std.attention. ``tiles``: the kernel's tiles instead of the
     defaults: BM, BN, WARPS, STAGES for std.attention (:data:`ATTENTION_TILES`; given with path
-    'auto', they choose std.attention), BN, STAGES, OVERLAP, PINGPONG, CONSUMERS, BLOCKS_PER_SM,
-    FA3_ORDER, PACK_ABS, MASK_SELECT, RESCALE_SKIP, EXP2_POLY, TURNS, ORDER, PERSIST for the Hopper kernel
-    (:data:`ATTENTION_SM90_TILES`; the last eight are described in stdlib/attention_sm90.kc's header;
-    EXP2_POLY: how many of a thread's BN / 2 exponentials a tile take std.math's polynomial instead of the
-    MUFU, default 0; ORDER: the blocks' order, 0, 1 longest causal tiles first, 2 the same by groups of
-    GROUP heads; PERSIST: a block a multiprocessor looping over the query tiles) and the host's GROUP,
+    'auto', they choose std.attention), BN, STAGES, OVERLAP, PINGPONG, CONSUMERS, BLOCKS_PER_SM, FA3_ORDER,
+    PACK_ABS, MASK_SELECT, RESCALE_SKIP, EXP2_POLY, TURNS, ORDER, PERSIST, LAZY_MAX for the Hopper kernel
+    (:data:`ATTENTION_SM90_TILES`; the last nine: stdlib/attention_sm90.kc's header; EXP2_POLY: how many
+    of a thread's BN / 2 exponentials a tile go to std.math's polynomial, default 0; ORDER: the blocks'
+    order, 0, 1 longest causal tiles first, 2 the same by groups of GROUP heads; PERSIST: a block a
+    multiprocessor looping over the query tiles; LAZY_MAX: std.attention_sm90_lazy) and the host's GROUP,
     SMALL_GRID, PERSIST_TILES (:mod:`kcompiler.ops.attention_order`; given ``tiles`` drop the defaults'
     SMALL_GRID and PERSIST unless they name them). TypeError for other dtypes, ValueError for bad shapes.
 
@@ -315,16 +315,23 @@ def _attention_fa2(q: Any, k: Any, v: Any, out: Any, lse: Any, p: _Prefill, caus
 #: S1024 1.26 -> 1.44, S8192 1.35 both. D 128 causal S1024 1.51 -> 1.64, S2048 1.61 -> 1.66, S4096 1.67
 #: -> 1.63, S8192 1.72 -> 1.68 (hence 16 key tiles); D 128 full gains nowhere (S1024 1.52 both, S4096
 #: 1.66 -> 1.64), D 256 level or lower (S4096 causal 1.51 -> 1.46): not taken there.
-ATTENTION_SM90_TILES = {(128, False): dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=True, TURNS=1, SMALL_GRID=True),
+#: LAZY_MAX (since 2026-11-29; std.attention_sm90_lazy: a tile's exponentials against the rows' running
+#: bases, before the tile's maxima are reduced, O rescaled only where a maximum passes its base by 2^8) at
+#: D 128 and 256, not D 64 (there 3 consumers of 160 registers spill with it and lose 0.88-0.90x):
+#: H200, benchmarks/bench_attention_ab.py (7 interleaved rounds, median of the rounds' ratios; RESULTS.md):
+#: D 128 full S1024 x1.048, with PERSIST up to 8 key tiles x1.065, S2048 x1.035, S4096 x1.034-1.047 (0.96x
+#: -> 1.00x cuDNN), S8192 x1.035; causal x1.01-1.04; D 256 x1.045-1.052.
+ATTENTION_SM90_TILES = {(128, False): dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=True, TURNS=1, SMALL_GRID=True,
+                                           LAZY_MAX=True, PERSIST=True, PERSIST_TILES=8),
                         (128, True): dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=True, TURNS=1, SMALL_GRID=True,
-                                          PERSIST=True, PERSIST_TILES=16),
+                                          PERSIST=True, PERSIST_TILES=16, LAZY_MAX=True),
                         (64, False): dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=False, CONSUMERS=3,
                                           SMALL_GRID=True, PERSIST=True),
                         (64, True): dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=False, SMALL_GRID=True,
                                          PERSIST=True),
-                        (256, False): dict(BN=96, STAGES=2, OVERLAP=False, PINGPONG=False, RESCALE_SKIP=True,
+                        (256, False): dict(BN=96, STAGES=2, OVERLAP=False, PINGPONG=False, LAZY_MAX=True,
                                            CONSUMERS=1, SMALL_GRID=True, ORDER=0),
-                        (256, True): dict(BN=96, STAGES=2, OVERLAP=False, PINGPONG=False, RESCALE_SKIP=True,
+                        (256, True): dict(BN=96, STAGES=2, OVERLAP=False, PINGPONG=False, LAZY_MAX=True,
                                           CONSUMERS=1, SMALL_GRID=True)}
 
 

@@ -1,0 +1,116 @@
+"""A/B timing of the Hopper prefill's tiles against its default and cuDNN, interleaved: the H100/H200
+drift by several per cent within one process (clocks, heat), more than the forms compared differ, so
+each round times every candidate once, in turn, and the ratios are taken round by round.
+
+    python benchmarks/bench_attention_ab.py [--shapes 4,32,4096,128,0;4,32,4096,128,1] [--rounds 7]
+        [--variants 'lazy=LAZY_MAX:true;lazy 3st=LAZY_MAX:true,STAGES:3'] [--json OUT.json]
+
+Shapes: B,H,S,D,causal (bf16, layout (B, H, S, D); default issue 23's B4 H32 S4096 D128, full and
+causal). Variants: name=KEY:VALUE,... on top of kcompiler.ops.ATTENTION_SM90_TILES' entry for the
+shape (values: ints, or true / false; the caller's tiles then keep the defaults' PERSIST and SMALL_GRID unless they
+name them). Each candidate is checked first against SDPA flash (relative Frobenius error < 2e-2).
+Per round: triton's do_bench median (100 ms of calls, host time included); printed: the median over
+rounds of TFLOP/s (4 B H S^2 D operations, half when causal), and of the per-round ratios to the
+default and to cuDNN, with their spread (min-max over rounds).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import torch  # noqa: E402
+from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
+from triton.testing import do_bench  # noqa: E402
+
+from kcompiler import ops  # noqa: E402
+from kcompiler.ops.attention import ATTENTION_SM90_TILES  # noqa: E402
+
+
+def value(text: str) -> bool | int:
+    """A tiles value: true / false as a bool, else an int (ValueError)."""
+    low = text.strip().lower()
+    return low == "true" if low in ("true", "false") else int(low)
+
+
+def parse_variants(text: str) -> list[tuple[str, dict]]:
+    """``name=KEY:VALUE,...;...`` as (name, {KEY: value}) pairs (:func:`value`); ValueError for a
+    malformed one."""
+    out = []
+    for item in filter(None, text.split(";")):
+        name, _, spec = item.partition("=")
+        kv = [x.split(":") for x in filter(None, spec.split(","))]
+        if not name or any(len(x) != 2 for x in kv):
+            raise ValueError(f"--variants: name=KEY:VALUE,... ; not {item!r}")
+        out.append((name.strip(), {k.strip(): value(v) for k, v in kv}))
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--shapes", default="4,32,4096,128,0;4,32,4096,128,1")
+    p.add_argument("--rounds", type=int, default=7)
+    p.add_argument("--variants", default="lazy=LAZY_MAX:true")
+    p.add_argument("--json", help="write the results here")
+    args = p.parse_args()
+    variants = parse_variants(args.variants)
+    results = {"device": torch.cuda.get_device_name(), "rows": []}
+    for spec in filter(None, args.shapes.split(";")):
+        B, H, S, D, causal = (int(x) for x in spec.split(","))
+        causal = bool(causal)
+        q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            want = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        defaults = ATTENTION_SM90_TILES[(D, causal)]
+        cands = {"cuDNN": None, "default": {}}
+        for name, t in variants:
+            cands[name] = {**{k2: v2 for k2, v2 in defaults.items() if k2 in ("PERSIST", "SMALL_GRID")}, **t}
+        fns = {}
+        for name, t in cands.items():
+            if t is None:
+                def fn():
+                    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            else:
+                def fn(t=t):
+                    return ops.attention(q, k, v, causal=causal, layout="bhsd", path="sm90", tiles=t or None)
+            try:
+                err = ((fn().float() - want.float()).norm() / want.float().norm()).item()
+            except Exception as e:  # noqa: BLE001 - reported; the other candidates are still timed
+                print(f"  {name}: failed: {type(e).__name__}: {str(e)[:200]}")
+                continue
+            if err >= 2e-2:
+                print(f"  {name}: relative error {err:.1e} against SDPA flash: not timed")
+                continue
+            fns[name] = fn
+        flops = 4 * B * H * S * S * D / (2 if causal else 1)
+        times = {n: [] for n in fns}
+        for _ in range(args.rounds):
+            for n, fn in fns.items():
+                times[n].append(do_bench(fn, warmup=10, rep=100, return_mode="median"))
+        label = f"B{B} H{H} S{S} D{D} {'causal' if causal else 'full'}"
+        print(f"{label} ({args.rounds} rounds; median TFLOP/s, x default and x cuDNN: median [min-max] of the rounds' ratios)")
+        row = {"shape": label, "variants": {}}
+        for n, ts in times.items():
+            tf = statistics.median(flops / t / 1e9 for t in ts)
+            r = {"tflops": tf}
+            line = f"  {n:24s} {tf:5.0f}"
+            for ref in ("default", "cuDNN"):
+                if ref in times and n != ref:
+                    ratios = [a / b for a, b in zip(times[ref], ts)]
+                    r[f"vs_{ref}"] = statistics.median(ratios)
+                    line += f"   x{ref} {statistics.median(ratios):.3f} [{min(ratios):.3f}-{max(ratios):.3f}]"
+            print(line, flush=True)
+            row["variants"][n] = r
+        results["rows"].append(row)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

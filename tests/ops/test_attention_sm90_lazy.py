@@ -1,0 +1,165 @@
+"""std.attention_sm90's LAZY_MAX (std.attention_sm90_lazy: a tile's exponentials taken against the
+rows' running bases before the tile's maxima are known; the bases raised, and O rescaled, only where a
+row's maximum passes its base by more than 2^8): on the CPU target's wgmma emulation against the
+float64 reference, where the slow path runs on later tiles too (scores that rise along the keys) and
+on rows that see no key; its PTX and SASS; its compile errors; and on the H100."""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import kcompiler as kc
+from kcompiler.frontend.program import stdlib_dir
+
+from ..ptxas_util import needs_nvdisasm, needs_ptxas, ptxas, sass
+from .attention_sm90_util import fresh_plans, ops_attention  # noqa: F401 - fresh_plans: an autouse fixture
+
+RNG = np.random.default_rng()
+
+
+@pytest.fixture(scope="module")
+def emulated():
+    """std.attention_sm90 on the CPU target with the Hopper instructions emulated."""
+    return kc.compile_file(stdlib_dir() / "attention_sm90.kc", target="cpu", target_options={"emulate_wgmma": True})
+
+
+def _rising(k: np.ndarray, rate: float) -> np.ndarray:
+    """K with key j scaled by 1 + rate j: a row's scores (and its maximum) rise along the keys, so that
+    later tiles pass the base by more than 2^8 and take the slow path."""
+    f = (1.0 + rate * np.arange(k.shape[1], dtype=np.float64))[None, :, None, None]
+    return (k.astype(np.float64) * f).astype(k.dtype)
+
+
+# (tiles, (B, Sq, Sk, H, HK, D, causal), rate of rise): odd lengths, GQA, causal rows that see no key
+# (Sq > Sk), scores flat (the slow path on a row's first tile only) and rising (on later tiles too)
+CASES = [(dict(LAZY_MAX=True), (2, 70, 133, 2, 1, 64, False), 0.0),
+         (dict(LAZY_MAX=True, PINGPONG=True, TURNS=1), (1, 150, 300, 2, 2, 64, False), 0.05),
+         (dict(LAZY_MAX=True, PINGPONG=True, TURNS=1), (1, 200, 131, 2, 1, 64, True), 0.1),
+         (dict(LAZY_MAX=True, PERSIST=True), (1, 140, 260, 3, 1, 128, True), 0.05),
+         pytest.param(dict(LAZY_MAX=True, CONSUMERS=1, BN=64), (1, 90, 333, 1, 1, 256, False), 0.05,
+                      marks=pytest.mark.slow(sample=0))]
+
+
+@pytest.mark.parametrize("tiles,shape,rate", CASES, ids=["flat", "rising-turns", "causal-no-keys", "persist-d128",
+                                                        "d256"])
+def test_prefill_sm90_lazy_emulated(monkeypatch, emulated, tiles, shape, rate):
+    """LAZY_MAX on the emulation against the float64 reference. With rising scores a fast path that
+    never raised its bases would overflow P (non-finite outputs), and a slow path that raised them
+    wrongly would mix two bases in O and l (outputs off by factors of 2^8 and more)."""
+    from kcompiler import ops
+    from kcompiler.ops import _common
+
+    from .attention_util import check, qkv, reference
+    monkeypatch.setattr(ops_attention, "_attention_sm90_module", lambda target: emulated)
+    if tiles.get("PERSIST"):
+        from types import SimpleNamespace
+        monkeypatch.setattr(_common, "device_of", lambda mod, x: SimpleNamespace(multiprocessor_count=2))
+    B, Sq, Sk, H, HK, D, causal = shape
+    q, k, v = qkv(B, Sq, Sk, H, HK, D, "bf16")
+    k = _rising(k, rate)
+    out, lse = ops.attention(q, k, v, causal=causal, return_lse=True, path="sm90", tiles=tiles, target="cpu")
+    ref, ref_lse = reference(q, k, v, causal, D ** -0.5)
+    check(out, lse, ref, ref_lse, v, "bf16")
+    if rate:  # the scores did pass the bases by more than 2^8 after a row's first tile
+        s = np.einsum("bqhd,bkhd->bhqk", q.astype(np.float64)[:, :, :1], k.astype(np.float64)[:, :, :1]) * D ** -0.5
+        assert (s[..., 64:].max(-1) - s[..., :64].max(-1)).max() * np.log2(np.e) > 8
+
+
+def test_prefill_sm90_lazy_fp8_emulated(monkeypatch, emulated):
+    """FP8 (key tiles of 128; P up to 2^8 rounded to E4M3, whose largest finite value is 448) with
+    rising scores, against the float64 reference of the E4M3 inputs: within FP8's error (3e-2 relative,
+    the plain softmax's on flat scores). It is not as close as the plain softmax on these inputs
+    (1.2e-2 against 4e-3 in one draw): there a row's largest P is 1, exact in E4M3, and the few
+    largest scores carry the result; here the largest P is 2^x, 0 < x <= 8, rounded like the rest."""
+    from kcompiler import ops
+
+    from .attention_util import reference
+    monkeypatch.setattr(ops_attention, "_attention_sm90_module", lambda target: emulated)
+    B, Sq, Sk, H, HK = 1, 130, 300, 2, 1
+    q, k, v = (RNG.standard_normal(shape).astype(ml_dtypes.float8_e4m3fn)
+               for shape in ((B, Sq, H, 128), (B, Sk, HK, 128), (B, Sk, HK, 128)))
+    k = _rising(k, 0.05)
+    ref, ref_lse = reference(q, k, v, False, 128 ** -0.5)
+    got, lse = ops.attention(q, k, v, return_lse=True, target="cpu", tiles=dict(BN=128, LAZY_MAX=True))
+    got = np.asarray(got, np.float64)
+    assert np.isfinite(got).all()
+    assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < 3e-2
+    np.testing.assert_allclose(lse, ref_lse, rtol=1e-5, atol=1e-4)
+
+
+def _ptx(**comptime) -> str:
+    from kcompiler.backends.nvptx.target import NvptxTarget
+    from kcompiler.pipeline import emit_file
+    return emit_file(stdlib_dir() / "attention_sm90.kc", "asm", NvptxTarget("sm_90a", approx_ftz=True),
+                     kernel="attention_prefill_sm90", comptime=comptime)
+
+
+@needs_ptxas
+@pytest.mark.parametrize("D,causal", [(128, False), (128, True), (64, False)], ids=["d128", "d128-causal", "d64"])
+def test_prefill_sm90_lazy_ptx(D, causal):
+    """LAZY_MAX in the defaults' form (sequential, turns on named barriers) assembles for sm_90a with
+    no spill and no serialised wgmma."""
+    log = ptxas(_ptx(T="bf16", D=D, CAUSAL=causal, PINGPONG=True, TURNS=1, LAZY_MAX=True), "sm_90a", verbose=True)
+    assert "C7512" not in log and "serialized" not in log, log
+    assert int(log.split(" bytes spill stores")[0].rsplit(None, 1)[-1]) == 0, log
+
+
+@needs_nvdisasm
+def test_prefill_sm90_lazy_in_sass():
+    """In SASS the tile's exponentials do not wait for its maxima: between the wait for S and the
+    branch on the warp's vote on raising the bases, at least 64 MUFU.EX2 a thread, the first of them
+    before the first shuffle of the maxima's reduction; O's 64 FMUL a thread lie past the branch (the
+    slow path)."""
+    code = sass(_ptx(T="bf16", D=128, CAUSAL=False, PINGPONG=True, TURNS=1, LAZY_MAX=True))
+    qk_end = next(i for i, x in enumerate(code) if x.startswith("HGMMA.64x128x16") and x.endswith("gsb0")
+                  and "tnspB" not in x)
+    wait_s = next(i for i in range(qk_end, len(code)) if code[i].startswith("WARPGROUP.DEPBAR.LE gsb0, 0x0"))
+    vote = next(i for i in range(wait_s, len(code)) if code[i].startswith("VOTE.ANY") and "PT, PT" not in code[i])
+    branch = next(i for i in range(vote, len(code)) if "BRA" in code[i])
+    exps = [i for i in range(wait_s, branch) if code[i].startswith("MUFU.EX2")]
+    shfl = next(i for i in range(wait_s, vote) if code[i].startswith("SHFL"))
+    assert len(exps) >= 64 and exps[0] < shfl, (len(exps), exps[:1], shfl)
+    pv = next(i for i in range(branch, len(code)) if "tnspB" in code[i])
+    assert sum(code[i].startswith("FMUL") for i in range(branch, pv)) >= 64
+    assert sum(code[i].startswith("FMUL") for i in range(wait_s, branch)) < 8
+
+
+@pytest.mark.parametrize("tiles", [dict(OVERLAP=True), dict(CHAIN=True)], ids=["overlap", "chain"])
+def test_prefill_sm90_lazy_error(tiles):
+    """LAZY_MAX with a form it does not take is a located compile error."""
+    with pytest.raises(kc.CompileError, match="LAZY_MAX") as e:
+        _ptx(T="bf16", D=64, LAZY_MAX=True, **tiles)
+    assert "attention_sm90.kc:" in str(e.value)
+
+
+# --- on the GPU: against torch's SDPA in float64 ---------------------------------------------------------
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_prefill_sm90_lazy_gpu(causal):
+    """LAZY_MAX on the H100 in each head dimension's default tiles: odd lengths (Sq != Sk), GQA 3:1,
+    flat and rising scores, outputs poisoned first, against SDPA in float64; FP8 (BN 128) within FP8's
+    error (3e-2 relative) of SDPA in float64."""
+    import torch
+
+    from kcompiler import ops
+
+    from .attention_util import check, sdpa64
+    for D in (64, 128, 256):
+        for rate in (0.0, 0.01):
+            q = torch.randn(2, 1111, 12, D, device="cuda", dtype=torch.bfloat16)
+            k, v = (torch.randn(2, 1234, 4, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+            k = (k.double() * (1 + rate * torch.arange(1234, device="cuda", dtype=torch.float64))[None, :, None, None]
+                 ).to(torch.bfloat16)
+            torch.empty(64 << 20, device="cuda", dtype=torch.uint8).fill_(0xFF)  # NaN where ops allocates next
+            tiles = dict(ops_attention.ATTENTION_SM90_TILES[(D, causal)], LAZY_MAX=True)
+            out, lse = ops.attention(q, k, v, causal=causal, return_lse=True, path="sm90", tiles=tiles)
+            ref, ref_lse = sdpa64(q, k, v, causal, D ** -0.5)
+            check(out.cpu().float().numpy(), lse.cpu().numpy(), ref.cpu().numpy(), ref_lse.cpu().numpy(),
+                  v.cpu().float().numpy(), "bf16")
+    q, k, v = (torch.randn(2, 1500, h, 128, device="cuda").to(torch.float8_e4m3fn) for h in (12, 4, 4))
+    ref = sdpa64(q, k, v, causal, 128 ** -0.5)[0]
+    got = ops.attention(q, k, v, causal=causal, tiles=dict(BN=128, LAZY_MAX=True)).double()
+    err = ((got - ref).norm() / ref.norm()).item()
+    assert torch.isfinite(got).all() and err < 3e-2, err
