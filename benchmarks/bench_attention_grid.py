@@ -81,6 +81,15 @@ def main() -> None:
 
     dev = torch.cuda.get_device_name()
     print(f"{dev}, torch {torch.__version__}; TFLOP/s; x = SDPA flash's time / ours", flush=True)
+    # the GPU idled through the compiles: half a second of matmuls first, so that the first rows are not
+    # timed at idle clocks. (The smallest rows, 10-30 us a call with ~20 us of host work in ours, still
+    # move by +-40 % between runs: benchmarks/RESULTS.md, 2026-11-29, twenty-first session.)
+    a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    t_spin = time.time()
+    while time.time() - t_spin < 0.5:
+        a @ a
+        torch.cuda.synchronize()
+    del a
     out, t0 = [], time.time()
     for kind, B, H, HKV, S, D, causal in rows:
         name = f"{kind} B{B} H{H}/{HKV} S{S} D{D} {'causal' if causal else 'full'}"

@@ -63,7 +63,8 @@ def sm90_tiles(defaults: dict[str, Any], tiles: dict[str, Any] | None, varlen: b
     by the caller's ``tiles``. The small-grid rule and the persistent form are the defaults': tiles a
     caller gives (not empty) are taken as given (SMALL_GRID and PERSIST off) unless they say
     SMALL_GRID=True or PERSIST=True, so that a form asked for (PINGPONG's two consumers, OVERLAP, say)
-    is the form launched. PERSIST takes no variable lengths (``varlen``): the defaults' is dropped there.
+    is the form launched; the defaults' LAZY_MAX (the sequential form's) is dropped where they ask for
+    OVERLAP or CHAIN without naming it. PERSIST takes no variable lengths (``varlen``): the defaults' is dropped there.
     Raises ValueError for ORDER 2 or a PERSIST the caller asks for with variable lengths, which the
     kernel refuses too (a compile error, for callers of the kernel itself), and for a host key that is
     not a positive int (GROUP, PERSIST_TILES) or a bool (SMALL_GRID); the kernel's own keys are checked
@@ -78,6 +79,8 @@ def sm90_tiles(defaults: dict[str, Any], tiles: dict[str, Any] | None, varlen: b
                              f"not {x!r}")
     if tiles and "PERSIST" not in tiles or varlen and not (tiles or {}).get("PERSIST"):
         t.pop("PERSIST", None)
+    if tiles and (tiles.get("OVERLAP") or tiles.get("CHAIN")) and "LAZY_MAX" not in tiles:
+        t.pop("LAZY_MAX", None)  # the defaults' LAZY_MAX is the sequential form's
     if varlen and t.get("PERSIST"):
         raise ValueError("attention: PERSIST (a block a multiprocessor looping over the query tiles) takes no "
                          "variable lengths")

@@ -125,6 +125,18 @@ def test_prefill_sm90_lazy_in_sass():
     assert sum(code[i].startswith("FMUL") for i in range(wait_s, branch)) < 8
 
 
+def test_lazy_host_rules():
+    """The defaults' LAZY_MAX stays with tiles a caller gives, but not with a form that does not take it
+    (OVERLAP, CHAIN) unless the caller names it (then the kernel's compile error)."""
+    from kcompiler.ops.attention_order import sm90_tiles
+    dflt = ops_attention.ATTENTION_SM90_TILES[(128, False)]
+    assert dflt["LAZY_MAX"] and sm90_tiles(dflt, None)["LAZY_MAX"] and sm90_tiles(dflt, dict(BN=64))["LAZY_MAX"]
+    for form in (dict(OVERLAP=True), dict(CHAIN=True), dict(OVERLAP=True, PINGPONG=True, FA3_ORDER=True)):
+        assert "LAZY_MAX" not in sm90_tiles(dflt, form)
+        assert sm90_tiles(dflt, dict(form, LAZY_MAX=True))["LAZY_MAX"]
+    assert sm90_tiles(dflt, dict(OVERLAP=True, LAZY_MAX=False))["LAZY_MAX"] is False
+
+
 @pytest.mark.parametrize("tiles", [dict(OVERLAP=True), dict(CHAIN=True)], ids=["overlap", "chain"])
 def test_prefill_sm90_lazy_error(tiles):
     """LAZY_MAX with a form it does not take is a located compile error."""

@@ -208,7 +208,8 @@ def test_prefill_sm90_persist_gpu(causal):
         q = torch.randn(4, 1111, 12, D, device="cuda", dtype=torch.bfloat16)
         k, v = (torch.randn(4, 1234, 4, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
         torch.empty(64 << 20, device="cuda", dtype=torch.uint8).fill_(0xFF)  # NaN where ops allocates next
-        tiles = dict(ops_attention.ATTENTION_SM90_TILES[(D, causal)], PERSIST=True)
+        # PERSIST whatever the default's PERSIST_TILES (at D 128 at most 8 key tiles; these rows read 10)
+        tiles = dict(ops_attention.ATTENTION_SM90_TILES[(D, causal)], PERSIST=True, PERSIST_TILES=1 << 20)
         out, lse = ops.attention(q, k, v, causal=causal, return_lse=True, path="sm90", tiles=tiles)
         (plan,) = [p for p in ops_attention.PLANS.values() if p.kw.get("PERSIST")]
         assert plan.launch.launch.grid[1:] == (1, 1)
