@@ -32,8 +32,19 @@ def ptxas(ptx: str, arch: str = "sm_90a", verbose: bool = False, extra: list[str
     return r.stderr
 
 
-#: NVIDIA's disassembler (CUDA's nvdisasm, or pip's nvidia-cuda-nvdisasm): $KC_NVDISASM, else PATH's
-NVDISASM = os.environ.get("KC_NVDISASM") or shutil.which("nvdisasm")
+def _pip_nvdisasm() -> str | None:
+    """The nvdisasm of pip's nvidia-cuda-nvdisasm (the test extra's; nvidia/cu*/bin/nvdisasm in the
+    ``nvidia`` namespace package), the newest CUDA's where several are installed; None without it."""
+    try:
+        import nvidia
+    except ImportError:
+        return None
+    found = sorted(p for root in getattr(nvidia, "__path__", []) for p in Path(root).glob("cu*/bin/nvdisasm"))
+    return str(found[-1]) if found else None
+
+
+#: NVIDIA's disassembler: $KC_NVDISASM, else PATH's nvdisasm (CUDA's), else pip's nvidia-cuda-nvdisasm
+NVDISASM = os.environ.get("KC_NVDISASM") or shutil.which("nvdisasm") or _pip_nvdisasm()
 
 #: Marks a test that reads SASS (it skips where neither ptxas nor nvdisasm is found).
 needs_nvdisasm = pytest.mark.skipif(PTXAS is None or NVDISASM is None,
