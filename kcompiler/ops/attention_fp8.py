@@ -137,7 +137,7 @@ def plan_options(descale_q: Any, descale_k: Any, descale_v: Any, out_dtype: str)
     if not all(x is None or isinstance(x, (int, float, np.floating, np.integer)) for x in values):
         return None
     return ("fp8", tuple(None if x is None else float(x) for x in values), out_dtype,
-            tuple(sorted((c, tuple(sorted(t.items()))) for c, t in ATTENTION_FP8_TILES.items())))
+            tuple((c, tuple(t.items())) for c, t in ATTENTION_FP8_TILES.items()))  # (no sort: a call's cost)
 
 
 class Fp8Plan:
@@ -196,7 +196,9 @@ class Fp8Plan:
                 self.maps[key] = maps
                 if len(self.maps) > 8:
                     self.maps.popitem(last=False)
-        self.launch(*maps, flat(out, 1), flat(lse, 1), *self.scalars, self.ds, stream=stream)
+        if not self.cuda:  # (on CUDA O and the LSE come from torch.empty: contiguous, passed as they are)
+            out, lse = flat(out, 1), flat(lse, 1)
+        self.launch(*maps, out, lse, *self.scalars, self.ds, stream=stream)
 
     def __call__(self, q: Any, k: Any, v: Any, cq: Any = None, ck: Any = None) -> tuple | None:
         ok = self.kind.contiguous
