@@ -175,3 +175,34 @@ def test_prefill_sm90_lazy_gpu(causal):
     got = ops.attention(q, k, v, causal=causal, tiles=dict(BN=128, LAZY_MAX=True)).double()
     err = ((got - ref).norm() / ref.norm()).item()
     assert torch.isfinite(got).all() and err < 3e-2, err
+
+
+# --- every shipped default, as ops launches it -------------------------------------------------------------
+
+def _default_cases():
+    """(name, comptime values) of each default of ATTENTION_SM90_TILES and ATTENTION_FP8_TILES as ops
+    compiles it (kcompiler.ops.attention_order.sm90_launch) at B 4, H 32 (no small-grid rule) and at 1,024
+    and 8,192 keys (with and without the defaults' PERSIST)."""
+    from kcompiler.ops.attention_fp8 import ATTENTION_FP8_TILES
+    from kcompiler.ops.attention_order import sm90_launch, sm90_tiles
+    cases = {}
+    tables = [(f"bf16-d{D}-{'causal' if c else 'full'}", dict(T="bf16", D=D, CAUSAL=c), t)
+              for (D, c), t in ops_attention.ATTENTION_SM90_TILES.items()]
+    tables += [(f"fp8-{'causal' if c else 'full'}", dict(T="f8e4m3", OUT="bf16", D=128, CAUSAL=c), t)
+               for c, t in ATTENTION_FP8_TILES.items()]
+    for name, fixed, t in tables:
+        for S in (1024, 8192):
+            kw = sm90_launch(sm90_tiles(t, None), S, 32, 4, 132, seqlen_k=S)[2]
+            cases[tuple(sorted({**fixed, **kw}.items()))] = f"{name}-{'persist' if kw.get('PERSIST') else 'grid'}"
+    return [pytest.param(dict(k), id=v) for k, v in cases.items()]
+
+
+@needs_ptxas
+@pytest.mark.parametrize("comptime", _default_cases())
+def test_defaults_assemble_without_spills(comptime):
+    """Each default (ops' tiles tables, as ops launches them) assembles for sm_90a with no spill and no
+    serialised wgmma (C7510-C7515): a default that spilled, as LAZY_MAX at FP8's BN 256 or D 64's three
+    consumers would, fails here before it is timed."""
+    log = ptxas(_ptx(**comptime), "sm_90a", verbose=True)
+    assert "Performance Loss" not in log, log
+    assert int(log.split(" bytes spill stores")[0].rsplit(None, 1)[-1]) == 0, log
