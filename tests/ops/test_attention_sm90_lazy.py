@@ -44,9 +44,10 @@ CASES = [(dict(LAZY_MAX=True), (2, 70, 133, 2, 1, 64, False), 0.0),
 @pytest.mark.parametrize("tiles,shape,rate", CASES, ids=["flat", "rising-turns", "causal-no-keys", "persist-d128",
                                                         "d256"])
 def test_prefill_sm90_lazy_emulated(monkeypatch, emulated, tiles, shape, rate):
-    """LAZY_MAX on the emulation against the float64 reference. With rising scores a fast path that
-    never raised its bases would overflow P (non-finite outputs), and a slow path that raised them
-    wrongly would mix two bases in O and l (outputs off by factors of 2^8 and more)."""
+    """LAZY_MAX on the emulation against the float64 reference. With rising scores the slow path runs
+    past a row's first tile: one that raised the bases wrongly would mix two bases in O and l (a first
+    version that rescaled l after adding the fast path's sum gave outputs off by 2x here). A fast path
+    that never raised is test_prefill_sm90_lazy_jump_emulated's to catch."""
     from kcompiler import ops
     from kcompiler.ops import _common
 
@@ -64,6 +65,49 @@ def test_prefill_sm90_lazy_emulated(monkeypatch, emulated, tiles, shape, rate):
     if rate:  # the scores did pass the bases by more than 2^8 after a row's first tile
         s = np.einsum("bqhd,bkhd->bhqk", q.astype(np.float64)[:, :, :1], k.astype(np.float64)[:, :, :1]) * D ** -0.5
         assert (s[..., 64:].max(-1) - s[..., :64].max(-1)).max() * np.log2(np.e) > 8
+
+
+@pytest.mark.parametrize("tiles,D", [(dict(LAZY_MAX=True), 64), (dict(LAZY_MAX=True, PINGPONG=True, TURNS=1), 128)],
+                         ids=["d64", "d128-turns"])
+def test_prefill_sm90_lazy_jump_emulated(monkeypatch, emulated, tiles, D):
+    """Scores that jump, past a row's first tile, by far more than the 2^128 an f32 P can hold: a fast
+    path that did not raise its base there would give P = inf (NaN outputs). (Smaller rises do not tell:
+    P against a stale base is exact in 16-bit types, their rounding being relative, as long as it does
+    not overflow; E4M3 saturates at 448, which the FP8 test meets.)"""
+    from kcompiler import ops
+
+    from .attention_util import check, qkv, reference
+    monkeypatch.setattr(ops_attention, "_attention_sm90_module", lambda target: emulated)
+    q, k, v = qkv(1, 70, 300, 2, 1, D, "bf16")
+    k[:, 130:] = (k[:, 130:].astype(np.float64) * 60).astype(k.dtype)  # from the second tile of 128 keys
+    out, lse = ops.attention(q, k, v, return_lse=True, path="sm90", tiles=tiles, target="cpu")
+    ref, ref_lse = reference(q, k, v, False, D ** -0.5)
+    check(out, lse, ref, ref_lse, v, "bf16")
+    s = np.einsum("bqhd,bkhd->bhqk", q.astype(np.float64)[:, :, :1], k.astype(np.float64)[:, :, :1]) * D ** -0.5
+    assert ((s[..., 128:].max(-1) - s[..., :128].max(-1)) * np.log2(np.e)).min() > 128
+
+
+def test_prefill_sm90_lazy_varlen_emulated(monkeypatch, emulated):
+    """LAZY_MAX (D 128's default) with variable lengths: packed sequences with NaN rows past the last
+    one (read by its last key tile, masked by a select before the fast path's exponentials), an empty
+    sequence, one of several key tiles whose scores rise and then jump past 2^128 (the slow path past its
+    first tile), causal."""
+    from kcompiler import ops
+
+    from .attention_util import check, reference
+    from .test_attention_sm90 import packed_with_nan_tails
+    monkeypatch.setattr(ops_attention, "_attention_sm90_module", lambda target: emulated)
+    assert ops_attention.ATTENTION_SM90_TILES[(128, True)]["LAZY_MAX"]
+    lq, lk = [7, 0, 150], [300, 3, 160]
+    cu_q, cu_k, q, k, v = packed_with_nan_tails(lq, lk, 2, 1, 128, 50, 70)
+    nk = cu_k[-1]
+    k[:nk] = (k[:nk].astype(np.float64) * (1.0 + 0.03 * np.arange(nk))[:, None, None]).astype(k.dtype)
+    k[140:300] = (k[140:300].astype(np.float64) * 40).astype(k.dtype)  # the first sequence's later tiles jump
+    out, lse = ops.attention(q, k, v, causal=True, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, return_lse=True,
+                             max_seqlen_q=max(lq), path="sm90", target="cpu")
+    n = cu_q[-1]
+    ref, ref_lse = reference(q[:n], k[:nk], v[:nk], True, 128 ** -0.5, cu_q, cu_k)
+    check(out[:n], lse[:, :n], ref, ref_lse, v[:nk], "bf16")
 
 
 def test_prefill_sm90_lazy_fp8_emulated(monkeypatch, emulated):
