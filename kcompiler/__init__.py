@@ -178,8 +178,7 @@ def devices() -> list[Device]:
 
 
 __all__ = ["compile", "compile_file", "devices", "TARGETS", "TARGET_ALIASES", "Target",
-           "CompileOptions", "CompileError", "LaunchError", "LaunchConfigError", "DeviceAssertionError", "Artifact",
-           "Device",
-           "Module", "Kernel",
+           "CompileOptions", "CompileError", "LaunchError", "LaunchConfigError", "DeviceAssertionError",
+           "Artifact", "Device", "Module", "Kernel",
            "resolve_target_name", "capture_printf", "to_device", "device_array", "from_dlpack",
            "DeviceArray", "torch_op", "autotune", "__version__"]

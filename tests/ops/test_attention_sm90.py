@@ -23,7 +23,8 @@ from kcompiler.pipeline import compile_source_to
 from kcompiler.runtime.tensormap import tensor_map
 
 from ..ptxas_util import needs_nvdisasm, needs_ptxas, ptxas, sass
-from .attention_sm90_util import fresh_plans, ops_attention  # noqa: F401 - fresh_plans: an autouse fixture
+from .attention_sm90_util import (emulated, fresh_plans, ops_attention, packed_with_nan_tails,  # noqa: F401
+                                  sm90_ptx)  # emulated: a fixture; fresh_plans: an autouse fixture
 
 RNG = np.random.default_rng()
 
@@ -97,13 +98,6 @@ def test_wgmma_register_a_ptx(tmp_path):
 
 
 # --- the Hopper prefill through ops.attention ------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def emulated():
-    """std.attention_sm90 on the CPU target with the Hopper instructions emulated."""
-    from kcompiler.frontend.program import stdlib_dir
-    return kc.compile_file(stdlib_dir() / "attention_sm90.kc", target="cpu", target_options={"emulate_wgmma": True})
-
 
 def _emulated_case(monkeypatch, emulated, tiles, shape):
     """One bf16 call of the Hopper prefill with ``tiles`` on the emulation against the float64 reference:
@@ -288,19 +282,6 @@ def test_prefill_sm90_varlen_emulated(monkeypatch, emulated):
     check(out[:n], lse[:, :n], ref, ref_lse, v[:cu_k[-1]], "bf16")
 
 
-def packed_with_nan_tails(lq, lk, H, HK, D, tail_q, tail_k):
-    """Packed bf16 q, k, v of sequences of ``lq`` queries and ``lk`` keys (int32 cu_seqlens), with
-    ``tail_q`` / ``tail_k`` rows of NaN past the last sequence (a buffer longer than the total, as
-    torch.empty may leave it)."""
-    cu_q = np.concatenate([[0], np.cumsum(lq)]).astype(np.int32)
-    cu_k = np.concatenate([[0], np.cumsum(lk)]).astype(np.int32)
-    q = RNG.standard_normal((cu_q[-1] + tail_q, H, D)).astype(ml_dtypes.bfloat16)
-    k = RNG.standard_normal((cu_k[-1] + tail_k, HK, D)).astype(ml_dtypes.bfloat16)
-    v = RNG.standard_normal((cu_k[-1] + tail_k, HK, D)).astype(ml_dtypes.bfloat16)
-    q[cu_q[-1]:], k[cu_k[-1]:], v[cu_k[-1]:] = np.nan, np.nan, np.nan
-    return cu_q, cu_k, q, k, v
-
-
 @pytest.mark.parametrize("causal,max_given,tiles", [
     (True, True, None), (False, False, None),
     pytest.param(False, True, dict(OVERLAP=True, PINGPONG=True), marks=pytest.mark.slow(sample=0)),
@@ -371,7 +352,7 @@ def test_prefill_sm90_varlen_plan_emulated(monkeypatch, emulated):
                                                               (True, True, True), (False, True, False)))],
                          ids=["sequential", "overlap", "pingpong", "fa3order-pingpong",
                               "sequential-pingpong"])  # all but the default (sequential) opt-in: a sample of 2
-def test_prefill_sm90_ptx(D, overlap, pingpong, fa3):
+def test_prefillsm90_ptx(D, overlap, pingpong, fa3):
     """sm_90a PTX of the kernel (built as ops builds it: approx_ftz) assembles with ptxas; wgmma with A
     from registers and TMA 4-D copies are there; ptxas serialises no wgmma (warning C7514: it would
     where it cannot prove a wgmma waited for) and spills at most 16 bytes (the causal D = 128 overlapped
@@ -391,15 +372,6 @@ def test_prefill_sm90_ptx(D, overlap, pingpong, fa3):
         assert spill <= (16 if causal and overlap and D == 128 else 0), log
 
 
-def _sm90_ptx(**comptime) -> str:
-    """sm_90a PTX of attention_prefill_sm90 as ops builds it (approx_ftz)."""
-    from kcompiler.backends.nvptx.target import NvptxTarget
-    from kcompiler.frontend.program import stdlib_dir
-    from kcompiler.pipeline import emit_file
-    return emit_file(stdlib_dir() / "attention_sm90.kc", "asm", NvptxTarget("sm_90a", approx_ftz=True),
-                     kernel="attention_prefill_sm90", comptime=comptime)
-
-
 @needs_ptxas
 @pytest.mark.parametrize("overlap,fa3", [(False, False), pytest.param(True, True, marks=pytest.mark.slow(sample=0))],
                          ids=["seq-pingpong", "fa3order-pingpong"])
@@ -408,8 +380,8 @@ def test_prefill_sm90_named_turns_ptx(overlap, fa3):
     of 256 threads (a warpgroup's id in a register), not the turn mbarriers' try_wait loops (the
     stage ring's remain); warpgroup 1's first arrival on barrier 1 up front. Assembles, no spills
     (D 128, causal: the tightest), no serialised wgmma."""
-    ptx = _sm90_ptx(T="bf16", D=128, CAUSAL=True, OVERLAP=overlap, PINGPONG=True, FA3_ORDER=fa3, TURNS=1)
-    base = _sm90_ptx(T="bf16", D=128, CAUSAL=True, OVERLAP=overlap, PINGPONG=True, FA3_ORDER=fa3)
+    ptx = sm90_ptx(T="bf16", D=128, CAUSAL=True, OVERLAP=overlap, PINGPONG=True, FA3_ORDER=fa3, TURNS=1)
+    base = sm90_ptx(T="bf16", D=128, CAUSAL=True, OVERLAP=overlap, PINGPONG=True, FA3_ORDER=fa3)
     assert "barrier.arrive.aligned 1, 256;" in ptx
     assert len(re.findall(r"barrier\.sync\.aligned %r\d+, 256;", ptx)) >= 2
     assert len(re.findall(r"barrier\.arrive\.aligned %r\d+, 256;", ptx)) >= 2
@@ -425,7 +397,7 @@ def test_prefill_sm90_mask_is_one_select_an_element(select):
     """An edge tile's mask (causal, or past the keys) is one selp a score (64 a thread at BN 128, with
     the softmax's few); the older form (MASK_SELECT false) assigned under ifs, which LLVM made into
     selects of the whole vector (1,060 selp, ~1,000 FSEL in SASS)."""
-    n = _sm90_ptx(T="bf16", D=128, CAUSAL=True, MASK_SELECT=select).count("selp.f32")
+    n = sm90_ptx(T="bf16", D=128, CAUSAL=True, MASK_SELECT=select).count("selp.f32")
     assert (n <= 4 * 64 + 16) if select else (n > 500), n
 
 
@@ -443,7 +415,7 @@ def test_prefill_sm90_overlap_in_sass(T, fa3):
     comptime = dict(T=T, D=128, CAUSAL=False, OVERLAP=True, PINGPONG=True, FA3_ORDER=fa3)
     if T == "f8e4m3":
         comptime["OUT"] = "bf16"
-    code = sass(_sm90_ptx(**comptime))
+    code = sass(sm90_ptx(**comptime))
     start = next(i for i, x in enumerate(code) if x.startswith("WARPGROUP.DEPBAR.LE gsb0, 0x1"))
     end = next(i for i in range(start, len(code)) if code[i].startswith("WARPGROUP.DEPBAR.LE gsb0, 0x0"))
     exps = sum(x.startswith("MUFU.EX2") for x in code[start:end])
@@ -457,7 +429,7 @@ def test_prefill_sm90_sequential_pingpong_in_sass():
     warpgroup's products queue behind S while this one's softmax runs), and this warpgroup waits for
     its next turn (a TRYWAIT) after its softmax, just before P V's wgmmas. RESCALE_SKIP: one vote of
     the warp and a branch around O's 64 FMUL a thread."""
-    code = sass(_sm90_ptx(T="bf16", D=128, CAUSAL=False, PINGPONG=True, RESCALE_SKIP=True))
+    code = sass(sm90_ptx(T="bf16", D=128, CAUSAL=False, PINGPONG=True, RESCALE_SKIP=True))
     qk_end = next(i for i, x in enumerate(code) if x.startswith("HGMMA.64x128x16") and x.endswith("gsb0")
                   and "tnspB" not in x)
     wait_s = next(i for i in range(qk_end, len(code)) if code[i].startswith("WARPGROUP.DEPBAR.LE gsb0, 0x0"))
@@ -564,7 +536,7 @@ def test_prefill_sm90_chain_forms_ptx(tiles):
     (C7511: too few registers for the pipeline; C7514), causal and not; TREE leaves no compare with
     -inf for the base (a max with -FLT_MAX instead), UNIFORM_WG broadcasts the warpgroup by shfl.idx."""
     for causal in (False, True):
-        ptx = _sm90_ptx(T="bf16", D=128, CAUSAL=causal, **tiles)
+        ptx = sm90_ptx(T="bf16", D=128, CAUSAL=causal, **tiles)
         log = ptxas(ptx, "sm_90a", verbose=True)
         assert "C7511" not in log and "C7514" not in log and "serialized" not in log, log
         assert " 0 bytes spill stores" in log, log
@@ -601,7 +573,7 @@ def test_prefill_sm90_chain_forms_sass():
     64 FFMA + 66 MUFU.EX2 + 32 F2FP; CHAIN one wait; UNIFORM_WG no R2UR; TREE no FSETP/FSEL for the
     base and 2 FADD fewer; the softmax's counts stay."""
     def loop(**tiles):
-        return _tile_loop(sass(_sm90_ptx(T="bf16", D=128, CAUSAL=False, **tiles)))
+        return _tile_loop(sass(sm90_ptx(T="bf16", D=128, CAUSAL=False, **tiles)))
 
     def n(code, op):
         return sum(x.split()[0 if not x.startswith("@") else 1].startswith(op) for x in code)

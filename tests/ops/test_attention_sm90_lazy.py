@@ -10,18 +10,12 @@ import numpy as np
 import pytest
 
 import kcompiler as kc
-from kcompiler.frontend.program import stdlib_dir
 
 from ..ptxas_util import needs_nvdisasm, needs_ptxas, ptxas, sass
-from .attention_sm90_util import fresh_plans, ops_attention  # noqa: F401 - fresh_plans: an autouse fixture
+from .attention_sm90_util import (emulated, fresh_plans, ops_attention, packed_with_nan_tails,  # noqa: F401
+                                  sm90_ptx)  # emulated: a fixture; fresh_plans: an autouse fixture
 
 RNG = np.random.default_rng()
-
-
-@pytest.fixture(scope="module")
-def emulated():
-    """std.attention_sm90 on the CPU target with the Hopper instructions emulated."""
-    return kc.compile_file(stdlib_dir() / "attention_sm90.kc", target="cpu", target_options={"emulate_wgmma": True})
 
 
 def _rising(k: np.ndarray, rate: float) -> np.ndarray:
@@ -95,7 +89,6 @@ def test_prefill_sm90_lazy_varlen_emulated(monkeypatch, emulated):
     from kcompiler import ops
 
     from .attention_util import check, reference
-    from .test_attention_sm90 import packed_with_nan_tails
     monkeypatch.setattr(ops_attention, "_attention_sm90_module", lambda target: emulated)
     assert ops_attention.ATTENTION_SM90_TILES[(128, True)]["LAZY_MAX"]
     lq, lk = [7, 0, 150], [300, 3, 160]
@@ -132,19 +125,12 @@ def test_prefill_sm90_lazy_fp8_emulated(monkeypatch, emulated):
     np.testing.assert_allclose(lse, ref_lse, rtol=1e-5, atol=1e-4)
 
 
-def _ptx(**comptime) -> str:
-    from kcompiler.backends.nvptx.target import NvptxTarget
-    from kcompiler.pipeline import emit_file
-    return emit_file(stdlib_dir() / "attention_sm90.kc", "asm", NvptxTarget("sm_90a", approx_ftz=True),
-                     kernel="attention_prefill_sm90", comptime=comptime)
-
-
 @needs_ptxas
 @pytest.mark.parametrize("D,causal", [(128, False), (128, True), (64, False)], ids=["d128", "d128-causal", "d64"])
 def test_prefill_sm90_lazy_ptx(D, causal):
     """LAZY_MAX in the defaults' form (sequential, turns on named barriers) assembles for sm_90a with
     no spill and no serialised wgmma."""
-    log = ptxas(_ptx(T="bf16", D=D, CAUSAL=causal, PINGPONG=True, TURNS=1, LAZY_MAX=True), "sm_90a", verbose=True)
+    log = ptxas(sm90_ptx(T="bf16", D=D, CAUSAL=causal, PINGPONG=True, TURNS=1, LAZY_MAX=True), "sm_90a", verbose=True)
     assert "C7512" not in log and "serialized" not in log, log
     assert int(log.split(" bytes spill stores")[0].rsplit(None, 1)[-1]) == 0, log
 
@@ -155,7 +141,7 @@ def test_prefill_sm90_lazy_in_sass():
     branch on the warp's vote on raising the bases, at least 64 MUFU.EX2 a thread, the first of them
     before the first shuffle of the maxima's reduction; O's 64 FMUL a thread lie past the branch (the
     slow path)."""
-    code = sass(_ptx(T="bf16", D=128, CAUSAL=False, PINGPONG=True, TURNS=1, LAZY_MAX=True))
+    code = sass(sm90_ptx(T="bf16", D=128, CAUSAL=False, PINGPONG=True, TURNS=1, LAZY_MAX=True))
     qk_end = next(i for i, x in enumerate(code) if x.startswith("HGMMA.64x128x16") and x.endswith("gsb0")
                   and "tnspB" not in x)
     wait_s = next(i for i in range(qk_end, len(code)) if code[i].startswith("WARPGROUP.DEPBAR.LE gsb0, 0x0"))
@@ -185,7 +171,7 @@ def test_lazy_host_rules():
 def test_prefill_sm90_lazy_error(tiles):
     """LAZY_MAX with a form it does not take is a located compile error."""
     with pytest.raises(kc.CompileError, match="LAZY_MAX") as e:
-        _ptx(T="bf16", D=64, LAZY_MAX=True, **tiles)
+        sm90_ptx(T="bf16", D=64, LAZY_MAX=True, **tiles)
     assert "attention_sm90.kc:" in str(e.value)
 
 
@@ -247,6 +233,6 @@ def test_defaults_assemble_without_spills(comptime):
     """Each default (ops' tiles tables, as ops launches them) assembles for sm_90a with no spill and no
     serialised wgmma (C7510-C7515): a default that spilled, as LAZY_MAX at FP8's BN 256 or D 64's three
     consumers would, fails here before it is timed."""
-    log = ptxas(_ptx(**comptime), "sm_90a", verbose=True)
+    log = ptxas(sm90_ptx(**comptime), "sm_90a", verbose=True)
     assert "Performance Loss" not in log, log
     assert int(log.split(" bytes spill stores")[0].rsplit(None, 1)[-1]) == 0, log

@@ -16,7 +16,7 @@ from kcompiler.ops import _common
 from kcompiler.ops.attention_order import sm90_launch
 
 from ..ptxas_util import needs_ptxas, ptxas
-from .attention_sm90_util import fresh_plans, ops_attention  # noqa: F401 - fresh_plans: an autouse fixture
+from .attention_sm90_util import emulated, fresh_plans, ops_attention  # noqa: F401 - fixtures
 
 RNG = np.random.default_rng()
 
@@ -100,13 +100,6 @@ def test_persist_host_rules():
     assert sm90_launch(t, 4096, 16, 8, 132)[0] == (32, 16, 8)  # seqlen_k defaults to seqlen_q
     grid, _, kw = sm90_launch(dict(t, CONSUMERS=1, BLOCKS_PER_SM=2, ORDER=1), 1000, 4, 20, 132, seqlen_k=100)
     assert grid == (264, 1, 1) and kw["PERSIST"] and "PERSIST_TILES" not in kw and "ORDER" not in kw
-
-
-@pytest.fixture(scope="module")
-def emulated():
-    """std.attention_sm90 on the CPU target with the Hopper instructions emulated."""
-    from kcompiler.frontend.program import stdlib_dir
-    return kc.compile_file(stdlib_dir() / "attention_sm90.kc", target="cpu", target_options={"emulate_wgmma": True})
 
 
 # (tiles, (B, Sq, Sk, H, HK, D, causal), multiprocessors): more units than blocks, the last round
