@@ -7,7 +7,7 @@ each round times every candidate once, in turn, and the ratios are taken round b
 
 Shapes: B,H,S,D,causal (bf16, layout (B, H, S, D); default issue 23's B4 H32 S4096 D128, full and
 causal). Variants: name=KEY:VALUE,... on top of kcompiler.ops.ATTENTION_SM90_TILES' entry for the
-shape (values: ints, or true / false; the caller's tiles then keep the defaults' PERSIST and SMALL_GRID unless they
+shape (values: ints, floats, or true / false; the caller's tiles then keep the defaults' PERSIST and SMALL_GRID unless they
 name them). Each candidate is checked first against SDPA flash (relative Frobenius error < 2e-2).
 Per round: triton's do_bench median (100 ms of calls, host time included); printed: the median over
 rounds of TFLOP/s (4 B H S^2 D operations, half when causal), and of the per-round ratios to the
@@ -31,10 +31,12 @@ from kcompiler import ops  # noqa: E402
 from kcompiler.ops.attention import ATTENTION_SM90_TILES  # noqa: E402
 
 
-def value(text: str) -> bool | int:
-    """A tiles value: true / false as a bool, else an int (ValueError)."""
+def value(text: str) -> bool | int | float:
+    """A tiles value: true / false as a bool, else an int, else a float (ValueError)."""
     low = text.strip().lower()
-    return low == "true" if low in ("true", "false") else int(low)
+    if low in ("true", "false"):
+        return low == "true"
+    return int(low) if low.lstrip("-").isdigit() else float(low)
 
 
 def parse_variants(text: str) -> list[tuple[str, dict]]:

@@ -321,10 +321,14 @@ def _attention_fa2(q: Any, k: Any, v: Any, out: Any, lse: Any, p: _Prefill, caus
 #: H200, benchmarks/bench_attention_ab.py (7 interleaved rounds, median of the rounds' ratios; RESULTS.md):
 #: D 128 full S1024 x1.048, with PERSIST up to 8 key tiles x1.065, S2048 x1.035, S4096 x1.034-1.047 (0.96x
 #: -> 1.00x cuDNN), S8192 x1.035; causal x1.01-1.04; D 256 x1.045-1.052.
+#: D 128 causal PERSIST up to 32 key tiles (was 16) where its rounds are balanced (the host's
+#: PERSIST_SLACK, kcompiler.ops.attention_order.persist_balance), since 2026-11-29: x the plain grid,
+#: S4096 B1 H32 1.087, B2 H32 1.051, B4 H32 1.026-1.035, B8 H16 1.027, B16 H32 1.010; S3072 B2 H16 1.121,
+#: B4 H32 1.036; at 64 key tiles level (B2 H32 S8192 1.001; H200, bench_attention_ab.py, 7-9 rounds).
 ATTENTION_SM90_TILES = {(128, False): dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=True, TURNS=1, SMALL_GRID=True,
                                            LAZY_MAX=True, PERSIST=True, PERSIST_TILES=8),
                         (128, True): dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=True, TURNS=1, SMALL_GRID=True,
-                                          PERSIST=True, PERSIST_TILES=16, LAZY_MAX=True),
+                                          PERSIST=True, PERSIST_TILES=32, LAZY_MAX=True),
                         (64, False): dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=False, CONSUMERS=3,
                                           SMALL_GRID=True, PERSIST=True),
                         (64, True): dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=False, SMALL_GRID=True,
@@ -465,7 +469,7 @@ class _Sm90Plan:
         t = sm90_tiles(ATTENTION_SM90_TILES[(p.D, bool(causal))], tiles, p.varlen)
         mod = _attention_sm90_module(target)
         grid, threads, t = sm90_launch(t, p.Sq, p.H, p.B, _common.device_of(mod, q).multiprocessor_count,
-                                       seqlen_k=p.Sk)
+                                       seqlen_k=p.Sk, causal=bool(causal))
         c = t.get("CONSUMERS", 2)
         s = p.strides
         self.kind = ArrayKind(q)

@@ -158,7 +158,7 @@ class Fp8Plan:
         t = sm90_tiles(ATTENTION_FP8_TILES[bool(causal)], tiles)
         mod = _attention_sm90_module(target)
         grid, threads, t = sm90_launch(t, p.Sq, p.H, p.B, _common.device_of(mod, q).multiprocessor_count,
-                                       seqlen_k=p.Sk)
+                                       seqlen_k=p.Sk, causal=bool(causal))
         s = p.strides
         self.kind = ArrayKind(q)
         self.cuda = self.kind.cuda

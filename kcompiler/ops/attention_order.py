@@ -4,15 +4,17 @@ multiprocessor and where it is taken, the tiles' host-only keys, and the small-g
 rows a block where the default block would leave multiprocessors idle)."""
 from __future__ import annotations
 
-from numbers import Integral
+import heapq
+from numbers import Integral, Real
 from typing import Any
 
 #: Keys of a Hopper tiles dict that the host reads and the kernel does not (not passed as compile-time
 #: values): GROUP, ORDER 2's heads a group (default 8; the largest divisor of H up to it is taken);
 #: SMALL_GRID, whether :func:`small_grid_consumers` may lower CONSUMERS for the shape (default False);
 #: PERSIST_TILES, the most key tiles (ceil(seqlen_k / BN)) a query tile may read for PERSIST to be taken
-#: (default: no limit; :func:`sm90_launch`).
-HOST_KEYS = ("GROUP", "SMALL_GRID", "PERSIST_TILES")
+#: (default: no limit; :func:`sm90_launch`); PERSIST_SLACK, how much longer than the plain grid's
+#: PERSIST's schedule may be (a number >= 1; default :data:`PERSIST_SLACK`; :func:`persist_balance`).
+HOST_KEYS = ("GROUP", "SMALL_GRID", "PERSIST_TILES", "PERSIST_SLACK")
 
 #: Waves (blocks a multiprocessor) up to which SMALL_GRID also takes ORDER 1 where the tiles give no
 #: ORDER: there every (head, batch entry)'s longest causal tile starts in the first wave, and K and V fit
@@ -25,6 +27,15 @@ SMALL_GRID_WAVES = 2
 #: The share of its waves' blocks (waves rounded up) that a grid must fill for
 #: :func:`small_grid_consumers` to keep its consumers.
 SMALL_GRID_FILL = 0.8
+
+#: How much longer PERSIST's schedule may be than the plain grid's (each in key tiles on the busiest
+#: multiprocessor: :func:`persist_balance`) for PERSIST to be taken. PERSIST's static rounds balance
+#: causal tiles only over many rounds: at B1 H16 S4096 D128 causal (512 query tiles, 3.9 rounds of
+#: 132 blocks) its busiest block reads 1.53x the mean and it ran 0.88x the plain grid, whose blocks go
+#: to whichever multiprocessor is free; where its schedule is within 3 % of the grid's it gained 1.0-1.12x
+#: (H200, 2026-11-29, benchmarks/bench_attention_ab.py, PERSIST_TILES 32 against 16: B1 H32 / B2 H32 /
+#: B4 H32 / B16 H32 S4096 causal 1.087 / 1.051 / 1.031 / 1.010, B2 H16 / B4 H32 S3072 1.121 / 1.036).
+PERSIST_SLACK = 1.05
 
 #: CUDA's largest grid y and z (x goes to 2^31 - 1).
 _GRID_YZ_MAX = 65535
@@ -67,16 +78,18 @@ def sm90_tiles(defaults: dict[str, Any], tiles: dict[str, Any] | None, varlen: b
     OVERLAP or CHAIN without naming it. PERSIST takes no variable lengths (``varlen``): the defaults' is dropped there.
     Raises ValueError for ORDER 2 or a PERSIST the caller asks for with variable lengths, which the
     kernel refuses too (a compile error, for callers of the kernel itself), and for a host key that is
-    not a positive int (GROUP, PERSIST_TILES) or a bool (SMALL_GRID); the kernel's own keys are checked
+    not a positive int (GROUP, PERSIST_TILES), a number at least 1 (PERSIST_SLACK) or a bool (SMALL_GRID);
+    the kernel's own keys are checked
     where it compiles."""
     t = dict(defaults) if not tiles else {**defaults, "SMALL_GRID": False, **tiles}
     for key in HOST_KEYS:
         x = t.get(key)
-        positive = isinstance(x, Integral) and not isinstance(x, bool) and x > 0
-        ok = isinstance(x, bool) if key == "SMALL_GRID" else positive
+        number = isinstance(x, Real) and not isinstance(x, bool)
+        ok, what = {"SMALL_GRID": (isinstance(x, bool), "a bool"),
+                    "PERSIST_SLACK": (number and x >= 1, "a number at least 1")}.get(
+            key, (number and isinstance(x, Integral) and x > 0, "a positive int"))
         if key in t and not ok:
-            raise ValueError(f"attention: the tiles' {key} is {'a bool' if key == 'SMALL_GRID' else 'a positive int'}, "
-                             f"not {x!r}")
+            raise ValueError(f"attention: the tiles' {key} is {what}, not {x!r}")
     if tiles and "PERSIST" not in tiles or varlen and not (tiles or {}).get("PERSIST"):
         t.pop("PERSIST", None)
     if tiles and (tiles.get("OVERLAP") or tiles.get("CHAIN")) and "LAZY_MAX" not in tiles:
@@ -91,8 +104,52 @@ def sm90_tiles(defaults: dict[str, Any], tiles: dict[str, Any] | None, varlen: b
     return t
 
 
+def unit_key_tiles(nt: int, bm: int, bn: int, seqlen_q: int, seqlen_k: int, causal: bool) -> list[int]:
+    """The key tiles each of a (head, batch entry)'s ``nt`` query tiles of ``bm`` rows reads, tile 0
+    first: ceil(key_end / ``bn``), key_end std.attention_common's for the tile's last row (causal:
+    bottom-right aligned, so a tile may read none), as std.attention_sm90_order's fn unit computes it."""
+    ends = [min(seqlen_k, max(m * bm + bm + seqlen_k - seqlen_q, 0)) if causal else seqlen_k for m in range(nt)]
+    return [-(-e // bn) for e in ends]
+
+
+def persist_balance(sizes: list[int], units: int, blocks: int, causal: bool, order: int = 0) -> float:
+    """PERSIST's schedule against the plain grid's, in the key tiles of the busiest block: ``sizes`` a
+    (head, batch entry)'s query tiles' key tiles (:func:`unit_key_tiles`), ``units`` = len(sizes) H B
+    query tiles, ``blocks`` persistent blocks. PERSIST: block p takes unit r P + p in round r (r P + P -
+    1 - p in a causal launch's odd rounds: std.attention_sm90_order's fn unit_of), units tile fastest
+    (causal: longest first). The plain grid (ORDER 0, or 1: the query tiles slowest; ORDER 2 counted as
+    0): the hardware gives
+    each next block of the grid's order to the first free multiprocessor, modelled as list scheduling
+    on ``blocks`` of them. Returns the ratio (1.0 where every unit reads the same; > 1: PERSIST's busiest
+    block reads more). The per-unit start and end that PERSIST saves are not counted:
+    :data:`PERSIST_SLACK` allows for them."""
+    nt = len(sizes)
+    if len(set(sizes)) <= 1 or units <= blocks:
+        return 1.0
+    size_of = (lambda u: sizes[nt - 1 - u % nt]) if causal else (lambda u: sizes[u % nt])
+    if order == 1:  # grid (H, B, NT): every (head, batch entry)'s tile in turn, the longest first if causal
+        seq = [size_of(u // (units // nt)) for u in range(units)]
+    else:
+        seq = [size_of(u) for u in range(units)]
+    free = [0] * blocks
+    for s in seq:
+        heapq.heapreplace(free, free[0] + s)
+    return max(persist_loads(sizes, units, blocks, causal)) / max(max(free), 1)
+
+
+def persist_loads(sizes: list[int], units: int, blocks: int, causal: bool) -> list[int]:
+    """The key tiles each of PERSIST's ``blocks`` blocks reads over its rounds (:func:`persist_balance`'s
+    arguments; std.attention_sm90_order's fn unit_of and unit_bhm)."""
+    nt = len(sizes)
+    load = [0] * blocks
+    for u in range(units):
+        r, p = divmod(u, blocks)
+        load[blocks - 1 - p if causal and r % 2 else p] += sizes[nt - 1 - u % nt] if causal else sizes[u % nt]
+    return load
+
+
 def sm90_launch(tiles: dict[str, Any], seqlen_q: int, heads: int, batch: int, sms: int = 132,
-                seqlen_k: int | None = None) -> tuple[tuple[int, int, int], int, dict[str, Any]]:
+                seqlen_k: int | None = None, causal: bool = False) -> tuple[tuple[int, int, int], int, dict[str, Any]]:
     """(grid, threads a block, compile-time values) of std.attention_sm90 for ``tiles`` (a full tiles dict:
     ATTENTION_SM90_TILES' entry updated by the caller's) on ``batch`` entries of ``heads`` query heads
     and ``seqlen_q`` queries (the longest, with variable lengths). The compile-time values are the
@@ -101,8 +158,10 @@ def sm90_launch(tiles: dict[str, Any], seqlen_q: int, heads: int, batch: int, sm
     multiprocessor. The grid by ORDER
     (stdlib/attention_sm90_order.kc): 0 (NT, H, B), 1 (H, B, NT), 2 (G, H / G NT, B), NT =
     ceil(seqlen_q / (64 CONSUMERS)); with PERSIST (sms x BLOCKS_PER_SM, 1, 1), ORDER dropped, where the
-    NT H B query tiles outnumber those blocks and a query tile reads at most PERSIST_TILES key tiles
-    (ceil(``seqlen_k`` / BN), ``seqlen_k`` default ``seqlen_q``), else PERSIST is dropped. Raises
+    NT H B query tiles outnumber those blocks, a query tile reads at most PERSIST_TILES key tiles
+    (ceil(``seqlen_k`` / BN), ``seqlen_k`` default ``seqlen_q``) and PERSIST's rounds are balanced
+    (:func:`persist_balance` at most :data:`PERSIST_SLACK`; ``causal`` as the kernel's CAUSAL), else
+    PERSIST is dropped. Raises
     ValueError for an ORDER other than 0, 1, 2 or a grid past CUDA's limits (65535 on y and z)."""
     kw = {k: v for k, v in tiles.items() if k not in HOST_KEYS}
     c = kw.get("CONSUMERS", 2)
@@ -115,8 +174,11 @@ def sm90_launch(tiles: dict[str, Any], seqlen_q: int, heads: int, batch: int, sm
     order = kw.get("ORDER", 0)
     if kw.get("PERSIST"):
         blocks = sms * kw.get("BLOCKS_PER_SM", 1)
-        key_tiles = -(-(seqlen_q if seqlen_k is None else seqlen_k) // kw["BN"])
-        if nt * heads * batch > blocks and key_tiles <= tiles.get("PERSIST_TILES", key_tiles):
+        sk = seqlen_q if seqlen_k is None else seqlen_k
+        key_tiles = -(-sk // kw["BN"])
+        units = nt * heads * batch
+        if units > blocks and key_tiles <= tiles.get("PERSIST_TILES", key_tiles) and persist_balance(
+                unit_key_tiles(nt, 64 * c, kw["BN"], seqlen_q, sk, causal), units, blocks, causal, order) <= tiles.get("PERSIST_SLACK", PERSIST_SLACK):
             kw.pop("ORDER", None)  # PERSIST's units have their own order (stdlib/attention_sm90_order.kc)
             return (blocks, 1, 1), 128 * (c + 1), kw
     kw.pop("PERSIST", None)  # or a query tile a block at most: the plain grid is the same schedule
@@ -135,4 +197,5 @@ def sm90_launch(tiles: dict[str, Any], seqlen_q: int, heads: int, batch: int, sm
     return grid, 128 * (c + 1), kw
 
 
-__all__ = ["HOST_KEYS", "SMALL_GRID_FILL", "SMALL_GRID_WAVES", "heads_group", "sm90_launch", "sm90_tiles", "small_grid_consumers"]
+__all__ = ["HOST_KEYS", "PERSIST_SLACK", "SMALL_GRID_FILL", "SMALL_GRID_WAVES", "heads_group", "persist_balance", "persist_loads",
+           "sm90_launch", "sm90_tiles", "small_grid_consumers", "unit_key_tiles"]

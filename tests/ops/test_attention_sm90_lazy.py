@@ -30,7 +30,7 @@ def _rising(k: np.ndarray, rate: float) -> np.ndarray:
 CASES = [(dict(LAZY_MAX=True), (2, 70, 133, 2, 1, 64, False), 0.0),
          (dict(LAZY_MAX=True, PINGPONG=True, TURNS=1), (1, 150, 300, 2, 2, 64, False), 0.05),
          (dict(LAZY_MAX=True, PINGPONG=True, TURNS=1), (1, 200, 131, 2, 1, 64, True), 0.1),
-         (dict(LAZY_MAX=True, PERSIST=True), (1, 140, 260, 3, 1, 128, True), 0.05),
+         (dict(LAZY_MAX=True, PERSIST=True, PERSIST_SLACK=100), (1, 140, 260, 3, 1, 128, True), 0.05),
          pytest.param(dict(LAZY_MAX=True, CONSUMERS=1, BN=64), (1, 90, 333, 1, 1, 256, False), 0.05,
                       marks=pytest.mark.slow(sample=0))]
 

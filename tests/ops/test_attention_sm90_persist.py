@@ -13,7 +13,7 @@ import pytest
 
 import kcompiler as kc
 from kcompiler.ops import _common
-from kcompiler.ops.attention_order import sm90_launch
+from kcompiler.ops.attention_order import persist_balance, persist_loads, sm90_launch, sm90_tiles, unit_key_tiles
 
 from ..ptxas_util import needs_ptxas, ptxas
 from .attention_sm90_util import emulated, fresh_plans, ops_attention  # noqa: F401 - fixtures
@@ -69,6 +69,9 @@ def test_persistent_units(causal, blocks):
                                                           for t in range(nt)]
     assert (taken[:, 3] == (nt - 1 - taken[:, 0] % nt if causal else taken[:, 0] % nt)).all()
     work = np.where(got[..., 0] >= 0, got[..., 4], 0).sum(axis=0)
+    # the host's model of the rounds (attention_order.persist_loads, which PERSIST's balance rule reads)
+    sizes = unit_key_tiles(nt, bm, 64, S, S, causal)
+    assert persist_loads(sizes, units, p, causal) == work.tolist()
     if causal and rounds > 1:  # against a plain round robin of the same units
         tiles_of = np.zeros(rounds * p, np.int64)
         tiles_of[taken[:, 0]] = taken[:, 4]
@@ -81,7 +84,6 @@ def test_persist_host_rules():
     variable lengths (a caller's PERSIST there is a ValueError); taken only where the query tiles
     outnumber the blocks and each reads at most PERSIST_TILES key tiles, which no kernel is given; host
     keys of another type are refused."""
-    from kcompiler.ops.attention_order import sm90_tiles
     dflt = dict(BN=128, STAGES=2, PINGPONG=True, TURNS=1, PERSIST=True, PERSIST_TILES=16)
     assert sm90_tiles(dflt, None)["PERSIST"] and sm90_tiles(dflt, {})["PERSIST"]
     assert "PERSIST" not in sm90_tiles(dflt, dict(OVERLAP=True))
@@ -102,13 +104,40 @@ def test_persist_host_rules():
     assert grid == (264, 1, 1) and kw["PERSIST"] and "PERSIST_TILES" not in kw and "ORDER" not in kw
 
 
+def test_persist_balance():
+    """PERSIST only where its static rounds are about as short as the plain grid's dynamic schedule:
+    not at B1 H16 S4096 D128 causal (3.9 rounds; its busiest block reads 1.53x the mean: 0.88x the
+    plain grid on the H200), yes at B4 H32 (31 rounds) and wherever the units are alike (full: the
+    grid's waves are PERSIST's rounds), whatever the rounds with a PERSIST_SLACK that allows it."""
+    t = sm90_tiles(ops_attention.ATTENTION_SM90_TILES[(128, True)], None)
+    persist = lambda B, H, S, causal=True, tiles=t: "PERSIST" in sm90_launch(  # noqa: E731
+        tiles, S, H, B, 132, seqlen_k=S, causal=causal)[2]
+    assert not persist(1, 16, 4096) and persist(4, 32, 4096) and persist(2, 16, 3072)
+    assert persist(1, 16, 4096, tiles=dict(t, PERSIST_SLACK=2))
+    assert not persist(4, 32, 8192)  # 64 key tiles: past PERSIST_TILES
+    full = sm90_tiles(dict(t, PERSIST_TILES=1 << 20), None)
+    assert persist(1, 5, 4096, False, full)  # 160 units: two rounds, as the grid's two waves
+    sizes = unit_key_tiles(32, 128, 128, 4096, 4096, True)
+    assert sizes == list(range(1, 33))
+    assert persist_balance(sizes, 512, 132, True) > 1.15 > 1.04 > persist_balance(sizes, 4096, 132, True)
+    # Sq > Sk: bottom-right aligned, the first tiles read no key
+    assert unit_key_tiles(4, 64, 64, 256, 100, True) == [0, 0, 1, 2]
+    # by hand: two (head, batch entry)s of three causal tiles of 1, 1, 3 key tiles are the units 3, 1, 1,
+    # 3, 1, 1 (the longest first). The grid's blocks on 2 multiprocessors: 3 | 1, 1, 3 | then 1, 1 on the
+    # first: both end at 5. PERSIST's snake: rounds (3, 1), (3, 1) reversed, (1, 1): 7 and 3.
+    assert persist_loads([1, 1, 3], 6, 2, True) == [7, 3] and persist_balance([1, 1, 3], 6, 2, True) == 7 / 5
+    with pytest.raises(ValueError, match="PERSIST_SLACK is a number at least 1"):
+        sm90_tiles(t, dict(PERSIST_SLACK=0.5))
+
+
 # (tiles, (B, Sq, Sk, H, HK, D, causal), multiprocessors): more units than blocks, the last round
 # partial; odd lengths, GQA, causal rows that see no key (Sq > Sk)
+# (PERSIST_SLACK: PERSIST whatever the balance of these few rounds)
 CASES = [(dict(PERSIST=True), (2, 150, 133, 4, 2, 64, False), 3),
-         (dict(PERSIST=True, PINGPONG=True, TURNS=1), (1, 300, 190, 2, 1, 64, True), 2),
+         (dict(PERSIST=True, PINGPONG=True, TURNS=1, PERSIST_SLACK=100), (1, 300, 190, 2, 1, 64, True), 2),
          # Sq - Sk >= 2 tiles: the first two query tiles read no key tile (a unit of ntiles 0)
-         (dict(PERSIST=True, PINGPONG=True, TURNS=1), (1, 400, 100, 2, 1, 64, True), 2),
-         pytest.param(dict(PERSIST=True, PINGPONG=True, TURNS=0), (2, 150, 290, 2, 2, 64, True), 3,
+         (dict(PERSIST=True, PINGPONG=True, TURNS=1, PERSIST_SLACK=100), (1, 400, 100, 2, 1, 64, True), 2),
+         pytest.param(dict(PERSIST=True, PINGPONG=True, TURNS=0, PERSIST_SLACK=100), (2, 150, 290, 2, 2, 64, True), 3,
                       marks=pytest.mark.slow(sample=0)),
          pytest.param(dict(PERSIST=True, CONSUMERS=1, STAGES=3), (1, 200, 133, 3, 1, 128, False), 4,
                       marks=pytest.mark.slow(sample=0))]
@@ -148,7 +177,8 @@ def test_prefill_sm90_persist_fp8_emulated(monkeypatch, emulated, causal):
     ds = {f"descale_{n}": (RNG.random((B, HK)) + 0.5).astype(np.float32) for n in "qkv"}
     want, want_lse = ops.attention(q, k, v, causal=causal, return_lse=True, target="cpu", **ds)
     monkeypatch.setattr(_common, "device_of", lambda mod, x: SimpleNamespace(multiprocessor_count=2))
-    got, lse = ops.attention(q, k, v, causal=causal, return_lse=True, target="cpu", tiles=dict(PERSIST=True), **ds)
+    got, lse = ops.attention(q, k, v, causal=causal, return_lse=True, target="cpu", tiles=dict(PERSIST=True, PERSIST_SLACK=100),
+                            **ds)
     np.testing.assert_array_equal(np.asarray(got, np.float32), np.asarray(want, np.float32))
     np.testing.assert_array_equal(lse, want_lse)
 
@@ -202,7 +232,9 @@ def test_prefill_sm90_persist_gpu(causal):
         k, v = (torch.randn(4, 1234, 4, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
         torch.empty(64 << 20, device="cuda", dtype=torch.uint8).fill_(0xFF)  # NaN where ops allocates next
         # PERSIST whatever the default's PERSIST_TILES (at D 128 at most 8 key tiles; these rows read 10)
-        tiles = dict(ops_attention.ATTENTION_SM90_TILES[(D, causal)], PERSIST=True, PERSIST_TILES=1 << 20)
+        # and the balance of its rounds
+        tiles = dict(ops_attention.ATTENTION_SM90_TILES[(D, causal)], PERSIST=True, PERSIST_TILES=1 << 20,
+                     PERSIST_SLACK=100)
         out, lse = ops.attention(q, k, v, causal=causal, return_lse=True, path="sm90", tiles=tiles)
         (plan,) = [p for p in ops_attention.PLANS.values() if p.kw.get("PERSIST")]
         assert plan.launch.launch.grid[1:] == (1, 1)
@@ -214,5 +246,7 @@ def test_prefill_sm90_persist_gpu(causal):
     ds = [torch.rand(4, 4, device="cuda") + 0.5 for _ in range(3)]
     want = ops.attention(q, k, v, causal=causal, descale_q=ds[0], descale_k=ds[1], descale_v=ds[2],
                          tiles=dict(PERSIST=False))
-    got = ops.attention(q, k, v, causal=causal, descale_q=ds[0], descale_k=ds[1], descale_v=ds[2])  # the default
+    # the defaults' tiles with PERSIST (which their balance rule leaves to the plain grid at this causal shape)
+    got = ops.attention(q, k, v, causal=causal, descale_q=ds[0], descale_k=ds[1], descale_v=ds[2],
+                        tiles=dict(PERSIST=True, PERSIST_SLACK=100))
     assert torch.equal(got, want)
