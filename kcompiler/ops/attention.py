@@ -91,7 +91,7 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | No
     of a thread's BN / 2 exponentials a tile go to std.math's polynomial, default 0; ORDER: the blocks'
     order, 0, 1 longest causal tiles first, 2 the same by groups of GROUP heads; PERSIST: a block a
     multiprocessor looping over the query tiles; LAZY_MAX: std.attention_sm90_lazy) and the host's GROUP,
-    SMALL_GRID, PERSIST_TILES (:mod:`kcompiler.ops.attention_order`; given ``tiles`` drop the defaults'
+    SMALL_GRID, PERSIST_TILES, PERSIST_SLACK (:mod:`kcompiler.ops.attention_order`; given ``tiles`` drop the defaults'
     SMALL_GRID and PERSIST unless they name them). TypeError for other dtypes, ValueError for bad shapes.
 
     FP8: q, k and v of float8 e4m3 (ml_dtypes.float8_e4m3fn, torch.float8_e4m3fn) take the Hopper
