@@ -79,8 +79,7 @@ def sm90_tiles(defaults: dict[str, Any], tiles: dict[str, Any] | None, varlen: b
     Raises ValueError for ORDER 2 or a PERSIST the caller asks for with variable lengths, which the
     kernel refuses too (a compile error, for callers of the kernel itself), and for a host key that is
     not a positive int (GROUP, PERSIST_TILES), a number at least 1 (PERSIST_SLACK) or a bool (SMALL_GRID);
-    the kernel's own keys are checked
-    where it compiles."""
+    the kernel's own keys are checked where it compiles."""
     t = dict(defaults) if not tiles else {**defaults, "SMALL_GRID": False, **tiles}
     for key in HOST_KEYS:
         x = t.get(key)
@@ -115,22 +114,16 @@ def unit_key_tiles(nt: int, bm: int, bn: int, seqlen_q: int, seqlen_k: int, caus
 def persist_balance(sizes: list[int], units: int, blocks: int, causal: bool, order: int = 0) -> float:
     """PERSIST's schedule against the plain grid's, in the key tiles of the busiest block: ``sizes`` a
     (head, batch entry)'s query tiles' key tiles (:func:`unit_key_tiles`), ``units`` = len(sizes) H B
-    query tiles, ``blocks`` persistent blocks. PERSIST: block p takes unit r P + p in round r (r P + P -
-    1 - p in a causal launch's odd rounds: std.attention_sm90_order's fn unit_of), units tile fastest
-    (causal: longest first). The plain grid (ORDER 0, or 1: the query tiles slowest; ORDER 2 counted as
-    0): the hardware gives
-    each next block of the grid's order to the first free multiprocessor, modelled as list scheduling
-    on ``blocks`` of them. Returns the ratio (1.0 where every unit reads the same; > 1: PERSIST's busiest
-    block reads more). The per-unit start and end that PERSIST saves are not counted:
-    :data:`PERSIST_SLACK` allows for them."""
-    nt = len(sizes)
+    query tiles, ``blocks`` persistent blocks (:func:`persist_loads`). The plain grid (ORDER 0, or 1:
+    the query tiles slowest; ORDER 2 counted as 0): the hardware gives each next block of the grid's
+    order to the first free multiprocessor, modelled as list scheduling on ``blocks`` of them. Returns
+    the ratio: 1.0 where every unit reads the same, > 1 where PERSIST's busiest block reads more. The
+    start and end of a unit that PERSIST saves are not counted: :data:`PERSIST_SLACK` allows for them."""
     if len(set(sizes)) <= 1 or units <= blocks:
         return 1.0
-    size_of = (lambda u: sizes[nt - 1 - u % nt]) if causal else (lambda u: sizes[u % nt])
+    seq = _unit_sizes(sizes, units, causal)
     if order == 1:  # grid (H, B, NT): every (head, batch entry)'s tile in turn, the longest first if causal
-        seq = [size_of(u // (units // nt)) for u in range(units)]
-    else:
-        seq = [size_of(u) for u in range(units)]
+        seq = [seq[u // (units // len(sizes))] for u in range(units)]
     free = [0] * blocks
     for s in seq:
         heapq.heapreplace(free, free[0] + s)
@@ -139,13 +132,21 @@ def persist_balance(sizes: list[int], units: int, blocks: int, causal: bool, ord
 
 def persist_loads(sizes: list[int], units: int, blocks: int, causal: bool) -> list[int]:
     """The key tiles each of PERSIST's ``blocks`` blocks reads over its rounds (:func:`persist_balance`'s
-    arguments; std.attention_sm90_order's fn unit_of and unit_bhm)."""
-    nt = len(sizes)
+    arguments): block p takes unit r P + p in round r, or r P + P - 1 - p in a causal launch's odd
+    rounds, the units tile fastest, causal ones longest first (std.attention_sm90_order's fn unit_of
+    and unit_bhm)."""
     load = [0] * blocks
-    for u in range(units):
+    for u, size in enumerate(_unit_sizes(sizes, units, causal)):
         r, p = divmod(u, blocks)
-        load[blocks - 1 - p if causal and r % 2 else p] += sizes[nt - 1 - u % nt] if causal else sizes[u % nt]
+        load[blocks - 1 - p if causal and r % 2 else p] += size
     return load
+
+
+def _unit_sizes(sizes: list[int], units: int, causal: bool) -> list[int]:
+    """The key tiles of units 0 .. ``units`` - 1 in ORDER 0's order: the query tile fastest (causal:
+    the longest first), then the head, then the batch entry."""
+    nt = len(sizes)
+    return [sizes[nt - 1 - u % nt] if causal else sizes[u % nt] for u in range(units)]
 
 
 def sm90_launch(tiles: dict[str, Any], seqlen_q: int, heads: int, batch: int, sms: int = 132,
@@ -161,8 +162,8 @@ def sm90_launch(tiles: dict[str, Any], seqlen_q: int, heads: int, batch: int, sm
     NT H B query tiles outnumber those blocks, a query tile reads at most PERSIST_TILES key tiles
     (ceil(``seqlen_k`` / BN), ``seqlen_k`` default ``seqlen_q``) and PERSIST's rounds are balanced
     (:func:`persist_balance` at most :data:`PERSIST_SLACK`; ``causal`` as the kernel's CAUSAL), else
-    PERSIST is dropped. Raises
-    ValueError for an ORDER other than 0, 1, 2 or a grid past CUDA's limits (65535 on y and z)."""
+    PERSIST is dropped. Raises ValueError for an ORDER other than 0, 1, 2 or a grid past CUDA's limits
+    (65535 on y and z)."""
     kw = {k: v for k, v in tiles.items() if k not in HOST_KEYS}
     c = kw.get("CONSUMERS", 2)
     if tiles.get("SMALL_GRID"):
@@ -177,8 +178,9 @@ def sm90_launch(tiles: dict[str, Any], seqlen_q: int, heads: int, batch: int, sm
         sk = seqlen_q if seqlen_k is None else seqlen_k
         key_tiles = -(-sk // kw["BN"])
         units = nt * heads * batch
+        slack = tiles.get("PERSIST_SLACK", PERSIST_SLACK)
         if units > blocks and key_tiles <= tiles.get("PERSIST_TILES", key_tiles) and persist_balance(
-                unit_key_tiles(nt, 64 * c, kw["BN"], seqlen_q, sk, causal), units, blocks, causal, order) <= tiles.get("PERSIST_SLACK", PERSIST_SLACK):
+                unit_key_tiles(nt, 64 * c, kw["BN"], seqlen_q, sk, causal), units, blocks, causal, order) <= slack:
             kw.pop("ORDER", None)  # PERSIST's units have their own order (stdlib/attention_sm90_order.kc)
             return (blocks, 1, 1), 128 * (c + 1), kw
     kw.pop("PERSIST", None)  # or a query tile a block at most: the plain grid is the same schedule
