@@ -24,6 +24,20 @@ HOST_KEYS = ("GROUP", "SMALL_GRID", "PERSIST_TILES", "PERSIST_SLACK")
 #: (D, causal) group: D64 causal 1.46x against 1.24x without ORDER 1).
 SMALL_GRID_WAVES = 2
 
+#: Waves up to which SMALL_GRID takes ORDER 1 for a causal grid (where the tiles give no ORDER and PERSIST
+#: is not taken) whose longest query tile reads at least :data:`SMALL_GRID_CAUSAL_TILES` key tiles: with
+#: few waves the grid's last blocks decide its time, and ORDER 1 leaves the short tiles for them. x ORDER
+#: 0 (or PERSIST where it was taken), H200, 2026-11-29, bench_attention_ab.py, 5 rounds: causal D 128 B1
+#: H16 S1536 / S3072 / S4096 1.129 / 1.124 / 1.154-1.162, B1 H32 S1536 1.048, B2 H8 S4096 1.155; D 64 B1
+#: H16 S4096 1.208, B1 H8 S8192 1.200; D 256 B1 H16 S2048 1.098, B1 H32 S1024 1.042, but B2 H32 S512 (6
+#: key tiles of 96) 0.952; past 4 waves it lost (D 256 B2 H16 S2048, 7.8 waves: 0.951). With the rule,
+#: against ORDER 0 given (the earlier choice), same run: D 128 B1 H16 S4096 1.16 (1.19x cuDNN), D 64 B1 H16
+#: S4096 1.20, D 256 B1 H16 S2048 1.10, D 256 B2 H32 S512 and the persistent shapes unchanged.
+SMALL_GRID_CAUSAL_WAVES = 4
+
+#: The fewest key tiles the longest causal query tile must read for :data:`SMALL_GRID_CAUSAL_WAVES`.
+SMALL_GRID_CAUSAL_TILES = 8
+
 #: The share of its waves' blocks (waves rounded up) that a grid must fill for
 #: :func:`small_grid_consumers` to keep its consumers.
 SMALL_GRID_FILL = 0.8
@@ -156,7 +170,7 @@ def sm90_launch(tiles: dict[str, Any], seqlen_q: int, heads: int, batch: int, sm
     and ``seqlen_q`` queries (the longest, with variable lengths). The compile-time values are the
     tiles without :data:`HOST_KEYS`, CONSUMERS set where SMALL_GRID lowered it, and ORDER 1 where
     SMALL_GRID is on, the tiles give no ORDER and the grid is at most :data:`SMALL_GRID_WAVES` blocks a
-    multiprocessor. The grid by ORDER
+    multiprocessor (``causal`` with long tiles: :data:`SMALL_GRID_CAUSAL_WAVES`). The grid by ORDER
     (stdlib/attention_sm90_order.kc): 0 (NT, H, B), 1 (H, B, NT), 2 (G, H / G NT, B), NT =
     ceil(seqlen_q / (64 CONSUMERS)); with PERSIST (sms x BLOCKS_PER_SM, 1, 1), ORDER dropped, where the
     NT H B query tiles outnumber those blocks, a query tile reads at most PERSIST_TILES key tiles
@@ -170,12 +184,14 @@ def sm90_launch(tiles: dict[str, Any], seqlen_q: int, heads: int, batch: int, sm
         c = small_grid_consumers(c, seqlen_q, heads, batch, sms)
         kw["CONSUMERS"] = c
     nt = -(-seqlen_q // (64 * c))
-    if tiles.get("SMALL_GRID") and "ORDER" not in tiles and nt * heads * batch <= SMALL_GRID_WAVES * sms:
+    sk = seqlen_q if seqlen_k is None else seqlen_k
+    long_causal = causal and -(-sk // kw["BN"]) >= SMALL_GRID_CAUSAL_TILES
+    waves = SMALL_GRID_CAUSAL_WAVES if long_causal else SMALL_GRID_WAVES
+    if tiles.get("SMALL_GRID") and "ORDER" not in tiles and nt * heads * batch <= waves * sms:
         kw["ORDER"] = 1
     order = kw.get("ORDER", 0)
     if kw.get("PERSIST"):
         blocks = sms * kw.get("BLOCKS_PER_SM", 1)
-        sk = seqlen_q if seqlen_k is None else seqlen_k
         key_tiles = -(-sk // kw["BN"])
         units = nt * heads * batch
         slack = tiles.get("PERSIST_SLACK", PERSIST_SLACK)
@@ -199,5 +215,6 @@ def sm90_launch(tiles: dict[str, Any], seqlen_q: int, heads: int, batch: int, sm
     return grid, 128 * (c + 1), kw
 
 
-__all__ = ["HOST_KEYS", "PERSIST_SLACK", "SMALL_GRID_FILL", "SMALL_GRID_WAVES", "heads_group", "persist_balance", "persist_loads",
-           "sm90_launch", "sm90_tiles", "small_grid_consumers", "unit_key_tiles"]
+__all__ = ["HOST_KEYS", "PERSIST_SLACK", "SMALL_GRID_CAUSAL_TILES", "SMALL_GRID_CAUSAL_WAVES", "SMALL_GRID_FILL",
+           "SMALL_GRID_WAVES", "heads_group", "persist_balance", "persist_loads", "sm90_launch", "sm90_tiles",
+           "small_grid_consumers", "unit_key_tiles"]

@@ -86,6 +86,13 @@ def test_small_grid_rule():
     assert sm90_launch(dict(BN=128, STAGES=2, SMALL_GRID=True), 1024, 32, 2, 132)[0] == (8, 32, 2)  # 512 > 264
     grid, threads, kw = sm90_launch(dict(BN=128, STAGES=2, SMALL_GRID=True), 4096, 32, 4, 132)
     assert grid == (32, 32, 4) and kw == dict(BN=128, STAGES=2, CONSUMERS=2)  # 4096 blocks: as the tiles say
+    # causal grids whose longest tile reads at least SMALL_GRID_CAUSAL_TILES (8) key tiles: up to
+    # SMALL_GRID_CAUSAL_WAVES (4) waves
+    t = dict(BN=128, STAGES=2, SMALL_GRID=True)
+    assert sm90_launch(t, 4096, 16, 1, 132, causal=True)[0] == (16, 1, 32)  # 512 blocks, 32 key tiles
+    assert sm90_launch(t, 4096, 16, 1, 132)[0] == (32, 16, 1)  # not causal: 2 waves at most
+    assert sm90_launch(t, 4096, 16, 2, 132, causal=True)[0] == (32, 16, 2)  # 1024 blocks: past 4 waves
+    assert sm90_launch(dict(t, BN=96, CONSUMERS=1), 512, 32, 2, 132, causal=True)[0] == (8, 32, 2)  # 6 key tiles of 96
 
 
 #: Each block of a grid writes the (tile, head, batch entry) std.attention_sm90_order decodes from its
