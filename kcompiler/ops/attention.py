@@ -298,8 +298,9 @@ def _attention_fa2(q: Any, k: Any, v: Any, out: Any, lse: Any, p: _Prefill, caus
 #: skipped where no row's maximum rose, 323 / 272 TFLOP/s (full / causal, B4 H16 S4096) against ~300 / 258
 #: without the skip and 225 at BN 80 (bench_attention_variants.py --shapes 6,7). D 64 and 128 take
 #: SMALL_GRID (kcompiler.ops.attention_order: one consumer where the default block leaves multiprocessors
-#: idle, and ORDER 1 on grids of at most two waves) since 2026-11-27: over the 12 small grids of
-#: bench_attention_variants.py (B1 H16 S512, B1 H32 S1024, B4 H16 S512) geometric mean x SDPA flash D64
+#: idle, and ORDER 1 on grids of at most two waves, four causal ones of long tiles since 2026-11-29)
+#: since 2026-11-27: over the 12 small grids of bench_attention_variants.py (B1 H16 S512, B1 H32
+#: S1024, B4 H16 S512) geometric mean x SDPA flash D64
 #: 0.88 -> 1.00 (full) and 1.13 -> 1.46 (causal), D128 1.22 -> 1.29 and 1.30 -> 1.44 (H200); no
 #: change on the large shapes, where the rule does not apply. D 256 (H100, 2026-11-27, x SDPA flash): one
 #: consumer warpgroup (64 query rows a block) with BN 96 (Q 32 KiB, K and V 48 KiB a stage: 224 KiB),
