@@ -4,6 +4,7 @@ multiprocessor and where it is taken, the tiles' host-only keys, and the small-g
 rows a block where the default block would leave multiprocessors idle)."""
 from __future__ import annotations
 
+import functools
 import heapq
 from numbers import Integral, Real
 from typing import Any
@@ -98,9 +99,12 @@ def sm90_tiles(defaults: dict[str, Any], tiles: dict[str, Any] | None, varlen: b
     for key in HOST_KEYS:
         x = t.get(key)
         number = isinstance(x, Real) and not isinstance(x, bool)
-        ok, what = {"SMALL_GRID": (isinstance(x, bool), "a bool"),
-                    "PERSIST_SLACK": (number and x >= 1, "a number at least 1")}.get(
-            key, (number and isinstance(x, Integral) and x > 0, "a positive int"))
+        if key == "SMALL_GRID":
+            ok, what = isinstance(x, bool), "a bool"
+        elif key == "PERSIST_SLACK":
+            ok, what = number and x >= 1, "a number at least 1"
+        else:
+            ok, what = number and isinstance(x, Integral) and x > 0, "a positive int"
         if key in t and not ok:
             raise ValueError(f"attention: the tiles' {key} is {what}, not {x!r}")
     if tiles and "PERSIST" not in tiles or varlen and not (tiles or {}).get("PERSIST"):
@@ -132,7 +136,14 @@ def persist_balance(sizes: list[int], units: int, blocks: int, causal: bool, ord
     the query tiles slowest; ORDER 2 counted as 0): the hardware gives each next block of the grid's
     order to the first free multiprocessor, modelled as list scheduling on ``blocks`` of them. Returns
     the ratio: 1.0 where every unit reads the same, > 1 where PERSIST's busiest block reads more. The
-    start and end of a unit that PERSIST saves are not counted: :data:`PERSIST_SLACK` allows for them."""
+    start and end of a unit that PERSIST saves are not counted: :data:`PERSIST_SLACK` allows for them.
+    Kept by its arguments: a plan is made at every call that keeps none (FP8 with descale arrays), and
+    the model walks every unit."""
+    return _balance(tuple(sizes), units, blocks, causal, order)
+
+
+@functools.lru_cache(maxsize=256)
+def _balance(sizes: tuple[int, ...], units: int, blocks: int, causal: bool, order: int) -> float:
     if len(set(sizes)) <= 1 or units <= blocks:
         return 1.0
     seq = _unit_sizes(sizes, units, causal)
@@ -144,7 +155,7 @@ def persist_balance(sizes: list[int], units: int, blocks: int, causal: bool, ord
     return max(persist_loads(sizes, units, blocks, causal)) / max(max(free), 1)
 
 
-def persist_loads(sizes: list[int], units: int, blocks: int, causal: bool) -> list[int]:
+def persist_loads(sizes: list[int] | tuple[int, ...], units: int, blocks: int, causal: bool) -> list[int]:
     """The key tiles each of PERSIST's ``blocks`` blocks reads over its rounds (:func:`persist_balance`'s
     arguments): block p takes unit r P + p in round r, or r P + P - 1 - p in a causal launch's odd
     rounds, the units tile fastest, causal ones longest first (std.attention_sm90_order's fn unit_of
@@ -156,7 +167,7 @@ def persist_loads(sizes: list[int], units: int, blocks: int, causal: bool) -> li
     return load
 
 
-def _unit_sizes(sizes: list[int], units: int, causal: bool) -> list[int]:
+def _unit_sizes(sizes: list[int] | tuple[int, ...], units: int, causal: bool) -> list[int]:
     """The key tiles of units 0 .. ``units`` - 1 in ORDER 0's order: the query tile fastest (causal:
     the longest first), then the head, then the batch entry."""
     nt = len(sizes)
