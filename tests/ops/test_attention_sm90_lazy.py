@@ -73,7 +73,12 @@ def test_prefill_sm90_lazy_jump_emulated(monkeypatch, emulated, tiles, D):
     from .attention_util import check, qkv, reference
     monkeypatch.setattr(ops_attention, "_attention_sm90_module", lambda target: emulated)
     q, k, v = qkv(1, 70, 300, 2, 1, D, "bf16")
-    k[:, 130:] = (k[:, 130:].astype(np.float64) * 60).astype(k.dtype)  # from the second tile of 128 keys
+    # From the second tile of 128 keys, every score rises by at least 2048 / sqrt(D) >= 181 (261 in
+    # log2): q's first component is at least 1 in every row, the keys' is 2048 (exact in bf16); the
+    # other components add a few units either way. (Scaling those keys' random components instead left
+    # the jump to the draw: a CI run met a row whose jump was 118 in log2.)
+    q[..., 0] = 1 + np.abs(q[..., 0].astype(np.float64))
+    k[:, 130:, :, 0] = 2048
     out, lse = ops.attention(q, k, v, return_lse=True, path="sm90", tiles=tiles, target="cpu")
     ref, ref_lse = reference(q, k, v, False, D ** -0.5)
     check(out, lse, ref, ref_lse, v, "bf16")
