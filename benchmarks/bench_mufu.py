@@ -3,12 +3,17 @@ needs (stdlib/attention_sm90.kc's header counts a tile's exponentials against it
 
     python benchmarks/bench_mufu.py
 
-Two kernels of 132 x 8 blocks of 512 threads, each thread U independent chains of ITERS steps:
+Kernels of 132 x 8 blocks of 512 threads, each thread U independent chains of ITERS steps:
 ``fma`` (x = fma(x, a, b): one FFMA a step, at 128 lanes a clock a multiprocessor: its time gives the
 clock under load), ``ex2`` (x = fast_exp2(x) - c: one MUFU.EX2 and one FADD a step; the FADD on the FMA
-pipe). Prints each kernel's time and lanes a nanosecond a multiprocessor, the clock the fma kernel
-implies, and ex2's lanes a clock a multiprocessor: the CUDA C Programming Guide's throughput table gives
-16 for exp2 on compute capability 9.0 (4 a sub-partition: a warp's MUFU.EX2 every 8 clocks).
+pipe), ``f2fp`` (a pair of chains rounded to E4M3 a step, as the FP8 attention rounds P: one
+``F2FP.SATFINITE.E4M3.F32.PACK_AB`` a pair, its 16 bits XORed into an accumulator, each chain + c by
+FADD), ``mix`` (ex2's steps and f2fp's conversions in one loop: two MUFU.EX2 and one F2FP a pair).
+Prints each kernel's time and lanes a nanosecond a multiprocessor (f2fp: pairs), the clock the fma
+kernel implies, and the rates a clock a multiprocessor: the CUDA C Programming Guide's throughput table
+gives 16 for exp2 on compute capability 9.0 (4 a sub-partition: a warp's MUFU.EX2 every 8 clocks) and
+16 for conversions to narrower types. Whether the F2FP shares the MUFU's pipe reads from ``mix``: if it
+does, mix's exponentials run at 2/3 of ex2's rate (three instructions of that pipe a pair, not two).
 """
 from __future__ import annotations
 
@@ -56,6 +61,49 @@ kernel ex2_rate[U: i32, ITERS: i32](out: ptr<f32>, c: f32) {
     }
     out[block_id.x * block_dim.x + thread_id.x] = s;
 }
+
+kernel f2fp_rate[U: i32, ITERS: i32](out: ptr<f32>, c: f32) {
+    var x = vec<f32, U>(f32(thread_id.x % 64) * 1.0e-3);
+    for u in comptime range(0, U) {
+        x[u] += f32(u) * 1.0e-3;
+    }
+    var acc = vec<u32, (U / 2)>(0);
+    for i in range(0, ITERS) {
+        for u in comptime range(0, U / 2) {
+            let p = convert[vec<f8e4m3, 2>](abs(vec<f32, 2>(x[2 * u], x[2 * u + 1])), saturate = true);
+            acc[u] = acc[u] ^ u32(bitcast[u16](p));
+            x[2 * u] += c;
+            x[2 * u + 1] += c;
+        }
+    }
+    var s: u32 = 0;
+    for u in comptime range(0, U / 2) {
+        s = s ^ acc[u];
+    }
+    out[block_id.x * block_dim.x + thread_id.x] = f32(s);
+}
+
+kernel mix_rate[U: i32, ITERS: i32](out: ptr<f32>, c: f32) {
+    var x = vec<f32, U>(f32(thread_id.x % 64) * -1.0e-3);
+    for u in comptime range(0, U) {
+        x[u] -= f32(u) * 1.0e-3;
+    }
+    var acc = vec<u32, (U / 2)>(0);
+    for i in range(0, ITERS) {
+        for u in comptime range(0, U) {
+            x[u] = fast_exp2(x[u]) - c;
+        }
+        for u in comptime range(0, U / 2) {
+            let p = convert[vec<f8e4m3, 2>](abs(vec<f32, 2>(x[2 * u], x[2 * u + 1])), saturate = true);
+            acc[u] = acc[u] ^ u32(bitcast[u16](p));
+        }
+    }
+    var s: u32 = 0;
+    for u in comptime range(0, U / 2) {
+        s = s ^ acc[u];
+    }
+    out[block_id.x * block_dim.x + thread_id.x] = f32(s) + x[0];
+}
 """
 
 U, ITERS, BLOCK = 8, 4096, 512
@@ -69,15 +117,21 @@ def main() -> None:
     lanes = grid * BLOCK * U * ITERS
     rates = {}
     for name, call in (("fma", lambda: mod.fma_rate[grid, BLOCK](out, 0.999, 1e-4, U=U, ITERS=ITERS)),
-                       ("ex2", lambda: mod.ex2_rate[grid, BLOCK](out, 1.0, U=U, ITERS=ITERS))):
+                       ("ex2", lambda: mod.ex2_rate[grid, BLOCK](out, 1.0, U=U, ITERS=ITERS)),
+                       ("f2fp", lambda: mod.f2fp_rate[grid, BLOCK](out, 1.0e-3, U=U, ITERS=ITERS)),
+                       ("mix", lambda: mod.mix_rate[grid, BLOCK](out, 1.0, U=U, ITERS=ITERS))):
         call()
         torch.cuda.synchronize()
         ms = best_device_ms(call, reps=10, warm=3)
-        rates[name] = lanes / (ms * 1e6) / sms  # lanes a nanosecond a multiprocessor
-        print(f"{name}: {ms:.3f} ms, {rates[name]:.1f} lanes/ns an SM", flush=True)
+        per = lanes // 2 if name == "f2fp" else lanes  # f2fp: pairs (F2FP instructions' lanes)
+        rates[name] = per / (ms * 1e6) / sms  # lanes a nanosecond a multiprocessor
+        print(f"{name}: {ms:.3f} ms, {rates[name]:.1f} {'pairs' if name == 'f2fp' else 'lanes'}/ns an SM", flush=True)
     ghz = rates["fma"] / 128
     print(f"clock implied by FFMA at 128 lanes/clock: {ghz:.3f} GHz")
     print(f"MUFU.EX2: {rates['ex2'] / ghz:.1f} lanes a clock a multiprocessor (CUDA's table: 16 on sm_90)")
+    print(f"F2FP (E4M3 pairs): {rates['f2fp'] / ghz:.1f} lanes a clock a multiprocessor")
+    print(f"MUFU.EX2 beside F2FP (one a pair): {rates['mix'] / ghz:.1f} lanes a clock a multiprocessor; "
+          f"{rates['mix'] / rates['ex2']:.2f}x ex2 alone (2/3 if they share a pipe, 1 if not)")
 
 
 if __name__ == "__main__":

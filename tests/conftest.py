@@ -15,6 +15,9 @@ kernel cache.
   ``pytest -m gpu`` must cover it whole); a test that sweeps inside takes the ``full_sweep`` fixture (False) and
   runs its own sample. ``pytest -m slow`` runs every case of every slow sweep (and nothing else);
   ``KC_FULL_SWEEPS=1`` runs every case with the rest of the suite.
+- Fresh random inputs every session, replayable: ``fresh_rng()`` (tests/draws.py) is reseeded before
+  each test from the session's seed and the test's id; the header prints the seed (``--seed N`` or
+  ``KC_TEST_SEED=N`` gives it), and a run with failures ends with the command that replays them.
 """
 from __future__ import annotations
 
@@ -24,6 +27,8 @@ import shutil
 import tempfile
 
 import pytest
+
+from . import draws
 
 _session_cache = tempfile.mkdtemp(prefix="kc-test-cache-")
 os.environ["KC_CACHE_DIR"] = _session_cache
@@ -115,6 +120,43 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip_cuda)
         if "amdgpu" in item.keywords and HIP_MISSING:
             item.add_marker(skip_amd)
+
+
+def pytest_addoption(parser):
+    parser.addoption("--seed", type=int, default=None,
+                     help="the seed of the tests' random inputs (tests/draws.py; default: KC_TEST_SEED, else a new one)")
+
+
+def pytest_configure(config):
+    given = getattr(config, "workerinput", {}).get("kc_test_seed", config.getoption("seed"))
+    if given is not None:
+        draws.set_seed(given)
+    draws.seed()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """pytest-xdist: each worker draws from the controller's seed."""
+    node.workerinput["kc_test_seed"] = draws.seed()
+
+
+def pytest_report_header(config):
+    return f"random inputs: seed {draws.seed()} (tests/draws.py; replay with --seed {draws.seed()})"
+
+
+@pytest.fixture(autouse=True)
+def _replayable_draws(request):
+    """Reseeds the tests' generators for this test (tests/draws.py)."""
+    draws.begin(request.node.nodeid)
+    yield
+    draws.end()
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    failed = [r.nodeid for r in terminalreporter.stats.get("failed", [])]
+    if failed:
+        ids = " ".join(f"'{n}'" for n in failed[:8])
+        terminalreporter.write_line(f"random inputs: seed {draws.seed()}; replay: python -m pytest --seed {draws.seed()} {ids}")
 
 
 def pytest_unconfigure(config):

@@ -20,9 +20,10 @@ from kcompiler.pipeline import compile_source_to
 
 from ..filecheck_util import filecheck
 from ..ptxas_util import ptxas
+from ..draws import fresh_rng
 
 NAMES = list(FORMATS)
-RNG = np.random.default_rng()
+RNG = fresh_rng()
 
 
 def f32_inputs() -> np.ndarray:

@@ -15,8 +15,9 @@ from kcompiler.pipeline import compile_source_to
 
 from ..filecheck_util import filecheck
 from ..ptxas_util import ptxas
+from ..draws import fresh_rng
 
-RNG = np.random.default_rng()
+RNG = fresh_rng()
 
 SRC = """
 kernel k[T: type](x: ptr<T>, r: ptr<T>, s: ptr<T>, n: i32) {

@@ -12,6 +12,7 @@ from kcompiler.ir.types import VectorType, U8, F32, alignof, sizeof
 from kcompiler.pipeline import compile_source_to
 
 from ..ptxas_util import ptxas
+from ..draws import fresh_rng
 
 SRC = """
 kernel twice(b: ptr<vec<T, N>>, o: ptr<vec<T, N>>, n: i32) {
@@ -95,7 +96,7 @@ kernel bools(x: ptr<i32>, o: ptr<i32>) {
 def test_bool_lanes_round_trip_through_memory(target):
     """vec<bool, 3> lies in memory as 3 bytes: stored and loaded again as one vector of bytes
     (kcompiler/backends/llvm/lower_memory.py: zext to bytes, trunc back), every lane kept."""
-    x = np.random.default_rng().integers(-1, 2, 3 * 32).astype(np.int32)
+    x = fresh_rng().integers(-1, 2, 3 * 32).astype(np.int32)
     o = np.full_like(x, 9)
     kc.compile(BOOLS, target=target, path="b3.kc").bools[1, 32](x, o)
     np.testing.assert_array_equal(o, (x > 0).astype(np.int32))

@@ -12,6 +12,7 @@ from kcompiler.cli import main
 
 from ..cli_util import VADD, kc
 from ..paths import ROOT
+from ..draws import fresh_rng
 
 
 BAD = """kernel bad(out: ptr<f32>, n: i32) {
@@ -203,7 +204,7 @@ kernel scale(x: ptr<f32>, y: ptr<f32>, a: f32, n: i32) {
 def test_run_saves_the_arrays(tmp_path):
     src = tmp_path / "scale.kc"
     src.write_text(SCALE)
-    x = np.random.default_rng().standard_normal(1001).astype(np.float32)
+    x = fresh_rng().standard_normal(1001).astype(np.float32)
     np.save(tmp_path / "x.npy", x)
     r = kc("run", src, "--kernel", "scale", "--grid", "4", "--block", "256", "--target", "cpu",
            f"x=@{tmp_path / 'x.npy'}", "y=zeros:f32[1001]", "a=2.5", "n=1001", "--out", tmp_path / "out")

@@ -9,7 +9,9 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-RNG = np.random.default_rng()
+from ..draws import fresh_rng
+
+RNG = fresh_rng()
 
 #: The module kcompiler.ops.attention (the package's attribute of that name is the function).
 ops_attention = importlib.import_module("kcompiler.ops.attention")

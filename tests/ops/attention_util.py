@@ -18,7 +18,9 @@ import pytest
 import kcompiler as kc
 from kcompiler.frontend.program import stdlib_dir
 
-RNG = np.random.default_rng()
+from ..draws import fresh_rng
+
+RNG = fresh_rng()
 DTYPES = {"f32": np.float32, "f16": np.float16, "bf16": ml_dtypes.bfloat16}
 
 

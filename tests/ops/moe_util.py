@@ -15,7 +15,9 @@ from kcompiler import ops
 from kcompiler.frontend.program import stdlib_dir
 from kcompiler.ops.moe_types import ExpertWeights, MoERouting, dequantize_reference
 
-RNG = np.random.default_rng()
+from ..draws import fresh_rng
+
+RNG = fresh_rng()
 U32 = 2.0 ** -24
 UNIT = {"f32": 2.0 ** -24, "bf16": 2.0 ** -8, "f16": 2.0 ** -11}
 DTYPES = {"f32": np.float32, "bf16": ml_dtypes.bfloat16, "f16": np.float16}

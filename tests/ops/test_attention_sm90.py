@@ -26,7 +26,9 @@ from ..ptxas_util import needs_nvdisasm, needs_ptxas, ptxas, sass
 from .attention_sm90_util import (emulated, fresh_plans, ops_attention, packed_with_nan_tails,  # noqa: F401
                                   sm90_ptx)  # emulated: a fixture; fresh_plans: an autouse fixture
 
-RNG = np.random.default_rng()
+from ..draws import fresh_rng
+
+RNG = fresh_rng()
 
 # D (64 x 128) = A (64 x 64, in registers) B (64 x 128, N-major by two 4-D TMA boxes of 64 columns)
 REG_A = """

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from .attention_sm90_util import fresh_plans, ops_attention  # noqa: F401 - fresh_plans: an autouse fixture
+from ..draws import fresh_rng
 
-RNG = np.random.default_rng()
+RNG = fresh_rng()
 
 GPU_SHAPES = [("bf16", (3, 301, 517, 8, 2), "bshd"), ("f16", (2, 1000, 1000, 4, 4), "bhsd"),
               ("bf16", (1, 700, 129, 4, 1), "bshd"), ("bf16", (2, 1, 4097, 2, 2), "bhsd"),

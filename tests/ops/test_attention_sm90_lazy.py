@@ -15,7 +15,9 @@ from ..ptxas_util import needs_nvdisasm, needs_ptxas, ptxas, sass
 from .attention_sm90_util import (emulated, fresh_plans, ops_attention, packed_with_nan_tails,  # noqa: F401
                                   sm90_ptx)  # emulated: a fixture; fresh_plans: an autouse fixture
 
-RNG = np.random.default_rng()
+from ..draws import fresh_rng
+
+RNG = fresh_rng()
 
 
 def _rising(k: np.ndarray, rate: float) -> np.ndarray:

@@ -21,9 +21,10 @@ import kcompiler as kc
 from kcompiler.ops.attention_order import heads_group, sm90_launch, small_grid_consumers
 
 from ..ptxas_util import needs_ptxas, ptxas
+from ..draws import fresh_rng
 
 ops_attention = importlib.import_module("kcompiler.ops.attention")
-RNG = np.random.default_rng()
+RNG = fresh_rng()
 
 
 @pytest.fixture(scope="module")

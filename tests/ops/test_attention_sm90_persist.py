@@ -17,8 +17,9 @@ from kcompiler.ops.attention_order import persist_balance, persist_loads, sm90_l
 
 from ..ptxas_util import needs_ptxas, ptxas
 from .attention_sm90_util import emulated, fresh_plans, ops_attention  # noqa: F401 - fixtures
+from ..draws import fresh_rng
 
-RNG = np.random.default_rng()
+RNG = fresh_rng()
 
 #: Each block of a persistent grid (P, 1, 1) writes, for each of its rounds, the unit it takes and that
 #: unit's (batch entry, head, query tile) and key tiles, at (round, block); -1 past the units.

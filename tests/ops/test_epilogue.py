@@ -35,8 +35,9 @@ from kcompiler.runtime.cache import KernelCache
 
 from ..frontend_util import NV
 from ..ptxas_util import needs_ptxas, ptxas
+from ..draws import fresh_rng
 
-RNG = np.random.default_rng()
+RNG = fresh_rng()
 U32 = 2.0 ** -24
 DTYPES = {"f32": np.float32, "f16": np.float16, "bf16": ml_dtypes.bfloat16}
 

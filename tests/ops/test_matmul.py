@@ -22,7 +22,9 @@ import kcompiler as kc
 from kcompiler import ops
 from kcompiler.frontend.program import stdlib_dir
 
-RNG = np.random.default_rng()
+from ..draws import fresh_rng
+
+RNG = fresh_rng()
 DTYPES = {"f32": np.float32, "f16": np.float16, "bf16": ml_dtypes.bfloat16}
 SHAPES = [(1, 1, 1), (17, 33, 65), (128, 96, 200)]
 

@@ -30,8 +30,9 @@ from kcompiler.frontend.program import stdlib_dir
 from kcompiler.ops import matmul_sm90
 
 from ..ptxas_util import needs_ptxas, ptxas
+from ..draws import fresh_rng
 
-RNG = np.random.default_rng()
+RNG = fresh_rng()
 U32 = 2.0 ** -24
 DT = {"bf16": ml_dtypes.bfloat16, "f16": np.float16, "f32": np.float32}
 EPS = 1e-5

@@ -18,6 +18,7 @@ from kcompiler.pipeline import emit_file
 
 from ..ptxas_util import needs_ptxas, ptxas
 from .matmul_sm90_util import _check64, _emulated, _fp8_operands
+from ..draws import fresh_rng
 
 
 def test_cpu_target_refuses_with_location():
@@ -246,7 +247,7 @@ def test_emulated_matmul_sm90(shape, t, config, b_kmajor, out_t):
     from kcompiler.ops import matmul_sm90
     M, N, K = shape
     dt = {"bf16": ml_dtypes.bfloat16, "f16": np.float16}
-    rng = np.random.default_rng()
+    rng = fresh_rng()
     a = rng.standard_normal((M, K)).astype(dt[t])
     b = rng.standard_normal((N, K)).astype(dt[t])
     out = np.full((M, N), np.nan, {"f32": np.float32, "bf16": ml_dtypes.bfloat16}[out_t])
@@ -309,7 +310,7 @@ def test_emulated_split_k(split_k, out_t):
 
     from kcompiler.ops import matmul_sm90
     M, N, K = 40, 136, 200
-    rng = np.random.default_rng()
+    rng = fresh_rng()
     a = rng.standard_normal((M, K)).astype(ml_dtypes.bfloat16)
     b = rng.standard_normal((N, K)).astype(ml_dtypes.bfloat16)
     out = np.full((M, N), np.nan, {"f32": np.float32, "bf16": ml_dtypes.bfloat16}[out_t])
@@ -336,7 +337,7 @@ def test_emulated_pingpong(shape, config, b_kmajor, split_k, sms):
 
     from kcompiler.ops import matmul_sm90
     M, N, K = shape
-    rng = np.random.default_rng()
+    rng = fresh_rng()
     a = rng.standard_normal((M, K)).astype(ml_dtypes.bfloat16)
     b = rng.standard_normal((N, K)).astype(ml_dtypes.bfloat16)
     out = np.full((M, N), np.nan, np.float32)
@@ -371,7 +372,7 @@ def test_emulated_pingpong_many_units(shape, config, stages, b_kmajor, split_k, 
     from kcompiler.ops import matmul_sm90
     monkeypatch.setenv("KC_CPU_DEADLOCK_SECONDS", "3")
     M, N, K = shape
-    rng = np.random.default_rng()
+    rng = fresh_rng()
     a = rng.standard_normal((M, K)).astype(ml_dtypes.bfloat16)
     b = rng.standard_normal((N, K)).astype(ml_dtypes.bfloat16)
     out = np.full((M, N), np.nan, np.float32)
@@ -390,7 +391,7 @@ def test_emulated_split_k_fixup_with_epilogue_and_scales(fmt, per_row):
 
     from kcompiler.ops import matmul_sm90
     M, N, K = 45, 136, 1040
-    rng = np.random.default_rng()
+    rng = fresh_rng()
     a, b, sa, sb = _fp8_operands(rng, fmt, M, N, K, per_row)
     bias = rng.standard_normal(N).astype(np.float32)
     ws, counts = matmul_sm90._split_workspace(a, 3 * 128, 3 * 64)
@@ -418,7 +419,7 @@ def test_emulated_fp8_scales(fmt, per_row):
 
     from kcompiler.ops import matmul_sm90
     M, N, K = 77, 136, 272
-    rng = np.random.default_rng()
+    rng = fresh_rng()
     a, b, sa, sb = _fp8_operands(rng, fmt, M, N, K, per_row)
     out = np.full((M, N), np.nan, np.float32)
     matmul_sm90.run(_emulated(), a, b, out, scale_a=sa, scale_b=sb, scale=2 if per_row else 1,
@@ -435,7 +436,7 @@ def test_emulated_epilogues():
 
     from kcompiler.ops import matmul_sm90
     M, N, K = 70, 136, 72
-    rng = np.random.default_rng()
+    rng = fresh_rng()
     a = rng.standard_normal((M, K)).astype(ml_dtypes.bfloat16)
     w = rng.standard_normal((N, K)).astype(ml_dtypes.bfloat16)
     bias = rng.standard_normal(N).astype(np.float32)
@@ -465,7 +466,7 @@ def test_emulated_mx_block_epilogue(t, config, fmt):
     from kcompiler.ops import matmul_sm90
     from kcompiler.numerics import mx
     M, N, K = 77, 160, 272
-    rng = np.random.default_rng()
+    rng = fresh_rng()
     dt = {"bf16": ml_dtypes.bfloat16, "f8e4m3": ml_dtypes.float8_e4m3fn}[t]
     a = rng.standard_normal((M, K)).astype(dt)
     b = rng.standard_normal((N, K)).astype(dt)

@@ -18,6 +18,7 @@ from kcompiler.pipeline import emit_file
 
 from ..ptxas_util import needs_ptxas, ptxas
 from .matmul_sm90_util import _check64, _emulated, _reference_check, _sm90
+from ..draws import fresh_rng
 
 
 @needs_ptxas
@@ -108,7 +109,7 @@ def test_emulated_tma_epilogue(shape, config, sms, epi):
 
     from kcompiler.ops import matmul_sm90
     M, N, K = shape
-    rng = np.random.default_rng()
+    rng = fresh_rng()
     a = rng.standard_normal((M, K)).astype(ml_dtypes.bfloat16)
     b = rng.standard_normal((N, K)).astype(ml_dtypes.bfloat16)
     out = np.full((M, N), np.nan, ml_dtypes.bfloat16)
@@ -132,7 +133,7 @@ def test_emulated_tma_epilogue_fp8_scaled():
     from kcompiler.ops import matmul_sm90
     from .matmul_sm90_util import _fp8_operands
     M, N, K = 77, 136, 144
-    a, b, sa, sb = _fp8_operands(np.random.default_rng(), "float8_e4m3fn", M, N, K, True)
+    a, b, sa, sb = _fp8_operands(fresh_rng(), "float8_e4m3fn", M, N, K, True)
     out = np.full((M, N), np.nan, np.float16)
     matmul_sm90.run(_emulated(), a, b, out, scale_a=sa, scale_b=sb, scale=2, config=matmul_sm90.CONFIGS["tma128x256h"],
                     sms=1, split_k=1)

@@ -16,6 +16,7 @@ from kcompiler.pipeline import emit_file
 
 from ..ptxas_util import needs_ptxas, ptxas
 from .matmul_sm90_util import _check64, _emulated, _fp8_gpu_case, _fp8_operands, _reference_check, _sm90
+from ..draws import fresh_rng
 
 
 @needs_ptxas
@@ -87,7 +88,7 @@ def test_emulated_small_m_variants(shape, t, config, split_k, sms):
 
     from kcompiler.ops import matmul_sm90
     M, N, K = shape
-    rng = np.random.default_rng()
+    rng = fresh_rng()
     a = rng.standard_normal((M, K)).astype(ml_dtypes.bfloat16)
     b = rng.standard_normal((N, K)).astype(ml_dtypes.bfloat16)
     out = np.full((M, N), np.nan, ml_dtypes.bfloat16)
@@ -102,7 +103,7 @@ def test_emulated_128x112_fp8_scaled():
 
     from kcompiler.ops import matmul_sm90
     M, N, K = 70, 230, 272
-    a, b, sa, sb = _fp8_operands(np.random.default_rng(), "float8_e4m3fn", M, N, K, True)
+    a, b, sa, sb = _fp8_operands(fresh_rng(), "float8_e4m3fn", M, N, K, True)
     out = np.full((M, N), np.nan, np.float32)
     matmul_sm90.run(_emulated(), a, b, out, scale_a=sa, scale_b=sb, scale=2, config=matmul_sm90.CONFIGS["128x112"],
                     sms=2, split_k=1)

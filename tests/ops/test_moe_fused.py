@@ -19,10 +19,11 @@ from kcompiler.ops import _common
 from kcompiler.ops.moe_types import ExpertWeights
 
 from .moe_util import align_ref, check_moe, moe_ref, route_ref
+from ..draws import fresh_rng
 
 moe_mod = importlib.import_module("kcompiler.ops.moe")  # ops.moe is the function
 
-RNG = np.random.default_rng()
+RNG = fresh_rng()
 FIELDS = ("topk_ids", "topk_weights", "sorted_ids", "tile_expert", "num_tiles")
 
 

@@ -25,8 +25,9 @@ from kcompiler.ops.moe_types import ExpertWeights, dequantize_reference
 
 from ..ptxas_util import needs_ptxas, ptxas
 from .moe_sm90_util import U32, UB, check_grouped, f64, sm90_ref
+from ..draws import fresh_rng
 
-RNG = np.random.default_rng()
+RNG = fresh_rng()
 BF16 = ml_dtypes.bfloat16
 
 

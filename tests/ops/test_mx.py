@@ -12,7 +12,9 @@ from kcompiler import ops
 from kcompiler.numerics import mx
 from kcompiler.numerics.formats import FORMATS
 
-RNG = np.random.default_rng()
+from ..draws import fresh_rng
+
+RNG = fresh_rng()
 
 
 def blocks_of_every_kind(rows: int = 67, cols: int = 160) -> np.ndarray:

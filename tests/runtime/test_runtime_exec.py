@@ -14,6 +14,7 @@ from kcompiler.ir.types import F16, F32
 
 from ..ptxas_util import needs_ptxas, ptxas
 from ..paths import EXAMPLES
+from ..draws import fresh_rng
 
 
 
@@ -126,7 +127,7 @@ def test_integer_division_is_defined_everywhere(target, dtype):
     target: x / 0 = -1 (all ones), x % 0 = x, MIN / -1 = MIN, MIN % -1 = 0. (On the host they would
     trap.)"""
     info = np.iinfo(dtype)
-    rng = np.random.default_rng()
+    rng = fresh_rng()
     n = 1001
     a = rng.integers(info.min, info.max, n, dtype=dtype, endpoint=True)
     b = rng.integers(info.min, info.max, n, dtype=dtype, endpoint=True)

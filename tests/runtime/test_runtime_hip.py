@@ -27,6 +27,7 @@ from kcompiler.runtime.hip import HipDevice, HipUnavailable, kernarg_layout, pac
 from kcompiler.runtime.module import Module, device_for
 
 from ..amd_codeobjects import code_object
+from ..draws import fresh_rng
 from ..paths import EXAMPLES
 from .hip_fakes import FakeHip
 
@@ -308,7 +309,8 @@ def test_auto_picks_hip_after_cuda(fake_hip):
 def test_vadd_on_the_amd_gpu():
     mod = kc.compile_file(EXAMPLES / "vadd.kc", target="hip")
     n = 100_003
-    a, b = np.random.rand(n).astype(np.float32), np.random.rand(n).astype(np.float32)
+    rng = fresh_rng()
+    a, b = rng.random(n, np.float32), rng.random(n, np.float32)
     out = np.empty_like(a)
     mod.vadd[(n + 255) // 256, 256](a, b, out, n)
     np.testing.assert_array_equal(out, a + b)

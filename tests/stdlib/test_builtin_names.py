@@ -14,7 +14,9 @@ from kcompiler.numerics import mathfns
 from kcompiler.numerics.mathfns import FUNCTIONS
 from kcompiler.pipeline import compile_source_to
 
-RNG = np.random.default_rng()
+from ..draws import fresh_rng
+
+RNG = fresh_rng()
 NAMES = ("exp2", "log2", "sin", "cos", "tanh", "rsqrt", "rcp")
 
 SRC = "import std.math\n" + "".join(

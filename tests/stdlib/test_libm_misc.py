@@ -13,7 +13,9 @@ import kcompiler as kc
 from kcompiler.numerics import mathfns
 from kcompiler.numerics.mathfns import FUNCTIONS
 
-RNG = np.random.default_rng()
+from ..draws import fresh_rng
+
+RNG = fresh_rng()
 
 SRC = """
 import std.math

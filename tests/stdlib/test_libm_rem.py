@@ -13,7 +13,9 @@ import pytest
 
 import kcompiler as kc
 
-RNG = np.random.default_rng()
+from ..draws import fresh_rng
+
+RNG = fresh_rng()
 
 SRC = """
 import std.math

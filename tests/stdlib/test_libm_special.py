@@ -26,8 +26,9 @@ import kcompiler as kc
 from kcompiler.diagnostics import CompileError
 from kcompiler.numerics.mathfns import compare_16
 from ..ptxas_util import ptxas
+from ..draws import fresh_rng
 
-RNG = np.random.default_rng()
+RNG = fresh_rng()
 
 F32 = ("sinhf", "coshf", "tanhf", "erff", "erfcf", "gelu_erff", "gelu_tanhf", "softplusf")
 RP = ("exp_rp", "tanh_rp", "sigmoid_rp", "silu_rp", "gelu_rp")

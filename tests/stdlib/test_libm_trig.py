@@ -24,8 +24,9 @@ import kcompiler as kc
 from kcompiler.diagnostics import CompileError
 from kcompiler.numerics.mathfns import compare_16
 from ..ptxas_util import ptxas
+from ..draws import fresh_rng
 
-RNG = np.random.default_rng()
+RNG = fresh_rng()
 N = 1 << 20
 
 #: Documented bounds, in ulp of the result (stdlib/libm_trig.kc's header), and CUDA's for the same

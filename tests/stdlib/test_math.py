@@ -11,8 +11,9 @@ import kcompiler as kc
 from kcompiler.numerics import mathfns
 from kcompiler.numerics.mathfns import FUNCTIONS
 from ..ptxas_util import ptxas
+from ..draws import fresh_rng
 
-RNG = np.random.default_rng()
+RNG = fresh_rng()
 
 SRC = """
 import std.math

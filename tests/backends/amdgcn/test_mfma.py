@@ -28,8 +28,9 @@ from kcompiler.diagnostics import CompileError
 from kcompiler.pipeline import compile_source_to
 
 from ...filecheck_util import filecheck
+from ...draws import fresh_rng
 
-RNG = np.random.default_rng()
+RNG = fresh_rng()
 DTYPES = {"bf16": ml_dtypes.bfloat16, "f16": np.float16, "f32": np.float32, "f8e4m3": ml_dtypes.float8_e4m3fn,
           "f8e5m2": ml_dtypes.float8_e5m2, "f8e4m3fnuz": ml_dtypes.float8_e4m3fnuz,
           "f8e5m2fnuz": ml_dtypes.float8_e5m2fnuz}

@@ -11,7 +11,9 @@ import pytest
 import kcompiler as kc
 from kcompiler.runtime.device import LaunchError
 
-RNG = np.random.default_rng()
+from ...draws import fresh_rng
+
+RNG = fresh_rng()
 
 VEC_COPY = """
 kernel scale[N: i32](x: ptr<f32>, y: ptr<f32>, a: f32, n: i64) {

@@ -19,7 +19,9 @@ from kcompiler.backends.cpu import CpuTarget
 from kcompiler.backends.cpu.contract import _split_top, fuse_like_nvptx
 from kcompiler.numerics.mathfns import FUNCTIONS, check
 
-RNG = np.random.default_rng()
+from ...draws import fresh_rng
+
+RNG = fresh_rng()
 ARGS = "float %a, float %b, float %c, float %d, ptr %o"
 
 def _stores(*values: str) -> str:

@@ -15,6 +15,7 @@ from kcompiler.pipeline import compile_source_to
 from ...filecheck_util import filecheck
 from ...located_util import assert_body_error
 from ...ptxas_util import needs_ptxas, ptxas
+from ...draws import fresh_rng
 
 # One block: thread 0 issues two copies into shared memory, n0 bytes (run-time) of src from byte
 # offset off and 48 bytes (a constant) from byte offset off2, both completing on one mbarrier that
@@ -99,7 +100,7 @@ CASES = [(0, 16, 32), (48, 496, 1024), (1008, 272, 16)]
 
 def _run(target: str, **opts) -> None:
     import kcompiler as kc
-    rng = np.random.default_rng()
+    rng = fresh_rng()
     mod = kc.compile(COPY, target=target, path="k.kc", **opts)
     src = rng.integers(0, 256, 2048, dtype=np.uint8)
     for off, n0, off2 in CASES:

@@ -16,6 +16,7 @@ from kcompiler.backends.nvptx.target import NvptxTarget
 from kcompiler.pipeline import Source, compile_kernel, compile_source_to, load
 
 from ...ptxas_util import needs_ptxas, ptxas
+from ...draws import fresh_rng
 
 SRC = """
 kernel step(x: ptr<f32>, y: ptr<f32>, n: i32) {
@@ -60,7 +61,7 @@ def test_meta_marks_the_kernels_that_wait():
 
 def test_cpu_target_runs_them_as_nothing():
     m = kc.compile(SRC, target="cpu", path="k.kc")
-    x = np.random.default_rng().standard_normal(1000).astype(np.float32)
+    x = fresh_rng().standard_normal(1000).astype(np.float32)
     y = np.full_like(x, np.nan)
     m.step[(8,), 128](x, y, x.size)
     np.testing.assert_array_equal(y, x * 2 + 1)
@@ -73,7 +74,7 @@ def test_a_chain_of_dependent_launches_reads_each_result():
     of launch k + 1 start while launch k still writes)."""
     m = kc.compile(SRC, target="cuda", path="k.kc")
     n = 1 << 22
-    x0 = np.random.default_rng().standard_normal(n).astype(np.float32)
+    x0 = fresh_rng().standard_normal(n).astype(np.float32)
     bufs = [kc.to_device(x0), kc.to_device(np.zeros_like(x0))]
     want = x0.astype(np.float64)
     for k in range(10):
@@ -102,7 +103,7 @@ def test_prefetch_l2_is_one_bulk_prefetch_on_sm90():
     for target, arch in (("nvptx", "sm_80"), ("amdgcn", "gfx942")):
         assert "prefetch" not in compile_source_to(PREFETCH, "k.kc", "asm", target, arch)
     m = kc.compile(PREFETCH, target="cpu", path="k.kc")
-    x = np.random.default_rng().standard_normal(3000).astype(np.float32)
+    x = fresh_rng().standard_normal(3000).astype(np.float32)
     y = np.zeros(32, np.float32)
     m.k[(3,), 32](x, y, 1000)
     np.testing.assert_array_equal(y, x[:32])
@@ -141,7 +142,7 @@ kernel k(x: ptr<u8>, y: ptr<u8>, n: i32) {
 """
     m = kc.compile(src, target="cuda", path="k.kc")
     n = 100_003
-    x = np.random.default_rng().integers(0, 256, n, dtype=np.uint8)
+    x = fresh_rng().integers(0, 256, n, dtype=np.uint8)
     dx, dy = kc.to_device(x), kc.to_device(np.zeros_like(x))
     m.k[((n + 127) // 128,), 128](dx, dy, n)
     np.testing.assert_array_equal(dy.copy_to_host(), x)

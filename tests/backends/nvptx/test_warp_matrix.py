@@ -17,8 +17,9 @@ from kcompiler.ir.types import BF16, F16, F32, U32, VOID, AddressSpace, PointerT
 from kcompiler.ir.verifier import IRVerifyError, verify
 
 from ...frontend_util import FakeTarget
+from ...draws import fresh_rng
 
-RNG = np.random.default_rng()
+RNG = fresh_rng()
 NV = FakeTarget(features=("sm_80", "mma", "ldmatrix", "cp_async"))
 NV89 = FakeTarget(arch="sm_89", features=("sm_80", "sm_89", "mma", "mma_fp8", "ldmatrix", "cp_async"))
 DTYPES = {"bf16": ml_dtypes.bfloat16, "f16": np.float16, "f8e4m3": ml_dtypes.float8_e4m3fn,
