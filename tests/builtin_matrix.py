@@ -61,7 +61,9 @@ UNTYPED = frozenset({
     # named barriers (tests/backends/nvptx/test_named_barrier.py)
     "barrier_sync", "barrier_arrive",
     # programmatic dependent launch and the L2 prefetch (tests/backends/nvptx/test_grid_dependency.py)
-    "grid_dependency_wait", "launch_dependents", "prefetch_l2"})
+    "grid_dependency_wait", "launch_dependents", "prefetch_l2",
+    # a scheduling hint (tests/backends/test_sched_barrier.py)
+    "sched_barrier"})
 
 
 @dataclass(frozen=True)

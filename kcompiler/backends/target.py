@@ -218,6 +218,10 @@ class Target:
     def nanosleep(self, ctx: "LoweringContext", ns: ll.Value) -> None:
         """A hint to back off a spin loop for about ``ns`` (i32) nanoseconds; may do nothing."""
 
+    def sched_barrier(self, ctx: "LoweringContext") -> None:
+        """The machine-code scheduler (the target's assembler or LLVM's) moves no instruction across
+        this point; may do nothing (the default: the CPU target, where nothing runs asynchronously)."""
+
     def prefetch_l2(self, ctx: "LoweringContext", p: ll.Value, nbytes: ll.Value) -> None:
         """A hint to bring global memory [p, p + nbytes) (nbytes an i32) into the L2 cache; may do
         nothing (the default)."""

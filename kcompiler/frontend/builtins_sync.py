@@ -1,6 +1,6 @@
-"""The synchronisation builtins of a block and a thread: ``barrier()``, ``fence(scope)`` and
-``nanosleep(ns)``, and programmatic dependent launch's ``grid_dependency_wait()`` and
-``launch_dependents()``.
+"""The synchronisation builtins of a block and a thread: ``barrier()``, ``fence(scope)``,
+``nanosleep(ns)`` and ``sched_barrier()`` (an order for the machine code's scheduler), and
+programmatic dependent launch's ``grid_dependency_wait()`` and ``launch_dependents()``.
 """
 from __future__ import annotations
 
@@ -41,6 +41,12 @@ def _grid_dependency_wait(fl, f, e, kw):
 @builtin("launch_dependents")
 def _launch_dependents(fl, f, e, kw):
     fl.b.op("launch_dependents")
+    return VOIDV
+
+
+@builtin("sched_barrier")
+def _sched_barrier(fl, f, e, kw):
+    fl.b.op("sched_barrier")
     return VOIDV
 
 

@@ -233,6 +233,8 @@ OPS: dict[str, OpInfo] = {
                         doc="warp_sync([mask: u64]): the lanes of mask (default: the active ones) "
                             "reconverge here, memory ordered among them"),
     "nanosleep": OpInfo(1, result="none", pure=False, doc="nanosleep(ns: u32): a hint to back off a spin loop"),
+    "sched_barrier": OpInfo(0, result="none", pure=False,
+                            doc="sched_barrier(): the machine scheduler moves no instruction across this point"),
     "prefetch_l2": OpInfo(2, result="none", pure=False,
                           doc="prefetch_l2(p: global ptr, bytes: i32): a hint to bring those bytes into L2"),
     "grid_dependency_wait": OpInfo(0, result="none", pure=False,

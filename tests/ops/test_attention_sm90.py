@@ -407,13 +407,11 @@ def test_prefill_sm90_mask_is_one_select_an_element(select):
 @pytest.mark.parametrize("T", ["bf16", "f8e4m3"])
 @pytest.mark.parametrize("fa3", [True, False], ids=["fa3order", "overlap"])
 def test_prefill_sm90_overlap_in_sass(T, fa3):
-    """What ptxas 13.0 keeps of the intra-warpgroup overlap: nothing. Between the wait for S
-    (WARPGROUP.DEPBAR.LE gsb0, 0x1) and the wait for P V (0x0) lies no exp2 of the tile in either form.
-    OVERLAP: P_j takes the registers P_{j-1} V_{j-1} is reading, so the wait must come before the
-    softmax. FA3_ORDER: the PTX waits after the softmax, but ptxas hoists the wait to the top of the
-    softmax's basic block (stdlib/attention_sm90.kc's header). Hence both run like the sequential form.
-    (This test asserted 64 exps for FA3_ORDER from 2026-11-27 and failed since dbc6975 where nvdisasm
-    was found.) If a ptxas keeps the overlap, this fails: time the forms again."""
+    """What ptxas 13.0 keeps of the intra-warpgroup overlap. FA3_ORDER: all of the tile's exp2 (BN / 2
+    = 64 a thread, and the factors') lie between the wait for S (WARPGROUP.DEPBAR.LE gsb0, 0x1) and the
+    wait for P V (0x0), thanks to the sched_barrier before the latter: without it ptxas hoisted that
+    wait to the top of the softmax's block, and no exp2 ran under P V (the header). OVERLAP: P_j takes
+    the registers P_{j-1} V_{j-1} is reading, so the wait must come before the softmax: none."""
     comptime = dict(T=T, D=128, CAUSAL=False, OVERLAP=True, PINGPONG=True, FA3_ORDER=fa3)
     if T == "f8e4m3":
         comptime["OUT"] = "bf16"
@@ -421,7 +419,7 @@ def test_prefill_sm90_overlap_in_sass(T, fa3):
     start = next(i for i, x in enumerate(code) if x.startswith("WARPGROUP.DEPBAR.LE gsb0, 0x1"))
     end = next(i for i in range(start, len(code)) if code[i].startswith("WARPGROUP.DEPBAR.LE gsb0, 0x0"))
     exps = sum(x.startswith("MUFU.EX2") for x in code[start:end])
-    assert exps == 0, exps
+    assert exps >= 64 if fa3 else exps == 0, exps
 
 
 @needs_nvdisasm

@@ -241,6 +241,12 @@ class AmdgcnTarget(Target):
         # s_sleep takes an immediate (units of 64 clocks); 1 is what ockl's hostcall wait loop uses.
         self._intrinsic(ctx, "s.sleep", ll.VoidType(), (ll.Constant(_I32, 1),))
 
+    def sched_barrier(self, ctx: LoweringContext) -> None:
+        # llvm.amdgcn.sched.barrier(0): no instruction of any kind is scheduled across it (LLVM's
+        # AMDGPUUsage, "AMDGPU intrinsics"; clang's __builtin_amdgcn_sched_barrier(0)); it emits no
+        # machine instruction.
+        self._intrinsic(ctx, "sched.barrier", ll.VoidType(), (ll.Constant(_I32, 0),))
+
     # --- hostcall -----------------------------------------------------------------------------------
     def hostcall_buffer(self, ctx: LoweringContext) -> ll.Value:
         # The HIP runtime allocates the buffer for a kernel whose metadata lists the hidden argument

@@ -133,6 +133,9 @@ class MachineLowering:
     def op_nanosleep(self, ctx: LoweringContext, op: Op) -> None:
         self.target.nanosleep(ctx, self.v(ctx, op.operands[0]))
 
+    def op_sched_barrier(self, ctx: LoweringContext, op: Op) -> None:
+        self.target.sched_barrier(ctx)
+
     def op_prefetch_l2(self, ctx: LoweringContext, op: Op) -> None:
         self.target.prefetch_l2(ctx, self.v(ctx, op.operands[0]), self.v(ctx, op.operands[1]))
 

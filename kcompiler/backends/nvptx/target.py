@@ -349,6 +349,20 @@ class NvptxTarget(Target):
     def nanosleep(self, ctx: LoweringContext, ns: ll.Value) -> None:
         ctx.b.call(ctx.declare("llvm.nvvm.nanosleep", ll.VoidType(), [_I32]), [ns])
 
+    #: sched_barrier's PTX. ptxas has no scheduling barrier, and it schedules across what it merges into
+    #: one basic block: a wgmma.wait_group after a softmax moves up to the first instruction that
+    #: reuses a register the awaited wgmma reads or writes, which its register allocator makes the
+    #: block's first (the P fragments of O += P V: tests/ops/test_attention_sm90.py). A branch it can
+    #: neither fold nor if-convert ends the block: to a loop (never taken: %nsmid, the multiprocessors'
+    #: count, is never 0, which ptxas cannot know). SASS (ptxas 13.0): a uniform S2UR, hoisted out of
+    #: loops, and one BRA where the barrier stands.
+    SCHED_BARRIER_PTX = ("{\n\t.reg .pred p;\n\t.reg .b32 n;\n\tmov.u32 n, %nsmid;\n\tsetp.ne.u32 p, n, 0;\n\t"
+                         "@p bra kc_sched_done;\n\tkc_sched_spin:\n\tnanosleep.u32 1;\n\tbra.uni kc_sched_spin;\n\t"
+                         "kc_sched_done:\n\t}")
+
+    def sched_barrier(self, ctx: LoweringContext) -> None:
+        ctx.b.asm(ll.FunctionType(ll.VoidType(), []), self.SCHED_BARRIER_PTX, "~{memory}", [], side_effect=True)
+
     def prefetch_l2(self, ctx: LoweringContext, p: ll.Value, nbytes: ll.Value) -> None:
         """sm_90 (PTX ISA 8.0): one ``cp.async.bulk.prefetch.L2.global [a], n`` over the 16-byte
         granules the range touches (the instruction takes a 16-byte aligned address and a multiple of
