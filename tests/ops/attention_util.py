@@ -154,14 +154,15 @@ def mla_reference(q_nope, q_pe, ckv, kpe, table, lens, page, scale):
     return np.stack(ref), np.stack(ref_lse)
 
 
-def attention_in_layout(q, k, v, causal, layout, path):
+def attention_in_layout(q, k, v, causal, layout, path, tiles=None):
     """ops.attention on (B, S, H, D) torch q, k, v passed in ``layout`` ('bshd' as they are, 'bhsd'
-    transposed copies) by ``path``; returns (out as (B, S, H, D), lse)."""
+    transposed copies) by ``path`` (with ``tiles``, None: the defaults); returns (out as (B, S, H, D),
+    lse)."""
     from kcompiler import ops
     if layout == "bshd":
-        return ops.attention(q, k, v, causal=causal, return_lse=True, path=path)
+        return ops.attention(q, k, v, causal=causal, return_lse=True, path=path, tiles=tiles)
     out, lse = ops.attention(*(x.transpose(1, 2).contiguous() for x in (q, k, v)), causal=causal,
-                             layout="bhsd", return_lse=True, path=path)
+                             layout="bhsd", return_lse=True, path=path, tiles=tiles)
     return out.transpose(1, 2), lse
 
 

@@ -211,7 +211,10 @@ VARIANTS = [(dict(CONSUMERS=3), (1, 211, 150, 2, 1, 64, False)),
             (dict(CONSUMERS=3, BN=64), (1, 200, 100, 1, 1, 128, True)),
             # D 256: four slabs a row; its default tiles (one consumer, BN 96; full in ORDER 0) and BN 64
             (dict(STAGES=2), (1, 150, 133, 1, 1, 256, True)), (dict(STAGES=2), (1, 140, 201, 2, 1, 256, False)),
-            (dict(BN=64, CONSUMERS=2), (1, 150, 133, 1, 1, 256, True))]
+            (dict(BN=64, CONSUMERS=2), (1, 150, 133, 1, 1, 256, True)),
+            # D 256's one consumer with FlashAttention-3's intra-warpgroup overlap (its softmax under P V:
+            # test_prefill_sm90_overlap_in_sass), more key tiles than stages
+            (dict(OVERLAP=True, FA3_ORDER=True), (1, 130, 333, 2, 1, 256, True))]
 
 
 # D 256's are its default tiles and always run; of the opt-in block shapes three by default (CI time),
@@ -420,6 +423,19 @@ def test_prefill_sm90_overlap_in_sass(T, fa3):
     end = next(i for i in range(start, len(code)) if code[i].startswith("WARPGROUP.DEPBAR.LE gsb0, 0x0"))
     exps = sum(x.startswith("MUFU.EX2") for x in code[start:end])
     assert exps >= 64 if fa3 else exps == 0, exps
+
+
+@needs_nvdisasm
+def test_prefill_sm90_d256_overlap_in_sass():
+    """D 256's one consumer warpgroup (its default BN 96) in FA3_ORDER: its softmax (48 exp2 a thread)
+    runs under P V, with no spills: the only overlap a lone consumer has."""
+    ptx = sm90_ptx(T="bf16", D=256, BN=96, CONSUMERS=1, CAUSAL=False, OVERLAP=True, FA3_ORDER=True)
+    code = sass(ptx)
+    start = next(i for i, x in enumerate(code) if x.startswith("WARPGROUP.DEPBAR.LE gsb0, 0x1"))
+    end = next(i for i in range(start, len(code)) if code[i].startswith("WARPGROUP.DEPBAR.LE gsb0, 0x0"))
+    assert sum(x.startswith("MUFU.EX2") for x in code[start:end]) >= 48
+    log = ptxas(ptx, "sm_90a", verbose=True)
+    assert " 0 bytes spill stores" in log and "C7512" not in log, log
 
 
 @needs_nvdisasm

@@ -19,11 +19,14 @@ GPU_SHAPES = [("bf16", (3, 301, 517, 8, 2), "bshd"), ("f16", (2, 1000, 1000, 4, 
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("D", [64, 128, 256])
+@pytest.mark.parametrize("D,tiles", [(64, None), (128, None), (256, None),
+                                     (256, dict(OVERLAP=True, FA3_ORDER=True)), (128, dict(OVERLAP=True, FA3_ORDER=True))],
+                         ids=["d64", "d128", "d256", "d256-fa3order", "d128-fa3order"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-def test_prefill_sm90_gpu(D, causal):
+def test_prefill_sm90_gpu(D, tiles, causal):
     """The Hopper path on the H100 on odd shapes (Sq != Sk both ways, one query, GQA 4:1), bf16 and
-    f16, both layouts, against SDPA in float64 (test_attention.py's bounds); outputs poisoned first."""
+    f16, both layouts, against SDPA in float64 (test_attention.py's bounds); outputs poisoned first.
+    The defaults, and FA3_ORDER's softmax under P V (its wait kept below by sched_barrier)."""
     import torch
 
     from .attention_util import attention_in_layout, check, sdpa64
@@ -33,7 +36,7 @@ def test_prefill_sm90_gpu(D, causal):
         k = torch.randn(B, Sk, HK, D, device="cuda", dtype=dtype)
         v = torch.randn(B, Sk, HK, D, device="cuda", dtype=dtype)
         torch.empty(64 << 20, device="cuda", dtype=torch.uint8).fill_(0xFF)  # NaN where ops allocates next
-        out, lse = attention_in_layout(q, k, v, causal, layout, "sm90")
+        out, lse = attention_in_layout(q, k, v, causal, layout, "sm90", tiles)
         ref, ref_lse = sdpa64(q, k, v, causal, D ** -0.5)
         check(out.cpu().float().numpy(), lse.cpu().numpy(), ref.cpu().numpy(), ref_lse.cpu().numpy(),
               v.cpu().float().numpy(), dt)
