@@ -214,7 +214,9 @@ VARIANTS = [(dict(CONSUMERS=3), (1, 211, 150, 2, 1, 64, False)),
             (dict(BN=64, CONSUMERS=2), (1, 150, 133, 1, 1, 256, True)),
             # D 256's one consumer with FlashAttention-3's intra-warpgroup overlap (its softmax under P V:
             # test_prefill_sm90_overlap_in_sass), more key tiles than stages
-            (dict(OVERLAP=True, FA3_ORDER=True), (1, 130, 333, 2, 1, 256, True))]
+            (dict(OVERLAP=True, FA3_ORDER=True), (1, 130, 333, 2, 1, 256, True)),
+            # FlashAttention-3's own D 256 block: two consumers, BN 80, ping-pong on named barriers
+            (dict(CONSUMERS=2, BN=80, OVERLAP=True, PINGPONG=True, FA3_ORDER=True, TURNS=1), (1, 190, 250, 1, 1, 256, True))]
 
 
 # D 256's are its default tiles and always run; of the opt-in block shapes three by default (CI time),
