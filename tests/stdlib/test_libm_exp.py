@@ -284,6 +284,18 @@ def pow_reference(x: np.ndarray, y: np.ndarray) -> np.ndarray:
         return np.power(x, y)
 
 
+def ulp_error_past_the_top(y: np.ndarray, ref: np.ndarray) -> np.ndarray:
+    """ulp_error with the exponent unbounded above, for results at f32's overflow threshold: +-inf read
+    as +-2^128 (IEEE 754 rounds to inf exactly what rounds to 2^128 or more with an unbounded exponent)
+    and the ulp 2^104 of f32's top binade past it. A result within b ulp there is within b ulp here:
+    FLT_MAX for a reference just past FLT_MAX + ulp/2, inf for one just below it."""
+    yy = np.asarray(y, np.float64)
+    yy = np.where(np.isinf(yy), np.copysign(2.0 ** 128, yy), yy)
+    ref = np.asarray(ref, np.float64)
+    e = np.minimum(np.floor(np.log2(np.maximum(np.abs(ref), 2.0 ** -126))), 127)
+    return np.abs(yy - ref) / 2.0 ** (e - 23)
+
+
 def test_pow_f32_random_pairs(target):
     x, y = pow_sample(1 << 20)
     z = run(target, "pow", x, y)
@@ -291,10 +303,16 @@ def test_pow_f32_random_pairs(target):
     with np.errstate(all="ignore"):
         r32 = ref.astype(np.float32)
     assert np.array_equal(np.isnan(z), np.isnan(ref))
+    # Overflow to the infinity of the right sign, or within the bound of the threshold: the pairs built to
+    # land near 2^128 put about 1.4e-3 references a run in the one ulp [FLT_MAX, 2^128), where a result
+    # within the bound may round the other way (51 of 790,000 such pairs did, each within 5e-4 ulp of the
+    # midpoint: FLT_MAX for inf or inf for FLT_MAX, 0.5009 ulp), which the plain ulp_error called an
+    # infinite error: a ~1e-7 flake a run.
     inf = np.isinf(r32)
-    assert np.array_equal(z[inf], r32[inf])
+    off = inf & (z != r32)
+    assert (ulp_error_past_the_top(z[off], ref[off]) <= BOUNDS["pow"]).all(), (x[off][:4], y[off][:4], z[off][:4])
     fin = np.isfinite(r32)
-    err = ulp_error(z[fin], ref[fin])
+    err = ulp_error_past_the_top(z[fin], ref[fin])
     assert err.max() <= BOUNDS["pow"], (err.max(), x[fin][err.argmax()], y[fin][err.argmax()])
     assert (z[fin] == r32[fin]).mean() > 0.99
     zero = fin & (r32 == 0)
