@@ -343,11 +343,14 @@ ATTENTION_SM90_TILES = {(128, False): dict(BN=128, STAGES=2, OVERLAP=False, PING
 def attention_sm90_shared_bytes(tiles: dict[str, Any], head_dim: int, itemsize: int = 2, varlen: bool = False) -> int:
     """Dynamic shared memory of std.attention_sm90 in bytes (the formula stated in
     stdlib/attention_sm90.kc): Q's BM = 64 * CONSUMERS rows (CONSUMERS default 2) and STAGES tiles of BN
-    rows of K and of V, D elements each, then 3 + 4 * STAGES mbarriers, one more with ``varlen``
-    (VARLEN's edge tile of V) or PERSIST (Q's buffer free for the next unit)."""
+    rows of K and of V (FP8, ``itemsize`` 1: V^T's stages in whole boxes of 128 keys), D elements each,
+    then 3 + 4 * STAGES mbarriers, one more with ``varlen`` (VARLEN's edge tile of V) or PERSIST (Q's
+    buffer free for the next unit)."""
     bm = 64 * tiles.get("CONSUMERS", 2)
     nbar = 3 + 4 * tiles["STAGES"] + int(varlen or bool(tiles.get("PERSIST")))
-    return (bm + 2 * tiles["STAGES"] * tiles["BN"]) * head_dim * itemsize + 8 * nbar
+    bn = tiles["BN"]
+    v_keys = -(-bn // 128) * 128 if itemsize == 1 else bn  # std.attention_sm90_produce's v_keys
+    return (bm + tiles["STAGES"] * (bn + v_keys)) * head_dim * itemsize + 8 * nbar
 
 
 def _attention_sm90_module(target: str) -> Any:

@@ -14,8 +14,8 @@ from . import _common
 from ._common import ArrayKind, check_same, contiguous, data_ptr, empty_like, flat, hopper_reason_not, target_for
 from .attention_order import sm90_launch, sm90_tiles
 
-#: Tiles of the FP8 Hopper prefill by causal (D 128 only): BN keys a step (128 or 256: whole slabs of
-#: V^T's 128-byte rows), STAGES K/V buffers, OVERLAP, PINGPONG, TURNS, CONSUMERS as ATTENTION_SM90_TILES.
+#: Tiles of the FP8 Hopper prefill by causal (D 128 only): BN keys a step (64 to 256 by 64; V^T's
+#: stages hold whole boxes of 128 keys), STAGES K/V buffers, OVERLAP, PINGPONG, TURNS, CONSUMERS as ATTENTION_SM90_TILES.
 #: The defaults: key tiles of 256 (FlashAttention-3's FP8 tile at D 128), the sequential form with the two
 #: consumer warpgroups taking turns (PINGPONG) on named barriers (TURNS 1, FlashAttention-3's scheduler
 #: barriers), 3 stages where causal. H200, B4 H32 S4096 D128, TFLOP/s with V^T, bench_attention_fp8.py

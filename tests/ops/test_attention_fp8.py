@@ -30,7 +30,7 @@ import pytest
 
 import kcompiler as kc
 
-from ..ptxas_util import needs_ptxas, ptxas
+from ..ptxas_util import needs_nvdisasm, needs_ptxas, ptxas, sass
 from .attention_sm90_util import fresh_plans  # noqa: F401 - autouse: no prepared call crosses tests
 from .attention_util import check_bounds
 
@@ -186,7 +186,9 @@ EMU_SWEEP = [(1, 37, 300, 2, 1, False, "bhsd", None, "bf16"),
              (1, 140, 300, 2, 1, True, "bshd", dict(OVERLAP=True, PINGPONG=True, FA3_ORDER=True), "bf16"),
              (1, 70, 300, 2, 1, False, "bhsd", dict(PACK_ABS=False, STAGES=3), "bf16"),
              # the sequential form's turns on named barriers (TURNS 1)
-             (1, 140, 200, 2, 1, True, "bshd", dict(PINGPONG=True, TURNS=1), "bf16")]
+             (1, 140, 200, 2, 1, True, "bshd", dict(PINGPONG=True, TURNS=1), "bf16"),
+             # key tiles of 192 (V^T's stages in two boxes of 128 keys), the sequential form
+             (1, 70, 450, 2, 2, False, "bhsd", dict(BN=192), "bf16")]
 
 
 @pytest.mark.slow(sample=0)  # 10-30 s each on the CPU target; -m slow runs them
@@ -201,6 +203,38 @@ def test_fp8_prefill_emulated_sweep(monkeypatch, emulated, case):
     ones = np.ones((B, HK))
     check_fp8(out, lse, reference_fp8(*(x.astype(np.float64) for x in (q, k, v)), causal, 128 ** -0.5,
                                       0.5 * ones, 1.25 * ones, 3.0 * ones))
+
+
+def test_fp8_prefill_bn192_fa3order_emulated(monkeypatch, emulated):
+    """Key tiles of 192 in FlashAttention-3's order with the turns on named barriers (the FP8 form whose
+    softmax runs under P V without spills: test_fp8_bn192_fa3order_in_sass): V^T's stage in two boxes
+    of 128 keys, the second's last 64 read by no wgmma; three key tiles, the last partial, causal with
+    Sq < Sk, GQA 2:1, per-(batch, KV head) descales."""
+    B, Sq, Sk, H, HK = 1, 140, 450, 4, 2
+    q, k, v = fp8_inputs(B, Sq, Sk, H, HK)
+    dq, dk, dv = (RNG.uniform(0.25, 2.0, (B, HK)).astype(np.float32) for _ in range(3))
+    out, lse = run_fp8(monkeypatch, emulated, q, k, v, True, descale_q=dq, descale_k=dk, descale_v=dv,
+                       tiles=dict(BN=192, OVERLAP=True, PINGPONG=True, FA3_ORDER=True, TURNS=1))
+    check_fp8(out, lse, reference_fp8(*(x.astype(np.float64) for x in (q, k, v)), True, 128 ** -0.5, dq, dk, dv))
+
+
+@needs_nvdisasm
+def test_fp8_bn192_fa3order_in_sass():
+    """FP8 in key tiles of 192, FA3_ORDER: all of the tile's 96 exp2 a thread (and a factor) between
+    the wait for S and the wait for P V (sched_barrier: stdlib/attention_sm90.kc's header), no spills;
+    at BN 256 the same form spills (what the 192 is for)."""
+    from kcompiler.backends.nvptx.target import NvptxTarget
+    from kcompiler.frontend.program import stdlib_dir
+    from kcompiler.pipeline import emit_file
+    ptx = emit_file(stdlib_dir() / "attention_sm90.kc", "asm", NvptxTarget("sm_90a", approx_ftz=True),
+                    kernel="attention_prefill_sm90", comptime=dict(T="f8e4m3", OUT="bf16", D=128, CAUSAL=False, BN=192,
+                                                                   OVERLAP=True, PINGPONG=True, FA3_ORDER=True, TURNS=1))
+    log = ptxas(ptx, "sm_90a", verbose=True)
+    assert " 0 bytes spill stores" in log and "C7512" not in log, log
+    code = sass(ptx)
+    start = next(i for i, x in enumerate(code) if x.startswith("WARPGROUP.DEPBAR.LE gsb0, 0x1"))
+    end = next(i for i in range(start, len(code)) if code[i].startswith("WARPGROUP.DEPBAR.LE gsb0, 0x0"))
+    assert sum(x.startswith("MUFU.EX2") for x in code[start:end]) >= 96
 
 
 def test_fp8_errors(monkeypatch, emulated):
@@ -350,6 +384,16 @@ def test_fp8_prefill_exp2_poly_gpu(causal):
                                          dict(EXP2_POLY=16, OVERLAP=True, PINGPONG=True, FA3_ORDER=True),
                                          dict(EXP2_POLY=64))):
         _gpu_case(shape, tiles, causal, POLY_REL)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True])
+def test_fp8_prefill_bn192_gpu(causal):
+    """Key tiles of 192 (V^T's stage in two boxes of 128 keys, the second's last 64 unread) on the H100:
+    the sequential form, FlashAttention-3's order with its turns on named barriers (2 and 3 stages)."""
+    fa3 = dict(BN=192, OVERLAP=True, PINGPONG=True, FA3_ORDER=True, TURNS=1)
+    for shape, tiles in zip(GPU_SHAPES, (dict(BN=192), fa3, dict(fa3, STAGES=3), dict(BN=192, STAGES=3), fa3)):
+        _gpu_case(shape, tiles, causal)
 
 
 def test_fp8_torch_op_refused():
