@@ -20,8 +20,10 @@ GPU_SHAPES = [("bf16", (3, 301, 517, 8, 2), "bshd"), ("f16", (2, 1000, 1000, 4, 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("D,tiles", [(64, None), (128, None), (256, None),
-                                     (256, dict(OVERLAP=True, FA3_ORDER=True)), (128, dict(OVERLAP=True, FA3_ORDER=True))],
-                         ids=["d64", "d128", "d256", "d256-fa3order", "d128-fa3order"])
+                                     (256, dict(OVERLAP=True, FA3_ORDER=True)), (128, dict(OVERLAP=True, FA3_ORDER=True)),
+                                     (128, dict(OVERLAP=True, FA3_ORDER=True, PERSIST=True, PERSIST_TILES=1 << 20,
+                                                PERSIST_SLACK=100))],
+                         ids=["d64", "d128", "d256", "d256-fa3order", "d128-fa3order", "d128-fa3order-persist"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_prefill_sm90_gpu(D, tiles, causal):
     """The Hopper path on the H100 on odd shapes (Sq != Sk both ways, one query, GQA 4:1), bf16 and

@@ -141,11 +141,17 @@ CASES = [(dict(PERSIST=True), (2, 150, 133, 4, 2, 64, False), 3),
          pytest.param(dict(PERSIST=True, PINGPONG=True, TURNS=0, PERSIST_SLACK=100), (2, 150, 290, 2, 2, 64, True), 3,
                       marks=pytest.mark.slow(sample=0)),
          pytest.param(dict(PERSIST=True, CONSUMERS=1, STAGES=3), (1, 200, 133, 3, 1, 128, False), 4,
-                      marks=pytest.mark.slow(sample=0))]
+                      marks=pytest.mark.slow(sample=0)),
+         # FlashAttention-3's order (its softmax under P V) persistent: the rings and turns across units,
+         # units of no key tile among them (Sq - Sk >= 2 tiles)
+         (dict(PERSIST=True, OVERLAP=True, PINGPONG=True, FA3_ORDER=True, TURNS=1, PERSIST_SLACK=100),
+          (1, 400, 100, 2, 1, 128, True), 2),
+         pytest.param(dict(PERSIST=True, OVERLAP=True, PINGPONG=True, FA3_ORDER=True, PERSIST_SLACK=100),
+                      (2, 150, 290, 2, 2, 128, False), 3, marks=pytest.mark.slow(sample=0))]
 
 
 @pytest.mark.parametrize("tiles,shape,sms", CASES, ids=["full", "causal-turns1", "causal-no-keys", "causal-turns0",
-                                                       "1consumer"])
+                                                       "1consumer", "fa3order-causal-no-keys", "fa3order-turns0"])
 def test_prefill_sm90_persist_emulated(monkeypatch, emulated, tiles, shape, sms):
     """PERSIST on the CPU target's emulation, with ``sms`` multiprocessors so that each block loops
     over several units: against the float64 reference (a unit decoded wrongly leaves rows unwritten or
@@ -164,11 +170,14 @@ def test_prefill_sm90_persist_emulated(monkeypatch, emulated, tiles, shape, sms)
     check(out, lse, ref, ref_lse, v, "bf16")
 
 
-@pytest.mark.parametrize("causal", [True, pytest.param(False, marks=pytest.mark.slow(sample=0))],
-                         ids=["causal", "full"])
-def test_prefill_sm90_persist_fp8_emulated(monkeypatch, emulated, causal):
-    """FP8 (key tiles of 256, V^T) with PERSIST on 2 multiprocessors: the same bits as the plain grid
-    (each unit's sums in the same order), per-head descales read at each unit's (batch entry, head)."""
+@pytest.mark.parametrize("causal,form", [(True, {}), pytest.param(False, {}, marks=pytest.mark.slow(sample=0)),
+                                         pytest.param(True, dict(BN=192, OVERLAP=True, PINGPONG=True, FA3_ORDER=True,
+                                                                 TURNS=1), marks=pytest.mark.slow(sample=0))],
+                         ids=["causal", "full", "bn192-fa3order-causal"])
+def test_prefill_sm90_persist_fp8_emulated(monkeypatch, emulated, causal, form):
+    """FP8 (key tiles of 256, V^T; or ``form``) with PERSIST on 2 multiprocessors: the same bits as the
+    plain grid (each unit's sums in the same order), per-head descales read at each unit's (batch entry,
+    head)."""
     from kcompiler import ops
 
     monkeypatch.setattr(ops_attention, "_attention_sm90_module", lambda target: emulated)
@@ -176,26 +185,28 @@ def test_prefill_sm90_persist_fp8_emulated(monkeypatch, emulated, causal):
     q, k, v = ((RNG.standard_normal(shape) * 2).astype(ml_dtypes.float8_e4m3fn)
                for shape in ((B, Sq, H, 128), (B, Sk, HK, 128), (B, Sk, HK, 128)))
     ds = {f"descale_{n}": (RNG.random((B, HK)) + 0.5).astype(np.float32) for n in "qkv"}
-    want, want_lse = ops.attention(q, k, v, causal=causal, return_lse=True, target="cpu", **ds)
+    want, want_lse = ops.attention(q, k, v, causal=causal, return_lse=True, target="cpu", tiles=form or None, **ds)
     monkeypatch.setattr(_common, "device_of", lambda mod, x: SimpleNamespace(multiprocessor_count=2))
-    got, lse = ops.attention(q, k, v, causal=causal, return_lse=True, target="cpu", tiles=dict(PERSIST=True, PERSIST_SLACK=100),
-                            **ds)
+    got, lse = ops.attention(q, k, v, causal=causal, return_lse=True, target="cpu",
+                             tiles=dict(form, PERSIST=True, PERSIST_SLACK=100), **ds)
     np.testing.assert_array_equal(np.asarray(got, np.float32), np.asarray(want, np.float32))
     np.testing.assert_array_equal(lse, want_lse)
 
 
 @needs_ptxas
-@pytest.mark.parametrize("T,causal", [("bf16", False), ("f8e4m3", True)], ids=["bf16", "fp8-causal"])
-def test_prefill_sm90_persist_ptx(T, causal):
-    """PERSIST assembles for sm_90a in the defaults' form (sequential, turns on named barriers): no
-    spill, no serialised wgmma, the consumers' 240 registers."""
+@pytest.mark.parametrize("T,causal,form", [("bf16", False, {}), ("f8e4m3", True, {}),
+                                           ("bf16", True, dict(OVERLAP=True, FA3_ORDER=True))],
+                         ids=["bf16", "fp8-causal", "bf16-causal-fa3order"])
+def test_prefill_sm90_persist_ptx(T, causal, form):
+    """PERSIST assembles for sm_90a in the defaults' form (sequential, turns on named barriers; and
+    FA3_ORDER): no spill, no serialised wgmma, the consumers' 240 registers."""
     from kcompiler.backends.nvptx.target import NvptxTarget
     from kcompiler.frontend.program import stdlib_dir
     from kcompiler.pipeline import emit_file
     fp8 = dict(OUT="bf16", BN=256) if T == "f8e4m3" else {}
     ptx = emit_file(stdlib_dir() / "attention_sm90.kc", "asm", NvptxTarget("sm_90a", approx_ftz=True),
                     kernel="attention_prefill_sm90",
-                    comptime=dict(T=T, D=128, CAUSAL=causal, PINGPONG=True, TURNS=1, PERSIST=True, **fp8))
+                    comptime=dict(T=T, D=128, CAUSAL=causal, PINGPONG=True, TURNS=1, PERSIST=True, **fp8, **form))
     assert "setmaxnreg.inc.sync.aligned.u32 240;" in ptx
     log = ptxas(ptx, "sm_90a", verbose=True)
     assert "C7514" not in log and "serialized" not in log, log
@@ -205,7 +216,7 @@ def test_prefill_sm90_persist_ptx(T, causal):
 @pytest.mark.parametrize("tiles", [dict(OVERLAP=True), dict(CHAIN=True), dict(VARLEN=True)], ids=["overlap", "chain",
                                                                                                    "varlen"])
 def test_prefill_sm90_persist_error(tiles):
-    """PERSIST with a form it does not take is a located compile error."""
+    """PERSIST with a form it does not take is a located compile error (OVERLAP only in FA3_ORDER)."""
     from kcompiler.backends.nvptx.target import NvptxTarget
     from kcompiler.frontend.program import stdlib_dir
     from kcompiler.pipeline import emit_file
