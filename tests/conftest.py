@@ -129,9 +129,12 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     given = getattr(config, "workerinput", {}).get("kc_test_seed", config.getoption("seed"))
-    if given is not None:
-        draws.set_seed(given)
-    draws.seed()
+    try:
+        if given is not None:
+            draws.set_seed(given)
+        draws.seed()
+    except ValueError as e:
+        raise pytest.UsageError(str(e)) from None
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -40,14 +40,21 @@ def seed() -> int:
     written to ``KC_TEST_SEED``, so that processes the tests start draw from it too)."""
     if _seed is None:
         given = os.environ.get(ENV)
-        set_seed(int(given) if given else secrets.randbits(32))
+        set_seed(given if given else secrets.randbits(32))
     return _seed
 
 
-def set_seed(value: int) -> None:
-    """Makes ``value`` the session's seed (tests/conftest.py: ``--seed``, or the xdist controller's)."""
+def set_seed(value: int | str) -> None:
+    """Makes ``value`` the session's seed (tests/conftest.py: ``--seed``, or the xdist controller's);
+    ValueError unless it is a non-negative integer (numpy's SeedSequence takes no other)."""
     global _seed
-    _seed = int(value)
+    try:
+        seed = int(value)
+    except ValueError:
+        seed = -1
+    if seed < 0:
+        raise ValueError(f"the tests' seed ({ENV} or --seed) is a non-negative integer, not {value!r}")
+    _seed = seed
     os.environ[ENV] = str(_seed)
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from . import draws
 
@@ -34,6 +35,18 @@ def test_the_seed_decides(request):
         assert _first("tests/x.py::test_a") != a
         draws.set_seed(old)
         assert _first("tests/x.py::test_a") == a
+    finally:
+        draws.set_seed(old)
+        draws.begin(request.node.nodeid)
+
+
+def test_a_bad_seed_is_refused(request):
+    old = draws.seed()
+    try:
+        for bad in (-1, "x1"):
+            with pytest.raises(ValueError, match="non-negative integer"):
+                draws.set_seed(bad)
+        assert draws.seed() == old
     finally:
         draws.set_seed(old)
         draws.begin(request.node.nodeid)
