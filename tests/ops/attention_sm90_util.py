@@ -42,6 +42,15 @@ def sm90_ptx(**comptime) -> str:
                      kernel="attention_prefill_sm90", comptime=comptime)
 
 
+def exp2_under_pv(code: list[str]) -> int:
+    """The MUFU.EX2 of SASS ``code`` (tests/ptxas_util.sass) between the first wait for S
+    (WARPGROUP.DEPBAR.LE gsb0, 0x1: one group, P V, may still run) and the next wait for P V (0x0):
+    the softmax's exponentials that run under P V."""
+    start = next(i for i, x in enumerate(code) if x.startswith("WARPGROUP.DEPBAR.LE gsb0, 0x1"))
+    end = next(i for i in range(start, len(code)) if code[i].startswith("WARPGROUP.DEPBAR.LE gsb0, 0x0"))
+    return sum(x.startswith("MUFU.EX2") for x in code[start:end])
+
+
 def packed_with_nan_tails(lq, lk, H, HK, D, tail_q, tail_k):
     """Packed bf16 q, k, v of sequences of ``lq`` queries and ``lk`` keys (int32 cu_seqlens), with
     ``tail_q`` / ``tail_k`` rows of NaN past the last sequence (a buffer longer than the total, as

@@ -23,8 +23,8 @@ from kcompiler.pipeline import compile_source_to
 from kcompiler.runtime.tensormap import tensor_map
 
 from ..ptxas_util import needs_nvdisasm, needs_ptxas, ptxas, sass
-from .attention_sm90_util import (emulated, fresh_plans, ops_attention, packed_with_nan_tails,  # noqa: F401
-                                  sm90_ptx)  # emulated: a fixture; fresh_plans: an autouse fixture
+from .attention_sm90_util import (emulated, exp2_under_pv, fresh_plans, ops_attention,  # noqa: F401
+                                  packed_with_nan_tails, sm90_ptx)  # emulated: a fixture; fresh_plans: an autouse fixture
 
 from ..draws import fresh_rng
 
@@ -421,9 +421,7 @@ def test_prefill_sm90_overlap_in_sass(T, fa3):
     if T == "f8e4m3":
         comptime["OUT"] = "bf16"
     code = sass(sm90_ptx(**comptime))
-    start = next(i for i, x in enumerate(code) if x.startswith("WARPGROUP.DEPBAR.LE gsb0, 0x1"))
-    end = next(i for i in range(start, len(code)) if code[i].startswith("WARPGROUP.DEPBAR.LE gsb0, 0x0"))
-    exps = sum(x.startswith("MUFU.EX2") for x in code[start:end])
+    exps = exp2_under_pv(code)
     assert exps >= 64 if fa3 else exps == 0, exps
 
 
@@ -432,10 +430,7 @@ def test_prefill_sm90_d256_overlap_in_sass():
     """D 256's one consumer warpgroup (its default BN 96) in FA3_ORDER: its softmax (48 exp2 a thread)
     runs under P V, with no spills: the only overlap a lone consumer has."""
     ptx = sm90_ptx(T="bf16", D=256, BN=96, CONSUMERS=1, CAUSAL=False, OVERLAP=True, FA3_ORDER=True)
-    code = sass(ptx)
-    start = next(i for i, x in enumerate(code) if x.startswith("WARPGROUP.DEPBAR.LE gsb0, 0x1"))
-    end = next(i for i in range(start, len(code)) if code[i].startswith("WARPGROUP.DEPBAR.LE gsb0, 0x0"))
-    assert sum(x.startswith("MUFU.EX2") for x in code[start:end]) >= 48
+    assert exp2_under_pv(sass(ptx)) >= 48
     log = ptxas(ptx, "sm_90a", verbose=True)
     assert " 0 bytes spill stores" in log and "C7512" not in log, log
 
