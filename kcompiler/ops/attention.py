@@ -302,7 +302,7 @@ def _attention_fa2(q: Any, k: Any, v: Any, out: Any, lse: Any, p: _Prefill, caus
 #: since 2026-11-27: over the 12 small grids of bench_attention_variants.py (B1 H16 S512, B1 H32
 #: S1024, B4 H16 S512) geometric mean x SDPA flash D64
 #: 0.88 -> 1.00 (full) and 1.13 -> 1.46 (causal), D128 1.22 -> 1.29 and 1.30 -> 1.44 (H200); no
-#: change on the large shapes, where the rule does not apply. D 256 (H100, 2026-11-27, x SDPA flash): one
+#: change on the large shapes, where the rule does not apply. D 256 (H100, 2026-11-27, x SDPA flash; the form before FA3_ORDER overlapped, below): one
 #: consumer warpgroup (64 query rows a block) with BN 96 (Q 32 KiB, K and V 48 KiB a stage: 224 KiB),
 #: against two with BN 64: full 0.93 -> 1.08 (B4 H32 S2048), 0.99 -> 1.17 (B4 H16 S4096), 0.90 -> 0.99
 #: (B1 H16 S1024), 0.81 -> 0.85 (B16 H32 S512); causal 0.97 -> 1.08 (B16 H32 S1024), 1.00 -> 1.14 (B4
@@ -326,6 +326,14 @@ def _attention_fa2(q: Any, k: Any, v: Any, out: Any, lse: Any, p: _Prefill, caus
 #: PERSIST_SLACK, kcompiler.ops.attention_order.persist_balance), since 2026-11-29: x the plain grid,
 #: S4096 B1 H32 1.087, B2 H32 1.051, B4 H32 1.026-1.035, B8 H16 1.027, B16 H32 1.010; S3072 B2 H16 1.121,
 #: B4 H32 1.036; at 64 key tiles level (B2 H32 S8192 1.001; H200, bench_attention_ab.py, 7-9 rounds).
+#: D 256 in FlashAttention-3's form since 2026-11-29 (twenty-fourth session): two consumers of 64 rows, BN
+#: 80 (Q 64 KiB, K and V 40 KiB a stage: 224 KiB), PINGPONG with named-barrier turns, and FA3_ORDER's
+#: softmax of S_j under P_{j-1} V_{j-1} (kept there by sched_barrier(); before it ptxas hoisted the wait
+#: and no FA3_ORDER form overlapped). x the one-consumer BN 96 LAZY_MAX form it replaces (H200,
+#: bench_attention_ab.py, 5-7 interleaved rounds, median of the rounds' ratios; RESULTS.md): B4 H16 S4096
+#: full 1.33-1.35 (0.80 -> 1.02-1.03x cuDNN), causal 1.27-1.29 (0.79 -> 1.00x), B4 H32 S2048 full 1.38
+#: (0.74 -> 0.99x), B2 H16 S1024 full 1.30, B16 H32 S512 causal 1.18 (0.65 -> 0.76x). One consumer in
+#: the same order gained 1.03-1.12; BN 64 and PERSIST were within noise of BN 80 without it.
 ATTENTION_SM90_TILES = {(128, False): dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=True, TURNS=1, SMALL_GRID=True,
                                            LAZY_MAX=True, PERSIST=True, PERSIST_TILES=8),
                         (128, True): dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=True, TURNS=1, SMALL_GRID=True,
@@ -334,10 +342,10 @@ ATTENTION_SM90_TILES = {(128, False): dict(BN=128, STAGES=2, OVERLAP=False, PING
                                           SMALL_GRID=True, PERSIST=True),
                         (64, True): dict(BN=128, STAGES=2, OVERLAP=False, PINGPONG=False, SMALL_GRID=True,
                                          PERSIST=True),
-                        (256, False): dict(BN=96, STAGES=2, OVERLAP=False, PINGPONG=False, LAZY_MAX=True,
-                                           CONSUMERS=1, SMALL_GRID=True, ORDER=0),
-                        (256, True): dict(BN=96, STAGES=2, OVERLAP=False, PINGPONG=False, LAZY_MAX=True,
-                                          CONSUMERS=1, SMALL_GRID=True)}
+                        (256, False): dict(BN=80, STAGES=2, OVERLAP=True, PINGPONG=True, FA3_ORDER=True, TURNS=1,
+                                           CONSUMERS=2, SMALL_GRID=True, ORDER=0),
+                        (256, True): dict(BN=80, STAGES=2, OVERLAP=True, PINGPONG=True, FA3_ORDER=True, TURNS=1,
+                                          CONSUMERS=2, SMALL_GRID=True)}
 
 
 def attention_sm90_shared_bytes(tiles: dict[str, Any], head_dim: int, itemsize: int = 2, varlen: bool = False) -> int:

@@ -426,11 +426,17 @@ def test_prefill_sm90_overlap_in_sass(T, fa3):
 
 
 @needs_nvdisasm
-def test_prefill_sm90_d256_overlap_in_sass():
-    """D 256's one consumer warpgroup (its default BN 96) in FA3_ORDER: its softmax (48 exp2 a thread)
-    runs under P V, with no spills: the only overlap a lone consumer has."""
-    ptx = sm90_ptx(T="bf16", D=256, BN=96, CONSUMERS=1, CAUSAL=False, OVERLAP=True, FA3_ORDER=True)
-    assert exp2_under_pv(sass(ptx)) >= 48
+@pytest.mark.parametrize("consumers", [2, 1], ids=["default", "small-grid"])
+def test_prefill_sm90_d256_overlap_in_sass(consumers):
+    """D 256's default form (ATTENTION_SM90_TILES: FA3_ORDER, BN 80; two consumers in PINGPONG, or one
+    where SMALL_GRID lowers them): the tile's softmax (40 exp2 a thread and a factor) runs under P V,
+    with no spills."""
+    from kcompiler.ops.attention import ATTENTION_SM90_TILES
+    t = {k: v for k, v in ATTENTION_SM90_TILES[(256, False)].items() if k not in ("SMALL_GRID", "ORDER")}
+    t["CONSUMERS"] = consumers
+    assert t["FA3_ORDER"] and t["BN"] == 80
+    ptx = sm90_ptx(T="bf16", D=256, CAUSAL=False, **t)
+    assert exp2_under_pv(sass(ptx)) >= 40
     log = ptxas(ptx, "sm_90a", verbose=True)
     assert " 0 bytes spill stores" in log and "C7512" not in log, log
 

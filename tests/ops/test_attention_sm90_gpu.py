@@ -20,15 +20,16 @@ GPU_SHAPES = [("bf16", (3, 301, 517, 8, 2), "bshd"), ("f16", (2, 1000, 1000, 4, 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("D,tiles", [(64, None), (128, None), (256, None),
-                                     (256, dict(OVERLAP=True, FA3_ORDER=True)), (128, dict(OVERLAP=True, FA3_ORDER=True)),
+                                     (256, dict(CONSUMERS=2)), (128, dict(OVERLAP=True, FA3_ORDER=True)),
                                      (128, dict(OVERLAP=True, FA3_ORDER=True, PERSIST=True, PERSIST_TILES=1 << 20,
                                                 PERSIST_SLACK=100))],
-                         ids=["d64", "d128", "d256", "d256-fa3order", "d128-fa3order", "d128-fa3order-persist"])
+                         ids=["d64", "d128", "d256", "d256-2consumers", "d128-fa3order", "d128-fa3order-persist"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_prefill_sm90_gpu(D, tiles, causal):
     """The Hopper path on the H100 on odd shapes (Sq != Sk both ways, one query, GQA 4:1), bf16 and
     f16, both layouts, against SDPA in float64 (test_attention.py's bounds); outputs poisoned first.
-    The defaults, and FA3_ORDER's softmax under P V (its wait kept below by sched_barrier)."""
+    The defaults (on these small grids, D 256's in one consumer: SMALL_GRID), D 256's two consumers in
+    PINGPONG, and FA3_ORDER's softmax under P V (its wait kept below by sched_barrier) at D 128."""
     import torch
 
     from .attention_util import attention_in_layout, check, sdpa64
