@@ -55,7 +55,7 @@ def variant(name: str) -> dict:
     elif base.startswith("poly") and base[4:].isdigit():
         t = dict(BN=128, EXP2_POLY=int(base[4:]))
     else:
-        raise ValueError(f"unknown variant {name!r}: default or polyN, with -3st / -fa3 / -pp / -named / -skip / "
+        raise ValueError(f"unknown variant {name!r}: default or polyN, with -3st / -fa3 / -pp / -named / -skip / -bn64 / "
                          "-bn128 / -bn192 / -bn256 / -c1b2 / -c3 / -tree / -chain / -uni suffixes")
     for x in suffixes:
         if x == "3st":
@@ -68,7 +68,7 @@ def variant(name: str) -> dict:
             t["TURNS"] = 1
         elif x == "skip":
             t["RESCALE_SKIP"] = True
-        elif x in ("bn128", "bn192", "bn256"):
+        elif x in ("bn64", "bn128", "bn192", "bn256"):
             t["BN"] = int(x[2:])
         elif x == "c1b2":
             t.update(CONSUMERS=1, BLOCKS_PER_SM=2)
@@ -83,7 +83,7 @@ def variant(name: str) -> dict:
         elif x == "lazy":
             t["LAZY_MAX"] = True
         else:
-            raise ValueError(f"unknown variant suffix {x!r} in {name!r}: -3st, -fa3, -pp, -named, -skip, -bn128, "
+            raise ValueError(f"unknown variant suffix {x!r} in {name!r}: -3st, -fa3, -pp, -named, -skip, -bn64, -bn128, "
                              "-bn192, -bn256, -c1b2, -c3, -tree, -chain, -uni, -persist or -lazy")
     return t
 

@@ -13,7 +13,8 @@ drawn in [S / 2, S] (fixed seed), packed (total, H, D) with cu_seqlens; SDPA has
 time is that of the same sequences padded to the longest (what a torch user without a varlen kernel
 runs) — say so when quoting those rows. FLOPs: 4 B H S^2 D (half causal; varlen: the sum over the
 sequences). ``--sample N`` times N shapes of the grid drawn at a fixed seed (all by default); ``--rounds R``
-(default 3) times each side R times in turn and takes the medians.
+(default 3) times each side R times in turn and takes the medians; ``--only 'TEXT;...'`` times the rows whose
+name contains one of the texts.
 """
 import argparse
 import itertools
@@ -71,14 +72,24 @@ def interleaved(peer, ours, bench, rounds: int) -> tuple[float, float]:
     return statistics.median(tp), statistics.median(to)
 
 
+def row_name(kind: str, B: int, H: int, HKV: int, S: int, D: int, causal: bool) -> str:
+    """A row's printed name, e.g. ``dense B1 H32/32 S512 D64 full``."""
+    return f"{kind} B{B} H{H}/{HKV} S{S} D{D} {'causal' if causal else 'full'}"
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--sample", type=int, help="time this many rows of the grid (fixed seed); default all")
     p.add_argument("--json", help="write the rows here")
     p.add_argument("--jobs", type=int, default=min(16, os.cpu_count() or 1), help="compile processes")
     p.add_argument("--rounds", type=int, default=3, help="timings of each side a row, taken in turn (median)")
+    p.add_argument("--only", help="only the rows whose name contains one of these ';'-separated texts "
+                                  "(e.g. 'B1 H32/32 S512 D64')")
     args = p.parse_args()
     rows = grid()
+    if args.only:
+        keep = [x for x in args.only.split(";") if x]
+        rows = [r for r in rows if any(x in row_name(*r) for x in keep)]
     if args.sample:
         rows = sorted(random.Random(23).sample(rows, min(args.sample, len(rows))), key=str)
 
@@ -108,7 +119,7 @@ def main() -> None:
     del a
     out, t0 = [], time.time()
     for kind, B, H, HKV, S, D, causal in rows:
-        name = f"{kind} B{B} H{H}/{HKV} S{S} D{D} {'causal' if causal else 'full'}"
+        name = row_name(kind, B, H, HKV, S, D, causal)
         g = torch.Generator(device="cuda").manual_seed(hash(name) % (1 << 31))
         rnd = lambda *shape: torch.randn(*shape, device="cuda", dtype=torch.bfloat16, generator=g)  # noqa: E731,B023
         try:
