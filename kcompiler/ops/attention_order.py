@@ -90,7 +90,8 @@ def sm90_tiles(defaults: dict[str, Any], tiles: dict[str, Any] | None, varlen: b
     caller gives (not empty) are taken as given (SMALL_GRID and PERSIST off) unless they say
     SMALL_GRID=True or PERSIST=True, so that a form asked for (PINGPONG's two consumers, OVERLAP, say)
     is the form launched; the defaults' LAZY_MAX (the sequential form's) is dropped where they ask for
-    OVERLAP or CHAIN without naming it. PERSIST takes no variable lengths (``varlen``): the defaults' is dropped there.
+    OVERLAP or CHAIN without naming it, and the defaults' OVERLAP and FA3_ORDER where they ask for
+    LAZY_MAX without naming them. PERSIST takes no variable lengths (``varlen``): the defaults' is dropped there.
     Raises ValueError for ORDER 2 or a PERSIST the caller asks for with variable lengths, which the
     kernel refuses too (a compile error, for callers of the kernel itself), and for a host key that is
     not a positive int (GROUP, PERSIST_TILES), a number at least 1 (PERSIST_SLACK) or a bool (SMALL_GRID);
@@ -111,6 +112,10 @@ def sm90_tiles(defaults: dict[str, Any], tiles: dict[str, Any] | None, varlen: b
         t.pop("PERSIST", None)
     if tiles and (tiles.get("OVERLAP") or tiles.get("CHAIN")) and "LAZY_MAX" not in tiles:
         t.pop("LAZY_MAX", None)  # the defaults' LAZY_MAX is the sequential form's
+    if tiles and tiles.get("LAZY_MAX") and "OVERLAP" not in tiles and t.get("OVERLAP"):
+        t["OVERLAP"] = False  # and the defaults' overlapped form (D 256's FA3_ORDER) does not take it
+        if "FA3_ORDER" not in tiles:
+            t.pop("FA3_ORDER", None)
     if varlen and t.get("PERSIST"):
         raise ValueError("attention: PERSIST (a block a multiprocessor looping over the query tiles) takes no "
                          "variable lengths")

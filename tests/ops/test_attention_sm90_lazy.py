@@ -34,11 +34,13 @@ CASES = [(dict(LAZY_MAX=True), (2, 70, 133, 2, 1, 64, False), 0.0),
          (dict(LAZY_MAX=True, PINGPONG=True, TURNS=1), (1, 200, 131, 2, 1, 64, True), 0.1),
          (dict(LAZY_MAX=True, PERSIST=True, PERSIST_SLACK=100), (1, 140, 260, 3, 1, 128, True), 0.05),
          pytest.param(dict(LAZY_MAX=True, CONSUMERS=1, BN=64), (1, 90, 333, 1, 1, 256, False), 0.05,
-                      marks=pytest.mark.slow(sample=0))]
+                      marks=pytest.mark.slow(sample=0)),
+         # D 256's defaults (FA3_ORDER) with LAZY_MAX: their block's sequential form (the host's rule)
+         (dict(LAZY_MAX=True), (1, 130, 200, 1, 1, 256, True), 0.05)]
 
 
 @pytest.mark.parametrize("tiles,shape,rate", CASES, ids=["flat", "rising-turns", "causal-no-keys", "persist-d128",
-                                                        "d256"])
+                                                        "d256", "d256-defaults"])
 def test_prefill_sm90_lazy_emulated(monkeypatch, emulated, tiles, shape, rate):
     """LAZY_MAX on the emulation against the float64 reference. With rising scores the slow path runs
     past a row's first tile: one that raised the bases wrongly would mix two bases in O and l (a first
@@ -164,7 +166,8 @@ def test_prefill_sm90_lazy_in_sass():
 
 def test_lazy_host_rules():
     """The defaults' LAZY_MAX stays with tiles a caller gives, but not with a form that does not take it
-    (OVERLAP, CHAIN) unless the caller names it (then the kernel's compile error)."""
+    (OVERLAP, CHAIN) unless the caller names it (then the kernel's compile error); the other way round,
+    a caller's LAZY_MAX drops the defaults' OVERLAP (D 256's FA3_ORDER) unless the caller names it."""
     from kcompiler.ops.attention_order import sm90_tiles
     dflt = ops_attention.ATTENTION_SM90_TILES[(128, False)]
     assert dflt["LAZY_MAX"] and sm90_tiles(dflt, None)["LAZY_MAX"] and sm90_tiles(dflt, dict(BN=64))["LAZY_MAX"]
@@ -172,6 +175,16 @@ def test_lazy_host_rules():
         assert "LAZY_MAX" not in sm90_tiles(dflt, form)
         assert sm90_tiles(dflt, dict(form, LAZY_MAX=True))["LAZY_MAX"]
     assert sm90_tiles(dflt, dict(OVERLAP=True, LAZY_MAX=False))["LAZY_MAX"] is False
+    # D 256's defaults overlap (FA3_ORDER): a caller's LAZY_MAX takes the sequential form of the same
+    # block, unless the caller names OVERLAP (then the kernel's compile error)
+    d256 = ops_attention.ATTENTION_SM90_TILES[(256, False)]
+    assert d256["OVERLAP"] and d256["FA3_ORDER"]
+    t = sm90_tiles(d256, dict(LAZY_MAX=True))
+    assert t["LAZY_MAX"] and not t["OVERLAP"] and "FA3_ORDER" not in t
+    assert {k: v for k, v in t.items() if k not in ("OVERLAP", "FA3_ORDER", "LAZY_MAX", "SMALL_GRID")} == \
+        {k: v for k, v in d256.items() if k not in ("OVERLAP", "FA3_ORDER", "SMALL_GRID")}
+    assert sm90_tiles(d256, dict(LAZY_MAX=True, OVERLAP=True))["OVERLAP"]
+    assert sm90_tiles(d256, dict(LAZY_MAX=False))["OVERLAP"] and sm90_tiles(d256, dict(BN=64))["FA3_ORDER"]
 
 
 @pytest.mark.parametrize("tiles", [dict(OVERLAP=True), dict(CHAIN=True)], ids=["overlap", "chain"])
