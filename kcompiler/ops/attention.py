@@ -318,7 +318,8 @@ def _attention_fa2(q: Any, k: Any, v: Any, out: Any, lse: Any, p: _Prefill, caus
 #: 1.66 -> 1.64), D 256 level or lower (S4096 causal 1.51 -> 1.46): not taken there.
 #: LAZY_MAX (since 2026-11-29; std.attention_sm90_lazy: a tile's exponentials against the rows' running
 #: bases, before the tile's maxima are reduced, O rescaled only where a maximum passes its base by 2^8) at
-#: D 128 and 256, not D 64 (there 3 consumers of 160 registers spill with it and lose 0.88-0.90x):
+#: D 128 and 256 (D 256 until its FA3_ORDER block, below), not D 64 (there 3 consumers of 160 registers
+#: spill with it and lose 0.88-0.90x):
 #: H200, benchmarks/bench_attention_ab.py (7 interleaved rounds, median of the rounds' ratios; RESULTS.md):
 #: D 128 full S1024 x1.048, with PERSIST up to 8 key tiles x1.065, S2048 x1.035, S4096 x1.034-1.047 (0.96x
 #: -> 1.00x cuDNN), S8192 x1.035; causal x1.01-1.04; D 256 x1.045-1.052.
