@@ -200,8 +200,9 @@ def test_prefill_sm90_lazy_error(tiles):
 @pytest.mark.gpu
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_prefill_sm90_lazy_gpu(causal):
-    """LAZY_MAX on the H100 in each head dimension's default tiles (D 256: the one-consumer BN 96 block
-    that was its default before FA3_ORDER, LAZY_MAX being the sequential form's): odd lengths (Sq != Sk), GQA 3:1,
+    """LAZY_MAX on the H100 in each head dimension's default tiles, and at D 256 (whose defaults overlap)
+    in the block the host's rule makes of ``LAZY_MAX=True`` (two consumers, BN 80, sequential) and the
+    one-consumer BN 96 block that was its default before FA3_ORDER: odd lengths (Sq != Sk), GQA 3:1,
     flat and rising scores, outputs poisoned first, against SDPA in float64; FP8 (BN 128) within FP8's
     error (3e-2 relative) of SDPA in float64."""
     import torch
@@ -209,16 +210,18 @@ def test_prefill_sm90_lazy_gpu(causal):
     from kcompiler import ops
 
     from .attention_util import check, sdpa64
-    for D in (64, 128, 256):
+    d256 = dict(OVERLAP=False, FA3_ORDER=False, PINGPONG=False, CONSUMERS=1, BN=96)
+    for D, form in ((64, None), (128, None), (256, "rule"), (256, d256)):
         for rate in (0.0, 0.01):
             q = torch.randn(2, 1111, 12, D, device="cuda", dtype=torch.bfloat16)
             k, v = (torch.randn(2, 1234, 4, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
             k = (k.double() * (1 + rate * torch.arange(1234, device="cuda", dtype=torch.float64))[None, :, None, None]
                  ).to(torch.bfloat16)
             torch.empty(64 << 20, device="cuda", dtype=torch.uint8).fill_(0xFF)  # NaN where ops allocates next
-            tiles = dict(ops_attention.ATTENTION_SM90_TILES[(D, causal)], LAZY_MAX=True)
-            if tiles.get("OVERLAP"):  # D 256's FA3_ORDER default: its sequential block before it
-                tiles.update(OVERLAP=False, FA3_ORDER=False, PINGPONG=False, CONSUMERS=1, BN=96)
+            if form == "rule":
+                tiles = dict(LAZY_MAX=True)
+            else:
+                tiles = dict(ops_attention.ATTENTION_SM90_TILES[(D, causal)], LAZY_MAX=True, **(form or {}))
             out, lse = ops.attention(q, k, v, causal=causal, return_lse=True, path="sm90", tiles=tiles)
             ref, ref_lse = sdpa64(q, k, v, causal, D ** -0.5)
             check(out.cpu().float().numpy(), lse.cpu().numpy(), ref.cpu().numpy(), ref_lse.cpu().numpy(),
