@@ -92,7 +92,8 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | No
     heads) and the host's GROUP, SMALL_GRID, PERSIST_TILES, PERSIST_SLACK
     (:mod:`kcompiler.ops.attention_order`; given ``tiles`` drop the defaults' SMALL_GRID and PERSIST
     unless they name them, their LAZY_MAX where they ask for OVERLAP or CHAIN without naming it, and
-    their OVERLAP and FA3_ORDER where they ask for LAZY_MAX without naming them). TypeError for other dtypes, ValueError for bad shapes.
+    their OVERLAP and FA3_ORDER where they ask for LAZY_MAX without naming them). TypeError for other
+    dtypes, ValueError for bad shapes.
 
     FP8: q, k and v of float8 e4m3 (ml_dtypes.float8_e4m3fn, torch.float8_e4m3fn) take the Hopper
     kernel's FP8 form (:func:`kcompiler.ops.attention_fp8.attention_fp8`: D 128, no variable lengths,
@@ -302,9 +303,9 @@ def _attention_fa2(q: Any, k: Any, v: Any, out: Any, lse: Any, p: _Prefill, caus
 #: since 2026-11-27: over the 12 small grids of bench_attention_variants.py (B1 H16 S512, B1 H32
 #: S1024, B4 H16 S512) geometric mean x SDPA flash D64
 #: 0.88 -> 1.00 (full) and 1.13 -> 1.46 (causal), D128 1.22 -> 1.29 and 1.30 -> 1.44 (H200); no
-#: change on the large shapes, where the rule does not apply. D 256 (H100, 2026-11-27, x SDPA flash; the form before FA3_ORDER overlapped, below): one
-#: consumer warpgroup (64 query rows a block) with BN 96 (Q 32 KiB, K and V 48 KiB a stage: 224 KiB),
-#: against two with BN 64: full 0.93 -> 1.08 (B4 H32 S2048), 0.99 -> 1.17 (B4 H16 S4096), 0.90 -> 0.99
+#: change on the large shapes, where the rule does not apply. D 256 (H100, 2026-11-27, x SDPA flash; the
+#: form before FA3_ORDER overlapped, below): one consumer warpgroup (64 query rows a block) with BN 96
+#: (Q 32 KiB, K and V 48 KiB a stage: 224 KiB), against two with BN 64: full 0.93 -> 1.08 (B4 H32 S2048), 0.99 -> 1.17 (B4 H16 S4096), 0.90 -> 0.99
 #: (B1 H16 S1024), 0.81 -> 0.85 (B16 H32 S512); causal 0.97 -> 1.08 (B16 H32 S1024), 1.00 -> 1.14 (B4
 #: H16 S4096); one consumer at BN 64 had given causal 0.83-0.94 -> 0.95-1.10, in 3 stages level, two at
 #: BN 80 0.61-1.10. SMALL_GRID's ORDER 1 helps causal tiny grids (B1 H16 S512-1024: 1.56-1.62 against
