@@ -299,17 +299,17 @@ def _attention_fa2(q: Any, k: Any, v: Any, out: Any, lse: Any, p: _Prefill, caus
 #: skipped where no row's maximum rose, 323 / 272 TFLOP/s (full / causal, B4 H16 S4096) against ~300 / 258
 #: without the skip and 225 at BN 80 (bench_attention_variants.py --shapes 6,7). D 64 and 128 take
 #: SMALL_GRID (kcompiler.ops.attention_order: one consumer where the default block leaves multiprocessors
-#: idle, and ORDER 1 on grids of at most two waves, four causal ones of long tiles since 2026-11-29)
-#: since 2026-11-27: over the 12 small grids of bench_attention_variants.py (B1 H16 S512, B1 H32
-#: S1024, B4 H16 S512) geometric mean x SDPA flash D64
-#: 0.88 -> 1.00 (full) and 1.13 -> 1.46 (causal), D128 1.22 -> 1.29 and 1.30 -> 1.44 (H200); no
-#: change on the large shapes, where the rule does not apply. D 256 (H100, 2026-11-27, x SDPA flash; the
-#: form before FA3_ORDER overlapped, below): one consumer warpgroup (64 query rows a block) with BN 96
-#: (Q 32 KiB, K and V 48 KiB a stage: 224 KiB), against two with BN 64: full 0.93 -> 1.08 (B4 H32
-#: S2048), 0.99 -> 1.17 (B4 H16 S4096), 0.90 -> 0.99 (B1 H16 S1024), 0.81 -> 0.85 (B16 H32 S512); causal 0.97 -> 1.08 (B16 H32 S1024), 1.00 -> 1.14 (B4
-#: H16 S4096); one consumer at BN 64 had given causal 0.83-0.94 -> 0.95-1.10, in 3 stages level, two at
-#: BN 80 0.61-1.10. SMALL_GRID's ORDER 1 helps causal tiny grids (B1 H16 S512-1024: 1.56-1.62 against
-#: 0.91-0.95) and lost without a mask (B4 H16 S512 0.75 against 0.88), so full runs in ORDER 0.
+#: idle, and ORDER 1 on grids of at most two waves, four causal ones of long tiles since 2026-11-29) since
+#: 2026-11-27: over the 12 small grids of bench_attention_variants.py (B1 H16 S512, B1 H32 S1024, B4 H16
+#: S512) geometric mean x SDPA flash D64 0.88 -> 1.00 (full) and 1.13 -> 1.46 (causal), D128 1.22 -> 1.29
+#: and 1.30 -> 1.44 (H200); no change on the large shapes, where the rule does not apply. D 256 (H100,
+#: 2026-11-27, x SDPA flash; the form before FA3_ORDER overlapped, below): one consumer warpgroup (64 query
+#: rows a block) with BN 96 (Q 32 KiB, K and V 48 KiB a stage: 224 KiB), against two with BN 64: full 0.93
+#: -> 1.08 (B4 H32 S2048), 0.99 -> 1.17 (B4 H16 S4096), 0.90 -> 0.99 (B1 H16 S1024), 0.81 -> 0.85 (B16 H32
+#: S512); causal 0.97 -> 1.08 (B16 H32 S1024), 1.00 -> 1.14 (B4 H16 S4096); one consumer at BN 64 had given
+#: causal 0.83-0.94 -> 0.95-1.10, in 3 stages level, two at BN 80 0.61-1.10. SMALL_GRID's ORDER 1 helps
+#: causal tiny grids (B1 H16 S512-1024: 1.56-1.62 against 0.91-0.95) and lost without a mask (B4 H16 S512
+#: 0.75 against 0.88), so full runs in ORDER 0.
 #: PERSIST (since 2026-11-29; a block a multiprocessor looping over the query tiles, the next one's
 #: loads under the last one's end; PERSIST_TILES: only where a query tile reads at most that many key
 #: tiles): x SDPA flash, default -> PERSIST, H200, bench_attention_variants.py --shapes lengths (one run;
