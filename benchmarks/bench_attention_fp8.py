@@ -8,8 +8,8 @@ with T = f8e4m3) against our bf16 Hopper path and torch's cuDNN SDPA, all measur
 ``--variants``: only these FP8 forms (names: ``default`` the ATTENTION_FP8_TILES entry; ``polyN``: BN 128
 with EXP2_POLY N, N of a thread's 64 exponentials a tile on the FMA pipe, stdlib/attention_sm90.kc;
 suffixes ``-3st`` (STAGES 3), ``-fa3`` (OVERLAP, PINGPONG, FA3_ORDER), ``-pp`` (PINGPONG: the sequential
-form's turns), ``-named`` (TURNS 1: the turns on named barriers), ``-skip`` (RESCALE_SKIP), ``-bn128`` / ``-bn192`` / ``-bn256`` (key
-tiles of 128 / 192 / 256), ``-c1b2`` (one consumer warpgroup a block, two blocks a multiprocessor), ``-c3`` (three
+form's turns), ``-named`` (TURNS 1: the turns on named barriers), ``-skip`` (RESCALE_SKIP), ``-bnN`` (key
+tiles of N: 32 to 256 by 32, e.g. ``-bn224``, FlashAttention-3's FP8 D 128 tile), ``-c1b2`` (one consumer warpgroup a block, two blocks a multiprocessor), ``-c3`` (three
 consumer warpgroups, 192 query rows a block; PINGPONG needs two, so none), ``-tree``,
 ``-chain``, ``-uni`` (std.attention_sm90_chain's TREE, CHAIN, UNIFORM_WG), ``-persist`` (PERSIST: a block a
 multiprocessor looping over the query tiles), ``-lazy`` (LAZY_MAX: std.attention_sm90_lazy's exponentials
@@ -55,8 +55,8 @@ def variant(name: str) -> dict:
     elif base.startswith("poly") and base[4:].isdigit():
         t = dict(BN=128, EXP2_POLY=int(base[4:]))
     else:
-        raise ValueError(f"unknown variant {name!r}: default or polyN, with -3st / -fa3 / -pp / -named / -skip / -bn64 / "
-                         "-bn128 / -bn192 / -bn256 / -c1b2 / -c3 / -tree / -chain / -uni suffixes")
+        raise ValueError(f"unknown variant {name!r}: default or polyN, with -3st / -fa3 / -pp / -named / -skip / -bnN "
+                         "(N keys: 32 to 256 by 32) / -c1b2 / -c3 / -tree / -chain / -uni suffixes")
     for x in suffixes:
         if x == "3st":
             t["STAGES"] = 3
@@ -68,7 +68,7 @@ def variant(name: str) -> dict:
             t["TURNS"] = 1
         elif x == "skip":
             t["RESCALE_SKIP"] = True
-        elif x in ("bn64", "bn128", "bn192", "bn256"):
+        elif x.startswith("bn") and x[2:].isdigit():  # FP8 takes 32 to 256 keys by 32
             t["BN"] = int(x[2:])
         elif x == "c1b2":
             t.update(CONSUMERS=1, BLOCKS_PER_SM=2)
@@ -83,8 +83,8 @@ def variant(name: str) -> dict:
         elif x == "lazy":
             t["LAZY_MAX"] = True
         else:
-            raise ValueError(f"unknown variant suffix {x!r} in {name!r}: -3st, -fa3, -pp, -named, -skip, -bn64, -bn128, "
-                             "-bn192, -bn256, -c1b2, -c3, -tree, -chain, -uni, -persist or -lazy")
+            raise ValueError(f"unknown variant suffix {x!r} in {name!r}: -3st, -fa3, -pp, -named, -skip, -bnN, "
+                             "-c1b2, -c3, -tree, -chain, -uni, -persist or -lazy")
     return t
 
 

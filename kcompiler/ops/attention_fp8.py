@@ -14,9 +14,13 @@ from . import _common
 from ._common import ArrayKind, check_same, contiguous, data_ptr, empty_like, flat, hopper_reason_not, target_for
 from .attention_order import sm90_launch, sm90_tiles
 
-#: Tiles of the FP8 Hopper prefill by causal (D 128 only): BN keys a step (64 to 256 by 64; V^T's
-#: stages hold whole boxes of 128 keys), STAGES K/V buffers, OVERLAP, PINGPONG, TURNS, CONSUMERS as ATTENTION_SM90_TILES.
-#: The defaults: key tiles of 256 (FlashAttention-3's FP8 tile at D 128), the sequential form with the two
+#: Tiles of the FP8 Hopper prefill by causal (D 128 only): BN keys a step (32 to 256 by 32; V^T's
+#: stages hold whole boxes of 128 keys), STAGES K/V buffers, OVERLAP, PINGPONG, TURNS, CONSUMERS as
+#: ATTENTION_SM90_TILES. FlashAttention-3's FP8 D 128 block is 128 x 224 in its intra-warpgroup overlap
+#: (Dao-AILab/flash-attention hopper/tile_size.h, tile_size_fwd_sm90, commit 07602ad): here BN 224 with
+#: OVERLAP, PINGPONG, FA3_ORDER and TURNS 1 (no spills, the tile's 112 exp2 under P V in SASS) ran 804 /
+#: 707 TFLOP/s full / causal against the defaults' 860 / 720 (H200, 2026-11-29; sequential BN 224 810 /
+#: 696). The defaults: key tiles of 256, the sequential form with the two
 #: consumer warpgroups taking turns (PINGPONG) on named barriers (TURNS 1, FlashAttention-3's scheduler
 #: barriers), 3 stages where causal. H200, B4 H32 S4096 D128, TFLOP/s with V^T, bench_attention_fp8.py
 #: --variants (benchmarks/RESULTS.md, 2026-11-28, the BN 128 default timed first and last: 758 both):

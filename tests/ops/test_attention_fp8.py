@@ -205,33 +205,50 @@ def test_fp8_prefill_emulated_sweep(monkeypatch, emulated, case):
                                       0.5 * ones, 1.25 * ones, 3.0 * ones))
 
 
-def test_fp8_prefill_bn192_fa3order_emulated(monkeypatch, emulated):
-    """Key tiles of 192 in FlashAttention-3's order with the turns on named barriers (the FP8 form whose
-    softmax runs under P V without spills: test_fp8_bn192_fa3order_in_sass): V^T's stage in two boxes
-    of 128 keys, the second's last 64 read by no wgmma; three key tiles, the last partial, causal with
-    Sq < Sk, GQA 2:1, per-(batch, KV head) descales."""
-    B, Sq, Sk, H, HK = 1, 140, 450, 4, 2
+@pytest.mark.parametrize("bn", [192, 224])
+def test_fp8_prefill_fa3order_emulated(monkeypatch, emulated, bn):
+    """Key tiles of 192 and 224 (FlashAttention-3's FP8 D 128 tile) in FlashAttention-3's order with the
+    turns on named barriers (FP8 forms whose softmax runs under P V without spills:
+    test_fp8_fa3order_in_sass): V^T's stage in two boxes of 128 keys, the second's last 64 or 32 read by
+    no wgmma; key tiles over three, the last partial, causal with Sq < Sk, GQA 2:1, per-(batch, KV
+    head) descales."""
+    B, Sq, Sk, H, HK = 1, 140, 2 * bn + 66, 4, 2
     q, k, v = fp8_inputs(B, Sq, Sk, H, HK)
     dq, dk, dv = (RNG.uniform(0.25, 2.0, (B, HK)).astype(np.float32) for _ in range(3))
     out, lse = run_fp8(monkeypatch, emulated, q, k, v, True, descale_q=dq, descale_k=dk, descale_v=dv,
-                       tiles=dict(BN=192, OVERLAP=True, PINGPONG=True, FA3_ORDER=True, TURNS=1))
+                       tiles=dict(BN=bn, OVERLAP=True, PINGPONG=True, FA3_ORDER=True, TURNS=1))
     check_fp8(out, lse, reference_fp8(*(x.astype(np.float64) for x in (q, k, v)), True, 128 ** -0.5, dq, dk, dv))
 
 
 @needs_nvdisasm
-def test_fp8_bn192_fa3order_in_sass():
-    """FP8 in key tiles of 192, FA3_ORDER: all of the tile's 96 exp2 a thread (and a factor) between
-    the wait for S and the wait for P V (sched_barrier: stdlib/attention_sm90.kc's header), no spills;
-    at BN 256 the same form spills (what the 192 is for)."""
+@pytest.mark.parametrize("bn", [192, 224])
+def test_fp8_fa3order_in_sass(bn):
+    """FP8 in key tiles of 192 and 224, FA3_ORDER: all of the tile's BN / 2 exp2 a thread (and a
+    factor) between the wait for S and the wait for P V (sched_barrier: stdlib/attention_sm90.kc's
+    header), no spills; at BN 256 the same form spills (what these tiles are for)."""
     from kcompiler.backends.nvptx.target import NvptxTarget
     from kcompiler.frontend.program import stdlib_dir
     from kcompiler.pipeline import emit_file
     ptx = emit_file(stdlib_dir() / "attention_sm90.kc", "asm", NvptxTarget("sm_90a", approx_ftz=True),
-                    kernel="attention_prefill_sm90", comptime=dict(T="f8e4m3", OUT="bf16", D=128, CAUSAL=False, BN=192,
+                    kernel="attention_prefill_sm90", comptime=dict(T="f8e4m3", OUT="bf16", D=128, CAUSAL=False, BN=bn,
                                                                    OVERLAP=True, PINGPONG=True, FA3_ORDER=True, TURNS=1))
     log = ptxas(ptx, "sm_90a", verbose=True)
     assert " 0 bytes spill stores" in log and "C7512" not in log, log
-    assert exp2_under_pv(sass(ptx)) >= 96
+    assert exp2_under_pv(sass(ptx)) >= bn // 2
+
+
+@pytest.mark.parametrize("bn", [80, 288])
+def test_fp8_bn_error(bn):
+    """FP8's key tiles are a multiple of 32 (wgmma's k for e4m3) up to 256: another is a located
+    compile error."""
+    import kcompiler as kc
+    from kcompiler.backends.nvptx.target import NvptxTarget
+    from kcompiler.frontend.program import stdlib_dir
+    from kcompiler.pipeline import emit_file
+    with pytest.raises(kc.CompileError, match="BN a multiple of 32 up to 256") as e:
+        emit_file(stdlib_dir() / "attention_sm90.kc", "asm", NvptxTarget("sm_90a"), kernel="attention_prefill_sm90",
+                  comptime=dict(T="f8e4m3", OUT="bf16", D=128, CAUSAL=False, BN=bn))
+    assert "attention_sm90.kc:" in str(e.value)
 
 
 def test_fp8_errors(monkeypatch, emulated):
@@ -384,12 +401,14 @@ def test_fp8_prefill_exp2_poly_gpu(causal):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("bn", [192, 224])
 @pytest.mark.parametrize("causal", [False, True])
-def test_fp8_prefill_bn192_gpu(causal):
-    """Key tiles of 192 (V^T's stage in two boxes of 128 keys, the second's last 64 unread) on the H100:
-    the sequential form, FlashAttention-3's order with its turns on named barriers (2 and 3 stages)."""
-    fa3 = dict(BN=192, OVERLAP=True, PINGPONG=True, FA3_ORDER=True, TURNS=1)
-    for shape, tiles in zip(GPU_SHAPES, (dict(BN=192), fa3, dict(fa3, STAGES=3), dict(BN=192, STAGES=3), fa3)):
+def test_fp8_prefill_bn_gpu(causal, bn):
+    """Key tiles of 192 and 224 (V^T's stage in two boxes of 128 keys, the second's last 64 or 32
+    unread) on the H100: the sequential form, FlashAttention-3's order with its turns on named barriers
+    (2 and 3 stages)."""
+    fa3 = dict(BN=bn, OVERLAP=True, PINGPONG=True, FA3_ORDER=True, TURNS=1)
+    for shape, tiles in zip(GPU_SHAPES, (dict(BN=bn), fa3, dict(fa3, STAGES=3), dict(BN=bn, STAGES=3), fa3)):
         _gpu_case(shape, tiles, causal)
 
 
