@@ -209,14 +209,16 @@ VARIANTS = [(dict(CONSUMERS=3), (1, 211, 150, 2, 1, 64, False)),
             (dict(BN=64, BLOCKS_PER_SM=2), (1, 150, 290, 2, 1, 64, True)),
             (dict(CONSUMERS=1, BLOCKS_PER_SM=2, OVERLAP=True), (1, 77, 290, 2, 1, 64, True)),
             (dict(CONSUMERS=3, BN=64), (1, 200, 100, 1, 1, 128, True)),
-            # D 256: four slabs a row; its default tiles (one consumer, BN 96; full in ORDER 0) and BN 64
+            # D 256: four slabs a row; its default tiles (FlashAttention-3's block: two consumers, BN 80,
+            # ping-pong on named barriers, the softmax under P V; full in ORDER 0) and BN 64
             (dict(STAGES=2), (1, 150, 133, 1, 1, 256, True)), (dict(STAGES=2), (1, 140, 201, 2, 1, 256, False)),
             (dict(BN=64, CONSUMERS=2), (1, 150, 133, 1, 1, 256, True)),
-            # D 256's one consumer with FlashAttention-3's intra-warpgroup overlap (its softmax under P V:
-            # test_prefill_sm90_overlap_in_sass), more key tiles than stages
-            (dict(OVERLAP=True, FA3_ORDER=True), (1, 130, 333, 2, 1, 256, True)),
-            # FlashAttention-3's own D 256 block: two consumers, BN 80, ping-pong on named barriers
-            (dict(CONSUMERS=2, BN=80, OVERLAP=True, PINGPONG=True, FA3_ORDER=True, TURNS=1), (1, 190, 250, 1, 1, 256, True))]
+            # D 256's one consumer in the same order (where SMALL_GRID lowers the block; its softmax under
+            # P V: test_prefill_sm90_d256_overlap_in_sass), more key tiles than stages
+            (dict(CONSUMERS=1), (1, 130, 333, 2, 1, 256, True)),
+            # the one-consumer BN 96 sequential block with LAZY_MAX (D 256's default before FA3_ORDER)
+            (dict(CONSUMERS=1, BN=96, OVERLAP=False, FA3_ORDER=False, PINGPONG=False, LAZY_MAX=True),
+             (1, 190, 250, 1, 1, 256, True))]
 
 
 # D 256's are its default tiles and always run; of the opt-in block shapes three by default (CI time),
