@@ -89,11 +89,10 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | No
     PACK_ABS, MASK_SELECT, RESCALE_SKIP, EXP2_POLY, TURNS, ORDER, PERSIST, LAZY_MAX, CHAIN, TREE, UNIFORM_WG
     for the Hopper kernel (:data:`ATTENTION_SM90_TILES`; the last twelve: stdlib/attention_sm90.kc's
     header; ORDER: the blocks' order, 0, 1 longest causal tiles first, 2 the same by groups of GROUP
-    heads) and the host's GROUP, SMALL_GRID, PERSIST_TILES, PERSIST_SLACK
-    (:mod:`kcompiler.ops.attention_order`; given ``tiles`` drop the defaults' SMALL_GRID and PERSIST
-    unless they name them, their LAZY_MAX where they ask for OVERLAP or CHAIN without naming it, and
-    their OVERLAP and FA3_ORDER where they ask for LAZY_MAX without naming them). TypeError for other
-    dtypes, ValueError for bad shapes.
+    heads) and the host's GROUP, SMALL_GRID, PERSIST_TILES, PERSIST_SLACK (:mod:`kcompiler.ops.attention_order`;
+    given ``tiles`` drop the defaults' SMALL_GRID and PERSIST unless they name them, their LAZY_MAX where
+    they ask for OVERLAP or CHAIN, their OVERLAP and FA3_ORDER where they ask for LAZY_MAX, unless they
+    name them: attention_order.sm90_tiles). TypeError for other dtypes, ValueError for bad shapes.
 
     FP8: q, k and v of float8 e4m3 (ml_dtypes.float8_e4m3fn, torch.float8_e4m3fn) take the Hopper
     kernel's FP8 form (:func:`kcompiler.ops.attention_fp8.attention_fp8`: D 128, no variable lengths,
