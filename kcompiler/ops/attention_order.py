@@ -180,7 +180,8 @@ def _unit_sizes(sizes: list[int] | tuple[int, ...], units: int, causal: bool) ->
 
 
 def sm90_launch(tiles: dict[str, Any], seqlen_q: int, heads: int, batch: int, sms: int = 132,
-                seqlen_k: int | None = None, causal: bool = False) -> tuple[tuple[int, int, int], int, dict[str, Any]]:
+                seqlen_k: int | None = None, causal: bool = False,
+                why: list[str] | None = None) -> tuple[tuple[int, int, int], int, dict[str, Any]]:
     """(grid, threads a block, compile-time values) of std.attention_sm90 for ``tiles`` (a full tiles dict:
     ATTENTION_SM90_TILES' entry updated by the caller's) on ``batch`` entries of ``heads`` query heads
     and ``seqlen_q`` queries (the longest, with variable lengths). The compile-time values are the
@@ -192,12 +193,21 @@ def sm90_launch(tiles: dict[str, Any], seqlen_q: int, heads: int, batch: int, sm
     NT H B query tiles outnumber those blocks, a query tile reads at most PERSIST_TILES key tiles
     (ceil(``seqlen_k`` / BN), ``seqlen_k`` default ``seqlen_q``) and PERSIST's rounds are balanced
     (:func:`persist_balance` at most :data:`PERSIST_SLACK`; ``causal`` as the kernel's CAUSAL), else
-    PERSIST is dropped. Raises ValueError for an ORDER other than 0, 1, 2 or a grid past CUDA's limits
-    (65535 on y and z)."""
+    PERSIST is dropped. ``why``: a list that gets a line for each of these decisions (:func:`explain`).
+    Raises ValueError for an ORDER other than 0, 1, 2 or a grid past CUDA's limits (65535 on y and z)."""
+    note = why.append if why is not None else (lambda line: None)
     kw = {k: v for k, v in tiles.items() if k not in HOST_KEYS}
     c = kw.get("CONSUMERS", 2)
     if tiles.get("SMALL_GRID"):
         c = small_grid_consumers(c, seqlen_q, heads, batch, sms)
+
+        def grid_fill(n: int) -> str:
+            blocks = -(-seqlen_q // (64 * n)) * heads * batch
+            return f"{blocks} blocks of {64 * n} query rows fill {blocks / (-(-blocks // sms) * sms):.0%} of " \
+                   f"{-(-blocks // sms)} wave(s)"
+        asked = kw.get("CONSUMERS", 2)
+        note(f"SMALL_GRID: {asked} consumer(s): {grid_fill(asked)}" + (", kept" if c == asked else
+             f", under {SMALL_GRID_FILL:.0%}: {c} consumer(s), {grid_fill(c)}"))
         kw["CONSUMERS"] = c
     nt = -(-seqlen_q // (64 * c))
     sk = seqlen_q if seqlen_k is None else seqlen_k
@@ -205,16 +215,25 @@ def sm90_launch(tiles: dict[str, Any], seqlen_q: int, heads: int, batch: int, sm
     waves = SMALL_GRID_CAUSAL_WAVES if long_causal else SMALL_GRID_WAVES
     if tiles.get("SMALL_GRID") and "ORDER" not in tiles and nt * heads * batch <= waves * sms:
         kw["ORDER"] = 1
+        note(f"ORDER 1 (the query tiles slowest, causal ones longest first): {nt * heads * batch} blocks, "
+             f"at most {waves} waves of {sms}")
     order = kw.get("ORDER", 0)
     if kw.get("PERSIST"):
         blocks = sms * kw.get("BLOCKS_PER_SM", 1)
         key_tiles = -(-sk // kw["BN"])
         units = nt * heads * batch
         slack = tiles.get("PERSIST_SLACK", PERSIST_SLACK)
-        if units > blocks and key_tiles <= tiles.get("PERSIST_TILES", key_tiles) and persist_balance(
-                unit_key_tiles(nt, 64 * c, kw["BN"], seqlen_q, sk, causal), units, blocks, causal, order) <= slack:
+        limit = tiles.get("PERSIST_TILES", key_tiles)
+        balance = persist_balance(unit_key_tiles(nt, 64 * c, kw["BN"], seqlen_q, sk, causal), units, blocks,
+                                  causal, order) if units > blocks and key_tiles <= limit else None
+        if balance is not None and balance <= slack:
+            note(f"PERSIST: {blocks} blocks loop over {units} query tiles of {key_tiles} key tiles at most "
+                 f"(PERSIST_TILES {limit}); its busiest block {balance:.3f}x the plain grid's (slack {slack})")
             kw.pop("ORDER", None)  # PERSIST's units have their own order (stdlib/attention_sm90_order.kc)
             return (blocks, 1, 1), 128 * (c + 1), kw
+        note("PERSIST dropped: " + (f"{units} query tiles for {blocks} blocks" if units <= blocks else
+                                     f"{key_tiles} key tiles a query tile > PERSIST_TILES {limit}" if balance is None
+                                     else f"its busiest block {balance:.3f}x the plain grid's > slack {slack}"))
     kw.pop("PERSIST", None)  # or a query tile a block at most: the plain grid is the same schedule
     if order == 0:
         grid = (nt, heads, batch)
@@ -231,6 +250,34 @@ def sm90_launch(tiles: dict[str, Any], seqlen_q: int, heads: int, batch: int, sm
     return grid, 128 * (c + 1), kw
 
 
+def explain(batch: int, heads: int, seqlen_q: int, head_dim: int, causal: bool = False, seqlen_k: int | None = None,
+            tiles: dict[str, Any] | None = None, fp8: bool = False, sms: int = 132) -> str:
+    """The Hopper prefill's launch for a shape as ``ops.attention`` makes it, as text: the defaults'
+    entry (ATTENTION_SM90_TILES by (D, causal), or ATTENTION_FP8_TILES by causal with ``fp8``) updated
+    by the caller's ``tiles`` (:func:`sm90_tiles`), a line for each rule of :func:`sm90_launch` that
+    applied, then the compile-time values, grid, threads and dynamic shared memory in bytes. ``sms``:
+    the device's multiprocessors (132 on an H100 or H200). E.g. ``print(explain(1, 16, 1024, 256,
+    causal=True))``. ValueError for a head dimension the Hopper path does not take (64, 128, 256; FP8:
+    128), and as :func:`sm90_tiles` and :func:`sm90_launch`."""
+    from .attention import ATTENTION_SM90_TILES, attention_sm90_shared_bytes
+    from .attention_fp8 import ATTENTION_FP8_TILES
+    dims = (128,) if fp8 else sorted({d for d, _ in ATTENTION_SM90_TILES})
+    if head_dim not in dims:
+        raise ValueError(f"attention: the Hopper path{' (FP8)' if fp8 else ''} takes D "
+                         f"{' or '.join(map(str, dims))}, not {head_dim}")
+    defaults = ATTENTION_FP8_TILES[bool(causal)] if fp8 else ATTENTION_SM90_TILES[(head_dim, bool(causal))]
+    t = sm90_tiles(defaults, tiles)
+    why: list[str] = []
+    grid, threads, kw = sm90_launch(t, seqlen_q, heads, batch, sms, seqlen_k, causal, why=why)
+    shared = attention_sm90_shared_bytes(kw, head_dim, 1 if fp8 else 2)
+    sk = seqlen_q if seqlen_k is None else seqlen_k
+    head = (f"B{batch} H{heads} Sq {seqlen_q} Sk {sk} D {head_dim} {'causal' if causal else 'full'}"
+            f"{' FP8' if fp8 else ''} on {sms} multiprocessors: grid {grid}, {threads} threads, {shared} bytes of "
+            f"shared memory")
+    values = "  compile-time values: " + ", ".join(f"{k} {v}" for k, v in kw.items())
+    return "\n".join([head, *("  " + line for line in why), values])
+
+
 __all__ = ["HOST_KEYS", "PERSIST_SLACK", "SMALL_GRID_CAUSAL_TILES", "SMALL_GRID_CAUSAL_WAVES", "SMALL_GRID_FILL",
-           "SMALL_GRID_WAVES", "heads_group", "persist_balance", "persist_loads", "sm90_launch", "sm90_tiles",
+           "SMALL_GRID_WAVES", "explain", "heads_group", "persist_balance", "persist_loads", "sm90_launch", "sm90_tiles",
            "small_grid_consumers", "unit_key_tiles"]

@@ -326,3 +326,53 @@ def test_prefill_sm90_order_fp8_gpu(order):
     got = ops.attention(q, k, v, causal=True, descale_q=ds[0], descale_k=ds[1], descale_v=ds[2],
                         tiles=dict(ORDER=order, GROUP=3))
     assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("shape", [(1, 16, 512, 256, False, None), (1, 16, 1024, 256, True, None),
+                                   (4, 32, 4096, 128, True, None), (4, 32, 4096, 128, False, None),
+                                   (1, 16, 512, 64, False, None), (3, 7, 999, 128, True, 1500)])
+def test_explain_matches_launch(shape):
+    """attention_order.explain says what ops.attention launches: its grid, threads and shared bytes are
+    sm90_launch's and attention_sm90_shared_bytes' for the defaults; each rule that applied has its line
+    (the small-grid rule with the fill that decided it, ORDER 1, PERSIST taken or why not); asking for
+    the reasons (``why``) changes no decision."""
+    from kcompiler.ops.attention import ATTENTION_SM90_TILES, attention_sm90_shared_bytes
+    from kcompiler.ops.attention_order import explain, sm90_launch, sm90_tiles
+    B, H, S, D, causal, sk = shape
+    t = sm90_tiles(ATTENTION_SM90_TILES[(D, causal)], None)
+    why = []
+    launch = sm90_launch(t, S, H, B, 132, sk, causal, why=why)
+    assert launch == sm90_launch(t, S, H, B, 132, sk, causal)
+    grid, threads, kw = launch
+    text = explain(B, H, S, D, causal, sk)
+    head, *lines = text.splitlines()
+    assert f"grid {grid}, {threads} threads, {attention_sm90_shared_bytes(kw, D)} bytes" in head
+    assert [x.strip() for x in lines[:-1]] == why and lines[-1].strip().startswith("compile-time values:")
+    assert all(f"{k} {v}" in lines[-1] for k, v in kw.items())
+    c = kw.get("CONSUMERS", 2)
+    assert any(x.startswith("SMALL_GRID") for x in why) == bool(t.get("SMALL_GRID"))
+    if c < t.get("CONSUMERS", 2):
+        assert "under 80%" in why[0]
+    assert any(x.startswith("ORDER 1") for x in why) == (kw.get("ORDER") == 1 and "ORDER" not in t)
+    if t.get("PERSIST"):
+        assert any(x.startswith("PERSIST: " if grid[1:] == (1, 1) else "PERSIST dropped: ") for x in why)
+
+
+def test_explain_cases():
+    """explain's lines for a few shapes whose decisions are known: D 256's small grid in one consumer
+    (64 blocks of 128 rows fill 48 % of a wave), PERSIST at D 128 causal S4096 and not without the mask
+    (32 key tiles > PERSIST_TILES 8), a caller's tiles (their own values, no small-grid rule), FP8."""
+    from kcompiler.ops.attention_order import explain
+    small = explain(1, 16, 512, 256)
+    assert "64 blocks of 128 query rows fill 48% of 1 wave(s), under 80%: 1 consumer(s)" in small
+    assert "CONSUMERS 1" in small and "FA3_ORDER True" in small
+    assert "PERSIST: 132 blocks" in explain(4, 32, 4096, 128, causal=True)
+    assert "PERSIST dropped: 32 key tiles a query tile > PERSIST_TILES 8" in explain(4, 32, 4096, 128)
+    given = explain(1, 16, 512, 256, tiles=dict(BN=64))
+    assert "SMALL_GRID" not in given and "BN 64" in given and "CONSUMERS 2" in given
+    fp8 = explain(4, 32, 4096, 128, fp8=True)
+    assert "FP8" in fp8.splitlines()[0] and "BN 256" in fp8
+    with pytest.raises(ValueError, match="D 64 or 128 or 256, not 96"):
+        explain(1, 1, 128, 96)
+    with pytest.raises(ValueError, match=r"\(FP8\) takes D 128, not 64"):
+        explain(1, 1, 128, 64, fp8=True)
