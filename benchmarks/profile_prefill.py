@@ -7,7 +7,8 @@ H32 S4096 D128 bf16, without and with the causal mask, for Nsight Compute:
 
 ``--cudnn``: then one launch of torch's cuDNN SDPA on the same bf16 inputs, full then causal (its
 kernels' names vary by cuDNN version: widen -k, e.g. ``-k regex:'attention_prefill_sm90|sdpa|fmha|cudnn'``).
-``--fp8``: then the FP8 (E4M3) forms too, the same shape quantised per tensor, after the bf16 launches
+``--fp8`` (``--fp8-variants=NAME,...``: bench_attention_fp8.py's names, default ``default``): then the
+FP8 (E4M3) forms too, the same shape quantised per tensor, after the bf16 launches
 (attention_vt_fp8's V^T before each; ncu lists the launches in this order: bf16 full, causal, FP8
 full, causal).
 
@@ -35,8 +36,13 @@ if "--cudnn" in sys.argv[1:]:
         for causal in (False, True):
             torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
 if "--fp8" in sys.argv[1:]:
-    from bench_attention_fp8 import quantise  # per tensor, as the benchmark does
+    from bench_attention_fp8 import quantise, variant  # per tensor, as the benchmark does
     (q8, dq), (k8, dk), (v8, dv) = (quantise(x) for x in (q, k, v))
-    for causal in (False, True):
-        ops.attention(q8, k8, v8, causal=causal, layout="bhsd", descale_q=dq, descale_k=dk, descale_v=dv)
+    # --fp8-variants default,default-fa3-named-bn224: those FP8 forms (bench_attention_fp8's names), each
+    # full then causal, in this order
+    names = next((a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--fp8-variants=")), "default")
+    for name in names.split(","):
+        for causal in (False, True):
+            ops.attention(q8, k8, v8, causal=causal, layout="bhsd", descale_q=dq, descale_k=dk, descale_v=dv,
+                          tiles=variant(name) or None)
 torch.cuda.synchronize()
