@@ -84,6 +84,13 @@ def small_grid_consumers(consumers: int, seqlen_q: int, heads: int, batch: int, 
     return 1
 
 
+def _grid_fill(seqlen_q: int, heads: int, batch: int, sms: int, consumers: int) -> str:
+    """The small-grid rule's reading of ``consumers`` warpgroups a block, as :func:`explain` prints it."""
+    blocks = -(-seqlen_q // (64 * consumers)) * heads * batch
+    waves = -(-blocks // sms)
+    return f"{blocks} blocks of {64 * consumers} query rows fill {blocks / (waves * sms):.0%} of {waves} wave(s)"
+
+
 def sm90_tiles(defaults: dict[str, Any], tiles: dict[str, Any] | None, varlen: bool = False) -> dict[str, Any]:
     """The tiles of a call: ``defaults`` (an ATTENTION_SM90_TILES or ATTENTION_FP8_TILES entry) updated
     by the caller's ``tiles``. The small-grid rule and the persistent form are the defaults': tiles a
@@ -195,19 +202,14 @@ def sm90_launch(tiles: dict[str, Any], seqlen_q: int, heads: int, batch: int, sm
     (:func:`persist_balance` at most :data:`PERSIST_SLACK`; ``causal`` as the kernel's CAUSAL), else
     PERSIST is dropped. ``why``: a list that gets a line for each of these decisions (:func:`explain`).
     Raises ValueError for an ORDER other than 0, 1, 2 or a grid past CUDA's limits (65535 on y and z)."""
-    note = why.append if why is not None else (lambda line: None)
     kw = {k: v for k, v in tiles.items() if k not in HOST_KEYS}
     c = kw.get("CONSUMERS", 2)
     if tiles.get("SMALL_GRID"):
         c = small_grid_consumers(c, seqlen_q, heads, batch, sms)
-
-        def grid_fill(n: int) -> str:
-            blocks = -(-seqlen_q // (64 * n)) * heads * batch
-            return f"{blocks} blocks of {64 * n} query rows fill {blocks / (-(-blocks // sms) * sms):.0%} of " \
-                   f"{-(-blocks // sms)} wave(s)"
-        asked = kw.get("CONSUMERS", 2)
-        note(f"SMALL_GRID: {asked} consumer(s): {grid_fill(asked)}" + (", kept" if c == asked else
-             f", under {SMALL_GRID_FILL:.0%}: {c} consumer(s), {grid_fill(c)}"))
+        if why is not None:
+            asked, fill = kw.get("CONSUMERS", 2), functools.partial(_grid_fill, seqlen_q, heads, batch, sms)
+            why.append(f"SMALL_GRID: {asked} consumer(s): {fill(asked)}" + (", kept" if c == asked else
+                       f", under {SMALL_GRID_FILL:.0%}: {c} consumer(s), {fill(c)}"))
         kw["CONSUMERS"] = c
     nt = -(-seqlen_q // (64 * c))
     sk = seqlen_q if seqlen_k is None else seqlen_k
@@ -215,8 +217,9 @@ def sm90_launch(tiles: dict[str, Any], seqlen_q: int, heads: int, batch: int, sm
     waves = SMALL_GRID_CAUSAL_WAVES if long_causal else SMALL_GRID_WAVES
     if tiles.get("SMALL_GRID") and "ORDER" not in tiles and nt * heads * batch <= waves * sms:
         kw["ORDER"] = 1
-        note(f"ORDER 1 (the query tiles slowest, causal ones longest first): {nt * heads * batch} blocks, "
-             f"at most {waves} waves of {sms}")
+        if why is not None:
+            why.append(f"ORDER 1 (the query tiles slowest, causal ones longest first): {nt * heads * batch} "
+                       f"blocks, at most {waves} waves of {sms}")
     order = kw.get("ORDER", 0)
     if kw.get("PERSIST"):
         blocks = sms * kw.get("BLOCKS_PER_SM", 1)
@@ -226,14 +229,17 @@ def sm90_launch(tiles: dict[str, Any], seqlen_q: int, heads: int, batch: int, sm
         limit = tiles.get("PERSIST_TILES", key_tiles)
         balance = persist_balance(unit_key_tiles(nt, 64 * c, kw["BN"], seqlen_q, sk, causal), units, blocks,
                                   causal, order) if units > blocks and key_tiles <= limit else None
-        if balance is not None and balance <= slack:
-            note(f"PERSIST: {blocks} blocks loop over {units} query tiles of {key_tiles} key tiles at most "
-                 f"(PERSIST_TILES {limit}); its busiest block {balance:.3f}x the plain grid's (slack {slack})")
+        taken = balance is not None and balance <= slack
+        if why is not None:
+            why.append(f"PERSIST: {blocks} blocks loop over {units} query tiles of {key_tiles} key tiles at most "
+                       f"(PERSIST_TILES {limit}); its busiest block {balance:.3f}x the plain grid's (slack {slack})"
+                       if taken else "PERSIST dropped: " + (
+                           f"{units} query tiles for {blocks} blocks" if units <= blocks else
+                           f"{key_tiles} key tiles a query tile > PERSIST_TILES {limit}" if balance is None else
+                           f"its busiest block {balance:.3f}x the plain grid's > slack {slack}"))
+        if taken:
             kw.pop("ORDER", None)  # PERSIST's units have their own order (stdlib/attention_sm90_order.kc)
             return (blocks, 1, 1), 128 * (c + 1), kw
-        note("PERSIST dropped: " + (f"{units} query tiles for {blocks} blocks" if units <= blocks else
-                                     f"{key_tiles} key tiles a query tile > PERSIST_TILES {limit}" if balance is None
-                                     else f"its busiest block {balance:.3f}x the plain grid's > slack {slack}"))
     kw.pop("PERSIST", None)  # or a query tile a block at most: the plain grid is the same schedule
     if order == 0:
         grid = (nt, heads, batch)
