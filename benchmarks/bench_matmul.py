@@ -3,14 +3,18 @@ measured in the same run. On an sm_90 GPU ops.matmul takes the Hopper path (stdl
 TMA, wgmma, warp specialisation, persistent tiles); elsewhere the Ampere one (cp.async, ldmatrix,
 mma.sync).
 
-    python benchmarks/bench_matmul.py [--quick | --small] [--json OUT.json] [--sass] [--configs] [--mx] [--graphs]
+    python benchmarks/bench_matmul.py [--quick | --small | --only MxNxK,...] [--rounds R] [--json OUT.json] [--sass]
+                                      [--configs] [--mx] [--graphs]
                                       [--variants [NAME,NAME] [--in-process] [--shapes large|small|m8192]]
 
 Each case is checked first (relative Frobenius error against torch's result, which must be under 1e-2
 for bf16 and 3e-2 for FP8), then timed: the median of triton.testing.do_bench (CUDA events, warm-up
 first), on fresh random normal inputs (never zeros). TFLOP/s count 2 M N K. B is K-major (an (N, K)
 weight, as Linear layers hold it and as wgmma reads FP8); the bf16 cases also time a row-major B.
-FP8 is e4m3 with per-tensor scales and a bf16 result, as torch._scaled_mm computes it.
+FP8 is e4m3 with per-tensor scales and a bf16 result, as torch._scaled_mm computes it. ``--rounds R``
+times ours and cuBLAS R times each, alternating which goes first, and prints the median of the rounds'
+ratios with their spread: a single back-to-back pair moves by up to 10 % on the H200 as its clock follows
+its power (1.55 GHz under these kernels in ncu, against 1.98 GHz idle).
 
 The Triton kernel is the standard tiled matmul of Triton's tutorial (grouped tile order, a K loop of
 tl.dot, f32 accumulation), with one fixed configuration per dtype (no autotuning): 128 x 256 x 64
@@ -40,6 +44,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -112,6 +117,27 @@ def bench(fn) -> float:
     return do_bench(fn, warmup=25, rep=100, return_mode="median")
 
 
+#: --rounds: how many times each case times ours and cuBLAS, alternating which goes first (1: once each)
+ROUNDS = 1
+
+
+def bench_pair(ours, cublas) -> tuple[float, float, list[float]]:
+    """Milliseconds of ``ours`` and ``cublas`` (medians over :data:`ROUNDS` rounds of do_bench, 40 ms a
+    round where there are several, the order alternating round by round so that neither always runs on
+    the hotter GPU) and the rounds' ratios of cuBLAS's time to ours (above 1: ours faster)."""
+    if ROUNDS == 1:
+        t, tc = bench(ours), bench(cublas)
+        return t, tc, [tc / t]
+    ts, tcs = [], []
+    for r in range(ROUNDS):
+        pair = (ours, cublas) if r % 2 == 0 else (cublas, ours)
+        got = [do_bench(fn, warmup=10, rep=40, return_mode="median") for fn in pair]
+        t, tc = got if r % 2 == 0 else got[::-1]
+        ts.append(t)
+        tcs.append(tc)
+    return statistics.median(ts), statistics.median(tcs), [tc / t for t, tc in zip(ts, tcs)]
+
+
 def case_bf16(m: int, n: int, k: int, layout: str) -> dict:
     a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16).T if layout == "nk" else \
@@ -120,11 +146,10 @@ def case_bf16(m: int, n: int, k: int, layout: str) -> dict:
     err = rel_err(ops.matmul(a, b), want)
     err_triton = rel_err(triton_matmul(a, b), want)
     assert err < 1e-2 and err_triton < 1e-2, (err, err_triton)
-    t = bench(lambda: ops.matmul(a, b))
-    t_cublas = bench(lambda: torch.matmul(a, b))
+    t, t_cublas, ratios = bench_pair(lambda: ops.matmul(a, b), lambda: torch.matmul(a, b))
     t_triton = bench(lambda: triton_matmul(a, b))
     return dict(dtype="bf16", M=m, N=n, K=k, B=layout, ours=tflops(m, n, k, t), cublas=tflops(m, n, k, t_cublas),
-                triton=tflops(m, n, k, t_triton), err=err)
+                triton=tflops(m, n, k, t_triton), err=err, ratios=ratios)
 
 
 def case_fp8(m: int, n: int, k: int) -> dict:
@@ -136,11 +161,11 @@ def case_fp8(m: int, n: int, k: int) -> dict:
     err = rel_err(ops.scaled_matmul(a, b, sa, sb), want)
     err_triton = rel_err(triton_matmul(a, b, 0.75 * 1.25), want)
     assert err < 3e-2 and err_triton < 3e-2, (err, err_triton)
-    t = bench(lambda: ops.scaled_matmul(a, b, sa, sb))
-    t_cublas = bench(lambda: torch._scaled_mm(a, b, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16))
+    t, t_cublas, ratios = bench_pair(lambda: ops.scaled_matmul(a, b, sa, sb),
+                                     lambda: torch._scaled_mm(a, b, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16))
     t_triton = bench(lambda: triton_matmul(a, b, 0.75 * 1.25))
     return dict(dtype="f8e4m3", M=m, N=n, K=k, B="nk", ours=tflops(m, n, k, t), cublas=tflops(m, n, k, t_cublas),
-                triton=tflops(m, n, k, t_triton), err=err)
+                triton=tflops(m, n, k, t_triton), err=err, ratios=ratios)
 
 
 def sass_counts() -> dict:
@@ -481,7 +506,13 @@ def main() -> None:
     p.add_argument("--in-process", action="store_true", help="--variants: all in this process")
     p.add_argument("--shapes", default="large", choices=sorted(VARIANT_SHAPE_SETS),
                    help="--variants: the set of shapes (VARIANT_SHAPE_SETS)")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="the table: time ours and cuBLAS this many times each, interleaved (the median; "
+                        "the spread of the rounds' ratios is printed)")
+    p.add_argument("--only", help="the table: only sizes MxNxK[,MxNxK...]")
     args = p.parse_args()
+    global ROUNDS
+    ROUNDS = max(1, args.rounds)
     if args.variants is not None:
         names = [x for x in args.variants.split(",") if x] or None
         several = names is None or len(names) > 1
@@ -497,14 +528,18 @@ def main() -> None:
             return
     dev = torch.cuda.get_device_name()
     sizes = QUICK if args.quick else [s for s in LLM if s[0] <= 128] if args.small else SQUARE + LLM
+    if args.only:
+        sizes = [tuple(int(v) for v in s.split("x")) for s in args.only.split(",")]
     rows = []
     for m, n, k in sizes:
         for row in (case_bf16(m, n, k, "nk"), case_fp8(m, n, k)):
             rows.append(row)
+            r = row["ratios"]
+            spread = f" [rounds {min(r):.2f}-{max(r):.2f}]" if len(r) > 1 else ""
             print(f"{row['dtype']:6s} {m:5d} x {n:5d} x {k:5d} B {row['B']}: ours {row['ours']:6.0f}  cuBLAS "
-                  f"{row['cublas']:6.0f} ({row['ours'] / row['cublas']:.2f}x)  Triton {row['triton']:6.0f} "
+                  f"{row['cublas']:6.0f} ({statistics.median(r):.2f}x{spread})  Triton {row['triton']:6.0f} "
                   f"({row['ours'] / row['triton']:.2f}x) TFLOP/s  err {row['err']:.1e}", flush=True)
-    for m, n, k in SQUARE:
+    for m, n, k in SQUARE if not args.only else []:
         row = case_bf16(m, n, k, "kn")
         rows.append(row)
         print(f"bf16   {m:5d} x {n:5d} x {k:5d} B kn: ours {row['ours']:6.0f}  cuBLAS {row['cublas']:6.0f} "
