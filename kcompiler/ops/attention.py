@@ -354,12 +354,15 @@ def attention_sm90_shared_bytes(tiles: dict[str, Any], head_dim: int, itemsize: 
     stdlib/attention_sm90.kc): Q's BM = 64 * CONSUMERS rows (CONSUMERS default 2) and STAGES tiles of BN
     rows of K and of V (FP8, ``itemsize`` 1: V^T's stages in whole boxes of 128 keys), D elements each,
     then 3 + 4 * STAGES mbarriers, one more with ``varlen`` (VARLEN's edge tile of V) or PERSIST (Q's
-    buffer free for the next unit)."""
+    buffer free for the next unit). FP8's VT_SMEM (V transposed in the kernel, std.attention_sm90_vt):
+    1,024 bytes for the mbarriers, then VT_SMEM stages of BN rows of V."""
     bm = 64 * tiles.get("CONSUMERS", 2)
     nbar = 3 + 4 * tiles["STAGES"] + int(varlen or bool(tiles.get("PERSIST")))
     bn = tiles["BN"]
     v_keys = -(-bn // 128) * 128 if itemsize == 1 else bn  # std.attention_sm90_produce's v_keys
-    return (bm + tiles["STAGES"] * (bn + v_keys)) * head_dim * itemsize + 8 * nbar
+    rvt = tiles.get("VT_SMEM", 0)
+    return (bm + tiles["STAGES"] * (bn + v_keys)) * head_dim * itemsize + \
+        (1024 + rvt * bn * head_dim * itemsize if rvt else 8 * nbar)
 
 
 def _attention_sm90_module(target: str) -> Any:

@@ -45,6 +45,33 @@ ATTENTION_FP8_TILES = {False: dict(BN=256, STAGES=2, OVERLAP=False, PINGPONG=Tru
                                   PERSIST_TILES=8)}
 
 
+#: Short sequences: (causal, the most keys, tiles over ATTENTION_FP8_TILES[causal]), the first that matches
+#: a call with no tiles of its own (:func:`fp8_tiles`). V^T made in the kernel (VT_SMEM 2,
+#: std.attention_sm90_vt) rather than by std.attention_vt_fp8's pass through global memory, which costs
+#: O(Sk D) a head against the prefill's O(Sq Sk D). H200, benchmarks/bench_attention_ab.py --fp8
+#: (benchmarks/RESULTS.md, 2026-11-29, twenty-fifth session), x the pass: B32 H16 S512 causal 1.18 (1.29
+#: in key tiles of 128), full 1.14; B16 H16 S1024 causal 1.13, full 1.06; B8 H16 S2048 causal 1.04;
+#: B4 H32 S4096 0.91 full, 0.94 causal.
+ATTENTION_FP8_SHORT = [(True, 512, dict(VT_SMEM=2, STAGES=2, BN=128)), (True, 2048, dict(VT_SMEM=2, STAGES=2)),
+                       (False, 1024, dict(VT_SMEM=2, STAGES=2))]
+
+#: The dynamic shared memory a block can have on sm_90 (227 KiB).
+SM90_SHARED_MAX = 232448
+
+
+def fp8_tiles(causal: bool, seqlen_k: int, tiles: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The defaults of an FP8 call over ``seqlen_k`` keys: ATTENTION_FP8_TILES[causal], updated by the
+    first entry of :data:`ATTENTION_FP8_SHORT` for ``causal`` with at least ``seqlen_k`` keys, unless
+    the caller gives ``tiles`` (then their base is ATTENTION_FP8_TILES[causal] alone, as their names
+    say: kcompiler.ops.attention_order.sm90_tiles merges them)."""
+    t = ATTENTION_FP8_TILES[bool(causal)]
+    if not tiles:
+        for c, keys, extra in ATTENTION_FP8_SHORT:
+            if c == bool(causal) and seqlen_k <= keys:
+                return {**t, **extra}
+    return t
+
+
 def is_fp8(x: Any) -> bool:
     """Whether ``x`` is an array of float8 e4m3 (ml_dtypes.float8_e4m3fn, torch.float8_e4m3fn)."""
     t = arrays.array_scalar_type(x)  # None for what is not an array
@@ -87,14 +114,16 @@ def attention_fp8(q: Any, k: Any, v: Any, *, causal: bool, scale: float | None, 
     (natural log of the descaled scores' sum). S = Q K^T is FP8 wgmma (m64nNk32), P is rounded to e4m3
     in registers (.satfinite) for O += P V (FP8 wgmma with A from registers), f32 accumulation.
 
-    V enters the product as B, which FP8 wgmma reads K-major only: a first kernel (std.attention_vt_fp8)
-    writes V^T, (B, Hkv, D, Sk rounded up to 32), its keys permuted within chunks of 32 to match P's
-    register fragment (stdlib/attention_sm90.kc, p_frag), then the prefill kernel reads it by TMA.
+    V enters the product as B, which FP8 wgmma reads K-major only, so as V^T, its keys permuted within
+    chunks of 32 to match P's register fragment (stdlib/attention_sm90.kc, p_frag): written by a first
+    kernel (std.attention_vt_fp8: (B, Hkv, D, Sk rounded up to 32) in global memory) that the prefill
+    reads by TMA, or, with VT_SMEM (:data:`ATTENTION_FP8_SHORT`'s defaults where the keys are few), made
+    by the prefill's producer warps in its shared memory from V itself (std.attention_sm90_vt).
 
     Runs where std.attention_sm90 runs (an sm_90 GPU with torch CUDA tensors; the CPU target's wgmma
     emulation with numpy arrays). Raises ValueError where it cannot: a target without wgmma (FP8
-    attention needs wgmma), D other than 128, variable lengths, mismatched shapes; TypeError unless q,
-    k and v are all e4m3. ``keep``: given the call's :class:`Fp8Plan`, to prepare later calls
+    attention needs wgmma), D other than 128, variable lengths, mismatched shapes, tiles past sm_90's
+    shared memory; TypeError unless q, k and v are all e4m3. ``keep``: given the call's :class:`Fp8Plan`, to prepare later calls
     (kcompiler.ops.attention.PLANS, which keeps it only under a key: none for descale arrays,
     :func:`plan_options`)."""
     from .attention import _attention_sm90_module, _prefill_shapes
@@ -141,13 +170,14 @@ def plan_options(descale_q: Any, descale_k: Any, descale_v: Any, out_dtype: str)
     if not all(x is None or isinstance(x, (int, float, np.floating, np.integer)) for x in values):
         return None
     return ("fp8", tuple(None if x is None else float(x) for x in values), out_dtype,
-            tuple((c, tuple(t.items())) for c, t in ATTENTION_FP8_TILES.items()))  # (no sort: a call's cost)
+            tuple((c, tuple(t.items())) for c, t in ATTENTION_FP8_TILES.items()),  # (no sort: a call's cost)
+            tuple((c, n, tuple(t.items())) for c, n, t in ATTENTION_FP8_SHORT))
 
 
 class Fp8Plan:
-    """The two launches of an FP8 attention call for one shape, fixed at its first call (the
-    16-bit path's plan, kcompiler.ops.attention._Sm90Plan, is the model): std.attention_vt_fp8 into a
-    fresh V^T, then std.attention_sm90 with T = f8e4m3. ``run`` launches on checked arrays; calling the
+    """The launches of an FP8 attention call for one shape, fixed at its first call (the 16-bit
+    path's plan, kcompiler.ops.attention._Sm90Plan, is the model): std.attention_vt_fp8 into a fresh
+    V^T, then std.attention_sm90 with T = f8e4m3; with VT_SMEM the prefill alone, on V. ``run`` launches on checked arrays; calling the
     plan checks contiguity and (on a GPU) 16-byte alignment, allocates O and the LSE and runs (None:
     not for this plan). ``out`` and ``lse``: (shape, dtype) of the results. Host time of a call on the
     H200 (benchmarks/bench_attention_host.py, 2026-11-29): 80-110 us prepared, 270-360 unprepared, the
@@ -159,26 +189,32 @@ class Fp8Plan:
     def __init__(self, q: Any, p: Any, layout: str, causal: bool, scale: float, tiles: dict[str, Any] | None,
                  target: str, out_dtype: str, ds: Any):
         from .attention import _attention_sm90_module, attention_sm90_shared_bytes
-        t = sm90_tiles(ATTENTION_FP8_TILES[bool(causal)], tiles)
+        t = sm90_tiles(fp8_tiles(causal, p.Sk, tiles), tiles)
         mod = _attention_sm90_module(target)
         grid, threads, t = sm90_launch(t, p.Sq, p.H, p.B, _common.device_of(mod, q).multiprocessor_count,
                                        seqlen_k=p.Sk, causal=bool(causal))
         s = p.strides
         self.kind = ArrayKind(q)
         self.cuda = self.kind.cuda
+        shared = attention_sm90_shared_bytes(t, p.D, 1)
+        if shared > SM90_SHARED_MAX:
+            raise ValueError(f"attention: FP8 tiles {t} need {shared} bytes of shared memory a block, more than "
+                             f"sm_90's {SM90_SHARED_MAX}: fewer STAGES or VT_SMEM stages, or a smaller BN")
         self.launch = mod.attention_prefill_sm90[grid, threads].bind(
-            T="f8e4m3", OUT=out_dtype, D=p.D, CAUSAL=bool(causal), VARLEN=False,
-            shared=attention_sm90_shared_bytes(t, p.D, 1), **t)
+            T="f8e4m3", OUT=out_dtype, D=p.D, CAUSAL=bool(causal), VARLEN=False, shared=shared, **t)
         self.scalars = (p.cq, p.ck, p.Sq, p.Sk, p.H // p.HK, p.H, p.B, s["o_sb"], s["o_ss"], s["o_sh"], p.l_sb, p.l_sh,
                         np.float32(scale))
-        # V^T, keys permuted in chunks of 32 (attention_vt_fp8)
-        skp = -(-p.Sk // 32) * 32
-        self.vt = ((p.B, p.HK, p.D, skp), self.kind.dtype("f8e4m3"))
-        self.vt_launch = _common.stdlib_module("attention_vt_fp8", target).attention_vt_fp8[
-            (-(-p.Sk // 128), p.HK, p.B), 256].bind(D=p.D, shared=128 * (p.D + 4))
-        self.vt_scalars = (p.Sk, skp, s["k_sb"], s["k_ss"], s["k_sh"])
         self.layout = layout
         self.boxes = ((1, 1, 64 * t.get("CONSUMERS", 2), 128), (1, 1, t["BN"], 128), (1, 1, p.D, 128))
+        self.vt_launch = None
+        if t.get("VT_SMEM"):  # V as it is, transposed in the kernel (std.attention_sm90_vt)
+            self.boxes = self.boxes[:2] + self.boxes[1:2]
+        else:  # V^T, keys permuted in chunks of 32 (attention_vt_fp8)
+            skp = -(-p.Sk // 32) * 32
+            self.vt = ((p.B, p.HK, p.D, skp), self.kind.dtype("f8e4m3"))
+            self.vt_launch = _common.stdlib_module("attention_vt_fp8", target).attention_vt_fp8[
+                (-(-p.Sk // 128), p.HK, p.B), 256].bind(D=p.D, shared=128 * (p.D + 4))
+            self.vt_scalars = (p.Sk, skp, s["k_sb"], s["k_ss"], s["k_sh"])
         self.maps: OrderedDict[tuple, tuple] = OrderedDict()
         self.ds = flat(ds, 1)
         self.out = (tuple(q.shape), self.kind.dtype(out_dtype))
@@ -189,12 +225,16 @@ class Fp8Plan:
         writing ``out`` and ``lse``."""
         from .attention import _bhsd_view
         stream = self.kind.stream()
-        vt = self.kind.empty(*self.vt)
-        self.vt_launch(_words(v), _words(vt), *self.vt_scalars, stream=stream)
+        if self.vt_launch is None:  # VT_SMEM: the kernel reads V itself
+            vt = v
+        else:
+            vt = self.kind.empty(*self.vt)
+            self.vt_launch(_words(v), _words(vt), *self.vt_scalars, stream=stream)
         key = (data_ptr(q), data_ptr(k), data_ptr(vt)) if self.cuda else None
         maps = self.maps.get(key) if key is not None else None
         if maps is None:
-            views = (_bhsd_view(q, self.layout, False), _bhsd_view(k, self.layout, False), vt)
+            views = (_bhsd_view(q, self.layout, False), _bhsd_view(k, self.layout, False),
+                     vt if self.vt_launch is not None else _bhsd_view(v, self.layout, False))
             maps = tuple(cached_tensor_map(x, box) for x, box in zip(views, self.boxes))
             if key is not None:
                 self.maps[key] = maps
@@ -224,4 +264,5 @@ def _words(x: Any) -> Any:
     return f.view(np.uint8).view(np.int32)
 
 
-__all__ = ["ATTENTION_FP8_TILES", "Fp8Plan", "attention_fp8", "descales", "is_fp8", "plan_options"]
+__all__ = ["ATTENTION_FP8_SHORT", "ATTENTION_FP8_TILES", "Fp8Plan", "SM90_SHARED_MAX", "attention_fp8", "descales",
+           "fp8_tiles", "is_fp8", "plan_options"]

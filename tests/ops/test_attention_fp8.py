@@ -220,6 +220,70 @@ def test_fp8_prefill_fa3order_emulated(monkeypatch, emulated, bn):
     check_fp8(out, lse, reference_fp8(*(x.astype(np.float64) for x in (q, k, v)), True, 128 ** -0.5, dq, dk, dv))
 
 
+#: (B, Sq, Sk, H, HK, causal, tiles): V^T made in the kernel (VT_SMEM, std.attention_sm90_vt) with one and two
+#: raw stages over ring laps, key tiles in whole boxes and partial ones (224: 96 of the second box's 128
+#: keys unwritten; 96: part of one), FlashAttention-3's order, the persistent form, Sk past the last tile
+VT_CASES = [(1, 140, 700, 4, 2, True, dict(VT_SMEM=2, STAGES=2)),
+            (2, 77, 500, 2, 1, False, dict(VT_SMEM=1, STAGES=2, BN=224)),
+            (1, 45, 333, 2, 2, True, dict(VT_SMEM=2, STAGES=2, BN=96, OVERLAP=True, PINGPONG=True, FA3_ORDER=True,
+                                          TURNS=1)),
+            (1, 300, 290, 4, 2, True, dict(VT_SMEM=2, STAGES=2, BN=128, PERSIST=True))]
+
+
+@pytest.mark.parametrize("case", VT_CASES, ids=lambda c: "x".join(map(str, c[:5])) + f"-{c[5]}-" + "-".join(
+    f"{k}{int(v)}" for k, v in c[6].items()))
+def test_fp8_prefill_vt_smem_emulated(monkeypatch, emulated, case):
+    """FP8 with V^T made in the kernel's shared memory by the producer's warps 1 .. 3 (VT_SMEM) on the
+    emulation, against float64: the transposed, key-permuted, swizzled stages must be exactly what
+    std.attention_vt_fp8's TMA boxes leave there (a wrong byte order or row fails the bound), with
+    per-(batch, KV head) descales and GQA."""
+    B, Sq, Sk, H, HK, causal, tiles = case
+    q, k, v = fp8_inputs(B, Sq, Sk, H, HK)
+    dq, dk, dv = (RNG.uniform(0.25, 2.0, (B, HK)).astype(np.float32) for _ in range(3))
+    out, lse = run_fp8(monkeypatch, emulated, q, k, v, causal, descale_q=dq, descale_k=dk, descale_v=dv, tiles=tiles)
+    check_fp8(out, lse, reference_fp8(*(x.astype(np.float64) for x in (q, k, v)), causal, 128 ** -0.5, dq, dk, dv))
+
+
+def test_fp8_short_defaults():
+    """ATTENTION_FP8_SHORT: a call with no tiles of its own takes V^T in the kernel up to 1,024 keys (2,048
+    causal; key tiles of 128 up to 512 causal keys), the pass before it past them; a caller's tiles are
+    taken over ATTENTION_FP8_TILES alone; explain says which; tiles past sm_90's shared memory are a
+    ValueError that says so."""
+    from kcompiler.ops.attention_fp8 import ATTENTION_FP8_TILES, fp8_tiles
+    from kcompiler.ops.attention_order import explain
+    assert fp8_tiles(False, 1024)["VT_SMEM"] == 2 and "VT_SMEM" not in fp8_tiles(False, 1025)
+    assert fp8_tiles(True, 2048)["VT_SMEM"] == 2 and fp8_tiles(True, 2048)["BN"] == 256
+    assert fp8_tiles(True, 512) == {**ATTENTION_FP8_TILES[True], "VT_SMEM": 2, "STAGES": 2, "BN": 128}
+    assert fp8_tiles(True, 4096) == ATTENTION_FP8_TILES[True] == fp8_tiles(True, 512, dict(BN=64))
+    assert "VT_SMEM 2" in explain(16, 16, 1024, 128, causal=True, fp8=True)
+    assert "VT_SMEM" not in explain(4, 32, 4096, 128, fp8=True)
+
+
+def test_fp8_shared_memory_error(monkeypatch, emulated):
+    """Tiles whose stages need more shared memory than an sm_90 block has (3 stages of BN 256 and two raw
+    V stages: 273 KiB) are a ValueError naming the bytes, before anything is compiled or launched."""
+    q, k, v = fp8_inputs(1, 64, 300, 2, 1)
+    with pytest.raises(ValueError, match="bytes of shared memory"):
+        run_fp8(monkeypatch, emulated, q, k, v, True, tiles=dict(VT_SMEM=2, STAGES=3))
+
+
+@needs_ptxas
+@pytest.mark.parametrize("causal,bn", [(False, 256), (True, 256), (True, 128)])
+def test_fp8_vt_smem_ptx(causal, bn):
+    """The short-sequence defaults' kernels (VT_SMEM 2, PERSIST) assemble for sm_90a without spills: the
+    producer warpgroup at 48 registers a thread (the transposers spill at 40), the consumers at 224."""
+    from kcompiler.backends.nvptx.target import NvptxTarget
+    from kcompiler.frontend.program import stdlib_dir
+    from kcompiler.pipeline import emit_file
+    ptx = emit_file(stdlib_dir() / "attention_sm90.kc", "asm", NvptxTarget("sm_90a", approx_ftz=True),
+                    kernel="attention_prefill_sm90",
+                    comptime=dict(T="f8e4m3", OUT="bf16", D=128, CAUSAL=causal, BN=bn, STAGES=2, PINGPONG=True, TURNS=1,
+                                  PERSIST=True, VT_SMEM=2))
+    assert "setmaxnreg.dec.sync.aligned.u32 48;" in ptx and "setmaxnreg.inc.sync.aligned.u32 224;" in ptx
+    log = ptxas(ptx, "sm_90a", verbose=True)
+    assert " 0 bytes spill stores" in log, log
+
+
 @needs_nvdisasm
 @pytest.mark.parametrize("bn", [192, 224])
 def test_fp8_fa3order_in_sass(bn):
@@ -409,6 +473,19 @@ def test_fp8_prefill_bn_gpu(causal, bn):
     (2 and 3 stages)."""
     fa3 = dict(BN=bn, OVERLAP=True, PINGPONG=True, FA3_ORDER=True, TURNS=1)
     for shape, tiles in zip(GPU_SHAPES, (dict(BN=bn), fa3, dict(fa3, STAGES=3), dict(BN=bn, STAGES=3), fa3)):
+        _gpu_case(shape, tiles, causal)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True])
+def test_fp8_prefill_vt_smem_gpu(causal):
+    """V^T made in the kernel (VT_SMEM) on the GPU: one and two raw stages, key tiles of 256, 128, 224
+    and 96, FlashAttention-3's order, the persistent form; the default itself at the first shape (1,000
+    keys: ATTENTION_FP8_SHORT)."""
+    for shape, tiles in zip(GPU_SHAPES, (None, dict(VT_SMEM=1, STAGES=2, BN=224), dict(VT_SMEM=2, STAGES=2, BN=128),
+                                         dict(VT_SMEM=2, STAGES=2, BN=96, OVERLAP=True, PINGPONG=True,
+                                              FA3_ORDER=True, TURNS=1),
+                                         dict(VT_SMEM=2, STAGES=2, PERSIST=True))):
         _gpu_case(shape, tiles, causal)
 
 

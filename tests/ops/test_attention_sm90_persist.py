@@ -172,12 +172,14 @@ def test_prefill_sm90_persist_emulated(monkeypatch, emulated, tiles, shape, sms)
 
 @pytest.mark.parametrize("causal,form", [(True, {}), pytest.param(False, {}, marks=pytest.mark.slow(sample=0)),
                                          pytest.param(True, dict(BN=192, OVERLAP=True, PINGPONG=True, FA3_ORDER=True,
-                                                                 TURNS=1), marks=pytest.mark.slow(sample=0))],
-                         ids=["causal", "full", "bn192-fa3order-causal"])
+                                                                 TURNS=1), marks=pytest.mark.slow(sample=0)),
+                                         (True, dict(VT_SMEM=2, STAGES=2, BN=128))],
+                         ids=["causal", "full", "bn192-fa3order-causal", "vt-smem-causal"])
 def test_prefill_sm90_persist_fp8_emulated(monkeypatch, emulated, causal, form):
-    """FP8 (key tiles of 256, V^T; or ``form``) with PERSIST on 2 multiprocessors: the same bits as the
-    plain grid (each unit's sums in the same order), per-head descales read at each unit's (batch entry,
-    head)."""
+    """FP8 (ATTENTION_FP8_TILES' key tiles of 256 and V^T pass; or ``form``: FA3_ORDER, V^T made in the
+    kernel) with PERSIST on 2 multiprocessors: the same bits as the plain grid (each unit's sums in the
+    same order), per-head descales read at each unit's (batch entry, head); the transposers follow the
+    units' tiles as the producer does."""
     from kcompiler import ops
 
     monkeypatch.setattr(ops_attention, "_attention_sm90_module", lambda target: emulated)
@@ -185,7 +187,8 @@ def test_prefill_sm90_persist_fp8_emulated(monkeypatch, emulated, causal, form):
     q, k, v = ((RNG.standard_normal(shape) * 2).astype(ml_dtypes.float8_e4m3fn)
                for shape in ((B, Sq, H, 128), (B, Sk, HK, 128), (B, Sk, HK, 128)))
     ds = {f"descale_{n}": (RNG.random((B, HK)) + 0.5).astype(np.float32) for n in "qkv"}
-    want, want_lse = ops.attention(q, k, v, causal=causal, return_lse=True, target="cpu", tiles=form or None, **ds)
+    want, want_lse = ops.attention(q, k, v, causal=causal, return_lse=True, target="cpu", tiles=dict(form, PERSIST=False),
+                                   **ds)
     monkeypatch.setattr(_common, "device_of", lambda mod, x: SimpleNamespace(multiprocessor_count=2))
     got, lse = ops.attention(q, k, v, causal=causal, return_lse=True, target="cpu",
                              tiles=dict(form, PERSIST=True, PERSIST_SLACK=100), **ds)
