@@ -349,6 +349,9 @@ VARIANTS = {"default": None,
             "128x256/s4": ("128x256", {}, dict(split_k=4)),
             "64x128/s2": ("64x128", {}, dict(split_k=2)),
             "64x64": ("64x64", {}),  # with choose_split's shares (and small_m_rows where M <= 56)
+            # a wave of 128 tiles where 64x128 / 64x64 leave multiprocessors idle or split K (M <= 64)
+            "64x112": ("64x112", {}, dict(split_k=1)),
+            "64x32": ("64x32", {}, dict(split_k=1)),
             # M 65-128 (two rows of 64-row tiles): stages filling 200 KiB (cuBLAS: 64 x 64 tiles, 13 stages, in
             # clusters of 2 at 128 x 4096 x 4096 on the H200, ncu), and 2-block clusters sharing B by multicast
             "64x64/12st": ("64x64", dict(STAGES=12)),

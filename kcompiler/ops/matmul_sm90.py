@@ -39,6 +39,10 @@ CONFIGS = {"128x256": dict(BN=256, CONSUMERS=2, STAGES=4, GROUP_M=8),
            # small: M 128 bf16 x 4096 x 4096 0.87 -> 0.98x cuBLAS, x 4096 x 14336 0.88 -> 0.94x; FP8 0.93 -> 1.00x,
            # 0.88 -> 0.92x (cuBLAS runs 64 x 64 tiles in 13 stages there)
            "64x64": dict(BN=64, CONSUMERS=1, STAGES=12, GROUP_M=4),
+           # one consumer's 64 rows by 112 / 32 columns: N = 14336 is 128 tiles of 112 (64x128: 112, 20 of
+           # 132 multiprocessors idle), N = 4096 128 tiles of 32 (64x64: 64, split along K in 2 shares)
+           "64x112": dict(BN=112, CONSUMERS=1, STAGES=10, GROUP_M=4),
+           "64x32": dict(BN=32, CONSUMERS=1, STAGES=16, GROUP_M=4),
            "pp64x256": dict(BN=256, CONSUMERS=2, STAGES=5, GROUP_M=16, PINGPONG=True),
            "pp128x128": dict(BN=128, CONSUMERS=2, STAGES=6, GROUP_M=8, PINGPONG=True, WG_M=2),
            "c2x128x256": dict(BN=256, CONSUMERS=2, STAGES=4, GROUP_M=8, CLUSTER_M=2),
@@ -83,18 +87,31 @@ CONFIGS = {"128x256": dict(BN=256, CONSUMERS=2, STAGES=4, GROUP_M=8),
 #: where 128 x 256 tiles are too few and 128 x 112 tiles fill one wave (:data:`ONE_WAVE`): 128 x 14336 x
 #: 4096 (128 tiles) 0.98x cuBLAS bf16 and 0.94x FP8 against 64x128's 0.93x and 0.92x (H200, 2026-11-28,
 #: bench_matmul.py --variants default,128x112 --shapes small, one run; cuBLAS runs 128 x 112 tiles there
-#: too, ncu).
-CHOICES = ("tma128x256h", "128x112", "64x128", "64x64")
+#: too, ncu). 64x32 where 64 x 64 tiles are too few and 64 x 32 fill one wave: M <= 64 by N = 4096 (128
+#: tiles instead of 64 in 2 shares of K): H200, 2026-11-29, bench_matmul.py --variants --shapes small, two
+#: runs: bf16 16 x 4096 x 4096 1.08x cuBLAS against 0.98-1.01x, x 4096 x 14336 1.00-1.01 against 0.99;
+#: FP8 16 x 4096 x 14336 1.03 against 1.00-1.01, x 4096 x 4096 0.93-1.02 against 0.98-0.99.
+CHOICES = ("tma128x256h", "128x112", "64x128", "64x64", "64x32")
+
+#: Configurations of :data:`CHOICES` that :func:`choose` takes only up to so many rows M: 64x32 where one
+#: row of tiles reads A once (M 128 by 2048 by 4096 / 8192: 0.91 / 0.85x cuBLAS bf16, H200, 2026-11-29).
+CHOICE_MAX_M = {"64x32": 64}
+
+#: What :func:`choose` takes where no configuration of :data:`CHOICES` fills 80 % of the multiprocessors.
+SMALLEST = "64x64"
 
 #: Configurations of :data:`CHOICES` that :func:`choose` takes only where their tiles fit one wave (no
 #: more tiles than multiprocessors): past that the busiest block multiplies two 128 x 112 tiles where
-#: 64x128's multiplies two of 64 x 128 (512 x 4096: 148 tiles against 256).
-ONE_WAVE = ("128x112",)
+#: 64x128's multiplies two of 64 x 128 (512 x 4096: 148 tiles against 256); two 64 x 32 (16 x 8192 x
+#: 8192: 0.93-0.94x cuBLAS against 64x64's 0.96-0.98x, H200).
+ONE_WAVE = ("128x112", "64x32")
 
 #: Tiles of as many rows that :func:`choose` takes instead of a configuration of :data:`CHOICES` where
 #: they cost :data:`WAVE_MARGIN` less in its wave model: tma128x224h for tma128x256h (1024 x 14336 x 4096:
-#: H100, 2026-11-27, benchmarks/RESULTS.md).
-WAVE_ALTERNATIVES = {"tma128x256h": ("tma128x224h",)}
+#: H100, 2026-11-27, benchmarks/RESULTS.md); 64x112 for 64x128 (M <= 64 by 14336: 128 tiles, not 112 on
+#: 132 multiprocessors; H200, 2026-11-29, two runs: bf16 16 x 14336 x 4096 0.99-1.00x cuBLAS against
+#: 0.96-0.98x, FP8 0.96-0.97x against 0.93-0.95x).
+WAVE_ALTERNATIVES = {"tma128x256h": ("tma128x224h",), "64x128": ("64x112",)}
 
 #: How much less (a fraction) a tile of :data:`WAVE_ALTERNATIVES` must cost in :func:`choose`'s wave model.
 WAVE_MARGIN = 0.05
@@ -150,7 +167,7 @@ def choose(M: int, N: int, K: int, sms: int = Device.multiprocessor_count, b_kma
     where that costs :data:`WAVE_MARGIN` less by waves:
     ceil(tiles / sms) x BN, the columns the busiest block multiplies (wave quantisation: 1024 x 14336 has
     448 tiles of 128 x 256, 3.39 waves, the busiest block 4 x 256 columns, and 512 of 128 x 224, 4 x
-    224); none fitting, the smallest (small products are bound by reading B: what counts there is how
+    224); none fitting, :data:`SMALLEST` (small products are bound by reading B: what counts there is how
     many blocks stream it at once); one consumer warpgroup (64 rows) where M <= 64; BN a multiple of
     ``bn_multiple`` (32 for a block epilogue or a gated one: the kernel's rules), and of 64 for an
     N-major B (``b_kmajor`` False). (Where M <= 56, :func:`prepare` then gives one consumer's tiles
@@ -170,6 +187,9 @@ def choose(M: int, N: int, K: int, sms: int = Device.multiprocessor_count, b_kma
         if M <= 64 and tile_m(cfg) > 64:
             if say:
                 why.append(f"{name}: not for M <= 64 (a second consumer would multiply rows of zeros)")
+        elif M > CHOICE_MAX_M.get(name, M):
+            if say:
+                why.append(f"{name}: not for M > {CHOICE_MAX_M[name]} (CHOICE_MAX_M)")
         elif cfg["BN"] % step:
             if say:
                 why.append(f"{name}: BN {cfg['BN']} is not a multiple of {step}")
@@ -190,8 +210,8 @@ def choose(M: int, N: int, K: int, sms: int = Device.multiprocessor_count, b_kma
         elif say:
             why.append(f"{name}: {tiles(cfg)} tiles, under 80 % of the {sms} multiprocessors")
     if say:
-        why.append(f"none fills 80 %: the smallest tiles, {CHOICES[-1]} (small products are bound by reading B)")
-    return dict(CONFIGS[CHOICES[-1]])
+        why.append(f"none fills 80 %: {SMALLEST} (small products are bound by reading B)")
+    return dict(CONFIGS[SMALLEST])
 
 
 def choose_split(M: int, N: int, K: int, cfg: dict, bk: int, sms: int = Device.multiprocessor_count,
@@ -759,7 +779,7 @@ def scaled_matmul_cpu(a: Any, b: Any, scale_a: Any, scale_b: Any, *, out_dtype: 
     return run(_cpu_module(), a2, b_nk, out, scale_a=sa, scale_b=sb, scale=mode)
 
 
-__all__ = ["BK", "CHOICES", "CONFIGS", "PLANS", "ONE_WAVE", "SMALL_M_SHARED", "WAVE_ALTERNATIVES", "WAVE_MARGIN",
+__all__ = ["BK", "CHOICES", "CHOICE_MAX_M", "CONFIGS", "PLANS", "ONE_WAVE", "SMALLEST", "SMALL_M_SHARED", "WAVE_ALTERNATIVES", "WAVE_MARGIN",
            "choose", "choose_split", "epi_box", "epilogue_module", "operand_b", "plan_key", "prepare", "reason_not",
            "remember", "run", "scaled_matmul", "scaled_matmul_cpu", "shared_bytes", "small_m_rows", "tail_shares",
            "tile_m", "tma_store_applies"]

@@ -110,7 +110,13 @@ def test_config_choice():
     assert m.choose(4096, 4096, 4096) == m.CONFIGS["tma128x256h"]  # 4 x 256 < 5 x 224
     assert m.choose(8192, 8192, 8192) == m.CONFIGS["tma128x256h"]  # 16 x 256 against 18 x 224: within the margin
     assert m.choose(128, 4096, 4096) == m.CONFIGS["64x64"]  # 128 tiles of 132
-    assert m.choose(16, 14336, 4096) == m.CONFIGS["64x128"]
+    # M <= 64: 128 tiles of 64 x 112 rather than 112 of 64 x 128 at N = 14336 (WAVE_ALTERNATIVES), 128 of
+    # 64 x 32 rather than 64 of 64 x 64 in shares of K at N = 4096 (ONE_WAVE); not where 64 x 32 takes
+    # two waves (M 128 by 4096: 64x64's 128 tiles; M 16 by 8192: 64x64 fills the wave first)
+    assert m.choose(16, 14336, 4096) == m.CONFIGS["64x112"]
+    assert m.choose(16, 4096, 4096) == m.CONFIGS["64x32"] == m.choose(64, 4096, 14336)
+    assert m.choose(16, 8192, 8192) == m.CONFIGS["64x64"] and m.choose(16, 16384, 4096) == m.CONFIGS["64x128"]
+    assert m.choose(128, 2048, 4096) == m.CONFIGS["64x64"] == m.choose(16, 2048, 4096)  # CHOICE_MAX_M; too few
     # 128 x 112 where 128 x 256 tiles are too few: 128 of them at 128 x 14336; not for an N-major B, a block
     # or gated epilogue (BN a multiple of 64, 32)
     assert m.choose(128, 14336, 4096) == m.CONFIGS["128x112"]
@@ -119,7 +125,8 @@ def test_config_choice():
     assert m.choose(1024, 14336, 4096, bn_multiple=32) == m.CONFIGS["tma128x224h"]  # 224 = 7 x 32
     assert m.choose(512, 4096, 4096) == m.CONFIGS["64x128"]  # 148 tiles of 128 x 112: more than one wave
     assert m.choose(1, 8, 8) == m.CONFIGS["64x64"]
-    assert m.choose(16, 14336, 4096, sms=100) == m.CONFIGS["64x128"]
+    assert m.choose(16, 14336, 4096, sms=100) == m.CONFIGS["64x112"]  # 2 tiles a block either way, 112 < 128
+    assert m.choose(16, 14336, 4096, b_kmajor=False) == m.CONFIGS["64x128"]  # N-major: BN of 64s
     assert set(m.CHOICES) <= set(m.CONFIGS)
     # split-K where the tiles fill at most half of the multiprocessors, at least 32 k-steps a share
     c, c64 = m.CONFIGS["64x128"], m.CONFIGS["64x64"]

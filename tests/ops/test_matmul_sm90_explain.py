@@ -30,15 +30,19 @@ def test_plan_is_prepares_choice(M, N, K, dtype, kmajor):
 
 
 def test_explain_small_m():
-    """16 x 4096 x 4096 bf16 on 132 SMs: the 128-row tiles refused (one consumer for M <= 64), no
-    configuration fills 80 % of the SMs, so 64x64; 16 rows of A a stage in 19 stages; 64 tiles split
-    in 2 shares of 32 k-steps of 64."""
+    """16 x 4096 x 4096 bf16 on 132 SMs: the 128-row tiles refused (one consumer for M <= 64), 64 x 128
+    and 64 x 64 tiles too few, 64 x 32 ones fill one wave (128 tiles); 16 rows of A a stage in 33
+    stages; not split. 16 x 2048 x 4096: none fills 80 %, so 64x64 in 2 shares of 32 k-steps."""
     text = explain(16, 4096, 4096)
     head = text.splitlines()[0]
-    assert "64x64 (tiles of 64 x 64, 1 consumer warpgroup, 19 stages, AROWS 16), split-K 2" in head, text
-    assert "tma128x256h: not for M <= 64" in text and "none fills 80 %" in text
-    assert "a stage holds 16 rows of A, 19 stages" in text and "split-K 2: 64 tiles" in text
+    assert "64x32 (tiles of 64 x 32, 1 consumer warpgroup, 33 stages, AROWS 16), split-K 1" in head, text
+    assert "tma128x256h: not for M <= 64" in text and "64x64: 64 tiles, under 80 %" in text
+    assert "64x32: 128 tiles give at least 80 %" in text
+    assert "a stage holds 16 rows of A, 33 stages" in text and "split-K 1: 128 tiles" in text
     assert "traffic model" in text.splitlines()[-1]
+    text = explain(16, 2048, 4096)
+    assert "64x64 (tiles of 64 x 64, 1 consumer warpgroup, 19 stages, AROWS 16), split-K 2" in text.splitlines()[0]
+    assert "none fills 80 %: 64x64" in text and "split-K 2: 32 tiles" in text, text
 
 
 def test_explain_wave_alternative():
