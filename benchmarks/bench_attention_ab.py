@@ -5,8 +5,8 @@ each round times every candidate once, in turn, and the ratios are taken round b
     python benchmarks/bench_attention_ab.py [--shapes 4,32,4096,128,0;4,32,4096,128,1] [--rounds 7]
         [--variants 'lazy=LAZY_MAX:true;lazy 3st=LAZY_MAX:true,STAGES:3'] [--json OUT.json]
 
-Shapes: B,H,S,D,causal (bf16, layout (B, H, S, D); default issue 23's B4 H32 S4096 D128, full and
-causal). Variants: name=KEY:VALUE,... on top of kcompiler.ops.ATTENTION_SM90_TILES' entry for the
+Shapes: B,H,S,D,causal[,HK] (bf16, layout (B, H, S, D); HK key/value heads, grouped-query attention,
+default H; default issue 23's B4 H32 S4096 D128, full and causal). Variants: name=KEY:VALUE,... on top of kcompiler.ops.ATTENTION_SM90_TILES' entry for the
 shape (values: ints, floats, or true / false; the caller's tiles then keep the defaults' PERSIST and SMALL_GRID unless they
 name them). Each candidate is checked first against SDPA flash (relative Frobenius error < 2e-2).
 Per round: triton's do_bench median (100 ms of calls, host time included); printed: the median over
@@ -70,9 +70,11 @@ def main() -> None:
     variants = parse_variants(args.variants)
     results = {"device": torch.cuda.get_device_name(), "rows": []}
     for spec in filter(None, args.shapes.split(";")):
-        B, H, S, D, causal = (int(x) for x in spec.split(","))
+        B, H, S, D, causal, *hk = (int(x) for x in spec.split(","))
         causal = bool(causal)
-        q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+        HK = hk[0] if hk else H  # grouped-query attention where given: H / HK query heads a KV head
+        q = torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16)
+        k, v = (torch.randn(B, HK, S, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
         fp8 = {}
         if args.fp8:  # per-tensor e4m3 (bench_attention_fp8's quantise), the reference on the dequantised values
             for name, x in (("q", q), ("k", k), ("v", v)):
@@ -80,8 +82,10 @@ def main() -> None:
                 fp8[name] = (x / d).to(torch.float8_e4m3fn)
                 fp8["descale_" + name] = d
             ref = [(fp8[n].to(torch.bfloat16) * fp8["descale_" + n]).to(torch.bfloat16) for n in "qkv"]
+        qr, kr, vr = ref if args.fp8 else (q, k, v)
+        kr, vr = (x.repeat_interleave(H // HK, dim=1) for x in (kr, vr))
         with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-            want = torch.nn.functional.scaled_dot_product_attention(*(ref if args.fp8 else (q, k, v)), is_causal=causal)
+            want = torch.nn.functional.scaled_dot_product_attention(qr, kr, vr, is_causal=causal)
         defaults = (ATTENTION_FP8_TILES[causal] if args.fp8 else ATTENTION_SM90_TILES[(D, causal)])
         cands = {anchor: None, "default": {}}
         for name, t in variants:
@@ -94,7 +98,8 @@ def main() -> None:
             elif t is None:
                 def fn():
                     with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-                        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal,
+                                                                                enable_gqa=HK != H)
             elif args.fp8:
                 def fn(t=t):
                     return ops.attention(fp8["q"], fp8["k"], fp8["v"], causal=causal, layout="bhsd", tiles=t or None,
@@ -117,7 +122,7 @@ def main() -> None:
         for _ in range(args.rounds):
             for n, fn in fns.items():
                 times[n].append(do_bench(fn, warmup=10, rep=100, return_mode="median"))
-        label = f"B{B} H{H} S{S} D{D} {'causal' if causal else 'full'}"
+        label = f"B{B} H{H}{f' HK{HK}' if HK != H else ''} S{S} D{D} {'causal' if causal else 'full'}"
         print(f"{label} ({args.rounds} rounds; median TFLOP/s, x default and x {anchor}: median [min-max] of the rounds' ratios)")
         row = {"shape": label, "variants": {}}
         for n, ts in times.items():

@@ -45,29 +45,33 @@ ATTENTION_FP8_TILES = {False: dict(BN=256, STAGES=2, OVERLAP=False, PINGPONG=Tru
                                   PERSIST_TILES=8)}
 
 
-#: Short sequences: (causal, the most keys, tiles over ATTENTION_FP8_TILES[causal]), the first that matches
-#: a call with no tiles of its own (:func:`fp8_tiles`). V^T made in the kernel (VT_SMEM 2,
-#: std.attention_sm90_vt) rather than by std.attention_vt_fp8's pass through global memory, which costs
-#: O(Sk D) a head against the prefill's O(Sq Sk D). H200, benchmarks/bench_attention_ab.py --fp8
-#: (benchmarks/RESULTS.md, 2026-11-29, twenty-fifth session), x the pass: B32 H16 S512 causal 1.18 (1.29
-#: in key tiles of 128), full 1.14; B16 H16 S1024 causal 1.13, full 1.06; B8 H16 S2048 causal 1.04;
-#: B4 H32 S4096 0.91 full, 0.94 causal.
-ATTENTION_FP8_SHORT = [(True, 512, dict(VT_SMEM=2, STAGES=2, BN=128)), (True, 2048, dict(VT_SMEM=2, STAGES=2)),
-                       (False, 1024, dict(VT_SMEM=2, STAGES=2))]
+#: Short sequences: (causal, the most keys, the most keys with grouped-query attention, tiles over
+#: ATTENTION_FP8_TILES[causal]), the first that matches a call with no tiles of its own (:func:`fp8_tiles`).
+#: V^T made in the kernel (VT_SMEM 2, std.attention_sm90_vt) rather than by std.attention_vt_fp8's pass
+#: through global memory, which costs O(Sk D) a KV head against the prefill's O(Sq Sk D) a query head: the
+#: pass's share falls with the rows and with the query heads a KV head serves. H200,
+#: benchmarks/bench_attention_ab.py --fp8 (benchmarks/RESULTS.md, 2026-11-29, twenty-fifth session), x the
+#: pass: B32 H16 S512 causal 1.18 (1.29 in key tiles of 128), full 1.14; B16 H16 S1024 causal 1.13, full
+#: 1.06; B8 H16 S2048 causal 1.04, full 0.97; B4 H32 S4096 0.91 full, 0.94 causal. H32 with 4 or 8 KV heads:
+#: S512 causal 1.15-1.16, full 1.03; S1024 causal 1.03, full 0.94-0.96; S2048 causal 0.94-0.95.
+ATTENTION_FP8_SHORT = [(True, 512, 512, dict(VT_SMEM=2, STAGES=2, BN=128)),
+                       (True, 2048, 1024, dict(VT_SMEM=2, STAGES=2)),
+                       (False, 1024, 512, dict(VT_SMEM=2, STAGES=2))]
 
 #: The dynamic shared memory a block can have on sm_90 (227 KiB).
 SM90_SHARED_MAX = 232448
 
 
-def fp8_tiles(causal: bool, seqlen_k: int, tiles: dict[str, Any] | None = None) -> dict[str, Any]:
+def fp8_tiles(causal: bool, seqlen_k: int, tiles: dict[str, Any] | None = None, grouped: bool = False) -> dict[str, Any]:
     """The defaults of an FP8 call over ``seqlen_k`` keys: ATTENTION_FP8_TILES[causal], updated by the
-    first entry of :data:`ATTENTION_FP8_SHORT` for ``causal`` with at least ``seqlen_k`` keys, unless
-    the caller gives ``tiles`` (then their base is ATTENTION_FP8_TILES[causal] alone, as their names
-    say: kcompiler.ops.attention_order.sm90_tiles merges them)."""
+    first entry of :data:`ATTENTION_FP8_SHORT` for ``causal`` with at least ``seqlen_k`` keys (its
+    grouped-query count where ``grouped``: more query heads than KV heads), unless the caller gives
+    ``tiles`` (then their base is ATTENTION_FP8_TILES[causal] alone, as their names say:
+    kcompiler.ops.attention_order.sm90_tiles merges them)."""
     t = ATTENTION_FP8_TILES[bool(causal)]
     if not tiles:
-        for c, keys, extra in ATTENTION_FP8_SHORT:
-            if c == bool(causal) and seqlen_k <= keys:
+        for c, keys, gqa_keys, extra in ATTENTION_FP8_SHORT:
+            if c == bool(causal) and seqlen_k <= (gqa_keys if grouped else keys):
                 return {**t, **extra}
     return t
 
@@ -171,7 +175,7 @@ def plan_options(descale_q: Any, descale_k: Any, descale_v: Any, out_dtype: str)
         return None
     return ("fp8", tuple(None if x is None else float(x) for x in values), out_dtype,
             tuple((c, tuple(t.items())) for c, t in ATTENTION_FP8_TILES.items()),  # (no sort: a call's cost)
-            tuple((c, n, tuple(t.items())) for c, n, t in ATTENTION_FP8_SHORT))
+            tuple((c, n, g, tuple(t.items())) for c, n, g, t in ATTENTION_FP8_SHORT))
 
 
 class Fp8Plan:
@@ -189,7 +193,7 @@ class Fp8Plan:
     def __init__(self, q: Any, p: Any, layout: str, causal: bool, scale: float, tiles: dict[str, Any] | None,
                  target: str, out_dtype: str, ds: Any):
         from .attention import _attention_sm90_module, attention_sm90_shared_bytes
-        t = sm90_tiles(fp8_tiles(causal, p.Sk, tiles), tiles)
+        t = sm90_tiles(fp8_tiles(causal, p.Sk, tiles, p.H > p.HK), tiles)
         mod = _attention_sm90_module(target)
         grid, threads, t = sm90_launch(t, p.Sq, p.H, p.B, _common.device_of(mod, q).multiprocessor_count,
                                        seqlen_k=p.Sk, causal=bool(causal))

@@ -257,13 +257,14 @@ def sm90_launch(tiles: dict[str, Any], seqlen_q: int, heads: int, batch: int, sm
 
 
 def explain(batch: int, heads: int, seqlen_q: int, head_dim: int, causal: bool = False, seqlen_k: int | None = None,
-            tiles: dict[str, Any] | None = None, fp8: bool = False, sms: int = 132) -> str:
+            tiles: dict[str, Any] | None = None, fp8: bool = False, sms: int = 132, kv_heads: int | None = None) -> str:
     """The Hopper prefill's launch for a shape as ``ops.attention`` makes it, as text: the defaults'
     entry (ATTENTION_SM90_TILES by (D, causal), or with ``fp8`` attention_fp8.fp8_tiles: ATTENTION_FP8_TILES by
     causal, ATTENTION_FP8_SHORT's where the keys are few) updated
     by the caller's ``tiles`` (:func:`sm90_tiles`), a line for each rule of :func:`sm90_launch` that
     applied, then the compile-time values, grid, threads and dynamic shared memory in bytes. ``sms``:
-    the device's multiprocessors (132 on an H100 or H200). E.g. ``print(explain(1, 16, 1024, 256,
+    the device's multiprocessors (132 on an H100 or H200); ``kv_heads``: fewer than ``heads`` for grouped-query
+    attention (FP8's defaults differ). E.g. ``print(explain(1, 16, 1024, 256,
     causal=True))``. ValueError for a head dimension the Hopper path does not take (64, 128, 256; FP8:
     128), and as :func:`sm90_tiles` and :func:`sm90_launch`."""
     from .attention import ATTENTION_SM90_TILES, attention_sm90_shared_bytes
@@ -273,14 +274,15 @@ def explain(batch: int, heads: int, seqlen_q: int, head_dim: int, causal: bool =
         raise ValueError(f"attention: the Hopper path{' (FP8)' if fp8 else ''} takes D "
                          f"{' or '.join(map(str, dims))}, not {head_dim}")
     sk = seqlen_q if seqlen_k is None else seqlen_k
-    defaults = fp8_tiles(causal, sk, tiles) if fp8 else ATTENTION_SM90_TILES[(head_dim, bool(causal))]
+    grouped = kv_heads is not None and kv_heads < heads
+    defaults = fp8_tiles(causal, sk, tiles, grouped) if fp8 else ATTENTION_SM90_TILES[(head_dim, bool(causal))]
     t = sm90_tiles(defaults, tiles)
     why: list[str] = []
     grid, threads, kw = sm90_launch(t, seqlen_q, heads, batch, sms, seqlen_k, causal, why=why)
     shared = attention_sm90_shared_bytes(kw, head_dim, 1 if fp8 else 2)
     if kw.get("VT_SMEM"):
         why.append(f"V^T made in the kernel (VT_SMEM {kw['VT_SMEM']}: std.attention_sm90_vt), not by a pass "
-                   "before it" + ("" if tiles else f": {sk} keys, ATTENTION_FP8_SHORT"))
+                   "before it" + ("" if tiles else f": {sk} keys{' (grouped)' if grouped else ''}, ATTENTION_FP8_SHORT"))
     head = (f"B{batch} H{heads} Sq {seqlen_q} Sk {sk} D {head_dim} {'causal' if causal else 'full'}"
             f"{' FP8' if fp8 else ''} on {sms} multiprocessors: grid {grid}, {threads} threads, {shared} bytes of "
             f"shared memory")

@@ -244,19 +244,48 @@ def test_fp8_prefill_vt_smem_emulated(monkeypatch, emulated, case):
     check_fp8(out, lse, reference_fp8(*(x.astype(np.float64) for x in (q, k, v)), causal, 128 ** -0.5, dq, dk, dv))
 
 
+def test_vt_smem_banks():
+    """The transposers' lane order (stdlib/attention_sm90_vt.kc's header): for every key group, step w and
+    i, the 32 lanes' LDS (word lane % 4 of chunk lane / 4 ^ key % 8 of a 128-byte key row) and STS (word
+    w' of chunk q ^ d % 8 of row d) hit 32 distinct banks, and each lane's 16 stores cover its 4 rows x
+    4 words once: the arithmetic the kernel's addresses follow, checked for all q."""
+    for q in range(8):
+        for w in range(4):
+            loads = {e: set() for e in range(4)}
+            stores = {i: set() for i in range(4)}
+            for lane in range(32):
+                pa = (0x1320 >> (4 * (lane // 8))) & 3
+                rot = 2 * (lane // 4 % 2) + lane % 4 // 2
+                wp = w ^ pa
+                for e in range(4):
+                    key = 16 * q + 2 * wp + e % 2 + 8 * (e // 2)
+                    loads[e].add((((lane // 4) ^ (key % 8)) * 4 + lane % 4) % 32)
+                for i in range(4):
+                    d = 4 * lane + (i + rot) % 4
+                    stores[i].add(((q ^ (d % 8)) * 4 + wp) % 32)
+            assert all(len(b) == 32 for b in loads.values()) and all(len(b) == 32 for b in stores.values())
+    for lane in range(32):  # each lane: all 4 key pairs and all 4 rows
+        pa, rot = (0x1320 >> (4 * (lane // 8))) & 3, 2 * (lane // 4 % 2) + lane % 4 // 2
+        assert {w ^ pa for w in range(4)} == set(range(4)) == {(i + rot) % 4 for i in range(4)}
+
+
 def test_fp8_short_defaults():
     """ATTENTION_FP8_SHORT: a call with no tiles of its own takes V^T in the kernel up to 1,024 keys (2,048
-    causal; key tiles of 128 up to 512 causal keys), the pass before it past them; a caller's tiles are
-    taken over ATTENTION_FP8_TILES alone; explain says which; tiles past sm_90's shared memory are a
-    ValueError that says so."""
+    causal; key tiles of 128 up to 512 causal keys), half as many with grouped-query attention, the pass
+    before it past them; a caller's tiles are taken over ATTENTION_FP8_TILES alone; explain says which."""
     from kcompiler.ops.attention_fp8 import ATTENTION_FP8_TILES, fp8_tiles
     from kcompiler.ops.attention_order import explain
     assert fp8_tiles(False, 1024)["VT_SMEM"] == 2 and "VT_SMEM" not in fp8_tiles(False, 1025)
     assert fp8_tiles(True, 2048)["VT_SMEM"] == 2 and fp8_tiles(True, 2048)["BN"] == 256
     assert fp8_tiles(True, 512) == {**ATTENTION_FP8_TILES[True], "VT_SMEM": 2, "STAGES": 2, "BN": 128}
     assert fp8_tiles(True, 4096) == ATTENTION_FP8_TILES[True] == fp8_tiles(True, 512, dict(BN=64))
+    assert "VT_SMEM" not in fp8_tiles(False, 1024, grouped=True) and fp8_tiles(False, 512, grouped=True)["VT_SMEM"]
+    assert "VT_SMEM" not in fp8_tiles(True, 2048, grouped=True) and fp8_tiles(True, 1024, grouped=True)["VT_SMEM"]
+    assert fp8_tiles(True, 512, grouped=True)["BN"] == 128
     assert "VT_SMEM 2" in explain(16, 16, 1024, 128, causal=True, fp8=True)
     assert "VT_SMEM" not in explain(4, 32, 4096, 128, fp8=True)
+    assert "VT_SMEM" not in explain(8, 32, 1024, 128, fp8=True, kv_heads=8)
+    assert "1024 keys (grouped)" in explain(8, 32, 1024, 128, causal=True, fp8=True, kv_heads=8)
 
 
 def test_fp8_shared_memory_error(monkeypatch, emulated):
@@ -480,13 +509,15 @@ def test_fp8_prefill_bn_gpu(causal, bn):
 @pytest.mark.parametrize("causal", [False, True])
 def test_fp8_prefill_vt_smem_gpu(causal):
     """V^T made in the kernel (VT_SMEM) on the GPU: one and two raw stages, key tiles of 256, 128, 224
-    and 96, FlashAttention-3's order, the persistent form; the default itself at the first shape (1,000
-    keys: ATTENTION_FP8_SHORT)."""
+    and 96, FlashAttention-3's order, the persistent form; the defaults themselves at the first shape
+    (1,000 keys: ATTENTION_FP8_SHORT) and at 700 keys with 4 query heads a KV head (causal: in the kernel;
+    full: the pass)."""
     for shape, tiles in zip(GPU_SHAPES, (None, dict(VT_SMEM=1, STAGES=2, BN=224), dict(VT_SMEM=2, STAGES=2, BN=128),
                                          dict(VT_SMEM=2, STAGES=2, BN=96, OVERLAP=True, PINGPONG=True,
                                               FA3_ORDER=True, TURNS=1),
                                          dict(VT_SMEM=2, STAGES=2, PERSIST=True))):
         _gpu_case(shape, tiles, causal)
+    _gpu_case((2, 300, 700, 8, 2, "bshd", True), None, causal)
 
 
 def test_fp8_torch_op_refused():
