@@ -86,8 +86,8 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | No
     where it cannot run), 'fa2' on std.attention. ``tiles``: the kernel's tiles instead of the
     defaults: BM, BN, WARPS, STAGES for std.attention (:data:`ATTENTION_TILES`; given with path
     'auto', they choose std.attention), BN, STAGES, OVERLAP, PINGPONG, CONSUMERS, BLOCKS_PER_SM, FA3_ORDER,
-    PACK_ABS, MASK_SELECT, RESCALE_SKIP, EXP2_POLY, TURNS, ORDER, PERSIST, LAZY_MAX, CHAIN, TREE, UNIFORM_WG
-    for the Hopper kernel (:data:`ATTENTION_SM90_TILES`; the last twelve: stdlib/attention_sm90.kc's
+    PACK_ABS, MASK_SELECT, RESCALE_SKIP, EXP2_POLY, TURNS, ORDER, PERSIST, LAZY_MAX, CHAIN, TREE, UNIFORM_WG,
+    VT_SMEM (FP8) for the Hopper kernel (:data:`ATTENTION_SM90_TILES`; the last thirteen: stdlib/attention_sm90.kc's
     header; ORDER: the blocks' order, 0, 1 longest causal tiles first, 2 the same by groups of GROUP
     heads) and the host's GROUP, SMALL_GRID, PERSIST_TILES, PERSIST_SLACK (:mod:`kcompiler.ops.attention_order`;
     given ``tiles`` drop the defaults' SMALL_GRID and PERSIST unless they name them, their LAZY_MAX where
