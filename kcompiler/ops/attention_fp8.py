@@ -62,7 +62,8 @@ ATTENTION_FP8_SHORT = [(True, 512, 512, dict(VT_SMEM=2, STAGES=2, BN=128)),
 SM90_SHARED_MAX = 232448
 
 
-def fp8_tiles(causal: bool, seqlen_k: int, tiles: dict[str, Any] | None = None, grouped: bool = False) -> dict[str, Any]:
+def fp8_tiles(causal: bool, seqlen_k: int, tiles: dict[str, Any] | None = None,
+              grouped: bool = False) -> dict[str, Any]:
     """The defaults of an FP8 call over ``seqlen_k`` keys: ATTENTION_FP8_TILES[causal], updated by the
     first entry of :data:`ATTENTION_FP8_SHORT` for ``causal`` with at least ``seqlen_k`` keys (its
     grouped-query count where ``grouped``: more query heads than KV heads), unless the caller gives
@@ -127,9 +128,9 @@ def attention_fp8(q: Any, k: Any, v: Any, *, causal: bool, scale: float | None, 
     Runs where std.attention_sm90 runs (an sm_90 GPU with torch CUDA tensors; the CPU target's wgmma
     emulation with numpy arrays). Raises ValueError where it cannot: a target without wgmma (FP8
     attention needs wgmma), D other than 128, variable lengths, mismatched shapes, tiles past sm_90's
-    shared memory; TypeError unless q, k and v are all e4m3. ``keep``: given the call's :class:`Fp8Plan`, to prepare later calls
-    (kcompiler.ops.attention.PLANS, which keeps it only under a key: none for descale arrays,
-    :func:`plan_options`)."""
+    shared memory; TypeError unless q, k and v are all e4m3. ``keep``: given the call's
+    :class:`Fp8Plan`, to prepare later calls (kcompiler.ops.attention.PLANS, which keeps it only under a
+    key: none for descale arrays, :func:`plan_options`)."""
     from .attention import _attention_sm90_module, _prefill_shapes
     for name, x in (("k", k), ("v", v)):
         check_same(name, x, arrays.array_scalar_type(q), fn)
@@ -181,11 +182,11 @@ def plan_options(descale_q: Any, descale_k: Any, descale_v: Any, out_dtype: str)
 class Fp8Plan:
     """The launches of an FP8 attention call for one shape, fixed at its first call (the 16-bit
     path's plan, kcompiler.ops.attention._Sm90Plan, is the model): std.attention_vt_fp8 into a fresh
-    V^T, then std.attention_sm90 with T = f8e4m3; with VT_SMEM the prefill alone, on V. ``run`` launches on checked arrays; calling the
-    plan checks contiguity and (on a GPU) 16-byte alignment, allocates O and the LSE and runs (None:
-    not for this plan). ``out`` and ``lse``: (shape, dtype) of the results. Host time of a call on the
-    H200 (benchmarks/bench_attention_host.py, 2026-11-29): 80-110 us prepared, 270-360 unprepared, the
-    16-bit path's plan 31-40 (one launch where this makes two)."""
+    V^T, then std.attention_sm90 with T = f8e4m3; with VT_SMEM the prefill alone, on V. ``run``
+    launches on checked arrays; calling the plan checks contiguity and (on a GPU) 16-byte alignment,
+    allocates O and the LSE and runs (None: not for this plan). ``out`` and ``lse``: (shape, dtype) of
+    the results. Host time of a call on the H200 (benchmarks/bench_attention_host.py, 2026-11-29, two
+    launches): 80-110 us prepared, 270-360 unprepared, the 16-bit path's plan 31-40 (one launch)."""
 
     __slots__ = ("kind", "cuda", "launch", "scalars", "vt_launch", "vt_scalars", "vt", "layout", "boxes",
                  "maps", "ds", "out", "lse")
