@@ -9,8 +9,10 @@ with T = f8e4m3) against our bf16 Hopper path and torch's cuDNN SDPA, all measur
 with EXP2_POLY N, N of a thread's 64 exponentials a tile on the FMA pipe, stdlib/attention_sm90.kc;
 suffixes ``-3st`` (STAGES 3), ``-fa3`` (OVERLAP, PINGPONG, FA3_ORDER), ``-pp`` (PINGPONG: the sequential
 form's turns), ``-named`` (TURNS 1: the turns on named barriers), ``-skip`` (RESCALE_SKIP), ``-bnN`` (key
-tiles of N: 32 to 256 by 32, e.g. ``-bn224``, FlashAttention-3's FP8 D 128 tile), ``-c1b2`` (one consumer warpgroup a block, two blocks a multiprocessor), ``-c3`` (three
-consumer warpgroups, 192 query rows a block; PINGPONG needs two, so none), ``-tree``,
+tiles of N: 32 to 256 by 32, e.g. ``-bn224``, FlashAttention-3's FP8 D 128 tile), ``-c1b2`` (one consumer
+warpgroup a block, two blocks a multiprocessor), ``-c3`` (three consumer warpgroups, 192 query rows a
+block; PINGPONG needs two, so none): both with key tiles of 192 at most (e.g. ``default-bn128-c3``; the
+kernel's register rule refuses more), ``-tree``,
 ``-chain``, ``-uni`` (std.attention_sm90_chain's TREE, CHAIN, UNIFORM_WG), ``-persist`` (PERSIST: a block a
 multiprocessor looping over the query tiles), ``-lazy`` (LAZY_MAX: std.attention_sm90_lazy's exponentials
 before the row maxima));
