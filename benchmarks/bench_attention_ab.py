@@ -6,9 +6,9 @@ each round times every candidate once, in turn, and the ratios are taken round b
         [--variants 'lazy=LAZY_MAX:true;lazy 3st=LAZY_MAX:true,STAGES:3'] [--json OUT.json]
 
 Shapes: B,H,S,D,causal[,HK] (bf16, layout (B, H, S, D); HK key/value heads, grouped-query attention,
-default H; default issue 23's B4 H32 S4096 D128, full and causal). Variants: name=KEY:VALUE,... on top of kcompiler.ops.ATTENTION_SM90_TILES' entry for the
-shape (values: ints, floats, or true / false; the caller's tiles then keep the defaults' PERSIST and SMALL_GRID unless they
-name them). Each candidate is checked first against SDPA flash (relative Frobenius error < 2e-2).
+default H; default issue 23's B4 H32 S4096 D128, full and causal). Variants: name=KEY:VALUE,... on top
+of kcompiler.ops.ATTENTION_SM90_TILES' entry for the shape (values: ints, floats, or true / false; the
+caller's tiles then keep the defaults' PERSIST and SMALL_GRID unless they name them). Each candidate is checked first against SDPA flash (relative Frobenius error < 2e-2).
 Per round: triton's do_bench median (100 ms of calls, host time included); printed: the median over
 rounds of TFLOP/s (4 B H S^2 D operations, half when causal), and of the per-round ratios to the
 default and to cuDNN, with their spread (min-max over rounds).
@@ -27,6 +27,7 @@ import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import torch  # noqa: E402
 from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
@@ -35,6 +36,7 @@ from triton.testing import do_bench  # noqa: E402
 from kcompiler import ops  # noqa: E402
 from kcompiler.ops.attention import ATTENTION_SM90_TILES  # noqa: E402
 from kcompiler.ops.attention_fp8 import ATTENTION_FP8_TILES  # noqa: E402
+from bench_attention_fp8 import quantise  # noqa: E402 - per tensor, as that benchmark does
 
 
 def value(text: str) -> bool | int | float:
@@ -76,11 +78,9 @@ def main() -> None:
         q = torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16)
         k, v = (torch.randn(B, HK, S, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
         fp8 = {}
-        if args.fp8:  # per-tensor e4m3 (bench_attention_fp8's quantise), the reference on the dequantised values
+        if args.fp8:  # per-tensor e4m3, the reference on the dequantised values
             for name, x in (("q", q), ("k", k), ("v", v)):
-                d = x.abs().max().item() / 448.0
-                fp8[name] = (x / d).to(torch.float8_e4m3fn)
-                fp8["descale_" + name] = d
+                fp8[name], fp8["descale_" + name] = quantise(x)
             ref = [(fp8[n].to(torch.bfloat16) * fp8["descale_" + n]).to(torch.bfloat16) for n in "qkv"]
         qr, kr, vr = ref if args.fp8 else (q, k, v)
         kr, vr = (x.repeat_interleave(H // HK, dim=1) for x in (kr, vr))
@@ -123,7 +123,8 @@ def main() -> None:
             for n, fn in fns.items():
                 times[n].append(do_bench(fn, warmup=10, rep=100, return_mode="median"))
         label = f"B{B} H{H}{f' HK{HK}' if HK != H else ''} S{S} D{D} {'causal' if causal else 'full'}"
-        print(f"{label} ({args.rounds} rounds; median TFLOP/s, x default and x {anchor}: median [min-max] of the rounds' ratios)")
+        print(f"{label} ({args.rounds} rounds; median TFLOP/s, x default and x {anchor}: median [min-max] of the "
+              "rounds' ratios)")
         row = {"shape": label, "variants": {}}
         for n, ts in times.items():
             tf = statistics.median(flops / t / 1e9 for t in ts)

@@ -58,9 +58,6 @@ ATTENTION_FP8_SHORT = [(True, 512, 512, dict(VT_SMEM=2, STAGES=2, BN=128)),
                        (True, 2048, 1024, dict(VT_SMEM=2, STAGES=2)),
                        (False, 1024, 512, dict(VT_SMEM=2, STAGES=2))]
 
-#: The dynamic shared memory a block can have on sm_90 (227 KiB).
-SM90_SHARED_MAX = 232448
-
 
 def fp8_tiles(causal: bool, seqlen_k: int, tiles: dict[str, Any] | None = None,
               grouped: bool = False) -> dict[str, Any]:
@@ -127,8 +124,8 @@ def attention_fp8(q: Any, k: Any, v: Any, *, causal: bool, scale: float | None, 
 
     Runs where std.attention_sm90 runs (an sm_90 GPU with torch CUDA tensors; the CPU target's wgmma
     emulation with numpy arrays). Raises ValueError where it cannot: a target without wgmma (FP8
-    attention needs wgmma), D other than 128, variable lengths, mismatched shapes, tiles past sm_90's
-    shared memory; TypeError unless q, k and v are all e4m3. ``keep``: given the call's
+    attention needs wgmma), D other than 128, variable lengths, mismatched shapes, tiles past the
+    device's shared memory a block; TypeError unless q, k and v are all e4m3. ``keep``: given the call's
     :class:`Fp8Plan`, to prepare later calls (kcompiler.ops.attention.PLANS, which keeps it only under a
     key: none for descale arrays, :func:`plan_options`)."""
     from .attention import _attention_sm90_module, _prefill_shapes
@@ -196,15 +193,15 @@ class Fp8Plan:
         from .attention import _attention_sm90_module, attention_sm90_shared_bytes
         t = sm90_tiles(fp8_tiles(causal, p.Sk, tiles, p.H > p.HK), tiles)
         mod = _attention_sm90_module(target)
-        grid, threads, t = sm90_launch(t, p.Sq, p.H, p.B, _common.device_of(mod, q).multiprocessor_count,
-                                       seqlen_k=p.Sk, causal=bool(causal))
+        dev = _common.device_of(mod, q)
+        grid, threads, t = sm90_launch(t, p.Sq, p.H, p.B, dev.multiprocessor_count, seqlen_k=p.Sk, causal=bool(causal))
         s = p.strides
         self.kind = ArrayKind(q)
         self.cuda = self.kind.cuda
         shared = attention_sm90_shared_bytes(t, p.D, 1)
-        if shared > SM90_SHARED_MAX:
-            raise ValueError(f"attention: FP8 tiles {t} need {shared} bytes of shared memory a block, more than "
-                             f"sm_90's {SM90_SHARED_MAX}: fewer STAGES or VT_SMEM stages, or a smaller BN")
+        if shared > dev.shared_memory_per_block:
+            raise ValueError(f"attention: FP8 tiles {t} need {shared} bytes of shared memory a block, more than the "
+                             f"device's {dev.shared_memory_per_block}: fewer STAGES or VT_SMEM stages, or a smaller BN")
         self.launch = mod.attention_prefill_sm90[grid, threads].bind(
             T="f8e4m3", OUT=out_dtype, D=p.D, CAUSAL=bool(causal), VARLEN=False, shared=shared, **t)
         self.scalars = (p.cq, p.ck, p.Sq, p.Sk, p.H // p.HK, p.H, p.B, s["o_sb"], s["o_ss"], s["o_sh"], p.l_sb, p.l_sh,
@@ -269,5 +266,5 @@ def _words(x: Any) -> Any:
     return f.view(np.uint8).view(np.int32)
 
 
-__all__ = ["ATTENTION_FP8_SHORT", "ATTENTION_FP8_TILES", "Fp8Plan", "SM90_SHARED_MAX", "attention_fp8", "descales",
+__all__ = ["ATTENTION_FP8_SHORT", "ATTENTION_FP8_TILES", "Fp8Plan", "attention_fp8", "descales",
            "fp8_tiles", "is_fp8", "plan_options"]

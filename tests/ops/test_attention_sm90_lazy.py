@@ -53,7 +53,8 @@ def test_prefill_sm90_lazy_emulated(monkeypatch, emulated, tiles, shape, rate):
     monkeypatch.setattr(ops_attention, "_attention_sm90_module", lambda target: emulated)
     if tiles.get("PERSIST"):
         from types import SimpleNamespace
-        monkeypatch.setattr(_common, "device_of", lambda mod, x: SimpleNamespace(multiprocessor_count=2))
+        monkeypatch.setattr(_common, "device_of", lambda mod, x: SimpleNamespace(
+            multiprocessor_count=2, shared_memory_per_block=227 * 1024))
     B, Sq, Sk, H, HK, D, causal = shape
     q, k, v = qkv(B, Sq, Sk, H, HK, D, "bf16")
     k = _rising(k, rate)

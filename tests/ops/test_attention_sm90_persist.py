@@ -160,7 +160,8 @@ def test_prefill_sm90_persist_emulated(monkeypatch, emulated, tiles, shape, sms)
 
     from .attention_util import check, qkv, reference
     monkeypatch.setattr(ops_attention, "_attention_sm90_module", lambda target: emulated)
-    monkeypatch.setattr(_common, "device_of", lambda mod, x: SimpleNamespace(multiprocessor_count=sms))
+    monkeypatch.setattr(_common, "device_of", lambda mod, x: SimpleNamespace(
+        multiprocessor_count=sms, shared_memory_per_block=227 * 1024))
     B, Sq, Sk, H, HK, D, causal = shape
     q, k, v = qkv(B, Sq, Sk, H, HK, D, "bf16")
     out, lse = ops.attention(q, k, v, causal=causal, return_lse=True, path="sm90", tiles=tiles, target="cpu")
@@ -187,9 +188,10 @@ def test_prefill_sm90_persist_fp8_emulated(monkeypatch, emulated, causal, form):
     q, k, v = ((RNG.standard_normal(shape) * 2).astype(ml_dtypes.float8_e4m3fn)
                for shape in ((B, Sq, H, 128), (B, Sk, HK, 128), (B, Sk, HK, 128)))
     ds = {f"descale_{n}": (RNG.random((B, HK)) + 0.5).astype(np.float32) for n in "qkv"}
-    want, want_lse = ops.attention(q, k, v, causal=causal, return_lse=True, target="cpu", tiles=dict(form, PERSIST=False),
-                                   **ds)
-    monkeypatch.setattr(_common, "device_of", lambda mod, x: SimpleNamespace(multiprocessor_count=2))
+    want, want_lse = ops.attention(q, k, v, causal=causal, return_lse=True, target="cpu",
+                                   tiles=dict(form, PERSIST=False), **ds)
+    monkeypatch.setattr(_common, "device_of", lambda mod, x: SimpleNamespace(
+        multiprocessor_count=2, shared_memory_per_block=227 * 1024))
     got, lse = ops.attention(q, k, v, causal=causal, return_lse=True, target="cpu",
                              tiles=dict(form, PERSIST=True, PERSIST_SLACK=100), **ds)
     np.testing.assert_array_equal(np.asarray(got, np.float32), np.asarray(want, np.float32))
