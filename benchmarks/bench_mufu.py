@@ -1,7 +1,7 @@
 """How many exponentials a clock one multiprocessor's MUFU gives: the rate the FP8 attention's softmax
 needs (stdlib/attention_sm90.kc's header counts a tile's exponentials against its products).
 
-    python benchmarks/bench_mufu.py
+    python benchmarks/bench_mufu.py [--one-warp]
 
 Kernels of 132 x 8 blocks of 512 threads, each thread U independent chains of ITERS steps:
 ``fma`` (x = fma(x, a, b): one FFMA a step, at 128 lanes a clock a multiprocessor: its time gives the
@@ -14,6 +14,12 @@ kernel implies, and the rates a clock a multiprocessor: the CUDA C Programming G
 gives 16 for exp2 on compute capability 9.0 (4 a sub-partition: a warp's MUFU.EX2 every 8 clocks) and
 16 for conversions to narrower types. Whether the F2FP shares the MUFU's pipe reads from ``mix``: if it
 does, mix's exponentials run at 2/3 of ex2's rate (three instructions of that pipe a pair, not two).
+
+``--one-warp`` then times ``ex2`` with one warp a multiprocessor (132 blocks of 32 threads) and U = 1, 2,
+4, 8, 16 independent chains: clocks a step (at the clock the fma kernel implied). One chain gives the
+latency of a MUFU.EX2 and its FADD; the U at which a step reaches 8 U clocks (the MUFU's rate for one
+warp) is how many exponentials a warp must have in flight to keep its sub-partition's MUFU busy, which
+the FP8 attention's softmax (one consumer warp a sub-partition in its turn) must meet.
 """
 from __future__ import annotations
 
@@ -132,6 +138,17 @@ def main() -> None:
     print(f"F2FP (E4M3 pairs): {rates['f2fp'] / ghz:.1f} lanes a clock a multiprocessor")
     print(f"MUFU.EX2 beside F2FP (one a pair): {rates['mix'] / ghz:.1f} lanes a clock a multiprocessor; "
           f"{rates['mix'] / rates['ex2']:.2f}x ex2 alone (2/3 if they share a pipe, 1 if not)")
+    if "--one-warp" in sys.argv:
+        iters = 16384
+        for u in (1, 2, 4, 8, 16):
+            one = torch.empty(sms * 32, device="cuda", dtype=torch.float32)
+            call = lambda u=u: mod.ex2_rate[sms, 32](one, 1.0, U=u, ITERS=iters)  # noqa: E731
+            call()
+            torch.cuda.synchronize()
+            ms = best_device_ms(call, reps=10, warm=3)
+            clocks = ms * 1e6 * ghz / iters
+            print(f"one warp an SM, {u:>2} chains: {clocks:6.1f} clocks a step of {u} MUFU.EX2 + FADD, "
+                  f"{clocks / u:5.1f} a MUFU.EX2 (8.0 at the MUFU's rate)", flush=True)
 
 
 if __name__ == "__main__":

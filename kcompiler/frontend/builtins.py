@@ -75,8 +75,11 @@ _FNS = [
     BuiltinFn("nanosleep", 1, 1, doc="nanosleep(ns: u32): back off a spin loop (a hint)"),
     BuiltinFn("sched_barrier", 0, 0,
               doc="sched_barrier(): the machine code's scheduler moves no instruction across this point "
-                  "(ptxas on NVIDIA; LLVM's on AMD: clang's __builtin_amdgcn_sched_barrier(0); nothing on "
-                  "the CPU). For software pipelines: a wait placed after independent work stays after it"),
+                  "(LLVM's on AMD: clang's __builtin_amdgcn_sched_barrier(0); nothing on the CPU). On NVIDIA a "
+                  "branch that ends ptxas's basic block: waits, memory and other side-effecting instructions "
+                  "stay on their side, but ptxas may still move arithmetic across it, and keeps one barrier "
+                  "of several in a basic block. For software pipelines: a wait placed after independent "
+                  "work stays after it"),
     BuiltinFn("prefetch_l2", 2, 2,
               doc="prefetch_l2(p: ptr<T>, bytes: i32): a hint to bring global memory [p, p + bytes) into L2 "
                   "(NVIDIA sm_90: one cp.async.bulk.prefetch.L2; elsewhere nothing)"),
