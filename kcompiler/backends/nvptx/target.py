@@ -355,7 +355,7 @@ class NvptxTarget(Target):
     #: block's first (the P fragments of O += P V: tests/ops/test_attention_sm90.py). A branch it can
     #: neither fold nor if-convert ends the block: to a loop (never taken: %nsmid, the multiprocessors'
     #: count, is never 0, which ptxas cannot know). SASS (ptxas 13.0): a uniform S2UR, hoisted out of
-    #: loops, and one BRA where the barrier stands. What it does not do (ptxas 13.0, 2026-11-30): keep
+    #: loops, and one BRA where the barrier stands. What it does not do (ptxas 13.0, 2026-11-29): keep
     #: arithmetic on its side (ptxas moves instructions without side effects across the branch), nor
     #: stay more than once in one basic block (the branches test one predicate; ptxas keeps the first).
     SCHED_BARRIER_PTX = ("{\n\t.reg .pred p;\n\t.reg .b32 n;\n\tmov.u32 n, %nsmid;\n\tsetp.ne.u32 p, n, 0;\n\t"
