@@ -16,7 +16,8 @@ gives 16 for exp2 on compute capability 9.0 (4 a sub-partition: a warp's MUFU.EX
 does, mix's exponentials run at 2/3 of ex2's rate (three instructions of that pipe a pair, not two).
 
 ``--one-warp`` then times ``ex2`` with one warp a multiprocessor (132 blocks of 32 threads) and U = 1, 2,
-4, 8, 16 independent chains: clocks a step (at the clock the fma kernel implied). One chain gives the
+4, 8, 16 independent chains: clocks a step at the clock the fma kernel implied (a lower bound: one warp
+an SM draws little power, so the GPU may run it at a higher clock than the full-load fma). One chain gives the
 latency of a MUFU.EX2 and its FADD; the U at which a step reaches 8 U clocks (the MUFU's rate for one
 warp) is how many exponentials a warp must have in flight to keep its sub-partition's MUFU busy, which
 the FP8 attention's softmax (one consumer warp a sub-partition in its turn) must meet.
