@@ -1,7 +1,7 @@
-"""The arithmetic of a std.matmul_sm90 launch (kcompiler.ops.matmul_sm90's configurations): tiles, work
-units, waves over the multiprocessors, bytes read through L2 (per block and in all), bytes from DRAM,
+"""The arithmetic of a std.matmul_sm90 launch (kcompiler.ops.matmul_sm90_tiles' configurations): tiles,
+work units, waves over the multiprocessors, bytes read through L2 (per block and in all), bytes from DRAM,
 and the lower bound on time those give on an H100; and :func:`choose_by_traffic`, a tile and split-K
-choice that minimises that bound (a variant of :func:`kcompiler.ops.matmul_sm90.choose` /
+choice that minimises that bound (a variant of :func:`kcompiler.ops.matmul_sm90_tiles.choose` /
 ``choose_split``, not the default: benchmarks/bench_matmul.py --variants traffic).
 
 The model, for an M x K by K x N product of ``e``-byte elements with tiles of BM x BN, SPLIT_K shares
@@ -15,7 +15,7 @@ of the K loop and clusters of CLUSTER_M blocks along M sharing the B tile (TMA m
 - DRAM: A once, B once per group of GROUP_M * CLUSTER_M rows of tiles (the raster: the blocks running
   together cover such a group's rows, column by column; a later group finds B's columns evicted), C
   once;
-- the tail split (TAIL_SPLIT, :func:`kcompiler.ops.matmul_sm90.tail_shares`): the whole tiles in full
+- the tail split (TAIL_SPLIT, :func:`kcompiler.ops.matmul_sm90_tiles.tail_shares`): the whole tiles in full
   rounds, then one share (K / shares) of a tail tile a block, with its f32 partial written and the
   tile's partials read back (charged to every block); waves is then fractional (3.5 for 448 tiles of
   128 x 256 over 132 blocks in 2 shares);
@@ -33,6 +33,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .matmul_sm90_tiles import BK, CONFIGS, choose, choose_split, small_m_rows, tail_shares, tile_m
+
 #: Bytes a second one block reads through L2 (H100; module docstring).
 L2_PER_BLOCK = 60e9
 #: Bytes a second all blocks read through L2 together (H100).
@@ -46,12 +48,11 @@ PEAK = {2: 800e12, 1: 1450e12}
 
 def traffic(M: int, N: int, K: int, e: int, cfg: dict, split_k: int = 1, sms: int = 132) -> dict[str, Any]:
     """The model's arithmetic (module docstring) for configuration ``cfg`` (a dict of
-    kcompiler.ops.matmul_sm90.CONFIGS: BN, CONSUMERS, GROUP_M, and PINGPONG/WG_M, CLUSTER_M where set)
+    kcompiler.ops.matmul_sm90_tiles.CONFIGS: BN, CONSUMERS, GROUP_M, and PINGPONG/WG_M, CLUSTER_M where set)
     and ``split_k`` shares on ``sms`` multiprocessors, elements of ``e`` bytes (2: bf16 / f16, 1: FP8),
     C of 16-bit elements. Returns a dict: tiles, units, blocks, waves (units a block runs), l2_block
     (bytes one block reads through L2), l2_total, dram (bytes), and the bounds in µs: t_l2_block,
     t_l2_total, t_dram, t_mma and t (their largest). Raises ValueError for sizes under 1."""
-    from .matmul_sm90 import tail_shares, tile_m
 
     if min(M, N, K, e, split_k, sms) < 1:
         raise ValueError(f"traffic: sizes must be positive, not M={M} N={N} K={K} e={e} split_k={split_k} sms={sms}")
@@ -101,7 +102,7 @@ def describe(row: dict[str, Any]) -> str:
 
 
 #: The configurations and split-K factors :func:`choose_by_traffic` weighs (names of
-#: kcompiler.ops.matmul_sm90.CONFIGS).
+#: kcompiler.ops.matmul_sm90_tiles.CONFIGS).
 TRAFFIC_CHOICES = ("tma128x256h", "128x128", "128x112", "64x128", "64x64")
 TRAFFIC_SPLITS = (1, 2, 3, 4)
 
@@ -114,7 +115,6 @@ def choose_by_traffic(M: int, N: int, K: int, e: int, sms: int = 132, bk: int | 
     kcompiler.ops.matmul_sm90's default (choose, choose_split) is kept unless the best bound is lower
     than its own by more than ``margin`` (a fraction); among the others ties go to fewer shares, then
     to the earlier configuration. Returns a copy of the configuration."""
-    from .matmul_sm90 import CONFIGS, choose, choose_split
 
     bk = bk or 128 // e
     best = None
@@ -140,7 +140,6 @@ def plan(M: int, N: int, K: int, dtype: str = "bf16", sms: int = 132, b_kmajor: 
     apply), ``split_k``, ``traffic`` (:func:`traffic`'s dict for them) and ``why`` (the lines of choose
     and choose_split: each configuration weighed, the rule that settled it). ValueError for another
     dtype or a size below 1."""
-    from .matmul_sm90 import BK, CONFIGS, choose, choose_split, small_m_rows
 
     if dtype not in BK:
         raise ValueError(f"matmul_sm90 plan: dtype {dtype!r} is none of {', '.join(BK)}")
@@ -165,7 +164,6 @@ def explain(M: int, N: int, K: int, dtype: str = "bf16", sms: int = 132, b_kmajo
     H100, a bound to rank choices by, not a prediction). E.g.
     ``print(explain(16, 4096, 4096))`` for a decode-sized product of bf16 on an H100's 132 SMs.
     ValueError as :func:`plan`."""
-    from .matmul_sm90 import tile_m
 
     p = plan(M, N, K, dtype, sms, b_kmajor)
     c = p["config"]
