@@ -20,8 +20,8 @@ from ..runtime.device import Device
 #: shared memory and TMA (EPI_TMA: the columns of a consumer's C buffer, 64 rows of 16-bit OUT each;
 #: the kernel matmul_sm90_tma), the consumers going back to the next tile's wgmmas while the copy
 #: drains: a full 64 x 256 buffer a consumer (64 KiB in all, so 3 stages) or half of it (32 KiB,
-#: 4 stages, two copies a tile); :func:`prepare` falls back to the register store where the TMA
-#: store does not apply (:func:`tma_store_applies`).
+#: 4 stages, two copies a tile); kcompiler.ops.matmul_sm90.prepare falls back to the register store
+#: where the TMA store does not apply (matmul_sm90.tma_store_applies).
 #: :func:`choose` picks among :data:`CHOICES` only.
 CONFIGS = {"128x256": dict(BN=256, CONSUMERS=2, STAGES=4, GROUP_M=8),
            "128x128": dict(BN=128, CONSUMERS=2, STAGES=6, GROUP_M=8),
@@ -66,22 +66,21 @@ CONFIGS = {"128x256": dict(BN=256, CONSUMERS=2, STAGES=4, GROUP_M=8),
            # in parts of 128 and 96 columns, boxes of 32 (store_tile_tma). 4 stages, 208 KiB.
            "tma128x224h": dict(BN=224, CONSUMERS=2, STAGES=4, GROUP_M=8, EPI_TMA=128)}
 
-#: The configurations :func:`choose` uses. Every one of :data:`CONFIGS` but the tail split's has run
-#: correctly on an H100 (tests/ops/test_matmul_sm90.py, test_every_config, K-major and N-major B, 2026-11-23;
-#: the tail split's GPU tests: tests/ops/test_matmul_sm90_tail.py); 64x64 was the
-#: fastest there for M = 16 and 128 with N = K = 4096 (bf16 and FP8; benchmarks/bench_matmul.py
-#: --configs, benchmarks/RESULTS.md), 128x128 never the fastest. The large tile is tma128x256h (the
-#: 128x256 tile, 4 stages, C stored through half-width shared-memory buffers and TMA): 684-725 TFLOP/s
-#: bf16 and 1253 FP8 on the LLM shapes against 595-633 and 1026 for 128x256's register store, 0.89-1.02x
-#: cuBLAS (H100, 2026-11-27, bench_matmul.py --variants); where its TMA store does not apply (an f32 C,
-#: split-K, a fused or block epilogue), :func:`prepare` stores from registers, which is 128x256. 128x112
-#: where 128 x 256 tiles are too few and 128 x 112 tiles fill one wave (:data:`ONE_WAVE`): 128 x 14336 x
-#: 4096 (128 tiles) 0.98x cuBLAS bf16 and 0.94x FP8 against 64x128's 0.93x and 0.92x (H200, 2026-11-28,
-#: bench_matmul.py --variants default,128x112 --shapes small, one run; cuBLAS runs 128 x 112 tiles there
-#: too, ncu). 64x32 where 64 x 64 tiles are too few and 64 x 32 fill one wave: M <= 64 by N = 4096 (128
-#: tiles instead of 64 in 2 shares of K): H200, 2026-11-29, bench_matmul.py --variants --shapes small, two
-#: runs: bf16 16 x 4096 x 4096 1.08x cuBLAS against 0.98-1.01x, x 4096 x 14336 1.00-1.01 against 0.99;
-#: FP8 16 x 4096 x 14336 1.03 against 1.00-1.01, x 4096 x 4096 0.93-1.02 against 0.98-0.99.
+#: The configurations :func:`choose` uses. Every one of :data:`CONFIGS` but the tail split's has run correctly on
+#: an H100 (tests/ops/test_matmul_sm90.py, test_every_config, K-major and N-major B, 2026-11-23; the tail split's
+#: GPU tests: tests/ops/test_matmul_sm90_tail.py); 64x64 was the fastest there for M = 16 and 128 with N = K =
+#: 4096 (bf16 and FP8; benchmarks/bench_matmul.py --configs, benchmarks/RESULTS.md), 128x128 never the fastest.
+#: The large tile is tma128x256h (the 128x256 tile, 4 stages, C stored through half-width shared-memory buffers
+#: and TMA): 684-725 TFLOP/s bf16 and 1253 FP8 on the LLM shapes against 595-633 and 1026 for 128x256's register
+#: store, 0.89-1.02x cuBLAS (H100, 2026-11-27, bench_matmul.py --variants); where its TMA store does not apply
+#: (an f32 C, split-K, a fused or block epilogue), kcompiler.ops.matmul_sm90.prepare stores from registers, which
+#: is 128x256. 128x112 where 128 x 256 tiles are too few and 128 x 112 tiles fill one wave (:data:`ONE_WAVE`):
+#: 128 x 14336 x 4096 (128 tiles) 0.98x cuBLAS bf16 and 0.94x FP8 against 64x128's 0.93x and 0.92x (H200,
+#: 2026-11-28, bench_matmul.py --variants default,128x112 --shapes small, one run; cuBLAS runs 128 x 112 tiles
+#: there too, ncu). 64x32 where 64 x 64 tiles are too few and 64 x 32 fill one wave: M <= 64 by N = 4096 (128
+#: tiles instead of 64 in 2 shares of K): H200, 2026-11-29, bench_matmul.py --variants --shapes small, two runs:
+#: bf16 16 x 4096 x 4096 1.08x cuBLAS against 0.98-1.01x, x 4096 x 14336 1.00-1.01 against 0.99; FP8 16 x 4096 x
+#: 14336 1.03 against 1.00-1.01, x 4096 x 4096 0.93-1.02 against 0.98-0.99.
 CHOICES = ("tma128x256h", "128x112", "64x128", "64x64", "64x32")
 
 #: Configurations of :data:`CHOICES` that :func:`choose` takes only up to so many rows M: 64x32 where one
@@ -152,18 +151,18 @@ def small_m_rows(M: int, cfg: dict) -> dict:
 
 def choose(M: int, N: int, K: int, sms: int = Device.multiprocessor_count, b_kmajor: bool = True,
            bn_multiple: int = 8, why: list[str] | None = None) -> dict:
-    """The configuration :func:`run` uses for an M x K by K x N product on ``sms`` multiprocessors:
-    the first of :data:`CHOICES` that gives most multiprocessors a tile (at least 80% of them, where tiles
-    run out; those of :data:`ONE_WAVE` no more than one each), or one of its :data:`WAVE_ALTERNATIVES`
-    where that costs :data:`WAVE_MARGIN` less by waves:
-    ceil(tiles / sms) x BN, the columns the busiest block multiplies (wave quantisation: 1024 x 14336 has
-    448 tiles of 128 x 256, 3.39 waves, the busiest block 4 x 256 columns, and 512 of 128 x 224, 4 x
-    224); none fitting, :data:`SMALLEST` (small products are bound by reading B: what counts there is how
-    many blocks stream it at once); one consumer warpgroup (64 rows) where M <= 64; BN a multiple of
-    ``bn_multiple`` (32 for a block epilogue or a gated one: the kernel's rules), and of 64 for an
-    N-major B (``b_kmajor`` False). (Where M <= 56, :func:`prepare` then gives one consumer's tiles
-    fewer rows of A a stage and more stages: :func:`small_m_rows`.) ``why``: a list that receives a
-    line for each configuration weighed and the rule that settled it (matmul_sm90_traffic.explain)."""
+    """The configuration :func:`kcompiler.ops.matmul_sm90.run` uses for an M x K by K x N product on ``sms``
+    multiprocessors: the first of :data:`CHOICES` that gives most multiprocessors a tile (at least 80% of
+    them, where tiles run out; those of :data:`ONE_WAVE` no more than one each), or one of its
+    :data:`WAVE_ALTERNATIVES` where that costs :data:`WAVE_MARGIN` less by waves: ceil(tiles / sms) x BN, the
+    columns the busiest block multiplies (wave quantisation: 1024 x 14336 has 448 tiles of 128 x 256, 3.39
+    waves, the busiest block 4 x 256 columns, and 512 of 128 x 224, 4 x 224); none fitting, :data:`SMALLEST`
+    (small products are bound by reading B: what counts there is how many blocks stream it at once); one
+    consumer warpgroup (64 rows) where M <= 64; BN a multiple of ``bn_multiple`` (32 for a block epilogue or a
+    gated one: the kernel's rules), and of 64 for an N-major B (``b_kmajor`` False). (Where M <= 56,
+    :func:`kcompiler.ops.matmul_sm90.prepare` then gives one consumer's tiles fewer rows of A a stage and more
+    stages: :func:`small_m_rows`.) ``why``: a list that receives a line for each configuration weighed and the
+    rule that settled it (matmul_sm90_traffic.explain)."""
     def tiles(cfg: dict) -> int:
         return -(-M // tile_m(cfg)) * -(-N // cfg["BN"])
 
@@ -207,13 +206,13 @@ def choose(M: int, N: int, K: int, sms: int = Device.multiprocessor_count, b_kma
 
 def choose_split(M: int, N: int, K: int, cfg: dict, bk: int, sms: int = Device.multiprocessor_count,
                  why: list[str] | None = None) -> int:
-    """The split-K factor :func:`run` uses by default: where the configuration's tiles fill at most half
-    of the ``sms`` multiprocessors (small M), each tile's K loop is cut into as many shares as fill
-    them, at most 4, each of at least 32 k-steps of ``bk``; else 1. Measured on the H100 (bench_matmul
-    --configs): shares of 32 k-steps or more pay for the fix-up (M = 16, bf16: N = K = 4096 24 TFLOP/s
-    with 64x64 tiles in 2 shares against 22 unsplit; K = 14336 34 against 29), shorter ones do not
-    (FP8 at K = 4096, 32 k-steps of 128: 33 in 2 shares against 38), nor does M = 128 (128 tiles).
-    ``why``: a list that receives a line saying which rule applied."""
+    """The split-K factor :func:`kcompiler.ops.matmul_sm90.run` uses by default: where the configuration's tiles fill
+    at most half of the ``sms`` multiprocessors (small M), each tile's K loop is cut into as many shares as
+    fill them, at most 4, each of at least 32 k-steps of ``bk``; else 1. Measured on the H100 (bench_matmul
+    --configs): shares of 32 k-steps or more pay for the fix-up (M = 16, bf16: N = K = 4096 24 TFLOP/s with
+    64x64 tiles in 2 shares against 22 unsplit; K = 14336 34 against 29), shorter ones do not (FP8 at K =
+    4096, 32 k-steps of 128: 33 in 2 shares against 38), nor does M = 128 (128 tiles). ``why``: a list that
+    receives a line saying which rule applied."""
     tiles = -(-M // tile_m(cfg)) * -(-N // cfg["BN"])
     if 2 * tiles > sms:
         if why is not None:
