@@ -53,7 +53,6 @@ def traffic(M: int, N: int, K: int, e: int, cfg: dict, split_k: int = 1, sms: in
     C of 16-bit elements. Returns a dict: tiles, units, blocks, waves (units a block runs), l2_block
     (bytes one block reads through L2), l2_total, dram (bytes), and the bounds in µs: t_l2_block,
     t_l2_total, t_dram, t_mma and t (their largest). Raises ValueError for sizes under 1."""
-
     if min(M, N, K, e, split_k, sms) < 1:
         raise ValueError(f"traffic: sizes must be positive, not M={M} N={N} K={K} e={e} split_k={split_k} sms={sms}")
     bm, bn = tile_m(cfg), cfg["BN"]
@@ -115,7 +114,6 @@ def choose_by_traffic(M: int, N: int, K: int, e: int, sms: int = 132, bk: int | 
     kcompiler.ops.matmul_sm90's default (choose, choose_split) is kept unless the best bound is lower
     than its own by more than ``margin`` (a fraction); among the others ties go to fewer shares, then
     to the earlier configuration. Returns a copy of the configuration."""
-
     bk = bk or 128 // e
     best = None
     for name in TRAFFIC_CHOICES:
@@ -140,7 +138,6 @@ def plan(M: int, N: int, K: int, dtype: str = "bf16", sms: int = 132, b_kmajor: 
     apply), ``split_k``, ``traffic`` (:func:`traffic`'s dict for them) and ``why`` (the lines of choose
     and choose_split: each configuration weighed, the rule that settled it). ValueError for another
     dtype or a size below 1."""
-
     if dtype not in BK:
         raise ValueError(f"matmul_sm90 plan: dtype {dtype!r} is none of {', '.join(BK)}")
     if min(M, N, K, sms) < 1:
@@ -164,7 +161,6 @@ def explain(M: int, N: int, K: int, dtype: str = "bf16", sms: int = 132, b_kmajo
     H100, a bound to rank choices by, not a prediction). E.g.
     ``print(explain(16, 4096, 4096))`` for a decode-sized product of bf16 on an H100's 132 SMs.
     ValueError as :func:`plan`."""
-
     p = plan(M, N, K, dtype, sms, b_kmajor)
     c = p["config"]
     extra = "".join(f", {k} {c[k]}" for k in ("AROWS", "CLUSTER_M", "EPI_TMA", "TAIL_SPLIT") if c.get(k))
